@@ -1,0 +1,66 @@
+"""llm_fsm: conversational state machines, defined in JSON, driven by an LLM in one call per turn.
+
+>>> import llm_fsm
+>>> definition = llm_fsm.load("fsm_definitions/small_talk.json")          # doctest: +SKIP
+>>> conversation = llm_fsm.Conversation(definition, llm_fsm.LiteLLMClient("openai/gpt-4o-mini"))  # doctest: +SKIP
+>>> print(conversation.start().message)                                      # doctest: +SKIP
+
+Importing this package is cheap: litellm is imported on the first model call.
+"""
+
+from llm_fsm.conversation import Conversation, TurnResult
+from llm_fsm.definition import Condition, FSMDefinition, State, Transition
+from llm_fsm.engine import Exchange, Rejection, Snapshot
+from llm_fsm.errors import (
+    ConversationEnded,
+    ConversationError,
+    DefinitionError,
+    FSMError,
+    LLMAuthError,
+    LLMContextWindowError,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailableError,
+    LogicError,
+    Problem,
+    PromptError,
+)
+from llm_fsm.llm import LiteLLMClient, LLMClient, LLMRequest, LLMResponse, Usage
+from llm_fsm.loader import DefinitionWarning, load
+from llm_fsm.prompt import PromptBuilder, PromptSettings
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "Condition",
+    "Conversation",
+    "ConversationEnded",
+    "ConversationError",
+    "DefinitionError",
+    "DefinitionWarning",
+    "Exchange",
+    "FSMDefinition",
+    "FSMError",
+    "LLMAuthError",
+    "LLMClient",
+    "LLMContextWindowError",
+    "LLMError",
+    "LLMRequest",
+    "LLMRequestError",
+    "LLMResponse",
+    "LLMUnavailableError",
+    "LiteLLMClient",
+    "LogicError",
+    "Problem",
+    "PromptBuilder",
+    "PromptError",
+    "PromptSettings",
+    "Rejection",
+    "Snapshot",
+    "State",
+    "Transition",
+    "TurnResult",
+    "Usage",
+    "__version__",
+    "load",
+]

@@ -1,0 +1,151 @@
+"""The ``llm-fsm`` command line. The only module that imports typer (and, later, rich).
+
+Commands never print a traceback: expected failures print one ``error:`` line per problem on
+stderr and exit with 2 (usage or definition) or 1 (the model or provider failed).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Annotated, NoReturn, TextIO
+
+import typer
+
+import llm_fsm
+from llm_fsm.conversation import Conversation, TurnResult
+from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError
+from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.loader import DefinitionWarning
+from llm_fsm.prompt import PromptBuilder, PromptSettings
+
+app = typer.Typer(
+    name="llm-fsm",
+    help="Run conversational state machines defined in JSON.",
+    no_args_is_help=True,
+    pretty_exceptions_show_locals=False,
+)
+
+SCRIPTED_PREFIX = "scripted:"
+
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", envvar="LLM_FSM_MODEL", show_envvar=True,
+        help=f"litellm model name (e.g. openai/gpt-4o-mini), or {SCRIPTED_PREFIX}FILE for scripted replies.",
+    ),
+]
+ApiBaseOption = Annotated[
+    str | None, typer.Option("--api-base", envvar="LLM_FSM_API_BASE", show_envvar=True, help="Provider base URL.")
+]
+ApiKeyOption = Annotated[
+    str | None, typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, help="Provider API key.")
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"llm-fsm {llm_fsm.__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def main(
+    version: Annotated[
+        bool, typer.Option("--version", callback=_version, is_eager=True, help="Show the version and exit.")
+    ] = False,
+) -> None:
+    """Run conversational state machines defined in JSON."""
+
+
+def fail(message: str, code: int) -> NoReturn:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code)
+
+
+def load_definition(path: Path) -> llm_fsm.FSMDefinition:
+    """Load or exit 2, printing each problem (and each warning) as one line on stderr."""
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DefinitionWarning)
+        try:
+            definition = llm_fsm.load(path)
+        except DefinitionError as exc:
+            for problem in exc.problems:
+                typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2) from None
+    for warning in caught:
+        typer.echo(f"warning: {warning.message}", err=True)
+    return definition
+
+
+def make_client(model: str | None, api_base: str | None, api_key: str | None) -> LLMClient:
+    if not model:
+        fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
+    if model.startswith(SCRIPTED_PREFIX):
+        from llm_fsm.testing import ScriptedLLM
+
+        path = model[len(SCRIPTED_PREFIX) :]
+        try:
+            return ScriptedLLM.from_file(path)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read scripted replies {path}: {exc}", 2)
+    return LiteLLMClient(model, api_base=api_base, api_key=api_key)
+
+
+def _lines(stream: TextIO) -> Iterator[str]:
+    for line in stream:
+        if line.strip():
+            yield line.rstrip("\r\n")
+
+
+def _emit(result: TurnResult) -> None:
+    sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()
+
+
+@app.command()
+def run(
+    definition: Annotated[Path, typer.Argument(help="The definition JSON file.", show_default=False)],
+    model: ModelOption = None,
+    api_base: ApiBaseOption = None,
+    api_key: ApiKeyOption = None,
+    input: Annotated[str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")] = "-",
+    history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
+    max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
+) -> None:
+    """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
+    fsm = load_definition(definition)
+    llm = make_client(model, api_base, api_key)
+    builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
+    conversation = Conversation(fsm, llm, max_corrections=max_corrections, prompt=builder)
+    try:
+        stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
+    with stream:
+        _converse(conversation, stream)
+
+
+def _converse(conversation: Conversation, stream: TextIO) -> None:
+    try:
+        _emit(conversation.start())
+        for line in _lines(stream):
+            if conversation.ended:
+                break
+            _emit(conversation.send(line))
+    except LLMError as exc:
+        fail(f"model call failed: {exc}", 1)
+    except ConversationError as exc:
+        fail(str(exc), 1)
+    except FSMError as exc:
+        fail(str(exc), 2)
+
+
+def entry_point() -> None:
+    """The console script: ``llm-fsm``."""
+    os.environ.setdefault("LITELLM_LOG", "ERROR")
+    app()

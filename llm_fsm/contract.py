@@ -1,0 +1,147 @@
+"""The reply contract: what the model must answer, how we read it, and the schema we ask for.
+
+The model answers ``{"transition": {"target_state", "context_update"}, "message", "reasoning"}``.
+``transition`` comes before ``message`` so that a streaming reader can check the move before it
+shows any text. Parsing is tolerant of what models really produce: code fences, prose around the
+JSON, ``<think>`` blocks, and small syntax slips (repaired with json-repair).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from llm_fsm.definition import State
+
+
+class TransitionDecision(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    target_state: str
+    context_update: dict[str, Any] = Field(default_factory=dict)
+
+    @field_validator("context_update", mode="before")
+    @classmethod
+    def _none_is_empty(cls, value: Any) -> Any:
+        return {} if value is None else value
+
+
+class Reply(BaseModel):
+    """One parsed model reply."""
+
+    model_config = ConfigDict(frozen=True)
+
+    transition: TransitionDecision | None = None
+    message: str = Field(min_length=1)
+    reasoning: str | None = None
+
+    @field_validator("reasoning", mode="before")
+    @classmethod
+    def _reasoning_as_text(cls, value: Any) -> Any:
+        return value if value is None or isinstance(value, str) else json.dumps(value)
+
+
+class ReplyFormatError(ValueError):
+    """The model's text holds no usable reply. ``str()`` says what is wrong, for the model to fix."""
+
+
+_THINK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
+_FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
+
+
+def parse_reply(text: str) -> Reply:
+    """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none."""
+    data = _extract_object(text)
+    try:
+        return Reply.model_validate(data)
+    except ValidationError as exc:
+        raise ReplyFormatError(_describe(exc)) from None
+
+
+def _extract_object(text: str) -> dict[str, Any]:
+    text = _THINK.sub("", text or "").strip()
+    if not text:
+        raise ReplyFormatError("the reply was empty; answer with one JSON object")
+    for candidate in _candidates(text):
+        data = _loads(candidate)
+        if isinstance(data, dict):
+            return data
+    raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
+
+
+def _candidates(text: str) -> list[str]:
+    found = [m.group(1).strip() for m in _FENCE.finditer(text)]
+    start = text.find("{")
+    if start >= 0:
+        found.append(text[start : text.rfind("}") + 1] or text[start:])
+        found.append(text[start:])
+    found.append(text)
+    return found
+
+
+def _loads(candidate: str) -> Any:
+    try:
+        return json.loads(candidate)
+    except ValueError:
+        pass
+    from json_repair import repair_json  # imported on first use: most replies never need it
+
+    try:
+        return repair_json(candidate, return_objects=True, skip_json_loads=True)
+    except Exception:  # json-repair gives up on some inputs by raising; treat as "no object here"
+        return None
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors(include_url=False):
+        where = ".".join(str(p) for p in err["loc"]) or "reply"
+        parts.append(f"{where}: {err['msg'].lower()}")
+    return "the reply does not follow the format: " + "; ".join(parts)
+
+
+def reply_schema(state: State, *, strict: bool) -> dict[str, Any]:
+    """JSON Schema of a valid reply in ``state``: ``target_state`` is an enum of the allowed moves.
+
+    With ``strict`` (OpenAI-style structured outputs) every object is closed and every property
+    required, so ``context_update`` lists the keys this state may write; the model writes null for
+    keys it did not learn, and nulls are ignored by the merge.
+    """
+    targets = sorted({state.id, *(t.target_state for t in state.transitions)})
+    update: dict[str, Any] = {"type": "object"}
+    if strict:
+        keys = writable_keys(state)
+        scalar = {"type": ["string", "number", "boolean", "null"]}
+        update.update(properties={k: scalar for k in keys}, required=keys, additionalProperties=False)
+    transition = {
+        "type": "object",
+        "properties": {"target_state": {"type": "string", "enum": targets}, "context_update": update},
+        "required": ["target_state", "context_update"],
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {
+            "transition": transition,
+            "message": {"type": "string"},
+            "reasoning": {"type": "string"},
+        },
+        "required": ["transition", "message", "reasoning"],
+        "additionalProperties": False,
+    }
+
+
+def writable_keys(state: State) -> list[str]:
+    """Keys the model is asked about in ``state``: those to collect and those its conditions read."""
+    from llm_fsm.logic import keys_read
+
+    keys = dict.fromkeys(state.required_context_keys)
+    for transition in state.transitions:
+        for condition in transition.conditions:
+            keys.update(dict.fromkeys(condition.requires_context_keys))
+            if condition.logic is not None:
+                keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
+    return [k for k in keys if not k.startswith("_")]

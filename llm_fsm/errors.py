@@ -1,0 +1,117 @@
+"""Every error llm_fsm raises derives from :class:`FSMError`.
+
+::
+
+    FSMError
+    ├── DefinitionError        a definition failed to load; ``.problems`` lists every problem found
+    ├── LogicError             a JsonLogic rule is malformed or too deep (also reported at load time)
+    ├── PromptError            a prompt template failed to render (missing variable, sandbox violation)
+    ├── LLMError               the model could not be reached or refused the request
+    │   ├── LLMAuthError           credentials rejected (never retried)
+    │   ├── LLMRequestError        the request itself is wrong: 400/404/422, unknown model (never retried)
+    │   ├── LLMContextWindowError  the prompt is longer than the model's context window
+    │   └── LLMUnavailableError    timeouts, connection errors, 429 and 5xx, after our retries ran out
+    └── ConversationError      the conversation cannot take this call in its current status
+        └── ConversationEnded      the conversation reached a terminal state
+
+Setup errors (``DefinitionError``, ``LogicError``, ``PromptError``) are raised while loading or
+rendering; run errors (``LLMError``, ``ConversationError``) while a conversation runs. A failed turn
+never changes the conversation.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+class FSMError(Exception):
+    """Base of every error raised by llm_fsm."""
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One problem found in a definition: where it is, what is wrong, and how to fix it."""
+
+    path: str
+    message: str
+    line: int | None = None
+    column: int | None = None
+    hint: str | None = None
+    code: str = "invalid"
+    source: str | None = None
+
+    def __str__(self) -> str:
+        where = self.source or ""
+        if self.line is not None:
+            where = f"{where}:{self.line}:{self.column}" if where else f"{self.line}:{self.column}"
+        head = f"{where}: " if where else ""
+        path = f"{self.path}: " if self.path else ""
+        hint = f" (hint: {self.hint})" if self.hint else ""
+        return f"{head}{path}{self.message}{hint}"
+
+
+class DefinitionError(FSMError):
+    """A definition is invalid. ``problems`` holds every problem found, not only the first."""
+
+    def __init__(self, problems: list[Problem], source: str | None = None) -> None:
+        self.problems = list(problems)
+        self.source = source
+        count = len(self.problems)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        name = f" {source}" if source else ""
+        super().__init__(f"invalid definition{name}: {count} problem(s)\n{lines}")
+
+
+class LogicError(FSMError):
+    """A JsonLogic rule is malformed, uses an operator outside the allow-list, or nests too deep."""
+
+
+class PromptError(FSMError):
+    """A prompt template could not be rendered."""
+
+
+class LLMError(FSMError):
+    """The model call failed. ``attempts`` counts the calls made, ``cause`` keeps the provider's error."""
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        model: str | None = None,
+        status_code: int | None = None,
+        attempts: int = 1,
+        cause: BaseException | None = None,
+    ) -> None:
+        super().__init__(message)
+        self.model = model
+        self.status_code = status_code
+        self.attempts = attempts
+        self.cause = cause
+
+
+class LLMAuthError(LLMError):
+    """The provider rejected the credentials."""
+
+
+class LLMRequestError(LLMError):
+    """The provider rejected the request as malformed (400/404/422, unknown model or provider)."""
+
+
+class LLMContextWindowError(LLMRequestError):
+    """The prompt does not fit the model's context window."""
+
+
+class LLMUnavailableError(LLMError):
+    """Timeouts, connection failures, rate limits or server errors persisted after every retry."""
+
+
+class ConversationError(FSMError):
+    """The conversation cannot accept this call now. ``state`` is where it stands."""
+
+    def __init__(self, message: str, *, state: str | None = None) -> None:
+        super().__init__(message)
+        self.state = state
+
+
+class ConversationEnded(ConversationError):
+    """The conversation is in a terminal state and accepts no more messages."""

@@ -1,0 +1,296 @@
+"""The model layer: a small protocol, and its litellm implementation.
+
+This is the only module that imports litellm, and it does so on the first call: importing litellm
+takes seconds and, by default, fetches a cost map over the network. Before that import we set
+``LITELLM_LOCAL_MODEL_COST_MAP=True`` (unless the host application chose otherwise) so that no
+import touches the network. Retries are ours: litellm gets ``max_retries=0`` so that no hidden
+retry runs under ours, and we retry only what can succeed on a second try.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import time
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from types import ModuleType
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from llm_fsm.errors import (
+    LLMAuthError,
+    LLMContextWindowError,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailableError,
+)
+
+Message = dict[str, str]
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens (and cost in USD when litellm knows the model's price) of one or more calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost: float | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        costs = [c for c in (self.cost, other.cost) if c is not None]
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+            sum(costs) if costs else None,
+        )
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``)."""
+
+    messages: list[Message]
+    schema: dict[str, Any] | None = None
+    strict_schema: dict[str, Any] | None = None
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+
+
+@runtime_checkable
+class LLMClient(Protocol):
+    """What a conversation needs from a model: one completion, sync or async."""
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
+
+
+def _import_litellm() -> ModuleType:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    import litellm
+
+    return litellm
+
+
+class LiteLLMClient:
+    """Any provider litellm supports (``model`` as litellm names it, e.g. ``openai/gpt-4o-mini``).
+
+    ``max_retries`` counts our retries after the first attempt, on timeouts, connection errors,
+    429 and 5xx, with exponential backoff from ``backoff`` seconds, capped at ``max_backoff``.
+    ``response_format``: ``auto`` asks for a strict JSON schema where litellm says the model
+    supports one, else JSON mode where supported, else nothing. ``stream`` streams each call (with
+    usage). Further keyword arguments go to ``litellm.completion`` unchanged.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        *,
+        temperature: float | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        response_format: ResponseFormat = "auto",
+        stream: bool = False,
+        **extra: Any,
+    ) -> None:
+        self.model = model
+        self.api_base = api_base
+        self.api_key = api_key
+        self.temperature = temperature
+        self.timeout = timeout
+        self.max_retries = max(0, max_retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.response_format = response_format
+        self.stream = stream
+        self.extra = extra
+        self._litellm: ModuleType | None = None
+        self._format_kind: str | None = None
+
+    def __repr__(self) -> str:  # never shows the key
+        return f"LiteLLMClient(model={self.model!r}, api_base={self.api_base!r})"
+
+    @property
+    def litellm(self) -> ModuleType:
+        if self._litellm is None:
+            self._litellm = _import_litellm()
+        return self._litellm
+
+    # -- calls ----------------------------------------------------------------------------------
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                params = self._params(request)
+                if self.stream:
+                    return self._collect(self.litellm.completion(**params))
+                return self._response(self.litellm.completion(**params))
+            except Exception as exc:  # every provider failure is translated below
+                error = self._translate(exc, attempt)
+                if not self._should_retry(error, attempt):
+                    raise error from exc
+            time.sleep(self._delay(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        for attempt in range(1, self.max_retries + 2):
+            try:
+                params = self._params(request)
+                if self.stream:
+                    return await self._acollect(await self.litellm.acompletion(**params))
+                return self._response(await self.litellm.acompletion(**params))
+            except Exception as exc:  # every provider failure is translated below
+                error = self._translate(exc, attempt)
+                if not self._should_retry(error, attempt):
+                    raise error from exc
+            await asyncio.sleep(self._delay(attempt))
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _params(self, request: LLMRequest) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "timeout": self.timeout,
+            "max_retries": 0,
+            **self.extra,
+        }
+        for name in ("api_base", "api_key", "temperature"):
+            if getattr(self, name) is not None:
+                params[name] = getattr(self, name)
+        response_format = self._response_format(request)
+        if response_format is not None:
+            params["response_format"] = response_format
+        if self.stream:
+            params.update(stream=True, stream_options={"include_usage": True})
+        return params
+
+    def _response_format(self, request: LLMRequest) -> dict[str, Any] | None:
+        kind = self._format_kind or self._pick_format()
+        if kind == "json_schema" and request.strict_schema is not None:
+            schema = {"name": "fsm_reply", "schema": request.strict_schema, "strict": True}
+            return {"type": "json_schema", "json_schema": schema}
+        if kind in ("json_schema", "json_object"):
+            return {"type": "json_object"}
+        return None
+
+    def _pick_format(self) -> str:
+        kind = self.response_format
+        if kind == "auto":
+            kind = "none"
+            try:
+                if self.litellm.supports_response_schema(model=self.model):
+                    kind = "json_schema"
+                elif "response_format" in (self.litellm.get_supported_openai_params(model=self.model) or ()):
+                    kind = "json_object"
+            except Exception:  # litellm raises for models it has no entry for: ask for nothing special
+                kind = "none"
+        self._format_kind = kind
+        return kind
+
+    # -- responses ------------------------------------------------------------------------------
+
+    def _response(self, response: Any) -> LLMResponse:
+        choices = getattr(response, "choices", None)
+        if not choices:
+            raise LLMError("the provider returned no choices", model=self.model)
+        text = choices[0].message.content or ""
+        return LLMResponse(text, self._usage(response), getattr(response, "model", None))
+
+    def _usage(self, response: Any) -> Usage:
+        usage = getattr(response, "usage", None)
+        hidden = getattr(response, "_hidden_params", None) or {}
+        if usage is None:
+            return Usage(cost=hidden.get("response_cost"))
+        prompt = usage.prompt_tokens or 0
+        completion = usage.completion_tokens or 0
+        return Usage(prompt, completion, usage.total_tokens or prompt + completion, hidden.get("response_cost"))
+
+    def _collect(self, chunks: Iterator[Any]) -> LLMResponse:
+        parts: list[str] = []
+        usage = Usage()
+        for chunk in chunks:
+            parts.append(_delta_text(chunk))
+            usage = self._chunk_usage(chunk) or usage
+        return LLMResponse("".join(parts), usage, self.model)
+
+    async def _acollect(self, chunks: AsyncIterator[Any]) -> LLMResponse:
+        parts: list[str] = []
+        usage = Usage()
+        async for chunk in chunks:
+            parts.append(_delta_text(chunk))
+            usage = self._chunk_usage(chunk) or usage
+        return LLMResponse("".join(parts), usage, self.model)
+
+    def _chunk_usage(self, chunk: Any) -> Usage | None:
+        usage = getattr(chunk, "usage", None)
+        if not usage or not getattr(usage, "total_tokens", None):
+            return None
+        return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens)
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def _translate(self, exc: Exception, attempt: int) -> LLMError:
+        if isinstance(exc, LLMError):
+            exc.attempts = attempt
+            return exc
+        name = type(exc).__name__
+        status = getattr(exc, "status_code", None)
+        message = f"{self.model}: {_first_line(exc)}"
+        kwargs: dict[str, Any] = {"model": self.model, "status_code": status, "attempts": attempt, "cause": exc}
+        if name == "ContextWindowExceededError":
+            return LLMContextWindowError(message, **kwargs)
+        if name in ("AuthenticationError", "PermissionDeniedError") or status in (401, 403):
+            return LLMAuthError(message, **kwargs)
+        if _is_transient(name, status):
+            return LLMUnavailableError(message, **kwargs)
+        return LLMRequestError(message, **kwargs)
+
+    def _should_retry(self, error: LLMError, attempt: int) -> bool:
+        return isinstance(error, LLMUnavailableError) and attempt <= self.max_retries
+
+    def _delay(self, attempt: int) -> float:
+        delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+        return delay * (0.5 + random.random() / 2)  # jitter spreads retries of many conversations
+
+
+_TRANSIENT = {
+    "Timeout",
+    "APITimeoutError",
+    "APIConnectionError",
+    "RateLimitError",
+    "InternalServerError",
+    "ServiceUnavailableError",
+    "BadGatewayError",
+}
+
+
+def _is_transient(name: str, status: int | None) -> bool:
+    return name in _TRANSIENT or status in (408, 409, 429) or (status is not None and status >= 500)
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(getattr(exc, "message", None) or exc or type(exc).__name__)
+    return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+
+
+def _delta_text(chunk: Any) -> str:
+    choices = getattr(chunk, "choices", None)
+    if not choices:
+        return ""
+    delta = getattr(choices[0], "delta", None)
+    return (getattr(delta, "content", None) or "") if delta is not None else ""

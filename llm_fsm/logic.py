@@ -1,0 +1,441 @@
+"""A safe JsonLogic evaluator: an allow-list of operators, no ``eval``, a nesting limit.
+
+Rules follow JsonLogic (https://jsonlogic.com/operations.html) as implemented by json-logic-js
+(``?:`` is accepted as an alias of ``if``), plus one extension, ``has_context``:
+``{"has_context": "user.email"}`` is true when that dotted key is in the data with a value that is
+not ``None``, ``""``, ``[]`` or ``{}`` (given several keys: all of them). :func:`evaluate` never
+mutates the data and raises nothing but :class:`LogicError`.
+
+Deliberate differences from json-logic-js:
+
+* Arithmetic on anything but numbers and numeric strings (booleans and ``None`` included), division
+  or modulo by zero, and results that are not finite give ``None`` where JavaScript gives NaN or
+  Infinity. Whole-valued results are returned as ``int`` (``{"/": [4, 2]}`` is ``2``).
+* ``<``, ``<=``, ``>``, ``>=`` compare two strings, or two numbers (numeric strings and booleans
+  converted as in JS); every other pair is ``False``, notably ``None`` (JS turns null into 0).
+* ``==`` compares two arrays or two objects by content (JS compares identity).
+* ``min`` and ``max`` of no arguments are ``None``.
+* Argument counts: :func:`check_rule` reports wrong ones at load time, while :func:`evaluate` is
+  lenient like json-logic-js (extra arguments are ignored, absent ones read as ``None``).
+"""
+
+from __future__ import annotations
+
+import difflib
+import itertools
+import math
+import operator
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from llm_fsm.errors import LogicError
+
+ALLOWED_OPERATORS: frozenset[str] = frozenset({
+    "var", "missing", "missing_some", "==", "!=", "===", "!==", "<", "<=", ">", ">=", "!", "!!",
+    "and", "or", "if", "?:", "in", "cat", "+", "-", "*", "/", "%", "min", "max", "has_context",
+})
+MAX_DEPTH = 32
+
+Number = int | float
+Op = Callable[[list[object], object], object]  # (evaluated arguments, data) -> result
+LazyOp = Callable[[list[object], object, int], object]  # (raw arguments, data, depth) -> result
+
+_ABSENT = object()
+_NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# (min, max) argument counts; operators not listed take any number.
+_ARITY: dict[str, tuple[int, int | None]] = {
+    "var": (1, 2), "missing_some": (2, 2), "==": (2, 2), "!=": (2, 2), "===": (2, 2),
+    "!==": (2, 2), "<": (2, 3), "<=": (2, 3), ">": (2, 2), ">=": (2, 2), "!": (1, 1),
+    "!!": (1, 1), "in": (2, 2), "-": (1, 2), "/": (2, 2), "%": (2, 2), "+": (1, None),
+    "*": (1, None), "min": (1, None), "max": (1, None), "and": (1, None), "or": (1, None),
+    "has_context": (1, None),
+}
+
+
+# ---------------------------------------------------------------- public API
+
+
+def evaluate(rule: object, data: Mapping[str, object] | None) -> object:
+    """Evaluate ``rule`` against ``data``. Raises :class:`LogicError`, and nothing else."""
+    try:
+        return _eval(rule, data, 1)
+    except LogicError:
+        raise
+    except RecursionError as exc:
+        raise LogicError("rule or data nests too deeply to evaluate") from exc
+    except Exception as exc:  # any other failure is a malformed rule or unusable data
+        raise LogicError(f"cannot evaluate rule: {type(exc).__name__}: {exc}") from exc
+
+
+def truthy(value: object) -> bool:
+    """JsonLogic truthiness: ``0``, ``""``, ``[]``, ``None``, ``False`` and NaN are false."""
+    if value is None or isinstance(value, bool):
+        return bool(value)
+    if isinstance(value, (int, float)):
+        return value != 0 and not math.isnan(value)
+    if isinstance(value, (str, list, tuple)):
+        return len(value) > 0
+    return True  # objects, even empty ones, are truthy as in JavaScript
+
+
+def check_rule(rule: object) -> list[tuple[str, str]]:
+    """Statically check ``rule``; return ``(location, message)`` problems, empty when fine.
+
+    Locations are relative to the rule root: ``""`` for the root, ``"and[1]"``,
+    ``"and[1].==[0]"``; list items are ``"[0]"``.
+    """
+    problems: list[tuple[str, str]] = []
+    _check(rule, "", 1, problems)
+    return problems
+
+
+def keys_read(rule: object) -> set[str]:
+    """Every literal context key ``rule`` reads: ``var`` paths (dotted, as written) and the keys
+    named by ``missing``, ``missing_some`` and ``has_context``. Keys computed at run time by a
+    nested rule cannot be known and are not included. Raises :class:`LogicError` when too deep."""
+    keys: set[str] = set()
+    _collect(rule, 1, keys)
+    return keys
+
+
+# ---------------------------------------------------------------- evaluation
+
+
+def _eval(rule: object, data: object, depth: int) -> object:
+    if isinstance(rule, (list, tuple)):
+        _check_depth(depth)
+        return [_eval(item, data, depth + 1) for item in rule]
+    if not isinstance(rule, Mapping) or not rule:
+        return rule
+    _check_depth(depth)
+    op, args = _split(rule)
+    if op in _LAZY_OPS:
+        return _LAZY_OPS[op](args, data, depth + 1)
+    return _OPS[op]([_eval(arg, data, depth + 1) for arg in args], data)
+
+
+def _check_depth(depth: int) -> None:
+    if depth > MAX_DEPTH:
+        raise LogicError(f"rule nests deeper than {MAX_DEPTH} levels")
+
+
+def _split(rule: Mapping[object, object]) -> tuple[str, list[object]]:
+    if len(rule) != 1:
+        raise LogicError(_shape_message(rule))
+    op, raw = next(iter(rule.items()))
+    if op not in ALLOWED_OPERATORS:
+        raise LogicError(_unknown_message(op))
+    return str(op), _as_args(raw)
+
+
+def _as_args(raw: object) -> list[object]:
+    return list(raw) if isinstance(raw, (list, tuple)) else [raw]
+
+
+def _shape_message(rule: Mapping[object, object]) -> str:
+    keys = ", ".join(repr(key) for key in list(rule)[:5])
+    return f"an operator object must have exactly one key, this one has {len(rule)}: {keys}"
+
+
+def _unknown_message(op: object) -> str:
+    close = difflib.get_close_matches(str(op), sorted(ALLOWED_OPERATORS), n=1)
+    hint = f"; did you mean {close[0]!r}?" if close else ""
+    return f"unknown operator {op!r}{hint}"
+
+
+def _arg(args: list[object], index: int) -> object:
+    return args[index] if len(args) > index else None
+
+
+def _lookup(data: object, path: object) -> object:
+    """The value at a dotted ``path`` (list indices allowed), or ``_ABSENT``."""
+    if path is None or path == "":
+        return data
+    current = data
+    for part in _js_str(path).split("."):
+        if isinstance(current, Mapping):
+            current = current.get(part, _ABSENT)
+        elif isinstance(current, (list, tuple)) and part.isascii() and part.isdigit():
+            current = current[int(part)] if int(part) < len(current) else _ABSENT
+        else:
+            return _ABSENT
+        if current is _ABSENT:
+            return _ABSENT
+    return current
+
+
+def _blank(value: object) -> bool:
+    return value is _ABSENT or value is None or (isinstance(value, str) and value == "")
+
+
+# ---------------------------------------------------------------- conversions
+
+
+def _js_str(value: object) -> str:
+    """JavaScript ``String(value)`` for JSON values."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        return _js_number_str(value)
+    if isinstance(value, (list, tuple)):
+        return ",".join("" if item is None else _js_str(item) for item in value)
+    if isinstance(value, Mapping):
+        return "[object Object]"
+    return str(value)
+
+
+def _js_number_str(value: float) -> str:
+    if math.isnan(value):
+        return "NaN"
+    if math.isinf(value):
+        return "Infinity" if value > 0 else "-Infinity"
+    if value.is_integer() and abs(value) < 1e21:
+        return str(int(value))
+    mantissa, _, exponent = repr(value).partition("e")
+    return f"{mantissa}e{int(exponent):+d}" if exponent else mantissa
+
+
+def _to_number(value: object) -> Number | None:
+    """A number, a numeric string converted, else None (booleans are not numbers)."""
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return value
+    if isinstance(value, str) and _NUMERIC.fullmatch(value.strip()):
+        return _tidy(float(value))
+    return None
+
+
+def _tidy(value: Number | None) -> Number | None:
+    """Whole floats become ints; NaN and infinities become None."""
+    if not isinstance(value, float):
+        return value
+    if not math.isfinite(value):
+        return None
+    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
+
+
+def _unbool(value: object) -> object:
+    return int(value) if isinstance(value, bool) else value
+
+
+# ---------------------------------------------------------------- comparison
+
+
+def _kind(value: object) -> str:
+    if value is None or isinstance(value, (bool, str)):
+        return type(value).__name__
+    return "number" if isinstance(value, (int, float)) else "object"
+
+
+def _strict_equal(a: object, b: object) -> bool:
+    return _kind(a) == _kind(b) and a == b
+
+
+def _loose_equal(a: object, b: object) -> bool:
+    """JavaScript ``==`` for JSON values (containers compare by content)."""
+    if a is None or b is None:
+        return a is None and b is None
+    a, b = _unbool(a), _unbool(b)
+    if _kind(a) == _kind(b) == "object":
+        return a == b
+    a = _js_str(a) if _kind(a) == "object" else a
+    b = _js_str(b) if _kind(b) == "object" else b
+    if isinstance(a, str) and isinstance(b, str):
+        return a == b
+    x, y = (0 if isinstance(v, str) and not v.strip() else _to_number(v) for v in (a, b))
+    return x is not None and y is not None and x == y
+
+
+def _compare(a: object, b: object, test: Callable[[Any, Any], bool]) -> bool:
+    if isinstance(a, str) and isinstance(b, str):
+        return test(a, b)
+    x, y = _to_number(_unbool(a)), _to_number(_unbool(b))
+    return x is not None and y is not None and test(x, y)
+
+
+def _chain(test: Callable[[Any, Any], bool], limit: int) -> Op:
+    """Compare neighbours among the first ``limit`` arguments (3 gives the "between" form)."""
+    def op(args: list[object], data: object) -> bool:
+        used = args[:limit]
+        return len(used) >= 2 and all(_compare(a, b, test) for a, b in itertools.pairwise(used))
+    return op
+
+
+# ---------------------------------------------------------------- operators
+
+
+def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
+    """An arithmetic operator: None if any argument is not a number or the result is not one."""
+    def op(args: list[object], data: object) -> Number | None:
+        numbers = [_to_number(arg) for arg in args]
+        if any(number is None for number in numbers):
+            return None
+        try:
+            return _tidy(fn(numbers))  # type: ignore[arg-type]
+        except (ArithmeticError, ValueError, IndexError):
+            return None
+    return op
+
+
+def _js_mod(a: Number, b: Number) -> Number:
+    remainder = abs(a) % abs(b)  # ZeroDivisionError for b == 0, turned into None
+    return -remainder if a < 0 else remainder
+
+
+def _op_var(args: list[object], data: object) -> object:
+    found = _lookup(data, _arg(args, 0))
+    return _arg(args, 1) if found is _ABSENT else found
+
+
+def _op_missing(args: list[object], data: object) -> list[object]:
+    keys = args[0] if args and isinstance(args[0], (list, tuple)) else args
+    return [key for key in keys if _blank(_lookup(data, key))]
+
+
+def _op_missing_some(args: list[object], data: object) -> list[object]:
+    need, keys = _to_number(_arg(args, 0)), _arg(args, 1)
+    if need is None or not isinstance(keys, (list, tuple)):
+        raise LogicError("missing_some expects [minimum count, [keys]]")
+    missing = _op_missing([keys], data)
+    return [] if len(keys) - len(missing) >= need else missing
+
+
+def _op_has_context(args: list[object], data: object) -> bool:
+    keys = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+    if not keys or not all(isinstance(key, str) and key for key in keys):
+        raise LogicError("has_context expects one or more non-empty key names")
+    return all(_present(_lookup(data, key)) for key in keys)
+
+
+def _present(value: object) -> bool:
+    empty = isinstance(value, (str, list, tuple, Mapping)) and len(value) == 0
+    return value is not _ABSENT and value is not None and not empty
+
+
+def _op_in(args: list[object], data: object) -> bool:
+    needle, haystack = _arg(args, 0), _arg(args, 1)
+    if isinstance(haystack, str):
+        return _js_str(needle) in haystack
+    if isinstance(haystack, (list, tuple)):
+        return any(_strict_equal(needle, item) for item in haystack)
+    return False
+
+
+def _deciding(stop_on: bool) -> LazyOp:
+    """``and`` (stop on the first falsy value) or ``or`` (the first truthy); else the last."""
+    def op(args: list[object], data: object, depth: int) -> object:
+        value: object = None
+        for arg in args:
+            value = _eval(arg, data, depth)
+            if truthy(value) is stop_on:
+                return value
+        return value
+    return op
+
+
+def _op_if(args: list[object], data: object, depth: int) -> object:
+    for i in range(0, len(args) - 1, 2):
+        if truthy(_eval(args[i], data, depth)):
+            return _eval(args[i + 1], data, depth)
+    return _eval(args[-1], data, depth) if len(args) % 2 else None
+
+
+_LAZY_OPS: dict[str, LazyOp] = {
+    "and": _deciding(False), "or": _deciding(True), "if": _op_if, "?:": _op_if,
+}
+
+_OPS: dict[str, Op] = {
+    "var": _op_var,
+    "missing": _op_missing,
+    "missing_some": _op_missing_some,
+    "has_context": _op_has_context,
+    "==": lambda args, data: _loose_equal(_arg(args, 0), _arg(args, 1)),
+    "!=": lambda args, data: not _loose_equal(_arg(args, 0), _arg(args, 1)),
+    "===": lambda args, data: _strict_equal(_arg(args, 0), _arg(args, 1)),
+    "!==": lambda args, data: not _strict_equal(_arg(args, 0), _arg(args, 1)),
+    "<": _chain(operator.lt, 3),
+    "<=": _chain(operator.le, 3),
+    ">": _chain(operator.gt, 2),
+    ">=": _chain(operator.ge, 2),
+    "!": lambda args, data: not truthy(_arg(args, 0)),
+    "!!": lambda args, data: truthy(_arg(args, 0)),
+    "in": _op_in,
+    "cat": lambda args, data: "".join(_js_str(arg) for arg in args),
+    "+": _numeric(sum),
+    "*": _numeric(lambda n: math.prod(n) if n else None),
+    "-": _numeric(lambda n: -n[0] if len(n) == 1 else n[0] - n[1]),
+    "/": _numeric(lambda n: n[0] / n[1]),
+    "%": _numeric(lambda n: _js_mod(n[0], n[1])),
+    "min": _numeric(min),
+    "max": _numeric(max),
+}
+
+
+# ---------------------------------------------------------------- static analysis
+
+
+def _join(location: str, part: str) -> str:
+    return f"{location}.{part}" if location and not part.startswith("[") else location + part
+
+
+def _check(node: object, location: str, depth: int, problems: list[tuple[str, str]]) -> None:
+    if not isinstance(node, (list, tuple, Mapping)) or not node:
+        return
+    if depth > MAX_DEPTH:
+        problems.append((location, f"rule nests deeper than {MAX_DEPTH} levels"))
+        return
+    if isinstance(node, (list, tuple)):
+        for i, item in enumerate(node):
+            _check(item, _join(location, f"[{i}]"), depth + 1, problems)
+        return
+    if len(node) != 1:
+        problems.append((location, _shape_message(node)))
+        return
+    op, raw = next(iter(node.items()))
+    args = _as_args(raw)
+    if op not in ALLOWED_OPERATORS:
+        problems.append((location, _unknown_message(op)))
+    elif (message := _arity_message(str(op), len(args))) is not None:
+        problems.append((location, message))
+    for i, arg in enumerate(args):
+        _check(arg, _join(location, f"{op}[{i}]"), depth + 1, problems)
+
+
+def _arity_message(op: str, count: int) -> str | None:
+    low, high = _ARITY.get(op, (0, None))
+    if low <= count and (high is None or count <= high):
+        return None
+    wanted = f"{low}" if low == high else f"{low} to {high}" if high else f"at least {low}"
+    return f"{op!r} takes {wanted} argument(s), got {count}"
+
+
+def _collect(node: object, depth: int, keys: set[str]) -> None:
+    if isinstance(node, (list, tuple)):
+        children = list(node)
+    elif isinstance(node, Mapping) and len(node) == 1:
+        op, raw = next(iter(node.items()))
+        children = _as_args(raw)
+        keys.update(_literal_keys(op, children))
+    else:
+        return
+    _check_depth(depth)
+    for child in children:
+        _collect(child, depth + 1, keys)
+
+
+def _literal_keys(op: object, args: list[object]) -> list[str]:
+    named: Sequence[object]
+    if op == "var":
+        named = args[:1]
+    elif op == "missing_some":
+        second = _arg(args, 1)
+        named = second if isinstance(second, (list, tuple)) else []
+    elif op in ("missing", "has_context"):
+        named = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+    else:
+        return []
+    return [key for key in named if isinstance(key, str) and key]

@@ -1,0 +1,140 @@
+"""Compile the current state, context and history into the messages of one model call.
+
+Templates live in ``prompts/`` and render in a sandboxed, immutable Jinja environment with
+``StrictUndefined`` and autoescaping: every value that comes from a user or a model is escaped, so
+it can never open or close a prompt element. A user template directory overrides single templates.
+
+The system prompt is ordered for prompt caching: everything that depends only on the definition
+and the current state comes first; the context and the history, which change every turn, come last.
+The user's message is sent once, as the user turn.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import jinja2
+from markupsafe import Markup
+from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+from llm_fsm.contract import writable_keys
+from llm_fsm.errors import PromptError
+
+if TYPE_CHECKING:
+    from llm_fsm.definition import FSMDefinition
+    from llm_fsm.engine import Rejection, Snapshot
+
+Message = dict[str, str]
+
+OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
+
+
+def _templates_dir() -> Path:
+    here = Path(__file__).resolve().parent
+    packaged = here / "prompts"  # inside an installed wheel
+    return packaged if packaged.is_dir() else here.parent / "prompts"  # in a source checkout
+
+
+def _escape(value: Any) -> str:
+    """Escape what could open or close an element. Quotes stay readable: they cannot break text."""
+    if isinstance(value, Markup):
+        return value
+    return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def _to_json(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+@dataclass(frozen=True)
+class PromptSettings:
+    """How much of the conversation a prompt carries. Every bound keeps prompts flat over time."""
+
+    history_window: int = 6
+    max_message_chars: int = 1000
+    max_value_chars: int = 500
+
+
+class PromptBuilder:
+    """Renders prompts; keep one per runtime, since its Jinja environment caches compiled templates."""
+
+    def __init__(
+        self,
+        template_dirs: Sequence[str | os.PathLike[str]] = (),
+        settings: PromptSettings | None = None,
+    ) -> None:
+        self.settings = settings or PromptSettings()
+        loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader([str(d) for d in template_dirs])]
+        loaders.append(jinja2.FileSystemLoader(str(_templates_dir())))
+        self.env = ImmutableSandboxedEnvironment(
+            loader=jinja2.ChoiceLoader(loaders),
+            # Every {{ expression }} goes through _escape (instead of autoescape, which would
+            # also turn each quote of the JSON we show the model into &#34;).
+            finalize=_escape,
+            undefined=jinja2.StrictUndefined,
+            trim_blocks=True,
+            lstrip_blocks=True,
+            keep_trailing_newline=True,
+        )
+        self.env.filters["tojson"] = _to_json
+
+    def messages(self, definition: FSMDefinition, snapshot: Snapshot, user_text: str | None) -> list[Message]:
+        """The messages of a turn: the system prompt, then the user's text (or the opening request)."""
+        system = self.system_prompt(definition, snapshot)
+        return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
+
+    def system_prompt(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
+        state = definition.states[snapshot.state]
+        variables = {
+            "fsm": definition,
+            "state": state,
+            "transitions": state.transitions_by_priority(),
+            "collect": writable_keys(state),
+            "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
+            "context": self._visible_context(snapshot.context),
+            "history": self._window(snapshot.history),
+            "opening": not snapshot.history,
+        }
+        return self._render("system.xml.j2", variables)
+
+    def correction(self, rejections: Iterable[Rejection], state: str) -> str:
+        """The user-turn text of a corrective call: exactly what was wrong with the last reply."""
+        return self._render("correction.xml.j2", {"rejections": list(rejections), "state": state})
+
+    def _render(self, name: str, variables: dict[str, Any]) -> str:
+        try:
+            return self.env.get_template(name).render(variables)
+        except jinja2.TemplateError as exc:
+            raise PromptError(f"template {name!r} failed: {exc}") from exc
+
+    def _visible_context(self, context: dict[str, Any]) -> dict[str, Any]:
+        return {k: self._bounded(v) for k, v in context.items() if not k.startswith("_") or k == "_extra"}
+
+    def _bounded(self, value: Any) -> Any:
+        if isinstance(value, str):
+            return _truncate(value, self.settings.max_value_chars)
+        if isinstance(value, dict):
+            return {k: self._bounded(v) for k, v in value.items() if not str(k).startswith("_")}
+        if isinstance(value, list):
+            return [self._bounded(v) for v in value[:50]]
+        return value
+
+    def _window(self, history: Sequence[Any]) -> list[dict[str, Any]]:
+        size = self.settings.history_window
+        recent = history[-size:] if size > 0 else []
+        limit = self.settings.max_message_chars
+        return [
+            {"user": None if h.user is None else _truncate(h.user, limit), "assistant": _truncate(h.assistant, limit)}
+            for h in recent
+        ]
+
+
+def _truncate(text: str, limit: int) -> str:
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}…[truncated {len(text) - limit} chars]"

@@ -1,0 +1,76 @@
+"""Test doubles for people who build on llm_fsm: a scripted model that records what it was asked.
+
+>>> llm = ScriptedLLM([{"transition": {"target_state": "greet", "context_update": {}}, "message": "Hi!"}])
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections import deque
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any
+
+from llm_fsm.errors import LLMError
+from llm_fsm.llm import LLMRequest, LLMResponse, Usage
+
+__all__ = ["ScriptExhausted", "ScriptedLLM", "reply"]
+
+
+class ScriptExhausted(LLMError):
+    """The script has no reply left for a call the runtime made."""
+
+
+def reply(target_state: str, message: str, **context_update: Any) -> dict[str, Any]:
+    """A valid reply dict, for writing scripts tersely."""
+    return {"transition": {"target_state": target_state, "context_update": context_update}, "message": message}
+
+
+class ScriptedLLM:
+    """Answers each call with the next scripted reply and records every request in ``requests``.
+
+    A reply is a dict (sent as JSON), a string (sent as is, to script malformed output), or an
+    exception instance (raised, to script provider failures). Usage counts characters / 4.
+    """
+
+    def __init__(self, replies: Iterable[dict[str, Any] | str | BaseException] = ()) -> None:
+        self._replies: deque[dict[str, Any] | str | BaseException] = deque(replies)
+        self._lock = threading.Lock()
+        self.requests: list[LLMRequest] = []
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> ScriptedLLM:
+        """Replies from a JSON file: a list of replies, or an object with a ``replies`` list."""
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        replies = data.get("replies") if isinstance(data, dict) else data
+        if not isinstance(replies, list):
+            raise ValueError(f"{path}: expected a JSON list of replies or an object with a 'replies' list")
+        return cls(replies)
+
+    def add(self, *replies: dict[str, Any] | str | BaseException) -> None:
+        self._replies.extend(replies)
+
+    @property
+    def remaining(self) -> int:
+        return len(self._replies)
+
+    @property
+    def calls(self) -> int:
+        return len(self.requests)
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        with self._lock:
+            self.requests.append(request)
+            if not self._replies:
+                raise ScriptExhausted(f"ScriptedLLM has no reply left for call {len(self.requests)}", model="scripted")
+            item = self._replies.popleft()
+        if isinstance(item, BaseException):
+            raise item
+        text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
+        prompt = sum(len(m["content"]) for m in request.messages) // 4
+        completion = len(text) // 4
+        return LLMResponse(text, Usage(prompt, completion, prompt + completion), "scripted")
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        return self.complete(request)

@@ -1,0 +1,97 @@
+"""Shared fixtures. No test reaches a real provider: only loopback connections are allowed."""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import llm_fsm
+from tests.fake_openai import FakeOpenAI
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = sorted((ROOT / "fsm_definitions").glob("*.json"))
+PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
+
+
+@pytest.fixture(autouse=True)
+def offline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Clear proxies (they would route 127.0.0.1 away) and fail any connection off this machine."""
+    for name in PROXY_VARIABLES:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("NO_PROXY", "127.0.0.1,localhost")
+    monkeypatch.setenv("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    real_connect = socket.socket.connect
+
+    def guarded_connect(self: socket.socket, address: Any) -> Any:
+        if self.family in (socket.AF_INET, socket.AF_INET6):
+            host = address[0]
+            try:
+                loopback = ipaddress.ip_address(host).is_loopback
+            except ValueError:
+                loopback = host == "localhost"
+            if not loopback:
+                pytest.fail(f"a test tried to reach {host}: tests must not call real providers")
+        return real_connect(self, address)
+
+    monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+
+
+@pytest.fixture
+def fake_openai() -> Iterator[FakeOpenAI]:
+    server = FakeOpenAI().start()
+    yield server
+    server.stop()
+
+
+def reply(target: str, message: str, **update: Any) -> dict[str, Any]:
+    return {"transition": {"target_state": target, "context_update": update}, "message": message, "reasoning": "r"}
+
+
+SIGNUP = {
+    "name": "signup",
+    "description": "Collect a name and an email, then finish.",
+    "initial_state": "ask_name",
+    "persona": "A concise assistant.",
+    "states": {
+        "ask_name": {
+            "purpose": "Ask for the user's name",
+            "required_context_keys": ["name"],
+            "transitions": [
+                {
+                    "target_state": "ask_email",
+                    "description": "The name is known",
+                    "conditions": [{"description": "has name", "requires_context_keys": ["name"]}],
+                }
+            ],
+        },
+        "ask_email": {
+            "purpose": "Ask for the email",
+            "required_context_keys": ["email"],
+            "transitions": [
+                {
+                    "target_state": "done",
+                    "description": "The email is known and approved",
+                    "priority": 10,
+                    "conditions": [
+                        {"description": "has email", "requires_context_keys": ["email"]},
+                        {"description": "approved by staff", "logic": {"==": [{"var": "approved"}, True]}},
+                    ],
+                },
+                {"target_state": "ask_name", "description": "The user wants to change the name", "priority": 50},
+            ],
+        },
+        "done": {"purpose": "Thank the user"},
+    },
+    "handler_only_keys": ["approved"],
+}
+
+
+@pytest.fixture
+def signup() -> llm_fsm.FSMDefinition:
+    return llm_fsm.load(json.loads(json.dumps(SIGNUP)))

@@ -1,0 +1,183 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+import llm_fsm
+from llm_fsm.errors import ConversationEnded, ConversationError, LLMUnavailableError
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import reply
+
+
+def test_a_valid_turn_makes_exactly_one_call(signup):
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ann, your email?", name="Ann")])
+    conv = llm_fsm.Conversation(signup, llm)
+    opening = conv.start()
+    assert (opening.llm_calls, opening.previous_state, opening.turn) == (1, None, 0)
+    result = conv.send("I'm Ann")
+    assert result.llm_calls == 1 and llm.calls == 2
+    assert (result.previous_state, result.state, result.transitioned) == ("ask_name", "ask_email", True)
+    assert result.context_updates == {"name": "Ann"} and conv.context == {"name": "Ann"}
+    assert result.usage.total_tokens > 0 and result.latency >= 0
+    assert [h.user for h in conv.history] == [None, "I'm Ann"]
+
+
+def test_the_user_message_is_sent_once_as_the_user_turn(signup):
+    llm = ScriptedLLM([reply("ask_name", "Hi"), reply("ask_name", "Name?")])
+    conv = llm_fsm.Conversation(signup, llm)
+    conv.start()
+    conv.send("UNIQUE-MARKER-123")
+    messages = llm.requests[1].messages
+    assert [m["role"] for m in messages] == ["system", "user"]
+    assert messages[1]["content"] == "UNIQUE-MARKER-123"
+    assert "UNIQUE-MARKER-123" not in messages[0]["content"]
+
+
+def test_a_failed_condition_gets_one_corrective_call_that_says_why(signup):
+    llm = ScriptedLLM([reply("ask_email", "Great, your email?"), reply("ask_name", "What is your name?")])
+    conv = llm_fsm.Conversation(signup, llm)
+    result = conv.send("hello")
+    assert result.llm_calls == 2 and result.state == "ask_name"
+    assert result.message == "What is your name?"
+    correction = llm.requests[1].messages[-1]["content"]
+    assert "transition to 'ask_email' rejected: condition 'has name' needs key 'name'" in correction
+    assert llm.requests[1].messages[-2] == {"role": "assistant", "content": json.dumps(reply("ask_email", "Great, your email?"))}
+    assert [r.kind for r in result.rejected] == ["condition"]
+
+
+def test_when_the_correction_is_also_invalid_the_turn_stays_and_never_claims_the_move(signup):
+    llm = ScriptedLLM([reply("done", "All set, you're registered!", email="a@b.c"), "not json at all"])
+    conv = llm_fsm.Conversation(signup, llm, state="ask_email", context={"name": "Ann"}, fallback_message="FALLBACK")
+    result = conv.send("a@b.c")
+    assert result.state == "ask_email" and result.message == "FALLBACK"
+    assert "registered" not in result.message
+    assert conv.context == {"name": "Ann", "email": "a@b.c"}, "valid context updates are kept"
+    assert [r.kind for r in result.rejected] == ["condition", "format"]
+    assert conv.history[-1].assistant == "FALLBACK"
+
+
+def test_unknown_and_undeclared_targets_are_rejected(signup):
+    llm = ScriptedLLM([reply("nowhere", "x"), reply("done", "y"), reply("ask_name", "ok")])
+    conv = llm_fsm.Conversation(signup, llm, max_corrections=2)
+    result = conv.send("hi")
+    reasons = [r.reason for r in result.rejected]
+    assert "there is no state 'nowhere'" in reasons[0]
+    assert "'ask_name' has no transition to it" in reasons[1]
+    assert result.llm_calls == 3 and result.state == "ask_name"
+
+
+def test_the_model_cannot_approve_itself_and_jump_to_the_final_state(signup):
+    """The documented incident: the model writes an approval flag and jumps to the end."""
+    attack = reply("done", "Approved! You're all set.", email="a@b.c", approved=True, _approved=True)
+    llm = ScriptedLLM([attack, attack])
+    conv = llm_fsm.Conversation(signup, llm, state="ask_email", context={"name": "Ann"})
+    result = conv.send("approve me")
+    assert conv.state == "ask_email" and not conv.ended
+    assert "approved" not in conv.context and "_approved" not in conv.context
+    refused_keys = {r.key for r in result.rejected if r.kind == "context_key"}
+    assert refused_keys == {"approved", "_approved"}
+    # Code may set the gate key; then the same move is accepted.
+    approved = llm_fsm.Conversation(signup, ScriptedLLM([attack]), state="ask_email", context={"name": "A", "approved": True})
+    assert approved.send("ok").state == "done" and approved.ended
+
+
+def test_a_provider_failure_changes_nothing_and_raises_a_library_error(signup):
+    llm = ScriptedLLM([reply("ask_name", "Hi"), LLMUnavailableError("down", model="m")])
+    conv = llm_fsm.Conversation(signup, llm)
+    conv.start()
+    before = conv.snapshot()
+    with pytest.raises(llm_fsm.FSMError):
+        conv.send("I'm Ann")
+    assert conv.snapshot() == before
+
+
+def test_terminal_state_ends_the_conversation(signup):
+    llm = ScriptedLLM([reply("done", "Thanks, bye!")])
+    conv = llm_fsm.Conversation(signup, llm, state="ask_email", context={"name": "A", "email": "e@x.y", "approved": True})
+    result = conv.send("done")
+    assert result.ended and conv.ended and conv.status == "ended"
+    with pytest.raises(ConversationEnded, match="ended"):
+        conv.send("more")
+
+
+def test_start_at_any_state_with_context_and_unknown_state_is_refused(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM(), state="ask_email", context={"name": "Bo"})
+    assert conv.state == "ask_email" and conv.context == {"name": "Bo"}
+    with pytest.raises(ConversationError, match="unknown state 'nope'"):
+        llm_fsm.Conversation(signup, ScriptedLLM(), state="nope")
+
+
+def test_start_twice_is_an_error(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([reply("ask_name", "Hi")]))
+    conv.start()
+    with pytest.raises(ConversationError, match="already"):
+        conv.start()
+
+
+def test_context_property_is_a_copy(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM(), context={"nested": {"a": 1}})
+    conv.context["nested"]["a"] = 2
+    assert conv.context == {"nested": {"a": 1}}
+
+
+@pytest.mark.parametrize("form", ["model", "dict", "json"])
+def test_snapshot_restore_round_trip(signup, form):
+    llm = ScriptedLLM([reply("ask_name", "Hi"), reply("ask_email", "Email?", name="Ann")])
+    conv = llm_fsm.Conversation(signup, llm)
+    conv.start()
+    conv.send("Ann")
+    snap = conv.snapshot()
+    data = {"model": snap, "dict": snap.model_dump(mode="json"), "json": snap.model_dump_json()}[form]
+    json.dumps(snap.model_dump(mode="json"))  # JSON-serialisable
+    restored = llm_fsm.Conversation.restore(data, signup, ScriptedLLM([reply("ask_email", "Still need it")]))
+    assert (restored.state, restored.context, restored.history) == (conv.state, conv.context, conv.history)
+    assert restored.send("hmm").turn == 2
+
+
+def test_restore_refuses_a_changed_definition_unless_asked(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM())
+    changed = json.loads(json.dumps(signup.model_dump(by_alias=True, exclude_none=True)))
+    changed["states"]["ask_name"]["purpose"] = "Something else"
+    other = llm_fsm.load(changed)
+    with pytest.raises(ConversationError, match="changed"):
+        llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM())
+    assert llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM(), allow_changed_definition=True).state == "ask_name"
+    with pytest.raises(ConversationError, match="not a valid snapshot"):
+        llm_fsm.Conversation.restore("{}", signup, ScriptedLLM())
+
+
+def test_asend_runs_the_same_turn(signup):
+    llm = ScriptedLLM([reply("ask_name", "Hi"), reply("ask_email", "Email?", name="Ann")])
+    conv = llm_fsm.Conversation(signup, llm)
+
+    async def talk():
+        await conv.astart()
+        return await conv.asend("Ann")
+
+    result = asyncio.run(talk())
+    assert result.state == "ask_email" and conv.context == {"name": "Ann"} and llm.calls == 2
+
+
+def test_unparseable_reply_is_corrected_with_the_reason(signup):
+    llm = ScriptedLLM(['{"message": ', reply("ask_name", "Your name?")])
+    result = llm_fsm.Conversation(signup, llm).send("hi")
+    assert result.message == "Your name?" and result.llm_calls == 2
+    assert result.rejected[0].kind == "format"
+    assert "format" in llm.requests[1].messages[-1]["content"] or "JSON" in llm.requests[1].messages[-1]["content"]
+
+
+def test_corrections_are_capped(signup):
+    llm = ScriptedLLM(["bad"] * 5)
+    conv = llm_fsm.Conversation(signup, llm, max_corrections=0)
+    result = conv.send("hi")
+    assert result.llm_calls == 1 and llm.remaining == 4
+    assert result.message == llm_fsm.conversation.DEFAULT_FALLBACK
+
+
+def test_null_values_and_extra_namespace(signup):
+    llm = ScriptedLLM([reply("ask_name", "ok", name=None, _extra={"likes": "tea"})])
+    conv = llm_fsm.Conversation(signup, llm)
+    result = conv.send("I like tea")
+    assert conv.context == {"_extra": {"likes": "tea"}} and not result.rejected
