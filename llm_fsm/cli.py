@@ -35,7 +35,10 @@ SCRIPTED_PREFIX = "scripted:"
 ModelOption = Annotated[
     str | None,
     typer.Option(
-        "--model", "-m", envvar="LLM_FSM_MODEL", show_envvar=True,
+        "--model",
+        "-m",
+        envvar="LLM_FSM_MODEL",
+        show_envvar=True,
         help=f"litellm model name (e.g. openai/gpt-4o-mini), or {SCRIPTED_PREFIX}FILE for scripted replies.",
     ),
 ]
@@ -113,7 +116,9 @@ def run(
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,
-    input: Annotated[str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")] = "-",
+    input: Annotated[
+        str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")
+    ] = "-",
     history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
     max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
 ) -> None:

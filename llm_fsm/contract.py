@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Collection
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -65,10 +66,12 @@ def _extract_object(text: str) -> dict[str, Any]:
     text = _THINK.sub("", text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
-    for candidate in _candidates(text):
-        data = _loads(candidate)
-        if isinstance(data, dict):
-            return data
+    candidates = _candidates(text)
+    for load in (_strict, _repaired):  # exact JSON anywhere beats a repair
+        for candidate in candidates:
+            data = load(candidate)
+            if isinstance(data, dict) and data:
+                return data
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
 
 
@@ -76,17 +79,20 @@ def _candidates(text: str) -> list[str]:
     found = [m.group(1).strip() for m in _FENCE.finditer(text)]
     start = text.find("{")
     if start >= 0:
-        found.append(text[start : text.rfind("}") + 1] or text[start:])
         found.append(text[start:])
+        found.append(text[start : text.rfind("}") + 1])
     found.append(text)
     return found
 
 
-def _loads(candidate: str) -> Any:
+def _strict(candidate: str) -> Any:
     try:
         return json.loads(candidate)
     except ValueError:
-        pass
+        return None
+
+
+def _repaired(candidate: str) -> Any:
     from json_repair import repair_json  # imported on first use: most replies never need it
 
     try:
@@ -103,7 +109,7 @@ def _describe(exc: ValidationError) -> str:
     return "the reply does not follow the format: " + "; ".join(parts)
 
 
-def reply_schema(state: State, *, strict: bool) -> dict[str, Any]:
+def reply_schema(state: State, *, strict: bool, protected: Collection[str] = ()) -> dict[str, Any]:
     """JSON Schema of a valid reply in ``state``: ``target_state`` is an enum of the allowed moves.
 
     With ``strict`` (OpenAI-style structured outputs) every object is closed and every property
@@ -113,7 +119,7 @@ def reply_schema(state: State, *, strict: bool) -> dict[str, Any]:
     targets = sorted({state.id, *(t.target_state for t in state.transitions)})
     update: dict[str, Any] = {"type": "object"}
     if strict:
-        keys = writable_keys(state)
+        keys = writable_keys(state, protected)
         scalar = {"type": ["string", "number", "boolean", "null"]}
         update.update(properties={k: scalar for k in keys}, required=keys, additionalProperties=False)
     transition = {
@@ -134,8 +140,9 @@ def reply_schema(state: State, *, strict: bool) -> dict[str, Any]:
     }
 
 
-def writable_keys(state: State) -> list[str]:
-    """Keys the model is asked about in ``state``: those to collect and those its conditions read."""
+def writable_keys(state: State, protected: Collection[str] = ()) -> list[str]:
+    """Keys the model is asked about in ``state``: those to collect and those its conditions read,
+    except internal ``_`` keys and ``protected`` ones (which only code may set)."""
     from llm_fsm.logic import keys_read
 
     keys = dict.fromkeys(state.required_context_keys)
@@ -144,4 +151,4 @@ def writable_keys(state: State) -> list[str]:
             keys.update(dict.fromkeys(condition.requires_context_keys))
             if condition.logic is not None:
                 keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
-    return [k for k in keys if not k.startswith("_")]
+    return [k for k in keys if not k.startswith("_") and k not in protected]

@@ -103,8 +103,9 @@ class Conversation:
 
     def _reply_schemas(self, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
         if state_id not in self._schemas:
-            state = self.definition.states[state_id]
-            self._schemas[state_id] = (reply_schema(state, strict=False), reply_schema(state, strict=True))
+            state, protected = self.definition.states[state_id], self.definition.handler_only_keys
+            loose, strict = reply_schema(state, strict=False), reply_schema(state, strict=True, protected=protected)
+            self._schemas[state_id] = (loose, strict)
         return self._schemas[state_id]
 
     # -- state ----------------------------------------------------------------------------------
@@ -147,7 +148,9 @@ class Conversation:
         """A conversation continuing from ``snapshot`` (the model, its dict, or its JSON text)."""
         snap = _as_snapshot(snapshot)
         if snap.state not in definition.states:
-            raise ConversationError(f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state)
+            raise ConversationError(
+                f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state
+            )
         if snap.definition_hash != definition.content_hash and not allow_changed_definition:
             raise ConversationError(
                 f"the definition '{definition.name}' changed since this snapshot was taken "

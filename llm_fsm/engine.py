@@ -129,7 +129,9 @@ def _check_target(
     candidates = [t for t in definition.states[current].transitions_by_priority() if t.target_state == target]
     if not candidates:
         allowed = ", ".join(f"'{s}'" for s in _targets(definition, current)) or "none"
-        return reject("target", f"transition to '{target}' rejected: '{current}' has no transition to it (allowed: {allowed})")
+        return reject(
+            "target", f"transition to '{target}' rejected: '{current}' has no transition to it (allowed: {allowed})"
+        )
     failures = [f for t in candidates if (f := unmet_condition(t, context)) is not None]
     if len(failures) < len(candidates):
         return []
@@ -184,7 +186,9 @@ def commit(
     )
 
 
-def initial_snapshot(definition: FSMDefinition, state: str | None = None, context: dict[str, Any] | None = None) -> Snapshot:
+def initial_snapshot(
+    definition: FSMDefinition, state: str | None = None, context: dict[str, Any] | None = None
+) -> Snapshot:
     """A conversation that has not started yet, in ``state`` (default: the initial state)."""
     return Snapshot(
         definition_name=definition.name,

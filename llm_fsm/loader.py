@@ -221,7 +221,9 @@ class _Reader:
             states[sid] = state = self._known_fields(state, ("states", sid), "state")
             transitions = _get(state, "transitions")
             if isinstance(transitions, list):
-                state["transitions"] = [self._transition(t, ("states", sid, "transitions", i)) for i, t in enumerate(transitions)]
+                state["transitions"] = [
+                    self._transition(t, ("states", sid, "transitions", i)) for i, t in enumerate(transitions)
+                ]
         if isinstance(data.get("states"), dict):
             data["states"] = states
         return data
@@ -274,10 +276,17 @@ class _Reader:
             return
         for sid in states:
             if not _IDENTIFIER.match(sid):
-                self.error(("states", sid), f"state id '{sid}' is not a valid identifier (letters, digits, _)", code="bad_id")
+                self.error(
+                    ("states", sid), f"state id '{sid}' is not a valid identifier (letters, digits, _)", code="bad_id"
+                )
         initial = data.get("initial_state")
         if isinstance(initial, str) and initial not in states:
-            self.error(("initial_state",), f"unknown initial state '{initial}'", code="unknown_state", hint=did_you_mean(initial, states))
+            self.error(
+                ("initial_state",),
+                f"unknown initial state '{initial}'",
+                code="unknown_state",
+                hint=did_you_mean(initial, states),
+            )
         for sid, state in _dict_items(states):
             self._check_transitions(sid, state, states)
         if isinstance(initial, str) and initial in states:
@@ -288,7 +297,12 @@ class _Reader:
             target = _get(transition, "target_state")
             loc = ("states", sid, "transitions", i)
             if isinstance(target, str) and target not in states:
-                self.error((*loc, "target_state"), f"unknown state '{target}'", code="unknown_state", hint=did_you_mean(target, states))
+                self.error(
+                    (*loc, "target_state"),
+                    f"unknown state '{target}'",
+                    code="unknown_state",
+                    hint=did_you_mean(target, states),
+                )
             for j, condition in _list_items(_get(transition, "conditions")):
                 rule = _get(condition, "logic")
                 for where, message in logic.check_rule(rule) if rule is not None else ():
@@ -304,8 +318,12 @@ class _Reader:
                     seen.add(target)
                     todo.append(target)
         if not any(not _get(states[s], "transitions") for s in seen):
-            self.error(("initial_state",), "no terminal state (a state without transitions) is reachable from the initial state",
-                       code="no_terminal", hint="add a final state with no transitions and a transition leading to it")
+            self.error(
+                ("initial_state",),
+                "no terminal state (a state without transitions) is reachable from the initial state",
+                code="no_terminal",
+                hint="add a final state with no transitions and a transition leading to it",
+            )
 
 
 def _get(obj: Any, key: str) -> Any:

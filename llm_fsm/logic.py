@@ -31,10 +31,37 @@ from typing import Any
 
 from llm_fsm.errors import LogicError
 
-ALLOWED_OPERATORS: frozenset[str] = frozenset({
-    "var", "missing", "missing_some", "==", "!=", "===", "!==", "<", "<=", ">", ">=", "!", "!!",
-    "and", "or", "if", "?:", "in", "cat", "+", "-", "*", "/", "%", "min", "max", "has_context",
-})
+ALLOWED_OPERATORS: frozenset[str] = frozenset(
+    {
+        "var",
+        "missing",
+        "missing_some",
+        "==",
+        "!=",
+        "===",
+        "!==",
+        "<",
+        "<=",
+        ">",
+        ">=",
+        "!",
+        "!!",
+        "and",
+        "or",
+        "if",
+        "?:",
+        "in",
+        "cat",
+        "+",
+        "-",
+        "*",
+        "/",
+        "%",
+        "min",
+        "max",
+        "has_context",
+    }
+)
 MAX_DEPTH = 32
 
 Number = int | float
@@ -45,10 +72,28 @@ _ABSENT = object()
 _NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 # (min, max) argument counts; operators not listed take any number.
 _ARITY: dict[str, tuple[int, int | None]] = {
-    "var": (1, 2), "missing_some": (2, 2), "==": (2, 2), "!=": (2, 2), "===": (2, 2),
-    "!==": (2, 2), "<": (2, 3), "<=": (2, 3), ">": (2, 2), ">=": (2, 2), "!": (1, 1),
-    "!!": (1, 1), "in": (2, 2), "-": (1, 2), "/": (2, 2), "%": (2, 2), "+": (1, None),
-    "*": (1, None), "min": (1, None), "max": (1, None), "and": (1, None), "or": (1, None),
+    "var": (1, 2),
+    "missing_some": (2, 2),
+    "==": (2, 2),
+    "!=": (2, 2),
+    "===": (2, 2),
+    "!==": (2, 2),
+    "<": (2, 3),
+    "<=": (2, 3),
+    ">": (2, 2),
+    ">=": (2, 2),
+    "!": (1, 1),
+    "!!": (1, 1),
+    "in": (2, 2),
+    "-": (1, 2),
+    "/": (2, 2),
+    "%": (2, 2),
+    "+": (1, None),
+    "*": (1, None),
+    "min": (1, None),
+    "max": (1, None),
+    "and": (1, None),
+    "or": (1, None),
     "has_context": (1, None),
 }
 
@@ -259,9 +304,11 @@ def _compare(a: object, b: object, test: Callable[[Any, Any], bool]) -> bool:
 
 def _chain(test: Callable[[Any, Any], bool], limit: int) -> Op:
     """Compare neighbours among the first ``limit`` arguments (3 gives the "between" form)."""
+
     def op(args: list[object], data: object) -> bool:
         used = args[:limit]
         return len(used) >= 2 and all(_compare(a, b, test) for a, b in itertools.pairwise(used))
+
     return op
 
 
@@ -270,6 +317,7 @@ def _chain(test: Callable[[Any, Any], bool], limit: int) -> Op:
 
 def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
     """An arithmetic operator: None if any argument is not a number or the result is not one."""
+
     def op(args: list[object], data: object) -> Number | None:
         numbers = [_to_number(arg) for arg in args]
         if any(number is None for number in numbers):
@@ -278,6 +326,7 @@ def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
             return _tidy(fn(numbers))  # type: ignore[arg-type]
         except (ArithmeticError, ValueError, IndexError):
             return None
+
     return op
 
 
@@ -327,6 +376,7 @@ def _op_in(args: list[object], data: object) -> bool:
 
 def _deciding(stop_on: bool) -> LazyOp:
     """``and`` (stop on the first falsy value) or ``or`` (the first truthy); else the last."""
+
     def op(args: list[object], data: object, depth: int) -> object:
         value: object = None
         for arg in args:
@@ -334,6 +384,7 @@ def _deciding(stop_on: bool) -> LazyOp:
             if truthy(value) is stop_on:
                 return value
         return value
+
     return op
 
 
@@ -345,7 +396,10 @@ def _op_if(args: list[object], data: object, depth: int) -> object:
 
 
 _LAZY_OPS: dict[str, LazyOp] = {
-    "and": _deciding(False), "or": _deciding(True), "if": _op_if, "?:": _op_if,
+    "and": _deciding(False),
+    "or": _deciding(True),
+    "if": _op_if,
+    "?:": _op_if,
 }
 
 _OPS: dict[str, Op] = {

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import jinja2
-from markupsafe import Markup
 from jinja2.sandbox import ImmutableSandboxedEnvironment
+from markupsafe import Markup
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.errors import PromptError
@@ -94,7 +94,7 @@ class PromptBuilder:
             "fsm": definition,
             "state": state,
             "transitions": state.transitions_by_priority(),
-            "collect": writable_keys(state),
+            "collect": writable_keys(state, definition.handler_only_keys),
             "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
             "context": self._visible_context(snapshot.context),
             "history": self._window(snapshot.history),

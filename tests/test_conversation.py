@@ -43,7 +43,10 @@ def test_a_failed_condition_gets_one_corrective_call_that_says_why(signup):
     assert result.message == "What is your name?"
     correction = llm.requests[1].messages[-1]["content"]
     assert "transition to 'ask_email' rejected: condition 'has name' needs key 'name'" in correction
-    assert llm.requests[1].messages[-2] == {"role": "assistant", "content": json.dumps(reply("ask_email", "Great, your email?"))}
+    assert llm.requests[1].messages[-2] == {
+        "role": "assistant",
+        "content": json.dumps(reply("ask_email", "Great, your email?")),
+    }
     assert [r.kind for r in result.rejected] == ["condition"]
 
 
@@ -79,7 +82,9 @@ def test_the_model_cannot_approve_itself_and_jump_to_the_final_state(signup):
     refused_keys = {r.key for r in result.rejected if r.kind == "context_key"}
     assert refused_keys == {"approved", "_approved"}
     # Code may set the gate key; then the same move is accepted.
-    approved = llm_fsm.Conversation(signup, ScriptedLLM([attack]), state="ask_email", context={"name": "A", "approved": True})
+    approved = llm_fsm.Conversation(
+        signup, ScriptedLLM([attack]), state="ask_email", context={"name": "A", "approved": True}
+    )
     assert approved.send("ok").state == "done" and approved.ended
 
 
@@ -95,7 +100,9 @@ def test_a_provider_failure_changes_nothing_and_raises_a_library_error(signup):
 
 def test_terminal_state_ends_the_conversation(signup):
     llm = ScriptedLLM([reply("done", "Thanks, bye!")])
-    conv = llm_fsm.Conversation(signup, llm, state="ask_email", context={"name": "A", "email": "e@x.y", "approved": True})
+    conv = llm_fsm.Conversation(
+        signup, llm, state="ask_email", context={"name": "A", "email": "e@x.y", "approved": True}
+    )
     result = conv.send("done")
     assert result.ended and conv.ended and conv.status == "ended"
     with pytest.raises(ConversationEnded, match="ended"):
@@ -143,7 +150,10 @@ def test_restore_refuses_a_changed_definition_unless_asked(signup):
     other = llm_fsm.load(changed)
     with pytest.raises(ConversationError, match="changed"):
         llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM())
-    assert llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM(), allow_changed_definition=True).state == "ask_name"
+    assert (
+        llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM(), allow_changed_definition=True).state
+        == "ask_name"
+    )
     with pytest.raises(ConversationError, match="not a valid snapshot"):
         llm_fsm.Conversation.restore("{}", signup, ScriptedLLM())
 

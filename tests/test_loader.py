@@ -5,6 +5,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 import llm_fsm
 from llm_fsm.errors import DefinitionError
@@ -63,8 +64,13 @@ def test_initial_state_must_exist(tmp_path):
 
 def test_a_terminal_state_must_be_reachable(tmp_path):
     data = {
-        "name": "loop", "initial_state": "a",
-        "states": {"a": {"transitions": [{"target_state": "b"}]}, "b": {"transitions": [{"target_state": "a"}]}, "end": {}},
+        "name": "loop",
+        "initial_state": "a",
+        "states": {
+            "a": {"transitions": [{"target_state": "b"}]},
+            "b": {"transitions": [{"target_state": "a"}]},
+            "end": {},
+        },
     }
     error = errors_of(tmp_path, json.dumps(data))
     assert [p.code for p in error.problems] == ["no_terminal"]
@@ -72,8 +78,14 @@ def test_a_terminal_state_must_be_reachable(tmp_path):
 
 def test_ids_must_be_identifiers_unique_and_match_their_key(tmp_path):
     listed = {
-        "name": "x", "initial_state": "a",
-        "states": [{"id": "a", "transitions": [{"target_state": "b c"}]}, {"id": "b c"}, {"id": "a"}, {"purpose": "no id"}],
+        "name": "x",
+        "initial_state": "a",
+        "states": [
+            {"id": "a", "transitions": [{"target_state": "b c"}]},
+            {"id": "b c"},
+            {"id": "a"},
+            {"purpose": "no id"},
+        ],
     }
     codes = {p.code for p in errors_of(tmp_path, json.dumps(listed)).problems}
     assert {"bad_id", "duplicate_state", "missing_id"} <= codes
@@ -134,7 +146,7 @@ def test_llm_fsm_format_files_load_and_report_every_ignored_field(name):
         warnings.simplefilter("always")
         definition = llm_fsm.load(path)
     report = inspect(path)
-    assert not report.errors
+    assert not report.errors and definition.name
     ignored = {p.path.split(".")[-1] for p in report.warnings if p.code == "ignored_field"}
     assert len(caught) == len(report.warnings) > 0
     # Every field of the file is either a field of the model or reported.
@@ -164,7 +176,7 @@ def test_loading_a_dict_does_not_change_it():
 
 
 def test_definition_is_immutable_and_hashable_content(signup):
-    with pytest.raises(Exception):
+    with pytest.raises(ValidationError):
         signup.name = "other"  # type: ignore[misc]
     assert signup.content_hash == llm_fsm.load(json.loads(json.dumps(SIGNUP))).content_hash
     assert signup.states["ask_email"].transitions_by_priority()[0].target_state == "done"

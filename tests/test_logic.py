@@ -387,8 +387,20 @@ def test_keys_read() -> None:
         ]
     }
     assert keys_read(rule) == {
-        "user.email", "score", "a", "b.c", "d", "e", "f", "g", "h", "suffix", "in.list",
-        "then.branch", "else", "default",
+        "user.email",
+        "score",
+        "a",
+        "b.c",
+        "d",
+        "e",
+        "f",
+        "g",
+        "h",
+        "suffix",
+        "in.list",
+        "then.branch",
+        "else",
+        "default",
     }
 
 
@@ -471,10 +483,36 @@ def test_truthy(value: object, expected: bool) -> None:
 
 
 def test_allowed_operators() -> None:
-    expected = frozenset({
-        "var", "missing", "missing_some", "==", "!=", "===", "!==", "<", "<=", ">", ">=", "!",
-        "!!", "and", "or", "if", "?:", "in", "cat", "+", "-", "*", "/", "%", "min", "max",
-        "has_context",
-    })
+    expected = frozenset(
+        {
+            "var",
+            "missing",
+            "missing_some",
+            "==",
+            "!=",
+            "===",
+            "!==",
+            "<",
+            "<=",
+            ">",
+            ">=",
+            "!",
+            "!!",
+            "and",
+            "or",
+            "if",
+            "?:",
+            "in",
+            "cat",
+            "+",
+            "-",
+            "*",
+            "/",
+            "%",
+            "min",
+            "max",
+            "has_context",
+        }
+    )
     assert expected == ALLOWED_OPERATORS
     assert MAX_DEPTH == 32

@@ -41,15 +41,26 @@ def test_sections_in_cache_stable_order(signup):
     prompt = render(signup)
     top = [p for p in structure(prompt) if p.count("/") <= 2]
     assert top == [
-        "/task", "/fsm", "/fsm/persona", "/fsm/current_state", "/fsm/valid_states", "/fsm/transitions",
-        "/fsm/response", "/fsm/guidelines", "/fsm/format_rules", "/fsm/current_context", "/fsm/conversation_history",
+        "/task",
+        "/fsm",
+        "/fsm/persona",
+        "/fsm/current_state",
+        "/fsm/valid_states",
+        "/fsm/transitions",
+        "/fsm/response",
+        "/fsm/guidelines",
+        "/fsm/format_rules",
+        "/fsm/current_context",
+        "/fsm/conversation_history",
     ]
     for tag in ("id", "purpose", "information_to_collect"):
         assert f"/fsm/current_state/{tag}" in structure(prompt)
 
 
 def test_hostile_text_cannot_change_the_prompt_structure(signup):
-    clean = structure(render(signup, context={"name": "Ann"}, history=[Exchange(user="hi", assistant="hello", state="ask_name")]))
+    clean = structure(
+        render(signup, context={"name": "Ann"}, history=[Exchange(user="hi", assistant="hello", state="ask_name")])
+    )
     hostile = render(
         signup,
         context={"name": ATTACK, ATTACK: {"deep": ATTACK}},
@@ -61,7 +72,9 @@ def test_hostile_text_cannot_change_the_prompt_structure(signup):
 
 def test_definition_text_is_escaped_too():
     data = {
-        "name": "x</task>", "initial_state": "a", "persona": "<b>bold</b>",
+        "name": "x</task>",
+        "initial_state": "a",
+        "persona": "<b>bold</b>",
         "states": {"a": {"purpose": "</purpose><x>", "transitions": [{"target_state": "b"}]}, "b": {}},
     }
     prompt = render(llm_fsm.load(data))
@@ -81,7 +94,9 @@ def test_two_turns_in_the_same_state_share_the_prompt_prefix(signup):
 
 
 def test_internal_keys_are_never_rendered(signup):
-    prompt = render(signup, context={"_secret_flag": "S3CR3T", "visible": {"_hidden": "H1DD3N", "ok": 1}, "_extra": {"n": 1}})
+    prompt = render(
+        signup, context={"_secret_flag": "S3CR3T", "visible": {"_hidden": "H1DD3N", "ok": 1}, "_extra": {"n": 1}}
+    )
     assert "S3CR3T" not in prompt and "H1DD3N" not in prompt
     assert '"ok": 1' in prompt and '"_extra"' in prompt
 
@@ -123,10 +138,13 @@ def test_templates_are_sandboxed(signup, tmp_path):
 
 def test_llm_fsm_fields_reach_the_prompt():
     data = {
-        "name": "x", "initial_state": "a",
+        "name": "x",
+        "initial_state": "a",
         "states": {
             "a": {
-                "purpose": "p", "extraction_instructions": "EXTRACT-HOW", "response_instructions": "RESPOND-HOW",
+                "purpose": "p",
+                "extraction_instructions": "EXTRACT-HOW",
+                "response_instructions": "RESPOND-HOW",
                 "required_context_keys": ["k"],
                 "example_dialogue": [{"user": "U-LINE", "assistant": "A-LINE"}],
                 "transitions": [{"target_state": "b"}],

@@ -1,0 +1,77 @@
+"""The public surface is a contract: changing it must be a deliberate edit of this test."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import llm_fsm
+
+PUBLIC = [
+    "Condition",
+    "Conversation",
+    "ConversationEnded",
+    "ConversationError",
+    "DefinitionError",
+    "DefinitionWarning",
+    "Exchange",
+    "FSMDefinition",
+    "FSMError",
+    "LLMAuthError",
+    "LLMClient",
+    "LLMContextWindowError",
+    "LLMError",
+    "LLMRequest",
+    "LLMRequestError",
+    "LLMResponse",
+    "LLMUnavailableError",
+    "LiteLLMClient",
+    "LogicError",
+    "Problem",
+    "PromptBuilder",
+    "PromptError",
+    "PromptSettings",
+    "Rejection",
+    "Snapshot",
+    "State",
+    "Transition",
+    "TurnResult",
+    "Usage",
+    "__version__",
+    "load",
+]
+
+
+def test_all_is_frozen():
+    assert sorted(llm_fsm.__all__) == sorted(PUBLIC)
+    for name in PUBLIC:
+        assert hasattr(llm_fsm, name)
+
+
+def test_every_library_error_derives_from_fsm_error():
+    from llm_fsm import errors
+    from llm_fsm.testing import ScriptExhausted
+
+    classes = [getattr(errors, n) for n in dir(errors) if isinstance(getattr(errors, n), type)]
+    exceptions = [c for c in classes if issubclass(c, Exception)] + [ScriptExhausted]
+    assert len(exceptions) >= 10 and all(issubclass(c, llm_fsm.FSMError) for c in exceptions)
+    assert issubclass(llm_fsm.ConversationEnded, llm_fsm.ConversationError)
+    assert issubclass(llm_fsm.LLMAuthError, llm_fsm.LLMError)
+
+
+def test_scripted_llm_implements_the_protocol():
+    from llm_fsm.testing import ScriptedLLM
+
+    assert isinstance(ScriptedLLM(), llm_fsm.LLMClient)
+    assert isinstance(llm_fsm.LiteLLMClient("openai/x"), llm_fsm.LLMClient)
+
+
+def test_import_is_light():
+    heavy = "('litellm', 'openai', 'typer', 'rich', 'json_repair')"
+    code = f"import sys, llm_fsm; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def test_api_key_is_not_in_repr():
+    assert "sk-secret" not in repr(llm_fsm.LiteLLMClient("openai/x", api_key="sk-secret"))

@@ -1,0 +1,68 @@
+"""Every example definition loads cleanly and a scripted conversation drives it to a terminal state."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import warnings
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+import llm_fsm
+from llm_fsm.cli import app
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import EXAMPLES, ROOT
+
+
+def script_for(path: Path) -> tuple[dict, list[str]]:
+    scripts = path.parent / "scripts"
+    script = json.loads((scripts / f"{path.stem}.json").read_text(encoding="utf-8"))
+    lines = [line for line in (scripts / f"{path.stem}.txt").read_text(encoding="utf-8").splitlines() if line.strip()]
+    return script, lines
+
+
+def test_there_are_at_least_six_examples():
+    assert len(EXAMPLES) >= 6
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_example_loads_strictly_without_warnings(path):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        definition = llm_fsm.load(path, strict=True)
+    assert any(state.terminal for state in definition.states.values())
+
+
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
+def test_scripted_conversation_reaches_a_terminal_state(path):
+    definition = llm_fsm.load(path)
+    script, lines = script_for(path)
+    llm = ScriptedLLM(script["replies"])
+    conversation = llm_fsm.Conversation(definition, llm)
+    results = [conversation.start(), *(conversation.send(line) for line in lines)]
+    expect = script["expect"]
+    assert conversation.ended and conversation.state == expect["final_state"]
+    assert llm.remaining == 0 and llm.calls == expect["llm_calls"] == sum(r.llm_calls for r in results)
+    for key, value in expect.get("context", {}).items():
+        assert conversation.context[key] == value
+    for result in results:  # a message is never paired with a state the conversation did not enter
+        assert result.state == conversation.history[result.turn if result.user else 0].state or result.user is None
+    assert all(not k.startswith("_") or k == "_extra" for k in conversation.context)
+    for request in llm.requests:  # keys only code may set are never offered to the model
+        for key in definition.handler_only_keys:
+            assert f"<key>{key}</key>" not in request.messages[0]["content"]
+
+
+def test_readme_example_command_runs(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    command = re.search(r"```bash\n(pip install[^\n]*&& (llm-fsm run [^\n]+))\n```", readme)
+    assert command, "the README opens with an install-and-run command"
+    args = shlex.split(command.group(2))[1:]
+    result = CliRunner().invoke(app, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    turns = [json.loads(line) for line in result.stdout.splitlines()]
+    assert turns[-1]["ended"] is True and turns[0]["user"] is None

@@ -1,0 +1,85 @@
+"""The built wheel carries the templates and runs a turn outside the checkout."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import venv
+
+import pytest
+
+from tests.conftest import ROOT, reply
+
+# litellm is left out on purpose: a scripted turn must not need it.
+LIGHT_DEPENDENCIES = [
+    "pydantic>=2.7",
+    "jinja2>=3.1",
+    "typer>=0.12",
+    "rich>=13",
+    "json-repair>=0.30",
+    "json-source-map>=1.0",
+]
+
+
+@pytest.mark.slow
+def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT, source, ignore=shutil.ignore_patterns(".git", ".venv", "*.egg-info", "__pycache__", "dist", "build")
+    )
+    dist = tmp_path / "dist"
+    pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], check=True, timeout=600)
+    (wheel,) = dist.glob("llm_fsm_runtime-*.whl")
+    assert (
+        subprocess.run(
+            [sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True
+        ).stdout.count("llm_fsm/prompts/system.xml.j2")
+        == 1
+    )
+
+    env_dir = tmp_path / "venv"
+    venv.EnvBuilder(with_pip=True).create(env_dir)
+    bindir = env_dir / ("Scripts" if os.name == "nt" else "bin")
+    python = bindir / "python"
+    vpip = [str(python), "-m", "pip", "--disable-pip-version-check", "-q"]
+    subprocess.run([*vpip, "install", "--no-deps", str(wheel)], check=True, timeout=600)
+    subprocess.run([*vpip, "install", *LIGHT_DEPENDENCIES], check=True, timeout=600)
+
+    work = tmp_path / "elsewhere"
+    work.mkdir()
+    definition = work / "hello.json"
+    definition.write_text(
+        json.dumps(
+            {
+                "name": "hello",
+                "initial_state": "greet",
+                "states": {
+                    "greet": {"purpose": "Greet", "transitions": [{"target_state": "bye"}]},
+                    "bye": {"purpose": "Bye"},
+                },
+            }
+        )
+    )
+    script = work / "script.json"
+    script.write_text(json.dumps([reply("greet", "Hello!"), reply("bye", "Goodbye!")]))
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    done = subprocess.run(
+        [str(bindir / "llm-fsm"), "run", str(definition), "--model", f"scripted:{script}"],
+        input="bye\n",
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=env,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    turns = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [t["state"] for t in turns] == ["greet", "bye"] and turns[-1]["message"] == "Goodbye!"
+    where = subprocess.run(
+        [str(python), "-c", "import llm_fsm; print(llm_fsm.__file__)"], capture_output=True, text=True, cwd=work
+    )
+    assert str(env_dir) in where.stdout and str(ROOT) not in where.stdout
