@@ -11,6 +11,7 @@ cannot be reached) raises and changes nothing.
 from __future__ import annotations
 
 import copy
+import threading
 import time
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
@@ -99,14 +100,6 @@ class Conversation:
         self.prompt = prompt or _shared_builder()
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
         self._busy = False
-        self._schemas: dict[str, tuple[dict[str, Any], dict[str, Any]]] = {}
-
-    def _reply_schemas(self, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        if state_id not in self._schemas:
-            state, protected = self.definition.states[state_id], self.definition.handler_only_keys
-            loose, strict = reply_schema(state, strict=False), reply_schema(state, strict=True, protected=protected)
-            self._schemas[state_id] = (loose, strict)
-        return self._schemas[state_id]
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -253,7 +246,7 @@ class _Turn:
         return self._request(self._messages)
 
     def _request(self, messages: list[dict[str, str]]) -> LLMRequest:
-        schema, strict = self.conversation._reply_schemas(self.snapshot.state)
+        schema, strict = _reply_schemas(self.conversation.definition, self.snapshot.state)
         return LLMRequest(messages, schema, strict)
 
     def feed(self, response: LLMResponse) -> LLMRequest | None:
@@ -290,6 +283,24 @@ class _Turn:
         context = kept.context if kept else self.snapshot.context
         applied = kept.applied if kept else {}
         return Decision(False, self.snapshot.state, context, applied, ()), c.fallback_message
+
+
+_schemas: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
+_schemas_lock = threading.Lock()
+
+
+def _reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loose and strict reply schemas of a state, computed once per (definition, state)."""
+    key = (definition.content_hash, state_id)
+    schemas = _schemas.get(key)
+    if schemas is None:
+        state, protected = definition.states[state_id], definition.handler_only_keys
+        schemas = (reply_schema(state, strict=False), reply_schema(state, strict=True, protected=protected))
+        with _schemas_lock:
+            if len(_schemas) >= 1024:
+                _schemas.pop(next(iter(_schemas)))
+            _schemas[key] = schemas
+    return schemas
 
 
 def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,6 +31,8 @@ if TYPE_CHECKING:
     from llm_fsm.engine import Rejection, Snapshot
 
 Message = dict[str, str]
+
+_CACHE_SIZE = 512  # definition parts kept: (definition, state) pairs
 
 OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
 
@@ -80,8 +83,11 @@ class PromptBuilder:
             trim_blocks=True,
             lstrip_blocks=True,
             keep_trailing_newline=True,
+            auto_reload=False,  # templates do not change while a process runs: skip a stat() per render
         )
         self.env.filters["tojson"] = _to_json
+        self._cache: dict[tuple[str, str], str] = {}
+        self._lock = threading.Lock()
 
     def messages(self, definition: FSMDefinition, snapshot: Snapshot, user_text: str | None) -> list[Message]:
         """The messages of a turn: the system prompt, then the user's text (or the opening request)."""
@@ -89,18 +95,34 @@ class PromptBuilder:
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
 
     def system_prompt(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
-        state = definition.states[snapshot.state]
-        variables = {
-            "fsm": definition,
-            "state": state,
-            "transitions": state.transitions_by_priority(),
-            "collect": writable_keys(state, definition.handler_only_keys),
-            "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
+        """The definition part (cached per state) followed by the conversation part."""
+        conversation = {
             "context": self._visible_context(snapshot.context),
             "history": self._window(snapshot.history),
             "opening": not snapshot.history,
         }
-        return self._render("system.xml.j2", variables)
+        volatile = self._render("system_conversation.xml.j2", conversation)
+        return self.definition_part(definition, snapshot.state) + volatile
+
+    def definition_part(self, definition: FSMDefinition, state_id: str) -> str:
+        """Everything that depends only on the definition and the state: rendered once, then reused."""
+        key = (definition.content_hash, state_id)
+        text = self._cache.get(key)
+        if text is None:
+            state = definition.states[state_id]
+            variables = {
+                "fsm": definition,
+                "state": state,
+                "transitions": state.transitions_by_priority(),
+                "collect": writable_keys(state, definition.handler_only_keys),
+                "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
+            }
+            text = self._render("system_definition.xml.j2", variables)
+            with self._lock:
+                if len(self._cache) >= _CACHE_SIZE:
+                    self._cache.pop(next(iter(self._cache)))
+                self._cache[key] = text
+        return text
 
     def correction(self, rejections: Iterable[Rejection], state: str) -> str:
         """The user-turn text of a corrective call: exactly what was wrong with the last reply."""
