@@ -96,7 +96,7 @@ def make_client(model: str | None, api_base: str | None, api_key: str | None) ->
             return ScriptedLLM.from_file(path)
         except (OSError, ValueError) as exc:
             fail(f"cannot read scripted replies {path}: {exc}", 2)
-    return LiteLLMClient(model, api_base=api_base, api_key=api_key)
+    return LiteLLMClient(model, api_base=api_base, api_key=api_key, quiet=True)
 
 
 def _lines(stream: TextIO) -> Iterator[str]:
@@ -144,6 +144,8 @@ def _converse(conversation: Conversation, stream: TextIO) -> None:
             _emit(conversation.send(line))
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
     except ConversationError as exc:
         fail(str(exc), 1)
     except FSMError as exc:

@@ -90,7 +90,9 @@ class LiteLLMClient:
     429 and 5xx, with exponential backoff from ``backoff`` seconds, capped at ``max_backoff``.
     ``response_format``: ``auto`` asks for a strict JSON schema where litellm says the model
     supports one, else JSON mode where supported, else nothing. ``stream`` streams each call (with
-    usage). Further keyword arguments go to ``litellm.completion`` unchanged.
+    usage). ``quiet`` sets litellm's process-wide ``suppress_debug_info``, which stops the help
+    banners litellm prints to stdout on errors (off by default: it is a global of litellm's).
+    Further keyword arguments go to ``litellm.completion`` unchanged.
     """
 
     def __init__(
@@ -106,6 +108,7 @@ class LiteLLMClient:
         max_backoff: float = 8.0,
         response_format: ResponseFormat = "auto",
         stream: bool = False,
+        quiet: bool = False,
         **extra: Any,
     ) -> None:
         self.model = model
@@ -118,6 +121,7 @@ class LiteLLMClient:
         self.max_backoff = max_backoff
         self.response_format = response_format
         self.stream = stream
+        self.quiet = quiet
         self.extra = extra
         self._litellm: ModuleType | None = None
         self._format_kind: str | None = None
@@ -129,6 +133,8 @@ class LiteLLMClient:
     def litellm(self) -> ModuleType:
         if self._litellm is None:
             self._litellm = _import_litellm()
+            if self.quiet:  # litellm prints help banners to stdout on errors; a CLI cannot have that
+                self._litellm.suppress_debug_info = True
         return self._litellm
 
     # -- calls ----------------------------------------------------------------------------------

@@ -128,6 +128,7 @@ def test_provider_error_exits_1(files, fake_openai):
     assert result.exit_code == 1
     assert result.stderr.startswith("error: model call failed") and "Traceback" not in result.output
     assert result.stderr.count("\n") == 1
+    assert lines(result.stdout) == [], "stdout stays pure JSON lines (no litellm banners)"
 
 
 def test_version_and_help():
