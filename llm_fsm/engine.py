@@ -194,5 +194,6 @@ def initial_snapshot(
         definition_name=definition.name,
         definition_hash=definition.content_hash,
         state=state or definition.initial_state,
+        turns=0,
         context=merge({}, dict(context or {})),
     )

@@ -134,7 +134,7 @@ class LiteLLMClient:
         if self._litellm is None:
             self._litellm = _import_litellm()
             if self.quiet:  # litellm prints help banners to stdout on errors; a CLI cannot have that
-                self._litellm.suppress_debug_info = True
+                setattr(self._litellm, "suppress_debug_info", True)  # noqa: B010 (a module global)
         return self._litellm
 
     # -- calls ----------------------------------------------------------------------------------
@@ -270,7 +270,7 @@ class LiteLLMClient:
         return isinstance(error, LLMUnavailableError) and attempt <= self.max_retries
 
     def _delay(self, attempt: int) -> float:
-        delay = min(self.max_backoff, self.backoff * 2 ** (attempt - 1))
+        delay: float = min(self.max_backoff, self.backoff * 2.0 ** (attempt - 1))
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of many conversations
 
 

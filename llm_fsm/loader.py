@@ -347,7 +347,7 @@ def _dotted(loc: tuple[Any, ...]) -> str:
 
 def _positions(text: str) -> dict[str, tuple[int, int]]:
     """JSON pointer → 1-based (line, column) of each value (of its key, for object members)."""
-    from json_source_map import calculate
+    from json_source_map import calculate  # type: ignore[import-untyped]
 
     try:
         entries = calculate(text)

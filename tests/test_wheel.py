@@ -8,6 +8,7 @@ import shutil
 import subprocess
 import sys
 import venv
+import zipfile
 
 import pytest
 
@@ -34,12 +35,10 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
     pip = [sys.executable, "-m", "pip", "--disable-pip-version-check", "-q"]
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], check=True, timeout=600)
     (wheel,) = dist.glob("llm_fsm_runtime-*.whl")
-    assert (
-        subprocess.run(
-            [sys.executable, "-m", "zipfile", "-l", str(wheel)], capture_output=True, text=True
-        ).stdout.count("llm_fsm/prompts/system.xml.j2")
-        == 1
-    )
+    with zipfile.ZipFile(wheel) as archive:
+        packaged = {name for name in archive.namelist() if name.startswith("llm_fsm/prompts/")}
+    templates = {f"llm_fsm/prompts/{p.name}" for p in (ROOT / "prompts").glob("*.j2")}
+    assert templates and packaged == templates
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
