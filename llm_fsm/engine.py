@@ -166,7 +166,10 @@ def _condition_failure(condition: Condition, context: dict[str, Any]) -> str | N
 
 
 def _has(context: dict[str, Any], key: str) -> bool:
-    return logic.truthy(logic.evaluate({"has_context": key}, context))
+    try:
+        return logic.truthy(logic.evaluate({"has_context": key}, context))
+    except LogicError:  # a blank or malformed key name is never present
+        return False
 
 
 def commit(
