@@ -156,3 +156,7 @@ def entry_point() -> None:
     """The console script: ``llm-fsm``."""
     os.environ.setdefault("LITELLM_LOG", "ERROR")
     app()
+
+
+# Commands defined in sibling modules register themselves on ``app`` when imported.
+from llm_fsm.cli import authoring, chat  # noqa: E402, F401

@@ -1,0 +1,3 @@
+"""Authoring commands: validate, graph, schema."""
+
+from __future__ import annotations

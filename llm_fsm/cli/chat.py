@@ -1,0 +1,3 @@
+"""The interactive chat command."""
+
+from __future__ import annotations
