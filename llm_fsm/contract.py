@@ -49,7 +49,7 @@ class ReplyFormatError(ValueError):
     """The model's text holds no usable reply. ``str()`` says what is wrong, for the model to fix."""
 
 
-_THINK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
+THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 
 
@@ -63,7 +63,7 @@ def parse_reply(text: str) -> Reply:
 
 
 def _extract_object(text: str) -> dict[str, Any]:
-    text = _THINK.sub("", text or "").strip()
+    text = THINK_BLOCK.sub("", text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
     candidates = _candidates(text)

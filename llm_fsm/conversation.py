@@ -13,16 +13,19 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
-from typing import Any
+from typing import Any, Union
 
 from llm_fsm.contract import ReplyFormatError, parse_reply, reply_schema
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Decision, Exchange, Rejection, Snapshot, commit, decide, initial_snapshot
-from llm_fsm.errors import ConversationEnded, ConversationError
-from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, Usage
+from llm_fsm.errors import ConversationEnded, ConversationError, LLMError
+from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, Usage
 from llm_fsm.prompt import PromptBuilder
+from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
+
+StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
 
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
 
@@ -174,6 +177,53 @@ class Conversation:
         turn = self._begin(text)
         return await self._arun(turn)
 
+    def stream(self, text: str | None = None) -> Iterator[StreamEvent]:
+        """Run a turn (``text=None``: the opening) and yield its events as they happen.
+
+        Yields :class:`MessageDelta` for message text whose transition has been checked,
+        :class:`MessageReset` if shown text must be discarded, and last the :class:`TurnResult`.
+        Closing the iterator early leaves the conversation exactly as it was before the turn.
+        """
+        turn = self._begin(text)
+        self._busy = True
+        try:
+            request: LLMRequest | None = turn.first_request()
+            while request is not None:
+                watcher = MessageWatcher(self.definition, turn.snapshot)
+                response = None
+                for item in _stream_of(self.llm, request):
+                    if isinstance(item, LLMResponse):
+                        response = item
+                    elif delta := watcher.feed(item):
+                        yield MessageDelta(delta)
+                request = turn.feed(_required(response))
+                if watcher.shown and not turn.accepted:
+                    yield MessageReset("the reply was not accepted")
+            yield self._finish(turn)
+        finally:
+            self._busy = False
+
+    async def astream(self, text: str | None = None) -> AsyncIterator[StreamEvent]:
+        """The async form of :meth:`stream`."""
+        turn = self._begin(text)
+        self._busy = True
+        try:
+            request: LLMRequest | None = turn.first_request()
+            while request is not None:
+                watcher = MessageWatcher(self.definition, turn.snapshot)
+                response = None
+                async for item in _astream_of(self.llm, request):
+                    if isinstance(item, LLMResponse):
+                        response = item
+                    elif delta := watcher.feed(item):
+                        yield MessageDelta(delta)
+                request = turn.feed(_required(response))
+                if watcher.shown and not turn.accepted:
+                    yield MessageReset("the reply was not accepted")
+            yield self._finish(turn)
+        finally:
+            self._busy = False
+
     def _begin(self, user: str | None) -> _Turn:
         if self.ended:
             raise ConversationEnded(f"the conversation has ended in state '{self.state}'", state=self.state)
@@ -274,6 +324,10 @@ class _Turn:
         extra = [{"role": "assistant", "content": response.text}, {"role": "user", "content": correction}]
         return self._request([*self._messages, *extra])
 
+    @property
+    def accepted(self) -> bool:
+        return self._accepted is not None
+
     def outcome(self) -> tuple[Decision, str]:
         """The accepted decision and message, or the fallback: stay, keep the valid updates."""
         if self._accepted is not None:
@@ -301,6 +355,26 @@ def _reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, 
                 _schemas.pop(next(iter(_schemas)))
             _schemas[key] = schemas
     return schemas
+
+
+def _stream_of(llm: LLMClient, request: LLMRequest) -> Iterator[str | LLMResponse]:
+    if isinstance(llm, StreamingLLMClient):
+        return llm.stream_complete(request)
+    return iter([llm.complete(request)])  # a client that cannot stream answers in one piece
+
+
+async def _astream_of(llm: LLMClient, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+    if isinstance(llm, StreamingLLMClient):
+        async for item in llm.astream_complete(request):
+            yield item
+    else:
+        yield await llm.acomplete(request)
+
+
+def _required(response: LLMResponse | None) -> LLMResponse:
+    if response is None:
+        raise LLMError("the model's stream ended without a response")
+    return response
 
 
 def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:

@@ -73,6 +73,15 @@ class LLMClient(Protocol):
     async def acomplete(self, request: LLMRequest) -> LLMResponse: ...
 
 
+@runtime_checkable
+class StreamingLLMClient(LLMClient, Protocol):
+    """A client that can also stream: text deltas, then the whole response."""
+
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]: ...
+
+    def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]: ...
+
+
 ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
 
 
@@ -140,12 +149,11 @@ class LiteLLMClient:
     # -- calls ----------------------------------------------------------------------------------
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        if self.stream:
+            return _last_response(self.stream_complete(request))
         for attempt in range(1, self.max_retries + 2):
             try:
-                params = self._params(request)
-                if self.stream:
-                    return self._collect(self.litellm.completion(**params))
-                return self._response(self.litellm.completion(**params))
+                return self._response(self.litellm.completion(**self._params(request, stream=False)))
             except Exception as exc:  # every provider failure is translated below
                 error = self._translate(exc, attempt)
                 if not self._should_retry(error, attempt):
@@ -154,12 +162,11 @@ class LiteLLMClient:
         raise AssertionError("unreachable")  # pragma: no cover
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        if self.stream:
+            return await _alast_response(self.astream_complete(request))
         for attempt in range(1, self.max_retries + 2):
             try:
-                params = self._params(request)
-                if self.stream:
-                    return await self._acollect(await self.litellm.acompletion(**params))
-                return self._response(await self.litellm.acompletion(**params))
+                return self._response(await self.litellm.acompletion(**self._params(request, stream=False)))
             except Exception as exc:  # every provider failure is translated below
                 error = self._translate(exc, attempt)
                 if not self._should_retry(error, attempt):
@@ -167,7 +174,54 @@ class LiteLLMClient:
             await asyncio.sleep(self._delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _params(self, request: LLMRequest) -> dict[str, Any]:
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
+        """Yield text deltas as they arrive, then the whole :class:`LLMResponse` (with usage).
+
+        A failure before the first delta is retried like :meth:`complete`; after it, it is raised.
+        """
+        for attempt in range(1, self.max_retries + 2):
+            started = False
+            try:
+                parts: list[str] = []
+                usage = Usage()
+                for chunk in self.litellm.completion(**self._params(request, stream=True)):
+                    usage = self._chunk_usage(chunk) or usage
+                    text = _delta_text(chunk)
+                    if text:
+                        started = True
+                        parts.append(text)
+                        yield text
+                yield LLMResponse("".join(parts), usage, self.model)
+                return
+            except Exception as exc:  # every provider failure is translated below
+                error = self._translate(exc, attempt)
+                if started or not self._should_retry(error, attempt):
+                    raise error from exc
+            time.sleep(self._delay(attempt))
+
+    async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+        """The async form of :meth:`stream_complete`."""
+        for attempt in range(1, self.max_retries + 2):
+            started = False
+            try:
+                parts: list[str] = []
+                usage = Usage()
+                async for chunk in await self.litellm.acompletion(**self._params(request, stream=True)):
+                    usage = self._chunk_usage(chunk) or usage
+                    text = _delta_text(chunk)
+                    if text:
+                        started = True
+                        parts.append(text)
+                        yield text
+                yield LLMResponse("".join(parts), usage, self.model)
+                return
+            except Exception as exc:  # every provider failure is translated below
+                error = self._translate(exc, attempt)
+                if started or not self._should_retry(error, attempt):
+                    raise error from exc
+            await asyncio.sleep(self._delay(attempt))
+
+    def _params(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
             "messages": request.messages,
@@ -181,7 +235,7 @@ class LiteLLMClient:
         response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format
-        if self.stream:
+        if stream:
             params.update(stream=True, stream_options={"include_usage": True})
         return params
 
@@ -225,22 +279,6 @@ class LiteLLMClient:
         prompt = usage.prompt_tokens or 0
         completion = usage.completion_tokens or 0
         return Usage(prompt, completion, usage.total_tokens or prompt + completion, hidden.get("response_cost"))
-
-    def _collect(self, chunks: Iterator[Any]) -> LLMResponse:
-        parts: list[str] = []
-        usage = Usage()
-        for chunk in chunks:
-            parts.append(_delta_text(chunk))
-            usage = self._chunk_usage(chunk) or usage
-        return LLMResponse("".join(parts), usage, self.model)
-
-    async def _acollect(self, chunks: AsyncIterator[Any]) -> LLMResponse:
-        parts: list[str] = []
-        usage = Usage()
-        async for chunk in chunks:
-            parts.append(_delta_text(chunk))
-            usage = self._chunk_usage(chunk) or usage
-        return LLMResponse("".join(parts), usage, self.model)
 
     def _chunk_usage(self, chunk: Any) -> Usage | None:
         usage = getattr(chunk, "usage", None)
@@ -287,6 +325,26 @@ _TRANSIENT = {
 
 def _is_transient(name: str, status: int | None) -> bool:
     return name in _TRANSIENT or status in (408, 409, 429) or (status is not None and status >= 500)
+
+
+def _last_response(items: Iterator[str | LLMResponse]) -> LLMResponse:
+    response = None
+    for item in items:
+        if isinstance(item, LLMResponse):
+            response = item
+    if response is None:  # pragma: no cover (every stream ends with its response)
+        raise LLMError("the stream ended without a response")
+    return response
+
+
+async def _alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMResponse:
+    response = None
+    async for item in items:
+        if isinstance(item, LLMResponse):
+            response = item
+    if response is None:  # pragma: no cover (every stream ends with its response)
+        raise LLMError("the stream ended without a response")
+    return response
 
 
 def _first_line(exc: BaseException) -> str:

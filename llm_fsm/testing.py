@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 import threading
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,8 @@ class ScriptedLLM:
     exception instance (raised, to script provider failures). Usage counts characters / 4.
     """
 
-    def __init__(self, replies: Iterable[dict[str, Any] | str | BaseException] = ()) -> None:
+    def __init__(self, replies: Iterable[dict[str, Any] | str | BaseException] = (), *, chunk_size: int = 8) -> None:
+        self.chunk_size = max(1, chunk_size)
         self._replies: deque[dict[str, Any] | str | BaseException] = deque(replies)
         self._lock = threading.Lock()
         self.requests: list[LLMRequest] = []
@@ -74,3 +75,14 @@ class ScriptedLLM:
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         return self.complete(request)
+
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
+        """The reply in pieces of ``chunk_size`` characters, then the whole response."""
+        response = self.complete(request)
+        for start in range(0, len(response.text), self.chunk_size):
+            yield response.text[start : start + self.chunk_size]
+        yield response
+
+    async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+        for item in self.stream_complete(request):
+            yield item

@@ -1,0 +1,120 @@
+from __future__ import annotations
+
+import asyncio
+import json
+
+import llm_fsm
+from llm_fsm.llm import LLMResponse, Usage
+from llm_fsm.streaming import MessageDelta, MessageReset
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import reply
+from tests.test_llm import client
+
+REJECTED = reply("ask_email", "SECRET-REJECTED-TEXT: great, now your email")
+CORRECTED = reply("ask_name", "First, what is your name?")
+
+
+def split(events):
+    deltas = [e.text for e in events if isinstance(e, MessageDelta)]
+    return deltas, events[-1]
+
+
+def test_deltas_add_up_to_the_message(signup):
+    conv = llm_fsm.Conversation(
+        signup, ScriptedLLM([reply("ask_name", "Hello there, what's your name?")], chunk_size=3)
+    )
+    deltas, result = split(list(conv.stream()))
+    assert len(deltas) > 3 and "".join(deltas) == result.message == "Hello there, what's your name?"
+    assert isinstance(result, llm_fsm.TurnResult) and conv.history[-1].assistant == result.message
+
+
+def test_a_rejected_reply_is_never_shown_and_the_correction_streams(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([REJECTED, CORRECTED]))
+    events = list(conv.stream("hi"))
+    deltas, result = split(events)
+    assert "SECRET" not in "".join(deltas) and "".join(deltas) == CORRECTED["message"]
+    assert not any(isinstance(e, MessageReset) for e in events)
+    assert result.llm_calls == 2 and result.state == "ask_name"
+
+
+def test_streaming_over_sse_never_yields_rejected_text(fake_openai, signup):
+    fake_openai.add(json.dumps(REJECTED), json.dumps(CORRECTED))
+    conv = llm_fsm.Conversation(signup, client(fake_openai, stream=True))
+    deltas, result = split(list(conv.stream("hi")))
+    assert all(r["stream"] is True for r in fake_openai.requests) and len(fake_openai.requests) == 2
+    assert "SECRET" not in "".join(deltas) and "".join(deltas) == CORRECTED["message"]
+    assert result.usage.total_tokens == 120, "usage of both streamed calls"
+
+
+def test_closing_the_stream_early_leaves_the_conversation_as_before(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([reply("ask_email", "Thanks Ann! Your email?", name="Ann")]))
+    before = conv.snapshot()
+    stream = conv.stream("I'm Ann")
+    assert isinstance(next(stream), MessageDelta)
+    stream.close()
+    assert conv.snapshot() == before
+    assert conv.send is not None and not conv._busy  # the conversation accepts the next turn
+
+
+def test_message_before_transition_is_not_streamed_but_returned(signup):
+    text = json.dumps({"message": "Hi! Name?", "transition": {"target_state": "ask_name", "context_update": {}}})
+    events = list(llm_fsm.Conversation(signup, ScriptedLLM([text])).stream("hi"))
+    deltas, result = split(events)
+    assert deltas == [] and result.message == "Hi! Name?"
+
+
+class ChangesItsMind:
+    """Streams a valid reply, then delivers a different, invalid one as the final text."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def complete(self, request):
+        raise NotImplementedError
+
+    async def acomplete(self, request):
+        raise NotImplementedError
+
+    def stream_complete(self, request):
+        self.calls += 1
+        if self.calls == 1:
+            yield json.dumps(reply("ask_name", "Shown then withdrawn"))
+            yield LLMResponse("not json", Usage())
+        else:
+            yield LLMResponse(json.dumps(reply("ask_name", "Final answer")), Usage())
+
+    async def astream_complete(self, request):
+        for item in self.stream_complete(request):
+            yield item
+
+
+def test_text_shown_from_a_reply_that_then_fails_is_withdrawn(signup):
+    events = list(llm_fsm.Conversation(signup, ChangesItsMind()).stream("hi"))
+    kinds = [type(e).__name__ for e in events]
+    assert kinds == ["MessageDelta", "MessageReset", "TurnResult"]
+    assert events[-1].message == "Final answer"
+
+
+def test_astream(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([REJECTED, CORRECTED]))
+
+    async def collect():
+        return [event async for event in conv.astream("hi")]
+
+    deltas, result = split(asyncio.run(collect()))
+    assert "".join(deltas) == CORRECTED["message"] and result.llm_calls == 2
+
+
+def test_a_client_without_streaming_still_works(signup):
+    class Plain:
+        def __init__(self):
+            self.inner = ScriptedLLM([reply("ask_name", "Hi")])
+
+        def complete(self, request):
+            return self.inner.complete(request)
+
+        async def acomplete(self, request):
+            return self.inner.complete(request)
+
+    deltas, result = split(list(llm_fsm.Conversation(signup, Plain()).stream()))
+    assert deltas == [] and result.message == "Hi"
