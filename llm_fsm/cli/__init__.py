@@ -85,7 +85,7 @@ def load_definition(path: Path) -> llm_fsm.FSMDefinition:
     return definition
 
 
-def make_client(model: str | None, api_base: str | None, api_key: str | None) -> LLMClient:
+def make_client(model: str | None, api_base: str | None, api_key: str | None, *, stream: bool = False) -> LLMClient:
     if not model:
         fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
     if model.startswith(SCRIPTED_PREFIX):
@@ -96,7 +96,7 @@ def make_client(model: str | None, api_base: str | None, api_key: str | None) ->
             return ScriptedLLM.from_file(path)
         except (OSError, ValueError) as exc:
             fail(f"cannot read scripted replies {path}: {exc}", 2)
-    return LiteLLMClient(model, api_base=api_base, api_key=api_key, quiet=True)
+    return LiteLLMClient(model, api_base=api_base, api_key=api_key, quiet=True, stream=stream)
 
 
 def _lines(stream: TextIO) -> Iterator[str]:

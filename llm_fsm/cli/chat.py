@@ -1,3 +1,287 @@
-"""The interactive chat command."""
+"""``llm-fsm chat``: talk to a definition in the terminal, with the reply streaming in.
+
+The message streams only once its transition has been checked (see ``llm_fsm.streaming``), so a
+reply the runtime refuses is never displayed. Meta commands start with ``/``. Ctrl-D or Ctrl-C at
+the prompt leave with exit code 0; Ctrl-C during a reply cancels that turn and changes nothing.
+litellm is imported in a background thread at launch, so the banner shows at once.
+"""
 
 from __future__ import annotations
+
+import json
+import re
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.json import JSON
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.spinner import Spinner
+from rich.text import Text
+
+import llm_fsm
+from llm_fsm.cli import ApiBaseOption, ApiKeyOption, ModelOption, app, fail, load_definition, make_client
+from llm_fsm.conversation import Conversation, StreamEvent, TurnResult
+from llm_fsm.errors import ConversationError, FSMError
+from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.loader import did_you_mean
+from llm_fsm.streaming import MessageDelta, MessageReset
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+COMMANDS = {
+    "/state": "the current state, its purpose and where it can go",
+    "/context": "the collected context",
+    "/history": "the conversation so far",
+    "/why": "what the last turn rejected, and why",
+    "/save FILE": "save the conversation to a JSON file",
+    "/load FILE": "continue a conversation saved with /save",
+    "/back": "undo the last turn",
+    "/reset": "start over",
+    "/help": "this list",
+    "/quit": "leave (Ctrl-D works too)",
+}
+_ESCAPE = re.compile(r"(\x1b\[[0-9;]*m)")
+
+
+def readline_prompt(markup: str) -> str:
+    """The prompt rendered to ANSI, escape codes wrapped in \\x01..\\x02 so readline can redraw it."""
+    with console.capture() as capture:
+        console.print(markup, end="")
+    return _ESCAPE.sub("\x01\\1\x02", capture.get())
+
+
+class ChatSession:
+    """One chat: the conversation, the snapshots that /back returns to, and the last turn's result."""
+
+    def __init__(self, conversation: Conversation, restart: Callable[[], Conversation]) -> None:
+        self.conversation = conversation
+        self.restart = restart
+        self.undo: list[llm_fsm.Snapshot] = []
+        self.last: TurnResult | None = None
+
+    # -- turns ----------------------------------------------------------------------------------
+
+    def turn(self, text: str | None) -> TurnResult | None:
+        """Run one turn, streaming its message; None if it failed or was cancelled (nothing changed)."""
+        before = self.conversation.snapshot()
+        events = self.conversation.stream(text)
+        try:
+            result = _show(events)
+        except KeyboardInterrupt:
+            events.close()
+            errors.print("[yellow](turn cancelled: nothing changed)[/]")
+            return None
+        except FSMError as exc:  # the model failed, or the conversation cannot take this turn
+            errors.print(f"[red]error:[/] {_one_line(exc)}")
+            return None
+        self.undo.append(before)
+        self.last = result
+        console.print(Markdown(result.message))
+        console.print(Text(status_line(result), style="dim"))
+        return result
+
+    # -- meta commands --------------------------------------------------------------------------
+
+    def command(self, line: str) -> bool:
+        """Run a meta command; return False when the chat should end."""
+        name, _, argument = line.partition(" ")
+        argument = argument.strip()
+        handlers: dict[str, Callable[[str], bool | None]] = {
+            "/state": self.show_state,
+            "/context": self.show_context,
+            "/history": self.show_history,
+            "/why": self.show_why,
+            "/save": self.save,
+            "/load": self.load,
+            "/back": self.back,
+            "/reset": self.reset,
+            "/help": show_help,
+            "/quit": lambda _: False,
+            "/exit": lambda _: False,
+        }
+        handler = handlers.get(name)
+        if handler is None:
+            hint = did_you_mean(name, list(handlers))
+            errors.print(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")
+            return True
+        return handler(argument) is not False
+
+    def show_state(self, _: str) -> None:
+        state = self.conversation.definition.states[self.conversation.state]
+        console.print(f"[bold]{state.id}[/]" + (f": {state.purpose}" if state.purpose else ""))
+        for transition in state.transitions_by_priority():
+            console.print(f"  → {transition.target_state} (priority {transition.priority}) {transition.description}")
+        if state.terminal:
+            console.print("  (terminal state)")
+
+    def show_context(self, _: str) -> None:
+        console.print(JSON(json.dumps(self.conversation.context, ensure_ascii=False, default=str)))
+
+    def show_history(self, _: str) -> None:
+        for exchange in self.conversation.history:
+            if exchange.user is not None:
+                console.print(f"[bold cyan]you>[/] {exchange.user}")
+            console.print(f"[bold green]bot>[/] {exchange.assistant} [dim]({exchange.state})[/]")
+
+    def show_why(self, _: str) -> None:
+        if self.last is None or not self.last.rejected:
+            console.print("Nothing was rejected in the last turn.")
+            return
+        for rejection in self.last.rejected:
+            console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {rejection.reason}")
+
+    def save(self, path: str) -> None:
+        if not path:
+            errors.print("usage: /save FILE")
+            return
+        try:
+            Path(path).write_text(self.conversation.snapshot().model_dump_json(indent=2), encoding="utf-8")
+        except OSError as exc:
+            errors.print(f"[red]error:[/] cannot write {path}: {exc.strerror or exc}")
+            return
+        console.print(f"saved to {path}")
+
+    def load(self, path: str) -> None:
+        if not path:
+            errors.print("usage: /load FILE")
+            return
+        current = self.conversation
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+            self.conversation = Conversation.restore(text, current.definition, current.llm, prompt=current.prompt)
+        except (OSError, UnicodeDecodeError) as exc:
+            errors.print(f"[red]error:[/] cannot read {path}: {exc}")
+            return
+        except ConversationError as exc:
+            errors.print(f"[red]error:[/] {_one_line(exc)}")
+            return
+        self.undo.append(current.snapshot())
+        console.print(f"loaded {path}: state {self.conversation.state}, {len(self.conversation.history)} messages")
+
+    def back(self, _: str) -> None:
+        if not self.undo:
+            console.print("Nothing to undo.")
+            return
+        current = self.conversation
+        snapshot = self.undo.pop()
+        self.conversation = Conversation.restore(snapshot, current.definition, current.llm, prompt=current.prompt)
+        console.print(f"Undone: back in state {self.conversation.state}.")
+
+    def reset(self, _: str) -> None:
+        self.conversation = self.restart()
+        self.undo.clear()
+        self.last = None
+        console.print("Starting over.")
+        self.turn(None)
+
+
+def show_help(_: str) -> None:
+    for name, text in COMMANDS.items():
+        console.print(f"  [bold]{name:<12}[/] {text}")
+
+
+def _show(events: Iterator[StreamEvent]) -> TurnResult:
+    """Render the message while it streams; return the turn's result (printed by the caller)."""
+    shown = ""
+    with Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True) as live:
+        for event in events:
+            if isinstance(event, MessageDelta):
+                shown += event.text
+                live.update(Markdown(shown))
+            elif isinstance(event, MessageReset):
+                shown = ""
+                live.update(Spinner("dots", text="thinking…"))
+            else:
+                return event
+    raise FSMError("the turn ended without a result")  # pragma: no cover
+
+
+def status_line(result: TurnResult) -> str:
+    move = f"{result.previous_state} → {result.state}" if result.transitioned else result.state
+    parts = [f"state {move}"]
+    if result.context_updates:
+        parts.append("collected " + ", ".join(result.context_updates))
+    calls = f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}"
+    parts += [calls, f"{result.usage.total_tokens} tokens"]
+    if result.rejected:
+        parts.append(f"{len(result.rejected)} rejected (/why)")
+    return " · ".join(parts)
+
+
+def _one_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+
+
+def _read(prompt: str) -> str | None:
+    """One line of input; None at end of input (Ctrl-D) or Ctrl-C."""
+    try:
+        return input(prompt)
+    except (EOFError, KeyboardInterrupt):
+        console.print()
+        return None
+
+
+def _parse_context(text: str | None) -> dict[str, Any]:
+    if not text:
+        return {}
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"--context is not valid JSON: {exc.msg} at column {exc.colno}", 2)
+    if not isinstance(value, dict):
+        fail("--context must be a JSON object", 2)
+    return value
+
+
+def _warm_up(llm: LLMClient) -> None:
+    """Import litellm in the background while the banner shows and the user reads it."""
+    if isinstance(llm, LiteLLMClient):
+        threading.Thread(target=lambda: llm.litellm, name="llm-fsm-import", daemon=True).start()
+
+
+@app.command()
+def chat(
+    definition: Annotated[Path, typer.Argument(help="The definition JSON file.", show_default=False)],
+    model: ModelOption = None,
+    api_base: ApiBaseOption = None,
+    api_key: ApiKeyOption = None,
+    state: Annotated[str | None, typer.Option("--state", help="Start in this state.")] = None,
+    context: Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")] = None,
+) -> None:
+    """Chat with a definition in the terminal; the reply streams in."""
+    fsm = load_definition(definition)
+    initial_context = _parse_context(context)
+    if state is not None and state not in fsm.states:
+        hint = did_you_mean(state, list(fsm.states))
+        fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
+    llm = make_client(model, api_base, api_key, stream=True)
+    _warm_up(llm)
+
+    def restart() -> Conversation:
+        return Conversation(fsm, llm, state=state, context=initial_context)
+
+    session = ChatSession(restart(), restart)
+    import readline  # noqa: F401  (line editing and history for input())
+
+    console.print(f"[bold]{fsm.name}[/] · {model} · /help for commands, Ctrl-D to leave")
+    session.turn(None)
+    prompt = readline_prompt("[bold cyan]you>[/] ")
+    while not session.conversation.ended:
+        line = _read(prompt)
+        if line is None:
+            return
+        line = line.strip()
+        if not line:
+            continue
+        if line.startswith("/"):
+            if not session.command(line):
+                return
+            continue
+        session.turn(line)
+    console.print("[bold]The conversation has ended.[/]")

@@ -1,0 +1,170 @@
+"""``llm-fsm chat`` through CliRunner (stdin is not a terminal there, so rich prints plain text)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from llm_fsm.cli import app
+from llm_fsm.cli.chat import readline_prompt, status_line
+from tests.conftest import SIGNUP, reply
+from tests.fake_openai import HTTPError
+
+runner = CliRunner()
+
+OPEN = json.loads(json.dumps(SIGNUP))
+OPEN["handler_only_keys"] = []
+OPEN["states"]["ask_email"]["transitions"][0]["conditions"] = [
+    {"description": "has email", "requires_context_keys": ["email"]}
+]
+
+
+@pytest.fixture
+def definition(tmp_path):
+    path = tmp_path / "signup.json"
+    path.write_text(json.dumps(OPEN))
+    return path
+
+
+def chat(definition, tmp_path, replies, text, *extra):
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    args = ["chat", str(definition), "--model", f"scripted:{script}", *extra]
+    return runner.invoke(app, args, input=text, env={"COLUMNS": "200"})
+
+
+GREETING = reply("ask_name", "Hello! What's your **name**?")
+NAME = reply("ask_email", "Thanks Ann! Your email?", name="Ann")
+DONE = reply("done", "All set. Bye!", email="ann@example.com")
+
+
+def test_a_conversation_to_its_end(definition, tmp_path):
+    result = chat(definition, tmp_path, [GREETING, NAME, DONE], "I'm Ann\nann@example.com\n")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    assert "Hello! What's your name?" in out  # markdown rendered, not raw
+    assert "state ask_name → ask_email · collected name · 1 LLM call" in out
+    assert "All set. Bye!" in out and "The conversation has ended." in out
+
+
+def test_end_of_input_leaves_with_0(definition, tmp_path):
+    result = chat(definition, tmp_path, [GREETING], "")
+    assert result.exit_code == 0 and "Hello!" in result.stdout
+
+
+def test_state_context_history_why(definition, tmp_path):
+    rejected = reply("done", "Registered!", _admin=True)
+    correction = reply("ask_name", "Your name first, please.")
+    text = "skip\n/why\n/state\n/context\n/history\n/quit\n"
+    result = chat(definition, tmp_path, [GREETING, rejected, correction], text, "--context", '{"plan": "pro"}')
+    out = result.stdout
+    assert result.exit_code == 0, result.output
+    assert "Registered!" not in out, "a rejected reply is never shown"
+    assert "context_key" in out and "'_admin' is internal" in out
+    assert "target" in out and "transition to 'done' rejected" in out
+    assert "ask_name: Ask for the user's name" in out and "→ ask_email" in out
+    assert '"plan": "pro"' in out
+    assert "you> skip" in out and "bot> Your name first, please. (ask_name)" in out
+
+
+def test_back_undoes_the_last_turn(definition, tmp_path):
+    result = chat(definition, tmp_path, [GREETING, NAME], "I'm Ann\n/back\n/state\n/context\n/back\n/back\n")
+    out = result.stdout
+    assert "Undone: back in state ask_name." in out
+    assert out.count("Undone") == 2 and "Nothing to undo." in out
+    assert out.index("Undone") < out.index("ask_name: Ask")
+    assert "{}" in out.split("ask_name: Ask")[1]
+
+
+def test_save_and_load(definition, tmp_path):
+    saved = tmp_path / "conv.json"
+    result = chat(definition, tmp_path, [GREETING, NAME], f"I'm Ann\n/save {saved}\n/quit\n")
+    assert result.exit_code == 0 and f"saved to {saved}" in result.stdout
+    data = json.loads(saved.read_text())
+    assert data["state"] == "ask_email" and data["context"] == {"name": "Ann"}
+    result = chat(definition, tmp_path, [GREETING, DONE], f"/load {saved}\nann@example.com\n")
+    assert f"loaded {saved}: state ask_email" in result.stdout and "The conversation has ended." in result.stdout
+    result = chat(definition, tmp_path, [GREETING], f"/load {tmp_path / 'nope.json'}\n/save\n/quit\n")
+    assert "cannot read" in result.stderr and "usage: /save FILE" in result.stderr and result.exit_code == 0
+
+
+def test_reset_starts_over(definition, tmp_path):
+    result = chat(
+        definition, tmp_path, [GREETING, NAME, reply("ask_name", "Fresh start!")], "I'm Ann\n/reset\n/context\n"
+    )
+    assert "Starting over." in result.stdout and "Fresh start!" in result.stdout
+    assert result.stdout.split("Fresh start!")[1].split("you>")[1].strip() == "{}"
+
+
+def test_help_and_unknown_commands(definition, tmp_path):
+    result = chat(definition, tmp_path, [GREETING], "/help\n/stat\n/zzz\n/exit\n")
+    assert "/history" in result.stdout and "/back" in result.stdout
+    assert "unknown command /stat; did you mean '/state'?" in result.stderr
+    assert "unknown command /zzz (type /help)" in result.stderr
+    assert result.exit_code == 0
+
+
+def test_start_anywhere_and_bad_options(definition, tmp_path):
+    result = chat(
+        definition,
+        tmp_path,
+        [reply("ask_email", "Your email, Bo?")],
+        "/context\n",
+        "--state",
+        "ask_email",
+        "--context",
+        '{"name": "Bo"}',
+    )
+    assert "Your email, Bo?" in result.stdout and '"name": "Bo"' in result.stdout
+    result = chat(definition, tmp_path, [GREETING], "", "--state", "ask_emial")
+    assert result.exit_code == 2 and "unknown state 'ask_emial'; did you mean 'ask_email'?" in result.stderr
+    result = chat(definition, tmp_path, [GREETING], "", "--context", "{not json")
+    assert result.exit_code == 2 and "--context is not valid JSON" in result.stderr
+    result = runner.invoke(app, ["chat", str(definition)], env={"LLM_FSM_MODEL": ""})
+    assert result.exit_code == 2 and "no model configured" in result.stderr
+
+
+def test_provider_errors_print_one_line_and_the_chat_goes_on(definition, fake_openai):
+    fake_openai.add(
+        HTTPError(401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}),
+        json.dumps(NAME),
+    )
+    args = ["chat", str(definition), "-m", "openai/x", "--api-base", fake_openai.url, "--api-key", "k"]
+    result = runner.invoke(app, args, input="I'm Ann\n/state\n", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert result.stderr.count("error:") == 1 and "Incorrect API key" in result.stderr
+    assert "Traceback" not in result.output
+    assert "Thanks Ann! Your email?" in result.stdout and "ask_email: Ask for the email" in result.stdout
+
+
+def test_streaming_chat_over_the_local_server(definition, fake_openai):
+    fake_openai.add(json.dumps(GREETING), json.dumps(reply("done", "REJECTED-TEXT")), json.dumps(NAME))
+    args = ["chat", str(definition), "-m", "openai/x", "--api-base", fake_openai.url, "--api-key", "k"]
+    result = runner.invoke(app, args, input="I'm Ann\n", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert all(r.get("stream") for r in fake_openai.requests)
+    assert "REJECTED-TEXT" not in result.stdout and "Thanks Ann! Your email?" in result.stdout
+    assert "2 LLM calls" in result.stdout and "1 rejected (/why)" in result.stdout
+
+
+def test_readline_prompt_wraps_escape_codes():
+    from llm_fsm.cli import chat as module
+
+    original = module.console
+    module.console = module.Console(force_terminal=True, color_system="standard")
+    try:
+        prompt = readline_prompt("[bold cyan]you>[/] ")
+    finally:
+        module.console = original
+    assert "you>" in prompt and "\x01\x1b[" in prompt and "m\x02" in prompt
+    assert prompt.replace("\x01", "").replace("\x02", "").count("\x1b[") == prompt.count("\x01")
+
+
+def test_status_line_mentions_tokens():
+    from llm_fsm.conversation import TurnResult
+    from llm_fsm.llm import Usage
+
+    result = TurnResult("m", "b", "a", "hi", 1, {"k": 1}, (), 1, Usage(1, 2, 3), 0.1, False, {})
+    assert status_line(result) == "state a → b · collected k · 1 LLM call · 3 tokens"
