@@ -100,7 +100,8 @@ def test_ctrl_c_cancels_a_reply_and_then_leaves(tmp_path, fake_openai):
     definition.write_text(json.dumps(OPEN))
     fake_openai.add(json.dumps(reply("ask_name", "Hello! Name?")), Hang(5.0), "{}")
     chat = [*command(), "chat", str(definition), "--model", "openai/x", "--api-base", fake_openai.url, "--api-key", "k"]
-    shell = f"env -u HTTP_PROXY -u HTTPS_PROXY LITELLM_LOCAL_MODEL_COST_MAP=True {shlex.join(chat)}; echo EXITED=$?; sleep 60"
+    environment = "env -u HTTP_PROXY -u HTTPS_PROXY LITELLM_LOCAL_MODEL_COST_MAP=True"
+    shell = f"{environment} {shlex.join(chat)}; echo EXITED=$?; sleep 60"
     terminal = Terminal(f"fsm-e2e-c-{os.getpid()}")
     terminal.start(shell)
     try:
