@@ -17,10 +17,6 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
-from rich.json import JSON
-from rich.live import Live
-from rich.markdown import Markdown
-from rich.spinner import Spinner
 from rich.text import Text
 
 import llm_fsm
@@ -80,6 +76,8 @@ class ChatSession:
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
             errors.print(f"[red]error:[/] {_one_line(exc)}")
             return None
+        from rich.markdown import Markdown
+
         self.undo.append(before)
         self.last = result
         console.print(Markdown(result.message))
@@ -121,6 +119,8 @@ class ChatSession:
             console.print("  (terminal state)")
 
     def show_context(self, _: str) -> None:
+        from rich.json import JSON
+
         console.print(JSON(json.dumps(self.conversation.context, ensure_ascii=False, default=str)))
 
     def show_history(self, _: str) -> None:
@@ -188,6 +188,11 @@ def show_help(_: str) -> None:
 
 def _show(events: Iterator[StreamEvent]) -> TurnResult:
     """Render the message while it streams; return the turn's result (printed by the caller)."""
+    # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
+    from rich.live import Live
+    from rich.markdown import Markdown
+    from rich.spinner import Spinner
+
     shown = ""
     with Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True) as live:
         for event in events:
