@@ -41,13 +41,13 @@ class Transition(_Frozen):
 class Example(_Frozen):
     """One line of an example dialogue (llm-fsm's ``example_dialogue``)."""
 
-    role: str
-    content: str
+    role: str = Field(description='Who speaks: "user" or "assistant".')
+    content: str = Field(description="What they say.")
 
 
 class State(_Frozen):
     id: str = Field(description="Unique identifier: letters, digits and underscores.")
-    description: str = ""
+    description: str = Field("", description="A short summary of the state, shown to the model.")
     purpose: str = Field("", description="What this state is for, shown to the model.")
     instructions: str = Field("", description="How the model should behave in this state.")
     required_context_keys: tuple[str, ...] = Field(
@@ -87,8 +87,8 @@ class FSMDefinition(_Frozen):
 
     schema_: str | None = Field(None, alias="$schema", description="Path or URL of this schema.")
     name: str = Field(description="Name of the conversation.")
-    description: str = ""
-    version: str = "1.0"
+    description: str = Field("", description="What the conversation is for, shown to the model.")
+    version: str = Field("1.0", description="Version of this definition, for your own bookkeeping.")
     initial_state: str = Field(description="Id of the state the conversation starts in.")
     persona: str = Field("", description="Who the assistant is and how it speaks.")
     states: dict[str, State] = Field(description="States keyed by id (a list of states also loads).")
@@ -103,3 +103,62 @@ class FSMDefinition(_Frozen):
 
     def state(self, state_id: str) -> State:
         return self.states[state_id]
+
+
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID = "urn:llm-fsm-runtime:schema:fsm-definition"
+_STATE_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"  # the loader's identifier rule
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema (Draft 2020-12) of a definition file, for editors and other tools.
+
+    It is generated from the models, with two shapes the loader accepts and the models do not show:
+    ``states`` as a map keyed by id (``id`` optional inside) or as a list (``id`` required), and
+    ``example_dialogue`` lines written llm-fsm style, ``{"user": "Hi"}``. ``schema/fsm.schema.json``
+    is a generated copy: ``llm-fsm schema --output schema/fsm.schema.json`` refreshes it.
+    """
+    generated = FSMDefinition.model_json_schema(by_alias=True)
+    defs = generated.pop("$defs")
+    state = defs["State"]
+    required = [key for key in state.pop("required", []) if key != "id"]  # the list form requires id, below
+    if required:
+        state["required"] = required
+    state["properties"]["id"]["pattern"] = _STATE_ID_PATTERN
+    examples = state["properties"]["example_dialogue"]
+    examples["items"] = {"anyOf": [examples["items"], _llm_fsm_example_line()]}
+    generated["properties"]["states"] = _states_schema(generated["properties"]["states"]["description"])
+    return {
+        "$schema": SCHEMA_DRAFT,
+        "$id": SCHEMA_ID,
+        "title": "llm-fsm definition",
+        "description": "A conversational state machine driven by an LLM (llm_fsm). States are keyed by id; a "
+        "state without transitions is terminal.",
+        **{key: value for key, value in generated.items() if key not in ("title", "description")},
+        "$defs": defs,
+    }
+
+
+def _states_schema(description: str) -> dict[str, Any]:
+    state = {"$ref": "#/$defs/State"}
+    return {
+        "description": description,
+        "anyOf": [
+            {
+                "type": "object",
+                "minProperties": 1,
+                "propertyNames": {"pattern": _STATE_ID_PATTERN},
+                "additionalProperties": state,
+            },
+            {"type": "array", "minItems": 1, "items": {"allOf": [state, {"required": ["id"]}]}},
+        ],
+    }
+
+
+def _llm_fsm_example_line() -> dict[str, Any]:
+    return {
+        "type": "object",
+        "description": 'An llm-fsm style line: role -> content, e.g. {"user": "Hi"}.',
+        "minProperties": 1,
+        "additionalProperties": {"type": "string"},
+    }

@@ -107,6 +107,10 @@ def load_text(text: str, *, source: str | None = None, strict: bool = False) -> 
     except _DuplicateKey as exc:
         problem = Problem("", f"duplicate key '{exc.key}' in one object", code="duplicate_key", source=source)
         return LoadReport(None, [problem], source=source)
+    except (RecursionError, ValueError) as exc:  # nesting too deep, or a number too long to convert
+        reason = "nesting is too deep" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
+        problem = Problem("", f"cannot read the JSON: {reason}", code="json", source=source)
+        return LoadReport(None, [problem], source=source)
     if not isinstance(data, dict):
         problem = Problem("", "a definition must be a JSON object", 1, 1, code="type", source=source)
         return LoadReport(None, [problem], source=source)

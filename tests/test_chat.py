@@ -168,3 +168,15 @@ def test_status_line_mentions_tokens():
 
     result = TurnResult("m", "b", "a", "hi", 1, {"k": 1}, (), 1, Usage(1, 2, 3), 0.1, False, {})
     assert status_line(result) == "state a → b · collected k · 1 LLM call · 3 tokens"
+
+
+def test_shell_completion_of_state_names_and_definition_files(monkeypatch):
+    from tests.conftest import ROOT
+
+    monkeypatch.chdir(ROOT)
+    words = "llm-fsm chat fsm_definitions/small_talk.json --state c"
+    env = {"_LLM_FSM_COMPLETE": "complete_bash", "COMP_WORDS": words, "COMP_CWORD": "4"}
+    result = runner.invoke(app, [], env=env, prog_name="llm-fsm")
+    assert result.stdout.split() == ["check_in", "chatting"]
+    env = {"_LLM_FSM_COMPLETE": "complete_bash", "COMP_WORDS": "llm-fsm run fsm_definitions/sm", "COMP_CWORD": "2"}
+    assert runner.invoke(app, [], env=env, prog_name="llm-fsm").stdout.split() == ["fsm_definitions/small_talk.json"]

@@ -180,3 +180,8 @@ def test_definition_is_immutable_and_hashable_content(signup):
         signup.name = "other"  # type: ignore[misc]
     assert signup.content_hash == llm_fsm.load(json.loads(json.dumps(SIGNUP))).content_hash
     assert signup.states["ask_email"].transitions_by_priority()[0].target_state == "done"
+
+
+def test_pathological_json_is_a_definition_error(tmp_path):
+    assert "too deep" in errors_of(tmp_path, "[" * 100_000 + "]" * 100_000).problems[0].message
+    assert errors_of(tmp_path, '{"name": ' + "9" * 5000 + "}").problems[0].code == "json"

@@ -20,7 +20,7 @@ import llm_fsm
 from llm_fsm.conversation import Conversation, TurnResult
 from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
-from llm_fsm.loader import DefinitionWarning
+from llm_fsm.loader import DefinitionWarning, inspect
 from llm_fsm.prompt import PromptBuilder, PromptSettings
 
 app = typer.Typer(
@@ -47,6 +47,41 @@ ApiBaseOption = Annotated[
 ]
 ApiKeyOption = Annotated[
     str | None, typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, help="Provider API key.")
+]
+
+
+def complete_definitions(incomplete: str) -> list[str]:
+    """Shell completion: ``*.json`` files and folders in the current folder (or the one typed so far)."""
+    folder, prefix = os.path.split(incomplete)
+    try:
+        entries = sorted(Path(folder or ".").iterdir())
+    except OSError:
+        return []
+    names = []
+    for entry in entries:
+        if not entry.name.startswith(prefix) or (entry.name.startswith(".") and not prefix.startswith(".")):
+            continue
+        if entry.is_dir():
+            names.append(os.path.join(folder, entry.name) + "/")
+        elif entry.suffix == ".json":
+            names.append(os.path.join(folder, entry.name))
+    return names
+
+
+def complete_states(ctx: typer.Context, args: list[str], incomplete: str) -> list[str]:
+    """Shell completion: the state ids of the definition given earlier on the command line."""
+    # While completing an option's value, click may leave the positional argument unparsed in args.
+    path = ctx.params.get("definition") or next((a for a in ctx.args if a.endswith(".json")), None)
+    if not path:
+        return []
+    report = inspect(path)
+    states = report.definition.states if report.definition else {}
+    return [state for state in states if state.startswith(incomplete)]
+
+
+DefinitionArgument = Annotated[
+    Path,
+    typer.Argument(help="The definition JSON file.", show_default=False, autocompletion=complete_definitions),
 ]
 
 
@@ -112,7 +147,7 @@ def _emit(result: TurnResult) -> None:
 
 @app.command()
 def run(
-    definition: Annotated[Path, typer.Argument(help="The definition JSON file.", show_default=False)],
+    definition: DefinitionArgument,
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,

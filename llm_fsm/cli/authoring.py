@@ -1,3 +1,171 @@
-"""Authoring commands: validate, graph, schema."""
+"""Authoring commands: ``validate`` (static analysis), ``graph`` (Mermaid or DOT) and ``schema``.
+
+They work on files alone and never import litellm, so they start fast and run offline. ``validate``
+exits 1 when a file has errors (or warnings, with ``--strict``); ``graph`` exits 2 on a definition
+that does not load; usage errors exit 2.
+"""
 
 from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from llm_fsm.analysis import Diagnostic, analyze
+from llm_fsm.cli import app, complete_definitions, fail, load_definition
+from llm_fsm.definition import json_schema
+from llm_fsm.graph import to_dot, to_mermaid
+
+if TYPE_CHECKING:
+    from rich.text import Text
+
+
+class ReportFormat(StrEnum):
+    text = "text"
+    json = "json"
+
+
+class GraphFormat(StrEnum):
+    mermaid = "mermaid"
+    dot = "dot"
+
+
+FilesArgument = Annotated[
+    list[Path],
+    typer.Argument(
+        metavar="FILE", help="Definition files to check.", show_default=False, autocompletion=complete_definitions
+    ),
+]
+DefinitionArgument = Annotated[
+    Path,
+    typer.Argument(
+        metavar="DEFINITION", help="The definition JSON file.", show_default=False, autocompletion=complete_definitions
+    ),
+]
+OutputOption = Annotated[
+    Path | None, typer.Option("--output", "-o", help="Write to this file instead of standard output.")
+]
+
+
+# ---------------------------------------------------------------- validate
+
+
+@app.command()
+def validate(
+    files: FilesArgument,
+    output_format: Annotated[ReportFormat, typer.Option("--format", "-f", help="Report format.")] = ReportFormat.text,
+    strict: Annotated[
+        bool, typer.Option("--strict", help="Unknown fields are errors, and any warning fails the check.")
+    ] = False,
+) -> None:
+    """Check definition files: every load error and design warning, with file:line:column and a hint."""
+    results = [(str(path), _analyze(path, strict)) for path in files]
+    if output_format is ReportFormat.json:
+        diagnostics = [d.to_dict() for _, found in results for d in found]
+        typer.echo(json.dumps(diagnostics, indent=2, ensure_ascii=False))
+    else:
+        _print_report(results, strict)
+    raise typer.Exit(1 if _failed([d for _, found in results for d in found], strict) else 0)
+
+
+def _analyze(path: Path, strict: bool) -> list[Diagnostic]:
+    try:
+        return analyze(path, strict=strict)
+    except Exception as exc:  # a bug in the analysis must not end the run with a traceback
+        message = f"could not analyze the file: {type(exc).__name__}: {exc}"
+        return [Diagnostic("error", "internal", "", None, None, message, "please report this", str(path))]
+
+
+def _failed(diagnostics: Sequence[Diagnostic], strict: bool) -> bool:
+    return any(d.severity == "error" for d in diagnostics) or (strict and bool(diagnostics))
+
+
+def _print_report(results: Sequence[tuple[str, Sequence[Diagnostic]]], strict: bool) -> None:
+    from rich.console import Console
+    from rich.text import Text
+
+    console = Console(highlight=False, soft_wrap=True)
+    for file, diagnostics in results:
+        header = Text(file, style="bold")
+        header.append("  ")
+        header.append(_counts(diagnostics) if diagnostics else "ok", style=_style(diagnostics))
+        console.print(header)
+        for diagnostic in diagnostics:
+            console.print(_line(diagnostic, file))
+            if diagnostic.hint:
+                console.print(Text(f"    hint: {diagnostic.hint}", style="dim"))
+    every = [d for _, diagnostics in results for d in diagnostics]
+    summary = f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {_counts(every, zero=True)}"
+    if strict and every and not any(d.severity == "error" for d in every):
+        summary += " (--strict: warnings fail the check)"
+    console.print(Text(summary, style=_style(every)))
+
+
+def _line(diagnostic: Diagnostic, file: str) -> Text:
+    from rich.text import Text
+
+    where = diagnostic.file or file
+    if diagnostic.line is not None:
+        where += f":{diagnostic.line}:{diagnostic.column}"
+    text = Text(f"  {where}: ")
+    text.append(f"{diagnostic.severity}[{diagnostic.code}]", style=_style([diagnostic]))
+    text.append(f" {diagnostic.path}: " if diagnostic.path else " ")
+    text.append(diagnostic.message)
+    return text
+
+
+def _counts(diagnostics: Sequence[Diagnostic], zero: bool = False) -> str:
+    errors = sum(d.severity == "error" for d in diagnostics)
+    warnings = len(diagnostics) - errors
+    parts = [(errors, "error"), (warnings, "warning")]
+    return ", ".join(f"{n} {word}{'s' if n != 1 else ''}" for n, word in parts if n or zero)
+
+
+def _style(diagnostics: Sequence[Diagnostic]) -> str:
+    if any(d.severity == "error" for d in diagnostics):
+        return "bold red"
+    return "yellow" if diagnostics else "green"
+
+
+# ---------------------------------------------------------------- graph and schema
+
+
+@app.command()
+def graph(
+    definition: DefinitionArgument,
+    output_format: Annotated[GraphFormat, typer.Option("--format", "-f", help="Diagram language.")] = (
+        GraphFormat.mermaid
+    ),
+    output: OutputOption = None,
+) -> None:
+    """Draw the state graph as Mermaid (stateDiagram-v2) or Graphviz DOT text."""
+    try:
+        fsm = load_definition(definition)
+    except (RecursionError, ValueError) as exc:  # JSON the loader cannot even parse
+        fail(f"{definition}: invalid JSON: {exc}", 2)
+    _write(to_dot(fsm) if output_format is GraphFormat.dot else to_mermaid(fsm), output)
+
+
+@app.command()
+def schema(output: OutputOption = None) -> None:
+    """Print the JSON Schema of definition files (for editors: set "$schema" in your file to its path)."""
+    _write(schema_text(), output)
+
+
+def schema_text() -> str:
+    """The JSON Schema as written to ``schema/fsm.schema.json``: 2-space indent, trailing newline."""
+    return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
+
+
+def _write(text: str, output: Path | None) -> None:
+    if output is None:
+        typer.echo(text, nl=False)
+        return
+    try:
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {output}: {exc.strerror or exc}", 2)

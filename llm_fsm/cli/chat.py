@@ -20,7 +20,17 @@ from rich.console import Console
 from rich.text import Text
 
 import llm_fsm
-from llm_fsm.cli import ApiBaseOption, ApiKeyOption, ModelOption, app, fail, load_definition, make_client
+from llm_fsm.cli import (
+    ApiBaseOption,
+    ApiKeyOption,
+    DefinitionArgument,
+    ModelOption,
+    app,
+    complete_states,
+    fail,
+    load_definition,
+    make_client,
+)
 from llm_fsm.conversation import Conversation, StreamEvent, TurnResult
 from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
@@ -252,11 +262,13 @@ def _warm_up(llm: LLMClient) -> None:
 
 @app.command()
 def chat(
-    definition: Annotated[Path, typer.Argument(help="The definition JSON file.", show_default=False)],
+    definition: DefinitionArgument,
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,
-    state: Annotated[str | None, typer.Option("--state", help="Start in this state.")] = None,
+    state: Annotated[
+        str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
+    ] = None,
     context: Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")] = None,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
