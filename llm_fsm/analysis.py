@@ -29,19 +29,17 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import random
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from llm_fsm import logic
-from llm_fsm.definition import Condition, FSMDefinition, State, Transition
-from llm_fsm.engine import unmet_condition
-from llm_fsm.errors import LogicError, Problem
+from llm_fsm.definition import FSMDefinition, State, Transition
+from llm_fsm.errors import Problem
 from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
+from llm_fsm.witness import condition_keys, find_witness
 
 Severity = Literal["error", "warning"]
 Source = str | os.PathLike[str] | Mapping[str, Any]
@@ -247,14 +245,6 @@ def _root(key: str) -> str:
     return key.split(".", 1)[0]
 
 
-def condition_keys(condition: Condition) -> list[str]:
-    """The context keys a condition needs, as written (dotted paths included), in order."""
-    keys = dict.fromkeys(condition.requires_context_keys)
-    if condition.logic is not None:
-        keys.update(dict.fromkeys(sorted(logic.keys_read(condition.logic))))
-    return list(keys)
-
-
 def _mentions(texts: Sequence[str], key: str) -> bool:
     pattern = re.compile(rf"(?<![\w.]){re.escape(key)}(?!\w)")
     return any(pattern.search(text) for text in texts)
@@ -350,185 +340,3 @@ def _ambiguous_priorities(definition: FSMDefinition) -> Iterator[Finding]:
 
 def _compact(value: object) -> str:
     return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, sort_keys=True)
-
-
-# ---------------------------------------------------------------- can conditions hold together?
-
-Score = Callable[[dict[str, object]], int]  # candidate assignment -> number of condition parts that hold
-_MISSING = object()  # the key is absent from the context
-_GENERIC: tuple[object, ...] = (True, False, 0, 1, "x")
-_COMPARISONS = frozenset({"==", "!=", "===", "!==", "<", "<=", ">", ">=", "in"})
-_EXHAUSTIVE_LIMIT = 512  # contexts tried one by one when the candidate product is this small
-_CLIMB_ROUNDS = 4
-_RANDOM_SAMPLES = 256
-
-
-def find_witness(transitions: Sequence[Transition]) -> dict[str, Any] | None:
-    """A context on which every one of ``transitions`` holds, or None if none was found.
-
-    Candidate values for each key come from the constants its rules compare it with (and their
-    neighbours, for ranges), the constants anywhere in the rules, a few generic values, and absence.
-    Small candidate spaces are searched exhaustively; larger ones by hill-climbing on the number of
-    parts that hold (required keys and conjuncts), then by seeded random sampling. A returned context
-    is a real witness (the engine's own condition check accepts it); None only means none was found.
-    """
-    parts = [part for t in transitions for c in t.conditions for part in _parts(c)]
-    keys = sorted({key for t in transitions for c in t.conditions for key in condition_keys(c)})
-    options = {key: _candidates(key, [c.logic for t in transitions for c in t.conditions]) for key in keys}
-
-    def score(choice: dict[str, object]) -> int:
-        context = _context(choice)
-        return sum(_holds(part, context) for part in parts)
-
-    for choice in _choices(keys, options, score):
-        context = _context(choice)
-        if all(unmet_condition(t, context) is None for t in transitions):
-            return context
-    return None
-
-
-def _parts(condition: Condition) -> list[object]:
-    """The rules that must all hold for ``condition`` to hold: one per required key, one per conjunct."""
-    parts: list[object] = [{"has_context": key} for key in condition.requires_context_keys]
-    todo = [condition.logic] if condition.logic is not None else []
-    while todo:
-        rule = todo.pop()
-        if isinstance(rule, dict) and list(rule) == ["and"] and isinstance(rule["and"], list):
-            todo += rule["and"]
-        else:
-            parts.append(rule)
-    return parts
-
-
-def _holds(rule: object, context: dict[str, Any]) -> bool:
-    try:
-        return logic.truthy(logic.evaluate(rule, context))
-    except LogicError:
-        return False
-
-
-def _choices(keys: list[str], options: dict[str, list[object]], score: Score) -> Iterator[dict[str, object]]:
-    """Assignments of candidate values to keys, in the order they are worth trying."""
-    sizes = [len(options[key]) for key in keys]
-    total = 1
-    for size in sizes:
-        total *= size
-    if total <= _EXHAUSTIVE_LIMIT:
-        for values in itertools.product(*(options[key] for key in keys)):
-            yield dict(zip(keys, values, strict=True))
-        return
-    yield _climb(keys, options, score)
-    rng = random.Random(0)
-    for _ in range(_RANDOM_SAMPLES):
-        yield {key: rng.choice(options[key]) for key in keys}
-
-
-def _climb(keys: list[str], options: dict[str, list[object]], score: Score) -> dict[str, object]:
-    """Change one key at a time while that makes more conditions hold."""
-    choice = {key: options[key][0] for key in keys}
-    best = score(choice)
-    for _ in range(_CLIMB_ROUNDS):
-        improved = False
-        for key in keys:
-            for value in options[key]:
-                trial = {**choice, key: value}
-                if (points := score(trial)) > best:
-                    choice, best, improved = trial, points, True
-        if not improved:
-            break
-    return choice
-
-
-def _context(choice: dict[str, object]) -> dict[str, Any]:
-    """A context from dotted keys (``user.email``) and values; absent keys are left out."""
-    context: dict[str, Any] = {}
-    for key, value in sorted(choice.items()):
-        if value is _MISSING:
-            continue
-        *parents, last = key.split(".")
-        node = context
-        for part in parents:
-            if not isinstance(node.get(part), dict):
-                node[part] = {}
-            node = node[part]
-        node[last] = value
-    return context
-
-
-def _candidates(key: str, rules: list[object]) -> list[object]:
-    values: list[object] = [_MISSING]
-    needles: list[str] = []
-    for rule in rules:
-        compared, found = _compared_constants(key, rule)
-        values += [v for c in compared for v in _neighbours(c)]
-        needles += found
-    if needles:
-        values.append("".join(dict.fromkeys(needles)))
-    values += _GENERIC
-    values += [c for rule in rules for c in _scalars(rule)]
-    return _unique(values)
-
-
-def _compared_constants(key: str, rule: object) -> tuple[list[object], list[str]]:
-    """Constants compared with ``{"var": key}`` in ``rule``, and strings tested to be inside it."""
-    constants: list[object] = []
-    needles: list[str] = []
-    for op, args in _operators(rule):
-        if op not in _COMPARISONS or not any(_var_name(arg) == key for arg in args):
-            continue
-        for arg in args:
-            if isinstance(arg, list):
-                constants += [item for item in arg if not isinstance(item, (dict, list))]
-            elif not isinstance(arg, dict):
-                constants.append(arg)
-        if op == "in" and len(args) == 2 and _var_name(args[1]) == key and isinstance(args[0], str):
-            needles.append(args[0])
-    return constants, needles
-
-
-def _operators(rule: object) -> Iterator[tuple[str, list[object]]]:
-    """Every (operator, arguments) node in ``rule``, depth first."""
-    if isinstance(rule, list):
-        for item in rule:
-            yield from _operators(item)
-    elif isinstance(rule, dict) and len(rule) == 1:
-        op, raw = next(iter(rule.items()))
-        args = list(raw) if isinstance(raw, list) else [raw]
-        yield str(op), args
-        for arg in args:
-            yield from _operators(arg)
-
-
-def _var_name(node: object) -> str | None:
-    if not isinstance(node, dict) or len(node) != 1 or "var" not in node:
-        return None
-    path = node["var"]
-    path = path[0] if isinstance(path, list) and path else path
-    return path if isinstance(path, str) else None
-
-
-def _scalars(rule: object) -> Iterator[object]:
-    """The constants written anywhere in ``rule`` (not the arguments of ``var`` and the like)."""
-    for op, args in _operators(rule):
-        if op in ("var", "missing", "missing_some", "has_context"):
-            continue
-        for arg in args:
-            items = arg if isinstance(arg, list) else [arg]
-            yield from (item for item in items if not isinstance(item, (dict, list)))
-
-
-def _neighbours(constant: object) -> list[object]:
-    if isinstance(constant, (int, float)) and not isinstance(constant, bool):
-        return [constant, constant + 1, constant - 1]
-    return [constant]
-
-
-def _unique(values: list[object]) -> list[object]:
-    seen: set[tuple[str, str]] = set()
-    result = []
-    for value in values:
-        marker = ("missing", "") if value is _MISSING else (type(value).__name__, repr(value))
-        if marker not in seen:
-            seen.add(marker)
-            result.append(value)
-    return result

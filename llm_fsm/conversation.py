@@ -13,7 +13,7 @@ from __future__ import annotations
 import copy
 import threading
 import time
-from collections.abc import AsyncIterator, Iterator, Mapping
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any, Union
 
@@ -177,7 +177,7 @@ class Conversation:
         turn = self._begin(text)
         return await self._arun(turn)
 
-    def stream(self, text: str | None = None) -> Iterator[StreamEvent]:
+    def stream(self, text: str | None = None) -> Generator[StreamEvent, None, None]:
         """Run a turn (``text=None``: the opening) and yield its events as they happen.
 
         Yields :class:`MessageDelta` for message text whose transition has been checked,
@@ -203,7 +203,7 @@ class Conversation:
         finally:
             self._busy = False
 
-    async def astream(self, text: str | None = None) -> AsyncIterator[StreamEvent]:
+    async def astream(self, text: str | None = None) -> AsyncGenerator[StreamEvent, None]:
         """The async form of :meth:`stream`."""
         turn = self._begin(text)
         self._busy = True

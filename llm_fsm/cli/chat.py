@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -196,7 +196,7 @@ def show_help(_: str) -> None:
         console.print(f"  [bold]{name:<12}[/] {text}")
 
 
-def _show(events: Iterator[StreamEvent]) -> TurnResult:
+def _show(events: Iterable[StreamEvent]) -> TurnResult:
     """Render the message while it streams; return the turn's result (printed by the caller)."""
     # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
     from rich.live import Live
