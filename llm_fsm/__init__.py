@@ -8,12 +8,13 @@
 Importing this package is cheap: litellm is imported on the first model call.
 """
 
-from llm_fsm.conversation import Conversation, TurnResult
+from llm_fsm.conversation import Conversation
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
-from llm_fsm.engine import Exchange, Rejection, Snapshot
+from llm_fsm.engine import Exchange, Origin, PendingEvent, Rejection, Snapshot
 from llm_fsm.errors import (
     ConversationEnded,
     ConversationError,
+    ConversationPaused,
     DefinitionError,
     FSMError,
     LLMAuthError,
@@ -24,14 +25,25 @@ from llm_fsm.errors import (
     LogicError,
     Problem,
     PromptError,
+    ResumeError,
 )
+from llm_fsm.hooks import Break, HandlerError, Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient, LLMRequest, LLMResponse, Usage
 from llm_fsm.loader import DefinitionWarning, load
 from llm_fsm.prompt import PromptBuilder, PromptSettings
+from llm_fsm.turn import RefinementError, TurnResult
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "Break",
+    "ConversationPaused",
+    "HandlerError",
+    "Hooks",
+    "Origin",
+    "PendingEvent",
+    "RefinementError",
+    "ResumeError",
     "Condition",
     "Conversation",
     "ConversationEnded",

@@ -1,31 +1,45 @@
-"""The public shell: a conversation holds a snapshot and runs render → LLM → parse → decide → commit.
+"""The public shell: a conversation holds a snapshot and runs turns (see :mod:`llm_fsm.turn`).
 
 A turn makes one model call when the reply is valid. An invalid reply (unparseable, unknown or
-disallowed target, unmet condition) gets up to ``max_corrections`` corrective calls whose prompt
-says exactly what was wrong. If the reply is still invalid, the conversation stays where it is,
-keeps the context updates that were valid, and answers with ``fallback_message``: a message that
-describes a state the conversation did not enter is never returned. A turn that fails (the model
-cannot be reached) raises and changes nothing.
+disallowed target, unmet condition, a value its schema refuses) gets up to ``max_corrections``
+corrective calls whose prompt says exactly what was wrong; failed acceptance checks get up to the
+state's ``max_retries`` calls with feedback; no turn makes more than ``max_calls_per_turn`` calls.
+If the reply is still invalid, the conversation stays where it is, keeps the context updates that
+were valid, and answers with ``fallback_message``: a message that describes a state the
+conversation did not enter is never returned. A turn that fails raises and changes nothing.
+
+Handlers (:mod:`llm_fsm.hooks`) may pause the conversation by raising ``Break``; ``resume`` with
+the pending event's token continues it, exactly once.
 """
 
 from __future__ import annotations
 
 import copy
 import threading
-import time
-from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator, Mapping
-from dataclasses import asdict, dataclass, field
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from typing import Any, Union
 
-from llm_fsm.contract import ReplyFormatError, parse_reply, reply_schema
+from llm_fsm.contract import reply_schema
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Decision, Exchange, Rejection, Snapshot, commit, decide, initial_snapshot
-from llm_fsm.errors import ConversationEnded, ConversationError, LLMError
-from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, Usage
+from llm_fsm.engine import Exchange, PendingEvent, Snapshot, apply_delta, initial_snapshot, merge, record
+from llm_fsm.errors import (
+    ConversationEnded,
+    ConversationError,
+    ConversationPaused,
+    DefinitionError,
+    LLMError,
+    Problem,
+    ResumeError,
+)
+from llm_fsm.hooks import Hooks, Invocation, call, logger, selected
+from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
+from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
+from llm_fsm.turn import Call, TurnResult, TurnRunner
 
 StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
+Steps = Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]
 
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
 
@@ -41,47 +55,13 @@ def _shared_builder() -> PromptBuilder:
     return _default_builder
 
 
-@dataclass(frozen=True)
-class TurnResult:
-    """What one turn did. ``previous_state`` is None for the opening message."""
-
-    message: str
-    state: str
-    previous_state: str | None
-    user: str | None
-    turn: int
-    context_updates: dict[str, Any]
-    rejected: tuple[Rejection, ...]
-    llm_calls: int
-    usage: Usage
-    latency: float
-    ended: bool
-    context: dict[str, Any] = field(repr=False)
-
-    @property
-    def transitioned(self) -> bool:
-        return self.previous_state is not None and self.previous_state != self.state
-
-    def to_dict(self) -> dict[str, Any]:
-        """A JSON-serialisable dict (the shape ``llm-fsm run`` prints)."""
-        return {
-            "turn": self.turn,
-            "user": self.user,
-            "message": self.message,
-            "state": self.state,
-            "previous_state": self.previous_state,
-            "context": self.context,
-            "context_updates": self.context_updates,
-            "llm_calls": self.llm_calls,
-            "rejected": [r.model_dump(exclude_none=True) for r in self.rejected],
-            "usage": asdict(self.usage),
-            "latency_ms": round(self.latency * 1000, 3),
-            "ended": self.ended,
-        }
-
-
 class Conversation:
-    """One conversation with a definition, driven by ``llm``. Not safe for two turns at once."""
+    """One conversation with a definition, driven by ``llm``. Not safe for two turns at once.
+
+    ``hooks`` holds the handlers and named checks (share one :class:`Hooks` between the
+    conversations of a runtime); every handler and Python check the definition names must be
+    registered there, or construction fails with a :class:`DefinitionError` naming them.
+    """
 
     def __init__(
         self,
@@ -90,7 +70,9 @@ class Conversation:
         state: str | None = None,
         context: Mapping[str, Any] | None = None,
         *,
+        hooks: Hooks | None = None,
         max_corrections: int = 1,
+        max_calls_per_turn: int = 8,
         fallback_message: str = DEFAULT_FALLBACK,
         prompt: PromptBuilder | None = None,
     ) -> None:
@@ -98,11 +80,20 @@ class Conversation:
             raise ConversationError(f"unknown state '{state}'", state=state)
         self.definition = definition
         self.llm = llm
+        self.hooks = hooks if hooks is not None else Hooks()
+        _check_bindings(definition, self.hooks)
         self.max_corrections = max(0, max_corrections)
+        self.max_calls_per_turn = max(1, max_calls_per_turn)
         self.fallback_message = fallback_message
         self.prompt = prompt or _shared_builder()
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
         self._busy = False
+
+    # -- hooks ----------------------------------------------------------------------------------
+
+    def on(self, *timings: Any, **filters: Any) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: register a handler on this conversation (see :meth:`Hooks.on`)."""
+        return self.hooks.on(*timings, **filters)
 
     # -- state ----------------------------------------------------------------------------------
 
@@ -116,12 +107,26 @@ class Conversation:
         return copy.deepcopy(self._snapshot.context)
 
     @property
+    def provenance(self) -> dict[str, Any]:
+        """Who set each context key, and on which turn."""
+        return {k: v.model_dump() for k, v in self._snapshot.provenance.items()}
+
+    @property
     def history(self) -> tuple[Exchange, ...]:
         return self._snapshot.history
 
     @property
     def ended(self) -> bool:
         return self._snapshot.status == "ended"
+
+    @property
+    def paused(self) -> bool:
+        return self._snapshot.status == "paused"
+
+    @property
+    def pending(self) -> PendingEvent | None:
+        """The event the conversation waits for while paused (reason, payload, token), else None."""
+        return self._snapshot.pending
 
     @property
     def status(self) -> str:
@@ -157,25 +162,44 @@ class Conversation:
         conversation._snapshot = snap
         return conversation
 
+    def update_context(self, delta: Mapping[str, Any]) -> None:
+        """Set (or, with None, delete) context keys from code, outside any turn (provenance ``user_code``)."""
+        if self._busy:
+            raise ConversationError("a turn of this conversation is in progress", state=self.state)
+        snap = self._snapshot
+        context = apply_delta(snap.context, dict(delta))
+        deleted = [k for k, v in delta.items() if v is None]
+        provenance = record(
+            snap.provenance, [k for k, v in delta.items() if v is not None], "user_code", snap.turns, deleted
+        )
+        self._snapshot = snap.model_copy(update={"context": context, "provenance": provenance})
+
     # -- turns ----------------------------------------------------------------------------------
 
     def start(self) -> TurnResult:
         """The opening message of the current state, with one model call."""
-        turn = self._begin(None)
-        return self._run(turn)
+        return self._run(self._steps(None))
 
     def send(self, text: str) -> TurnResult:
         """Answer the user's ``text``: one model call when the reply is valid."""
-        turn = self._begin(text)
-        return self._run(turn)
+        return self._run(self._steps(text))
 
     async def astart(self) -> TurnResult:
-        turn = self._begin(None)
-        return await self._arun(turn)
+        return await self._arun(self._steps(None))
 
     async def asend(self, text: str) -> TurnResult:
-        turn = self._begin(text)
-        return await self._arun(turn)
+        return await self._arun(self._steps(text))
+
+    def resume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
+        """Continue a paused conversation: merge ``result`` into the context, then one model call.
+
+        Works once per token: a second call with the same token raises :class:`ResumeError` and
+        changes nothing. If the model call fails, nothing changes and the token stays valid.
+        """
+        return self._run(self._resume_steps(token, result))
+
+    async def aresume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
+        return await self._arun(self._resume_steps(token, result))
 
     def stream(self, text: str | None = None) -> Generator[StreamEvent, None, None]:
         """Run a turn (``text=None``: the opening) and yield its events as they happen.
@@ -184,159 +208,193 @@ class Conversation:
         :class:`MessageReset` if shown text must be discarded, and last the :class:`TurnResult`.
         Closing the iterator early leaves the conversation exactly as it was before the turn.
         """
-        turn = self._begin(text)
+        steps = self._steps(text)
         self._busy = True
         try:
-            request: LLMRequest | None = turn.first_request()
-            while request is not None:
-                watcher = MessageWatcher(self.definition, turn.snapshot)
+            shown, call = "", next(steps)
+            while True:
+                watcher = self._watcher(call)
                 response = None
-                for item in _stream_of(self.llm, request):
+                for item in _stream_of(self.llm, call) if watcher else [self._complete(call)]:
                     if isinstance(item, LLMResponse):
                         response = item
-                    elif delta := watcher.feed(item):
+                    elif delta := watcher.feed(item):  # type: ignore[union-attr]
+                        shown += delta
                         yield MessageDelta(delta)
-                request = turn.feed(_required(response))
-                if watcher.shown and not turn.accepted:
+                try:
+                    call = steps.send(_required(response))
+                except StopIteration as done:
+                    result = self._commit(done.value)
+                    break
+                if shown and call.kind == "reply":
+                    shown = ""
                     yield MessageReset("the reply was not accepted")
-            yield self._finish(turn)
+            if shown and shown != result.message:
+                yield MessageReset("the turn ended with another message")
+            yield result
+        except BaseException as exc:
+            self._fire_error(exc)
+            raise
         finally:
+            steps.close()
             self._busy = False
 
     async def astream(self, text: str | None = None) -> AsyncGenerator[StreamEvent, None]:
         """The async form of :meth:`stream`."""
-        turn = self._begin(text)
+        steps = self._steps(text)
         self._busy = True
         try:
-            request: LLMRequest | None = turn.first_request()
-            while request is not None:
-                watcher = MessageWatcher(self.definition, turn.snapshot)
+            shown, call = "", next(steps)
+            while True:
+                watcher = self._watcher(call)
                 response = None
-                async for item in _astream_of(self.llm, request):
-                    if isinstance(item, LLMResponse):
-                        response = item
-                    elif delta := watcher.feed(item):
-                        yield MessageDelta(delta)
-                request = turn.feed(_required(response))
-                if watcher.shown and not turn.accepted:
+                if watcher:
+                    async for item in _astream_of(self.llm, call):
+                        if isinstance(item, LLMResponse):
+                            response = item
+                        elif delta := watcher.feed(item):
+                            shown += delta
+                            yield MessageDelta(delta)
+                else:
+                    response = await self.llm.acomplete(call.request)
+                try:
+                    call = steps.send(_required(response))
+                except StopIteration as done:
+                    result = self._commit(done.value)
+                    break
+                if shown and call.kind == "reply":
+                    shown = ""
                     yield MessageReset("the reply was not accepted")
-            yield self._finish(turn)
+            if shown and shown != result.message:
+                yield MessageReset("the turn ended with another message")
+            yield result
+        except BaseException as exc:
+            self._fire_error(exc)
+            raise
         finally:
+            steps.close()
             self._busy = False
 
-    def _begin(self, user: str | None) -> _Turn:
+    # -- running turns --------------------------------------------------------------------------
+
+    def _steps(self, user: str | None) -> Steps:
         if self.ended:
             raise ConversationEnded(f"the conversation has ended in state '{self.state}'", state=self.state)
+        if self.paused:
+            reason = self.pending.reason if self.pending else "paused"
+            raise ConversationPaused(
+                f"the conversation is paused ({reason}); call resume() with its token", state=self.state
+            )
         if user is None and self._snapshot.history:
             raise ConversationError("start() was already called; use send()", state=self.state)
         if user is not None and not isinstance(user, str):
             raise TypeError(f"send() takes a str, not {type(user).__name__}")
         if self._busy:
             raise ConversationError("another turn of this conversation is in progress", state=self.state)
-        return _Turn(self, user)
+        return TurnRunner(self, user, base=self._snapshot).run()
 
-    def _run(self, turn: _Turn) -> TurnResult:
-        self._busy = True
-        try:
-            request: LLMRequest | None = turn.first_request()
-            while request is not None:
-                request = turn.feed(self.llm.complete(request))
-            return self._finish(turn)
-        finally:
-            self._busy = False
-
-    async def _arun(self, turn: _Turn) -> TurnResult:
-        self._busy = True
-        try:
-            request: LLMRequest | None = turn.first_request()
-            while request is not None:
-                request = turn.feed(await self.llm.acomplete(request))
-            return self._finish(turn)
-        finally:
-            self._busy = False
-
-    def _finish(self, turn: _Turn) -> TurnResult:
-        decision, message = turn.outcome()
-        before = self._snapshot
-        self._snapshot = commit(self.definition, before, decision, user=turn.user, message=message)
-        return TurnResult(
-            message=message,
-            state=decision.state,
-            previous_state=None if turn.user is None else before.state,
-            user=turn.user,
-            turn=self._snapshot.turns,
-            context_updates=decision.applied,
-            rejected=tuple(turn.rejected),
-            llm_calls=turn.calls,
-            usage=turn.usage,
-            latency=time.perf_counter() - turn.started,
-            ended=self.ended,
-            context=copy.deepcopy(decision.context),
+    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Steps:
+        snap = self._snapshot
+        if token in snap.used_tokens:
+            raise ResumeError("this resume token was already used: a pause is resumed exactly once", state=self.state)
+        if snap.pending is None:
+            raise ResumeError("the conversation is not paused: there is nothing to resume", state=self.state)
+        if token != snap.pending.token:
+            raise ResumeError("this is not the token of the pending event", state=self.state)
+        if self._busy:
+            raise ConversationError("another turn of this conversation is in progress", state=self.state)
+        delta = dict(result or {})
+        provenance = record(snap.provenance, list(delta), "resume", snap.turns)
+        status = "ended" if self.definition.states[snap.state].terminal else "active"
+        base = snap.model_copy(
+            update={
+                "context": merge(snap.context, delta),
+                "provenance": provenance,
+                "pending": None,
+                "status": status,
+                "used_tokens": (*snap.used_tokens, token),
+            }
         )
+        note = self.prompt.resume_note(snap.pending.reason, delta)
+        return TurnRunner(self, None, base=base, note=note).run()
 
-
-class _Turn:
-    """The bookkeeping of one turn in progress; the conversation's snapshot is untouched until it ends."""
-
-    def __init__(self, conversation: Conversation, user: str | None) -> None:
-        self.conversation = conversation
-        self.user = user
-        self.snapshot = conversation._snapshot
-        self.started = time.perf_counter()
-        self.calls = 0
-        self.usage = Usage()
-        self.rejected: list[Rejection] = []
-        self._accepted: tuple[Decision, str] | None = None
-        self._last_valid: Decision | None = None
-        self._messages: list[dict[str, str]] = []
-
-    def first_request(self) -> LLMRequest:
-        c = self.conversation
-        self._messages = c.prompt.messages(c.definition, self.snapshot, self.user)
-        return self._request(self._messages)
-
-    def _request(self, messages: list[dict[str, str]]) -> LLMRequest:
-        schema, strict = _reply_schemas(self.conversation.definition, self.snapshot.state)
-        return LLMRequest(messages, schema, strict)
-
-    def feed(self, response: LLMResponse) -> LLMRequest | None:
-        """Take one model response; return the corrective request, or None when the turn is decided."""
-        self.calls += 1
-        self.usage += response.usage
-        c = self.conversation
+    def _run(self, steps: Steps) -> TurnResult:
+        self._busy = True
         try:
-            reply = parse_reply(response.text)
-        except ReplyFormatError as exc:
-            problems: tuple[Rejection, ...] = (Rejection(kind="format", reason=str(exc), attempt=self.calls),)
-        else:
-            decision = decide(c.definition, self.snapshot, reply, attempt=self.calls)
-            self.rejected.extend(decision.rejected)
-            if decision.accepted:
-                self._accepted = (decision, reply.message)
-                return None
-            self._last_valid = decision
-            problems = tuple(r for r in decision.rejected if r.kind != "context_key")
-        if problems[0].kind == "format":
-            self.rejected.extend(problems)
-        if self.calls > c.max_corrections:
+            call = next(steps)
+            while True:
+                call = steps.send(self._complete(call))
+        except StopIteration as done:
+            return self._commit(done.value)
+        except BaseException as exc:
+            self._fire_error(exc)
+            raise
+        finally:
+            self._busy = False
+
+    async def _arun(self, steps: Steps) -> TurnResult:
+        self._busy = True
+        try:
+            call = next(steps)
+            while True:
+                call = steps.send(await self.llm.acomplete(call.request))
+        except StopIteration as done:
+            return self._commit(done.value)
+        except BaseException as exc:
+            self._fire_error(exc)
+            raise
+        finally:
+            self._busy = False
+
+    def _complete(self, call: Call) -> LLMResponse:
+        return self.llm.complete(call.request)
+
+    def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
+        self._snapshot, result = outcome
+        return result
+
+    def _watcher(self, call: Call) -> MessageWatcher | None:
+        """Watch reply calls in states without checks (with checks, text shows once it passed them)."""
+        if call.kind != "reply" or self.definition.states[self.state].checks:
             return None
-        correction = c.prompt.correction(problems, self.snapshot.state)
-        extra = [{"role": "assistant", "content": response.text}, {"role": "user", "content": correction}]
-        return self._request([*self._messages, *extra])
+        return MessageWatcher(self.definition, self._snapshot)
 
-    @property
-    def accepted(self) -> bool:
-        return self._accepted is not None
+    def _fire_error(self, exc: BaseException) -> None:
+        """Run ``error`` handlers; their own failures are logged, never raised over the original."""
+        if not isinstance(exc, Exception):
+            return
+        listed = frozenset(self.definition.states[self.state].handlers)
+        for handler in selected(self.hooks, Invocation("error", self.state, listed=listed)):
+            arguments = {"conversation": self, "timing": "error", "state": self.state, "error": exc}
+            try:
+                call(handler, arguments)
+            except BaseException as failure:  # noqa: BLE001 (an error handler must not mask the error)
+                logger.warning("error handler %r failed: %s", handler.name, failure)
 
-    def outcome(self) -> tuple[Decision, str]:
-        """The accepted decision and message, or the fallback: stay, keep the valid updates."""
-        if self._accepted is not None:
-            return self._accepted
-        c = self.conversation
-        kept = self._last_valid
-        context = kept.context if kept else self.snapshot.context
-        applied = kept.applied if kept else {}
-        return Decision(False, self.snapshot.state, context, applied, ()), c.fallback_message
+    def reply_schemas(self, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+        return _reply_schemas(self.definition, state_id)
+
+
+def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
+    """Every handler and Python check the definition names must be registered."""
+    problems = []
+    named = sorted(h.name for h in hooks.handlers if h.named)
+    for sid, state in definition.states.items():
+        for i, name in enumerate(state.handlers):
+            if hooks.named_handler(name) is None:
+                message = f"state '{sid}' names handler '{name}', which is not registered"
+                problems.append(
+                    Problem(
+                        f"states.{sid}.handlers[{i}]", message, hint=did_you_mean(name, named), code="unbound_handler"
+                    )
+                )
+        for i, check in enumerate(state.checks):
+            if check.kind == "python" and check.name not in hooks.checks:
+                message = f"state '{sid}' uses python check '{check.name}', which is not registered"
+                hint = did_you_mean(check.name, sorted(hooks.checks))
+                problems.append(Problem(f"states.{sid}.checks[{i}].name", message, hint=hint, code="unbound_check"))
+    if problems:
+        raise DefinitionError(problems, source=definition.name)
 
 
 _schemas: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
@@ -357,18 +415,18 @@ def _reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, 
     return schemas
 
 
-def _stream_of(llm: LLMClient, request: LLMRequest) -> Iterator[str | LLMResponse]:
+def _stream_of(llm: LLMClient, call: Call) -> Iterator[str | LLMResponse]:
     if isinstance(llm, StreamingLLMClient):
-        return llm.stream_complete(request)
-    return iter([llm.complete(request)])  # a client that cannot stream answers in one piece
+        return llm.stream_complete(call.request)
+    return iter([llm.complete(call.request)])  # a client that cannot stream answers in one piece
 
 
-async def _astream_of(llm: LLMClient, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+async def _astream_of(llm: LLMClient, call: Call) -> AsyncIterator[str | LLMResponse]:
     if isinstance(llm, StreamingLLMClient):
-        async for item in llm.astream_complete(request):
+        async for item in llm.astream_complete(call.request):
             yield item
     else:
-        yield await llm.acomplete(request)
+        yield await llm.acomplete(call.request)
 
 
 def _required(response: LLMResponse | None) -> LLMResponse:

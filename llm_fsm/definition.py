@@ -10,7 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 from functools import cached_property
-from typing import Any
+from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -38,6 +38,65 @@ class Transition(_Frozen):
     conditions: tuple[Condition, ...] = Field((), description="All must hold for the move.")
 
 
+class _Check(_Frozen):
+    description: str = Field("", description="What the check ensures; named in the feedback when it fails.")
+    on: Literal["turn", "leave"] = Field(
+        "turn", description='"turn": every proposed turn in the state; "leave": only turns that leave it.'
+    )
+
+
+class RequiredKeysCheck(_Check):
+    """The context after the proposed turn holds these keys (present and non-empty)."""
+
+    kind: Literal["required_keys"] = Field(description="The kind of check.")
+    keys: tuple[str, ...] = Field(min_length=1, description="Keys that must be present.")
+    on: Literal["turn", "leave"] = Field("leave", description='By default only turns that leave the state.')
+
+
+class SchemaCheck(_Check):
+    """A context key, after the proposed turn, matches a JSON Schema (when present)."""
+
+    kind: Literal["schema"] = Field(description="The kind of check.")
+    key: str = Field(description="The context key to check.")
+    json_schema: dict[str, Any] = Field(alias="schema", description="The JSON Schema the value must match.")
+
+
+class RegexCheck(_Check):
+    """The proposed message matches a regular expression (Python syntax, searched anywhere)."""
+
+    kind: Literal["regex"] = Field(description="The kind of check.")
+    pattern: str = Field(description="The regular expression.")
+    must_match: bool = Field(True, description="false: the message must NOT match.")
+    ignore_case: bool = Field(False, description="Match letters regardless of case.")
+
+
+class MaxLengthCheck(_Check):
+    """The proposed message is at most ``max`` characters long."""
+
+    kind: Literal["max_length"] = Field(description="The kind of check.")
+    max: int = Field(gt=0, description="Maximum number of characters.")
+
+
+class PythonCheck(_Check):
+    """A check function registered in code (``@hooks.check(name)``)."""
+
+    kind: Literal["python"] = Field(description="The kind of check.")
+    name: str = Field(description="The name the check function is registered under.")
+
+
+class JudgeCheck(_Check):
+    """An extra model call grades the proposed message against a rubric: ``{"pass", "reason"}``."""
+
+    kind: Literal["judge"] = Field(description="The kind of check.")
+    rubric: str = Field(description="What a passing message does, for the judge.")
+
+
+Check = Annotated[
+    RequiredKeysCheck | SchemaCheck | RegexCheck | MaxLengthCheck | PythonCheck | JudgeCheck,
+    Field(discriminator="kind"),
+]
+
+
 class Example(_Frozen):
     """One line of an example dialogue (llm-fsm's ``example_dialogue``)."""
 
@@ -56,6 +115,18 @@ class State(_Frozen):
     extraction_instructions: str = Field("", description="How to extract the keys to collect.")
     response_instructions: str = Field("", description="How to phrase the reply.")
     example_dialogue: tuple[Example, ...] = Field((), description="Example exchanges.")
+    handlers: tuple[str, ...] = Field((), description="Names of handlers (registered in code) that run in this state.")
+    writable_keys: tuple[str, ...] | None = Field(
+        None,
+        description="Context keys the model may write here. Default: required_context_keys, the keys this "
+        "state's conditions read, and _extra.",
+    )
+    checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
+    max_retries: int = Field(2, ge=0, le=10, description="Retries with feedback when checks fail.")
+    on_exhausted: Literal["stay", "fallback_state", "raise"] = Field(
+        "stay", description="When checks still fail: stay, go to fallback_state, or raise an error."
+    )
+    fallback_state: str | None = Field(None, description='The state to go to when on_exhausted is "fallback_state".')
     transitions: tuple[Transition, ...] = Field(
         (), description="Where the conversation may go next. No transitions: a terminal state."
     )
@@ -93,6 +164,10 @@ class FSMDefinition(_Frozen):
     persona: str = Field("", description="Who the assistant is and how it speaks.")
     states: dict[str, State] = Field(description="States keyed by id (a list of states also loads).")
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
+    context_schema: dict[str, dict[str, Any]] = Field(
+        default_factory=dict,
+        description="A JSON Schema per context key; a model update with a value that does not match is rejected.",
+    )
 
     @cached_property
     def content_hash(self) -> str:

@@ -13,7 +13,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from llm_fsm import logic
-from llm_fsm.contract import Reply
+from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import Condition, FSMDefinition, Transition
 from llm_fsm.errors import LogicError
 
@@ -31,6 +31,32 @@ class Exchange(BaseModel):
     state: str = Field(description="The state the conversation was in after this reply.")
 
 
+class Origin(BaseModel):
+    """Who set a context key (``llm``, ``handler:<name>``, ``user_code``, ``resume``) and on which turn."""
+
+    model_config = ConfigDict(frozen=True)
+
+    by: str
+    turn: int
+
+
+class PendingEvent(BaseModel):
+    """Why a conversation is paused, and the single-use token that resumes it."""
+
+    model_config = ConfigDict(frozen=True)
+
+    reason: str
+    payload: dict[str, Any] = Field(default_factory=dict)
+    created_at: str
+    token: str
+    state: str
+    handler: str | None = None
+    timing: str | None = None
+
+
+Status = Literal["new", "active", "paused", "ended"]
+
+
 class Snapshot(BaseModel):
     """Everything a conversation is, as plain JSON-serialisable data."""
 
@@ -41,9 +67,12 @@ class Snapshot(BaseModel):
     definition_hash: str
     state: str
     context: dict[str, Any] = Field(default_factory=dict)
+    provenance: dict[str, Origin] = Field(default_factory=dict)
     history: tuple[Exchange, ...] = ()
     turns: int = Field(0, description="Completed turns; the opening message is turn 0.")
-    status: Literal["new", "active", "ended"] = "new"
+    status: Status = "new"
+    pending: PendingEvent | None = None
+    used_tokens: tuple[str, ...] = Field((), description="Resume tokens already used (each works once).")
 
 
 class Rejection(BaseModel):
@@ -51,7 +80,7 @@ class Rejection(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["format", "target", "condition", "context_key"]
+    kind: Literal["format", "target", "condition", "context_key", "context_value", "check"]
     reason: str
     target_state: str | None = None
     key: str | None = None
@@ -72,31 +101,101 @@ class Decision:
 def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attempt: int = 1) -> Decision:
     """Check ``reply`` in the snapshot's state: filter its context update, then validate its move."""
     update = reply.transition.context_update if reply.transition else {}
-    applied, refused = filter_update(update, protected=definition.handler_only_keys, attempt=attempt)
+    writable = model_writable_keys(definition, snapshot.state)
+    applied, refused = filter_update(update, writable=writable, protected=definition.handler_only_keys, attempt=attempt)
+    applied, invalid = check_values(definition, applied, attempt=attempt)
     context = merge(snapshot.context, applied)
     target = reply.transition.target_state if reply.transition else snapshot.state
     problems = _check_target(definition, snapshot.state, target, context, attempt)
     state = snapshot.state if problems else target
-    return Decision(not problems, state, context, applied, (*refused, *problems))
+    accepted = not problems and not invalid
+    return Decision(accepted, state, context, applied, (*refused, *invalid, *problems))
+
+
+def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[str]:
+    """What the model may write in a state: its ``writable_keys``, or by default the keys it collects,
+    the keys its conditions read, and ``_extra``."""
+    state = definition.states[state_id]
+    if state.writable_keys is not None:
+        return frozenset(state.writable_keys)
+    return frozenset([*writable_keys(state), EXTRA_KEY])
 
 
 def filter_update(
-    update: dict[str, Any], *, protected: Collection[str] = (), attempt: int = 1
+    update: dict[str, Any],
+    *,
+    writable: Collection[str] | None = None,
+    protected: Collection[str] = (),
+    attempt: int = 1,
 ) -> tuple[dict[str, Any], list[Rejection]]:
     """Split a model's context update into what it may write and what is refused.
 
-    Refused: keys starting with ``_`` (the runtime's, except ``_extra``) and ``protected`` keys.
+    Refused: keys starting with ``_`` (the runtime's, except ``_extra``), ``protected`` keys, and
+    keys outside ``writable`` (when given). ``None`` values are dropped (they mean "not learned").
     """
     applied: dict[str, Any] = {}
     refused: list[Rejection] = []
     for key, value in update.items():
-        if (key.startswith("_") and key != EXTRA_KEY) or key in protected:
-            why = "is internal to the runtime" if key.startswith("_") else "may only be set by code"
-            reason = f"context key '{key}' {why}; the model may not write it"
+        why = _refusal(key, writable, protected)
+        if why:
+            reason = f"context key '{key}' {why}"
             refused.append(Rejection(kind="context_key", reason=reason, key=key, attempt=attempt))
         elif value is not None:
             applied[key] = value
     return applied, refused
+
+
+def _refusal(key: str, writable: Collection[str] | None, protected: Collection[str]) -> str | None:
+    if key.startswith("_") and key != EXTRA_KEY:
+        return "is internal to the runtime; the model may not write it"
+    if key in protected:
+        return "may only be set by code; the model may not write it"
+    if writable is not None and key not in writable:
+        allowed = ", ".join(sorted(writable)) or "none"
+        return f"is not writable in this state (writable: {allowed})"
+    return None
+
+
+def check_values(
+    definition: FSMDefinition, update: dict[str, Any], *, attempt: int = 1
+) -> tuple[dict[str, Any], list[Rejection]]:
+    """Split an update into values that match the definition's ``context_schema`` and those that do not."""
+    if not definition.context_schema:
+        return update, []
+    from llm_fsm.schemas import violation  # jsonschema is imported only when a schema is used
+
+    kept: dict[str, Any] = {}
+    invalid: list[Rejection] = []
+    for key, value in update.items():
+        problem = violation(definition.context_schema[key], value) if key in definition.context_schema else None
+        if problem:
+            reason = f"value {_short(value)} for '{key}' is invalid: {problem}"
+            invalid.append(Rejection(kind="context_value", reason=reason, key=key, attempt=attempt))
+        else:
+            kept[key] = value
+    return kept, invalid
+
+
+def _short(value: Any) -> str:
+    text = repr(value)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def apply_delta(context: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any]:
+    """A new context with a handler's ``delta``: top-level keys set to ``None`` are deleted."""
+    result = merge(context, {k: v for k, v in delta.items() if v is not None})
+    for key in [k for k, v in delta.items() if v is None]:
+        result.pop(key, None)
+    return result
+
+
+def record(
+    provenance: dict[str, Origin], keys: Collection[str], by: str, turn: int, deleted: Collection[str] = ()
+) -> dict[str, Origin]:
+    """New provenance: ``keys`` set by ``by`` on ``turn``; ``deleted`` keys forgotten."""
+    result = {k: v for k, v in provenance.items() if k not in deleted}
+    result.update({key: Origin(by=by, turn=turn) for key in keys})
+    return result
 
 
 def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
@@ -173,18 +272,28 @@ def _has(context: dict[str, Any], key: str) -> bool:
 
 
 def commit(
-    definition: FSMDefinition, snapshot: Snapshot, decision: Decision, *, user: str | None, message: str
+    definition: FSMDefinition,
+    snapshot: Snapshot,
+    *,
+    state: str,
+    context: dict[str, Any],
+    provenance: dict[str, Origin],
+    user: str | None,
+    message: str,
+    pending: PendingEvent | None = None,
 ) -> Snapshot:
-    """The snapshot after a turn that ends in ``decision.state`` and shows ``message``."""
-    ended = definition.states[decision.state].terminal
-    exchange = Exchange(user=user, assistant=message, state=decision.state)
+    """The snapshot after a turn that ends in ``state`` and shows ``message`` (paused if ``pending``)."""
+    status: Status = "paused" if pending else ("ended" if definition.states[state].terminal else "active")
+    exchange = Exchange(user=user, assistant=message, state=state)
     return snapshot.model_copy(
         update={
-            "state": decision.state,
-            "context": decision.context,
+            "state": state,
+            "context": context,
+            "provenance": provenance,
             "history": (*snapshot.history, exchange),
-            "turns": snapshot.turns + (0 if user is None else 1),
-            "status": "ended" if ended else "active",
+            "turns": snapshot.turns + (0 if user is None and not snapshot.history else 1),
+            "status": status,
+            "pending": pending,
         }
     )
 
@@ -193,10 +302,13 @@ def initial_snapshot(
     definition: FSMDefinition, state: str | None = None, context: dict[str, Any] | None = None
 ) -> Snapshot:
     """A conversation that has not started yet, in ``state`` (default: the initial state)."""
+    initial = merge({}, dict(context or {}))
     return Snapshot(
         definition_name=definition.name,
         definition_hash=definition.content_hash,
         state=state or definition.initial_state,
         turns=0,
-        context=merge({}, dict(context or {})),
+        context=initial,
+        provenance=record({}, initial, "user_code", 0),
+        used_tokens=(),
     )

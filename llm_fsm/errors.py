@@ -11,8 +11,12 @@
     │   ├── LLMRequestError        the request itself is wrong: 400/404/422, unknown model (never retried)
     │   ├── LLMContextWindowError  the prompt is longer than the model's context window
     │   └── LLMUnavailableError    timeouts, connection errors, 429 and 5xx, after our retries ran out
+    ├── HandlerError           a handler with the "raise" policy failed (the turn was rolled back)
+    ├── RefinementError        a state's checks kept failing and its policy is "raise"
     └── ConversationError      the conversation cannot take this call in its current status
-        └── ConversationEnded      the conversation reached a terminal state
+        ├── ConversationEnded      the conversation reached a terminal state
+        ├── ConversationPaused     a handler paused it: resume() with the pending event's token first
+        └── ResumeError            the resume token is wrong or was already used
 
 Setup errors (``DefinitionError``, ``LogicError``, ``PromptError``) are raised while loading or
 rendering; run errors (``LLMError``, ``ConversationError``) while a conversation runs. A failed turn
@@ -115,3 +119,11 @@ class ConversationError(FSMError):
 
 class ConversationEnded(ConversationError):
     """The conversation is in a terminal state and accepts no more messages."""
+
+
+class ConversationPaused(ConversationError):
+    """The conversation waits for ``resume()``: a handler raised ``Break``. ``conv.pending`` says why."""
+
+
+class ResumeError(ConversationError):
+    """``resume()`` was called with a token that is not the pending one, or that was already used."""

@@ -27,6 +27,7 @@ from llm_fsm.contract import writable_keys
 from llm_fsm.errors import PromptError
 
 if TYPE_CHECKING:
+    from llm_fsm.checks import Proposal
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Rejection, Snapshot
 
@@ -94,6 +95,10 @@ class PromptBuilder:
         system = self.system_prompt(definition, snapshot)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
 
+    def resume_note(self, reason: str, result: dict[str, Any]) -> str:
+        """The user-turn text of the call that follows a resume."""
+        return self._render("resume.xml.j2", {"reason": reason, "result": result})
+
     def system_prompt(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
         """The definition part (cached per state) followed by the conversation part."""
         conversation = {
@@ -127,6 +132,17 @@ class PromptBuilder:
     def correction(self, rejections: Iterable[Rejection], state: str) -> str:
         """The user-turn text of a corrective call: exactly what was wrong with the last reply."""
         return self._render("correction.xml.j2", {"rejections": list(rejections), "state": state})
+
+    def judge_messages(self, definition: FSMDefinition, rubric: str, proposal: Proposal) -> list[Message]:
+        """The messages of a judge call: the rubric, the user's message and the proposed reply."""
+        variables = {
+            "rubric": rubric,
+            "state": definition.states[proposal.state],
+            "user": proposal.user,
+            "message": proposal.message,
+        }
+        system = self._render("judge.xml.j2", variables)
+        return [{"role": "system", "content": system}, {"role": "user", "content": "Grade the proposed reply."}]
 
     def _render(self, name: str, variables: dict[str, Any]) -> str:
         try:

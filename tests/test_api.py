@@ -8,6 +8,14 @@ import sys
 import llm_fsm
 
 PUBLIC = [
+    "Break",
+    "ConversationPaused",
+    "HandlerError",
+    "Hooks",
+    "Origin",
+    "PendingEvent",
+    "RefinementError",
+    "ResumeError",
     "Condition",
     "Conversation",
     "ConversationEnded",

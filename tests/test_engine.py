@@ -60,7 +60,9 @@ def test_lowest_priority_transition_whose_conditions_hold_is_used():
 def test_commit_builds_a_new_snapshot(signup):
     snap = initial_snapshot(signup)
     decision = decide(signup, snap, make_reply("ask_email", name="Ann"))
-    after = commit(signup, snap, decision, user="Ann", message="Email?")
+    after = commit(
+        signup, snap, state=decision.state, context=decision.context, provenance={}, user="Ann", message="Email?"
+    )
     assert snap.state == "ask_name" and snap.history == () and snap.context == {}
     assert (after.state, after.turns, after.status, after.context) == ("ask_email", 1, "active", {"name": "Ann"})
 

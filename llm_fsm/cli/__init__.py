@@ -17,11 +17,12 @@ from typing import Annotated, NoReturn, TextIO
 import typer
 
 import llm_fsm
-from llm_fsm.conversation import Conversation, TurnResult
+from llm_fsm.conversation import Conversation
 from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.loader import DefinitionWarning, inspect
 from llm_fsm.prompt import PromptBuilder, PromptSettings
+from llm_fsm.turn import TurnResult
 
 app = typer.Typer(
     name="llm-fsm",

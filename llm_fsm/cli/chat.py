@@ -31,11 +31,12 @@ from llm_fsm.cli import (
     load_definition,
     make_client,
 )
-from llm_fsm.conversation import Conversation, StreamEvent, TurnResult
+from llm_fsm.conversation import Conversation, StreamEvent
 from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.streaming import MessageDelta, MessageReset
+from llm_fsm.turn import TurnResult
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)

@@ -1,0 +1,248 @@
+"""Handlers and named checks: plain Python callables that run at fixed points of a turn.
+
+Register them on a :class:`Hooks` object (one per conversation, or one shared by every
+conversation a runtime creates)::
+
+    hooks = Hooks()
+
+    @hooks.on("state_enter", states=["approval"])
+    def ask_a_human(*, context, **_):
+        raise Break("needs approval", {"amount": context["amount"]})
+
+    @hooks.handler("notify_staff", on="after_transition")   # runs where a state lists it in "handlers"
+    def notify(*, state, target, **_): ...
+
+    @hooks.check("no_prices")                                # used by {"kind": "python", "name": ...}
+    def no_prices(*, message, **_): return "$" not in message or "do not quote prices"
+
+A handler is called with keyword arguments only (those it does not declare are not passed, so
+handlers keep working when arguments are added): ``conversation``, ``timing``, ``state``,
+``target``, ``context`` (a read-only view), ``update`` (keys updated this turn), ``user``,
+``reply``, ``message``, ``error``. It returns a context delta or None; a key set to None in a delta
+deletes it. Raising :class:`Break` pauses the conversation.
+"""
+
+from __future__ import annotations
+
+import inspect
+import logging
+import uuid
+from collections.abc import Callable, Collection, Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Literal, get_args
+
+from llm_fsm.errors import FSMError
+
+logger = logging.getLogger("llm_fsm")
+
+Timing = Literal[
+    "start",
+    "before_llm_call",
+    "after_reply",
+    "context_update",
+    "before_transition",
+    "after_transition",
+    "state_enter",
+    "state_exit",
+    "end",
+    "error",
+]
+TIMINGS: tuple[str, ...] = get_args(Timing)
+Policy = Literal["raise", "continue"]
+CheckOutcome = bool | str | tuple[bool, str] | None
+
+
+class Break(Exception):  # noqa: N818 (a signal, not an error: "raise Break(...)" reads as intended)
+    """Raised by a handler to pause the conversation until :meth:`Conversation.resume` is called."""
+
+    def __init__(self, reason: str, payload: Mapping[str, Any] | None = None, *, message: str | None = None) -> None:
+        super().__init__(reason)
+        self.reason = reason
+        self.payload = dict(payload or {})
+        self.message = message  # shown to the user when the pause comes before the model's reply is used
+        self.handler: str | None = None  # filled in by the runtime: who raised it, and when
+        self.timing: str | None = None
+
+
+class HandlerError(FSMError):
+    """A handler with the ``raise`` policy failed; the turn was rolled back. ``cause`` is its exception."""
+
+    def __init__(self, name: str, timing: str, cause: BaseException) -> None:
+        super().__init__(f"handler '{name}' failed at '{timing}': {type(cause).__name__}: {cause}")
+        self.name = name
+        self.timing = timing
+        self.cause = cause
+
+
+@dataclass(frozen=True)
+class Handler:
+    """A registered callable and when it runs. ``named``: only in states that list it in ``handlers``."""
+
+    name: str
+    function: Callable[..., Any]
+    timings: frozenset[str]
+    states: frozenset[str] | None = None
+    targets: frozenset[str] | None = None
+    keys: frozenset[str] | None = None
+    policy: Policy = "raise"
+    named: bool = False
+    accepts: frozenset[str] | None = field(default=None, repr=False)  # None: takes **kwargs
+
+    def wants(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        if self.accepts is None:
+            return dict(arguments)
+        return {k: v for k, v in arguments.items() if k in self.accepts}
+
+
+def _accepted_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
+    parameters = inspect.signature(function).parameters.values()
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
+        return None
+    positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_ONLY]
+    if positional:
+        raise TypeError(f"handler {function.__qualname__} must take keyword arguments only, not {positional}")
+    return frozenset(p.name for p in parameters)
+
+
+def _names(values: Iterable[str] | str | None) -> frozenset[str] | None:
+    if values is None:
+        return None
+    return frozenset([values] if isinstance(values, str) else values)
+
+
+class Hooks:
+    """A registry of handlers and named checks."""
+
+    def __init__(self) -> None:
+        self.handlers: list[Handler] = []
+        self.checks: dict[str, Callable[..., CheckOutcome]] = {}
+
+    def on(
+        self,
+        *timings: Timing,
+        states: Iterable[str] | str | None = None,
+        targets: Iterable[str] | str | None = None,
+        keys: Iterable[str] | str | None = None,
+        policy: Policy = "raise",
+        name: str | None = None,
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: run the function at ``timings``, filtered by state, target state or keys updated."""
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(function, timings, states=states, targets=targets, keys=keys, policy=policy, name=name)
+            return function
+
+        return register
+
+    def handler(
+        self, name: str, *, on: Timing | Collection[Timing], policy: Policy = "raise"
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: a named handler, run only in the states whose ``handlers`` list names it."""
+        timings = (on,) if isinstance(on, str) else tuple(on)
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.add(function, timings, policy=policy, name=name, named=True)
+            return function
+
+        return register
+
+    def check(self, name: str) -> Callable[[Callable[..., CheckOutcome]], Callable[..., CheckOutcome]]:
+        """Decorator: a named check. It returns True/None (pass), False or a reason string (fail)."""
+
+        def register(function: Callable[..., CheckOutcome]) -> Callable[..., CheckOutcome]:
+            _accepted_keywords(function)
+            self.checks[name] = function
+            return function
+
+        return register
+
+    def add(
+        self,
+        function: Callable[..., Any],
+        timings: Iterable[str],
+        *,
+        states: Iterable[str] | str | None = None,
+        targets: Iterable[str] | str | None = None,
+        keys: Iterable[str] | str | None = None,
+        policy: Policy = "raise",
+        name: str | None = None,
+        named: bool = False,
+    ) -> Handler:
+        chosen = frozenset(timings)
+        unknown = sorted(chosen - set(TIMINGS))
+        if not chosen or unknown:
+            raise ValueError(f"unknown timing(s) {unknown or '(none given)'}; choose from {', '.join(TIMINGS)}")
+        if policy not in ("raise", "continue"):
+            raise ValueError(f"policy must be 'raise' or 'continue', not {policy!r}")
+        label: str = name or getattr(function, "__name__", None) or "handler"
+        handler = Handler(
+            label, function, chosen, _names(states), _names(targets), _names(keys), policy, named,
+            _accepted_keywords(function),
+        )  # fmt: skip
+        self.handlers.append(handler)
+        return handler
+
+    def named_handler(self, name: str) -> Handler | None:
+        return next((h for h in self.handlers if h.named and h.name == name), None)
+
+    def copy(self) -> Hooks:
+        other = Hooks()
+        other.handlers = list(self.handlers)
+        other.checks = dict(self.checks)
+        return other
+
+
+@dataclass(frozen=True)
+class Invocation:
+    """Where a timing point fires: the state it concerns, the target, the keys updated."""
+
+    timing: str
+    state: str
+    target: str | None = None
+    keys: frozenset[str] = frozenset()
+    listed: frozenset[str] = frozenset()  # handler names the concerned state lists
+
+
+def selected(hooks: Hooks, where: Invocation) -> list[Handler]:
+    """The handlers that run at ``where``, in registration order."""
+    return [h for h in hooks.handlers if _matches(h, where)]
+
+
+def _matches(handler: Handler, where: Invocation) -> bool:
+    if where.timing not in handler.timings:
+        return False
+    if handler.named and handler.name not in where.listed:
+        return False
+    if handler.states is not None and where.state not in handler.states:
+        return False
+    if handler.targets is not None and where.target not in handler.targets:
+        return False
+    return handler.keys is None or bool(handler.keys & where.keys)
+
+
+def call(handler: Handler, arguments: Mapping[str, Any]) -> dict[str, Any]:
+    """Run one handler; return its delta. ``Break`` passes through; other errors follow the policy."""
+    try:
+        delta = handler.function(**handler.wants(arguments))
+    except Break:
+        raise
+    except Exception as exc:
+        if handler.policy == "continue":
+            logger.warning("handler %r failed at %r (policy: continue): %s", handler.name, arguments["timing"], exc)
+            return {}
+        raise HandlerError(handler.name, str(arguments["timing"]), exc) from exc
+    if delta is None:
+        return {}
+    if not isinstance(delta, Mapping):
+        error = TypeError(f"a handler returns a mapping (a context delta) or None, not {type(delta).__name__}")
+        raise HandlerError(handler.name, str(arguments["timing"]), error)
+    return dict(delta)
+
+
+def new_token() -> str:
+    return uuid.uuid4().hex
+
+
+def now() -> str:
+    return datetime.now(UTC).isoformat(timespec="seconds")

@@ -1,0 +1,362 @@
+"""One turn, written as a generator of model calls, so that sync, async and streaming runners share it.
+
+``TurnRunner.run()`` yields :class:`Call` objects and receives each call's ``LLMResponse``; it
+returns the new snapshot and the :class:`TurnResult`. Nothing outside the runner changes until the
+caller assigns that snapshot, so a turn that raises (or is abandoned) changes nothing.
+
+Order of a turn::
+
+    start (opening only) → before_llm_call → [model call → after_reply → decide → checks]
+        (invalid reply or failed checks: a corrective call with the reasons, within the budgets)
+    → context_update → before_transition → state_exit → commit → after_transition → state_enter → end
+
+A ``Break`` raised before the commit pauses the conversation in the state it was in (the move is
+not made); raised after it, in the new state.
+"""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Generator, Mapping
+from dataclasses import asdict, dataclass, field
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Literal
+
+from llm_fsm import checks
+from llm_fsm.contract import Reply, ReplyFormatError, parse_reply
+from llm_fsm.engine import (
+    Decision,
+    Origin,
+    PendingEvent,
+    Rejection,
+    Snapshot,
+    apply_delta,
+    commit,
+    decide,
+    merge,
+    record,
+)
+from llm_fsm.errors import FSMError
+from llm_fsm.hooks import Break, Invocation, call, new_token, now, selected
+from llm_fsm.llm import LLMRequest, LLMResponse, Usage
+
+if TYPE_CHECKING:
+    from llm_fsm.conversation import Conversation
+
+DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
+
+
+class RefinementError(FSMError):
+    """A state's checks still failed after its retries, and its policy is ``raise``. Nothing changed."""
+
+    def __init__(self, message: str, *, state: str, failures: tuple[Rejection, ...]) -> None:
+        super().__init__(message)
+        self.state = state
+        self.failures = failures
+
+
+@dataclass(frozen=True)
+class Call:
+    """A model call the turn needs: the reply itself, or a judge grading a proposed reply."""
+
+    kind: Literal["reply", "judge"]
+    request: LLMRequest
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """What one turn did. ``previous_state`` is None for the opening message."""
+
+    message: str
+    state: str
+    previous_state: str | None
+    user: str | None
+    turn: int
+    context_updates: dict[str, Any]
+    rejected: tuple[Rejection, ...]
+    llm_calls: int
+    usage: Usage
+    latency: float
+    ended: bool
+    context: dict[str, Any] = field(repr=False)
+    status: str = "active"
+    pending: PendingEvent | None = None
+
+    @property
+    def transitioned(self) -> bool:
+        return self.previous_state is not None and self.previous_state != self.state
+
+    @property
+    def paused(self) -> bool:
+        return self.pending is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-serialisable dict (the shape ``llm-fsm run`` prints)."""
+        return {
+            "turn": self.turn,
+            "user": self.user,
+            "message": self.message,
+            "state": self.state,
+            "previous_state": self.previous_state,
+            "context": self.context,
+            "context_updates": self.context_updates,
+            "llm_calls": self.llm_calls,
+            "rejected": [r.model_dump(exclude_none=True) for r in self.rejected],
+            "usage": asdict(self.usage),
+            "latency_ms": round(self.latency * 1000, 3),
+            "ended": self.ended,
+            "status": self.status,
+            "pending": self.pending.model_dump() if self.pending else None,
+        }
+
+
+@dataclass
+class _Working:
+    """The context and provenance as the turn changes them (committed only at the end)."""
+
+    context: dict[str, Any]
+    provenance: dict[str, Origin]
+
+
+class TurnRunner:
+    """Runs one turn of ``conversation``: ``user`` text, or None for the opening or a resume."""
+
+    def __init__(self, conversation: Conversation, user: str | None, *, base: Snapshot, note: str | None = None):
+        self.conversation = conversation
+        self.definition = conversation.definition
+        self.hooks = conversation.hooks
+        self.user = user
+        self.base = base
+        self.note = note  # the user-turn text of an opening or a resume
+        self.started = time.perf_counter()
+        self.calls = 0
+        self.usage = Usage()
+        self.rejected: list[Rejection] = []
+        self.work = _Working(dict(base.context), dict(base.provenance))
+        self.last_decision: Decision | None = None
+        self.messages: list[dict[str, str]] = []
+        self.turn_index = base.turns + (1 if user is not None or base.history else 0)
+
+    # -- the turn -------------------------------------------------------------------------------
+
+    def run(self) -> Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]:
+        state = self.base.state
+        try:
+            if not self.base.history and self.user is None:
+                self.fire("start", state)
+            self.fire("before_llm_call", state)
+        except Break as pause:
+            return self.pause(pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
+        snapshot = self.base.model_copy(update={"context": self.work.context})
+        self.messages = self.conversation.prompt.messages(self.definition, snapshot, self.user or self.note)
+        request = self.request(self.messages)
+        corrections = refinements = 0
+        while True:
+            response = yield Call("reply", request)
+            self.count(response)
+            verdict = yield from self.verdict(response.text)
+            decision, reply, problems = verdict
+            if decision is not None and reply is not None and not problems:
+                return self.accept(decision, reply.message)
+            refining = bool(problems) and all(p.kind in ("check", "context_value") for p in problems)
+            corrections += not refining
+            refinements += refining
+            if not self.may_retry(corrections, refinements, refining):
+                return self.exhausted(refining)
+            request = self.correction(response.text, problems)
+
+    def verdict(
+        self, text: str
+    ) -> Generator[Call, LLMResponse, tuple[Decision | None, Reply | None, tuple[Rejection, ...]]]:
+        """Parse and check one reply; the problems that call for another try (none: accepted)."""
+        try:
+            reply = parse_reply(text)
+        except ReplyFormatError as exc:
+            problem = Rejection(kind="format", reason=str(exc), attempt=self.calls)
+            self.rejected.append(problem)
+            return None, None, (problem,)
+        reply = self.after_reply(reply)
+        snapshot = self.base.model_copy(update={"context": self.work.context})
+        decision = decide(self.definition, snapshot, reply, attempt=self.calls)
+        self.rejected.extend(decision.rejected)
+        self.last_decision = decision
+        problems = tuple(r for r in decision.rejected if r.kind != "context_key")
+        if problems:
+            return decision, reply, problems
+        failures = yield from self.run_checks(decision, reply.message)
+        self.rejected.extend(failures)
+        return decision, reply, tuple(failures)
+
+    def run_checks(self, decision: Decision, message: str) -> Generator[Call, LLMResponse, list[Rejection]]:
+        state = self.definition.states[self.base.state]
+        proposal = checks.Proposal(message, state.id, decision.state, decision.context, decision.applied, self.user)
+        failures: list[Rejection] = []
+        for index, check in enumerate(state.checks):
+            if check not in checks.applicable(state, proposal):
+                continue
+            why: str | None
+            if isinstance(check, checks.JudgeCheck):
+                if failures:
+                    continue  # the turn is asked again anyway: do not pay for a judge
+                if not self.budget_left():
+                    why = "no LLM calls left in this turn to run the judge"
+                else:
+                    messages = self.conversation.prompt.judge_messages(self.definition, check.rubric, proposal)
+                    response = yield Call("judge", LLMRequest(messages))
+                    self.count(response)
+                    why = checks.judge_failure(response.text)
+            else:
+                why = checks.failure(check, proposal, self.hooks)
+            if why:
+                name = checks.name_of(check, index)
+                key = check.key if isinstance(check, checks.SchemaCheck) else None
+                reason = f"check '{name}' failed: {why}"
+                failures.append(Rejection(kind="check", reason=reason, key=key, attempt=self.calls))
+        return failures
+
+    def accept(self, decision: Decision, message: str) -> tuple[Snapshot, TurnResult]:
+        """Commit an accepted reply, running the handlers around the commit."""
+        current, target = self.base.state, decision.state
+        self.set(decision.context, decision.applied, "llm")
+        try:
+            if decision.applied:
+                self.fire("context_update", current, keys=frozenset(decision.applied), update=decision.applied)
+            if target != current:
+                self.fire("before_transition", current, target=target, message=message)
+                self.fire("state_exit", current, target=target, message=message)
+        except Break as pause:
+            return self.pause(pause, current, pause.message or DEFAULT_PAUSE_MESSAGE)
+        try:
+            if target != current:
+                self.fire("after_transition", current, target=target, message=message)
+                self.fire("state_enter", target, target=target, message=message)
+            if self.definition.states[target].terminal:
+                self.fire("end", target, message=message)
+        except Break as pause:
+            return self.pause(pause, target, message)
+        return self.finish(target, message, decision.applied)
+
+    def exhausted(self, refining: bool) -> tuple[Snapshot, TurnResult]:
+        """No valid reply within the budgets: stay with the valid updates, or the state's policy.
+
+        The fallback message describes no move, so it is true whichever state the turn ends in.
+        """
+        state = self.definition.states[self.base.state]
+        if refining and state.on_exhausted == "raise":
+            failures = tuple(r for r in self.rejected if r.kind in ("check", "context_value"))
+            message = f"state '{state.id}': checks still failing after {state.max_retries} retries"
+            raise RefinementError(message, state=state.id, failures=failures)
+        target = state.id
+        if refining and state.on_exhausted == "fallback_state" and state.fallback_state:
+            target = state.fallback_state
+        failed_keys = {r.key for r in self.rejected if r.kind == "check" and r.key}
+        kept: dict[str, Any] = self.last_decision.applied if self.last_decision else {}
+        applied = {k: v for k, v in kept.items() if k not in failed_keys}
+        decision = Decision(True, target, merge(self.work.context, applied), applied, ())
+        return self.accept(decision, self.conversation.fallback_message)
+
+    # -- helpers --------------------------------------------------------------------------------
+
+    def may_retry(self, corrections: int, refinements: int, refining: bool) -> bool:
+        state = self.definition.states[self.base.state]
+        within = refinements <= state.max_retries if refining else corrections <= self.conversation.max_corrections
+        return within and self.budget_left()
+
+    def budget_left(self) -> bool:
+        return self.calls < self.conversation.max_calls_per_turn
+
+    def request(self, messages: list[dict[str, str]]) -> LLMRequest:
+        schema, strict = self.conversation.reply_schemas(self.base.state)
+        return LLMRequest(messages, schema, strict)
+
+    def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
+        feedback = self.conversation.prompt.correction(problems, self.base.state)
+        extra = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
+        return self.request([*self.messages, *extra])
+
+    def count(self, response: LLMResponse) -> None:
+        self.calls += 1
+        self.usage += response.usage
+
+    def after_reply(self, reply: Reply) -> Reply:
+        self.fire("after_reply", self.base.state, reply=reply, message=reply.message)
+        return reply
+
+    def set(self, context: dict[str, Any], keys: Mapping[str, Any], by: str) -> None:
+        self.work.context = context
+        self.work.provenance = record(self.work.provenance, keys, by, self.turn_index)
+
+    def fire(
+        self, timing: str, state: str, *, target: str | None = None, keys: frozenset[str] = frozenset(), **extra: Any
+    ) -> None:
+        """Run the handlers for ``timing``; apply each delta as it comes (later handlers see it)."""
+        listed = frozenset(self.definition.states[state].handlers)
+        for handler in selected(self.hooks, Invocation(timing, state, target, keys, listed)):
+            arguments = {
+                "conversation": self.conversation,
+                "timing": timing,
+                "state": state,
+                "target": target,
+                "context": MappingProxyType(copy.deepcopy(self.work.context)),
+                "update": extra.get("update", {}),
+                "user": self.user,
+                "reply": extra.get("reply"),
+                "message": extra.get("message"),
+                "error": None,
+            }
+            try:
+                delta = call(handler, arguments)
+            except Break as pause:
+                pause.handler, pause.timing = handler.name, timing
+                raise
+            if delta:
+                self.work.context = apply_delta(self.work.context, delta)
+                deleted = [k for k, v in delta.items() if v is None]
+                self.work.provenance = record(
+                    self.work.provenance, [k for k in delta if delta[k] is not None], f"handler:{handler.name}",
+                    self.turn_index, deleted,
+                )  # fmt: skip
+
+    def pause(self, pause: Break, state: str, message: str) -> tuple[Snapshot, TurnResult]:
+        event = PendingEvent(
+            reason=pause.reason,
+            payload=pause.payload,
+            created_at=now(),
+            token=new_token(),
+            state=state,
+            handler=pause.handler,
+            timing=pause.timing,
+        )
+        return self.finish(state, message, {}, pending=event)
+
+    def finish(
+        self, state: str, message: str, applied: dict[str, Any], pending: PendingEvent | None = None
+    ) -> tuple[Snapshot, TurnResult]:
+        snapshot = commit(
+            self.definition,
+            self.base,
+            state=state,
+            context=self.work.context,
+            provenance=self.work.provenance,
+            user=self.user,
+            message=message,
+            pending=pending,
+        )
+        result = TurnResult(
+            message=message,
+            state=state,
+            previous_state=None if self.user is None and not self.base.history else self.base.state,
+            user=self.user,
+            turn=snapshot.turns,
+            context_updates=dict(applied),
+            rejected=tuple(self.rejected),
+            llm_calls=self.calls,
+            usage=self.usage,
+            latency=time.perf_counter() - self.started,
+            ended=snapshot.status == "ended",
+            context=copy.deepcopy(snapshot.context),
+            status=snapshot.status,
+            pending=pending,
+        )
+        return snapshot, result
