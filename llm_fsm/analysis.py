@@ -179,7 +179,11 @@ class _Graph:
 
     def __init__(self, definition: FSMDefinition) -> None:
         self.definition = definition
-        self.edges = {sid: {t.target_state for t in s.transitions} for sid, s in definition.states.items()}
+        # A fallback state (where failed checks lead) is reached from its state like a transition target.
+        self.edges = {
+            sid: {t.target_state for t in s.transitions} | ({s.fallback_state} if s.fallback_state else set())
+            for sid, s in definition.states.items()
+        }
         self.reverse: dict[str, set[str]] = {sid: set() for sid in definition.states}
         for sid, targets in self.edges.items():
             for target in targets:

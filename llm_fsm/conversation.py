@@ -304,7 +304,7 @@ class Conversation:
         if self._busy:
             raise ConversationError("another turn of this conversation is in progress", state=self.state)
         delta = dict(result or {})
-        provenance = record(snap.provenance, list(delta), "resume", snap.turns)
+        provenance = record(snap.provenance, list(delta), "resume", snap.turns + 1)  # the resume is a turn
         status = "ended" if self.definition.states[snap.state].terminal else "active"
         base = snap.model_copy(
             update={

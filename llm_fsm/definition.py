@@ -50,7 +50,7 @@ class RequiredKeysCheck(_Check):
 
     kind: Literal["required_keys"] = Field(description="The kind of check.")
     keys: tuple[str, ...] = Field(min_length=1, description="Keys that must be present.")
-    on: Literal["turn", "leave"] = Field("leave", description='By default only turns that leave the state.')
+    on: Literal["turn", "leave"] = Field("leave", description="By default only turns that leave the state.")
 
 
 class SchemaCheck(_Check):

@@ -105,6 +105,15 @@ def _accepted_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
     return frozenset(p.name for p in parameters)
 
 
+def _check_timings(timings: Iterable[str], policy: str) -> None:
+    chosen = set(timings)
+    unknown = sorted(chosen - set(TIMINGS))
+    if not chosen or unknown:
+        raise ValueError(f"unknown timing(s) {unknown or '(none given)'}; choose from {', '.join(TIMINGS)}")
+    if policy not in ("raise", "continue"):
+        raise ValueError(f"policy must be 'raise' or 'continue', not {policy!r}")
+
+
 def _names(values: Iterable[str] | str | None) -> frozenset[str] | None:
     if values is None:
         return None
@@ -128,6 +137,7 @@ class Hooks:
         name: str | None = None,
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: run the function at ``timings``, filtered by state, target state or keys updated."""
+        _check_timings(timings, policy)
 
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.add(function, timings, states=states, targets=targets, keys=keys, policy=policy, name=name)
@@ -140,6 +150,7 @@ class Hooks:
     ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
         """Decorator: a named handler, run only in the states whose ``handlers`` list names it."""
         timings = (on,) if isinstance(on, str) else tuple(on)
+        _check_timings(timings, policy)
 
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.add(function, timings, policy=policy, name=name, named=True)
@@ -170,11 +181,7 @@ class Hooks:
         named: bool = False,
     ) -> Handler:
         chosen = frozenset(timings)
-        unknown = sorted(chosen - set(TIMINGS))
-        if not chosen or unknown:
-            raise ValueError(f"unknown timing(s) {unknown or '(none given)'}; choose from {', '.join(TIMINGS)}")
-        if policy not in ("raise", "continue"):
-            raise ValueError(f"policy must be 'raise' or 'continue', not {policy!r}")
+        _check_timings(chosen, policy)
         label: str = name or getattr(function, "__name__", None) or "handler"
         handler = Handler(
             label, function, chosen, _names(states), _names(targets), _names(keys), policy, named,

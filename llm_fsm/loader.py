@@ -293,8 +293,48 @@ class _Reader:
             )
         for sid, state in _dict_items(states):
             self._check_transitions(sid, state, states)
+            self._check_refinement(sid, state, states)
         if isinstance(initial, str) and initial in states:
             self._check_terminal_reachable(initial, states)
+        self._check_schemas(("context_schema",), data.get("context_schema"), per_key=True)
+
+    def _check_refinement(self, sid: str, state: Any, states: dict[str, Any]) -> None:
+        """A fallback state must exist; patterns must compile; schemas must be valid JSON Schemas."""
+        fallback = _get(state, "fallback_state")
+        if isinstance(fallback, str) and fallback not in states:
+            self.error(
+                ("states", sid, "fallback_state"),
+                f"unknown state '{fallback}'",
+                code="unknown_state",
+                hint=did_you_mean(fallback, states),
+            )
+        if _get(state, "on_exhausted") == "fallback_state" and not fallback:
+            self.error(
+                ("states", sid, "on_exhausted"),
+                'on_exhausted is "fallback_state" but no fallback_state is set',
+                code="missing_fallback",
+            )
+        for i, check in _list_items(_get(state, "checks")):
+            loc = ("states", sid, "checks", i)
+            if _get(check, "kind") == "regex" and isinstance(_get(check, "pattern"), str):
+                try:
+                    re.compile(check["pattern"])
+                except re.error as exc:
+                    self.error((*loc, "pattern"), f"invalid regular expression: {exc}", code="bad_regex")
+            if _get(check, "kind") == "schema":
+                self._check_schemas((*loc, "schema"), _get(check, "schema"))
+
+    def _check_schemas(self, loc: tuple[Any, ...], value: Any, *, per_key: bool = False) -> None:
+        if not isinstance(value, dict) or not value:
+            return
+        from llm_fsm.schemas import schema_problem  # jsonschema is imported only for files that use schemas
+
+        items = list(value.items()) if per_key else [(None, value)]
+        for key, schema in items:
+            where = (*loc, key) if key is not None else loc
+            problem = schema_problem(schema) if isinstance(schema, dict) else None
+            if problem:
+                self.error(where, f"invalid JSON Schema: {problem}", code="bad_schema")
 
     def _check_transitions(self, sid: str, state: Any, states: dict[str, Any]) -> None:
         for i, transition in _list_items(_get(state, "transitions")):

@@ -180,3 +180,67 @@ def test_shell_completion_of_state_names_and_definition_files(monkeypatch):
     assert result.stdout.split() == ["check_in", "chatting"]
     env = {"_LLM_FSM_COMPLETE": "complete_bash", "COMP_WORDS": "llm-fsm run fsm_definitions/sm", "COMP_CWORD": "2"}
     assert runner.invoke(app, [], env=env, prog_name="llm-fsm").stdout.split() == ["fsm_definitions/small_talk.json"]
+
+
+HOOKS_FILE = """
+from llm_fsm import Break, Hooks
+
+hooks = Hooks()
+
+
+@hooks.handler("ask_staff", on="state_enter")
+def ask_staff(*, context):
+    raise Break("staff approval needed", {"name": context.get("name")})
+"""
+
+
+@pytest.fixture
+def paused_definition(tmp_path):
+    data = json.loads(json.dumps(OPEN))
+    data["states"]["ask_email"]["handlers"] = ["ask_staff"]
+    path = tmp_path / "approval.json"
+    path.write_text(json.dumps(data))
+    (tmp_path / "approval_hooks.py").write_text(HOOKS_FILE)
+    return path
+
+
+def test_a_paused_chat_shows_the_event_and_resumes(paused_definition, tmp_path):
+    hooks = f"{tmp_path / 'approval_hooks.py'}:hooks"
+    replies = [GREETING, NAME, reply("ask_email", "Approved! Your email?"), DONE]
+    text = 'I\'m Ann\nhello?\n/resume {"approved_by": "Bo"}\n/context\n/resume {}\nann@example.com\n'
+    result = chat(paused_definition, tmp_path, replies, text, "--hooks", hooks)
+    out = result.stdout
+    assert result.exit_code == 0, result.output
+    assert "paused: staff approval needed" in out and '{"name": "Ann"}' in out
+    assert "The conversation is paused: type /resume JSON" in result.stderr
+    assert "Approved! Your email?" in out, "the resume made the next model call"
+    assert "approved_by: set by resume on turn 2" in out and "name: set by llm on turn 1" in out
+    assert "Nothing to resume: the conversation is not paused." in result.stderr
+    assert "All set. Bye!" in out and "The conversation has ended." in out
+
+
+def test_unregistered_handlers_and_bad_hooks_are_usage_errors(paused_definition, tmp_path):
+    result = chat(paused_definition, tmp_path, [GREETING], "")
+    assert result.exit_code == 2 and "names handler 'ask_staff', which is not registered" in result.stderr
+    result = chat(paused_definition, tmp_path, [GREETING], "", "--hooks", "no_such_module:hooks")
+    assert result.exit_code == 2 and "cannot import no_such_module" in result.stderr
+    result = chat(paused_definition, tmp_path, [GREETING], "", "--hooks", f"{tmp_path / 'approval_hooks.py'}:Hooks")
+    assert result.exit_code == 2 and "is not a llm_fsm.Hooks object" in result.stderr
+
+
+def test_run_stops_at_a_pause(paused_definition, tmp_path):
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([GREETING, NAME]))
+    args = [
+        "run",
+        str(paused_definition),
+        "-m",
+        f"scripted:{script}",
+        "--hooks",
+        f"{tmp_path / 'approval_hooks.py'}:hooks",
+    ]
+    result = runner.invoke(app, args, input="I'm Ann\nmore\n")
+    turns = [json.loads(line) for line in result.stdout.splitlines()]
+    assert result.exit_code == 0 and len(turns) == 2
+    assert turns[1]["status"] == "paused" and turns[1]["pending"]["reason"] == "staff approval needed"
+    assert "paused: staff approval needed" in result.stderr

@@ -12,13 +12,14 @@ import sys
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Annotated, NoReturn, TextIO
+from typing import Annotated, Any, NoReturn, TextIO
 
 import typer
 
 import llm_fsm
 from llm_fsm.conversation import Conversation
 from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError
+from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.loader import DefinitionWarning, inspect
 from llm_fsm.prompt import PromptBuilder, PromptSettings
@@ -49,6 +50,56 @@ ApiBaseOption = Annotated[
 ApiKeyOption = Annotated[
     str | None, typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, help="Provider API key.")
 ]
+HooksOption = Annotated[
+    str | None,
+    typer.Option(
+        "--hooks",
+        envvar="LLM_FSM_HOOKS",
+        help="A Hooks object of handlers and checks: MODULE:NAME or FILE.py:NAME.",
+    ),
+]
+
+
+def load_hooks(spec: str | None) -> Hooks:
+    """The ``Hooks`` object named by ``module:name`` or ``path/to/file.py:name`` (exit 2 if it cannot be)."""
+    if not spec:
+        return Hooks()
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        fail(f"--hooks takes MODULE:NAME or FILE.py:NAME, not {spec!r}", 2)
+    try:
+        module = _import_module(where)
+    except Exception as exc:  # the user's module failed to import: say so in one line
+        fail(f"cannot import {where}: {type(exc).__name__}: {exc}", 2)
+    hooks = getattr(module, name, None)
+    if not isinstance(hooks, Hooks):
+        fail(f"{spec} is not a llm_fsm.Hooks object (found {type(hooks).__name__})", 2)
+    return hooks
+
+
+def _import_module(where: str) -> Any:
+    import importlib
+    import importlib.util
+
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{where} is not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    sys.path.insert(0, os.getcwd())
+    return importlib.import_module(where)
+
+
+def new_conversation(fsm: llm_fsm.FSMDefinition, llm: LLMClient, hooks: Hooks, **options: Any) -> Conversation:
+    """A conversation, or exit 2 when the definition names handlers or checks that are not registered."""
+    try:
+        return Conversation(fsm, llm, hooks=hooks, **options)
+    except DefinitionError as exc:
+        for problem in exc.problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2) from None
 
 
 def complete_definitions(incomplete: str) -> list[str]:
@@ -157,12 +208,14 @@ def run(
     ] = "-",
     history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
     max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
+    hooks: HooksOption = None,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
     fsm = load_definition(definition)
+    registry = load_hooks(hooks)
     llm = make_client(model, api_base, api_key)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
-    conversation = Conversation(fsm, llm, max_corrections=max_corrections, prompt=builder)
+    conversation = new_conversation(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
     try:
         stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
@@ -175,9 +228,11 @@ def _converse(conversation: Conversation, stream: TextIO) -> None:
     try:
         _emit(conversation.start())
         for line in _lines(stream):
-            if conversation.ended:
+            if conversation.ended or conversation.paused:
                 break
             _emit(conversation.send(line))
+        if conversation.paused and conversation.pending is not None:
+            typer.echo(f"paused: {conversation.pending.reason} (resume it with the Python API or in chat)", err=True)
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
     except KeyboardInterrupt:

@@ -24,12 +24,15 @@ from llm_fsm.cli import (
     ApiBaseOption,
     ApiKeyOption,
     DefinitionArgument,
+    HooksOption,
     ModelOption,
     app,
     complete_states,
     fail,
     load_definition,
+    load_hooks,
     make_client,
+    new_conversation,
 )
 from llm_fsm.conversation import Conversation, StreamEvent
 from llm_fsm.errors import ConversationError, FSMError
@@ -49,6 +52,7 @@ COMMANDS = {
     "/save FILE": "save the conversation to a JSON file",
     "/load FILE": "continue a conversation saved with /save",
     "/back": "undo the last turn",
+    "/resume JSON": "continue a paused conversation with this result (a JSON object)",
     "/reset": "start over",
     "/help": "this list",
     "/quit": "leave (Ctrl-D works too)",
@@ -76,6 +80,9 @@ class ChatSession:
 
     def turn(self, text: str | None) -> TurnResult | None:
         """Run one turn, streaming its message; None if it failed or was cancelled (nothing changed)."""
+        if self.conversation.paused:
+            errors.print("The conversation is paused: type [bold]/resume JSON[/] to continue it.")
+            return None
         before = self.conversation.snapshot()
         events = self.conversation.stream(text)
         try:
@@ -87,13 +94,18 @@ class ChatSession:
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
             errors.print(f"[red]error:[/] {_one_line(exc)}")
             return None
+        self.undo.append(before)
+        self.show_result(result)
+        return result
+
+    def show_result(self, result: TurnResult) -> None:
         from rich.markdown import Markdown
 
-        self.undo.append(before)
         self.last = result
         console.print(Markdown(result.message))
         console.print(Text(status_line(result), style="dim"))
-        return result
+        if result.pending is not None:
+            show_pending(result.pending)
 
     # -- meta commands --------------------------------------------------------------------------
 
@@ -109,6 +121,7 @@ class ChatSession:
             "/save": self.save,
             "/load": self.load,
             "/back": self.back,
+            "/resume": self.resume,
             "/reset": self.reset,
             "/help": show_help,
             "/quit": lambda _: False,
@@ -133,6 +146,8 @@ class ChatSession:
         from rich.json import JSON
 
         console.print(JSON(json.dumps(self.conversation.context, ensure_ascii=False, default=str)))
+        for key, origin in self.conversation.provenance.items():
+            console.print(f"  [dim]{key}: set by {origin['by']} on turn {origin['turn']}[/]")
 
     def show_history(self, _: str) -> None:
         for exchange in self.conversation.history:
@@ -175,6 +190,32 @@ class ChatSession:
         self.undo.append(current.snapshot())
         console.print(f"loaded {path}: state {self.conversation.state}, {len(self.conversation.history)} messages")
 
+    def resume(self, argument: str) -> None:
+        pending = self.conversation.pending
+        if pending is None:
+            errors.print("Nothing to resume: the conversation is not paused.")
+            return
+        try:
+            result = json.loads(argument) if argument else {}
+        except json.JSONDecodeError as exc:
+            errors.print(f"[red]error:[/] /resume takes a JSON object: {exc.msg} at column {exc.colno}")
+            return
+        if not isinstance(result, dict):
+            errors.print('[red]error:[/] /resume takes a JSON object, e.g. /resume {"approved": true}')
+            return
+        before = self.conversation.snapshot()
+        try:
+            with console.status("resuming…"):
+                outcome = self.conversation.resume(pending.token, result)
+        except KeyboardInterrupt:
+            errors.print("[yellow](resume cancelled: nothing changed)[/]")
+            return
+        except FSMError as exc:
+            errors.print(f"[red]error:[/] {_one_line(exc)}")
+            return
+        self.undo.append(before)
+        self.show_result(outcome)
+
     def back(self, _: str) -> None:
         if not self.undo:
             console.print("Nothing to undo.")
@@ -190,6 +231,13 @@ class ChatSession:
         self.last = None
         console.print("Starting over.")
         self.turn(None)
+
+
+def show_pending(pending: llm_fsm.PendingEvent) -> None:
+    console.print(f"[bold yellow]⏸ paused:[/] {pending.reason}")
+    if pending.payload:
+        console.print(json.dumps(pending.payload, ensure_ascii=False, default=str))
+    console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
 
 
 def show_help(_: str) -> None:
@@ -271,9 +319,11 @@ def chat(
         str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")] = None,
+    hooks: HooksOption = None,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
     fsm = load_definition(definition)
+    registry = load_hooks(hooks)
     initial_context = _parse_context(context)
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))
@@ -282,7 +332,7 @@ def chat(
     _warm_up(llm)
 
     def restart() -> Conversation:
-        return Conversation(fsm, llm, state=state, context=initial_context)
+        return new_conversation(fsm, llm, registry, state=state, context=initial_context)
 
     session = ChatSession(restart(), restart)
     import readline  # noqa: F401  (line editing and history for input())
