@@ -15,12 +15,11 @@ the pending event's token continues it, exactly once.
 from __future__ import annotations
 
 import copy
-import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from typing import Any, Union
 
 from llm_fsm.contract import reply_schema
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition import FSMDefinition, State
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, apply_delta, initial_snapshot, merge, record
 from llm_fsm.errors import (
     ConversationEnded,
@@ -397,22 +396,14 @@ def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
         raise DefinitionError(problems, source=definition.name)
 
 
-_schemas: dict[tuple[str, str], tuple[dict[str, Any], dict[str, Any]]] = {}
-_schemas_lock = threading.Lock()
-
-
 def _reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The loose and strict reply schemas of a state, computed once per (definition, state)."""
-    key = (definition.content_hash, state_id)
-    schemas = _schemas.get(key)
-    if schemas is None:
-        state, protected = definition.states[state_id], definition.handler_only_keys
-        schemas = (reply_schema(state, strict=False), reply_schema(state, strict=True, protected=protected))
-        with _schemas_lock:
-            if len(_schemas) >= 1024:
-                _schemas.pop(next(iter(_schemas)))
-            _schemas[key] = schemas
-    return schemas
+    """The loose and strict reply schemas of a state, computed once per definition and state."""
+
+    def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
+        strict = reply_schema(state, strict=True, protected=definition.handler_only_keys)
+        return reply_schema(state, strict=False), strict
+
+    return definition.derived("reply_schemas", state_id, compute)
 
 
 def _stream_of(llm: LLMClient, call: Call) -> Iterator[str | LLMResponse]:

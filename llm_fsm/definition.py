@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable
 from functools import cached_property
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 JSONLogic = dict[str, Any] | bool
+T = TypeVar("T")
 
 
 class _Frozen(BaseModel):
@@ -178,6 +180,17 @@ class FSMDefinition(_Frozen):
 
     def state(self, state_id: str) -> State:
         return self.states[state_id]
+
+    @cached_property
+    def _derived(self) -> dict[tuple[str, str], Any]:
+        return {}
+
+    def derived(self, kind: str, state_id: str, compute: Callable[[State], T]) -> T:
+        """``compute(state)``, computed once per definition, state and ``kind`` (the definition is immutable)."""
+        key = (kind, state_id)
+        if key not in self._derived:
+            self._derived[key] = compute(self.states[state_id])
+        return cast(T, self._derived[key])
 
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
-from llm_fsm.definition import Condition, FSMDefinition, Transition
+from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError
 
 SCHEMA_VERSION = 1
@@ -115,10 +115,13 @@ def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attem
 def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[str]:
     """What the model may write in a state: its ``writable_keys``, or by default the keys it collects,
     the keys its conditions read, and ``_extra``."""
-    state = definition.states[state_id]
-    if state.writable_keys is not None:
-        return frozenset(state.writable_keys)
-    return frozenset([*writable_keys(state), EXTRA_KEY])
+
+    def compute(state: State) -> frozenset[str]:
+        if state.writable_keys is not None:
+            return frozenset(state.writable_keys)
+        return frozenset([*writable_keys(state), EXTRA_KEY])
+
+    return definition.derived("writable_keys", state_id, compute)
 
 
 def filter_update(

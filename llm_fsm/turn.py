@@ -291,6 +291,8 @@ class TurnRunner:
         self, timing: str, state: str, *, target: str | None = None, keys: frozenset[str] = frozenset(), **extra: Any
     ) -> None:
         """Run the handlers for ``timing``; apply each delta as it comes (later handlers see it)."""
+        if not self.hooks.handlers:
+            return
         listed = frozenset(self.definition.states[state].handlers)
         for handler in selected(self.hooks, Invocation(timing, state, target, keys, listed)):
             arguments = {
