@@ -152,10 +152,15 @@ class Conversation:
                 f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state
             )
         if snap.definition_hash != definition.content_hash and not allow_changed_definition:
+            changes = definition.changes_since(snap.definition_outline) or ["its content changed"]
             raise ConversationError(
-                f"the definition '{definition.name}' changed since this snapshot was taken "
-                "(pass allow_changed_definition=True to restore anyway)",
+                f"the definition '{definition.name}' changed since this snapshot was taken: "
+                f"{'; '.join(changes)} (pass allow_changed_definition=True to restore anyway)",
                 state=snap.state,
+            )
+        if allow_changed_definition:
+            snap = snap.model_copy(
+                update={"definition_hash": definition.content_hash, "definition_outline": definition.outline}
             )
         conversation = cls(definition, llm, **options)
         conversation._snapshot = snap

@@ -174,12 +174,32 @@ class FSMDefinition(_Frozen):
     @cached_property
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of the definition (identifies what a snapshot ran on)."""
-        data = self.model_dump(mode="json", exclude={"schema_"})
-        text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-        return hashlib.sha256(text.encode()).hexdigest()
+        return _digest(self.model_dump(mode="json", exclude={"schema_"}))
 
     def state(self, state_id: str) -> State:
         return self.states[state_id]
+
+    @cached_property
+    def outline(self) -> dict[str, str]:
+        """Short hashes of the parts of the definition, to name what changed between two versions."""
+        parts: dict[str, Any] = {"fsm": self.model_dump(mode="json", exclude={"schema_", "states"})}
+        for sid, state in self.states.items():
+            parts[f"{sid}.transitions"] = [t.model_dump(mode="json") for t in state.transitions]
+            parts[f"{sid}.text"] = state.model_dump(mode="json", exclude={"transitions"})
+        return {name: _digest(value)[:16] for name, value in parts.items()}
+
+    def changes_since(self, outline: dict[str, str]) -> list[str]:
+        """What differs between this definition and the one ``outline`` describes, in words."""
+        old_states = {k.rsplit(".", 1)[0] for k in outline if k != "fsm"}
+        changes = [f"state '{s}' removed" for s in sorted(old_states - set(self.states))]
+        changes += [f"state '{s}' added" for s in sorted(set(self.states) - old_states)]
+        for sid in sorted(old_states & set(self.states)):
+            for part, words in (("transitions", "transitions of"), ("text", "purpose or instructions of")):
+                if outline.get(f"{sid}.{part}") != self.outline[f"{sid}.{part}"]:
+                    changes.append(f"{words} state '{sid}' changed")
+        if outline.get("fsm") != self.outline["fsm"]:
+            changes.append("top-level fields changed (name, persona, initial state, schemas...)")
+        return changes
 
     @cached_property
     def _derived(self) -> dict[tuple[str, str], Any]:
@@ -196,6 +216,11 @@ class FSMDefinition(_Frozen):
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:llm-fsm-runtime:schema:fsm-definition"
 _STATE_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"  # the loader's identifier rule
+
+
+def _digest(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
 
 
 def json_schema() -> dict[str, Any]:

@@ -65,6 +65,9 @@ class Snapshot(BaseModel):
     schema_version: int = SCHEMA_VERSION
     definition_name: str
     definition_hash: str
+    definition_outline: dict[str, str] = Field(
+        default_factory=dict, description="Hashes of the definition's parts, to say what changed on restore."
+    )
     state: str
     context: dict[str, Any] = Field(default_factory=dict)
     provenance: dict[str, Origin] = Field(default_factory=dict)
@@ -309,6 +312,7 @@ def initial_snapshot(
     return Snapshot(
         definition_name=definition.name,
         definition_hash=definition.content_hash,
+        definition_outline=definition.outline,
         state=state or definition.initial_state,
         turns=0,
         context=initial,

@@ -13,6 +13,8 @@
     │   └── LLMUnavailableError    timeouts, connection errors, 429 and 5xx, after our retries ran out
     ├── HandlerError           a handler with the "raise" policy failed (the turn was rolled back)
     ├── RefinementError        a state's checks kept failing and its policy is "raise"
+    ├── StoreError             a conversation store cannot be opened or used
+    │   └── ConflictError          another writer holds the conversation, or saved it first
     └── ConversationError      the conversation cannot take this call in its current status
         ├── ConversationEnded      the conversation reached a terminal state
         ├── ConversationPaused     a handler paused it: resume() with the pending event's token first
@@ -127,3 +129,15 @@ class ConversationPaused(ConversationError):
 
 class ResumeError(ConversationError):
     """``resume()`` was called with a token that is not the pending one, or that was already used."""
+
+
+class StoreError(FSMError):
+    """A conversation store cannot be opened or used (bad URL, unreadable data, server unreachable)."""
+
+
+class ConflictError(StoreError):
+    """Another writer holds the conversation (or saved it first). ``conversation_id`` names it."""
+
+    def __init__(self, message: str, *, conversation_id: str) -> None:
+        super().__init__(message)
+        self.conversation_id = conversation_id

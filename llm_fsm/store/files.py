@@ -1,0 +1,116 @@
+"""``file:///dir``: one JSON file per conversation, written atomically under a file lock.
+
+Each save writes a temporary file in the same folder, fsyncs it, renames it over the old one and
+fsyncs the folder, so a crash at any moment leaves either the previous or the new version, whole.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from filelock import FileLock, Timeout
+
+from llm_fsm.engine import Snapshot
+from llm_fsm.errors import StoreError
+from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, busy, check_id, conflict, info_of, seconds
+
+SUFFIX = ".json"
+
+
+class FileStore(Store):
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+        self.url = f"file://{self.directory.resolve()}"
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise StoreError(f"cannot create the store folder {self.directory}: {exc.strerror or exc}") from exc
+
+    def _path(self, conversation_id: str) -> Path:
+        return self.directory / f"{check_id(conversation_id)}{SUFFIX}"
+
+    def _write_lock(self, conversation_id: str) -> FileLock:
+        # Held only while reading the version and replacing the file (not for a whole turn).
+        return FileLock(str(self.directory / f".{conversation_id}.write.lock"), thread_local=False)
+
+    def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        path = self._path(conversation_id)
+        with self._write_lock(conversation_id):
+            current = self._read(path)
+            found = current.version if current else 0
+            if expected_version is not None and expected_version != found:
+                raise conflict(conversation_id, expected_version, found)
+            document = {"version": found + 1, "updated_at": time.time(), "snapshot": snapshot.model_dump(mode="json")}
+            self._replace(path, json.dumps(document, ensure_ascii=False))
+        return found + 1
+
+    def _replace(self, path: Path, text: str) -> None:
+        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{path.stem}.", suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                file.write(text)
+                file.flush()
+                os.fsync(file.fileno())
+            os.replace(temporary, path)
+        except BaseException:
+            Path(temporary).unlink(missing_ok=True)
+            raise
+        folder = os.open(self.directory, os.O_RDONLY)
+        try:
+            os.fsync(folder)  # the rename itself must survive a crash
+        finally:
+            os.close(folder)
+
+    def load(self, conversation_id: str) -> Record | None:
+        return self._read(self._path(conversation_id))
+
+    def _read(self, path: Path) -> Record | None:
+        try:
+            document = json.loads(path.read_text(encoding="utf-8"))
+            snapshot = Snapshot.model_validate(document["snapshot"])
+            return Record(path.stem, snapshot, int(document["version"]), float(document["updated_at"]))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StoreError(f"stored conversation {path} is unreadable: {exc}") from exc
+
+    def delete(self, conversation_id: str) -> bool:
+        path = self._path(conversation_id)
+        with self._write_lock(conversation_id):
+            existed = path.exists()
+            path.unlink(missing_ok=True)
+        return existed
+
+    def _records(self) -> Iterator[Record]:
+        for path in self.directory.glob(f"*{SUFFIX}"):
+            record = self._read(path)
+            if record is not None:
+                yield record
+
+    def list(self) -> list[Info]:
+        records = sorted(self._records(), key=lambda r: r.updated_at, reverse=True)
+        return [info_of(r.id, r.snapshot, r.version, r.updated_at) for r in records]
+
+    def prune(self, older_than: float | timedelta) -> int:
+        cutoff = time.time() - seconds(older_than)
+        old = [r.id for r in self._records() if r.updated_at < cutoff]
+        return sum(self.delete(cid) for cid in old)
+
+    @contextmanager
+    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
+        lock = FileLock(str(self.directory / f".{check_id(conversation_id)}.lock"), thread_local=False)
+        try:
+            lock.acquire(timeout=timeout if timeout > 0 else 0, blocking=timeout > 0)
+        except Timeout:
+            raise busy(conversation_id, timeout) from None
+        try:
+            yield
+        finally:
+            lock.release()

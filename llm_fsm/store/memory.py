@@ -1,0 +1,62 @@
+"""``memory:``: conversations in a dict, for tests and single-process experiments."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+
+from llm_fsm.engine import Snapshot
+from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, busy, check_id, conflict, info_of, seconds
+
+
+class MemoryStore(Store):
+    def __init__(self) -> None:
+        self.url = "memory:"
+        self._records: dict[str, Record] = {}
+        self._guard = threading.Lock()
+        self._locks: dict[str, threading.Lock] = {}
+
+    def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        check_id(conversation_id)
+        with self._guard:
+            current = self._records.get(conversation_id)
+            found = current.version if current else 0
+            if expected_version is not None and expected_version != found:
+                raise conflict(conversation_id, expected_version, found)
+            self._records[conversation_id] = Record(conversation_id, snapshot, found + 1, time.time())
+            return found + 1
+
+    def load(self, conversation_id: str) -> Record | None:
+        return self._records.get(check_id(conversation_id))
+
+    def delete(self, conversation_id: str) -> bool:
+        with self._guard:
+            return self._records.pop(check_id(conversation_id), None) is not None
+
+    def list(self) -> list[Info]:
+        records = sorted(self._records.values(), key=lambda r: r.updated_at, reverse=True)
+        return [info_of(r.id, r.snapshot, r.version, r.updated_at) for r in records]
+
+    def prune(self, older_than: float | timedelta) -> int:
+        cutoff = time.time() - seconds(older_than)
+        with self._guard:
+            old = [cid for cid, r in self._records.items() if r.updated_at < cutoff]
+            for cid in old:
+                del self._records[cid]
+        return len(old)
+
+    @contextmanager
+    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
+        check_id(conversation_id)
+        with self._guard:
+            lock = self._locks.setdefault(conversation_id, threading.Lock())
+        acquired = lock.acquire(timeout=timeout) if timeout > 0 else lock.acquire(blocking=False)
+        if not acquired:
+            raise busy(conversation_id, timeout)
+        try:
+            yield
+        finally:
+            lock.release()

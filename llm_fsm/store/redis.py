@@ -1,0 +1,238 @@
+"""``redis://host:port/db``: many stateless workers share conversations through one Redis server.
+
+Per conversation: a hash (version, head, history length, last exchange, saved at) and a list of
+exchanges that each save only appends to, so a save costs the same at any turn. Saves are
+optimistic transactions (WATCH/MULTI): a concurrent writer makes the version check fail cleanly.
+Turn locks are ``SET NX PX`` keys holding a random token, released only by their holder.
+The async methods use ``redis.asyncio`` natively.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import timedelta
+from typing import Any
+
+from llm_fsm.engine import Snapshot
+from llm_fsm.errors import StoreError
+from llm_fsm.store.base import (
+    DEFAULT_WAIT,
+    Info,
+    Record,
+    Store,
+    appended,
+    assemble,
+    busy,
+    check_id,
+    exchange_json,
+    head_json,
+    poll,
+    seconds,
+)
+
+LEASE_MS = 300_000
+RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+class _Keys:
+    def __init__(self, prefix: str) -> None:
+        self.prefix = prefix
+        self.index = f"{prefix}:index"
+
+    def conversation(self, cid: str) -> str:
+        return f"{self.prefix}:c:{cid}"
+
+    def turns(self, cid: str) -> str:
+        return f"{self.prefix}:t:{cid}"
+
+    def lock(self, cid: str) -> str:
+        return f"{self.prefix}:lock:{cid}"
+
+
+def _plan(
+    cid: str, snapshot: Snapshot, fields: dict[bytes, bytes], expected: int | None
+) -> tuple[int, list[str] | None]:
+    """The new version, and the exchanges to append (None: rewrite the whole list)."""
+    from llm_fsm.store.base import conflict
+
+    found = int(fields.get(b"version", 0))
+    if expected is not None and expected != found:
+        raise conflict(cid, expected, found)
+    last = fields.get(b"last_exchange")
+    stored_len = int(fields.get(b"history_len", 0))
+    return found + 1, appended(stored_len, last.decode() if last else None, snapshot.history)
+
+
+def _mapping(snapshot: Snapshot, version: int, now: float) -> dict[str, Any]:
+    return {
+        "version": version,
+        "head": head_json(snapshot),
+        "history_len": len(snapshot.history),
+        "last_exchange": exchange_json(snapshot.history[-1]) if snapshot.history else "",
+        "updated_at": now,
+        "definition_name": snapshot.definition_name,
+        "state": snapshot.state,
+        "status": snapshot.status,
+        "turns": snapshot.turns,
+    }
+
+
+def _info(cid: str, fields: dict[bytes, bytes]) -> Info:
+    def text(name: str) -> str:
+        return fields.get(name.encode(), b"").decode()
+
+    return Info(cid, text("definition_name"), text("state"), text("status"), int(text("turns") or 0),
+                int(text("version") or 0), float(text("updated_at") or 0))  # fmt: skip
+
+
+class RedisStore(Store):
+    def __init__(self, url: str, *, prefix: str = "llm_fsm") -> None:
+        import redis
+
+        self.url = url
+        self.keys = _Keys(prefix)
+        self._redis = redis
+        self.client: Any = redis.Redis.from_url(url)
+        self._async: Any = None
+        try:
+            self.client.ping()
+        except redis.RedisError as exc:
+            raise StoreError(f"cannot reach Redis at {url}: {exc}") from exc
+
+    # -- sync -----------------------------------------------------------------------------------
+
+    def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        cid = check_id(conversation_id)
+        key, turns = self.keys.conversation(cid), self.keys.turns(cid)
+        while True:
+            with self.client.pipeline() as pipe:
+                try:
+                    pipe.watch(key)
+                    version, new = _plan(cid, snapshot, pipe.hgetall(key), expected_version)
+                    now = time.time()
+                    pipe.multi()
+                    if new is None:
+                        pipe.delete(turns)
+                        new = [exchange_json(e) for e in snapshot.history]
+                    if new:
+                        pipe.rpush(turns, *new)
+                    pipe.hset(key, mapping=_mapping(snapshot, version, now))
+                    pipe.zadd(self.keys.index, {cid: now})
+                    pipe.execute()
+                    return version
+                except self._redis.WatchError:
+                    continue  # someone saved between our read and our write: check the version again
+
+    def load(self, conversation_id: str) -> Record | None:
+        cid = check_id(conversation_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.conversation(cid))
+            pipe.lrange(self.keys.turns(cid), 0, -1)
+            fields, exchanges = pipe.execute()
+        if not fields:
+            return None
+        snapshot = assemble(fields[b"head"], exchanges)
+        return Record(cid, snapshot, int(fields[b"version"]), float(fields[b"updated_at"]))
+
+    def delete(self, conversation_id: str) -> bool:
+        cid = check_id(conversation_id)
+        with self.client.pipeline(transaction=True) as pipe:
+            pipe.delete(self.keys.conversation(cid), self.keys.turns(cid))
+            pipe.zrem(self.keys.index, cid)
+            deleted, _ = pipe.execute()
+        return bool(deleted)
+
+    def list(self) -> list[Info]:
+        ids = [i.decode() for i in self.client.zrevrange(self.keys.index, 0, -1)]
+        with self.client.pipeline(transaction=False) as pipe:
+            for cid in ids:
+                pipe.hgetall(self.keys.conversation(cid))
+            rows = pipe.execute()
+        return [_info(cid, fields) for cid, fields in zip(ids, rows, strict=True) if fields]
+
+    def prune(self, older_than: float | timedelta) -> int:
+        cutoff = time.time() - seconds(older_than)
+        old = [i.decode() for i in self.client.zrangebyscore(self.keys.index, "-inf", f"({cutoff}")]
+        return sum(self.delete(cid) for cid in old)
+
+    @contextmanager
+    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
+        key, token = self.keys.lock(check_id(conversation_id)), uuid.uuid4().hex
+        deadline, attempt = time.monotonic() + max(0.0, timeout), 0
+        while not self.client.set(key, token, nx=True, px=LEASE_MS):
+            if time.monotonic() >= deadline:
+                raise busy(conversation_id, timeout)
+            poll(deadline, attempt)
+            attempt += 1
+        try:
+            yield
+        finally:
+            self.client.eval(RELEASE, 1, key, token)
+
+    def close(self) -> None:
+        self.client.close()
+
+    # -- async (redis.asyncio) ------------------------------------------------------------------
+
+    def _aclient(self) -> Any:
+        if self._async is None:
+            import redis.asyncio
+
+            self._async = redis.asyncio.Redis.from_url(self.url)
+        return self._async
+
+    async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        cid = check_id(conversation_id)
+        key, turns = self.keys.conversation(cid), self.keys.turns(cid)
+        while True:
+            async with self._aclient().pipeline() as pipe:
+                try:
+                    await pipe.watch(key)
+                    version, new = _plan(cid, snapshot, await pipe.hgetall(key), expected_version)
+                    now = time.time()
+                    pipe.multi()
+                    if new is None:
+                        pipe.delete(turns)
+                        new = [exchange_json(e) for e in snapshot.history]
+                    if new:
+                        pipe.rpush(turns, *new)
+                    pipe.hset(key, mapping=_mapping(snapshot, version, now))
+                    pipe.zadd(self.keys.index, {cid: now})
+                    await pipe.execute()
+                    return version
+                except self._redis.WatchError:
+                    continue
+
+    async def aload(self, conversation_id: str) -> Record | None:
+        cid = check_id(conversation_id)
+        async with self._aclient().pipeline(transaction=True) as pipe:
+            pipe.hgetall(self.keys.conversation(cid))
+            pipe.lrange(self.keys.turns(cid), 0, -1)
+            fields, exchanges = await pipe.execute()
+        if not fields:
+            return None
+        return Record(cid, assemble(fields[b"head"], exchanges), int(fields[b"version"]), float(fields[b"updated_at"]))
+
+    @asynccontextmanager
+    async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
+        client = self._aclient()
+        key, token = self.keys.lock(check_id(conversation_id)), uuid.uuid4().hex
+        deadline, attempt = time.monotonic() + max(0.0, timeout), 0
+        while not await client.set(key, token, nx=True, px=LEASE_MS):
+            if time.monotonic() >= deadline:
+                raise busy(conversation_id, timeout)
+            await asyncio.sleep(max(0.0, min(0.002 * 2 ** min(attempt, 5), deadline - time.monotonic())))
+            attempt += 1
+        try:
+            yield
+        finally:
+            await client.eval(RELEASE, 1, key, token)
+
+    async def aclose(self) -> None:
+        if self._async is not None:
+            await self._async.aclose()
+            self._async = None

@@ -1,0 +1,207 @@
+"""``sqlite:///path.db``: the default store. WAL mode, one row per conversation, one per turn.
+
+The ``turns`` table is append-only: a save inserts only the exchanges added since the last save,
+so saving costs the same at turn 5 and at turn 500. Each save is one ``BEGIN IMMEDIATE``
+transaction that checks the version column first. Locks for a whole turn are leases in a
+``locks`` table (they expire, so a crashed holder cannot block a conversation forever).
+Migrations are idempotent: opening a database creates what is missing.
+"""
+
+from __future__ import annotations
+
+import os
+import sqlite3
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+
+from llm_fsm.engine import Snapshot
+from llm_fsm.errors import StoreError
+from llm_fsm.store.base import (
+    DEFAULT_WAIT,
+    Info,
+    Record,
+    Store,
+    appended,
+    assemble,
+    busy,
+    check_id,
+    conflict,
+    exchange_json,
+    head_json,
+    poll,
+    seconds,
+)
+
+LEASE = 300.0  # seconds a turn may hold a conversation before another process may take it over
+
+SCHEMA = """
+CREATE TABLE IF NOT EXISTS conversations (
+    id TEXT PRIMARY KEY,
+    version INTEGER NOT NULL,
+    definition_name TEXT NOT NULL,
+    state TEXT NOT NULL,
+    status TEXT NOT NULL,
+    turns INTEGER NOT NULL,
+    head TEXT NOT NULL,
+    history_len INTEGER NOT NULL,
+    last_exchange TEXT,
+    updated_at REAL NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_updated ON conversations (updated_at);
+CREATE TABLE IF NOT EXISTS turns (
+    conversation_id TEXT NOT NULL,
+    idx INTEGER NOT NULL,
+    exchange TEXT NOT NULL,
+    PRIMARY KEY (conversation_id, idx)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS locks (
+    id TEXT PRIMARY KEY,
+    token TEXT NOT NULL,
+    expires_at REAL NOT NULL
+);
+"""
+
+
+class SQLiteStore(Store):
+    def __init__(self, path: str | os.PathLike[str], *, lease: float = LEASE) -> None:
+        self.path = Path(path)
+        self.url = f"sqlite://{self.path.resolve()}"
+        self.lease = lease
+        self._local = threading.local()
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with self._transaction() as db:
+                db.executescript(SCHEMA)
+        except (OSError, sqlite3.Error) as exc:
+            raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
+
+    def _db(self) -> sqlite3.Connection:
+        # One connection per thread: sqlite3 connections must not be shared between threads.
+        db: sqlite3.Connection | None = getattr(self._local, "db", None)
+        if db is None:
+            db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
+            db.execute("PRAGMA journal_mode=WAL")
+            db.execute("PRAGMA synchronous=FULL")
+            self._local.db = db
+        return db
+
+    @contextmanager
+    def _transaction(self) -> Iterator[sqlite3.Connection]:
+        db = self._db()
+        db.execute("BEGIN IMMEDIATE")
+        try:
+            yield db
+        except BaseException:
+            db.execute("ROLLBACK")
+            raise
+        db.execute("COMMIT")
+
+    def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        check_id(conversation_id)
+        with self._transaction() as db:
+            row = db.execute(
+                "SELECT version, history_len, last_exchange FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            found, stored_len, stored_last = row if row else (0, 0, None)
+            if expected_version is not None and expected_version != found:
+                raise conflict(conversation_id, expected_version, found)
+            self._write_history(db, conversation_id, snapshot, stored_len, stored_last)
+            last = exchange_json(snapshot.history[-1]) if snapshot.history else None
+            db.execute(
+                "INSERT OR REPLACE INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (conversation_id, found + 1, snapshot.definition_name, snapshot.state, snapshot.status,
+                 snapshot.turns, head_json(snapshot), len(snapshot.history), last, time.time()),
+            )  # fmt: skip
+        return int(found) + 1
+
+    def _write_history(
+        self, db: sqlite3.Connection, conversation_id: str, snapshot: Snapshot, stored_len: int, stored_last: str | None
+    ) -> None:
+        new = appended(stored_len, stored_last, snapshot.history)
+        start = stored_len
+        if new is None:  # the history was rewound (undo) or replaced: rewrite it
+            db.execute("DELETE FROM turns WHERE conversation_id = ?", (conversation_id,))
+            new, start = [exchange_json(e) for e in snapshot.history], 0
+        db.executemany(
+            "INSERT INTO turns VALUES (?, ?, ?)", [(conversation_id, start + i, text) for i, text in enumerate(new)]
+        )
+
+    def load(self, conversation_id: str) -> Record | None:
+        check_id(conversation_id)
+        db = self._db()
+        db.execute("BEGIN")  # one read snapshot for both tables
+        try:
+            row = db.execute(
+                "SELECT head, version, updated_at FROM conversations WHERE id = ?", (conversation_id,)
+            ).fetchone()
+            turns = db.execute(
+                "SELECT exchange FROM turns WHERE conversation_id = ? ORDER BY idx", (conversation_id,)
+            ).fetchall()
+        finally:
+            db.execute("COMMIT")
+        if row is None:
+            return None
+        return Record(conversation_id, assemble(row[0], [t[0] for t in turns]), int(row[1]), float(row[2]))
+
+    def delete(self, conversation_id: str) -> bool:
+        check_id(conversation_id)
+        with self._transaction() as db:
+            db.execute("DELETE FROM turns WHERE conversation_id = ?", (conversation_id,))
+            return db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
+
+    def list(self) -> list[Info]:
+        rows = (
+            self._db()
+            .execute(
+                "SELECT id, definition_name, state, status, turns, version, updated_at FROM conversations "
+                "ORDER BY updated_at DESC"
+            )
+            .fetchall()
+        )
+        return [Info(*row) for row in rows]
+
+    def prune(self, older_than: float | timedelta) -> int:
+        cutoff = time.time() - seconds(older_than)
+        with self._transaction() as db:
+            db.execute(
+                "DELETE FROM turns WHERE conversation_id IN (SELECT id FROM conversations WHERE updated_at < ?)",
+                (cutoff,),
+            )
+            return int(db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,)).rowcount)
+
+    @contextmanager
+    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
+        check_id(conversation_id)
+        token = uuid.uuid4().hex
+        deadline = time.monotonic() + max(0.0, timeout)
+        attempt = 0
+        while not self._take(conversation_id, token):
+            if time.monotonic() >= deadline:
+                raise busy(conversation_id, timeout)
+            poll(deadline, attempt)
+            attempt += 1
+        try:
+            yield
+        finally:
+            with self._transaction() as db:
+                db.execute("DELETE FROM locks WHERE id = ? AND token = ?", (conversation_id, token))
+
+    def _take(self, conversation_id: str, token: str) -> bool:
+        now = time.time()
+        with self._transaction() as db:
+            row = db.execute("SELECT expires_at FROM locks WHERE id = ?", (conversation_id,)).fetchone()
+            if row is not None and row[0] > now:
+                return False
+            db.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?)", (conversation_id, token, now + self.lease))
+        return True
+
+    def close(self) -> None:
+        db = getattr(self._local, "db", None)
+        if db is not None:
+            db.close()
+            self._local.db = None
