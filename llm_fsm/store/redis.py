@@ -1,4 +1,4 @@
-"""``redis://host:port/db``: many stateless workers share conversations through one Redis server.
+"""``redis://host:port/db[?prefix=name]``: many stateless workers share conversations through one Redis server.
 
 Per conversation: a hash (version, head, history length, last exchange, saved at) and a list of
 exchanges that each save only appends to, so a save costs the same at any turn. Saves are
@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from datetime import timedelta
 from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
@@ -36,6 +37,15 @@ from llm_fsm.store.base import (
 
 LEASE_MS = 300_000
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+
+
+def _split_prefix(url: str) -> tuple[str, str | None]:
+    """``redis://host/0?prefix=app`` → the server URL and the key prefix (several apps, one server)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query)
+    prefix = next((v for k, v in query if k == "prefix"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "prefix"])
+    return urlunsplit(parts._replace(query=rest)), prefix
 
 
 class _Keys:
@@ -90,13 +100,15 @@ def _info(cid: str, fields: dict[bytes, bytes]) -> Info:
 
 
 class RedisStore(Store):
-    def __init__(self, url: str, *, prefix: str = "llm_fsm") -> None:
+    def __init__(self, url: str, *, prefix: str | None = None) -> None:
         import redis
 
         self.url = url
-        self.keys = _Keys(prefix)
+        server_url, from_url = _split_prefix(url)
+        self.keys = _Keys(prefix or from_url or "llm_fsm")
+        self._server_url = server_url
         self._redis = redis
-        self.client: Any = redis.Redis.from_url(url)
+        self.client: Any = redis.Redis.from_url(server_url)
         self._async: Any = None
         try:
             self.client.ping()
@@ -182,7 +194,7 @@ class RedisStore(Store):
         if self._async is None:
             import redis.asyncio
 
-            self._async = redis.asyncio.Redis.from_url(self.url)
+            self._async = redis.asyncio.Redis.from_url(self._server_url)
         return self._async
 
     async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:

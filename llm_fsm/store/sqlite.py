@@ -75,8 +75,7 @@ class SQLiteStore(Store):
         self._local = threading.local()
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            with self._transaction() as db:
-                db.executescript(SCHEMA)
+            self._db().executescript(SCHEMA)  # idempotent: creates only what is missing
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
 

@@ -1,0 +1,294 @@
+"""The same conformance suite against every store, plus concurrency and crash tests."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import random
+import signal
+import subprocess
+import sys
+import threading
+import time
+import uuid
+from datetime import timedelta
+
+import pytest
+
+import llm_fsm
+from llm_fsm.engine import Exchange
+from llm_fsm.errors import ConflictError, StoreError
+from llm_fsm.store import advance, open_store
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import ROOT, reply
+
+CHAT = {
+    "name": "chat",
+    "initial_state": "chat",
+    "states": {
+        "chat": {"purpose": "Chat", "required_context_keys": ["topic"], "transitions": [{"target_state": "bye"}]},
+        "bye": {"purpose": "Say goodbye"},
+    },
+}
+
+
+@pytest.fixture(params=["memory", "file", "sqlite", "redis"])
+def store_url(request, tmp_path):
+    if request.param == "memory":
+        return "memory:"
+    if request.param == "file":
+        return f"file://{tmp_path / 'conversations'}"
+    if request.param == "sqlite":
+        return f"sqlite://{tmp_path / 'conversations.db'}"
+    return f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture
+def store(store_url):
+    opened = open_store(store_url)
+    yield opened
+    opened.close()
+
+
+def snapshot_after(turns: int, **context):
+    conversation = llm_fsm.Conversation(
+        llm_fsm.load(CHAT), ScriptedLLM([reply("chat", f"reply {i}") for i in range(turns)])
+    )
+    for i in range(turns):
+        conversation.send(f"message {i}")
+    if context:
+        conversation.update_context(context)
+    return conversation.snapshot()
+
+
+def test_save_load_and_versions(store):
+    assert store.load("nobody") is None
+    first = snapshot_after(2, topic="tea")
+    assert store.save("c1", first, expected_version=0) == 1
+    record = store.load("c1")
+    assert record.snapshot == first and record.version == 1 and record.id == "c1"
+    second = snapshot_after(3)
+    assert store.save("c1", second, expected_version=1) == 2
+    assert store.load("c1").snapshot == second
+
+
+def test_compare_and_set_refuses_a_stale_writer(store):
+    store.save("c1", snapshot_after(1))
+    with pytest.raises(ConflictError) as info:
+        store.save("c1", snapshot_after(2), expected_version=0)
+    assert info.value.conversation_id == "c1" and "expected version 0, found 1" in str(info.value)
+    assert store.load("c1").snapshot.turns == 1, "the refused save changed nothing"
+
+
+def test_history_is_appended_rewound_and_replaced(store):
+    long = snapshot_after(12)
+    for n in range(0, 13, 3):
+        store.save("c1", long.model_copy(update={"history": long.history[:n]}))
+        assert store.load("c1").snapshot.history == long.history[:n]
+    store.save("c1", long.model_copy(update={"history": long.history[:4]}))  # /back
+    assert store.load("c1").snapshot.history == long.history[:4]
+    replaced = (*long.history[:3], Exchange(user="other", assistant="path", state="chat"))
+    store.save("c1", long.model_copy(update={"history": replaced}))
+    assert store.load("c1").snapshot.history == replaced
+
+
+def test_pending_events_and_provenance_survive(store):
+    hooks = llm_fsm.Hooks()
+
+    @hooks.on("context_update")
+    def pause(**_):
+        raise llm_fsm.Break("check this", {"n": 1})
+
+    conversation = llm_fsm.Conversation(
+        llm_fsm.load(CHAT), ScriptedLLM([reply("chat", "ok", topic="tea")]), hooks=hooks
+    )
+    conversation.send("tea")
+    store.save("p", conversation.snapshot())
+    loaded = store.load("p").snapshot
+    assert loaded == conversation.snapshot() and loaded.pending.reason == "check this"
+    assert loaded.provenance["topic"].by == "llm"
+
+
+def test_delete_list_and_prune(store):
+    store.save("old", snapshot_after(1))
+    time.sleep(0.3)
+    store.save("new", snapshot_after(2))
+    listed = store.list()
+    assert [i.id for i in listed] == ["new", "old"]
+    assert (listed[0].state, listed[0].turns, listed[0].version, listed[0].definition_name) == ("chat", 2, 1, "chat")
+    assert store.prune(timedelta(seconds=0.15)) == 1
+    assert [i.id for i in store.list()] == ["new"]
+    assert store.delete("new") is True and store.delete("new") is False
+    assert store.list() == []
+
+
+@pytest.mark.parametrize("bad", ["", "../etc/passwd", "a/b", ".hidden", "x" * 200, "a..b", "sp ace"])
+def test_ids_are_validated(store, bad):
+    with pytest.raises(StoreError, match="invalid conversation id"):
+        store.save(bad, snapshot_after(0))
+
+
+def test_lock_excludes_waits_and_releases(store):
+    with store.lock("c1", timeout=1):
+        with pytest.raises(ConflictError, match="in use by another turn"), store.lock("c1", timeout=0):
+            pass
+        with store.lock("c2", timeout=0):  # other conversations are independent
+            pass
+    holder_released = threading.Event()
+
+    def hold():
+        with store.lock("c1", timeout=1):
+            time.sleep(0.3)
+        holder_released.set()
+
+    thread = threading.Thread(target=hold)
+    thread.start()
+    time.sleep(0.1)
+    with store.lock("c1", timeout=10):
+        assert holder_released.is_set(), "the second turn waited for the first"
+    thread.join()
+
+
+def test_async_api(store):
+    async def scenario():
+        snap = snapshot_after(2)
+        assert await store.asave("a1", snap, expected_version=0) == 1
+        async with store.alock("a1", timeout=1):
+            record = await store.aload("a1")
+        assert record.snapshot == snap
+        assert [i.id for i in await store.alist()] == ["a1"]
+        assert await store.aprune(3600) == 0
+        assert await store.adelete("a1") is True
+
+    asyncio.run(scenario())
+
+
+def test_advance_creates_continues_and_saves_nothing_on_failure(store):
+    definition = llm_fsm.load(CHAT)
+    first = advance(store, "u1", definition, ScriptedLLM([reply("chat", "Hello!")]), None)
+    second = advance(store, "u1", definition, ScriptedLLM([reply("chat", "Tea it is.", topic="tea")]), "tea?")
+    assert (first.turn, second.turn, second.context) == (0, 1, {"topic": "tea"})
+    before = store.load("u1")
+    with pytest.raises(llm_fsm.LLMError):
+        advance(store, "u1", definition, ScriptedLLM([llm_fsm.LLMUnavailableError("down")]), "again")
+    assert store.load("u1") == before
+
+
+def test_restore_names_what_changed_in_the_definition():
+    conversation = llm_fsm.Conversation(llm_fsm.load(CHAT), ScriptedLLM())
+    changed = json.loads(json.dumps(CHAT))
+    changed["states"]["chat"]["purpose"] = "Chat about tea"
+    changed["states"]["chat"]["transitions"] = [{"target_state": "end"}]
+    changed["states"]["end"] = changed["states"].pop("bye")
+    with pytest.raises(llm_fsm.ConversationError) as info:
+        llm_fsm.Conversation.restore(conversation.snapshot(), llm_fsm.load(changed), ScriptedLLM())
+    message = str(info.value)
+    for words in ("state 'bye' removed", "state 'end' added", "transitions of state 'chat' changed",
+                  "purpose or instructions of state 'chat' changed"):  # fmt: skip
+        assert words in message
+
+
+def test_open_store_errors(tmp_path):
+    with pytest.raises(StoreError, match="unknown store URL"):
+        open_store("postgres://x")
+    blocker = tmp_path / "file"
+    blocker.write_text("")
+    with pytest.raises(StoreError, match="cannot"):
+        open_store(f"sqlite://{blocker / 'db.sqlite'}")
+    with pytest.raises(StoreError, match="cannot reach Redis"):
+        open_store("redis://127.0.0.1:9/0")
+
+
+def test_default_store_lives_under_llm_fsm_home(tmp_path, monkeypatch):
+    monkeypatch.setenv("LLM_FSM_HOME", str(tmp_path / "home"))
+    store = open_store()
+    store.save("x", snapshot_after(1))
+    assert (tmp_path / "home" / "conversations.db").exists()
+    store.close()
+
+
+# -- many processes, one conversation ---------------------------------------------------------
+
+WORKER = """
+import sys
+sys.path.insert(0, {root!r})
+import llm_fsm
+from llm_fsm.store import advance, open_store
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import reply
+from tests.test_store import CHAT
+store = open_store({url!r})
+definition = llm_fsm.load(CHAT)
+for n in range({turns}):
+    llm = ScriptedLLM([reply("chat", "ok")])
+    advance(store, "shared", definition, llm, "p{worker}-" + str(n), wait=60)
+"""
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite", "redis"])
+def test_four_processes_advance_one_conversation_without_losing_a_turn(kind, tmp_path, request):
+    url = {"file": f"file://{tmp_path / 'c'}", "sqlite": f"sqlite://{tmp_path / 'c.db'}"}.get(kind)
+    if kind == "redis":
+        url = f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
+    workers, turns = 4, 25
+    processes = [
+        subprocess.Popen([sys.executable, "-c", WORKER.format(root=str(ROOT), url=url, turns=turns, worker=w)])
+        for w in range(workers)
+    ]
+    assert [p.wait(timeout=300) for p in processes] == [0] * workers
+    store = open_store(url)
+    record = store.load("shared")
+    users = [e.user for e in record.snapshot.history]
+    assert len(users) == workers * turns == record.snapshot.turns == record.version
+    for w in range(workers):
+        mine = [u for u in users if u.startswith(f"p{w}-")]
+        assert mine == [f"p{w}-{n}" for n in range(turns)], "each worker's turns are all there, in order"
+
+
+# -- crashes ----------------------------------------------------------------------------------
+
+CRASHER = """
+import sys
+sys.path.insert(0, {root!r})
+from llm_fsm.engine import Exchange
+from llm_fsm.store import open_store
+store = open_store({url!r})
+record = store.load("crash")
+snapshot, version = record.snapshot, record.version
+while True:
+    n = len(snapshot.history)
+    exchange = Exchange(user="u" * (n % 50) + str(n), assistant="a" * 2000 + str(n), state="chat")
+    snapshot = snapshot.model_copy(update={{"history": (*snapshot.history, exchange), "turns": n + 1}})
+    version = store.save("crash", snapshot, expected_version=version)
+    print(version, flush=True)
+"""
+
+
+def crash_rounds(url: str, kills: int, seed: int = 0) -> int:
+    """Kill a saving process ``kills`` times at random moments; check the store after each kill."""
+    rng = random.Random(seed)
+    store = open_store(url)
+    store.save("crash", snapshot_after(0))
+    last_version = 1
+    for _ in range(kills):
+        child = subprocess.Popen(
+            [sys.executable, "-c", CRASHER.format(root=str(ROOT), url=url)], stdout=subprocess.PIPE
+        )
+        assert child.stdout is not None
+        child.stdout.readline()  # it is saving
+        time.sleep(rng.uniform(0.0, 0.05))
+        os.kill(child.pid, signal.SIGKILL)
+        child.wait()
+        record = store.load("crash")
+        history = record.snapshot.history
+        assert record.version >= last_version and len(history) == record.snapshot.turns == record.version - 1
+        assert all(e.assistant == "a" * 2000 + str(i) for i, e in enumerate(history)), "every turn intact"
+        last_version = record.version
+    return last_version
+
+
+@pytest.mark.parametrize("kind", ["file", "sqlite"])
+def test_a_killed_writer_leaves_the_last_committed_turn_intact(kind, tmp_path):
+    url = f"file://{tmp_path / 'c'}" if kind == "file" else f"sqlite://{tmp_path / 'c.db'}"
+    assert crash_rounds(url, kills=8) > 8
