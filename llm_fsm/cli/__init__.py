@@ -10,15 +10,17 @@ import json
 import os
 import sys
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any, NoReturn, TextIO
 
 import typer
 
 import llm_fsm
+from llm_fsm.cli.session import Tracked, track
 from llm_fsm.conversation import Conversation
-from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError
+from llm_fsm.engine import Snapshot
+from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError, StoreError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.loader import DefinitionWarning, inspect
@@ -92,14 +94,39 @@ def _import_module(where: str) -> Any:
     return importlib.import_module(where)
 
 
-def new_conversation(fsm: llm_fsm.FSMDefinition, llm: LLMClient, hooks: Hooks, **options: Any) -> Conversation:
-    """A conversation, or exit 2 when the definition names handlers or checks that are not registered."""
-    try:
-        return Conversation(fsm, llm, hooks=hooks, **options)
-    except DefinitionError as exc:
-        for problem in exc.problems:
-            typer.echo(f"error: {problem}", err=True)
-        raise typer.Exit(2) from None
+def conversation_factory(
+    fsm: llm_fsm.FSMDefinition, llm: LLMClient, hooks: Hooks, *, state: str | None = None,
+    context: dict[str, Any] | None = None, **options: Any,
+) -> Callable[[Snapshot | None], Conversation]:  # fmt: skip
+    """Makes new (None) or restored conversations; exits 2 when the definition names unregistered
+    handlers or checks, or a stored conversation ran on a different definition."""
+
+    def make(snapshot: Snapshot | None) -> Conversation:
+        try:
+            if snapshot is None:
+                return Conversation(fsm, llm, state, context, hooks=hooks, **options)
+            return Conversation.restore(snapshot, fsm, llm, hooks=hooks, **options)
+        except DefinitionError as exc:
+            for problem in exc.problems:
+                typer.echo(f"error: {problem}", err=True)
+        except ConversationError as exc:
+            typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+    return make
+
+
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", envvar="LLM_FSM_STORE", help="Where conversations are kept: sqlite:///x.db, file:///dir, "
+                 "redis://host:port/db (default: SQLite under $LLM_FSM_HOME)."),
+]  # fmt: skip
+ConversationOption = Annotated[
+    str | None, typer.Option("--conversation", "-c", help="Continue (or start) the stored conversation with this id.")
+]
+WaitOption = Annotated[
+    float, typer.Option("--wait", min=0, help="Seconds to wait for a conversation another process is using.")
+]
 
 
 def complete_definitions(incomplete: str) -> list[str]:
@@ -209,35 +236,43 @@ def run(
     history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
     max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
     hooks: HooksOption = None,
+    store: StoreOption = None,
+    conversation: ConversationOption = None,
+    wait: WaitOption = 30.0,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     llm = make_client(model, api_base, api_key)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
-    conversation = new_conversation(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
+    make = conversation_factory(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
+    tracked = track(make, store, conversation, wait)
     try:
         stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
         fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
     with stream:
-        _converse(conversation, stream)
+        _converse(tracked, stream)
 
 
-def _converse(conversation: Conversation, stream: TextIO) -> None:
+def _converse(tracked: Tracked, stream: TextIO) -> None:
+    if tracked.conversation.ended:
+        fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
     try:
-        _emit(conversation.start())
+        if tracked.is_new:
+            _emit(tracked.run(lambda c: c.start()))
         for line in _lines(stream):
-            if conversation.ended or conversation.paused:
+            if tracked.conversation.ended or tracked.conversation.paused:
                 break
-            _emit(conversation.send(line))
+            _emit(tracked.run(lambda c, text=line: c.send(text)))  # type: ignore[misc]
+        conversation = tracked.conversation
         if conversation.paused and conversation.pending is not None:
             typer.echo(f"paused: {conversation.pending.reason} (resume it with the Python API or in chat)", err=True)
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
     except KeyboardInterrupt:
         fail("interrupted", 130)
-    except ConversationError as exc:
+    except (ConversationError, StoreError) as exc:
         fail(str(exc), 1)
     except FSMError as exc:
         fail(str(exc), 2)
@@ -250,4 +285,4 @@ def entry_point() -> None:
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.
-from llm_fsm.cli import authoring, chat  # noqa: E402, F401
+from llm_fsm.cli import authoring, chat, conversations  # noqa: E402, F401

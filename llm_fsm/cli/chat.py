@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -23,19 +23,24 @@ import llm_fsm
 from llm_fsm.cli import (
     ApiBaseOption,
     ApiKeyOption,
+    ConversationOption,
     DefinitionArgument,
     HooksOption,
     ModelOption,
+    StoreOption,
+    WaitOption,
     app,
     complete_states,
+    conversation_factory,
     fail,
     load_definition,
     load_hooks,
     make_client,
-    new_conversation,
 )
+from llm_fsm.cli.session import Tracked, track
 from llm_fsm.conversation import Conversation, StreamEvent
-from llm_fsm.errors import ConversationError, FSMError
+from llm_fsm.engine import Snapshot
+from llm_fsm.errors import FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.streaming import MessageDelta, MessageReset
@@ -70,9 +75,9 @@ def readline_prompt(markup: str) -> str:
 class ChatSession:
     """One chat: the conversation, the snapshots that /back returns to, and the last turn's result."""
 
-    def __init__(self, conversation: Conversation, restart: Callable[[], Conversation]) -> None:
-        self.conversation = conversation
-        self.restart = restart
+    def __init__(self, tracked: Tracked, make: Callable[[Snapshot | None], Conversation]) -> None:
+        self.tracked = tracked
+        self.make = make
         self.undo: list[llm_fsm.Snapshot] = []
         self.last: TurnResult | None = None
 
@@ -84,11 +89,9 @@ class ChatSession:
             errors.print("The conversation is paused: type [bold]/resume JSON[/] to continue it.")
             return None
         before = self.conversation.snapshot()
-        events = self.conversation.stream(text)
         try:
-            result = _show(events)
+            result = self.tracked.run(lambda conversation: _show(conversation.stream(text)))
         except KeyboardInterrupt:
-            events.close()
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
@@ -97,6 +100,10 @@ class ChatSession:
         self.undo.append(before)
         self.show_result(result)
         return result
+
+    @property
+    def conversation(self) -> Conversation:
+        return self.tracked.conversation
 
     def show_result(self, result: TurnResult) -> None:
         from rich.markdown import Markdown
@@ -179,15 +186,16 @@ class ChatSession:
             return
         current = self.conversation
         try:
-            text = Path(path).read_text(encoding="utf-8")
-            self.conversation = Conversation.restore(text, current.definition, current.llm, prompt=current.prompt)
-        except (OSError, UnicodeDecodeError) as exc:
-            errors.print(f"[red]error:[/] cannot read {path}: {exc}")
+            snapshot = Snapshot.model_validate_json(Path(path).read_text(encoding="utf-8"))
+            restored = Conversation.restore(snapshot, current.definition, current.llm, hooks=current.hooks)
+        except (OSError, UnicodeDecodeError, ValueError) as exc:
+            errors.print(f"[red]error:[/] cannot read {path}: {_one_line(exc)}")
             return
-        except ConversationError as exc:
+        except FSMError as exc:
             errors.print(f"[red]error:[/] {_one_line(exc)}")
             return
         self.undo.append(current.snapshot())
+        self.tracked.replace(self.make(restored.snapshot()))
         console.print(f"loaded {path}: state {self.conversation.state}, {len(self.conversation.history)} messages")
 
     def resume(self, argument: str) -> None:
@@ -206,7 +214,7 @@ class ChatSession:
         before = self.conversation.snapshot()
         try:
             with console.status("resuming…"):
-                outcome = self.conversation.resume(pending.token, result)
+                outcome = self.tracked.run(lambda conversation: conversation.resume(pending.token, result))
         except KeyboardInterrupt:
             errors.print("[yellow](resume cancelled: nothing changed)[/]")
             return
@@ -220,13 +228,11 @@ class ChatSession:
         if not self.undo:
             console.print("Nothing to undo.")
             return
-        current = self.conversation
-        snapshot = self.undo.pop()
-        self.conversation = Conversation.restore(snapshot, current.definition, current.llm, prompt=current.prompt)
+        self.tracked.replace(self.make(self.undo.pop()))
         console.print(f"Undone: back in state {self.conversation.state}.")
 
     def reset(self, _: str) -> None:
-        self.conversation = self.restart()
+        self.tracked.replace(self.make(None))
         self.undo.clear()
         self.last = None
         console.print("Starting over.")
@@ -245,7 +251,7 @@ def show_help(_: str) -> None:
         console.print(f"  [bold]{name:<12}[/] {text}")
 
 
-def _show(events: Iterable[StreamEvent]) -> TurnResult:
+def _show(events: Iterator[StreamEvent]) -> TurnResult:
     """Render the message while it streams; return the turn's result (printed by the caller)."""
     # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
     from rich.live import Live
@@ -253,16 +259,21 @@ def _show(events: Iterable[StreamEvent]) -> TurnResult:
     from rich.spinner import Spinner
 
     shown = ""
-    with Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True) as live:
-        for event in events:
-            if isinstance(event, MessageDelta):
-                shown += event.text
-                live.update(Markdown(shown))
-            elif isinstance(event, MessageReset):
-                shown = ""
-                live.update(Spinner("dots", text="thinking…"))
-            else:
-                return event
+    try:
+        with Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True) as live:
+            for event in events:
+                if isinstance(event, MessageDelta):
+                    shown += event.text
+                    live.update(Markdown(shown))
+                elif isinstance(event, MessageReset):
+                    shown = ""
+                    live.update(Spinner("dots", text="thinking…"))
+                else:
+                    return event
+    finally:
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()  # a cancelled turn (Ctrl-C) must not leave the stream half-run
     raise FSMError("the turn ended without a result")  # pragma: no cover
 
 
@@ -320,6 +331,9 @@ def chat(
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")] = None,
     hooks: HooksOption = None,
+    store: StoreOption = None,
+    conversation: ConversationOption = None,
+    wait: WaitOption = 30.0,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
     fsm = load_definition(definition)
@@ -331,14 +345,22 @@ def chat(
     llm = make_client(model, api_base, api_key, stream=True)
     _warm_up(llm)
 
-    def restart() -> Conversation:
-        return new_conversation(fsm, llm, registry, state=state, context=initial_context)
-
-    session = ChatSession(restart(), restart)
+    make = conversation_factory(fsm, llm, registry, state=state, context=initial_context)
+    session = ChatSession(track(make, store, conversation, wait), make)
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{fsm.name}[/] · {model} · /help for commands, Ctrl-D to leave")
-    session.turn(None)
+    if session.tracked.is_new:
+        session.turn(None)
+    else:
+        current = session.conversation
+        console.print(
+            f"Continuing conversation {session.tracked.id}: state {current.state}, {len(current.history)} messages."
+        )
+        if current.history:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(current.history[-1].assistant))
     prompt = readline_prompt("[bold cyan]you>[/] ")
     while not session.conversation.ended:
         line = _read(prompt)

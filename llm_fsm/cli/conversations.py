@@ -1,0 +1,97 @@
+"""``llm-fsm conversations list|show|delete|prune``: look after stored conversations."""
+
+from __future__ import annotations
+
+import json
+import re
+from datetime import UTC, datetime, timedelta
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llm_fsm.cli import StoreOption, app, fail
+from llm_fsm.errors import StoreError
+from llm_fsm.store import Store, open_store
+
+group = typer.Typer(help="List, show, delete and prune stored conversations.", no_args_is_help=True)
+app.add_typer(group, name="conversations")
+console = Console(highlight=False)
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``30d``, ``12h``, ``15m``, ``45s``, ``2w`` or plain seconds."""
+    match = _DURATION.match(text)
+    if not match:
+        raise typer.BadParameter(f"{text!r} is not a duration such as 30d, 12h, 15m or 45s")
+    return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
+
+
+def _open(url: str | None) -> Store:
+    try:
+        return open_store(url)
+    except StoreError as exc:
+        fail(str(exc), 2)
+
+
+def _when(epoch: float) -> str:
+    return datetime.fromtimestamp(epoch, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+@group.command("list")
+def list_(
+    store: StoreOption = None,
+    json_output: Annotated[bool, typer.Option("--json", help="One JSON object per conversation.")] = False,
+) -> None:
+    """The stored conversations, most recent first."""
+    infos = _open(store).list()
+    if json_output:
+        for info in infos:
+            typer.echo(json.dumps(info.__dict__))
+        return
+    table = Table("id", "definition", "state", "status", "turns", "saved")
+    for info in infos:
+        table.add_row(info.id, info.definition_name, info.state, info.status, str(info.turns), _when(info.updated_at))
+    console.print(table if infos else "No stored conversations.")
+
+
+@group.command()
+def show(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+    """One conversation as JSON: state, context, provenance, history, pending event."""
+    try:
+        record = _open(store).load(conversation_id)
+    except StoreError as exc:
+        fail(str(exc), 1)
+    if record is None:
+        fail(f"no conversation {conversation_id!r} in this store", 1)
+    document = {"id": record.id, "version": record.version, "saved": _when(record.updated_at)}
+    document |= record.snapshot.model_dump(mode="json")
+    typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+
+
+@group.command()
+def delete(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+    """Delete one conversation."""
+    try:
+        deleted = _open(store).delete(conversation_id)
+    except StoreError as exc:
+        fail(str(exc), 1)
+    if not deleted:
+        fail(f"no conversation {conversation_id!r} in this store", 1)
+    typer.echo(f"deleted {conversation_id}")
+
+
+@group.command()
+def prune(
+    older_than: Annotated[
+        timedelta, typer.Option("--older-than", parser=parse_duration, help="e.g. 30d, 12h, 15m, 45s.")
+    ],
+    store: StoreOption = None,
+) -> None:
+    """Delete conversations not saved for longer than --older-than."""
+    count = _open(store).prune(older_than)
+    typer.echo(f"deleted {count} conversation{'s' if count != 1 else ''} not saved for {older_than}")
