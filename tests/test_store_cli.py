@@ -1,0 +1,132 @@
+"""--store and --conversation for run and chat, and the conversations command group."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from llm_fsm.cli import app
+from llm_fsm.store import open_store
+from tests.conftest import reply
+from tests.test_chat import OPEN
+
+runner = CliRunner()
+GREETING = reply("ask_name", "Hello! Name?")
+NAME = reply("ask_email", "Thanks Ann! Email?", name="Ann")
+DONE = reply("done", "All set!", email="ann@example.com")
+
+
+@pytest.fixture
+def setup(tmp_path):
+    definition = tmp_path / "signup.json"
+    definition.write_text(json.dumps(OPEN))
+    return definition, f"sqlite://{tmp_path / 'store.db'}"
+
+
+def run(definition, tmp_path, replies, text, *extra):
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    args = ["run", str(definition), "-m", f"scripted:{script}", *extra]
+    result = runner.invoke(app, args, input=text)
+    return result, [json.loads(line) for line in result.stdout.splitlines() if line.startswith("{")]
+
+
+def test_run_continues_a_stored_conversation(setup, tmp_path):
+    definition, store = setup
+    first, turns = run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "--conversation", "c1")
+    assert first.exit_code == 0, first.output
+    assert [t["turn"] for t in turns] == [0, 1]
+    again, turns = run(definition, tmp_path, [DONE], "ann@example.com\n", "--store", store, "-c", "c1")
+    assert again.exit_code == 0, again.output
+    assert [t["turn"] for t in turns] == [2], "no new greeting; turns keep counting"
+    assert turns[0]["previous_state"] == "ask_email" and turns[0]["context"] == {
+        "name": "Ann",
+        "email": "ann@example.com",
+    }
+    record = open_store(store).load("c1")
+    assert record.version == 3 and [e.user for e in record.snapshot.history] == [None, "I'm Ann", "ann@example.com"]
+    ended, _ = run(definition, tmp_path, [DONE], "more\n", "--store", store, "-c", "c1")
+    assert ended.exit_code == 1 and "has ended" in ended.stderr
+
+
+def test_the_default_store_is_sqlite_under_llm_fsm_home(setup, tmp_path, monkeypatch):
+    definition, _ = setup
+    monkeypatch.setenv("LLM_FSM_HOME", str(tmp_path / "home"))
+    result, turns = run(definition, tmp_path, [GREETING], "", "--conversation", "mine")
+    assert result.exit_code == 0 and len(turns) == 1
+    assert open_store(f"sqlite://{tmp_path / 'home' / 'conversations.db'}").load("mine") is not None
+
+
+def test_a_store_without_an_id_gets_a_new_id(setup, tmp_path):
+    definition, store = setup
+    result, _ = run(definition, tmp_path, [GREETING], "", "--store", store)
+    assert "conversation: " in result.stderr and "--conversation" in result.stderr
+    new_id = result.stderr.split("conversation: ")[1].split()[0]
+    assert open_store(store).load(new_id) is not None
+
+
+def test_a_busy_conversation_is_a_clear_error_after_the_wait(setup, tmp_path):
+    definition, store = setup
+    with open_store(store).lock("busy", timeout=1):
+        result, _ = run(definition, tmp_path, [GREETING], "", "--store", store, "-c", "busy", "--wait", "0.2")
+    assert result.exit_code == 1 and "in use by another turn (waited 0.2 s)" in result.stderr
+    assert "Traceback" not in result.output
+
+
+def test_bad_store_urls_and_ids_are_usage_errors(setup, tmp_path):
+    definition, _ = setup
+    result, _ = run(definition, tmp_path, [GREETING], "", "--store", "nosuch://x", "-c", "a")
+    assert result.exit_code == 2 and "unknown store URL" in result.stderr
+    result, _ = run(definition, tmp_path, [GREETING], "", "--store", f"sqlite://{tmp_path / 's.db'}", "-c", "../x")
+    assert result.exit_code == 2 and "invalid conversation id" in result.stderr
+
+
+def test_chat_continues_a_stored_conversation(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c2")
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps([DONE]))
+    args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", "c2"]
+    result = runner.invoke(app, args, input="ann@example.com\n", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "Continuing conversation c2: state ask_email, 2 messages." in result.stdout
+    assert "Thanks Ann! Email?" in result.stdout and "All set!" in result.stdout
+    assert open_store(store).load("c2").snapshot.status == "ended"
+
+
+def test_chat_back_is_saved_too(setup, tmp_path):
+    definition, store = setup
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps([GREETING, NAME]))
+    args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", "c3"]
+    result = runner.invoke(app, args, input="I'm Ann\n/back\n/quit\n", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert open_store(store).load("c3").snapshot.state == "ask_name"
+
+
+def test_conversations_commands(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "keep")
+    listed = runner.invoke(app, ["conversations", "list", "--store", store, "--json"])
+    (row,) = [json.loads(line) for line in listed.stdout.splitlines()]
+    assert (row["id"], row["state"], row["turns"], row["version"]) == ("keep", "ask_email", 1, 2)
+    table = runner.invoke(app, ["conversations", "list", "--store", store], env={"COLUMNS": "200"})
+    assert "keep" in table.stdout and "ask_email" in table.stdout
+    shown = json.loads(runner.invoke(app, ["conversations", "show", "keep", "--store", store]).stdout)
+    assert shown["context"] == {"name": "Ann"} and shown["version"] == 2 and len(shown["history"]) == 2
+    assert runner.invoke(app, ["conversations", "show", "nope", "--store", store]).exit_code == 1
+    assert (
+        "deleted 0 conversations"
+        in runner.invoke(app, ["conversations", "prune", "--older-than", "30d", "--store", store]).stdout
+    )
+    assert (
+        "deleted 1 conversation "
+        in runner.invoke(app, ["conversations", "prune", "--older-than", "0s", "--store", store]).stdout
+    )
+    bad = runner.invoke(app, ["conversations", "prune", "--older-than", "soon", "--store", store])
+    assert bad.exit_code == 2 and "not a duration" in bad.output
+    run(definition, tmp_path, [GREETING], "", "--store", store, "-c", "gone")
+    assert runner.invoke(app, ["conversations", "delete", "gone", "--store", store]).stdout.strip() == "deleted gone"
+    assert runner.invoke(app, ["conversations", "delete", "gone", "--store", store]).exit_code == 1
