@@ -32,7 +32,8 @@ def main() -> None:
             start = time.perf_counter()
             version = crash_rounds(url, args.kills, seed=args.seed)
             elapsed = time.perf_counter() - start
-            print(f"{kind}: {args.kills} SIGKILLs, every reload intact; {version - 1} turns committed ({elapsed:.0f} s)")
+            committed = f"{version - 1} turns committed ({elapsed:.0f} s)"
+            print(f"{kind}: {args.kills} SIGKILLs, every reload intact; {committed}")
 
 
 if __name__ == "__main__":
