@@ -259,18 +259,22 @@ def _show(events: Iterator[StreamEvent]) -> TurnResult:
     from rich.spinner import Spinner
 
     shown = ""
+    live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
     try:
-        with Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True) as live:
-            for event in events:
-                if isinstance(event, MessageDelta):
-                    shown += event.text
-                    live.update(Markdown(shown))
-                elif isinstance(event, MessageReset):
-                    shown = ""
-                    live.update(Spinner("dots", text="thinking…"))
-                else:
-                    return event
+        # Not "with Live(...)": a Ctrl-C landing inside Live's own start-up would skip its exit and
+        # leave the refresh thread drawing over the prompt; stop() in finally always runs.
+        live.start()
+        for event in events:
+            if isinstance(event, MessageDelta):
+                shown += event.text
+                live.update(Markdown(shown))
+            elif isinstance(event, MessageReset):
+                shown = ""
+                live.update(Spinner("dots", text="thinking…"))
+            else:
+                return event
     finally:
+        live.stop()
         close = getattr(events, "close", None)
         if close is not None:
             close()  # a cancelled turn (Ctrl-C) must not leave the stream half-run
