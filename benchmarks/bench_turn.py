@@ -84,32 +84,52 @@ def overhead(path: Path, rounds: int) -> dict[str, float]:
     }
 
 
-def prompt_growth(path: Path, turns: int = 100) -> list[int]:
+class RecordingScript(TimedScript):
+    """A TimedScript that keeps the messages of every request."""
+
+    def __init__(self, replies: list[str]) -> None:
+        super().__init__(replies)
+        self.requests: list[list[dict[str, str]]] = []
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        self.requests.append(request.messages)
+        return super().complete(request)
+
+
+def prompt_growth(path: Path, turns: int = 100) -> list[list[dict[str, str]]]:
+    """The messages of each turn's model call over a ``turns``-turn conversation that stays put."""
     definition = llm_fsm.load(path)
     first = definition.initial_state
     stay = json.dumps({"transition": {"target_state": first, "context_update": {}}, "message": "Tell me more. " * 5})
-    llm = TimedScript([stay])
-    sizes: list[int] = []
-    builder = PromptBuilder(settings=PromptSettings())
-    conversation = llm_fsm.Conversation(definition, llm, prompt=builder)
+    llm = RecordingScript([stay])
+    conversation = llm_fsm.Conversation(definition, llm, prompt=PromptBuilder(settings=PromptSettings()))
     conversation.start()
     for i in range(turns):
-        request_size = len(builder.system_prompt(definition, conversation.snapshot())) + len(f"user message {i} " * 3)
-        sizes.append(request_size)
         conversation.send(f"user message {i} " * 3)
-    return sizes
+    return llm.requests[1:]
 
 
-def valid_calls_per_turn(path: Path) -> float:
+def characters(messages: list[dict[str, str]]) -> int:
+    return sum(len(m["content"]) for m in messages)
+
+
+def calls_per_turn(path: Path, invalid_share: float, turns: int = 100) -> float:
+    """Model calls per turn when a share of the replies is invalid (each followed by a valid correction)."""
     definition = llm_fsm.load(path)
     first = definition.initial_state
     stay = json.dumps({"transition": {"target_state": first, "context_update": {}}, "message": "ok"})
-    llm = TimedScript([stay])
+    every = round(1 / invalid_share) if invalid_share else 0
+    replies = [stay]
+    for i in range(turns):
+        if every and i % every == 0:
+            replies.append("this is not JSON")  # invalid: the corrective call gets the valid reply next
+        replies.append(stay)
+    llm = TimedScript(replies)
     conversation = llm_fsm.Conversation(definition, llm)
     conversation.start()
-    for i in range(100):
+    for i in range(turns):
         conversation.send(f"turn {i}")
-    return llm.calls / 101
+    return (llm.calls - 1) / turns
 
 
 def litellm_baseline(rounds: int = 200) -> float:
@@ -133,13 +153,14 @@ def main() -> None:
     args = parser.parse_args()
     path = largest_example()
     result = overhead(path, args.rounds)
-    sizes = prompt_growth(path)
+    sizes = [characters(m) for m in prompt_growth(path)]
     print(f"example: {path.name} ({len(llm_fsm.load(path).states)} states)")
     print(
         f"runtime overhead per turn: median {result['median_ms']:.3f} ms, p95 {result['p95_ms']:.3f} ms "
         f"over {result['turns']} single-call turns"
     )
-    print(f"LLM calls per turn, valid replies: {valid_calls_per_turn(path):.2f}")
+    valid, some_invalid = calls_per_turn(path, 0), calls_per_turn(path, 0.2)
+    print(f"LLM calls per turn, valid replies: {valid:.2f}; 20% invalid: {some_invalid:.2f}")
     print(
         f"LLM calls per turn, the example's script (includes deliberate rejections): "
         f"{result['calls_per_turn_scripted']:.2f}"

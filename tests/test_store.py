@@ -254,41 +254,49 @@ sys.path.insert(0, {root!r})
 from llm_fsm.engine import Exchange
 from llm_fsm.store import open_store
 store = open_store({url!r})
-record = store.load("crash")
+record = store.load({cid!r})
 snapshot, version = record.snapshot, record.version
 while True:
     n = len(snapshot.history)
     exchange = Exchange(user="u" * (n % 50) + str(n), assistant="a" * 2000 + str(n), state="chat")
     snapshot = snapshot.model_copy(update={{"history": (*snapshot.history, exchange), "turns": n + 1}})
-    version = store.save("crash", snapshot, expected_version=version)
+    version = store.save({cid!r}, snapshot, expected_version=version)
     print(version, flush=True)
 """
+ROUNDS_PER_CONVERSATION = 20  # a fresh conversation now and then keeps each reload small
 
 
 def crash_rounds(url: str, kills: int, seed: int = 0) -> int:
-    """Kill a saving process ``kills`` times at random moments; check the store after each kill."""
+    """Kill a saving process ``kills`` times at random moments; check the store after each kill.
+
+    Returns the number of turns committed in all.
+    """
     rng = random.Random(seed)
     store = open_store(url)
-    store.save("crash", snapshot_after(0))
-    last_version = 1
-    for _ in range(kills):
+    committed = 0
+    for kill in range(kills):
+        cid = f"crash{kill // ROUNDS_PER_CONVERSATION}"
+        if kill % ROUNDS_PER_CONVERSATION == 0:
+            store.save(cid, snapshot_after(0))
+            last_version = 1
         child = subprocess.Popen(
-            [sys.executable, "-c", CRASHER.format(root=str(ROOT), url=url)], stdout=subprocess.PIPE
+            [sys.executable, "-c", CRASHER.format(root=str(ROOT), url=url, cid=cid)], stdout=subprocess.PIPE
         )
         assert child.stdout is not None
         child.stdout.readline()  # it is saving
         time.sleep(rng.uniform(0.0, 0.05))
         os.kill(child.pid, signal.SIGKILL)
         child.wait()
-        record = store.load("crash")
+        record = store.load(cid)
         history = record.snapshot.history
         assert record.version >= last_version and len(history) == record.snapshot.turns == record.version - 1
         assert all(e.assistant == "a" * 2000 + str(i) for i, e in enumerate(history)), "every turn intact"
+        committed += record.version - last_version
         last_version = record.version
-    return last_version
+    return committed
 
 
 @pytest.mark.parametrize("kind", ["file", "sqlite"])
 def test_a_killed_writer_leaves_the_last_committed_turn_intact(kind, tmp_path):
     url = f"file://{tmp_path / 'c'}" if kind == "file" else f"sqlite://{tmp_path / 'c.db'}"
-    assert crash_rounds(url, kills=8) > 8
+    assert crash_rounds(url, kills=8) > 8, "the child did save turns between kills"

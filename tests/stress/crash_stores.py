@@ -30,9 +30,9 @@ def main() -> None:
         with tempfile.TemporaryDirectory() as folder:
             url = f"sqlite://{folder}/c.db" if kind == "sqlite" else f"file://{folder}/c"
             start = time.perf_counter()
-            version = crash_rounds(url, args.kills, seed=args.seed)
+            turns = crash_rounds(url, args.kills, seed=args.seed)
             elapsed = time.perf_counter() - start
-            committed = f"{version - 1} turns committed ({elapsed:.0f} s)"
+            committed = f"{turns} turns committed between kills ({elapsed:.0f} s)"
             print(f"{kind}: {args.kills} SIGKILLs, every reload intact; {committed}")
 
 

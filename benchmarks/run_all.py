@@ -1,0 +1,183 @@
+"""Run every benchmark and write the figures to ``benchmarks/RESULTS.md``.
+
+    python benchmarks/run_all.py [--quick]
+
+Each figure with a natural baseline is a ratio measured in the same run. The machine is shared and
+noisy: figures are medians. ``--quick`` uses fewer rounds (for a smoke run, not for the record).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import subprocess
+import sys
+import tempfile
+from datetime import UTC, datetime
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from benchmarks import bench_async, bench_startup, bench_store, bench_turn  # noqa: E402
+from tests.fake_openai import FakeOpenAI  # noqa: E402
+
+
+def machine() -> str:
+    cpu = platform.processor() or platform.machine()
+    try:
+        model = next(
+            line.split(":", 1)[1].strip()
+            for line in Path("/proc/cpuinfo").read_text().splitlines()
+            if line.startswith("model name")
+        )
+        cpu = model
+    except (OSError, StopIteration):
+        pass
+    return (
+        f"{platform.system()} {platform.release()}, Python {platform.python_version()}, {os.cpu_count()} CPUs ({cpu})"
+    )
+
+
+def turn_section(rounds: int) -> list[str]:
+    path = bench_turn.largest_example()
+    figures = bench_turn.overhead(path, rounds)
+    baseline = bench_turn.litellm_baseline()
+    return [
+        "## 1. Runtime overhead per turn (scripted model)",
+        "",
+        f"On `{path.name}` (the largest example), everything a turn does except the model call:",
+        "",
+        "| median | p95 | turns | baseline: one `litellm.completion(mock_response=...)` | overhead / baseline |",
+        "|---|---|---|---|---|",
+        f"| {figures['median_ms']:.3f} ms | {figures['p95_ms']:.3f} ms | {figures['turns']:.0f} "
+        f"| {baseline:.3f} ms | {figures['median_ms'] / baseline:.3f} |",
+        "",
+    ]
+
+
+def prompt_section() -> list[str]:
+    import litellm
+
+    path = bench_turn.largest_example()
+    requests = bench_turn.prompt_growth(path, 100)
+    rows = ["## 2. Prompt size over a 100-turn conversation", "",
+            "| turn | characters | tokens (`litellm.token_counter`, gpt-4o-mini) |", "|---|---|---|"]  # fmt: skip
+    for turn in (1, 5, 10, 25, 50, 100):
+        messages = requests[turn - 1]
+        tokens = litellm.token_counter(model="gpt-4o-mini", messages=messages)
+        rows.append(f"| {turn} | {bench_turn.characters(messages)} | {tokens} |")
+    after = [bench_turn.characters(m) for m in requests[10:]]
+    rows += ["", f"From turn 11 to 100 the prompt varies by {max(after) - min(after)} characters "
+             f"(min {min(after)}, max {max(after)}): flat once the history window is full.", ""]  # fmt: skip
+    return rows
+
+
+def calls_section() -> list[str]:
+    path = bench_turn.largest_example()
+    return [
+        "## 3. LLM calls per turn",
+        "",
+        "| replies | calls per turn |",
+        "|---|---|",
+        f"| all valid | {bench_turn.calls_per_turn(path, 0):.2f} |",
+        f"| 20 % invalid (each corrected by one call) | {bench_turn.calls_per_turn(path, 0.2):.2f} |",
+        "",
+    ]
+
+
+def startup_section(runs: int) -> list[str]:
+    command = bench_startup.llm_fsm()
+    figures = {
+        'python -c "import litellm"': bench_startup.timed([sys.executable, "-c", "import litellm"], runs),
+        "llm-fsm --help": bench_startup.timed([*command, "--help"], runs),
+        "llm-fsm validate fsm_definitions/order_flow.json": bench_startup.timed(
+            [*command, "validate", "fsm_definitions/order_flow.json"], runs
+        ),
+    }
+    server = FakeOpenAI().start()
+    try:
+        banner, prompt = bench_startup.chat_times(server, max(3, runs // 2))
+    finally:
+        server.stop()
+    figures["llm-fsm chat: banner shown (ready)"] = banner
+    figures["llm-fsm chat: first prompt, after the opening message (import + 1 call)"] = prompt
+    base = figures['python -c "import litellm"']
+    rows = ["## 4. CLI startup", "", "| command | median | / import litellm |", "|---|---|---|"]
+    rows += [f"| {name} | {value:.3f} s | {value / base:.2f} |" for name, value in figures.items()]
+    return [*rows, ""]
+
+
+def async_section(rounds: int, sizes: list[int]) -> list[str]:
+    figures = bench_async.measure(sizes, rounds)
+    rows = ["## 5. Throughput: concurrent conversations in one event loop", "",
+            f"Local server answering after {figures['delay_ms']:.0f} ms, in its own process. One turn per "
+            "conversation, all at once; baseline: the same number of bare `litellm.acompletion` calls with "
+            "the same messages, at the same concurrency, interleaved with the runtime's rounds.", "",
+            "| N | runtime turns/s | bare calls/s | ratio (target ≥ 0.85) |", "|---|---|---|---|"]  # fmt: skip
+    for n, runtime, bare in figures["throughput"]:  # type: ignore[attr-defined]
+        rows.append(f"| {n} | {runtime:.1f} | {bare:.1f} | {runtime / bare:.2f} |")
+    rows += ["", "## 6. Streaming", "",
+             f"Server waits {figures['delay_ms']:.0f} ms, then streams the reply in 8-character chunks.", "",
+             "| first message character | end of turn |", "|---|---|",
+             f"| {figures['stream_first_ms']:.1f} ms | {figures['stream_total_ms']:.1f} ms |", ""]  # fmt: skip
+    return rows
+
+
+def store_section(reps: int) -> list[str]:
+    process, redis_url = bench_store.start_redis()
+    rows = ["## 7. Store save + load per turn", "",
+            "| store | save @10 | save @1000 | ratio | load @10 | load @1000 | ratio |",
+            "|---|---|---|---|---|---|---|"]  # fmt: skip
+    try:
+        with tempfile.TemporaryDirectory() as folder:
+            urls = {"memory": "memory:", "file": f"file://{folder}/f", "sqlite": f"sqlite://{folder}/c.db"}
+            if redis_url:
+                urls["redis"] = redis_url
+            for name, url in urls.items():
+                s10, l10 = bench_store.measure(url, 10, reps)
+                s1000, l1000 = bench_store.measure(url, 1000, reps)
+                rows.append(f"| {name} | {s10:.3f} ms | {s1000:.3f} ms | {s1000 / s10:.2f} "
+                            f"| {l10:.3f} ms | {l1000:.3f} ms | {l1000 / l10:.2f} |")  # fmt: skip
+    finally:
+        if process is not None:
+            process.terminate()
+    return [*rows, "", "A save appends one turn (SQLite, Redis) or rewrites one file (file store); a load reads the "
+            "whole history.", ""]  # fmt: skip
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--output", default=str(ROOT / "benchmarks" / "RESULTS.md"))
+    args = parser.parse_args()
+    quick = args.quick
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=ROOT).stdout
+    lines = [
+        "# Benchmark results",
+        "",
+        f"- Date: {datetime.now(UTC).strftime('%Y-%m-%d %H:%M UTC')}; commit {commit.strip() or 'unknown'}",
+        f"- Machine: {machine()}",
+        f"- Command: `python benchmarks/run_all.py{' --quick' if quick else ''}` (medians; the machine is shared)",
+        "",
+    ]
+    sections = [
+        lambda: turn_section(100 if quick else 300),
+        prompt_section,
+        calls_section,
+        lambda: startup_section(3 if quick else 7),
+        lambda: async_section(1 if quick else 3, [100, 500, 1000]),
+        lambda: store_section(10 if quick else 30),
+    ]
+    for section in sections:
+        part = section()
+        print("\n".join(part), flush=True)
+        lines += part
+    Path(args.output).write_text("\n".join(lines), encoding="utf-8")
+    print(f"written to {args.output}")
+
+
+if __name__ == "__main__":
+    main()
