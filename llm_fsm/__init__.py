@@ -8,6 +8,8 @@
 Importing this package is cheap: litellm is imported on the first model call.
 """
 
+import logging
+
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.engine import Exchange, Origin, PendingEvent, Rejection, Snapshot
@@ -34,6 +36,9 @@ from llm_fsm.prompt import PromptBuilder, PromptSettings
 from llm_fsm.turn import RefinementError, TurnResult
 
 __version__ = "0.1.0"
+
+# Library logging goes to the "llm_fsm" logger and is silent unless the application configures it.
+logging.getLogger("llm_fsm").addHandler(logging.NullHandler())
 
 __all__ = [
     "Break",

@@ -15,6 +15,7 @@ the pending event's token continues it, exactly once.
 from __future__ import annotations
 
 import copy
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
 from typing import Any, Union
 
@@ -355,6 +356,12 @@ class Conversation:
 
     def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
         self._snapshot, result = outcome
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "turn %d: %s -> %s, %d call(s), %d rejected, context %s",
+                result.turn, result.previous_state, result.state, result.llm_calls, len(result.rejected),
+                self.definition.masked(result.context),
+            )  # fmt: skip
         return result
 
     def _watcher(self, call: Call) -> MessageWatcher | None:

@@ -166,6 +166,11 @@ class FSMDefinition(_Frozen):
     persona: str = Field("", description="Who the assistant is and how it speaks.")
     states: dict[str, State] = Field(description="States keyed by id (a list of states also loads).")
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
+    mask_secrets: bool = Field(
+        True,
+        description="Mask secret-looking context values (password, token, card number...) in prompts and displays.",
+    )
+    secret_keys: tuple[str, ...] = Field((), description="More context keys to mask (names or globs such as member_*).")
     context_schema: dict[str, dict[str, Any]] = Field(
         default_factory=dict,
         description="A JSON Schema per context key; a model update with a value that does not match is rejected.",
@@ -204,6 +209,15 @@ class FSMDefinition(_Frozen):
     @cached_property
     def _derived(self) -> dict[tuple[str, str], Any]:
         return {}
+
+    def masked(self, context: dict[str, Any]) -> dict[str, Any]:
+        """``context`` with secret-looking values masked (unless this definition turns masking off)."""
+        if not self.mask_secrets:
+            return context
+        from llm_fsm.secrets import mask
+
+        masked: dict[str, Any] = mask(context, self.secret_keys)
+        return masked
 
     def derived(self, kind: str, state_id: str, compute: Callable[[State], T]) -> T:
         """``compute(state)``, computed once per definition, state and ``kind`` (the definition is immutable)."""

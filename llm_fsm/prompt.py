@@ -102,7 +102,7 @@ class PromptBuilder:
     def system_prompt(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
         """The definition part (cached per state) followed by the conversation part."""
         conversation = {
-            "context": self._visible_context(snapshot.context),
+            "context": self._visible_context(definition.masked(snapshot.context)),
             "history": self._window(snapshot.history),
             "opening": not snapshot.history,
         }

@@ -219,9 +219,23 @@ def _lines(stream: TextIO) -> Iterator[str]:
             yield line.rstrip("\r\n")
 
 
-def _emit(result: TurnResult) -> None:
-    sys.stdout.write(json.dumps(result.to_dict(), ensure_ascii=False, default=str) + "\n")
+def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    line = result.to_dict()
+    line["context"], line["context_updates"] = mask(line["context"]), mask(line["context_updates"])
+    if line["pending"]:
+        line["pending"]["payload"] = mask(line["pending"]["payload"])
+    sys.stdout.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
+
+
+def masker(definition: llm_fsm.FSMDefinition, show_secrets: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How displays show a context: secret-looking values masked, unless --show-secrets."""
+    return (lambda context: context) if show_secrets else definition.masked
+
+
+ShowSecretsOption = Annotated[
+    bool, typer.Option("--show-secrets", help="Show secret-looking context values (masked by default).")
+]
 
 
 @app.command()
@@ -239,6 +253,7 @@ def run(
     store: StoreOption = None,
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
+    show_secrets: ShowSecretsOption = False,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
     fsm = load_definition(definition)
@@ -252,19 +267,19 @@ def run(
     except OSError as exc:
         fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
     with stream:
-        _converse(tracked, stream)
+        _converse(tracked, stream, masker(fsm, show_secrets))
 
 
-def _converse(tracked: Tracked, stream: TextIO) -> None:
+def _converse(tracked: Tracked, stream: TextIO, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     if tracked.conversation.ended:
         fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
     try:
         if tracked.is_new:
-            _emit(tracked.run(lambda c: c.start()))
+            _emit(tracked.run(lambda c: c.start()), mask)
         for line in _lines(stream):
             if tracked.conversation.ended or tracked.conversation.paused:
                 break
-            _emit(tracked.run(lambda c, text=line: c.send(text)))  # type: ignore[misc]
+            _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]
         conversation = tracked.conversation
         if conversation.paused and conversation.pending is not None:
             typer.echo(f"paused: {conversation.pending.reason} (resume it with the Python API or in chat)", err=True)

@@ -27,6 +27,7 @@ from llm_fsm.cli import (
     DefinitionArgument,
     HooksOption,
     ModelOption,
+    ShowSecretsOption,
     StoreOption,
     WaitOption,
     app,
@@ -36,6 +37,7 @@ from llm_fsm.cli import (
     load_definition,
     load_hooks,
     make_client,
+    masker,
 )
 from llm_fsm.cli.session import Tracked, track
 from llm_fsm.conversation import Conversation, StreamEvent
@@ -75,9 +77,15 @@ def readline_prompt(markup: str) -> str:
 class ChatSession:
     """One chat: the conversation, the snapshots that /back returns to, and the last turn's result."""
 
-    def __init__(self, tracked: Tracked, make: Callable[[Snapshot | None], Conversation]) -> None:
+    def __init__(
+        self,
+        tracked: Tracked,
+        make: Callable[[Snapshot | None], Conversation],
+        mask: Callable[[dict[str, Any]], dict[str, Any]] = lambda context: context,
+    ) -> None:
         self.tracked = tracked
         self.make = make
+        self.mask = mask
         self.undo: list[llm_fsm.Snapshot] = []
         self.last: TurnResult | None = None
 
@@ -112,7 +120,7 @@ class ChatSession:
         console.print(Markdown(result.message))
         console.print(Text(status_line(result), style="dim"))
         if result.pending is not None:
-            show_pending(result.pending)
+            show_pending(result.pending, self.mask)
 
     # -- meta commands --------------------------------------------------------------------------
 
@@ -152,7 +160,7 @@ class ChatSession:
     def show_context(self, _: str) -> None:
         from rich.json import JSON
 
-        console.print(JSON(json.dumps(self.conversation.context, ensure_ascii=False, default=str)))
+        console.print(JSON(json.dumps(self.mask(self.conversation.context), ensure_ascii=False, default=str)))
         for key, origin in self.conversation.provenance.items():
             console.print(f"  [dim]{key}: set by {origin['by']} on turn {origin['turn']}[/]")
 
@@ -239,10 +247,10 @@ class ChatSession:
         self.turn(None)
 
 
-def show_pending(pending: llm_fsm.PendingEvent) -> None:
+def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     console.print(f"[bold yellow]⏸ paused:[/] {pending.reason}")
     if pending.payload:
-        console.print(json.dumps(pending.payload, ensure_ascii=False, default=str))
+        console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str))
     console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
 
 
@@ -338,6 +346,7 @@ def chat(
     store: StoreOption = None,
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
+    show_secrets: ShowSecretsOption = False,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
     fsm = load_definition(definition)
@@ -350,7 +359,7 @@ def chat(
     _warm_up(llm)
 
     make = conversation_factory(fsm, llm, registry, state=state, context=initial_context)
-    session = ChatSession(track(make, store, conversation, wait), make)
+    session = ChatSession(track(make, store, conversation, wait), make, masker(fsm, show_secrets))
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{fsm.name}[/] · {model} · /help for commands, Ctrl-D to leave")

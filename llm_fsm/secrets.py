@@ -1,0 +1,64 @@
+"""Masking of secret-looking context values in prompts, logs and displays.
+
+A key is secret when its name looks like one (password, api_key, token, secret, credential, card
+number, cvv, pin, iban, ssn...) or matches one of the definition's ``secret_keys`` (globs allowed).
+A string value that looks like a payment card number (13-19 digits passing the Luhn check) is
+masked whatever its key. A definition turns masking off with ``"mask_secrets": false``.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from collections.abc import Iterable
+from typing import Any
+
+MASK = "[masked]"
+
+_WORDS = {
+    "password", "passwd", "passphrase", "passcode", "pwd", "token", "secret", "credential", "credentials",
+    "cvv", "cvc", "pin", "iban", "ssn", "apikey", "otp", "cookie", "cardnumber", "creditcard", "privatekey",
+}  # fmt: skip
+_PAIRS = {
+    ("api", "key"), ("access", "key"), ("private", "key"), ("secret", "key"), ("card", "number"), ("card", "no"),
+    ("card", "num"), ("cc", "number"), ("cc", "num"), ("credit", "card"), ("security", "code"), ("session", "id"),
+    ("social", "security"), ("tax", "id"), ("auth", "token"),
+}  # fmt: skip
+_CARD = re.compile(r"^\d[\d \-]{11,22}\d$")
+
+
+def _words(name: str) -> list[str]:
+    """``userAPIKey`` / ``user_api_key`` / ``user-api-key`` -> ["user", "api", "key"]."""
+    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", name))
+    return [w.lower() for w in re.split(r"[^A-Za-z0-9]+|\s+", spaced) if w]
+
+
+def is_secret_key(name: str, extra: Iterable[str] = ()) -> bool:
+    """Whether a context key's name looks secret, or matches one of ``extra`` (exact names or globs)."""
+    words = _words(name)
+    if any(w in _WORDS for w in words) or any(pair in _PAIRS for pair in zip(words, words[1:], strict=False)):
+        return True
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in extra)
+
+
+def looks_like_card(value: str) -> bool:
+    """13-19 digits (spaces or dashes allowed) that pass the Luhn check."""
+    if not _CARD.match(value):
+        return False
+    digits = [int(c) for c in value if c.isdigit()]
+    if not 13 <= len(digits) <= 19:
+        return False
+    total = sum(d if i % 2 == 0 else (d * 2 - 9 if d * 2 > 9 else d * 2) for i, d in enumerate(reversed(digits)))
+    return total % 10 == 0
+
+
+def mask(value: Any, extra: Iterable[str] = ()) -> Any:
+    """A copy of ``value`` (a context or part of one) with secret values replaced by ``[masked]``."""
+    patterns = tuple(extra)
+    if isinstance(value, dict):
+        return {k: MASK if is_secret_key(str(k), patterns) else mask(v, patterns) for k, v in value.items()}
+    if isinstance(value, list):
+        return [mask(v, patterns) for v in value]
+    if isinstance(value, str) and looks_like_card(value):
+        return MASK
+    return value
