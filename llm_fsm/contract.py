@@ -53,9 +53,14 @@ THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 
 
+MAX_NESTING = 32  # levels of objects and lists a reply may hold; deeper is refused, not recursed into
+
+
 def parse_reply(text: str) -> Reply:
     """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none."""
     data = _extract_object(text)
+    if _depth(data) > MAX_NESTING:
+        raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     try:
         return Reply.model_validate(data)
     except ValidationError as exc:
@@ -88,7 +93,7 @@ def _candidates(text: str) -> list[str]:
 def _strict(candidate: str) -> Any:
     try:
         return json.loads(candidate)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         return None
 
 
@@ -97,8 +102,21 @@ def _repaired(candidate: str) -> Any:
 
     try:
         return repair_json(candidate, return_objects=True, skip_json_loads=True)
-    except Exception:  # json-repair gives up on some inputs by raising; treat as "no object here"
+    except (Exception, RecursionError):  # json-repair gives up on some inputs by raising: "no object here"
         return None
+
+
+def _depth(value: Any) -> int:
+    """How deeply objects and lists nest in ``value`` (iteratively: no recursion on hostile input)."""
+    deepest, todo = 0, [(value, 1)]
+    while todo:
+        item, level = todo.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, level)
+            if level > MAX_NESTING:
+                return level
+            todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+    return deepest
 
 
 def _describe(exc: ValidationError) -> str:

@@ -226,6 +226,9 @@ class Conversation:
                     elif delta := watcher.feed(item):  # type: ignore[union-attr]
                         shown += delta
                         yield MessageDelta(delta)
+                if watcher and (rest := watcher.flush()):
+                    shown += rest
+                    yield MessageDelta(rest)
                 try:
                     call = steps.send(_required(response))
                 except StopIteration as done:
@@ -260,6 +263,9 @@ class Conversation:
                         elif delta := watcher.feed(item):
                             shown += delta
                             yield MessageDelta(delta)
+                    if rest := watcher.flush():
+                        shown += rest
+                        yield MessageDelta(rest)
                 else:
                     response = await self.llm.acomplete(call.request)
                 try:

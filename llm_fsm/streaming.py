@@ -43,12 +43,25 @@ class MessageWatcher:
         self.buffer = ""
         self.verdict: bool | None = None  # None: not decided yet
         self.shown = 0
+        self.parsed = 0  # length of the buffer at the last parse
 
     def feed(self, delta: str) -> str:
         """Add a delta of raw model text; return the message text newly safe to show."""
         self.buffer += delta
         if self.verdict is False:
             return ""
+        # Each parse reads the whole buffer: parsing once per 1/64 of growth keeps a long message
+        # linear in total instead of quadratic (short messages still update on every delta).
+        if self.verdict and len(self.buffer) - self.parsed < len(self.buffer) // 64:
+            return ""
+        return self._release()
+
+    def flush(self) -> str:
+        """At the end of the reply: the message text not released yet (if its transition checked out)."""
+        return self._release() if self.verdict else ""
+
+    def _release(self) -> str:
+        self.parsed = len(self.buffer)
         data = _partial_object(self.buffer)
         if data is None or "message" not in data:
             return ""

@@ -118,3 +118,16 @@ def test_a_client_without_streaming_still_works(signup):
 
     deltas, result = split(list(llm_fsm.Conversation(signup, Plain()).stream()))
     assert deltas == [] and result.message == "Hi"
+
+
+def test_a_long_message_streams_in_full_with_a_bounded_number_of_parses(signup, monkeypatch):
+    from llm_fsm import streaming
+
+    calls = []
+    real = streaming._partial_object
+    monkeypatch.setattr(streaming, "_partial_object", lambda text: calls.append(len(text)) or real(text))
+    message = "word " * 4000  # 20,000 characters in 2,500 deltas
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([reply("ask_name", message)], chunk_size=8))
+    deltas, result = split(list(conv.stream("hi")))
+    assert "".join(deltas) == message == result.message
+    assert len(calls) < 600, f"{len(calls)} parses: growth-proportional, not one per delta"
