@@ -12,7 +12,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from llm_fsm.contract import THINK_BLOCK
+from llm_fsm.contract import strip_thinking
 from llm_fsm.definition import (
     Check,
     JudgeCheck,
@@ -125,7 +125,7 @@ def _interpret(outcome: Any, name: str) -> str | None:
 
 def judge_failure(text: str) -> str | None:
     """The judge's verdict: None if it passed, else its reason (or why its reply is unusable)."""
-    cleaned = THINK_BLOCK.sub("", text or "").strip()
+    cleaned = strip_thinking(text or "").strip()
     start, end = cleaned.find("{"), cleaned.rfind("}")
     try:
         verdict = json.loads(cleaned[start : end + 1]) if start >= 0 else None

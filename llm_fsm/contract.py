@@ -49,7 +49,19 @@ class ReplyFormatError(ValueError):
     """The model's text holds no usable reply. ``str()`` says what is wrong, for the model to fix."""
 
 
-THINK_BLOCK = re.compile(r"<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
+_THINK = re.compile(r"\s*<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)
+
+
+def strip_thinking(text: str) -> str:
+    """``text`` without the reasoning blocks a model may put BEFORE its answer (``<think>...</think>``).
+
+    Only leading blocks go: the same words inside the JSON (in the message, say) are the model's text.
+    """
+    while match := _THINK.match(text):
+        text = text[match.end() :]
+    return text
+
+
 _FENCE = re.compile(r"```(?:json|JSON)?\s*\n?(.*?)```", re.DOTALL)
 
 
@@ -68,7 +80,7 @@ def parse_reply(text: str) -> Reply:
 
 
 def _extract_object(text: str) -> dict[str, Any]:
-    text = THINK_BLOCK.sub("", text or "").strip()
+    text = strip_thinking(text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
     candidates = _candidates(text)

@@ -33,6 +33,7 @@ if TYPE_CHECKING:
 
 Message = dict[str, str]
 
+_MAX_KEY_CHARS = 100  # context key names are model-written too: bounded like values
 _CACHE_SIZE = 512  # definition parts kept: (definition, state) pairs
 
 OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
@@ -151,13 +152,15 @@ class PromptBuilder:
             raise PromptError(f"template {name!r} failed: {exc}") from exc
 
     def _visible_context(self, context: dict[str, Any]) -> dict[str, Any]:
-        return {k: self._bounded(v) for k, v in context.items() if not k.startswith("_") or k == "_extra"}
+        visible = {k: v for k, v in context.items() if not k.startswith("_") or k == "_extra"}
+        return {_truncate(k, _MAX_KEY_CHARS): self._bounded(v) for k, v in visible.items()}
 
     def _bounded(self, value: Any) -> Any:
         if isinstance(value, str):
             return _truncate(value, self.settings.max_value_chars)
         if isinstance(value, dict):
-            return {k: self._bounded(v) for k, v in value.items() if not str(k).startswith("_")}
+            limit = _MAX_KEY_CHARS
+            return {_truncate(str(k), limit): self._bounded(v) for k, v in value.items() if not str(k).startswith("_")}
         if isinstance(value, list):
             return [self._bounded(v) for v in value[:50]]
         return value

@@ -27,10 +27,12 @@ _PAIRS = {
 _CARD = re.compile(r"^\d[\d \-]{11,22}\d$")
 
 
+_WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
+
+
 def _words(name: str) -> list[str]:
-    """``userAPIKey`` / ``user_api_key`` / ``user-api-key`` -> ["user", "api", "key"]."""
-    spaced = re.sub(r"([a-z0-9])([A-Z])", r"\1 \2", re.sub(r"([A-Z]+)([A-Z][a-z])", r"\1 \2", name))
-    return [w.lower() for w in re.split(r"[^A-Za-z0-9]+|\s+", spaced) if w]
+    """``userAPIKey`` / ``user_api_key`` / ``user-api-key`` -> ["user", "api", "key"] (linear time)."""
+    return [w.lower() for w in _WORD.findall(name)]
 
 
 def is_secret_key(name: str, extra: Iterable[str] = ()) -> bool:

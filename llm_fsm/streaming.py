@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import ValidationError
 from pydantic_core import from_json
 
-from llm_fsm.contract import THINK_BLOCK, Reply
+from llm_fsm.contract import Reply, strip_thinking
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Snapshot, decide
 
@@ -86,7 +86,7 @@ class MessageWatcher:
 
 
 def _partial_object(text: str) -> dict[str, Any] | None:
-    text = THINK_BLOCK.sub("", text)
+    text = strip_thinking(text)
     start = text.find("{")
     if start < 0:
         return None

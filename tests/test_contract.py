@@ -69,3 +69,21 @@ def test_reply_schema_enumerates_allowed_targets(signup):
     assert writable_keys(state, signup.handler_only_keys) == ["email"]
     protected = reply_schema(state, strict=True, protected=signup.handler_only_keys)
     assert protected["properties"]["transition"]["properties"]["context_update"]["required"] == ["email"]
+
+
+def test_only_leading_thinking_is_stripped():
+    inner = json.dumps(reply("ask_name", "<think>this is my text</think> and <thinking>more"))
+    assert parse_reply(f"<think>plan {{x}}</think>\n<thinking>again</thinking>{inner}").message.startswith(
+        "<think>this"
+    )
+    with pytest.raises(ReplyFormatError, match="empty"):
+        parse_reply("<think>still thinking when the reply was cut off")
+
+
+def test_deeply_nested_replies_are_refused_not_recursed_into():
+    deep = '{"a": ' * 5000 + "1" + "}" * 5000
+    with pytest.raises(ReplyFormatError):
+        parse_reply('{"transition": {"target_state": "x", "context_update": {"d": ' + deep + '}}, "message": "m"}')
+    nested = '{"a": ' * 40 + "1" + "}" * 40
+    with pytest.raises(ReplyFormatError, match="more than 32 levels"):
+        parse_reply('{"transition": {"target_state": "x", "context_update": {"d": ' + nested + '}}, "message": "m"}')
