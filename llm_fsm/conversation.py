@@ -332,11 +332,12 @@ class Conversation:
     def _run(self, steps: Steps) -> TurnResult:
         self._busy = True
         try:
-            call = next(steps)
-            while True:
-                call = steps.send(self._complete(call))
-        except StopIteration as done:
-            return self._commit(done.value)
+            call = _advance(steps, None)
+            while isinstance(call, Call):
+                # The model is called outside the generator's send(): a StopIteration it raises is
+                # its own error, not the end of the turn.
+                call = _advance(steps, self._complete(call))
+            return self._commit(call)
         except BaseException as exc:
             self._fire_error(exc)
             raise
@@ -346,11 +347,10 @@ class Conversation:
     async def _arun(self, steps: Steps) -> TurnResult:
         self._busy = True
         try:
-            call = next(steps)
-            while True:
-                call = steps.send(await self.llm.acomplete(call.request))
-        except StopIteration as done:
-            return self._commit(done.value)
+            call = _advance(steps, None)
+            while isinstance(call, Call):
+                call = _advance(steps, await self.llm.acomplete(call.request))
+            return self._commit(call)
         except BaseException as exc:
             self._fire_error(exc)
             raise
@@ -422,6 +422,14 @@ def _reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, 
         return reply_schema(state, strict=False), strict
 
     return definition.derived("reply_schemas", state_id, compute)
+
+
+def _advance(steps: Steps, response: LLMResponse | None) -> Call | tuple[Snapshot, TurnResult]:
+    """The turn's next model call, or its outcome when it has finished."""
+    try:
+        return next(steps) if response is None else steps.send(response)
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def _stream_of(llm: LLMClient, call: Call) -> Iterator[str | LLMResponse]:

@@ -50,11 +50,18 @@ class Usage:
 
 @dataclass(frozen=True)
 class LLMRequest:
-    """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``)."""
+    """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
+
+    ``kind``, ``state`` and ``context`` describe the call for test doubles and recorders (the
+    simulated model reads them); they are never sent to a provider.
+    """
 
     messages: list[Message]
     schema: dict[str, Any] | None = None
     strict_schema: dict[str, Any] | None = None
+    kind: Literal["reply", "judge"] = "reply"
+    state: str | None = None
+    context: dict[str, Any] | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)

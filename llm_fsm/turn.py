@@ -203,7 +203,7 @@ class TurnRunner:
                     why = "no LLM calls left in this turn to run the judge"
                 else:
                     messages = self.conversation.prompt.judge_messages(self.definition, check.rubric, proposal)
-                    response = yield Call("judge", LLMRequest(messages))
+                    response = yield Call("judge", LLMRequest(messages, kind="judge", state=state.id))
                     self.count(response)
                     why = checks.judge_failure(response.text)
             else:
@@ -268,7 +268,7 @@ class TurnRunner:
 
     def request(self, messages: list[dict[str, str]]) -> LLMRequest:
         schema, strict = self.conversation.reply_schemas(self.base.state)
-        return LLMRequest(messages, schema, strict)
+        return LLMRequest(messages, schema, strict, state=self.base.state, context=self.work.context)
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.conversation.prompt.correction(problems, self.base.state)

@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import itertools
 import random
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from llm_fsm import logic
 from llm_fsm.definition import Condition, Transition
-from llm_fsm.engine import unmet_condition
+from llm_fsm.engine import merge, unmet_condition
 from llm_fsm.errors import LogicError
 
 Score = Callable[[dict[str, object]], int]  # candidate assignment -> number of condition parts that hold
@@ -33,8 +33,17 @@ def condition_keys(condition: Condition) -> list[str]:
     return list(keys)
 
 
-def find_witness(transitions: Sequence[Transition]) -> dict[str, Any] | None:
+def find_witness(
+    transitions: Sequence[Transition],
+    *,
+    base: Mapping[str, Any] | None = None,
+    prefer: Mapping[str, Sequence[Any]] | None = None,
+    accept: Callable[[dict[str, Any]], bool] | None = None,
+) -> dict[str, Any] | None:
     """A context on which every one of ``transitions`` holds, or None if none was found.
+
+    ``base``: the context the values are merged into; ``prefer``: values to try first per key;
+    ``accept``: a further test every witness must pass (e.g. the context schema).
 
     Candidate values for each key come from the constants its rules compare it with (and their
     neighbours, for ranges), the constants anywhere in the rules, a few generic values, and absence.
@@ -44,17 +53,57 @@ def find_witness(transitions: Sequence[Transition]) -> dict[str, Any] | None:
     """
     parts = [part for t in transitions for c in t.conditions for part in _parts(c)]
     keys = sorted({key for t in transitions for c in t.conditions for key in condition_keys(c)})
-    options = {key: _candidates(key, [c.logic for t in transitions for c in t.conditions]) for key in keys}
+    rules: list[object] = [c.logic for t in transitions for c in t.conditions]
+    options = {key: _unique([*(prefer or {}).get(key, ()), *_candidates(key, rules)]) for key in keys}
+
+    def build(choice: dict[str, object]) -> dict[str, Any]:
+        context = merge(dict(base), _context(choice)) if base else _context(choice)
+        return _solve_equalities(rules, context, set(keys))
 
     def score(choice: dict[str, object]) -> int:
-        context = _context(choice)
+        context = build(choice)
         return sum(_holds(part, context) for part in parts)
 
     for choice in _choices(keys, options, score):
-        context = _context(choice)
-        if all(unmet_condition(t, context) is None for t in transitions):
+        context = build(choice)
+        if all(unmet_condition(t, context) is None for t in transitions) and (accept is None or accept(context)):
             return context
     return None
+
+
+def _solve_equalities(rules: list[object], context: dict[str, Any], free: set[str]) -> dict[str, Any]:
+    """Give computed keys their computed value: for ``x == expr`` (or ``lo <= x - expr <= hi``) where
+    ``x`` is free and ``expr`` evaluates on the context, set ``x`` to ``expr`` (a few rounds, since
+    one computed key may feed another)."""
+    for _ in range(3):
+        changed = False
+        for var, expression in (pair for rule in rules for pair in _equalities(rule)):
+            if var not in free or "." in var:
+                continue
+            try:
+                value = logic.evaluate(expression, context)
+            except LogicError:
+                continue
+            if value is not None and context.get(var) != value:
+                context = {**context, var: value}
+                changed = True
+        if not changed:
+            break
+    return context
+
+
+def _equalities(rule: object) -> Iterator[tuple[str, object]]:
+    """(key, expression) pairs a rule pins a key to: ``==``/``===`` with a var, or a ``-`` band."""
+    for operator, arguments in _operators(rule):
+        if operator in ("==", "===") and len(arguments) == 2:
+            for side, other in ((arguments[0], arguments[1]), (arguments[1], arguments[0])):
+                name = _var_name(side)
+                if name is not None and _var_name(other) is None and isinstance(other, dict):
+                    yield name, other
+        if operator in ("<", "<=") and len(arguments) == 3 and isinstance(arguments[1], dict):
+            difference = arguments[1].get("-")
+            if isinstance(difference, list) and len(difference) == 2 and (name := _var_name(difference[0])):
+                yield name, difference[1]
 
 
 def _parts(condition: Condition) -> list[object]:

@@ -199,7 +199,40 @@ def load_definition(path: Path) -> llm_fsm.FSMDefinition:
     return definition
 
 
-def make_client(model: str | None, api_base: str | None, api_key: str | None, *, stream: bool = False) -> LLMClient:
+RecordOption = Annotated[
+    Path | None, typer.Option("--record", help="Record every model call to this cassette file (JSON).")
+]
+ReplayOption = Annotated[
+    Path | None, typer.Option("--replay", help="Answer from this cassette instead of a model (no network).")
+]
+
+
+def make_client(
+    model: str | None,
+    api_base: str | None,
+    api_key: str | None,
+    *,
+    stream: bool = False,
+    record: Path | None = None,
+    replay: Path | None = None,
+) -> LLMClient:
+    """The model a command talks to: a cassette, scripted replies, or litellm; recorded if asked."""
+    if replay is not None:
+        from llm_fsm.cassette import ReplayLLM
+
+        try:
+            return ReplayLLM(replay)
+        except LLMError as exc:
+            fail(str(exc), 2)
+    client = _model(model, api_base, api_key, stream)
+    if record is not None:
+        from llm_fsm.cassette import RecordingLLM
+
+        return RecordingLLM(client, record)
+    return client
+
+
+def _model(model: str | None, api_base: str | None, api_key: str | None, stream: bool) -> LLMClient:
     if not model:
         fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
     if model.startswith(SCRIPTED_PREFIX):
@@ -254,11 +287,13 @@ def run(
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
     show_secrets: ShowSecretsOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
-    llm = make_client(model, api_base, api_key)
+    llm = make_client(model, api_base, api_key, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = conversation_factory(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
     tracked = track(make, store, conversation, wait)
@@ -300,4 +335,4 @@ def entry_point() -> None:
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.
-from llm_fsm.cli import authoring, chat, conversations  # noqa: E402, F401
+from llm_fsm.cli import authoring, chat, conversations, testing  # noqa: E402, F401

@@ -151,13 +151,20 @@ def graph(
 
 
 @app.command()
-def schema(output: OutputOption = None) -> None:
+def schema(
+    output: OutputOption = None,
+    tests: Annotated[bool, typer.Option("--tests", help="The schema of test files (*.test.json) instead.")] = False,
+) -> None:
     """Print the JSON Schema of definition files (for editors: set "$schema" in your file to its path)."""
-    _write(schema_text(), output)
+    _write(schema_text(tests=tests), output)
 
 
-def schema_text() -> str:
-    """The JSON Schema as written to ``schema/fsm.schema.json``: 2-space indent, trailing newline."""
+def schema_text(*, tests: bool = False) -> str:
+    """The JSON Schema as written to ``schema/fsm.schema.json`` (or ``fsm-test.schema.json``)."""
+    if tests:
+        from llm_fsm.scenarios import json_schema as test_schema
+
+        return json.dumps(test_schema(), indent=2, ensure_ascii=False) + "\n"
     return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 

@@ -27,6 +27,7 @@ from llm_fsm.cli import (
     DefinitionArgument,
     HooksOption,
     ModelOption,
+    RecordOption,
     ShowSecretsOption,
     StoreOption,
     WaitOption,
@@ -328,8 +329,9 @@ def _parse_context(text: str | None) -> dict[str, Any]:
 
 def _warm_up(llm: LLMClient) -> None:
     """Import litellm in the background while the banner shows and the user reads it."""
-    if isinstance(llm, LiteLLMClient):
-        threading.Thread(target=lambda: llm.litellm, name="llm-fsm-import", daemon=True).start()
+    client = getattr(llm, "inner", llm)  # a RecordingLLM wraps the real client
+    if isinstance(client, LiteLLMClient):
+        threading.Thread(target=lambda: client.litellm, name="llm-fsm-import", daemon=True).start()
 
 
 @app.command()
@@ -347,6 +349,7 @@ def chat(
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
     show_secrets: ShowSecretsOption = False,
+    record: RecordOption = None,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
     fsm = load_definition(definition)
@@ -355,7 +358,7 @@ def chat(
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
-    llm = make_client(model, api_base, api_key, stream=True)
+    llm = make_client(model, api_base, api_key, stream=True, record=record)
     _warm_up(llm)
 
     make = conversation_factory(fsm, llm, registry, state=state, context=initial_context)

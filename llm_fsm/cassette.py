@@ -1,0 +1,128 @@
+"""Record a conversation's model calls to a file (a cassette), and replay them with no model.
+
+``RecordingLLM(client, path)`` passes every call through and appends the request's messages and
+the reply to ``path`` (rewritten atomically after each call). ``ReplayLLM(path)`` answers the
+calls in order from the file; when the runtime sends a prompt that differs from the recording, it
+raises :class:`CassetteMismatch` with a diff, so a changed definition or template shows up at once.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import tempfile
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from llm_fsm.errors import LLMError
+from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, Usage
+
+VERSION = 1
+
+
+class CassetteMismatch(LLMError):
+    """The runtime sent a request the cassette did not record (``diff`` shows how they differ)."""
+
+    def __init__(self, message: str, diff: str) -> None:
+        super().__init__(f"{message}\n{diff}" if diff else message, model="replay")
+        self.diff = diff
+
+
+class RecordingLLM:
+    """Wraps a client and records every call it makes."""
+
+    def __init__(self, inner: LLMClient, path: str | os.PathLike[str]) -> None:
+        self.inner = inner
+        self.path = Path(path)
+        self.interactions: list[dict[str, Any]] = []
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        return self._record(request, self.inner.complete(request))
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        return self._record(request, await self.inner.acomplete(request))
+
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
+        items = (
+            self.inner.stream_complete(request)
+            if isinstance(self.inner, StreamingLLMClient)
+            else iter([self.inner.complete(request)])
+        )
+        for item in items:
+            if isinstance(item, LLMResponse):
+                self._record(request, item)
+            yield item
+
+    async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+        if isinstance(self.inner, StreamingLLMClient):
+            async for item in self.inner.astream_complete(request):
+                if isinstance(item, LLMResponse):
+                    self._record(request, item)
+                yield item
+        else:
+            yield self._record(request, await self.inner.acomplete(request))
+
+    def _record(self, request: LLMRequest, response: LLMResponse) -> LLMResponse:
+        self.interactions.append(
+            {
+                "kind": request.kind,
+                "messages": request.messages,
+                "response": {"text": response.text, "usage": asdict(response.usage), "model": response.model},
+            }
+        )
+        _write(self.path, {"version": VERSION, "interactions": self.interactions})
+        return response
+
+
+class ReplayLLM:
+    """Answers from a cassette, in order, checking that each request matches the recorded one."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        try:
+            data = json.loads(self.path.read_text(encoding="utf-8"))
+            self.interactions: list[dict[str, Any]] = list(data["interactions"])
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise LLMError(f"cannot read the cassette {self.path}: {exc}", model="replay") from exc
+        self.position = 0
+
+    @property
+    def remaining(self) -> int:
+        return len(self.interactions) - self.position
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        if self.position >= len(self.interactions):
+            raise CassetteMismatch(
+                f"the cassette {self.path} has no call {self.position + 1} (it recorded {len(self.interactions)})", ""
+            )
+        recorded = self.interactions[self.position]
+        if recorded["messages"] != request.messages:
+            raise CassetteMismatch(
+                f"call {self.position + 1} differs from the cassette {self.path}:",
+                _diff(recorded["messages"], request.messages),
+            )
+        self.position += 1
+        response = recorded["response"]
+        return LLMResponse(response["text"], Usage(**response.get("usage", {})), response.get("model"))
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        return self.complete(request)
+
+
+def _diff(recorded: list[dict[str, str]], sent: list[dict[str, str]]) -> str:
+    def lines(messages: list[dict[str, str]]) -> list[str]:
+        return [f"[{m.get('role')}] {line}" for m in messages for line in str(m.get("content", "")).splitlines()]
+
+    diff = difflib.unified_diff(lines(recorded), lines(sent), "recorded", "sent", lineterm="", n=2)
+    return "\n".join(list(diff)[:200])
+
+
+def _write(path: Path, data: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    with os.fdopen(handle, "w", encoding="utf-8") as file:
+        json.dump(data, file, ensure_ascii=False, indent=1)
+    os.replace(temporary, path)

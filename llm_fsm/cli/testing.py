@@ -1,0 +1,118 @@
+"""``llm-fsm test`` (conversation tests from JSON files) and ``llm-fsm paths`` (paths and skeletons)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Annotated
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from llm_fsm.cli import ApiBaseOption, ApiKeyOption, DefinitionArgument, app, fail, load_definition, make_client
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.llm import LLMClient
+
+console = Console(highlight=False)
+
+
+@app.command()
+def test(
+    paths: Annotated[list[Path], typer.Argument(help="Test files, or folders searched for *.test.json.")],
+    model: Annotated[
+        str | None,
+        typer.Option("--model", "-m", help="Answer unscripted steps with this model (litellm name, or 'simulated')."),
+    ] = None,
+    api_base: ApiBaseOption = None,
+    api_key: ApiKeyOption = None,
+    replay: Annotated[Path | None, typer.Option("--replay", help="Answer unscripted steps from this cassette.")] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Run each case this many times (for real models).")] = 1,
+    min_pass: Annotated[int | None, typer.Option("--min-pass", min=1, help="Runs of a case that must pass.")] = None,
+    junit: Annotated[Path | None, typer.Option("--junit", help="Also write a JUnit XML report here.")] = None,
+    show_coverage: Annotated[bool, typer.Option("--coverage", help="State and transition coverage.")] = False,
+) -> None:
+    """Run conversation tests; exit 0 only when every case passes."""
+    from llm_fsm.scenarios import discover, failure_text, junit_xml, run_files
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        fail(f"no such file or folder: {', '.join(missing)}", 2)
+    files = discover(paths)
+    if not files:
+        fail("no test files found (test files are named *.test.json)", 2)
+    if min_pass is not None and min_pass > repeat:
+        fail(f"--min-pass {min_pass} is more than --repeat {repeat}", 2)
+    outcomes = run_files(files, _model_factory(model, api_base, api_key, replay), repeat=repeat, min_pass=min_pass)
+    for outcome in outcomes:
+        mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
+        runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
+        console.print(f"{mark} {outcome.file}: {outcome.name}{runs}")
+        if not outcome.passed:
+            console.print(f"     {failure_text(outcome)}", style="red", markup=False)
+    failed = sum(not o.passed for o in outcomes)
+    console.print(f"{len(outcomes) - failed} passed, {failed} failed")
+    if show_coverage:
+        _print_coverage(outcomes)
+    if junit is not None:
+        junit.write_text(junit_xml(outcomes), encoding="utf-8")
+    raise typer.Exit(1 if failed else 0)
+
+
+def _model_factory(model: str | None, api_base: str | None, api_key: str | None, replay: Path | None):  # type: ignore[no-untyped-def]
+    """What answers the steps that carry no scripted reply (None: such steps fail)."""
+    if replay is not None:
+        from llm_fsm.cassette import ReplayLLM
+
+        try:
+            cassette = ReplayLLM(replay)
+        except Exception as exc:  # noqa: BLE001 (an unreadable cassette is a usage error)
+            fail(str(exc), 2)
+        return lambda definition: cassette
+    if model == "simulated":
+        from llm_fsm.simulation import SimulatedLLM
+
+        def simulated(definition: FSMDefinition) -> LLMClient:
+            return SimulatedLLM(definition)
+
+        return simulated
+    if model:
+        client = make_client(model, api_base, api_key)
+        return lambda definition: client
+    return None
+
+
+def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
+    from llm_fsm.scenarios import coverage
+
+    table = Table("definition", "states", "transitions", "states never reached")
+    for row in coverage(outcomes):
+        states = f"{len(row.covered_states)}/{len(row.states)} ({100 * len(row.covered_states) // len(row.states)}%)"
+        edges = len(row.transitions) or 1
+        transitions = (
+            f"{len(row.covered_transitions)}/{len(row.transitions)} ({100 * len(row.covered_transitions) // edges}%)"
+        )
+        missing = ", ".join(sorted(row.states - row.covered_states)) or "-"
+        table.add_row(str(row.definition.name), states, transitions, missing)
+    console.print(table)
+
+
+@app.command()
+def paths(
+    definition: DefinitionArgument,
+    write_tests: Annotated[
+        Path | None, typer.Option("--write-tests", help="Write a test-file skeleton that walks the paths.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated model's choices.")] = 0,
+) -> None:
+    """The shortest path to each terminal state (and through every state they miss)."""
+    from llm_fsm.paths import covering_paths, relative, skeleton
+
+    fsm = load_definition(definition)
+    for path in covering_paths(fsm):
+        typer.echo(" → ".join(path))
+    if write_tests is not None:
+        document = skeleton(fsm, relative(definition, write_tests.parent or "."), seed=seed)
+        write_tests.parent.mkdir(parents=True, exist_ok=True)
+        write_tests.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)

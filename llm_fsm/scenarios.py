@@ -1,0 +1,363 @@
+"""Conversation tests written as JSON files: cases of steps with expectations, run with no model.
+
+A test file holds ``cases``. A case names a definition (relative to the file), an optional
+starting ``state`` and ``context``, and ``steps``. A step is a user message (``null`` on a first
+step: the opening) plus either scripted model replies (``reply``, or ``replies`` when corrective
+calls are expected) or nothing (then the model given to the runner answers: a real one, a
+cassette, or the simulated model), and what to ``expect`` afterwards.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from llm_fsm.conversation import Conversation
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.errors import DefinitionError, FSMError, Problem
+from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
+from llm_fsm.loader import load
+from llm_fsm.testing import ScriptedLLM
+from llm_fsm.turn import TurnResult
+
+Reply = dict[str, Any] | str
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+
+class Expect(_Strict):
+    """What must hold after a step. Every field is optional."""
+
+    state: str | None = Field(None, description="The state the conversation is in.")
+    context: dict[str, Any] | None = Field(None, description="A subset the context must contain (nested objects too).")
+    message: str | None = Field(None, description="A regular expression the message must match (searched).")
+    rejected: int | list[dict[str, Any]] | None = Field(
+        None, description="How many items were refused, or items (kind, key, target_state, reason substring) that were."
+    )
+    max_llm_calls: int | None = Field(None, description="At most this many model calls.")
+    max_tokens: int | None = Field(None, description="At most this many tokens in all.")
+    status: Literal["active", "paused", "ended"] | None = Field(None, description="The conversation's status.")
+    error: str | None = Field(None, description="The step must fail with an error matching this expression.")
+
+
+class Step(_Strict):
+    user: str | None = Field(None, description="What the user says; null on a first step means the opening.")
+    reply: Reply | None = Field(None, description="The scripted model reply (a reply object, or raw text).")
+    replies: list[Reply] | None = Field(None, description="Several scripted replies, when corrective calls happen.")
+    resume: dict[str, Any] | None = Field(None, description="Resume a paused conversation with this result instead.")
+    expect: Expect = Field(default_factory=lambda: Expect.model_validate({}))
+
+    def scripted(self) -> list[Reply] | None:
+        if self.replies is not None:
+            return self.replies
+        return None if self.reply is None else [self.reply]
+
+
+class Case(_Strict):
+    name: str
+    definition: str = Field(description="Path of the definition, relative to this file.")
+    state: str | None = Field(None, description="Start in this state (default: the initial state).")
+    context: dict[str, Any] = Field(default_factory=dict, description="Initial context.")
+    steps: list[Step] = Field(min_length=1)
+
+
+class TestFile(_Strict):
+    """A file of conversation tests (``*.test.json``)."""
+
+    __test__ = False  # not a pytest class
+    schema_: str | None = Field(None, alias="$schema")
+    cases: list[Case] = Field(min_length=1)
+
+
+def json_schema() -> dict[str, Any]:
+    """The JSON Schema of test files (for editors, through ``"$schema"``)."""
+    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **TestFile.model_json_schema(by_alias=True)}
+
+
+# -- results ------------------------------------------------------------------------------------
+
+
+@dataclass
+class StepOutcome:
+    index: int
+    user: str | None
+    failures: list[str]
+    result: TurnResult | None = None
+
+    @property
+    def passed(self) -> bool:
+        return not self.failures
+
+
+@dataclass
+class CaseOutcome:
+    file: Path
+    name: str
+    definition: Path
+    steps: list[StepOutcome] = field(default_factory=list)
+    error: str | None = None
+    states: set[str] = field(default_factory=set)
+    transitions: set[tuple[str, str]] = field(default_factory=set)
+    runs: int = 1
+    passes: int = 0
+
+    @property
+    def passed(self) -> bool:
+        return self.error is None and all(s.passed for s in self.steps)
+
+
+# -- running ------------------------------------------------------------------------------------
+
+
+class _StepModel:
+    """Scripted replies for the current step; the runner's model when the step has none."""
+
+    def __init__(self, fallback: LLMClient | None) -> None:
+        self.fallback = fallback
+        self.script: ScriptedLLM | None = None
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        if self.script is not None:
+            return self.script.complete(request)
+        if self.fallback is None:
+            raise FSMError("this step has no scripted reply and no model was given (--model, --replay or simulated)")
+        return self.fallback.complete(request)
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        return self.complete(request)
+
+
+def discover(paths: Iterable[str | Path]) -> list[Path]:
+    """Test files: the files named, and every ``*.test.json`` below the folders named."""
+    found: list[Path] = []
+    for path in map(Path, paths):
+        found += sorted(path.rglob("*.test.json")) if path.is_dir() else [path]
+    return found
+
+
+def read(path: Path) -> TestFile:
+    """Parse a test file; :class:`DefinitionError` (with locations) when it is invalid."""
+    try:
+        return TestFile.model_validate_json(path.read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise DefinitionError(
+            [Problem("", f"cannot read: {exc.strerror or exc}", code="unreadable")], str(path)
+        ) from exc
+    except ValidationError as exc:
+        problems = [
+            Problem(".".join(str(p) for p in e["loc"]), e["msg"], code=e["type"]) for e in exc.errors(include_url=False)
+        ]
+        raise DefinitionError(problems, str(path)) from None
+
+
+def run_case(
+    case: Case,
+    file: Path,
+    model: Callable[[FSMDefinition], LLMClient | None] | None = None,
+    definitions: dict[Path, FSMDefinition] | None = None,
+) -> CaseOutcome:
+    """Run one case; ``model(definition)`` answers the steps without scripted replies."""
+    path = (file.parent / case.definition).resolve()
+    outcome = CaseOutcome(file, case.name, path)
+    try:
+        definition = (definitions or {}).get(path) or load(path)
+        if definitions is not None:
+            definitions[path] = definition
+        llm = _StepModel(model(definition) if model else None)
+        conversation = Conversation(definition, llm, state=case.state, context=case.context)
+    except FSMError as exc:
+        outcome.error = "; ".join(line.strip(" -") for line in str(exc).splitlines())
+        return outcome
+    outcome.states.add(conversation.state)
+    for index, step in enumerate(case.steps):
+        outcome.steps.append(_run_step(conversation, llm, step, index, outcome))
+        if not outcome.steps[-1].passed:
+            break
+    return outcome
+
+
+def _run_step(conversation: Conversation, llm: _StepModel, step: Step, index: int, outcome: CaseOutcome) -> StepOutcome:
+    scripted = step.scripted()
+    llm.script = ScriptedLLM(scripted) if scripted is not None else None
+    before = conversation.state
+    try:
+        if step.resume is not None:
+            pending = conversation.pending
+            if pending is None:
+                raise FSMError("the step resumes, but the conversation is not paused")
+            result = conversation.resume(pending.token, step.resume)
+        elif step.user is None and index == 0 and not conversation.history:
+            result = conversation.start()
+        else:
+            result = conversation.send(step.user or "")
+    except FSMError as exc:
+        return StepOutcome(index, step.user, _error_failures(step.expect, exc))
+    if step.expect.error is not None:
+        return StepOutcome(index, step.user, [f"expected an error matching /{step.expect.error}/, got none"], result)
+    outcome.states.add(result.state)
+    if result.state != before:
+        outcome.transitions.add((before, result.state))
+    failures = check(step.expect, result, conversation)
+    if llm.script is not None and llm.script.remaining:
+        failures.append(f"{llm.script.remaining} scripted repl{'ies' if llm.script.remaining > 1 else 'y'} not used")
+    return StepOutcome(index, step.user, failures, result)
+
+
+def _error_failures(expect: Expect, exc: Exception) -> list[str]:
+    text = str(exc).splitlines()[0]
+    if expect.error is None:
+        return [f"error: {text}"]
+    return [] if re.search(expect.error, str(exc)) else [f"error /{expect.error}/ expected, got: {text}"]
+
+
+def check(expect: Expect, result: TurnResult, conversation: Conversation) -> list[str]:
+    """Every expectation the result does not meet, in words."""
+    failures = []
+    if expect.state is not None and result.state != expect.state:
+        failures.append(f"state: expected '{expect.state}', got '{result.state}'")
+    if expect.context is not None:
+        failures += [f"context: {m}" for m in _missing(expect.context, result.context, "")]
+    if expect.message is not None and not re.search(expect.message, result.message):
+        failures.append(f"message: /{expect.message}/ does not match {result.message[:120]!r}")
+    failures += _rejected(expect.rejected, result)
+    if expect.max_llm_calls is not None and result.llm_calls > expect.max_llm_calls:
+        failures.append(f"llm calls: {result.llm_calls} > {expect.max_llm_calls}")
+    if expect.max_tokens is not None and result.usage.total_tokens > expect.max_tokens:
+        failures.append(f"tokens: {result.usage.total_tokens} > {expect.max_tokens}")
+    if expect.status is not None and conversation.status != expect.status:
+        failures.append(f"status: expected '{expect.status}', got '{conversation.status}'")
+    return failures
+
+
+def _missing(expected: Mapping[str, Any], actual: Any, prefix: str) -> list[str]:
+    problems = []
+    for key, value in expected.items():
+        where = f"{prefix}{key}"
+        if not isinstance(actual, Mapping) or key not in actual:
+            problems.append(f"'{where}' missing")
+        elif isinstance(value, Mapping) and isinstance(actual[key], Mapping):
+            problems += _missing(value, actual[key], f"{where}.")
+        elif actual[key] != value:
+            problems.append(f"'{where}' is {json.dumps(actual[key], default=str)}, expected {json.dumps(value)}")
+    return problems
+
+
+def _rejected(expected: int | list[dict[str, Any]] | None, result: TurnResult) -> list[str]:
+    if expected is None:
+        return []
+    if isinstance(expected, int):
+        found = len(result.rejected)
+        return [] if found == expected else [f"rejected: {found} item(s), expected {expected}"]
+    failures = []
+    for wanted in expected:
+        if not any(_matches(wanted, r.model_dump()) for r in result.rejected):
+            failures.append(f"rejected: nothing matches {json.dumps(wanted)}")
+    return failures
+
+
+def _matches(wanted: Mapping[str, Any], rejection: Mapping[str, Any]) -> bool:
+    for key, value in wanted.items():
+        if key == "reason" and isinstance(value, str):
+            if value not in str(rejection.get("reason", "")):
+                return False
+        elif rejection.get(key) != value:
+            return False
+    return True
+
+
+def run_files(
+    paths: Iterable[Path],
+    model: Callable[[FSMDefinition], LLMClient | None] | None = None,
+    *,
+    repeat: int = 1,
+    min_pass: int | None = None,
+) -> list[CaseOutcome]:
+    """Run every case of every file; with ``repeat``, a case passes when ``min_pass`` runs pass."""
+    definitions: dict[Path, FSMDefinition] = {}
+    outcomes = []
+    needed = repeat if min_pass is None else min_pass
+    for path in paths:
+        try:
+            test_file = read(path)
+        except DefinitionError as exc:
+            outcomes.append(CaseOutcome(path, "(file)", path, error=str(exc)))
+            continue
+        for case in test_file.cases:
+            runs = [run_case(case, path, model, definitions) for _ in range(max(1, repeat))]
+            best = next((r for r in runs if r.passed), runs[-1])
+            best.runs, best.passes = len(runs), sum(r.passed for r in runs)
+            for run in runs:
+                best.states |= run.states
+                best.transitions |= run.transitions
+            if best.passes < needed and best.passed:
+                best.error = f"passed {best.passes} of {best.runs} runs, {needed} needed"
+            outcomes.append(best)
+    return outcomes
+
+
+@dataclass(frozen=True)
+class Coverage:
+    definition: Path
+    states: frozenset[str]
+    covered_states: frozenset[str]
+    transitions: frozenset[tuple[str, str]]
+    covered_transitions: frozenset[tuple[str, str]]
+
+
+def coverage(outcomes: Iterable[CaseOutcome]) -> list[Coverage]:
+    """State and transition coverage of each definition by the cases that ran it."""
+    by_definition: dict[Path, list[CaseOutcome]] = {}
+    for outcome in outcomes:
+        if outcome.definition.suffix == ".json" and outcome.name != "(file)":
+            by_definition.setdefault(outcome.definition, []).append(outcome)
+    report = []
+    for path, cases in sorted(by_definition.items()):
+        try:
+            definition = load(path)
+        except FSMError:
+            continue
+        edges = {(sid, t.target_state) for sid, s in definition.states.items() for t in s.transitions}
+        states = frozenset().union(*(c.states for c in cases)) & set(definition.states)
+        taken = frozenset().union(*(c.transitions for c in cases)) & edges
+        report.append(
+            Coverage(path, frozenset(definition.states), frozenset(states), frozenset(edges), frozenset(taken))
+        )
+    return report
+
+
+def junit_xml(outcomes: list[CaseOutcome]) -> str:
+    """The outcomes as JUnit XML, one test case per case, one suite per file."""
+    from xml.sax.saxutils import escape, quoteattr
+
+    lines = ['<?xml version="1.0" encoding="utf-8"?>', "<testsuites>"]
+    files: dict[Path, list[CaseOutcome]] = {}
+    for outcome in outcomes:
+        files.setdefault(outcome.file, []).append(outcome)
+    for path, cases in files.items():
+        failed = sum(not c.passed for c in cases)
+        lines.append(f'  <testsuite name={quoteattr(str(path))} tests="{len(cases)}" failures="{failed}">')
+        for case in cases:
+            lines.append(f"    <testcase classname={quoteattr(path.stem)} name={quoteattr(case.name)}>")
+            if not case.passed:
+                message = failure_text(case)
+                lines.append(f"      <failure message={quoteattr(message.splitlines()[0])}>{escape(message)}</failure>")
+            lines.append("    </testcase>")
+        lines.append("  </testsuite>")
+    lines.append("</testsuites>")
+    return "\n".join(lines) + "\n"
+
+
+def failure_text(case: CaseOutcome) -> str:
+    if case.error:
+        return case.error
+    step = next(s for s in case.steps if not s.passed)
+    said = "(opening)" if step.user is None else repr(step.user)
+    return f"step {step.index + 1} {said}: " + "; ".join(step.failures)
