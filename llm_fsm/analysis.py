@@ -263,13 +263,19 @@ def _collects(state: State, key: str) -> bool:
 def _keys_never_set(graph: _Graph) -> Iterator[Finding]:
     definition = graph.definition
     by_code = {_root(k) for k in definition.handler_only_keys}
+    needed = {key for s in definition.states.values() for t in s.transitions for key, _ in _needed_keys(t)}
+    # A key is collected on a path to a state when the state is downstream of a reachable state that
+    # collects it: one forward closure per key (linear), not one backward search per state.
+    collected = {
+        key: _closure({s for s in graph.reachable if _collects(definition.states[s], key)}, graph.edges)
+        for key in needed
+    }
     for sid, state in definition.states.items():
         if sid not in graph.reachable:
             continue
-        path_states = [definition.states[s] for s in graph.on_paths_to(sid)]
         for i, transition in enumerate(state.transitions):
             for key, loc in _needed_keys(transition):
-                if key in by_code or key.startswith("_") or any(_collects(s, key) for s in path_states):
+                if key in by_code or key.startswith("_") or sid in collected[key]:
                     continue
                 yield Finding(
                     ("states", sid, "transitions", i, *loc),
@@ -343,4 +349,15 @@ def _ambiguous_priorities(definition: FSMDefinition) -> Iterator[Finding]:
 
 
 def _compact(value: object) -> str:
-    return json.dumps(value, separators=(", ", ": "), ensure_ascii=False, sort_keys=True)
+    return json.dumps(_printable(value), separators=(", ", ": "), ensure_ascii=False, sort_keys=True)
+
+
+def _printable(value: object) -> object:
+    """``value`` with integers too long for Python to print described instead (~N digits)."""
+    if isinstance(value, dict):
+        return {k: _printable(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_printable(v) for v in value]
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 1000:
+        return f"<an integer of about {int(value.bit_length() * 0.30103) + 1} digits>"
+    return value

@@ -190,14 +190,17 @@ class LiteLLMClient:
             started = False
             try:
                 parts: list[str] = []
-                usage = Usage()
-                for chunk in self.litellm.completion(**self._params(request, stream=True)):
+                usage, finished = Usage(), False
+                chunks = self.litellm.completion(**self._params(request, stream=True))
+                for chunk in chunks:
                     usage = self._chunk_usage(chunk) or usage
+                    finished = finished or _finished(chunk)
                     text = _delta_text(chunk)
                     if text:
                         started = True
                         parts.append(text)
                         yield text
+                self._check_finished(_provider_finished(chunks, finished), parts)
                 yield LLMResponse("".join(parts), usage, self.model)
                 return
             except Exception as exc:  # every provider failure is translated below
@@ -212,14 +215,17 @@ class LiteLLMClient:
             started = False
             try:
                 parts: list[str] = []
-                usage = Usage()
-                async for chunk in await self.litellm.acompletion(**self._params(request, stream=True)):
+                usage, finished = Usage(), False
+                chunks = await self.litellm.acompletion(**self._params(request, stream=True))
+                async for chunk in chunks:
                     usage = self._chunk_usage(chunk) or usage
+                    finished = finished or _finished(chunk)
                     text = _delta_text(chunk)
                     if text:
                         started = True
                         parts.append(text)
                         yield text
+                self._check_finished(_provider_finished(chunks, finished), parts)
                 yield LLMResponse("".join(parts), usage, self.model)
                 return
             except Exception as exc:  # every provider failure is translated below
@@ -286,6 +292,15 @@ class LiteLLMClient:
         prompt = usage.prompt_tokens or 0
         completion = usage.completion_tokens or 0
         return Usage(prompt, completion, usage.total_tokens or prompt + completion, hidden.get("response_cost"))
+
+    def _check_finished(self, finished: bool, parts: list[str]) -> None:
+        """A stream that ends without a finish reason was cut off: its text must not be used."""
+        if not finished:
+            received = sum(len(p) for p in parts)
+            raise LLMUnavailableError(
+                f"{self.model}: the stream ended before the reply was complete ({received} characters received)",
+                model=self.model,
+            )
 
     def _chunk_usage(self, chunk: Any) -> Usage | None:
         usage = getattr(chunk, "usage", None)
@@ -357,6 +372,21 @@ async def _alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMRespons
 def _first_line(exc: BaseException) -> str:
     text = str(getattr(exc, "message", None) or exc or type(exc).__name__)
     return text.strip().splitlines()[0][:300] if text.strip() else type(exc).__name__
+
+
+def _provider_finished(stream: Any, seen_in_chunks: bool) -> bool:
+    """Whether the provider itself ended the reply. litellm adds a closing chunk with a finish reason
+    to every stream, cut or not; its stream wrapper records whether the provider sent one."""
+    received = getattr(stream, "received_finish_reason", _UNKNOWN)
+    return seen_in_chunks if received is _UNKNOWN else received is not None
+
+
+_UNKNOWN = object()
+
+
+def _finished(chunk: Any) -> bool:
+    choices: Any = getattr(chunk, "choices", None)
+    return bool(choices) and getattr(choices[0], "finish_reason", None) is not None
 
 
 def _delta_text(chunk: Any) -> str:

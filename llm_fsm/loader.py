@@ -162,6 +162,8 @@ class _Reader:
     # -- reporting ------------------------------------------------------------------------------
 
     def _problem(self, loc: tuple[Any, ...], message: str, *, code: str, hint: str | None = None) -> Problem:
+        loc = tuple(_printable(p) if isinstance(p, str) else p for p in loc)
+        message, hint = _printable(message), _printable(hint) if hint else hint
         pointer = self._pointer(loc)
         while pointer and pointer not in self._positions:  # a missing field: point at its parent
             pointer = pointer.rsplit("/", 1)[0]
@@ -319,8 +321,9 @@ class _Reader:
             if _get(check, "kind") == "regex" and isinstance(_get(check, "pattern"), str):
                 try:
                     re.compile(check["pattern"])
-                except re.error as exc:
-                    self.error((*loc, "pattern"), f"invalid regular expression: {exc}", code="bad_regex")
+                except (re.error, OverflowError, RecursionError, ValueError) as exc:
+                    reason = "it nests too deeply" if isinstance(exc, RecursionError) else str(exc)
+                    self.error((*loc, "pattern"), f"invalid regular expression: {reason}", code="bad_regex")
             if _get(check, "kind") == "schema":
                 self._check_schemas((*loc, "schema"), _get(check, "schema"))
 
@@ -368,6 +371,11 @@ class _Reader:
                 code="no_terminal",
                 hint="add a final state with no transitions and a transition leading to it",
             )
+
+
+def _printable(text: str) -> str:
+    """``text`` with lone surrogates (which JSON escapes can make) written as escapes: terminals can print it."""
+    return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
 def _get(obj: Any, key: str) -> Any:

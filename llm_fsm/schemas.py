@@ -18,13 +18,18 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
         jsonschema.validators.validator_for(schema).check_schema(schema)
     except jsonschema.SchemaError as exc:
         return str(exc.message)
+    except RecursionError:
+        return "the schema nests too deeply"
     return None
 
 
 def violation(schema: dict[str, Any], value: Any) -> str | None:
     """Why ``value`` does not match ``schema`` (formats such as email are checked), or None."""
-    error = best_match(_validator(_frozen(schema)).iter_errors(value))
-    return None if error is None else error.message
+    try:
+        error = best_match(_validator(_frozen(schema)).iter_errors(value))
+    except RecursionError:
+        return "the value nests too deeply to check"
+    return None if error is None else str(error.message)
 
 
 @lru_cache(maxsize=256)

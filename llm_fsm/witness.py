@@ -7,6 +7,7 @@ real (the engine's own condition check accepts it); None only means that none wa
 from __future__ import annotations
 
 import itertools
+import json
 import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
@@ -243,11 +244,20 @@ def _neighbours(constant: object) -> list[object]:
 
 
 def _unique(values: list[object]) -> list[object]:
-    seen: set[tuple[str, str]] = set()
+    seen: set[object] = set()
     result = []
     for value in values:
-        marker = ("missing", "") if value is _MISSING else (type(value).__name__, repr(value))
+        marker = ("missing",) if value is _MISSING else (type(value).__name__, _key(value))
         if marker not in seen:
             seen.add(marker)
             result.append(value)
     return result
+
+
+def _key(value: object) -> object:
+    """A hashable stand-in for a value (no repr() of huge ints: Python refuses to print them)."""
+    try:
+        hash(value)
+        return value
+    except TypeError:
+        return json.dumps(value, sort_keys=True, default=str)

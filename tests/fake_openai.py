@@ -2,6 +2,9 @@
 
 Queue what it should answer with ``server.add(...)``: reply text (served as a completion, or as
 SSE chunks when the request streams), or an ``HTTPError(status, body)``, or ``Hang(seconds)``.
+Faults: ``Truncated(text)`` (an SSE stream or a body cut off part-way), ``RawBody(status, bytes)``
+(any body, e.g. HTML with status 200), ``NoChoices()`` (a completion whose ``choices`` list is empty)
+and ``Disconnect()`` (the connection is closed without a response).
 Every request body is recorded in ``server.requests``. When the queue is empty it answers with
 ``default`` (if set) or a 500.
 """
@@ -9,6 +12,7 @@ Every request body is recorded in ``server.requests``. When the queue is empty i
 from __future__ import annotations
 
 import json
+import sys
 import threading
 import time
 from collections import deque
@@ -28,6 +32,40 @@ class Hang:
     seconds: float
 
 
+@dataclass
+class Truncated:
+    """Serve ``text`` but stop after ``fraction`` of it and close the connection.
+
+    Streamed: SSE chunks with no ``finish_reason``, no usage and no ``[DONE]``; with ``chunked=True`` the
+    response uses chunked transfer encoding and ends without its final chunk (an HTTP-level error), else
+    it is delimited by the connection closing (a clean end of body: only the SSE content is cut).
+    Not streamed: the ``Content-Length`` of the whole completion, then part of its body.
+    """
+
+    text: str
+    fraction: float = 0.5
+    chunked: bool = False
+
+
+@dataclass
+class RawBody:
+    """Any status and body bytes, as is (e.g. an HTML error page with status 200)."""
+
+    status: int
+    body: bytes
+    content_type: str = "text/html"
+
+
+@dataclass
+class NoChoices:
+    """A well-formed completion (or SSE stream) whose ``choices`` list is empty."""
+
+
+@dataclass
+class Disconnect:
+    """Read the request, then close the connection without sending any response."""
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.queue: deque[Any] = deque()
@@ -35,9 +73,10 @@ class FakeOpenAI:
         self.default: str | None = None
         self.delay = 0.0
         self._lock = threading.Lock()
-        self._server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
+        self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
-        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+        # a short poll interval: stop() returns within 50 ms instead of serve_forever's default 0.5 s
+        self._thread = threading.Thread(target=self._server.serve_forever, args=(0.05,), daemon=True)
 
     @property
     def url(self) -> str:
@@ -62,6 +101,14 @@ class FakeOpenAI:
             if self.queue:
                 return self.queue.popleft()
         return self.default if self.default is not None else HTTPError(500, {"error": {"message": "queue empty"}})
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """Does not print a traceback when a client went away first (a timed-out request, a cancelled stream)."""
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        if not isinstance(sys.exc_info()[1], (BrokenPipeError, ConnectionResetError)):
+            super().handle_error(request, client_address)
 
 
 def _completion(text: str, model: str) -> dict[str, Any]:
@@ -103,6 +150,15 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 item = fake.next_item()
             if isinstance(item, HTTPError):
                 return self._json(item.status, item.body or {"error": {"message": f"status {item.status}"}})
+            if isinstance(item, Disconnect):
+                self.close_connection = True
+                return None
+            if isinstance(item, RawBody):
+                return self._raw(item.status, item.body, item.content_type)
+            if isinstance(item, NoChoices):
+                return self._no_choices(body.get("model", "test"), bool(body.get("stream")))
+            if isinstance(item, Truncated):
+                return self._truncated(item, body.get("model", "test"), bool(body.get("stream")))
             if body.get("stream"):
                 return self._stream(item, body.get("model", "test"))
             return self._json(200, _completion(item, body.get("model", "test")))
@@ -125,6 +181,51 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()
+            self.close_connection = True
+
+        def _raw(self, status: int, data: bytes, content_type: str) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _no_choices(self, model: str, stream: bool) -> None:
+            completion = {**_completion("", model), "choices": []}
+            if not stream:
+                return self._json(200, completion)
+            chunk = {**completion, "object": "chat.completion.chunk"}
+            return self._sse([f"data: {json.dumps(chunk)}\n\n".encode(), b"data: [DONE]\n\n"], chunked=False)
+
+        def _truncated(self, item: Truncated, model: str, stream: bool) -> None:
+            cut = int(len(item.text) * item.fraction)
+            if not stream:
+                data = json.dumps(_completion(item.text, model)).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data[: int(len(data) * item.fraction)])
+                self.wfile.flush()
+                self.close_connection = True
+                return
+            # the chunks of the text up to the cut, without the finish_reason and usage chunks
+            chunks = [c for c in _chunks(item.text[:cut], model) if c["choices"] and c["choices"][0]["delta"]]
+            events = [f"data: {json.dumps(chunk)}\n\n".encode() for chunk in chunks]
+            self._sse(events, chunked=item.chunked, complete=False)
+
+        def _sse(self, events: list[bytes], *, chunked: bool, complete: bool = True) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            if chunked:
+                self.send_header("Transfer-Encoding", "chunked")
+            self.send_header("Connection", "close")
+            self.end_headers()
+            for event in events:
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(event), event) if chunked else event)
+                self.wfile.flush()
+            if chunked and complete:
+                self.wfile.write(b"0\r\n\r\n")
             self.close_connection = True
 
     return Handler
