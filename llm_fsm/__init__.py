@@ -8,32 +8,82 @@
 Importing this package is cheap: litellm is imported on the first model call.
 """
 
-import logging
+from __future__ import annotations
 
-from llm_fsm.conversation import Conversation
-from llm_fsm.definition import Condition, FSMDefinition, State, Transition
-from llm_fsm.engine import Exchange, Origin, PendingEvent, Rejection, Snapshot
-from llm_fsm.errors import (
-    ConversationEnded,
-    ConversationError,
-    ConversationPaused,
-    DefinitionError,
-    FSMError,
-    LLMAuthError,
-    LLMContextWindowError,
-    LLMError,
-    LLMRequestError,
-    LLMUnavailableError,
-    LogicError,
-    Problem,
-    PromptError,
-    ResumeError,
-)
-from llm_fsm.hooks import Break, HandlerError, Hooks
-from llm_fsm.llm import LiteLLMClient, LLMClient, LLMRequest, LLMResponse, Usage
-from llm_fsm.loader import DefinitionWarning, load
-from llm_fsm.prompt import PromptBuilder, PromptSettings
-from llm_fsm.turn import RefinementError, TurnResult
+import importlib
+import logging
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # for type checkers and editors; at run time the names load on first use
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.definition import Condition, FSMDefinition, State, Transition
+    from llm_fsm.engine import Exchange, Origin, PendingEvent, Rejection, Snapshot
+    from llm_fsm.errors import (
+        ConversationEnded,
+        ConversationError,
+        ConversationPaused,
+        DefinitionError,
+        FSMError,
+        LLMAuthError,
+        LLMContextWindowError,
+        LLMError,
+        LLMRequestError,
+        LLMUnavailableError,
+        LogicError,
+        Problem,
+        PromptError,
+        ResumeError,
+    )
+    from llm_fsm.hooks import Break, HandlerError, Hooks
+    from llm_fsm.llm import LiteLLMClient, LLMClient, LLMRequest, LLMResponse, Usage
+    from llm_fsm.loader import DefinitionWarning, load
+    from llm_fsm.prompt import PromptBuilder, PromptSettings
+    from llm_fsm.turn import RefinementError, TurnResult
+
+# Where each public name lives. Importing the package loads none of them (pydantic models, Jinja):
+# the command line's --help stays fast, and each name is imported the first time it is used.
+_HOMES = {
+    "Conversation": "conversation",
+    **dict.fromkeys(["Condition", "FSMDefinition", "State", "Transition"], "definition"),
+    **dict.fromkeys(["Exchange", "Origin", "PendingEvent", "Rejection", "Snapshot"], "engine"),
+    **dict.fromkeys(
+        [
+            "ConversationEnded",
+            "ConversationError",
+            "ConversationPaused",
+            "DefinitionError",
+            "FSMError",
+            "LLMAuthError",
+            "LLMContextWindowError",
+            "LLMError",
+            "LLMRequestError",
+            "LLMUnavailableError",
+            "LogicError",
+            "Problem",
+            "PromptError",
+            "ResumeError",
+        ],
+        "errors",
+    ),  # fmt: skip
+    **dict.fromkeys(["Break", "HandlerError", "Hooks"], "hooks"),
+    **dict.fromkeys(["LiteLLMClient", "LLMClient", "LLMRequest", "LLMResponse", "Usage"], "llm"),
+    **dict.fromkeys(["DefinitionWarning", "load"], "loader"),
+    **dict.fromkeys(["PromptBuilder", "PromptSettings"], "prompt"),
+    **dict.fromkeys(["RefinementError", "TurnResult"], "turn"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f"llm_fsm.{_HOMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'llm_fsm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted([*globals(), *_HOMES])
+
 
 __version__ = "0.1.0"
 

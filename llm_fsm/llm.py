@@ -9,7 +9,6 @@ retry runs under ours, and we retry only what can succeed on a second try.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import random
 import time
@@ -178,7 +177,7 @@ class LiteLLMClient:
                 error = self._translate(exc, attempt)
                 if not self._should_retry(error, attempt):
                     raise error from exc
-            await asyncio.sleep(self._delay(attempt))
+            await _sleep(self._delay(attempt))
         raise AssertionError("unreachable")  # pragma: no cover
 
     def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
@@ -232,7 +231,7 @@ class LiteLLMClient:
                 error = self._translate(exc, attempt)
                 if started or not self._should_retry(error, attempt):
                     raise error from exc
-            await asyncio.sleep(self._delay(attempt))
+            await _sleep(self._delay(attempt))
 
     def _params(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -347,6 +346,12 @@ _TRANSIENT = {
 
 def _is_transient(name: str, status: int | None) -> bool:
     return name in _TRANSIENT or status in (408, 409, 429) or (status is not None and status >= 500)
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio  # here, not at the top: the CLI's --help should not pay for importing asyncio
+
+    await asyncio.sleep(seconds)
 
 
 def _last_response(items: Iterator[str | LLMResponse]) -> LLMResponse:

@@ -19,10 +19,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-import jinja2
-from jinja2.sandbox import ImmutableSandboxedEnvironment
-from markupsafe import Markup
-
 from llm_fsm.contract import writable_keys
 from llm_fsm.errors import PromptError
 
@@ -47,8 +43,8 @@ def _templates_dir() -> Path:
 
 def _escape(value: Any) -> str:
     """Escape what could open or close an element. Quotes stay readable: they cannot break text."""
-    if isinstance(value, Markup):
-        return value
+    if hasattr(value, "__html__"):  # markupsafe.Markup: a fragment a template marked as trusted
+        return str(value)
     return str(value).replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
 
 
@@ -73,6 +69,9 @@ class PromptBuilder:
         template_dirs: Sequence[str | os.PathLike[str]] = (),
         settings: PromptSettings | None = None,
     ) -> None:
+        import jinja2  # imported with the first prompt builder, not with the package
+        from jinja2.sandbox import ImmutableSandboxedEnvironment
+
         self.settings = settings or PromptSettings()
         loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader([str(d) for d in template_dirs])]
         loaders.append(jinja2.FileSystemLoader(str(_templates_dir())))
@@ -88,6 +87,7 @@ class PromptBuilder:
             auto_reload=False,  # templates do not change while a process runs: skip a stat() per render
         )
         self.env.filters["tojson"] = _to_json
+        self._template_error = jinja2.TemplateError
         self._cache: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
@@ -148,7 +148,7 @@ class PromptBuilder:
     def _render(self, name: str, variables: dict[str, Any]) -> str:
         try:
             return self.env.get_template(name).render(variables)
-        except jinja2.TemplateError as exc:
+        except self._template_error as exc:
             raise PromptError(f"template {name!r} failed: {exc}") from exc
 
     def _visible_context(self, context: dict[str, Any]) -> dict[str, Any]:

@@ -12,20 +12,22 @@ import sys
 import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any, NoReturn, TextIO
+from typing import TYPE_CHECKING, Annotated, Any, NoReturn, TextIO
 
 import typer
 
 import llm_fsm
-from llm_fsm.cli.session import Tracked, track
-from llm_fsm.conversation import Conversation
-from llm_fsm.engine import Snapshot
 from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError, StoreError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
-from llm_fsm.loader import DefinitionWarning, inspect
-from llm_fsm.prompt import PromptBuilder, PromptSettings
-from llm_fsm.turn import TurnResult
+
+if TYPE_CHECKING:
+    # The modules that build pydantic models or import Jinja load inside the commands that use them:
+    # "llm-fsm --help" and the authoring commands never pay for what they do not run.
+    from llm_fsm.cli.session import Tracked
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.engine import Snapshot
+    from llm_fsm.turn import TurnResult
 
 app = typer.Typer(
     name="llm-fsm",
@@ -102,6 +104,8 @@ def conversation_factory(
     handlers or checks, or a stored conversation ran on a different definition."""
 
     def make(snapshot: Snapshot | None) -> Conversation:
+        from llm_fsm.conversation import Conversation
+
         try:
             if snapshot is None:
                 return Conversation(fsm, llm, state, context, hooks=hooks, **options)
@@ -153,6 +157,8 @@ def complete_states(ctx: typer.Context, args: list[str], incomplete: str) -> lis
     path = ctx.params.get("definition") or next((a for a in ctx.args if a.endswith(".json")), None)
     if not path:
         return []
+    from llm_fsm.loader import inspect
+
     report = inspect(path)
     states = report.definition.states if report.definition else {}
     return [state for state in states if state.startswith(incomplete)]
@@ -186,6 +192,8 @@ def fail(message: str, code: int) -> NoReturn:
 
 def load_definition(path: Path) -> llm_fsm.FSMDefinition:
     """Load or exit 2, printing each problem (and each warning) as one line on stderr."""
+    from llm_fsm.loader import DefinitionWarning
+
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", DefinitionWarning)
         try:
@@ -291,6 +299,9 @@ def run(
     replay: ReplayOption = None,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
+    from llm_fsm.cli.session import track
+    from llm_fsm.prompt import PromptBuilder, PromptSettings
+
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     llm = make_client(model, api_base, api_key, record=record, replay=replay)

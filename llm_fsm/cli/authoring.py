@@ -15,13 +15,12 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llm_fsm.analysis import Diagnostic, analyze
 from llm_fsm.cli import app, complete_definitions, fail, load_definition
-from llm_fsm.definition import json_schema
-from llm_fsm.graph import to_dot, to_mermaid
 
 if TYPE_CHECKING:
     from rich.text import Text
+
+    from llm_fsm.analysis import Diagnostic
 
 
 class ReportFormat(StrEnum):
@@ -73,6 +72,8 @@ def validate(
 
 
 def _analyze(path: Path, strict: bool) -> list[Diagnostic]:
+    from llm_fsm.analysis import Diagnostic, analyze
+
     try:
         return analyze(path, strict=strict)
     except Exception as exc:  # a bug in the analysis must not end the run with a traceback
@@ -147,6 +148,8 @@ def graph(
         fsm = load_definition(definition)
     except (RecursionError, ValueError) as exc:  # JSON the loader cannot even parse
         fail(f"{definition}: invalid JSON: {exc}", 2)
+    from llm_fsm.graph import to_dot, to_mermaid
+
     _write(to_dot(fsm) if output_format is GraphFormat.dot else to_mermaid(fsm), output)
 
 
@@ -165,6 +168,8 @@ def schema_text(*, tests: bool = False) -> str:
         from llm_fsm.scenarios import json_schema as test_schema
 
         return json.dumps(test_schema(), indent=2, ensure_ascii=False) + "\n"
+    from llm_fsm.definition import json_schema
+
     return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
 
 

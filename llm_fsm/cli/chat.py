@@ -13,7 +13,7 @@ import re
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -40,14 +40,14 @@ from llm_fsm.cli import (
     make_client,
     masker,
 )
-from llm_fsm.cli.session import Tracked, track
-from llm_fsm.conversation import Conversation, StreamEvent
-from llm_fsm.engine import Snapshot
 from llm_fsm.errors import FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
-from llm_fsm.loader import did_you_mean
-from llm_fsm.streaming import MessageDelta, MessageReset
-from llm_fsm.turn import TurnResult
+
+if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
+    from llm_fsm.cli.session import Tracked
+    from llm_fsm.conversation import Conversation, StreamEvent
+    from llm_fsm.engine import Snapshot
+    from llm_fsm.turn import TurnResult
 
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
@@ -145,6 +145,8 @@ class ChatSession:
         }
         handler = handlers.get(name)
         if handler is None:
+            from llm_fsm.loader import did_you_mean
+
             hint = did_you_mean(name, list(handlers))
             errors.print(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")
             return True
@@ -193,6 +195,9 @@ class ChatSession:
         if not path:
             errors.print("usage: /load FILE")
             return
+        from llm_fsm.conversation import Conversation
+        from llm_fsm.engine import Snapshot
+
         current = self.conversation
         try:
             snapshot = Snapshot.model_validate_json(Path(path).read_text(encoding="utf-8"))
@@ -266,6 +271,8 @@ def _show(events: Iterator[StreamEvent]) -> TurnResult:
     from rich.live import Live
     from rich.markdown import Markdown
     from rich.spinner import Spinner
+
+    from llm_fsm.streaming import MessageDelta, MessageReset
 
     shown = ""
     live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
@@ -352,6 +359,9 @@ def chat(
     record: RecordOption = None,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
+    from llm_fsm.cli.session import track
+    from llm_fsm.loader import did_you_mean
+
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     initial_context = _parse_context(context)

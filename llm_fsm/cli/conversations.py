@@ -5,15 +5,16 @@ from __future__ import annotations
 import json
 import re
 from datetime import UTC, datetime, timedelta
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from llm_fsm.cli import StoreOption, app, fail
 from llm_fsm.errors import StoreError
-from llm_fsm.store import Store, open_store
+
+if TYPE_CHECKING:
+    from llm_fsm.store import Store
 
 group = typer.Typer(help="List, show, delete and prune stored conversations.", no_args_is_help=True)
 app.add_typer(group, name="conversations")
@@ -32,6 +33,8 @@ def parse_duration(text: str) -> timedelta:
 
 
 def _open(url: str | None) -> Store:
+    from llm_fsm.store import open_store
+
     try:
         return open_store(url)
     except StoreError as exc:
@@ -53,6 +56,8 @@ def list_(
         for info in infos:
             typer.echo(json.dumps(info.__dict__))
         return
+    from rich.table import Table
+
     table = Table("id", "definition", "state", "status", "turns", "saved")
     for info in infos:
         table.add_row(info.id, info.definition_name, info.state, info.status, str(info.turns), _when(info.updated_at))

@@ -4,15 +4,16 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
-from rich.table import Table
 
 from llm_fsm.cli import ApiBaseOption, ApiKeyOption, DefinitionArgument, app, fail, load_definition, make_client
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.llm import LLMClient
+
+if TYPE_CHECKING:
+    from llm_fsm.definition import FSMDefinition
+    from llm_fsm.llm import LLMClient
 
 console = Console(highlight=False)
 
@@ -83,6 +84,8 @@ def _model_factory(model: str | None, api_base: str | None, api_key: str | None,
 
 
 def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
+    from rich.table import Table
+
     from llm_fsm.scenarios import coverage
 
     table = Table("definition", "states", "transitions", "states never reached")

@@ -10,19 +10,20 @@ run the sync method in a worker thread.
 
 from __future__ import annotations
 
-import asyncio
 import builtins
 import re
 import time
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any, TypeVar
 
 from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import ConflictError, StoreError
 
+T = TypeVar("T")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
 DEFAULT_WAIT = 10.0
 
@@ -154,28 +155,34 @@ class Store(ABC):
     # -- async twins (backends with native async clients override them) -----------------------
 
     async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
-        return await asyncio.to_thread(self.save, conversation_id, snapshot, expected_version=expected_version)
+        return await _to_thread(self.save, conversation_id, snapshot, expected_version=expected_version)
 
     async def aload(self, conversation_id: str) -> Record | None:
-        return await asyncio.to_thread(self.load, conversation_id)
+        return await _to_thread(self.load, conversation_id)
 
     async def adelete(self, conversation_id: str) -> bool:
-        return await asyncio.to_thread(self.delete, conversation_id)
+        return await _to_thread(self.delete, conversation_id)
 
     async def alist(self) -> builtins.list[Info]:
-        return await asyncio.to_thread(self.list)
+        return await _to_thread(self.list)
 
     async def aprune(self, older_than: float | timedelta) -> int:
-        return await asyncio.to_thread(self.prune, older_than)
+        return await _to_thread(self.prune, older_than)
 
     @asynccontextmanager
     async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
         manager = self.lock(conversation_id, timeout=timeout)
-        await asyncio.to_thread(manager.__enter__)
+        await _to_thread(manager.__enter__)
         try:
             yield
         finally:
-            await asyncio.to_thread(manager.__exit__, None, None, None)
+            await _to_thread(manager.__exit__, None, None, None)
+
+
+async def _to_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+    import asyncio  # only the async API needs it
+
+    return await asyncio.to_thread(function, *args, **kwargs)
 
 
 def info_of(conversation_id: str, snapshot: Snapshot, version: int, updated_at: float) -> Info:
