@@ -19,13 +19,10 @@ from llm_fsm.paths import covering_paths, skeleton
 from llm_fsm.scenarios import coverage, json_schema, junit_xml, run_files
 from llm_fsm.simulation import SimulatedLLM
 from llm_fsm.testing import ScriptedLLM
-from tests.conftest import EXAMPLES, ROOT, SIGNUP, reply
+from tests.conftest import EXAMPLES, ROOT, reply
+from tests.test_chat import OPEN
 
 runner = CliRunner()
-OPEN = json.loads(json.dumps(SIGNUP)) | {"handler_only_keys": []}
-OPEN["states"]["ask_email"]["transitions"][0]["conditions"] = [
-    {"description": "has email", "requires_context_keys": ["email"]}
-]
 
 
 @pytest.fixture
