@@ -157,6 +157,10 @@ def test_cli_test_command(definition_file, tmp_path):
     result = runner.invoke(app, ["test", str(tmp_path), "--junit", str(junit), "--coverage"], env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert "PASS" in result.stdout and "1 passed, 0 failed" in result.stdout and "2/3 (66%)" in result.stdout
+    verbose = runner.invoke(app, ["test", str(tmp_path), "-v"], env={"COLUMNS": "200"})
+    assert (
+        "ok 1. (opening): ask_name (1 call" in verbose.stdout and "ok 2. 'Ann': ask_name → ask_email" in verbose.stdout
+    )
     assert ET.parse(junit).getroot().tag == "testsuites"
     write_cases(tmp_path, case(GREET, {**NAME, "expect": {"state": "done"}}, name="bad one"), name="bad.test.json")
     result = runner.invoke(app, ["test", str(tmp_path)], env={"COLUMNS": "200"})

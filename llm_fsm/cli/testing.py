@@ -14,6 +14,7 @@ from llm_fsm.cli import ApiBaseOption, ApiKeyOption, DefinitionArgument, app, fa
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.llm import LLMClient
+    from llm_fsm.scenarios import CaseOutcome
 
 console = Console(highlight=False)
 
@@ -32,6 +33,9 @@ def test(
     min_pass: Annotated[int | None, typer.Option("--min-pass", min=1, help="Runs of a case that must pass.")] = None,
     junit: Annotated[Path | None, typer.Option("--junit", help="Also write a JUnit XML report here.")] = None,
     show_coverage: Annotated[bool, typer.Option("--coverage", help="State and transition coverage.")] = False,
+    verbose: Annotated[
+        bool, typer.Option("--verbose", "-v", help="Every step of every case, not only failures.")
+    ] = False,
 ) -> None:
     """Run conversation tests; exit 0 only when every case passes."""
     from llm_fsm.scenarios import discover, failure_text, junit_xml, run_files
@@ -49,6 +53,8 @@ def test(
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
         console.print(f"{mark} {outcome.file}: {outcome.name}{runs}")
+        if verbose or not outcome.passed:
+            _print_steps(outcome)
         if not outcome.passed:
             console.print(f"     {failure_text(outcome)}", style="red", markup=False)
     failed = sum(not o.passed for o in outcomes)
@@ -58,6 +64,20 @@ def test(
     if junit is not None:
         junit.write_text(junit_xml(outcomes), encoding="utf-8")
     raise typer.Exit(1 if failed else 0)
+
+
+def _print_steps(outcome: CaseOutcome) -> None:
+    """One line per step: what the user said, where the conversation went, what the turn cost."""
+    for step in outcome.steps:
+        said = "(opening)" if step.user is None else repr(step.user[:40])
+        mark = "ok " if step.passed else "✗  "
+        if step.result is None:
+            console.print(f"     {mark}{step.index + 1}. {said}", markup=False)
+            continue
+        r = step.result
+        move = f"{r.previous_state} → {r.state}" if r.transitioned else r.state
+        cost = f"{r.llm_calls} call{'s' if r.llm_calls != 1 else ''}, {r.usage.total_tokens} tokens"
+        console.print(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", markup=False, style="dim")
 
 
 def _model_factory(model: str | None, api_base: str | None, api_key: str | None, replay: Path | None):  # type: ignore[no-untyped-def]
