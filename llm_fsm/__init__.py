@@ -24,6 +24,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
         ConversationPaused,
         DefinitionError,
         FSMError,
+        HandlerError,
         LLMAuthError,
         LLMContextWindowError,
         LLMError,
@@ -32,13 +33,14 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
         LogicError,
         Problem,
         PromptError,
+        RefinementError,
         ResumeError,
     )
-    from llm_fsm.hooks import Break, HandlerError, Hooks
+    from llm_fsm.hooks import Break, Hooks
     from llm_fsm.llm import LiteLLMClient, LLMClient, LLMRequest, LLMResponse, Usage
     from llm_fsm.loader import DefinitionWarning, load
     from llm_fsm.prompt import PromptBuilder, PromptSettings
-    from llm_fsm.turn import RefinementError, TurnResult
+    from llm_fsm.turn import TurnResult
 
 # Where each public name lives. Importing the package loads none of them (pydantic models, Jinja):
 # the command line's --help stays fast, and each name is imported the first time it is used.
@@ -57,19 +59,21 @@ _HOMES = {
             "LLMContextWindowError",
             "LLMError",
             "LLMRequestError",
+            "HandlerError",
             "LLMUnavailableError",
             "LogicError",
             "Problem",
             "PromptError",
+            "RefinementError",
             "ResumeError",
         ],
         "errors",
     ),  # fmt: skip
-    **dict.fromkeys(["Break", "HandlerError", "Hooks"], "hooks"),
+    **dict.fromkeys(["Break", "Hooks"], "hooks"),
     **dict.fromkeys(["LiteLLMClient", "LLMClient", "LLMRequest", "LLMResponse", "Usage"], "llm"),
     **dict.fromkeys(["DefinitionWarning", "load"], "loader"),
     **dict.fromkeys(["PromptBuilder", "PromptSettings"], "prompt"),
-    **dict.fromkeys(["RefinementError", "TurnResult"], "turn"),
+    **dict.fromkeys(["TurnResult"], "turn"),
 }
 
 

@@ -17,18 +17,10 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from llm_fsm.errors import LLMError
+from llm_fsm.errors import CassetteMismatch, LLMError
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, Usage
 
 VERSION = 1
-
-
-class CassetteMismatch(LLMError):
-    """The runtime sent a request the cassette did not record (``diff`` shows how they differ)."""
-
-    def __init__(self, message: str, diff: str) -> None:
-        super().__init__(f"{message}\n{diff}" if diff else message, model="replay")
-        self.diff = diff
 
 
 class RecordingLLM:

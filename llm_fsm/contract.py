@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llm_fsm.definition import State
+from llm_fsm.errors import ReplyFormatError
 
 
 class TransitionDecision(BaseModel):
@@ -43,10 +44,6 @@ class Reply(BaseModel):
     @classmethod
     def _reasoning_as_text(cls, value: Any) -> Any:
         return value if value is None or isinstance(value, str) else json.dumps(value)
-
-
-class ReplyFormatError(ValueError):
-    """The model's text holds no usable reply. ``str()`` says what is wrong, for the model to fix."""
 
 
 _THINK = re.compile(r"\s*<think(?:ing)?>.*?(?:</think(?:ing)?>|\Z)", re.DOTALL | re.IGNORECASE)

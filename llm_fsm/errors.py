@@ -10,7 +10,11 @@
     │   ├── LLMAuthError           credentials rejected (never retried)
     │   ├── LLMRequestError        the request itself is wrong: 400/404/422, unknown model (never retried)
     │   ├── LLMContextWindowError  the prompt is longer than the model's context window
-    │   └── LLMUnavailableError    timeouts, connection errors, 429 and 5xx, after our retries ran out
+    │   ├── LLMUnavailableError    timeouts, connection errors, 429 and 5xx, after our retries ran out
+    │   ├── ScriptExhausted        a ScriptedLLM has no reply left for a call (test doubles)
+    │   └── CassetteMismatch       a replayed conversation sent a request the cassette did not record
+    ├── ReplyFormatError       the model's text holds no usable reply (also a ValueError; a turn turns it
+    │                          into a format rejection and a corrective call, so it never escapes a turn)
     ├── HandlerError           a handler with the "raise" policy failed (the turn was rolled back)
     ├── RefinementError        a state's checks kept failing and its policy is "raise"
     ├── StoreError             a conversation store cannot be opened or used
@@ -28,6 +32,7 @@ never changes the conversation.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 
 class FSMError(Exception):
@@ -111,6 +116,22 @@ class LLMUnavailableError(LLMError):
     """Timeouts, connection failures, rate limits or server errors persisted after every retry."""
 
 
+class ScriptExhausted(LLMError):
+    """The script has no reply left for a call the runtime made."""
+
+
+class CassetteMismatch(LLMError):
+    """The runtime sent a request the cassette did not record (``diff`` shows how they differ)."""
+
+    def __init__(self, message: str, diff: str) -> None:
+        super().__init__(f"{message}\n{diff}" if diff else message, model="replay")
+        self.diff = diff
+
+
+class ReplyFormatError(FSMError, ValueError):
+    """The model's text holds no usable reply. ``str()`` says what is wrong, for the model to fix."""
+
+
 class ConversationError(FSMError):
     """The conversation cannot accept this call now. ``state`` is where it stands."""
 
@@ -129,6 +150,28 @@ class ConversationPaused(ConversationError):
 
 class ResumeError(ConversationError):
     """``resume()`` was called with a token that is not the pending one, or that was already used."""
+
+
+class HandlerError(FSMError):
+    """A handler with the ``raise`` policy failed; the turn was rolled back. ``cause`` is its exception."""
+
+    def __init__(self, name: str, timing: str, cause: BaseException) -> None:
+        super().__init__(f"handler '{name}' failed at '{timing}': {type(cause).__name__}: {cause}")
+        self.name = name
+        self.timing = timing
+        self.cause = cause
+
+
+class RefinementError(FSMError):
+    """A state's checks still failed after its retries, and its policy is ``raise``. Nothing changed.
+
+    ``failures`` holds the failed checks as :class:`~llm_fsm.engine.Rejection` objects.
+    """
+
+    def __init__(self, message: str, *, state: str, failures: tuple[Any, ...]) -> None:
+        super().__init__(message)
+        self.state = state
+        self.failures = failures
 
 
 class StoreError(FSMError):

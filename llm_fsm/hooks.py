@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
-from llm_fsm.errors import FSMError
+from llm_fsm.errors import HandlerError
 
 logger = logging.getLogger("llm_fsm")
 
@@ -63,16 +63,6 @@ class Break(Exception):  # noqa: N818 (a signal, not an error: "raise Break(...)
         self.message = message  # shown to the user when the pause comes before the model's reply is used
         self.handler: str | None = None  # filled in by the runtime: who raised it, and when
         self.timing: str | None = None
-
-
-class HandlerError(FSMError):
-    """A handler with the ``raise`` policy failed; the turn was rolled back. ``cause`` is its exception."""
-
-    def __init__(self, name: str, timing: str, cause: BaseException) -> None:
-        super().__init__(f"handler '{name}' failed at '{timing}': {type(cause).__name__}: {cause}")
-        self.name = name
-        self.timing = timing
-        self.cause = cause
 
 
 @dataclass(frozen=True)

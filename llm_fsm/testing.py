@@ -12,14 +12,10 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from llm_fsm.errors import LLMError
+from llm_fsm.errors import ScriptExhausted
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 
 __all__ = ["ScriptExhausted", "ScriptedLLM", "reply"]
-
-
-class ScriptExhausted(LLMError):
-    """The script has no reply left for a call the runtime made."""
 
 
 def reply(target_state: str, message: str, **context_update: Any) -> dict[str, Any]:

@@ -37,7 +37,7 @@ from llm_fsm.engine import (
     merge,
     record,
 )
-from llm_fsm.errors import FSMError
+from llm_fsm.errors import RefinementError
 from llm_fsm.hooks import Break, Invocation, call, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 
@@ -45,15 +45,6 @@ if TYPE_CHECKING:
     from llm_fsm.conversation import Conversation
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
-
-
-class RefinementError(FSMError):
-    """A state's checks still failed after its retries, and its policy is ``raise``. Nothing changed."""
-
-    def __init__(self, message: str, *, state: str, failures: tuple[Rejection, ...]) -> None:
-        super().__init__(message)
-        self.state = state
-        self.failures = failures
 
 
 @dataclass(frozen=True)
