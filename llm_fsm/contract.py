@@ -15,7 +15,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llm_fsm.definition import State
+from llm_fsm.definition import FSMDefinition, State
 from llm_fsm.errors import ReplyFormatError
 
 
@@ -74,6 +74,15 @@ def parse_reply(text: str) -> Reply:
         return Reply.model_validate(data)
     except ValidationError as exc:
         raise ReplyFormatError(_describe(exc)) from None
+
+
+def transition_only(transition: Any) -> Reply | None:
+    """A reply holding just ``transition`` (as a streamed reply has it before its message is whole),
+    to check the move before any text is shown; None if it is not a valid transition."""
+    try:
+        return Reply.model_validate({"transition": transition, "message": "-"})
+    except ValidationError:
+        return None
 
 
 def _extract_object(text: str) -> dict[str, Any]:
@@ -165,6 +174,16 @@ def reply_schema(state: State, *, strict: bool, protected: Collection[str] = ())
         "required": ["transition", "message", "reasoning"],
         "additionalProperties": False,
     }
+
+
+def state_reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loose and strict reply schemas of a state, computed once per definition and state."""
+
+    def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
+        strict = reply_schema(state, strict=True, protected=definition.handler_only_keys)
+        return reply_schema(state, strict=False), strict
+
+    return definition.derived("reply_schemas", state_id, compute)
 
 
 def writable_keys(state: State, protected: Collection[str] = ()) -> list[str]:

@@ -16,12 +16,12 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from types import TracebackType
 from typing import Any, Union
 
-from llm_fsm.contract import reply_schema
-from llm_fsm.definition import FSMDefinition, State
-from llm_fsm.engine import Exchange, PendingEvent, Snapshot, apply_delta, initial_snapshot, merge, record
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
     ConversationEnded,
     ConversationError,
@@ -29,19 +29,19 @@ from llm_fsm.errors import (
     DefinitionError,
     LLMError,
     Problem,
-    ResumeError,
 )
-from llm_fsm.hooks import Hooks, Invocation, call, logger, selected
+from llm_fsm.hooks import Hooks, logger
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
-from llm_fsm.turn import Call, TurnResult, TurnRunner
+from llm_fsm.turn import DEFAULT_FALLBACK, Call, TurnResult, TurnRunner, TurnSettings, fire_error, resume_turn
 
 StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
 Steps = Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]
+Item = str | LLMResponse  # what a model call produces: text deltas (when streamed), then the response
 
-DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
+__all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
 _default_builder: PromptBuilder | None = None
 
@@ -82,12 +82,15 @@ class Conversation:
         self.llm = llm
         self.hooks = hooks if hooks is not None else Hooks()
         _check_bindings(definition, self.hooks)
-        self.max_corrections = max(0, max_corrections)
-        self.max_calls_per_turn = max(1, max_calls_per_turn)
-        self.fallback_message = fallback_message
-        self.prompt = prompt or _shared_builder()
+        self.settings = TurnSettings(
+            prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message
+        )
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
         self._busy = False
+
+    @property
+    def prompt(self) -> PromptBuilder:
+        return self.settings.prompt
 
     # -- hooks ----------------------------------------------------------------------------------
 
@@ -172,28 +175,18 @@ class Conversation:
         if self._busy:
             raise ConversationError("a turn of this conversation is in progress", state=self.state)
         snap = self._snapshot
-        context = apply_delta(snap.context, dict(delta))
-        deleted = [k for k, v in delta.items() if v is None]
-        provenance = record(
-            snap.provenance, [k for k, v in delta.items() if v is not None], "user_code", snap.turns, deleted
-        )
+        context, provenance = write(snap.context, snap.provenance, dict(delta), by="user_code", turn=snap.turns)
         self._snapshot = snap.model_copy(update={"context": context, "provenance": provenance})
 
     # -- turns ----------------------------------------------------------------------------------
 
     def start(self) -> TurnResult:
         """The opening message of the current state, with one model call."""
-        return self._run(self._steps(None))
+        return _last(self._run(self._steps(None), stream=False))
 
     def send(self, text: str) -> TurnResult:
         """Answer the user's ``text``: one model call when the reply is valid."""
-        return self._run(self._steps(text))
-
-    async def astart(self) -> TurnResult:
-        return await self._arun(self._steps(None))
-
-    async def asend(self, text: str) -> TurnResult:
-        return await self._arun(self._steps(text))
+        return _last(self._run(self._steps(text), stream=False))
 
     def resume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
         """Continue a paused conversation: merge ``result`` into the context, then one model call.
@@ -201,94 +194,69 @@ class Conversation:
         Works once per token: a second call with the same token raises :class:`ResumeError` and
         changes nothing. If the model call fails, nothing changes and the token stays valid.
         """
-        return self._run(self._resume_steps(token, result))
+        return _last(self._run(self._resume_steps(token, result), stream=False))
 
-    async def aresume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
-        return await self._arun(self._resume_steps(token, result))
-
-    def stream(self, text: str | None = None) -> Generator[StreamEvent, None, None]:
+    def stream(self, text: str | None = None) -> Iterator[StreamEvent]:
         """Run a turn (``text=None``: the opening) and yield its events as they happen.
 
         Yields :class:`MessageDelta` for message text whose transition has been checked,
         :class:`MessageReset` if shown text must be discarded, and last the :class:`TurnResult`.
-        Closing the iterator early leaves the conversation exactly as it was before the turn.
+        The deltas after the last reset add up to the result's message. Closing the iterator
+        early leaves the conversation exactly as it was before the turn.
         """
-        steps = self._steps(text)
-        self._busy = True
-        try:
-            shown, call = "", next(steps)
-            while True:
-                watcher = self._watcher(call)
-                response = None
-                for item in _stream_of(self.llm, call) if watcher else [self._complete(call)]:
-                    if isinstance(item, LLMResponse):
-                        response = item
-                    elif delta := watcher.feed(item):  # type: ignore[union-attr]
-                        shown += delta
-                        yield MessageDelta(delta)
-                if watcher and (rest := watcher.flush()):
-                    shown += rest
-                    yield MessageDelta(rest)
-                try:
-                    call = steps.send(_required(response))
-                except StopIteration as done:
-                    result = self._commit(done.value)
-                    break
-                if shown and call.kind == "reply":
-                    shown = ""
-                    yield MessageReset("the reply was not accepted")
-            if shown and shown != result.message:
-                yield MessageReset("the turn ended with another message")
-            yield result
-        except BaseException as exc:
-            self._fire_error(exc)
-            raise
-        finally:
-            steps.close()
-            self._busy = False
+        return self._run(self._steps(text), stream=True)
 
-    async def astream(self, text: str | None = None) -> AsyncGenerator[StreamEvent, None]:
+    async def astart(self) -> TurnResult:
+        return await _alast(self._arun(self._steps(None), stream=False))
+
+    async def asend(self, text: str) -> TurnResult:
+        return await _alast(self._arun(self._steps(text), stream=False))
+
+    async def aresume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
+        return await _alast(self._arun(self._resume_steps(token, result), stream=False))
+
+    def astream(self, text: str | None = None) -> AsyncIterator[StreamEvent]:
         """The async form of :meth:`stream`."""
-        steps = self._steps(text)
-        self._busy = True
-        try:
-            shown, call = "", next(steps)
-            while True:
-                watcher = self._watcher(call)
-                response = None
-                if watcher:
-                    async for item in _astream_of(self.llm, call):
-                        if isinstance(item, LLMResponse):
-                            response = item
-                        elif delta := watcher.feed(item):
-                            shown += delta
-                            yield MessageDelta(delta)
-                    if rest := watcher.flush():
-                        shown += rest
-                        yield MessageDelta(rest)
-                else:
-                    response = await self.llm.acomplete(call.request)
-                try:
-                    call = steps.send(_required(response))
-                except StopIteration as done:
-                    result = self._commit(done.value)
-                    break
-                if shown and call.kind == "reply":
-                    shown = ""
-                    yield MessageReset("the reply was not accepted")
-            if shown and shown != result.message:
-                yield MessageReset("the turn ended with another message")
-            yield result
-        except BaseException as exc:
-            self._fire_error(exc)
-            raise
-        finally:
-            steps.close()
-            self._busy = False
+        return self._arun(self._steps(text), stream=True)
 
-    # -- running turns --------------------------------------------------------------------------
+    # -- running turns: one loop, driven sync or async ------------------------------------------
 
-    def _steps(self, user: str | None) -> Steps:
+    def _run(self, steps: Callable[[], Steps], *, stream: bool) -> Iterator[StreamEvent]:
+        with _Drive(self, steps(), stream) as turn:
+            while turn.call is not None:
+                for item in _items(self.llm, turn.call, stream):
+                    yield from turn.take(item)
+
+    async def _arun(self, steps: Callable[[], Steps], *, stream: bool) -> AsyncIterator[StreamEvent]:
+        with _Drive(self, steps(), stream) as turn:
+            while turn.call is not None:
+                async for item in _aitems(self.llm, turn.call, stream):
+                    for event in turn.take(item):
+                        yield event
+
+    def _steps(self, user: str | None) -> Callable[[], Steps]:
+        """The turn's generator, made once the conversation may take the turn (checked when the turn runs)."""
+
+        def steps() -> Steps:
+            self._may_take(user)
+            return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=user, handle=self).run()
+
+        return steps
+
+    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], Steps]:
+        def steps() -> Steps:
+            self._may_take(None, resuming=True)
+            args = (self.definition, self._snapshot, self.hooks, self.settings, token, dict(result or {}))
+            return resume_turn(*args, handle=self)
+
+        return steps
+
+    def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
+        """Raise unless the conversation can take this turn now."""
+        if self._busy:
+            raise ConversationError("another turn of this conversation is in progress", state=self.state)
+        if resuming:
+            return  # the engine checks the pause and the token
         if self.ended:
             raise ConversationEnded(f"the conversation has ended in state '{self.state}'", state=self.state)
         if self.paused:
@@ -300,65 +268,6 @@ class Conversation:
             raise ConversationError("start() was already called; use send()", state=self.state)
         if user is not None and not isinstance(user, str):
             raise TypeError(f"send() takes a str, not {type(user).__name__}")
-        if self._busy:
-            raise ConversationError("another turn of this conversation is in progress", state=self.state)
-        return TurnRunner(self, user, base=self._snapshot).run()
-
-    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Steps:
-        snap = self._snapshot
-        if token in snap.used_tokens:
-            raise ResumeError("this resume token was already used: a pause is resumed exactly once", state=self.state)
-        if snap.pending is None:
-            raise ResumeError("the conversation is not paused: there is nothing to resume", state=self.state)
-        if token != snap.pending.token:
-            raise ResumeError("this is not the token of the pending event", state=self.state)
-        if self._busy:
-            raise ConversationError("another turn of this conversation is in progress", state=self.state)
-        delta = dict(result or {})
-        provenance = record(snap.provenance, list(delta), "resume", snap.turns + 1)  # the resume is a turn
-        status = "ended" if self.definition.states[snap.state].terminal else "active"
-        base = snap.model_copy(
-            update={
-                "context": merge(snap.context, delta),
-                "provenance": provenance,
-                "pending": None,
-                "status": status,
-                "used_tokens": (*snap.used_tokens, token),
-            }
-        )
-        note = self.prompt.resume_note(snap.pending.reason, delta)
-        return TurnRunner(self, None, base=base, note=note).run()
-
-    def _run(self, steps: Steps) -> TurnResult:
-        self._busy = True
-        try:
-            call = _advance(steps, None)
-            while isinstance(call, Call):
-                # The model is called outside the generator's send(): a StopIteration it raises is
-                # its own error, not the end of the turn.
-                call = _advance(steps, self._complete(call))
-            return self._commit(call)
-        except BaseException as exc:
-            self._fire_error(exc)
-            raise
-        finally:
-            self._busy = False
-
-    async def _arun(self, steps: Steps) -> TurnResult:
-        self._busy = True
-        try:
-            call = _advance(steps, None)
-            while isinstance(call, Call):
-                call = _advance(steps, await self.llm.acomplete(call.request))
-            return self._commit(call)
-        except BaseException as exc:
-            self._fire_error(exc)
-            raise
-        finally:
-            self._busy = False
-
-    def _complete(self, call: Call) -> LLMResponse:
-        return self.llm.complete(call.request)
 
     def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
         self._snapshot, result = outcome
@@ -370,26 +279,110 @@ class Conversation:
             )  # fmt: skip
         return result
 
-    def _watcher(self, call: Call) -> MessageWatcher | None:
-        """Watch reply calls in states without checks (with checks, text shows once it passed them)."""
-        if call.kind != "reply" or self.definition.states[self.state].checks:
-            return None
-        return MessageWatcher(self.definition, self._snapshot)
 
-    def _fire_error(self, exc: BaseException) -> None:
-        """Run ``error`` handlers; their own failures are logged, never raised over the original."""
-        if not isinstance(exc, Exception):
+class _Drive:
+    """One turn of a conversation, fed by a driver with what each model call produces.
+
+    The driver (``_run`` or ``_arun``) makes the calls; this object holds everything else: the
+    turn's generator, the message shown so far, and the busy flag, and it turns items into events.
+    """
+
+    def __init__(self, conversation: Conversation, steps: Steps, stream: bool) -> None:
+        self.conversation = conversation
+        self.steps = steps
+        self.stream = stream
+        self.shown = ""
+        self.watcher: MessageWatcher | None = None
+        self.call: Call | None = None
+
+    def __enter__(self) -> _Drive:
+        self.conversation._busy = True
+        self.call = self._advance(None)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        conversation = self.conversation
+        try:
+            if error is not None:
+                fire_error(conversation.definition, conversation.hooks, conversation.state, error, handle=conversation)
+        finally:
+            self.steps.close()
+            conversation._busy = False
+
+    def take(self, item: Item) -> Iterator[StreamEvent]:
+        """Events for one item of the current call; after its response, for the turn's next step."""
+        if not isinstance(item, LLMResponse):
+            if self.watcher is not None and (delta := self.watcher.feed(item)):
+                yield self._show(delta)
             return
-        listed = frozenset(self.definition.states[self.state].handlers)
-        for handler in selected(self.hooks, Invocation("error", self.state, listed=listed)):
-            arguments = {"conversation": self, "timing": "error", "state": self.state, "error": exc}
-            try:
-                call(handler, arguments)
-            except BaseException as failure:  # noqa: BLE001 (an error handler must not mask the error)
-                logger.warning("error handler %r failed: %s", handler.name, failure)
+        if self.watcher is not None and (rest := self.watcher.flush()):
+            yield self._show(rest)
+        call = self.call = self._advance(item)
+        if isinstance(call, TurnResult):
+            self.call = None
+            yield from self._end(call)
+        elif self.shown and call.kind == "reply":
+            self.shown = ""
+            yield MessageReset("the reply was not accepted")
 
-    def reply_schemas(self, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-        return _reply_schemas(self.definition, state_id)
+    def _advance(self, response: LLMResponse | None) -> Any:
+        """The turn's next call (watched when its message may stream), or its committed result."""
+        try:
+            call = next(self.steps) if response is None else self.steps.send(response)
+        except StopIteration as done:
+            return self.conversation._commit(done.value)
+        self.watcher = MessageWatcher(call.preview) if self.stream and call.preview is not None else None
+        return call
+
+    def _show(self, text: str) -> MessageDelta:
+        self.shown += text
+        return MessageDelta(text)
+
+    def _end(self, result: TurnResult) -> Iterator[StreamEvent]:
+        """The text not shown yet (all of it when nothing streamed), then the result."""
+        if self.stream and self.shown != result.message:
+            if not result.message.startswith(self.shown):
+                self.shown = ""
+                yield MessageReset("the turn ended with another message")
+            if rest := result.message[len(self.shown) :]:
+                yield self._show(rest)
+        yield result
+
+
+def _items(llm: LLMClient, call: Call, stream: bool) -> Iterable[Item]:
+    """What the model produces for ``call``. The model is called here, outside the turn's
+    generator: a StopIteration it raises is its own error, not the end of the turn."""
+    if stream and call.preview is not None and isinstance(llm, StreamingLLMClient):
+        return llm.stream_complete(call.request)
+    return (llm.complete(call.request),)
+
+
+async def _aitems(llm: LLMClient, call: Call, stream: bool) -> AsyncIterator[Item]:
+    if stream and call.preview is not None and isinstance(llm, StreamingLLMClient):
+        async for item in llm.astream_complete(call.request):
+            yield item
+    else:
+        yield await llm.acomplete(call.request)
+
+
+def _last(events: Iterator[StreamEvent]) -> TurnResult:
+    result = None
+    for result in events:  # noqa: B007 (the last event is the turn's result)
+        pass
+    return _result(result)
+
+
+async def _alast(events: AsyncIterator[StreamEvent]) -> TurnResult:
+    result = None
+    async for result in events:  # noqa: B007
+        pass
+    return _result(result)
+
+
+def _result(event: StreamEvent | None) -> TurnResult:
+    if not isinstance(event, TurnResult):
+        raise LLMError("the model's stream ended without a response")
+    return event
 
 
 def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
@@ -412,44 +405,6 @@ def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
                 problems.append(Problem(f"states.{sid}.checks[{i}].name", message, hint=hint, code="unbound_check"))
     if problems:
         raise DefinitionError(problems, source=definition.name)
-
-
-def _reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The loose and strict reply schemas of a state, computed once per definition and state."""
-
-    def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
-        strict = reply_schema(state, strict=True, protected=definition.handler_only_keys)
-        return reply_schema(state, strict=False), strict
-
-    return definition.derived("reply_schemas", state_id, compute)
-
-
-def _advance(steps: Steps, response: LLMResponse | None) -> Call | tuple[Snapshot, TurnResult]:
-    """The turn's next model call, or its outcome when it has finished."""
-    try:
-        return next(steps) if response is None else steps.send(response)
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-def _stream_of(llm: LLMClient, call: Call) -> Iterator[str | LLMResponse]:
-    if isinstance(llm, StreamingLLMClient):
-        return llm.stream_complete(call.request)
-    return iter([llm.complete(call.request)])  # a client that cannot stream answers in one piece
-
-
-async def _astream_of(llm: LLMClient, call: Call) -> AsyncIterator[str | LLMResponse]:
-    if isinstance(llm, StreamingLLMClient):
-        async for item in llm.astream_complete(call.request):
-            yield item
-    else:
-        yield await llm.acomplete(call.request)
-
-
-def _required(response: LLMResponse | None) -> LLMResponse:
-    if response is None:
-        raise LLMError("the model's stream ended without a response")
-    return response
 
 
 def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:

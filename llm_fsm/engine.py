@@ -15,7 +15,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
-from llm_fsm.errors import LogicError
+from llm_fsm.errors import LogicError, ResumeError
 
 SCHEMA_VERSION = 1
 EXTRA_KEY = "_extra"
@@ -195,6 +195,15 @@ def apply_delta(context: dict[str, Any], delta: dict[str, Any]) -> dict[str, Any
     return result
 
 
+def write(
+    context: dict[str, Any], provenance: dict[str, Origin], delta: dict[str, Any], *, by: str, turn: int
+) -> tuple[dict[str, Any], dict[str, Origin]]:
+    """Context and provenance after code (a handler, the caller) wrote ``delta``; a None value deletes its key."""
+    deleted = [k for k, v in delta.items() if v is None]
+    written = [k for k, v in delta.items() if v is not None]
+    return apply_delta(context, delta), record(provenance, written, by, turn, deleted)
+
+
 def record(
     provenance: dict[str, Origin], keys: Collection[str], by: str, turn: int, deleted: Collection[str] = ()
 ) -> dict[str, Origin]:
@@ -300,6 +309,29 @@ def commit(
             "turns": snapshot.turns + (0 if user is None and not snapshot.history else 1),
             "status": status,
             "pending": pending,
+        }
+    )
+
+
+def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: dict[str, Any]) -> Snapshot:
+    """The snapshot a resume turn starts from: ``result`` merged, the pause lifted, ``token`` spent.
+
+    Raises :class:`ResumeError` when ``token`` is not the pending event's, or was already used.
+    """
+    if token in snapshot.used_tokens:
+        raise ResumeError("this resume token was already used: a pause is resumed exactly once", state=snapshot.state)
+    if snapshot.pending is None:
+        raise ResumeError("the conversation is not paused: there is nothing to resume", state=snapshot.state)
+    if token != snapshot.pending.token:
+        raise ResumeError("this is not the token of the pending event", state=snapshot.state)
+    written = [k for k, v in result.items() if v is not None]
+    return snapshot.model_copy(
+        update={
+            "context": merge(snapshot.context, result),
+            "provenance": record(snapshot.provenance, written, "resume", snapshot.turns + 1),  # a resume is a turn
+            "pending": None,
+            "status": "ended" if definition.states[snapshot.state].terminal else "active",
+            "used_tokens": (*snapshot.used_tokens, token),
         }
     )
 

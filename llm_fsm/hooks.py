@@ -206,6 +206,16 @@ def selected(hooks: Hooks, where: Invocation) -> list[Handler]:
     return [h for h in hooks.handlers if _matches(h, where)]
 
 
+def may_run(hooks: Hooks, timings: Collection[str], state: str, listed: frozenset[str]) -> bool:
+    """Whether any handler could run at one of ``timings`` in ``state``, whatever the target and keys."""
+    return any(
+        h.timings.intersection(timings)
+        and (not h.named or h.name in listed)
+        and (h.states is None or state in h.states)
+        for h in hooks.handlers
+    )
+
+
 def _matches(handler: Handler, where: Invocation) -> bool:
     if where.timing not in handler.timings:
         return False

@@ -1,23 +1,22 @@
 """Streaming a turn: show the message as it arrives, but only once its transition is known valid.
 
-The reply asks for ``transition`` before ``message``. While the JSON streams in, it is parsed
-partially (pydantic_core's ``trailing-strings`` mode); when the ``message`` key appears, the
-transition before it is complete, and is checked with the same rules as a whole reply. Only if it
-is accepted are message deltas released. A reply whose move would be refused shows nothing; the
-corrective reply streams instead.
+While the reply's JSON streams in, it is parsed partially (pydantic_core's ``trailing-strings``
+mode). Once the ``transition`` object is complete (the reply asks for it before ``message``; if the
+model writes it after, it is complete when a key follows it or the reply ends), it goes to the
+turn's ``preview``, which applies the rules the turn will apply, to the context the turn will
+decide on. Only if it says yes is the message text released. A reply whose move would be refused
+shows nothing; the corrective reply streams instead.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ValidationError
 from pydantic_core import from_json
 
-from llm_fsm.contract import Reply, strip_thinking
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Snapshot, decide
+from llm_fsm.contract import strip_thinking
 
 
 @dataclass(frozen=True)
@@ -35,11 +34,10 @@ class MessageReset:
 
 
 class MessageWatcher:
-    """Follows one streamed reply and releases its message text once its transition checks out."""
+    """Follows one streamed reply and releases its message text once ``preview`` accepts its transition."""
 
-    def __init__(self, definition: FSMDefinition, snapshot: Snapshot) -> None:
-        self.definition = definition
-        self.snapshot = snapshot
+    def __init__(self, preview: Callable[[Any], bool]) -> None:
+        self.preview = preview
         self.buffer = ""
         self.verdict: bool | None = None  # None: not decided yet
         self.shown = 0
@@ -48,27 +46,25 @@ class MessageWatcher:
     def feed(self, delta: str) -> str:
         """Add a delta of raw model text; return the message text newly safe to show."""
         self.buffer += delta
-        if self.verdict is False:
+        # Each parse reads the whole buffer: parsing once per 1/64 of growth keeps a long reply
+        # linear in total instead of quadratic (short replies still update on every delta).
+        if self.verdict is False or len(self.buffer) - self.parsed < len(self.buffer) // 64:
             return ""
-        # Each parse reads the whole buffer: parsing once per 1/64 of growth keeps a long message
-        # linear in total instead of quadratic (short messages still update on every delta).
-        if self.verdict and len(self.buffer) - self.parsed < len(self.buffer) // 64:
-            return ""
-        return self._release()
+        return self._release(final=False)
 
     def flush(self) -> str:
         """At the end of the reply: the message text not released yet (if its transition checked out)."""
-        return self._release() if self.verdict else ""
+        return "" if self.verdict is False else self._release(final=True)
 
-    def _release(self) -> str:
+    def _release(self, *, final: bool) -> str:
         self.parsed = len(self.buffer)
         data = _partial_object(self.buffer)
         if data is None or "message" not in data:
             return ""
         if self.verdict is None:
-            # The transition must come first: if it is absent when the message starts, the move
-            # cannot be checked before the text is shown, so nothing streams for this reply.
-            self.verdict = "transition" in data and self._accepted(data["transition"])
+            if not (final or _complete(data, "transition")):
+                return ""  # the move may still be streaming in: wait for it
+            self.verdict = "transition" in data and self.preview(data["transition"])
             if not self.verdict:
                 return ""
         message = data.get("message")
@@ -77,12 +73,11 @@ class MessageWatcher:
         new, self.shown = message[self.shown :], len(message)
         return new
 
-    def _accepted(self, transition: Any) -> bool:
-        try:
-            reply = Reply.model_validate({"transition": transition, "message": "-"})
-        except ValidationError:
-            return False
-        return decide(self.definition, self.snapshot, reply).accepted
+
+def _complete(data: dict[str, Any], key: str) -> bool:
+    """Whether ``key``'s value is whole in a partially parsed object: another key follows it."""
+    keys = list(data)
+    return key in data and keys.index(key) < len(keys) - 1
 
 
 def _partial_object(text: str) -> dict[str, Any] | None:

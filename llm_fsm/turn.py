@@ -18,41 +18,62 @@ from __future__ import annotations
 
 import copy
 import time
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal
 
 from llm_fsm import checks
-from llm_fsm.contract import Reply, ReplyFormatError, parse_reply
+from llm_fsm.contract import Reply, ReplyFormatError, parse_reply, state_reply_schemas, transition_only
+from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import (
     Decision,
     Origin,
     PendingEvent,
     Rejection,
     Snapshot,
-    apply_delta,
     commit,
     decide,
     merge,
     record,
+    resumed,
+    write,
 )
 from llm_fsm.errors import RefinementError
-from llm_fsm.hooks import Break, Invocation, call, new_token, now, selected
+from llm_fsm.hooks import Break, Hooks, Invocation, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
-
-if TYPE_CHECKING:
-    from llm_fsm.conversation import Conversation
+from llm_fsm.prompt import PromptBuilder
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
+DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
+
+Preview = Callable[[Any], bool]
+_BEFORE_COMMIT = ("after_reply", "context_update", "before_transition", "state_exit")
+
+
+@dataclass(frozen=True)
+class TurnSettings:
+    """How turns run: the prompt builder, the call budgets, and the message of a turn that found no valid reply."""
+
+    prompt: PromptBuilder
+    max_corrections: int = 1
+    max_calls_per_turn: int = 8
+    fallback_message: str = DEFAULT_FALLBACK
 
 
 @dataclass(frozen=True)
 class Call:
-    """A model call the turn needs: the reply itself, or a judge grading a proposed reply."""
+    """A model call the turn needs: the reply itself, or a judge grading a proposed reply.
+
+    ``preview(transition)`` says whether a reply with that transition would be accepted, decided on
+    the very context the turn decides on; a driver may show the reply's message as it streams once
+    this says yes. It is None when nothing may be shown before the turn ends (judge calls, states
+    with checks, and states whose ``after_reply`` handlers may change the context).
+    """
 
     kind: Literal["reply", "judge"]
     request: LLMRequest
+    preview: Preview | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True)
@@ -111,15 +132,29 @@ class _Working:
 
 
 class TurnRunner:
-    """Runs one turn of ``conversation``: ``user`` text, or None for the opening or a resume."""
+    """Runs one turn from ``base``: ``user`` text, or None for the opening or a resume.
 
-    def __init__(self, conversation: Conversation, user: str | None, *, base: Snapshot, note: str | None = None):
-        self.conversation = conversation
-        self.definition = conversation.definition
-        self.hooks = conversation.hooks
-        self.user = user
+    It reads nothing but its inputs; ``handle`` is passed to handlers as ``conversation``.
+    """
+
+    def __init__(
+        self,
+        definition: FSMDefinition,
+        base: Snapshot,
+        hooks: Hooks,
+        settings: TurnSettings,
+        *,
+        user: str | None,
+        note: str | None = None,
+        handle: Any = None,
+    ) -> None:
+        self.definition = definition
         self.base = base
+        self.hooks = hooks
+        self.settings = settings
+        self.user = user
         self.note = note  # the user-turn text of an opening or a resume
+        self.handle = handle
         self.started = time.perf_counter()
         self.calls = 0
         self.usage = Usage()
@@ -139,12 +174,11 @@ class TurnRunner:
             self.fire("before_llm_call", state)
         except Break as pause:
             return self.pause(pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
-        snapshot = self.base.model_copy(update={"context": self.work.context})
-        self.messages = self.conversation.prompt.messages(self.definition, snapshot, self.user or self.note)
+        self.messages = self.settings.prompt.messages(self.definition, self.working(), self.user or self.note)
         request = self.request(self.messages)
         corrections = refinements = 0
         while True:
-            response = yield Call("reply", request)
+            response = yield self.reply_call(request)
             self.count(response)
             verdict = yield from self.verdict(response.text)
             decision, reply, problems = verdict
@@ -168,8 +202,7 @@ class TurnRunner:
             self.rejected.append(problem)
             return None, None, (problem,)
         reply = self.after_reply(reply)
-        snapshot = self.base.model_copy(update={"context": self.work.context})
-        decision = decide(self.definition, snapshot, reply, attempt=self.calls)
+        decision = decide(self.definition, self.working(), reply, attempt=self.calls)
         self.rejected.extend(decision.rejected)
         self.last_decision = decision
         problems = tuple(r for r in decision.rejected if r.kind != "context_key")
@@ -193,7 +226,7 @@ class TurnRunner:
                 if not self.budget_left():
                     why = "no LLM calls left in this turn to run the judge"
                 else:
-                    messages = self.conversation.prompt.judge_messages(self.definition, check.rubric, proposal)
+                    messages = self.settings.prompt.judge_messages(self.definition, check.rubric, proposal)
                     response = yield Call("judge", LLMRequest(messages, kind="judge", state=state.id))
                     self.count(response)
                     why = checks.judge_failure(response.text)
@@ -245,26 +278,53 @@ class TurnRunner:
         kept: dict[str, Any] = self.last_decision.applied if self.last_decision else {}
         applied = {k: v for k, v in kept.items() if k not in failed_keys}
         decision = Decision(True, target, merge(self.work.context, applied), applied, ())
-        return self.accept(decision, self.conversation.fallback_message)
+        return self.accept(decision, self.settings.fallback_message)
 
     # -- helpers --------------------------------------------------------------------------------
 
     def may_retry(self, corrections: int, refinements: int, refining: bool) -> bool:
         state = self.definition.states[self.base.state]
-        within = refinements <= state.max_retries if refining else corrections <= self.conversation.max_corrections
+        within = refinements <= state.max_retries if refining else corrections <= self.settings.max_corrections
         return within and self.budget_left()
 
     def budget_left(self) -> bool:
-        return self.calls < self.conversation.max_calls_per_turn
+        return self.calls < self.settings.max_calls_per_turn
 
     def request(self, messages: list[dict[str, str]]) -> LLMRequest:
-        schema, strict = self.conversation.reply_schemas(self.base.state)
+        schema, strict = state_reply_schemas(self.definition, self.base.state)
         return LLMRequest(messages, schema, strict, state=self.base.state, context=self.work.context)
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
-        feedback = self.conversation.prompt.correction(problems, self.base.state)
+        feedback = self.settings.prompt.correction(problems, self.base.state)
         extra = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
         return self.request([*self.messages, *extra])
+
+    def working(self) -> Snapshot:
+        """The snapshot every decision of this turn is made on: the base with the working context."""
+        return self.base.model_copy(update={"context": self.work.context})
+
+    def reply_call(self, request: LLMRequest) -> Call:
+        return Call("reply", request, self.preview())
+
+    def preview(self) -> Preview | None:
+        """Whether a streamed reply's move will be accepted, judged on this turn's working context.
+
+        None where the answer could still change after the reply is read: checks run on the whole
+        reply, ``after_reply`` handlers may change the context the move is decided on, and handlers
+        before the commit may pause the turn (the move is then not made).
+        """
+        state = self.definition.states[self.base.state]
+        if state.checks or may_run(self.hooks, _BEFORE_COMMIT, state.id, frozenset(state.handlers)):
+            return None
+        definition, base, context = self.definition, self.base, self.work.context  # replaced, never mutated
+
+        def accepts(transition: Any) -> bool:
+            reply = transition_only(transition)
+            return (
+                reply is not None and decide(definition, base.model_copy(update={"context": context}), reply).accepted
+            )
+
+        return accepts
 
     def count(self, response: LLMResponse) -> None:
         self.calls += 1
@@ -287,7 +347,7 @@ class TurnRunner:
         listed = frozenset(self.definition.states[state].handlers)
         for handler in selected(self.hooks, Invocation(timing, state, target, keys, listed)):
             arguments = {
-                "conversation": self.conversation,
+                "conversation": self.handle,
                 "timing": timing,
                 "state": state,
                 "target": target,
@@ -304,12 +364,10 @@ class TurnRunner:
                 pause.handler, pause.timing = handler.name, timing
                 raise
             if delta:
-                self.work.context = apply_delta(self.work.context, delta)
-                deleted = [k for k, v in delta.items() if v is None]
-                self.work.provenance = record(
-                    self.work.provenance, [k for k in delta if delta[k] is not None], f"handler:{handler.name}",
-                    self.turn_index, deleted,
-                )  # fmt: skip
+                by = f"handler:{handler.name}"
+                self.work.context, self.work.provenance = write(
+                    self.work.context, self.work.provenance, delta, by=by, turn=self.turn_index
+                )
 
     def pause(self, pause: Break, state: str, message: str) -> tuple[Snapshot, TurnResult]:
         event = PendingEvent(
@@ -353,3 +411,33 @@ class TurnRunner:
             pending=pending,
         )
         return snapshot, result
+
+
+def resume_turn(
+    definition: FSMDefinition,
+    snapshot: Snapshot,
+    hooks: Hooks,
+    settings: TurnSettings,
+    token: str,
+    result: dict[str, Any],
+    *,
+    handle: Any = None,
+) -> Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]:
+    """The turn that continues a paused conversation with ``result`` (:class:`ResumeError` for a bad token)."""
+    base = resumed(definition, snapshot, token, result)
+    reason = snapshot.pending.reason if snapshot.pending else "paused"
+    note = settings.prompt.resume_note(reason, result)
+    return TurnRunner(definition, base, hooks, settings, user=None, note=note, handle=handle).run()
+
+
+def fire_error(definition: FSMDefinition, hooks: Hooks, state: str, error: BaseException, *, handle: Any) -> None:
+    """Run ``error`` handlers; their own failures are logged, never raised over the original."""
+    if not isinstance(error, Exception) or not hooks.handlers:
+        return
+    listed = frozenset(definition.states[state].handlers)
+    for handler in selected(hooks, Invocation("error", state, listed=listed)):
+        arguments = {"conversation": handle, "timing": "error", "state": state, "error": error}
+        try:
+            call(handler, arguments)
+        except BaseException as failure:  # noqa: BLE001 (an error handler must not mask the error)
+            logger.warning("error handler %r failed: %s", handler.name, failure)
