@@ -14,7 +14,7 @@ import random
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
-from types import ModuleType
+from types import ModuleType, TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
 from llm_fsm.errors import (
@@ -152,86 +152,50 @@ class LiteLLMClient:
                 setattr(self._litellm, "suppress_debug_info", True)  # noqa: B010 (a module global)
         return self._litellm
 
-    # -- calls ----------------------------------------------------------------------------------
+    # -- calls: each form is a short driver over the same attempts and the same stream reader ----
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         if self.stream:
             return _last_response(self.stream_complete(request))
-        for attempt in range(1, self.max_retries + 2):
-            try:
+        for attempt in self._attempts():
+            with attempt:
                 return self._response(self.litellm.completion(**self._params(request, stream=False)))
-            except Exception as exc:  # every provider failure is translated below
-                error = self._translate(exc, attempt)
-                if not self._should_retry(error, attempt):
-                    raise error from exc
-            time.sleep(self._delay(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+            time.sleep(attempt.delay)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         if self.stream:
             return await _alast_response(self.astream_complete(request))
-        for attempt in range(1, self.max_retries + 2):
-            try:
+        for attempt in self._attempts():
+            with attempt:
                 return self._response(await self.litellm.acompletion(**self._params(request, stream=False)))
-            except Exception as exc:  # every provider failure is translated below
-                error = self._translate(exc, attempt)
-                if not self._should_retry(error, attempt):
-                    raise error from exc
-            await _sleep(self._delay(attempt))
-        raise AssertionError("unreachable")  # pragma: no cover
+            await _sleep(attempt.delay)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
 
     def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
         """Yield text deltas as they arrive, then the whole :class:`LLMResponse` (with usage).
 
         A failure before the first delta is retried like :meth:`complete`; after it, it is raised.
         """
-        for attempt in range(1, self.max_retries + 2):
-            started = False
-            try:
-                parts: list[str] = []
-                usage, finished = Usage(), False
-                chunks = self.litellm.completion(**self._params(request, stream=True))
-                for chunk in chunks:
-                    usage = self._chunk_usage(chunk) or usage
-                    finished = finished or _finished(chunk)
-                    text = _delta_text(chunk)
-                    if text:
-                        started = True
-                        parts.append(text)
-                        yield text
-                self._check_finished(_provider_finished(chunks, finished), parts)
-                yield LLMResponse("".join(parts), usage, self.model)
+        for attempt in self._attempts():
+            with attempt:
+                for item in _StreamReader(self, self.litellm.completion(**self._params(request, stream=True))):
+                    yield attempt.passed(item)
                 return
-            except Exception as exc:  # every provider failure is translated below
-                error = self._translate(exc, attempt)
-                if started or not self._should_retry(error, attempt):
-                    raise error from exc
-            time.sleep(self._delay(attempt))
+            time.sleep(attempt.delay)
 
     async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
         """The async form of :meth:`stream_complete`."""
-        for attempt in range(1, self.max_retries + 2):
-            started = False
-            try:
-                parts: list[str] = []
-                usage, finished = Usage(), False
+        for attempt in self._attempts():
+            with attempt:
                 chunks = await self.litellm.acompletion(**self._params(request, stream=True))
-                async for chunk in chunks:
-                    usage = self._chunk_usage(chunk) or usage
-                    finished = finished or _finished(chunk)
-                    text = _delta_text(chunk)
-                    if text:
-                        started = True
-                        parts.append(text)
-                        yield text
-                self._check_finished(_provider_finished(chunks, finished), parts)
-                yield LLMResponse("".join(parts), usage, self.model)
+                async for item in _StreamReader(self, chunks):
+                    yield attempt.passed(item)
                 return
-            except Exception as exc:  # every provider failure is translated below
-                error = self._translate(exc, attempt)
-                if started or not self._should_retry(error, attempt):
-                    raise error from exc
-            await _sleep(self._delay(attempt))
+            await _sleep(attempt.delay)
+
+    def _attempts(self) -> Iterator[_Attempt]:
+        return (_Attempt(self, number) for number in range(1, self.max_retries + 2))
 
     def _params(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -331,6 +295,71 @@ class LiteLLMClient:
     def _delay(self, attempt: int) -> float:
         delay: float = min(self.max_backoff, self.backoff * 2.0 ** (attempt - 1))
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of many conversations
+
+
+class _Attempt:
+    """One try of a call: ``with attempt:`` turns a provider failure into our error, and swallows it
+    (so the loop tries again after ``delay``) only when a retry can help and no text was passed on."""
+
+    def __init__(self, client: LiteLLMClient, number: int) -> None:
+        self.client = client
+        self.number = number
+        self.started = False
+
+    @property
+    def delay(self) -> float:
+        return self.client._delay(self.number)
+
+    def passed(self, item: str | LLMResponse) -> str | LLMResponse:
+        """``item`` goes to the caller: from now on a failure is raised, not retried."""
+        self.started = True
+        return item
+
+    def __enter__(self) -> _Attempt:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        if not isinstance(exc, Exception):  # success, or GeneratorExit/KeyboardInterrupt: not ours to handle
+            return False
+        error = self.client._translate(exc, self.number)
+        if self.started or not self.client._should_retry(error, self.number):
+            raise error from exc
+        return True
+
+
+class _StreamReader:
+    """Reads a provider stream (sync or async): text deltas, then the whole response with usage."""
+
+    def __init__(self, client: LiteLLMClient, chunks: Any) -> None:
+        self.client = client
+        self.chunks = chunks
+        self.parts: list[str] = []
+        self.usage = Usage()
+        self.finished = False
+
+    def __iter__(self) -> Iterator[str | LLMResponse]:
+        for chunk in self.chunks:
+            if text := self._read(chunk):
+                yield text
+        yield self._response()
+
+    async def __aiter__(self) -> AsyncIterator[str | LLMResponse]:
+        async for chunk in self.chunks:
+            if text := self._read(chunk):
+                yield text
+        yield self._response()
+
+    def _read(self, chunk: Any) -> str:
+        self.usage = self.client._chunk_usage(chunk) or self.usage
+        self.finished = self.finished or _finished(chunk)
+        text = _delta_text(chunk)
+        if text:
+            self.parts.append(text)
+        return text
+
+    def _response(self) -> LLMResponse:
+        self.client._check_finished(_provider_finished(self.chunks, self.finished), self.parts)
+        return LLMResponse("".join(self.parts), self.usage, self.client.model)
 
 
 _TRANSIENT = {

@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 
 import llm_fsm
 from llm_fsm.engine import unmet_condition
+from llm_fsm.streaming import MessageDelta, MessageReset
 from llm_fsm.testing import ScriptedLLM
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -95,7 +96,8 @@ def check_turns(replies: list[str], start: str, context: dict[str, Any]) -> None
         before = conversation.snapshot()
         try:
             if turn % 2:  # every other turn goes through the streaming path and its partial parser
-                *_, result = conversation.stream("hello")
+                *events, result = conversation.stream("hello")
+                check_events(events, result)
             else:
                 result = conversation.send("hello")
         except llm_fsm.FSMError:
@@ -112,6 +114,15 @@ def check_turns(replies: list[str], start: str, context: dict[str, Any]) -> None
         assert len(after.history) == len(before.history) + 1, "exactly one exchange per turn"
         if after.status == "ended":
             break
+
+
+def check_events(events: list[Any], result: llm_fsm.TurnResult) -> None:
+    """The text after the last reset is the final message; a reply accepted at once is never withdrawn."""
+    resets = [i for i, e in enumerate(events) if isinstance(e, MessageReset)]
+    shown = "".join(e.text for e in events[resets[-1] + 1 if resets else 0 :] if isinstance(e, MessageDelta))
+    assert shown == result.message, "the text events add up to the message"
+    if result.llm_calls == 1 and not result.rejected:
+        assert not resets, "the preview and the turn decide on the same context"
 
 
 starts = st.sampled_from(sorted(s for s in STATES if not DEFINITION.states[s].terminal))

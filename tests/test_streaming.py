@@ -3,6 +3,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 import llm_fsm
 from llm_fsm.llm import LLMResponse, Usage
 from llm_fsm.streaming import MessageDelta, MessageReset
@@ -133,3 +135,127 @@ def test_a_long_message_streams_in_full_with_a_bounded_number_of_parses(signup, 
     deltas, result = split(list(conv.stream("hi")))
     assert "".join(deltas) == message == result.message
     assert len(calls) < 600, f"{len(calls)} parses: growth-proportional, not one per delta"
+
+
+# -- Issue 11: the preview is judged on the context the turn decides on ---------------------------
+
+TO_DONE = reply("done", "REFUSED-TEXT: all set, you are signed up!")
+STAY = reply("ask_email", "We still need a staff approval before we finish.")
+
+
+def collect(conversation, text, mode):
+    if mode == "sync":
+        return list(conversation.stream(text))
+
+    async def gather():
+        return [event async for event in conversation.astream(text)]
+
+    return asyncio.run(gather())
+
+
+def after_last_reset(events):
+    start = max((i + 1 for i, e in enumerate(events) if isinstance(e, MessageReset)), default=0)
+    return "".join(e.text for e in events[start:] if isinstance(e, MessageDelta))
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_reply_refused_because_a_handler_removed_a_key_is_never_shown(signup, mode):
+    # The conversation's own snapshot holds the approval; a before_llm_call handler withdraws it,
+    # so the turn refuses the move to 'done'. Its text must not stream (it did when the preview
+    # looked at the conversation's snapshot instead of the turn's).
+    hooks = llm_fsm.Hooks()
+    hooks.on("before_llm_call")(lambda **_: {"approved": None})
+    conv = llm_fsm.Conversation(
+        signup, ScriptedLLM([TO_DONE, STAY], chunk_size=4), state="ask_email",
+        context={"email": "a@b.c", "approved": True}, hooks=hooks,
+    )  # fmt: skip
+    events = collect(conv, "that's all", mode)
+    deltas, result = split(events)
+    assert "REFUSED" not in "".join(deltas) and not any(isinstance(e, MessageReset) for e in events)
+    assert result.state == "ask_email" and result.llm_calls == 2 and "".join(deltas) == STAY["message"]
+    assert [r.kind for r in result.rejected] == ["condition"]
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_valid_reply_streams_when_a_handler_added_the_key_it_needs(signup, mode):
+    hooks = llm_fsm.Hooks()
+    hooks.on("before_llm_call")(lambda **_: {"approved": True})
+    done = reply("done", "All set, you are signed up! Thank you for your patience today.")
+    conv = llm_fsm.Conversation(
+        signup, ScriptedLLM([done], chunk_size=4), state="ask_email", context={"email": "a@b.c"}, hooks=hooks
+    )
+    events = collect(conv, "that's all", mode)
+    deltas, result = split(events)
+    assert result.state == "done" and result.llm_calls == 1
+    assert len(deltas) > 3, "streamed as it arrived, not in one piece at the end"
+    assert "".join(deltas) == done["message"] and not any(isinstance(e, MessageReset) for e in events)
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_move_a_handler_pauses_before_the_commit_is_never_shown(signup, mode):
+    hooks = llm_fsm.Hooks()
+
+    @hooks.on("before_transition", targets=["ask_email"])
+    def hold(**_):
+        raise llm_fsm.Break("needs review", message="One moment, a person checks this.")
+
+    conv = llm_fsm.Conversation(
+        signup, ScriptedLLM([reply("ask_email", "MOVED: your email?", name="Ann")]), hooks=hooks
+    )
+    events = collect(conv, "I'm Ann", mode)
+    deltas, result = split(events)
+    assert result.paused and result.state == "ask_name"
+    assert "MOVED" not in "".join(deltas) and "".join(deltas) == "One moment, a person checks this."
+
+
+def scenario_replies():
+    message_first = json.dumps(
+        {"message": "Hi! Name?", "transition": {"target_state": "ask_name", "context_update": {}}}
+    )
+    return {
+        "valid": [reply("ask_email", "Thanks Ann! Your email?", name="Ann")],
+        "refused_then_valid": [reply("done", "REFUSED: bye"), reply("ask_name", "Your name, please?")],
+        "message_first": [message_first],
+        "fallback_after_invalid": ["not json", "still not json"],
+        "shown_then_unparseable": None,  # ChangesItsMind below
+    }
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("scenario", sorted(scenario_replies()))
+def test_the_text_events_always_add_up_to_the_final_message(signup, scenario, mode):
+    replies = scenario_replies()[scenario]
+    llm = ChangesItsMind() if replies is None else ScriptedLLM(replies, chunk_size=3)
+    if replies is None:
+        llm.acomplete = None  # the driver must not need it: every call of this turn streams or completes sync
+    events = collect(llm_fsm.Conversation(signup, llm), "hi", mode)
+    result = events[-1]
+    assert isinstance(result, llm_fsm.TurnResult) and result.message
+    assert after_last_reset(events) == result.message
+    assert all(not isinstance(e, llm_fsm.TurnResult) for e in events[:-1])
+
+
+def test_a_state_with_checks_shows_its_message_once_whole(signup):
+    data = json.loads(json.dumps(signup.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    data["states"]["ask_name"]["checks"] = [{"kind": "max_length", "max": 100}]
+    definition = llm_fsm.load(data)
+    conv = llm_fsm.Conversation(definition, ScriptedLLM([reply("ask_name", "Hello, your name?")], chunk_size=2))
+    deltas, result = split(list(conv.stream("hi")))
+    assert deltas == ["Hello, your name?"] == [result.message], "nothing before the checks passed, then all of it"
+
+
+def test_the_stream_driver_holds_no_turn_rules():
+    # The drivers only move items and events: the rules live in the turn runner and the engine.
+    import ast
+    import inspect
+
+    from llm_fsm import conversation
+
+    imported = {
+        (node.module, alias.name)
+        for node in ast.walk(ast.parse(inspect.getsource(conversation)))
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert not {m for m, _ in imported} & {"llm_fsm.contract", "llm_fsm.checks", "llm_fsm.logic"}
+    assert not {n for _, n in imported} & {"decide", "commit", "merge", "Reply"}

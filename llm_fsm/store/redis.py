@@ -13,7 +13,7 @@ import asyncio
 import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager
+from contextlib import asynccontextmanager, contextmanager, suppress
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -119,36 +119,18 @@ class RedisStore(Store):
 
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         cid = check_id(conversation_id)
-        key, turns = self.keys.conversation(cid), self.keys.turns(cid)
-        while True:
-            with self.client.pipeline() as pipe:
-                try:
-                    pipe.watch(key)
-                    version, new = _plan(cid, snapshot, pipe.hgetall(key), expected_version)
-                    now = time.time()
-                    pipe.multi()
-                    if new is None:
-                        pipe.delete(turns)
-                        new = [exchange_json(e) for e in snapshot.history]
-                    if new:
-                        pipe.rpush(turns, *new)
-                    pipe.hset(key, mapping=_mapping(snapshot, version, now))
-                    pipe.zadd(self.keys.index, {cid: now})
-                    pipe.execute()
-                    return version
-                except self._redis.WatchError:
-                    continue  # someone saved between our read and our write: check the version again
+        while True:  # until no other save came between our read and our write (WATCH fails then)
+            with self.client.pipeline() as pipe, suppress(self._redis.WatchError):
+                pipe.watch(self.keys.conversation(cid))
+                fields = pipe.hgetall(self.keys.conversation(cid))
+                version = self._queue_save(pipe, cid, snapshot, fields, expected_version)
+                pipe.execute()
+                return version
 
     def load(self, conversation_id: str) -> Record | None:
         cid = check_id(conversation_id)
         with self.client.pipeline(transaction=True) as pipe:
-            pipe.hgetall(self.keys.conversation(cid))
-            pipe.lrange(self.keys.turns(cid), 0, -1)
-            fields, exchanges = pipe.execute()
-        if not fields:
-            return None
-        snapshot = assemble(fields[b"head"], exchanges)
-        return Record(cid, snapshot, int(fields[b"version"]), float(fields[b"updated_at"]))
+            return self._record(cid, self._queue_load(pipe, cid).execute())
 
     def delete(self, conversation_id: str) -> bool:
         cid = check_id(conversation_id)
@@ -199,35 +181,49 @@ class RedisStore(Store):
 
     async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         cid = check_id(conversation_id)
-        key, turns = self.keys.conversation(cid), self.keys.turns(cid)
         while True:
             async with self._aclient().pipeline() as pipe:
-                try:
-                    await pipe.watch(key)
-                    version, new = _plan(cid, snapshot, await pipe.hgetall(key), expected_version)
-                    now = time.time()
-                    pipe.multi()
-                    if new is None:
-                        pipe.delete(turns)
-                        new = [exchange_json(e) for e in snapshot.history]
-                    if new:
-                        pipe.rpush(turns, *new)
-                    pipe.hset(key, mapping=_mapping(snapshot, version, now))
-                    pipe.zadd(self.keys.index, {cid: now})
+                with suppress(self._redis.WatchError):
+                    await pipe.watch(self.keys.conversation(cid))
+                    fields = await pipe.hgetall(self.keys.conversation(cid))
+                    version = self._queue_save(pipe, cid, snapshot, fields, expected_version)
                     await pipe.execute()
                     return version
-                except self._redis.WatchError:
-                    continue
 
     async def aload(self, conversation_id: str) -> Record | None:
         cid = check_id(conversation_id)
         async with self._aclient().pipeline(transaction=True) as pipe:
-            pipe.hgetall(self.keys.conversation(cid))
-            pipe.lrange(self.keys.turns(cid), 0, -1)
-            fields, exchanges = await pipe.execute()
+            return self._record(cid, await self._queue_load(pipe, cid).execute())
+
+    # -- shared by the sync and async forms -----------------------------------------------------
+
+    def _queue_save(
+        self, pipe: Any, cid: str, snapshot: Snapshot, fields: dict[bytes, bytes], expected: int | None
+    ) -> int:
+        """Queue the writes of a save on a watching pipeline; the new version (ConflictError if stale)."""
+        version, new = _plan(cid, snapshot, fields, expected)
+        now = time.time()
+        pipe.multi()
+        if new is None:
+            pipe.delete(self.keys.turns(cid))
+            new = [exchange_json(e) for e in snapshot.history]
+        if new:
+            pipe.rpush(self.keys.turns(cid), *new)
+        pipe.hset(self.keys.conversation(cid), mapping=_mapping(snapshot, version, now))
+        pipe.zadd(self.keys.index, {cid: now})
+        return version
+
+    def _queue_load(self, pipe: Any, cid: str) -> Any:
+        pipe.hgetall(self.keys.conversation(cid))
+        pipe.lrange(self.keys.turns(cid), 0, -1)
+        return pipe
+
+    def _record(self, cid: str, replies: list[Any]) -> Record | None:
+        fields, exchanges = replies
         if not fields:
             return None
-        return Record(cid, assemble(fields[b"head"], exchanges), int(fields[b"version"]), float(fields[b"updated_at"]))
+        snapshot = assemble(fields[b"head"], exchanges)
+        return Record(cid, snapshot, int(fields[b"version"]), float(fields[b"updated_at"]))
 
     @asynccontextmanager
     async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
