@@ -2,8 +2,11 @@
 
 The model answers ``{"transition": {"target_state", "context_update"}, "message", "reasoning"}``.
 ``transition`` comes before ``message`` so that a streaming reader can check the move before it
-shows any text. Parsing is tolerant of what models really produce: code fences, prose around the
-JSON, ``<think>`` blocks, and small syntax slips (repaired with json-repair).
+shows any text. Parsing is tolerant of how models wrap a reply (code fences, prose around the JSON,
+``<think>`` blocks) and of small syntax slips (quoting and commas, repaired with json-repair), but
+not of a different shape: a reply without its ``transition`` object, with ``transition: null``, or
+with the transition's fields outside it is refused, so a message is never taken for a "stay" it
+did not ask for. Nor is a reply that stops short: repair never invents the end of a reply.
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from llm_fsm.definition import FSMDefinition, State
-from llm_fsm.errors import ReplyFormatError
+from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 
 
 class TransitionDecision(BaseModel):
@@ -36,7 +39,7 @@ class Reply(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    transition: TransitionDecision | None = None
+    transition: TransitionDecision
     message: str = Field(min_length=1)
     reasoning: str | None = None
 
@@ -66,10 +69,13 @@ MAX_NESTING = 32  # levels of objects and lists a reply may hold; deeper is refu
 
 
 def parse_reply(text: str) -> Reply:
-    """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none."""
+    """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none
+    (:class:`ReplyTruncated` if it stops before its end)."""
     data = _extract_object(text)
     if _depth(data) > MAX_NESTING:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
+    if problem := _misshapen(data):
+        raise ReplyFormatError(problem)
     try:
         return Reply.model_validate(data)
     except ValidationError as exc:
@@ -85,17 +91,65 @@ def transition_only(transition: Any) -> Reply | None:
         return None
 
 
+_SHAPE = (
+    'answer with {"transition": {"target_state": "<state>", "context_update": {...}}, "message": "..."}'
+    " (to stay, give the current state as target_state)"
+)
+
+
+def _misshapen(data: dict[str, Any]) -> str | None:
+    """What is wrong with the reply's shape, in words the model can act on; None if it is right."""
+    misplaced = [k for k in ("target_state", "context_update") if k in data]
+    if misplaced:
+        where = "inside" if "transition" in data else 'inside a "transition" object, not'
+        return f"{', '.join(misplaced)} belong{'s' if len(misplaced) == 1 else ''} {where} at the top level: {_SHAPE}"
+    if "transition" not in data:
+        return f'the reply has no "transition": {_SHAPE}'
+    if data["transition"] is None:
+        return f'"transition" is null: {_SHAPE}'
+    if isinstance(data["transition"], dict) and "message" in data["transition"]:
+        return f'"message" belongs at the top level, not inside "transition": {_SHAPE}'
+    return None
+
+
 def _extract_object(text: str) -> dict[str, Any]:
     text = strip_thinking(text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
     candidates = _candidates(text)
-    for load in (_strict, _repaired):  # exact JSON anywhere beats a repair
-        for candidate in candidates:
-            data = load(candidate)
-            if isinstance(data, dict) and data:
-                return data
+    for candidate in candidates:  # exact JSON anywhere beats a repair
+        data = _strict(candidate)
+        if isinstance(data, dict) and data:
+            return data
+    if cut := _cut_short(text):
+        raise ReplyTruncated(f"the reply stops {cut}, before its JSON ends: answer again with the whole JSON object")
+    for candidate in candidates:
+        data = _repaired(candidate)
+        if isinstance(data, dict) and data:
+            return data
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
+
+
+def _cut_short(text: str) -> str | None:
+    """Where the JSON object that starts ``text``'s first ``{`` stops short, or None if it closes.
+
+    Repair may fix quoting and commas; closing what was never closed would invent the reply's end.
+    """
+    depth, in_string, escaped = 0, False, False
+    for char in text[text.find("{") :] if "{" in text else "":
+        if in_string:
+            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
+        elif char == '"':
+            in_string = True
+        elif char in "{[":
+            depth += 1
+        elif char in "}]":
+            depth -= 1
+            if depth == 0:
+                return None
+    if in_string:
+        return "in the middle of a string"
+    return "with an object or list left open" if depth > 0 else None
 
 
 def _candidates(text: str) -> list[str]:

@@ -83,7 +83,7 @@ class Rejection(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["format", "target", "condition", "context_key", "context_value", "check"]
+    kind: Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check"]
     reason: str
     target_state: str | None = None
     key: str | None = None
@@ -103,12 +103,12 @@ class Decision:
 
 def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attempt: int = 1) -> Decision:
     """Check ``reply`` in the snapshot's state: filter its context update, then validate its move."""
-    update = reply.transition.context_update if reply.transition else {}
+    update = reply.transition.context_update
     writable = model_writable_keys(definition, snapshot.state)
     applied, refused = filter_update(update, writable=writable, protected=definition.handler_only_keys, attempt=attempt)
     applied, invalid = check_values(definition, applied, attempt=attempt)
     context = merge(snapshot.context, applied)
-    target = reply.transition.target_state if reply.transition else snapshot.state
+    target = reply.transition.target_state
     problems = _check_target(definition, snapshot.state, target, context, attempt)
     state = snapshot.state if problems else target
     accepted = not problems and not invalid

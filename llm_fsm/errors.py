@@ -14,7 +14,8 @@
     │   ├── ScriptExhausted        a ScriptedLLM has no reply left for a call (test doubles)
     │   └── CassetteMismatch       a replayed conversation sent a request the cassette did not record
     ├── ReplyFormatError       the model's text holds no usable reply (also a ValueError; a turn turns it
-    │                          into a format rejection and a corrective call, so it never escapes a turn)
+    │   │                      into a format rejection and a corrective call, so it never escapes a turn)
+    │   └── ReplyTruncated         the reply was cut off before its end (token limit, or JSON that stops short)
     ├── HandlerError           a handler with the "raise" policy failed (the turn was rolled back)
     ├── RefinementError        a state's checks kept failing and its policy is "raise"
     ├── StoreError             a conversation store cannot be opened or used
@@ -130,6 +131,10 @@ class CassetteMismatch(LLMError):
 
 class ReplyFormatError(FSMError, ValueError):
     """The model's text holds no usable reply. ``str()`` says what is wrong, for the model to fix."""
+
+
+class ReplyTruncated(ReplyFormatError):
+    """The reply stops before its end: the provider hit the token limit, or its JSON is cut short."""
 
 
 class ConversationError(FSMError):

@@ -52,7 +52,8 @@ class LLMRequest:
     """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
 
     ``kind``, ``state`` and ``context`` describe the call for test doubles and recorders (the
-    simulated model reads them); they are never sent to a provider.
+    simulated model reads them); they are never sent to a provider. ``longer``: the previous reply
+    was cut off at the token limit, so a client with a ``max_tokens`` budget doubles it for this call.
     """
 
     messages: list[Message]
@@ -61,13 +62,17 @@ class LLMRequest:
     kind: Literal["reply", "judge"] = "reply"
     state: str | None = None
     context: dict[str, Any] | None = field(default=None, repr=False)
+    longer: bool = False
 
 
 @dataclass(frozen=True)
 class LLMResponse:
+    """The model's text. ``finish_reason`` as the provider gave it: ``length`` means the text was cut off."""
+
     text: str
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
+    finish_reason: str | None = None
 
 
 @runtime_checkable
@@ -208,6 +213,10 @@ class LiteLLMClient:
         for name in ("api_base", "api_key", "temperature"):
             if getattr(self, name) is not None:
                 params[name] = getattr(self, name)
+        if request.longer:
+            for budget in ("max_tokens", "max_completion_tokens"):
+                if isinstance(params.get(budget), int):
+                    params[budget] *= 2
         response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format
@@ -245,7 +254,8 @@ class LiteLLMClient:
         if not choices:
             raise LLMError("the provider returned no choices", model=self.model)
         text = choices[0].message.content or ""
-        return LLMResponse(text, self._usage(response), getattr(response, "model", None))
+        finish = getattr(choices[0], "finish_reason", None)
+        return LLMResponse(text, self._usage(response), getattr(response, "model", None), finish)
 
     def _usage(self, response: Any) -> Usage:
         usage = getattr(response, "usage", None)
@@ -335,7 +345,7 @@ class _StreamReader:
         self.chunks = chunks
         self.parts: list[str] = []
         self.usage = Usage()
-        self.finished = False
+        self.finish_reason: str | None = None
 
     def __iter__(self) -> Iterator[str | LLMResponse]:
         for chunk in self.chunks:
@@ -351,15 +361,17 @@ class _StreamReader:
 
     def _read(self, chunk: Any) -> str:
         self.usage = self.client._chunk_usage(chunk) or self.usage
-        self.finished = self.finished or _finished(chunk)
+        self.finish_reason = _finish_reason(chunk) or self.finish_reason
         text = _delta_text(chunk)
         if text:
             self.parts.append(text)
         return text
 
     def _response(self) -> LLMResponse:
-        self.client._check_finished(_provider_finished(self.chunks, self.finished), self.parts)
-        return LLMResponse("".join(self.parts), self.usage, self.client.model)
+        self.client._check_finished(_provider_finished(self.chunks, self.finish_reason is not None), self.parts)
+        # litellm closes every stream with a chunk of its own: the provider's reason is the one that counts
+        finish = getattr(self.chunks, "received_finish_reason", None) or self.finish_reason
+        return LLMResponse("".join(self.parts), self.usage, self.client.model, finish)
 
 
 _TRANSIENT = {
@@ -418,9 +430,9 @@ def _provider_finished(stream: Any, seen_in_chunks: bool) -> bool:
 _UNKNOWN = object()
 
 
-def _finished(chunk: Any) -> bool:
+def _finish_reason(chunk: Any) -> str | None:
     choices: Any = getattr(chunk, "choices", None)
-    return bool(choices) and getattr(choices[0], "finish_reason", None) is not None
+    return getattr(choices[0], "finish_reason", None) if choices else None
 
 
 def _delta_text(chunk: Any) -> str:

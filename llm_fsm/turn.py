@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from llm_fsm import checks
-from llm_fsm.contract import Reply, ReplyFormatError, parse_reply, state_reply_schemas, transition_only
+from llm_fsm.contract import Reply, parse_reply, state_reply_schemas, transition_only
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import (
     Decision,
@@ -39,7 +39,7 @@ from llm_fsm.engine import (
     resumed,
     write,
 )
-from llm_fsm.errors import RefinementError
+from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated
 from llm_fsm.hooks import Break, Hooks, Invocation, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 from llm_fsm.prompt import PromptBuilder
@@ -180,7 +180,7 @@ class TurnRunner:
         while True:
             response = yield self.reply_call(request)
             self.count(response)
-            verdict = yield from self.verdict(response.text)
+            verdict = yield from self.verdict(response)
             decision, reply, problems = verdict
             if decision is not None and reply is not None and not problems:
                 return self.accept(decision, reply.message)
@@ -192,13 +192,19 @@ class TurnRunner:
             request = self.correction(response.text, problems)
 
     def verdict(
-        self, text: str
+        self, response: LLMResponse
     ) -> Generator[Call, LLMResponse, tuple[Decision | None, Reply | None, tuple[Rejection, ...]]]:
         """Parse and check one reply; the problems that call for another try (none: accepted)."""
         try:
-            reply = parse_reply(text)
+            if response.finish_reason == "length":
+                raise ReplyTruncated(
+                    f"the reply was cut off at the token limit after {len(response.text)} characters: "
+                    "answer again, with a shorter message"
+                )
+            reply = parse_reply(response.text)
         except ReplyFormatError as exc:
-            problem = Rejection(kind="format", reason=str(exc), attempt=self.calls)
+            kind = "truncated" if isinstance(exc, ReplyTruncated) else "format"
+            problem = Rejection(kind=kind, reason=str(exc), attempt=self.calls)
             self.rejected.append(problem)
             return None, None, (problem,)
         reply = self.after_reply(reply)
@@ -290,14 +296,14 @@ class TurnRunner:
     def budget_left(self) -> bool:
         return self.calls < self.settings.max_calls_per_turn
 
-    def request(self, messages: list[dict[str, str]]) -> LLMRequest:
+    def request(self, messages: list[dict[str, str]], *, longer: bool = False) -> LLMRequest:
         schema, strict = state_reply_schemas(self.definition, self.base.state)
-        return LLMRequest(messages, schema, strict, state=self.base.state, context=self.work.context)
+        return LLMRequest(messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer)
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.settings.prompt.correction(problems, self.base.state)
         extra = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
-        return self.request([*self.messages, *extra])
+        return self.request([*self.messages, *extra], longer=any(p.kind == "truncated" for p in problems))
 
     def working(self) -> Snapshot:
         """The snapshot every decision of this turn is made on: the base with the working context."""

@@ -48,6 +48,13 @@ class Truncated:
 
 
 @dataclass
+class Cut:
+    """A whole, well-formed response whose text stopped at the token limit: ``finish_reason`` is ``length``."""
+
+    text: str
+
+
+@dataclass
 class RawBody:
     """Any status and body bytes, as is (e.g. an HTML error page with status 200)."""
 
@@ -111,23 +118,23 @@ class _QuietServer(ThreadingHTTPServer):
             super().handle_error(request, client_address)
 
 
-def _completion(text: str, model: str) -> dict[str, Any]:
+def _completion(text: str, model: str, finish: str = "stop") -> dict[str, Any]:
     return {
         "id": "chatcmpl-test",
         "object": "chat.completion",
         "created": int(time.time()),
         "model": model,
-        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": "stop"}],
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": text}, "finish_reason": finish}],
         "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60},
     }
 
 
-def _chunks(text: str, model: str, size: int = 7) -> list[dict[str, Any]]:
+def _chunks(text: str, model: str, size: int = 7, finish: str = "stop") -> list[dict[str, Any]]:
     base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
     pieces = [text[i : i + size] for i in range(0, len(text), size)] or [""]
     chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": ""}}]}]
     chunks += [{**base, "choices": [{"index": 0, "delta": {"content": p}}]} for p in pieces]
-    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": "stop"}]})
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": finish}]})
     chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}})
     return chunks
 
@@ -159,9 +166,11 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return self._no_choices(body.get("model", "test"), bool(body.get("stream")))
             if isinstance(item, Truncated):
                 return self._truncated(item, body.get("model", "test"), bool(body.get("stream")))
+            finish = "length" if isinstance(item, Cut) else "stop"
+            text = item.text if isinstance(item, Cut) else item
             if body.get("stream"):
-                return self._stream(item, body.get("model", "test"))
-            return self._json(200, _completion(item, body.get("model", "test")))
+                return self._stream(text, body.get("model", "test"), finish)
+            return self._json(200, _completion(text, body.get("model", "test"), finish))
 
         def _json(self, status: int, payload: dict[str, Any]) -> None:
             data = json.dumps(payload).encode()
@@ -171,12 +180,12 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
-        def _stream(self, text: str, model: str) -> None:
+        def _stream(self, text: str, model: str, finish: str = "stop") -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for chunk in _chunks(text, model):
+            for chunk in _chunks(text, model, finish=finish):
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from llm_fsm.contract import ReplyFormatError, parse_reply, reply_schema, writable_keys
+from llm_fsm.contract import parse_reply, reply_schema, writable_keys
+from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from tests.conftest import reply
 
 VALID = reply("ask_email", "Thanks! Your email?", name="Ann")
@@ -22,7 +23,6 @@ TEXT = json.dumps(VALID)
         f"<thinking>hmm</thinking>{TEXT}",
         TEXT.replace('"message"', "'message'"),  # single quotes: repaired
         TEXT[:-1] + ",}",  # trailing comma: repaired
-        TEXT[:-2],  # truncated: repaired
     ],
 )
 def test_tolerant_extraction(raw):
@@ -49,8 +49,43 @@ def test_unusable_replies_say_what_is_wrong(raw, why):
         parse_reply(raw)
 
 
-def test_missing_transition_means_stay_and_null_update_means_empty():
-    assert parse_reply('{"message": "hi"}').transition is None
+CUT = json.dumps(reply("ask_guests", "Great, how many guests will join you?", date="Friday"))
+
+
+@pytest.mark.parametrize(
+    ("raw", "where"),
+    [
+        (TEXT[:-2], "in the middle of a string"),  # json-repair would close it: the end would be invented
+        (CUT[: CUT.index("how many g") + len("how many g")], "in the middle of a string"),
+        (CUT[: CUT.index(', "message"')], "left open"),
+        (CUT[:-1], "left open"),  # only the last brace is missing
+        (f"```json\n{CUT[:40]}", "in the middle of a string"),  # a fenced block cut off before its fence
+    ],
+)
+def test_a_reply_that_stops_short_is_refused_never_completed(raw, where):
+    with pytest.raises(ReplyTruncated, match=where):
+        parse_reply(raw)
+
+
+@pytest.mark.parametrize(
+    ("raw", "why"),
+    [
+        ('{"target_state": "ask_guests", "context_update": {"date": "Friday"}, "message": "Great, how many guests?"}',
+         'inside a "transition" object'),
+        ('{"transition": null, "message": "Great, how many guests?"}', '"transition" is null'),
+        ('{"message": "Great, how many guests?"}', 'no "transition"'),
+        ('{"transition": {"target_state": "a"}, "context_update": {"x": 1}, "message": "m"}',
+         "context_update belongs inside"),
+        ('{"transition": {"target_state": "a", "message": "m"}, "message": "m"}', '"message" belongs at the top'),
+    ],
+)  # fmt: skip
+def test_a_reply_of_another_shape_is_refused_never_taken_for_a_stay(raw, why):
+    with pytest.raises(ReplyFormatError, match=why) as caught:
+        parse_reply(raw)
+    assert "target_state" in str(caught.value), "the correction shows the shape to use"
+
+
+def test_a_null_update_means_empty():
     parsed = parse_reply('{"transition": {"target_state": "a", "context_update": null}, "message": "m"}')
     assert parsed.transition.context_update == {}
 

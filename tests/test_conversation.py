@@ -174,7 +174,7 @@ def test_unparseable_reply_is_corrected_with_the_reason(signup):
     llm = ScriptedLLM(['{"message": ', reply("ask_name", "Your name?")])
     result = llm_fsm.Conversation(signup, llm).send("hi")
     assert result.message == "Your name?" and result.llm_calls == 2
-    assert result.rejected[0].kind == "format"
+    assert result.rejected[0].kind == "truncated", "the reply stops short: a format rejection that says so"
     assert "format" in llm.requests[1].messages[-1]["content"] or "JSON" in llm.requests[1].messages[-1]["content"]
 
 

@@ -315,7 +315,7 @@ def test_model_parroting_the_attack_as_its_reply_cannot_move(signup, attack: str
     for key in ("approved", "_approved", "_state"):
         assert key not in conv.context
     assert not conv.ended
-    assert kinds(result) <= {"format", "target", "condition", "context_key"}
+    assert kinds(result) <= {"format", "truncated", "target", "condition", "context_key"}
     if any(r.kind != "context_key" and r.attempt == result.llm_calls for r in result.rejected):
         assert result.message == FALLBACK, "the last reply was refused: only the fallback may be shown"
 

@@ -1,0 +1,84 @@
+"""Issue 12 §1: a reply of another shape, or one cut off, is a rejection with a corrective call, never a turn."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import llm_fsm
+from llm_fsm.llm import LLMRequest, LLMResponse
+from llm_fsm.streaming import MessageDelta, MessageReset
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import reply
+from tests.fake_openai import Cut
+from tests.test_llm import client
+
+GOOD = reply("ask_email", "Thanks Ann! What's your email?", name="Ann")
+UNWRAPPED = {"target_state": "ask_email", "context_update": {"name": "Ann"}, "message": "UNWRAPPED: your email?"}
+NULL = {"transition": None, "message": "NULL-TRANSITION: your email?"}
+WHOLE = json.dumps(reply("ask_email", "Thanks Ann! What's your email address?", name="Ann"))
+MID_MESSAGE = WHOLE[: WHOLE.index("your em") + len("your em")]  # json-repair would show "...your em"
+OPEN_OBJECT = WHOLE[: WHOLE.index(', "reasoning"')]
+
+
+@pytest.mark.parametrize("bad", [UNWRAPPED, NULL, {"message": "NO-TRANSITION: your email?"}], ids=str)
+def test_a_reply_of_another_shape_gets_a_corrective_call(signup, bad):
+    llm = ScriptedLLM([bad, GOOD])
+    result = llm_fsm.Conversation(signup, llm).send("I'm Ann")
+    assert result.state == "ask_email" and result.message == GOOD["message"] and result.llm_calls == 2
+    assert [r.kind for r in result.rejected] == ["format"]
+    assert '"transition"' in llm.requests[1].messages[-1]["content"], "the correction shows the shape"
+
+
+def test_a_reply_of_another_shape_never_becomes_a_stay(signup):
+    # Both tries misshapen: the turn falls back; the misshapen message is never shown.
+    result = llm_fsm.Conversation(signup, ScriptedLLM([UNWRAPPED, NULL])).send("I'm Ann")
+    assert result.state == "ask_name" and "UNWRAPPED" not in result.message and "NULL" not in result.message
+    assert result.message == llm_fsm.conversation.DEFAULT_FALLBACK and result.context == {}
+
+
+class Truncating:
+    """Answers first with a reply the provider cut at the token limit, then with a whole one."""
+
+    def __init__(self) -> None:
+        self.requests: list[LLMRequest] = []
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        self.requests.append(request)
+        if len(self.requests) == 1:  # well-formed JSON, but the provider says it stopped at the limit
+            return LLMResponse(json.dumps(reply("ask_email", "Thanks Ann! What's your e")), finish_reason="length")
+        return LLMResponse(json.dumps(GOOD), finish_reason="stop")
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        return self.complete(request)
+
+
+def test_a_reply_cut_at_the_token_limit_is_refused_and_the_retry_may_be_longer(signup):
+    llm = Truncating()
+    result = llm_fsm.Conversation(signup, llm).send("I'm Ann")
+    assert result.message == GOOD["message"] and [r.kind for r in result.rejected] == ["truncated"]
+    assert "cut off" in result.rejected[0].reason
+    assert [r.longer for r in llm.requests] == [False, True]
+
+
+@pytest.mark.parametrize("text", [MID_MESSAGE, OPEN_OBJECT], ids=["mid-message", "open-object"])
+def test_json_that_stops_short_is_never_committed(signup, text):
+    result = llm_fsm.Conversation(signup, ScriptedLLM([text, GOOD])).send("I'm Ann")
+    assert result.message == GOOD["message"] and [r.kind for r in result.rejected] == ["truncated"]
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_provider_cut_over_http_is_refused_and_max_tokens_doubles(fake_openai, signup, stream):
+    fake_openai.add(Cut(json.dumps(reply("ask_email", "Thanks Ann! What's your e"))), json.dumps(GOOD))
+    conv = llm_fsm.Conversation(signup, client(fake_openai, stream=stream, max_tokens=40))
+    if stream:
+        events = list(conv.stream("I'm Ann"))
+        result = events[-1]
+        start = max((i + 1 for i, e in enumerate(events) if isinstance(e, MessageReset)), default=0)
+        assert "".join(e.text for e in events[start:] if isinstance(e, MessageDelta)) == GOOD["message"]
+    else:
+        result = conv.send("I'm Ann")
+    assert result.message == GOOD["message"] and [r.kind for r in result.rejected] == ["truncated"]
+    assert [r["max_tokens"] for r in fake_openai.requests] == [40, 80]
+    assert conv.history[-1].assistant == GOOD["message"]
