@@ -36,6 +36,7 @@ from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
 from llm_fsm.turn import DEFAULT_FALLBACK, Call, TurnResult, TurnRunner, TurnSettings, fire_error, resume_turn
+from llm_fsm.values import as_json_data
 
 StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
 Steps = Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]
@@ -175,7 +176,8 @@ class Conversation:
         if self._busy:
             raise ConversationError("a turn of this conversation is in progress", state=self.state)
         snap = self._snapshot
-        context, provenance = write(snap.context, snap.provenance, dict(delta), by="user_code", turn=snap.turns)
+        values = as_json_data(delta, source="update_context")
+        context, provenance = write(snap.context, snap.provenance, values, by="user_code", turn=snap.turns)
         self._snapshot = snap.model_copy(update={"context": context, "provenance": provenance})
 
     # -- turns ----------------------------------------------------------------------------------
@@ -223,12 +225,15 @@ class Conversation:
 
     def _run(self, steps: Callable[[], Steps], *, stream: bool) -> Iterator[StreamEvent]:
         with _Drive(self, steps(), stream) as turn:
+            yield from turn.take(None)
             while turn.call is not None:
                 for item in _items(self.llm, turn.call, stream):
                     yield from turn.take(item)
 
     async def _arun(self, steps: Callable[[], Steps], *, stream: bool) -> AsyncIterator[StreamEvent]:
         with _Drive(self, steps(), stream) as turn:
+            for event in turn.take(None):
+                yield event
             while turn.call is not None:
                 async for item in _aitems(self.llm, turn.call, stream):
                     for event in turn.take(item):
@@ -297,7 +302,6 @@ class _Drive:
 
     def __enter__(self) -> _Drive:
         self.conversation._busy = True
-        self.call = self._advance(None)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
@@ -309,9 +313,10 @@ class _Drive:
             self.steps.close()
             conversation._busy = False
 
-    def take(self, item: Item) -> Iterator[StreamEvent]:
-        """Events for one item of the current call; after its response, for the turn's next step."""
-        if not isinstance(item, LLMResponse):
+    def take(self, item: Item | None) -> Iterator[StreamEvent]:
+        """Events for one item of the current call; after its response (or at the start: None), for
+        the turn's next step, which may be its end without any call (a pause before the call)."""
+        if isinstance(item, str):
             if self.watcher is not None and (delta := self.watcher.feed(item)):
                 yield self._show(delta)
             return

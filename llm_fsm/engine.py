@@ -16,6 +16,7 @@ from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
+from llm_fsm.values import as_json_data
 
 SCHEMA_VERSION = 1
 EXTRA_KEY = "_extra"
@@ -324,6 +325,7 @@ def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: d
         raise ResumeError("the conversation is not paused: there is nothing to resume", state=snapshot.state)
     if token != snapshot.pending.token:
         raise ResumeError("this is not the token of the pending event", state=snapshot.state)
+    result = as_json_data(result, source="resume result")
     written = [k for k, v in result.items() if v is not None]
     return snapshot.model_copy(
         update={
@@ -340,7 +342,7 @@ def initial_snapshot(
     definition: FSMDefinition, state: str | None = None, context: dict[str, Any] | None = None
 ) -> Snapshot:
     """A conversation that has not started yet, in ``state`` (default: the initial state)."""
-    initial = merge({}, dict(context or {}))
+    initial = merge({}, as_json_data(context or {}, source="initial context"))
     return Snapshot(
         definition_name=definition.name,
         definition_hash=definition.content_hash,

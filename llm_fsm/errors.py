@@ -18,6 +18,7 @@
     │   └── ReplyTruncated         the reply was cut off before its end (token limit, or JSON that stops short)
     ├── HandlerError           a handler with the "raise" policy failed (the turn was rolled back)
     ├── RefinementError        a state's checks kept failing and its policy is "raise"
+    ├── ContextValueError      code wrote a context value that is not JSON data (also a TypeError)
     ├── StoreError             a conversation store cannot be opened or used
     │   └── ConflictError          another writer holds the conversation, or saved it first
     └── ConversationError      the conversation cannot take this call in its current status
@@ -177,6 +178,14 @@ class RefinementError(FSMError):
         super().__init__(message)
         self.state = state
         self.failures = failures
+
+
+class ContextValueError(FSMError, TypeError):
+    """Code wrote a context value that is not JSON data (see :mod:`llm_fsm.values`). ``key`` names where."""
+
+    def __init__(self, message: str, key: str) -> None:
+        super().__init__(message)
+        self.key = key
 
 
 class StoreError(FSMError):

@@ -33,6 +33,7 @@ from datetime import UTC, datetime
 from typing import Any, Literal, get_args
 
 from llm_fsm.errors import HandlerError
+from llm_fsm.values import as_json_data
 
 logger = logging.getLogger("llm_fsm")
 
@@ -229,9 +230,9 @@ def _matches(handler: Handler, where: Invocation) -> bool:
 
 
 def call(handler: Handler, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one handler; return its delta. ``Break`` passes through; other errors follow the policy."""
+    """Run one handler; return its delta as JSON data. ``Break`` passes through; other errors follow the policy."""
     try:
-        delta = handler.function(**handler.wants(arguments))
+        return _delta(handler, handler.function(**handler.wants(arguments)))
     except Break:
         raise
     except Exception as exc:
@@ -239,12 +240,14 @@ def call(handler: Handler, arguments: Mapping[str, Any]) -> dict[str, Any]:
             logger.warning("handler %r failed at %r (policy: continue): %s", handler.name, arguments["timing"], exc)
             return {}
         raise HandlerError(handler.name, str(arguments["timing"]), exc) from exc
-    if delta is None:
+
+
+def _delta(handler: Handler, value: Any) -> dict[str, Any]:
+    if value is None:
         return {}
-    if not isinstance(delta, Mapping):
-        error = TypeError(f"a handler returns a mapping (a context delta) or None, not {type(delta).__name__}")
-        raise HandlerError(handler.name, str(arguments["timing"]), error)
-    return dict(delta)
+    if not isinstance(value, Mapping):
+        raise TypeError(f"a handler returns a mapping (a context delta) or None, not {type(value).__name__}")
+    return as_json_data(value, source=f"handler '{handler.name}'")
 
 
 def new_token() -> str:

@@ -259,3 +259,22 @@ def test_the_stream_driver_holds_no_turn_rules():
     }
     assert not {m for m, _ in imported} & {"llm_fsm.contract", "llm_fsm.checks", "llm_fsm.logic"}
     assert not {n for _, n in imported} & {"decide", "commit", "merge", "Reply"}
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "send", "asend"])
+def test_a_turn_paused_before_its_model_call_ends_with_its_message(signup, mode):
+    hooks = llm_fsm.Hooks()
+
+    @hooks.on("before_llm_call")
+    def hold(**_):
+        raise llm_fsm.Break("closed for the night", message="We are closed; we will write back.")
+
+    llm = ScriptedLLM([])
+    conv = llm_fsm.Conversation(signup, llm, hooks=hooks)
+    if mode in ("send", "asend"):
+        result = conv.send("hi") if mode == "send" else asyncio.run(conv.asend("hi"))
+    else:
+        events = collect(conv, "hi", mode)
+        result = events[-1]
+        assert after_last_reset(events) == "We are closed; we will write back."
+    assert result.paused and result.message == "We are closed; we will write back." and llm.calls == 0

@@ -1,0 +1,90 @@
+"""What a context value may be: JSON data, so that a snapshot round trip (any store) returns it unchanged.
+
+Values that code writes (handler deltas, ``update_context``, resume results, a conversation's
+initial context) are checked when they are written. Some common Python values are converted by
+these rules, so the context holds from the start what every store will give back:
+
+=====================================  ==============================================
+written                                stored
+=====================================  ==============================================
+``datetime``, ``date``, ``time``       ISO 8601 text (``"2026-11-23T09:30:00+00:00"``)
+``Decimal``                            its exact text (``"19.99"``)
+``UUID``                               its text
+``Enum`` member                        its value (converted by these rules)
+tuple                                  list
+set, frozenset                         list, sorted when its items can be sorted
+pydantic model, dataclass              its fields as an object
+=====================================  ==============================================
+
+Anything else (an arbitrary object, bytes, ``nan`` or an infinity, an object with a non-text key,
+nesting deeper than 64 levels, which also catches cycles) is refused with a :class:`ContextValueError`
+that names the key and what was found.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import decimal
+import enum
+import math
+import uuid
+from collections.abc import Mapping
+from typing import Any
+
+from llm_fsm.errors import ContextValueError
+
+MAX_DEPTH = 64
+
+
+def as_json_data(values: Mapping[str, Any], *, source: str) -> dict[str, Any]:
+    """``values`` converted to JSON data by the rules above; :class:`ContextValueError` names what cannot be."""
+    return {key: _convert(value, key, source, 0) for key, value in values.items()}
+
+
+def _convert(value: Any, path: str, source: str, depth: int) -> Any:
+    if depth > MAX_DEPTH:
+        raise ContextValueError(f"{source}: '{path}' nests deeper than {MAX_DEPTH} levels (or refers to itself)", path)
+    if value is None or isinstance(value, str | bool | int):
+        return value
+    if isinstance(value, float):
+        if not math.isfinite(value):
+            raise ContextValueError(f"{source}: '{path}' is {value}, which JSON cannot hold", path)
+        return value
+    if isinstance(value, Mapping):
+        return {_key(k, path, source): _convert(v, f"{path}.{k}", source, depth + 1) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_convert(v, f"{path}[{i}]", source, depth + 1) for i, v in enumerate(value)]
+    if isinstance(value, set | frozenset):
+        items = [_convert(v, f"{path}[]", source, depth + 1) for v in value]
+        try:
+            return sorted(items)
+        except TypeError:  # mixed kinds: keep them, in the set's own order
+            return items
+    return _convert(_simple(value, path, source), path, source, depth + 1)
+
+
+def _simple(value: Any, path: str, source: str) -> Any:
+    """A value of a known Python type as a JSON-ready value; ContextValueError for any other."""
+    if isinstance(value, datetime.date | datetime.time):  # datetime is a date
+        return value.isoformat()
+    if isinstance(value, decimal.Decimal | uuid.UUID):
+        return str(value)
+    if isinstance(value, enum.Enum):
+        return value.value
+    if hasattr(value, "model_dump") and hasattr(type(value), "model_fields"):  # a pydantic model
+        return value.model_dump(mode="json")
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name) for f in dataclasses.fields(value)}
+    kind = type(value).__qualname__
+    raise ContextValueError(
+        f"{source}: '{path}' is a {kind}, which is not JSON data (text, number, true/false, null, list, object; "
+        "dates, decimals, UUIDs, enums, sets, dataclasses and pydantic models are converted)",
+        path,
+    )
+
+
+def _key(key: Any, path: str, source: str) -> str:
+    if not isinstance(key, str):
+        raise ContextValueError(f"{source}: '{path}' has the key {key!r}; object keys must be text", path)
+    return key
