@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Generator
 from dataclasses import dataclass
 from typing import Any
 
@@ -23,7 +24,7 @@ from llm_fsm.definition import (
     SchemaCheck,
     State,
 )
-from llm_fsm.hooks import Hooks
+from llm_fsm.hooks import Await, Awaited, Hooks, resolved
 from llm_fsm.logic import evaluate, truthy
 
 
@@ -52,8 +53,9 @@ def name_of(check: Check, index: int) -> str:
     return check.description or f"{check.kind} check #{index + 1}"
 
 
-def failure(check: Check, proposal: Proposal, hooks: Hooks) -> str | None:
-    """Why ``check`` fails on ``proposal``, or None when it passes. Judge checks are not handled here."""
+def failure(check: Check, proposal: Proposal) -> str | None:
+    """Why ``check`` fails on ``proposal``, or None when it passes (judge and Python checks: see the turn
+    and :func:`python_failure`)."""
     if isinstance(check, RequiredKeysCheck):
         missing = [k for k in check.keys if not truthy(evaluate({"has_context": k}, proposal.context))]
         return f"missing {', '.join(repr(k) for k in missing)}" if missing else None
@@ -67,8 +69,6 @@ def failure(check: Check, proposal: Proposal, hooks: Hooks) -> str | None:
     if isinstance(check, MaxLengthCheck):
         size = len(proposal.message)
         return f"the message has {size} characters; at most {check.max} allowed" if size > check.max else None
-    if isinstance(check, PythonCheck):
-        return _python_failure(check, proposal, hooks)
     return f"a '{check.kind}' check cannot be evaluated here"
 
 
@@ -81,7 +81,8 @@ def _schema_failure(check: SchemaCheck, proposal: Proposal) -> str | None:
     return f"'{check.key}' is invalid: {problem}" if problem else None
 
 
-def _python_failure(check: PythonCheck, proposal: Proposal, hooks: Hooks) -> str | None:
+def python_failure(check: PythonCheck, proposal: Proposal, hooks: Hooks) -> Generator[Await, Awaited, str | None]:
+    """Why a registered Python check fails, or None (``yield from`` it: an async check is awaited by the driver)."""
     function = hooks.checks.get(check.name)
     if function is None:
         return f"python check '{check.name}' is not registered"
@@ -94,7 +95,7 @@ def _python_failure(check: PythonCheck, proposal: Proposal, hooks: Hooks) -> str
         "user": proposal.user,
     }
     try:
-        outcome = function(**_accepted(function, arguments))
+        outcome = yield from resolved(function(**_accepted(function, arguments)), f"check '{check.name}'")
     except Exception as exc:  # a check that breaks fails; it must not let the turn through
         return f"python check '{check.name}' raised {type(exc).__name__}: {exc}"
     return _interpret(outcome, check.name)
@@ -138,4 +139,7 @@ def judge_failure(text: str) -> str | None:
     return f"the judge said: {verdict.get('reason') or 'no reason given'}"
 
 
-__all__ = ["JudgeCheck", "Proposal", "SchemaCheck", "applicable", "failure", "judge_failure", "name_of"]
+__all__ = [
+    "JudgeCheck", "Proposal", "PythonCheck", "SchemaCheck", "applicable", "failure", "judge_failure", "name_of",
+    "python_failure",
+]  # fmt: skip

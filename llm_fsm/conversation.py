@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Generator, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, Union
 
@@ -30,17 +30,17 @@ from llm_fsm.errors import (
     LLMError,
     Problem,
 )
-from llm_fsm.hooks import Hooks, logger
+from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
-from llm_fsm.turn import DEFAULT_FALLBACK, Call, TurnResult, TurnRunner, TurnSettings, fire_error, resume_turn
+from llm_fsm.turn import DEFAULT_FALLBACK, Step, Steps, TurnResult, TurnRunner, TurnSettings, fire_error, resume_turn
 from llm_fsm.values import as_json_data
 
 StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
-Steps = Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]
-Item = str | LLMResponse  # what a model call produces: text deltas (when streamed), then the response
+# what a step produces: text deltas (when a reply streams), then the response; or what an await gave
+Item = str | LLMResponse | Awaited
 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
@@ -224,14 +224,14 @@ class Conversation:
     # -- running turns: one loop, driven sync or async ------------------------------------------
 
     def _run(self, steps: Callable[[], Steps], *, stream: bool) -> Iterator[StreamEvent]:
-        with _Drive(self, steps(), stream) as turn:
+        with _Drive(self, steps(), stream, sync=True) as turn:
             yield from turn.take(None)
             while turn.call is not None:
                 for item in _items(self.llm, turn.call, stream):
                     yield from turn.take(item)
 
     async def _arun(self, steps: Callable[[], Steps], *, stream: bool) -> AsyncIterator[StreamEvent]:
-        with _Drive(self, steps(), stream) as turn:
+        with _Drive(self, steps(), stream, sync=False) as turn:
             for event in turn.take(None):
                 yield event
             while turn.call is not None:
@@ -292,13 +292,19 @@ class _Drive:
     turn's generator, the message shown so far, and the busy flag, and it turns items into events.
     """
 
-    def __init__(self, conversation: Conversation, steps: Steps, stream: bool) -> None:
+    def __init__(self, conversation: Conversation, steps: Steps, stream: bool, *, sync: bool) -> None:
+        if sync and (names := conversation.hooks.async_names()):
+            steps.close()
+            raise ConversationError(
+                f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} async: use astart/asend/astream/aresume",
+                state=conversation.state,
+            )
         self.conversation = conversation
         self.steps = steps
         self.stream = stream
         self.shown = ""
         self.watcher: MessageWatcher | None = None
-        self.call: Call | None = None
+        self.call: Step | None = None
 
     def __enter__(self) -> _Drive:
         self.conversation._busy = True
@@ -330,13 +336,14 @@ class _Drive:
             self.shown = ""
             yield MessageReset("the reply was not accepted")
 
-    def _advance(self, response: LLMResponse | None) -> Any:
+    def _advance(self, response: LLMResponse | Awaited | None) -> Any:
         """The turn's next call (watched when its message may stream), or its committed result."""
         try:
             call = next(self.steps) if response is None else self.steps.send(response)
         except StopIteration as done:
             return self.conversation._commit(done.value)
-        self.watcher = MessageWatcher(call.preview) if self.stream and call.preview is not None else None
+        preview = getattr(call, "preview", None)
+        self.watcher = MessageWatcher(preview) if self.stream and preview is not None else None
         return call
 
     def _show(self, text: str) -> MessageDelta:
@@ -354,20 +361,28 @@ class _Drive:
         yield result
 
 
-def _items(llm: LLMClient, call: Call, stream: bool) -> Iterable[Item]:
-    """What the model produces for ``call``. The model is called here, outside the turn's
+def _items(llm: LLMClient, step: Step, stream: bool) -> Iterable[Item]:
+    """What the model produces for a call. The model is called here, outside the turn's
     generator: a StopIteration it raises is its own error, not the end of the turn."""
-    if stream and call.preview is not None and isinstance(llm, StreamingLLMClient):
-        return llm.stream_complete(call.request)
-    return (llm.complete(call.request),)
+    if isinstance(step, Await):  # the drive refused async hooks already; a sync hook returned an awaitable
+        step.close()
+        raise ConversationError(f"{step.what} returned an awaitable: use astart/asend/astream/aresume")
+    if stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
+        return llm.stream_complete(step.request)
+    return (llm.complete(step.request),)
 
 
-async def _aitems(llm: LLMClient, call: Call, stream: bool) -> AsyncIterator[Item]:
-    if stream and call.preview is not None and isinstance(llm, StreamingLLMClient):
-        async for item in llm.astream_complete(call.request):
+async def _aitems(llm: LLMClient, step: Step, stream: bool) -> AsyncIterator[Item]:
+    if isinstance(step, Await):
+        try:
+            yield Awaited(await step.awaitable)
+        except Exception as exc:  # the turn applies the handler's policy, as for a sync handler
+            yield Awaited(error=exc)
+    elif stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
+        async for item in llm.astream_complete(step.request):
             yield item
     else:
-        yield await llm.acomplete(call.request)
+        yield await llm.acomplete(step.request)
 
 
 def _last(events: Iterator[StreamEvent]) -> TurnResult:

@@ -27,7 +27,7 @@ from __future__ import annotations
 import inspect
 import logging
 import uuid
-from collections.abc import Callable, Collection, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Literal, get_args
@@ -79,6 +79,7 @@ class Handler:
     policy: Policy = "raise"
     named: bool = False
     accepts: frozenset[str] | None = field(default=None, repr=False)  # None: takes **kwargs
+    is_async: bool = False
 
     def wants(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         if self.accepts is None:
@@ -174,12 +175,19 @@ class Hooks:
         chosen = frozenset(timings)
         _check_timings(chosen, policy)
         label: str = name or getattr(function, "__name__", None) or "handler"
+        if is_async(function) and "error" in chosen:
+            raise TypeError(f"handler {label!r}: an 'error' handler must be a plain function, not async")
         handler = Handler(
             label, function, chosen, _names(states), _names(targets), _names(keys), policy, named,
-            _accepted_keywords(function),
+            _accepted_keywords(function), is_async(function),
         )  # fmt: skip
         self.handlers.append(handler)
         return handler
+
+    def async_names(self) -> list[str]:
+        """The async handlers and checks registered here (only the async API can run them)."""
+        handlers = [f"handler '{h.name}'" for h in self.handlers if h.is_async]
+        return handlers + [f"check '{n}'" for n, f in self.checks.items() if is_async(f)]
 
     def named_handler(self, name: str) -> Handler | None:
         return next((h for h in self.handlers if h.named and h.name == name), None)
@@ -229,10 +237,52 @@ def _matches(handler: Handler, where: Invocation) -> bool:
     return handler.keys is None or bool(handler.keys & where.keys)
 
 
-def call(handler: Handler, arguments: Mapping[str, Any]) -> dict[str, Any]:
-    """Run one handler; return its delta as JSON data. ``Break`` passes through; other errors follow the policy."""
+@dataclass(frozen=True)
+class Await:
+    """A step of a turn that an async driver awaits (an async handler or check) and answers with :class:`Awaited`."""
+
+    awaitable: Awaitable[Any] = field(repr=False)
+    what: str
+    kind: str = "await"
+
+    def close(self) -> None:
+        """Drop the awaitable unawaited, without Python's "never awaited" warning."""
+        close = getattr(self.awaitable, "close", None)
+        if close is not None:
+            close()
+
+
+@dataclass(frozen=True)
+class Awaited:
+    """What awaiting an :class:`Await` gave: its value, or the exception it raised."""
+
+    value: Any = None
+    error: Exception | None = None
+
+    def result(self) -> Any:
+        if self.error is not None:
+            raise self.error
+        return self.value
+
+
+def is_async(function: Callable[..., Any]) -> bool:
+    """An ``async def`` function, or an object whose ``__call__`` is one."""
+    return inspect.iscoroutinefunction(function) or inspect.iscoroutinefunction(type(function).__call__)
+
+
+def resolved(outcome: Any, what: str) -> Generator[Await, Awaited, Any]:
+    """``outcome``, awaited through the driver first if it is awaitable (``yield from`` this)."""
+    if inspect.isawaitable(outcome):
+        return (yield Await(outcome, what)).result()
+    return outcome
+
+
+def call(handler: Handler, arguments: Mapping[str, Any]) -> Generator[Await, Awaited, dict[str, Any]]:
+    """Run one handler (``yield from`` it: an async one is awaited by the driver); return its delta as
+    JSON data. ``Break`` passes through; other errors follow the policy."""
     try:
-        return _delta(handler, handler.function(**handler.wants(arguments)))
+        outcome = handler.function(**handler.wants(arguments))
+        return _delta(handler, (yield from resolved(outcome, f"handler '{handler.name}'")))
     except Break:
         raise
     except Exception as exc:

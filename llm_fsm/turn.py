@@ -40,7 +40,7 @@ from llm_fsm.engine import (
     write,
 )
 from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated
-from llm_fsm.hooks import Break, Hooks, Invocation, call, logger, may_run, new_token, now, selected
+from llm_fsm.hooks import Await, Break, Hooks, Invocation, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 from llm_fsm.prompt import PromptBuilder
 
@@ -48,6 +48,7 @@ DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we 
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
 
 Preview = Callable[[Any], bool]
+Problems = tuple[Rejection, ...]
 _BEFORE_COMMIT = ("after_reply", "context_update", "before_transition", "state_exit")
 
 
@@ -74,6 +75,10 @@ class Call:
     kind: Literal["reply", "judge"]
     request: LLMRequest
     preview: Preview | None = field(default=None, repr=False)
+
+
+Step = Call | Await  # what a turn asks its driver for: a model call, or an awaitable to await (async only)
+Steps = Generator[Step, Any, "tuple[Snapshot, TurnResult]"]
 
 
 @dataclass(frozen=True)
@@ -166,12 +171,12 @@ class TurnRunner:
 
     # -- the turn -------------------------------------------------------------------------------
 
-    def run(self) -> Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]:
+    def run(self) -> Steps:
         state = self.base.state
         try:
             if not self.base.history and self.user is None:
-                self.fire("start", state)
-            self.fire("before_llm_call", state)
+                yield from self.fire("start", state)
+            yield from self.fire("before_llm_call", state)
         except Break as pause:
             return self.pause(pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
         self.messages = self.settings.prompt.messages(self.definition, self.working(), self.user or self.note)
@@ -183,17 +188,15 @@ class TurnRunner:
             verdict = yield from self.verdict(response)
             decision, reply, problems = verdict
             if decision is not None and reply is not None and not problems:
-                return self.accept(decision, reply.message)
+                return (yield from self.accept(decision, reply.message))
             refining = bool(problems) and all(p.kind in ("check", "context_value") for p in problems)
             corrections += not refining
             refinements += refining
             if not self.may_retry(corrections, refinements, refining):
-                return self.exhausted(refining)
+                return (yield from self.exhausted(refining))
             request = self.correction(response.text, problems)
 
-    def verdict(
-        self, response: LLMResponse
-    ) -> Generator[Call, LLMResponse, tuple[Decision | None, Reply | None, tuple[Rejection, ...]]]:
+    def verdict(self, response: LLMResponse) -> Generator[Step, Any, tuple[Decision | None, Reply | None, Problems]]:
         """Parse and check one reply; the problems that call for another try (none: accepted)."""
         try:
             if response.finish_reason == "length":
@@ -207,7 +210,7 @@ class TurnRunner:
             problem = Rejection(kind=kind, reason=str(exc), attempt=self.calls)
             self.rejected.append(problem)
             return None, None, (problem,)
-        reply = self.after_reply(reply)
+        yield from self.fire("after_reply", self.base.state, reply=reply, message=reply.message)
         decision = decide(self.definition, self.working(), reply, attempt=self.calls)
         self.rejected.extend(decision.rejected)
         self.last_decision = decision
@@ -218,7 +221,7 @@ class TurnRunner:
         self.rejected.extend(failures)
         return decision, reply, tuple(failures)
 
-    def run_checks(self, decision: Decision, message: str) -> Generator[Call, LLMResponse, list[Rejection]]:
+    def run_checks(self, decision: Decision, message: str) -> Generator[Step, Any, list[Rejection]]:
         state = self.definition.states[self.base.state]
         proposal = checks.Proposal(message, state.id, decision.state, decision.context, decision.applied, self.user)
         failures: list[Rejection] = []
@@ -236,8 +239,10 @@ class TurnRunner:
                     response = yield Call("judge", LLMRequest(messages, kind="judge", state=state.id))
                     self.count(response)
                     why = checks.judge_failure(response.text)
+            elif isinstance(check, checks.PythonCheck):
+                why = yield from checks.python_failure(check, proposal, self.hooks)
             else:
-                why = checks.failure(check, proposal, self.hooks)
+                why = checks.failure(check, proposal)
             if why:
                 name = checks.name_of(check, index)
                 key = check.key if isinstance(check, checks.SchemaCheck) else None
@@ -245,29 +250,30 @@ class TurnRunner:
                 failures.append(Rejection(kind="check", reason=reason, key=key, attempt=self.calls))
         return failures
 
-    def accept(self, decision: Decision, message: str) -> tuple[Snapshot, TurnResult]:
+    def accept(self, decision: Decision, message: str) -> Generator[Step, Any, tuple[Snapshot, TurnResult]]:
         """Commit an accepted reply, running the handlers around the commit."""
         current, target = self.base.state, decision.state
         self.set(decision.context, decision.applied, "llm")
         try:
             if decision.applied:
-                self.fire("context_update", current, keys=frozenset(decision.applied), update=decision.applied)
+                keys = frozenset(decision.applied)
+                yield from self.fire("context_update", current, keys=keys, update=decision.applied)
             if target != current:
-                self.fire("before_transition", current, target=target, message=message)
-                self.fire("state_exit", current, target=target, message=message)
+                yield from self.fire("before_transition", current, target=target, message=message)
+                yield from self.fire("state_exit", current, target=target, message=message)
         except Break as pause:
             return self.pause(pause, current, pause.message or DEFAULT_PAUSE_MESSAGE)
         try:
             if target != current:
-                self.fire("after_transition", current, target=target, message=message)
-                self.fire("state_enter", target, target=target, message=message)
+                yield from self.fire("after_transition", current, target=target, message=message)
+                yield from self.fire("state_enter", target, target=target, message=message)
             if self.definition.states[target].terminal:
-                self.fire("end", target, message=message)
+                yield from self.fire("end", target, message=message)
         except Break as pause:
             return self.pause(pause, target, message)
         return self.finish(target, message, decision.applied)
 
-    def exhausted(self, refining: bool) -> tuple[Snapshot, TurnResult]:
+    def exhausted(self, refining: bool) -> Generator[Step, Any, tuple[Snapshot, TurnResult]]:
         """No valid reply within the budgets: stay with the valid updates, or the state's policy.
 
         The fallback message describes no move, so it is true whichever state the turn ends in.
@@ -284,7 +290,7 @@ class TurnRunner:
         kept: dict[str, Any] = self.last_decision.applied if self.last_decision else {}
         applied = {k: v for k, v in kept.items() if k not in failed_keys}
         decision = Decision(True, target, merge(self.work.context, applied), applied, ())
-        return self.accept(decision, self.settings.fallback_message)
+        return (yield from self.accept(decision, self.settings.fallback_message))
 
     # -- helpers --------------------------------------------------------------------------------
 
@@ -336,17 +342,13 @@ class TurnRunner:
         self.calls += 1
         self.usage += response.usage
 
-    def after_reply(self, reply: Reply) -> Reply:
-        self.fire("after_reply", self.base.state, reply=reply, message=reply.message)
-        return reply
-
     def set(self, context: dict[str, Any], keys: Mapping[str, Any], by: str) -> None:
         self.work.context = context
         self.work.provenance = record(self.work.provenance, keys, by, self.turn_index)
 
     def fire(
         self, timing: str, state: str, *, target: str | None = None, keys: frozenset[str] = frozenset(), **extra: Any
-    ) -> None:
+    ) -> Generator[Step, Any, None]:
         """Run the handlers for ``timing``; apply each delta as it comes (later handlers see it)."""
         if not self.hooks.handlers:
             return
@@ -365,7 +367,7 @@ class TurnRunner:
                 "error": None,
             }
             try:
-                delta = call(handler, arguments)
+                delta = yield from call(handler, arguments)
             except Break as pause:
                 pause.handler, pause.timing = handler.name, timing
                 raise
@@ -428,7 +430,7 @@ def resume_turn(
     result: dict[str, Any],
     *,
     handle: Any = None,
-) -> Generator[Call, LLMResponse, tuple[Snapshot, TurnResult]]:
+) -> Steps:
     """The turn that continues a paused conversation with ``result`` (:class:`ResumeError` for a bad token)."""
     base = resumed(definition, snapshot, token, result)
     reason = snapshot.pending.reason if snapshot.pending else "paused"
@@ -444,6 +446,8 @@ def fire_error(definition: FSMDefinition, hooks: Hooks, state: str, error: BaseE
     for handler in selected(hooks, Invocation("error", state, listed=listed)):
         arguments = {"conversation": handle, "timing": "error", "state": state, "error": error}
         try:
-            call(handler, arguments)
+            for step in call(handler, arguments):  # error handlers are plain functions: nothing to await
+                step.close()
+                raise TypeError(f"{step.what} returned an awaitable; an error handler must not")
         except BaseException as failure:  # noqa: BLE001 (an error handler must not mask the error)
             logger.warning("error handler %r failed: %s", handler.name, failure)
