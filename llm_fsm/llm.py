@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -289,7 +290,12 @@ class LiteLLMClient:
             return exc
         name = type(exc).__name__
         status = getattr(exc, "status_code", None)
-        message = f"{self.model}: {_first_line(exc)}"
+        where = self.api_base or "the provider"
+        if _cannot_connect(exc):
+            message = f"{self.model}: cannot connect to {where}"
+        else:
+            message = f"{self.model} at {where}: {_without_prefixes(_first_line(exc))}"
+        message = self._scrubbed(message)
         kwargs: dict[str, Any] = {"model": self.model, "status_code": status, "attempts": attempt, "cause": exc}
         if name == "ContextWindowExceededError":
             return LLMContextWindowError(message, **kwargs)
@@ -298,6 +304,12 @@ class LiteLLMClient:
         if _is_transient(name, status):
             return LLMUnavailableError(message, **kwargs)
         return LLMRequestError(message, **kwargs)
+
+    def _scrubbed(self, text: str) -> str:
+        """``text`` without the API key (providers quote it back in auth errors) or anything shaped like one."""
+        if self.api_key:
+            text = text.replace(self.api_key, "***")
+        return _KEY_SHAPED.sub("***", text)
 
     def _should_retry(self, error: LLMError, attempt: int) -> bool:
         return isinstance(error, LLMUnavailableError) and attempt <= self.max_retries
@@ -413,6 +425,31 @@ async def _alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMRespons
     if response is None:  # pragma: no cover (every stream ends with its response)
         raise LLMError("the stream ended without a response")
     return response
+
+
+_KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk|key|api)[-_][A-Za-z0-9_-]{6,}")
+_PREFIXES = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
+
+
+def _without_prefixes(text: str) -> str:
+    """A provider's message without litellm's class-name prefixes ("litellm.BadRequestError: ...")."""
+    return _PREFIXES.sub("", text) or text
+
+
+def _cannot_connect(exc: BaseException) -> bool:
+    """Whether the connection itself failed (refused, unreachable, DNS), anywhere in the exception's chain."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if type(current).__name__ in _CONNECT_ERRORS:
+            return True
+        current = current.__cause__ or current.__context__
+    return False
+
+
+# httpx's and the socket layer's "no connection was made" (not a timeout or a dropped connection)
+_CONNECT_ERRORS = {"ConnectError", "ConnectionRefusedError", "gaierror"}
 
 
 def _first_line(exc: BaseException) -> str:

@@ -183,6 +183,7 @@ def test_connection_refused(fake_openai, signup, mode, closed_port, monkeypatch)
     monkeypatch.setattr(socket.socket, "connect", counting)
     error, _ = failed_turn(conversation, mode, None, LLMUnavailableError)
     assert error.attempts == ATTEMPTS and len(connects) == ATTEMPTS, connects
+    assert str(error) == f"openai/test-model: cannot connect to http://127.0.0.1:{closed_port}/v1"
 
 
 @pytest.mark.parametrize("mode", MODES)
@@ -192,6 +193,8 @@ def test_401_is_never_retried(fake_openai, signup, mode):
     fake_openai.add(HTTPError(401, body), ANSWER)
     error, requests = failed_turn(conversation, mode, fake_openai, LLMAuthError)
     assert requests == error.attempts == 1 and error.status_code == 401
+    assert str(error).startswith(f"openai/test-model at {fake_openai.url}: "), "names the model and the base URL"
+    assert "sk-test" not in str(error) and "Incorrect API key provided: ***" in str(error), "never the key"
 
 
 @pytest.mark.parametrize("mode", MODES)
