@@ -7,8 +7,8 @@ import re
 import pytest
 
 import llm_fsm
+from llm_fsm.authoring.diagram import LABEL_LIMIT, edge_label, short_logic, to_dot, to_mermaid
 from llm_fsm.definition import Transition
-from llm_fsm.graph import LABEL_LIMIT, edge_label, short_logic, to_dot, to_mermaid
 from tests.conftest import EXAMPLES, SIGNUP
 
 

@@ -226,7 +226,7 @@ def make_client(
 ) -> LLMClient:
     """The model a command talks to: a cassette, scripted replies, or litellm; recorded if asked."""
     if replay is not None:
-        from llm_fsm.cassette import ReplayLLM
+        from llm_fsm.testing.cassette import ReplayLLM
 
         try:
             return ReplayLLM(replay)
@@ -234,7 +234,7 @@ def make_client(
             fail(str(exc), 2)
     client = _model(model, api_base, api_key, stream)
     if record is not None:
-        from llm_fsm.cassette import RecordingLLM
+        from llm_fsm.testing.cassette import RecordingLLM
 
         return RecordingLLM(client, record)
     return client
@@ -244,7 +244,7 @@ def _model(model: str | None, api_base: str | None, api_key: str | None, stream:
     if not model:
         fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
     if model.startswith(SCRIPTED_PREFIX):
-        from llm_fsm.testing import ScriptedLLM
+        from llm_fsm.testing.scripted import ScriptedLLM
 
         path = model[len(SCRIPTED_PREFIX) :]
         try:

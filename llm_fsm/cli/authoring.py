@@ -20,7 +20,7 @@ from llm_fsm.cli import app, complete_definitions, fail, load_definition
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from llm_fsm.analysis import Diagnostic
+    from llm_fsm.authoring.analysis import Diagnostic
 
 
 class ReportFormat(StrEnum):
@@ -72,7 +72,7 @@ def validate(
 
 
 def _analyze(path: Path, strict: bool) -> list[Diagnostic]:
-    from llm_fsm.analysis import Diagnostic, analyze
+    from llm_fsm.authoring.analysis import Diagnostic, analyze
 
     try:
         return analyze(path, strict=strict)
@@ -148,7 +148,7 @@ def graph(
         fsm = load_definition(definition)
     except (RecursionError, ValueError) as exc:  # JSON the loader cannot even parse
         fail(f"{definition}: invalid JSON: {exc}", 2)
-    from llm_fsm.graph import to_dot, to_mermaid
+    from llm_fsm.authoring.diagram import to_dot, to_mermaid
 
     _write(to_dot(fsm) if output_format is GraphFormat.dot else to_mermaid(fsm), output)
 
@@ -165,7 +165,7 @@ def schema(
 def schema_text(*, tests: bool = False) -> str:
     """The JSON Schema as written to ``schema/fsm.schema.json`` (or ``fsm-test.schema.json``)."""
     if tests:
-        from llm_fsm.scenarios import json_schema as test_schema
+        from llm_fsm.testing.conversation_tests import json_schema as test_schema
 
         return json.dumps(test_schema(), indent=2, ensure_ascii=False) + "\n"
     from llm_fsm.definition import json_schema

@@ -36,10 +36,10 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.definition import FSMDefinition, State, Transition
 from llm_fsm.errors import Problem
 from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
-from llm_fsm.witness import condition_keys, find_witness
 
 Severity = Literal["error", "warning"]
 Source = str | os.PathLike[str] | Mapping[str, Any]

@@ -3,7 +3,7 @@
 ``covering_paths`` returns the shortest path from the initial state to each terminal state, plus,
 for every state those paths miss, the shortest path through it to a terminal state: together
 they visit every reachable state. ``skeleton`` turns them into a test file whose scripted replies
-come from :class:`~llm_fsm.simulation.SimulatedLLM`, so it runs offline as written.
+come from :class:`~llm_fsm.testing.simulation.SimulatedLLM`, so it runs offline as written.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ from collections import deque
 from pathlib import Path
 from typing import Any
 
+from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import FSMError
-from llm_fsm.simulation import SimulatedLLM
-from llm_fsm.witness import condition_keys, find_witness
+from llm_fsm.testing.simulation import SimulatedLLM
 
 
 def _edges(definition: FSMDefinition) -> dict[str, list[str]]:
