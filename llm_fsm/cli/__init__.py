@@ -346,4 +346,4 @@ def entry_point() -> None:
 
 
 # Commands defined in sibling modules register themselves on ``app`` when imported.
-from llm_fsm.cli import authoring, chat, conversations, testing  # noqa: E402, F401
+from llm_fsm.cli import authoring, chat, conversations, run_tests  # noqa: E402, F401

@@ -1,15 +1,14 @@
-"""``llm-fsm test`` (conversation tests from JSON files) and ``llm-fsm paths`` (paths and skeletons)."""
+"""``llm-fsm test``: run conversation tests (``*.test.json`` files), with coverage and JUnit reports."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from llm_fsm.cli import ApiBaseOption, ApiKeyOption, DefinitionArgument, app, fail, load_definition, make_client
+from llm_fsm.cli import ApiBaseOption, ApiKeyOption, app, fail, make_client
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
@@ -118,24 +117,3 @@ def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
         missing = ", ".join(sorted(row.states - row.covered_states)) or "-"
         table.add_row(str(row.definition.name), states, transitions, missing)
     console.print(table)
-
-
-@app.command()
-def paths(
-    definition: DefinitionArgument,
-    write_tests: Annotated[
-        Path | None, typer.Option("--write-tests", help="Write a test-file skeleton that walks the paths.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the simulated model's choices.")] = 0,
-) -> None:
-    """The shortest path to each terminal state (and through every state they miss)."""
-    from llm_fsm.authoring.paths import covering_paths, relative, skeleton
-
-    fsm = load_definition(definition)
-    for path in covering_paths(fsm):
-        typer.echo(" → ".join(path))
-    if write_tests is not None:
-        document = skeleton(fsm, relative(definition, write_tests.parent or "."), seed=seed)
-        write_tests.parent.mkdir(parents=True, exist_ok=True)
-        write_tests.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)
