@@ -16,7 +16,8 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llm_fsm.cli import app, complete_definitions, fail, load_definition
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import complete_definitions, load_definition
 
 if TYPE_CHECKING:
     from rich.text import Text

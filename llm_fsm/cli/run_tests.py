@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from llm_fsm.cli import ApiBaseOption, ApiKeyOption, app, fail, make_client
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import ApiBaseOption, ApiKeyOption, make_client
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
