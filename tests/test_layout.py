@@ -1,4 +1,5 @@
-"""The package's layout: no module imports one that imports it back, directly or through others.
+"""The package's layout (docs/architecture.md): no module imports one that imports it back, directly
+or through others, and each layer imports only the layers it may.
 
 Every import statement counts: top-level, inside functions and under ``if TYPE_CHECKING:``.
 ``from llm_fsm.x import y`` is an import of the module ``llm_fsm.x.y`` when there is one, else of
@@ -17,6 +18,15 @@ PACKAGE = Path(llm_fsm.__file__).parent
 
 # removed when the turn redesign lands: conversation.py and turn.py still import each other.
 ALLOWED_CYCLES = [{"llm_fsm.conversation", "llm_fsm.turn"}]
+
+# What each layer may import besides itself (the subpackages; every other module is the core).
+MAY_IMPORT = {
+    "core": set(),
+    "store": {"core"},
+    "authoring": {"core"},
+    "testing": {"core", "authoring"},
+    "cli": {"core", "store", "authoring", "testing"},
+}
 
 
 def module_name(path: Path) -> str:
@@ -52,6 +62,11 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in MAY_IMPORT else "core"
+
+
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
     seen, todo = set(), [start]
     while todo:
@@ -84,3 +99,13 @@ def test_the_cycle_finder_names_modules_that_import_each_other():
 def test_no_module_imports_one_that_imports_it_back():
     found = [cycle for cycle in cycles(import_graph()) if cycle not in ALLOWED_CYCLES]
     assert not found, "modules that import each other: " + "; ".join(" ↔ ".join(sorted(c)) for c in found)
+
+
+def test_each_layer_imports_only_what_it_may():
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer(target) != layer(module) and layer(target) not in MAY_IMPORT[layer(module)]
+    ]
+    assert not wrong, "; ".join(sorted(wrong))

@@ -236,7 +236,7 @@ def open_conversation(
     from llm_fsm.store.stored import StoredConversation
 
     try:
-        store, conversation_id = _keeping(store_url, conversation_id)
+        store, conversation_id = _where_kept(store_url, conversation_id)
         stored = StoredConversation(store, conversation_id, make, wait=wait)
         stored.load()
     except (StoreError, ConversationError) as exc:
@@ -244,11 +244,11 @@ def open_conversation(
     return stored
 
 
-def _keeping(store_url: str | None, conversation_id: str | None) -> tuple[Store, str]:
+def _where_kept(store_url: str | None, conversation_id: str | None) -> tuple[Store, str]:
     """Where the conversation is kept: the store and id named, else a memory store for as long as the command runs."""
     from llm_fsm.store import open_store
 
-    if store_url is None and conversation_id is None:
+    if store_url is None and conversation_id is None:  # kept for this run only, but its turns run the same way
         return open_store("memory:"), UNSTORED_ID
     store = open_store(store_url)
     if conversation_id is None:
