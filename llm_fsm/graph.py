@@ -1,172 +1,73 @@
-"""Text exports of a definition's state graph: Mermaid (``stateDiagram-v2``) and Graphviz DOT.
+"""The states of a definition as a directed graph: successors, reachable sets and shortest paths.
 
-Both draw the same picture: an arrow from the start to the initial state, one edge per transition
-labelled ``description (p10) [has email; age >= 18]``, and terminal states marked (an arrow to the
-end in Mermaid, a double circle in DOT). :func:`short_logic` writes a JsonLogic rule as a formula.
+The one walk that the loader (on raw data, before validation), the static analysis and the path
+finder share. Edges are a mapping from each state to its successors, so each caller says what an
+edge is: a transition's target, and for the analysis a fallback state too. Every walk visits each
+state and edge at most once.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Mapping
+from collections import deque
+from collections.abc import Collection, Iterable, Mapping
+from typing import TYPE_CHECKING
 
-from llm_fsm.definition import Condition, FSMDefinition, Transition
+if TYPE_CHECKING:
+    from llm_fsm.definition import FSMDefinition, State
 
-LABEL_LIMIT = 80
-ELLIPSIS = "…"
-
-_INFIX = frozenset({"==", "!=", "===", "!==", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "in"})
-_CALLS = frozenset({"if", "?:", "cat", "min", "max", "missing_some"})
-# Mermaid labels cannot hold these characters raw; its entity codes (#59;) render them.
-_MERMAID_ESCAPES = {":": "#58;", ";": "#59;", '"': "#quot;", "{": "#123;", "}": "#125;", "#": "#35;"}
-_DOT_START = "[start]"  # state ids are identifiers, so this node name never collides with one
+Edges = Mapping[str, Iterable[str]]
 
 
-# ---------------------------------------------------------------- labels
+def successors(definition: FSMDefinition, *, fallbacks: bool = False) -> dict[str, list[str]]:
+    """Each state's distinct targets in the order written; with ``fallbacks``, its ``fallback_state`` too."""
+    return {sid: _targets(state, fallbacks) for sid, state in definition.states.items()}
 
 
-def short_logic(rule: object) -> str:
-    """A JsonLogic rule as a short formula: ``{"==": [{"var": "x"}, 1]}`` → ``x == 1``."""
-    return _formula(rule, nested=False)
+def _targets(state: State, fallbacks: bool) -> list[str]:
+    targets = [t.target_state for t in state.transitions]
+    if fallbacks and state.fallback_state:
+        targets.append(state.fallback_state)
+    return list(dict.fromkeys(targets))
 
 
-def _formula(rule: object, *, nested: bool) -> str:
-    if isinstance(rule, list):
-        return "[" + ", ".join(_formula(item, nested=False) for item in rule) + "]"
-    if not isinstance(rule, Mapping):
-        return _constant(rule)
-    if len(rule) != 1:
-        return _compact(rule)
-    op, raw = next(iter(rule.items()))
-    args = list(raw) if isinstance(raw, list) else [raw]
-    text = _operation(str(op), args)
-    if text is None:
-        return _compact(rule)
-    grouped = op in ("and", "or") or op in _INFIX
-    return f"({text})" if nested and grouped and len(args) > 1 else text
+def predecessors(edges: Edges) -> dict[str, list[str]]:
+    """The same graph with every edge reversed."""
+    reverse: dict[str, list[str]] = {state: [] for state in edges}
+    for state, targets in edges.items():
+        for target in targets:
+            reverse[target].append(state)
+    return reverse
 
 
-def _operation(op: str, args: list[object]) -> str | None:
-    parts = [_formula(arg, nested=True) for arg in args]
-    if op == "var":
-        name = args[0] if args else ""
-        return str(name) if isinstance(name, (str, int)) else None
-    if op in ("and", "or"):
-        return f" {op} ".join(parts)
-    if op == "!":
-        return f"not {parts[0]}" if parts else None
-    if op == "!!":
-        return f"bool({parts[0]})" if parts else None
-    if op == "has_context":
-        names = args[0] if len(args) == 1 and isinstance(args[0], list) else args
-        return "has " + ", ".join(str(name) for name in names)
-    if op == "missing":
-        names = args[0] if len(args) == 1 and isinstance(args[0], list) else args
-        return "missing(" + ", ".join(str(name) for name in names) + ")"
-    if op in _INFIX and len(args) >= 2:
-        return f" {op} ".join(parts)
-    if op in _CALLS or op in ("-", "+", "*"):
-        return f"{op}(" + ", ".join(parts) + ")"
+def reachable(starts: Iterable[str], edges: Edges) -> set[str]:
+    """The states some path leads to from any of ``starts``, ``starts`` included."""
+    seen = set(starts)
+    todo = list(seen)
+    while todo:
+        for target in edges[todo.pop()]:
+            if target not in seen:
+                seen.add(target)
+                todo.append(target)
+    return seen
+
+
+def shortest_path(start: str, goals: Collection[str], edges: Edges) -> list[str] | None:
+    """The states of a path with the fewest moves from ``start`` to any of ``goals`` (breadth-first), or None."""
+    previous: dict[str, str | None] = {start: None}
+    queue = deque([start])
+    while queue:
+        state = queue.popleft()
+        if state in goals:
+            return _back_to_start(state, previous)
+        for target in edges[state]:
+            if target not in previous:
+                previous[target] = state
+                queue.append(target)
     return None
 
 
-def _constant(value: object) -> str:
-    if isinstance(value, str):
-        return "'" + value.replace("'", "\\'") + "'"
-    return _compact(value)
-
-
-def _compact(value: object) -> str:
-    return json.dumps(value, separators=(",", ":"), ensure_ascii=False)
-
-
-def condition_text(condition: Condition) -> str:
-    """A condition as a formula: ``has email`` for required keys, then its rule, joined by ``and``."""
-    parts = []
-    if condition.requires_context_keys:
-        parts.append("has " + ", ".join(condition.requires_context_keys))
-    if condition.logic is not None:
-        parts.append(short_logic(condition.logic))
-    return " and ".join(parts)
-
-
-def edge_label(transition: Transition, limit: int = LABEL_LIMIT) -> str:
-    """``description (p10) [has email; age >= 18]``, at most ``limit`` characters."""
-    conditions = "; ".join(text for c in transition.conditions if (text := condition_text(c)))
-    priority = f"(p{transition.priority})"
-    room = limit - len(priority) - 1
-    if conditions:
-        description = _shorten(transition.description, max(room // 2, room - len(conditions) - 3))
-        room -= len(description) + 1 if description else 0
-        tail = f"[{_shorten(conditions, room - 2)}]"
-        return " ".join(part for part in (description, priority, tail) if part)
-    description = _shorten(transition.description, room)
-    return f"{description} {priority}" if description else priority
-
-
-def _shorten(text: str, limit: int) -> str:
-    text = " ".join(text.split())  # newlines and runs of blanks become single spaces
-    if len(text) <= limit:
-        return text
-    return text[: max(limit - 1, 0)].rstrip() + ELLIPSIS
-
-
-# ---------------------------------------------------------------- Mermaid
-
-
-def to_mermaid(definition: FSMDefinition) -> str:
-    """The definition as a Mermaid ``stateDiagram-v2``."""
-    ids = _mermaid_ids(definition)
-    lines = ["stateDiagram-v2"]
-    lines += [f'    state "{sid}" as {alias}' for sid, alias in ids.items() if alias != sid]
-    lines.append(f"    [*] --> {ids[definition.initial_state]}")
-    for sid, state in definition.states.items():
-        for transition in state.transitions:
-            label = _mermaid_escape(edge_label(transition))
-            lines.append(f"    {ids[sid]} --> {ids[transition.target_state]}: {label}")
-    lines += [f"    {ids[sid]} --> [*]" for sid, state in definition.states.items() if state.terminal]
-    return "\n".join(lines) + "\n"
-
-
-def _mermaid_ids(definition: FSMDefinition) -> dict[str, str]:
-    """State id → Mermaid id. Mermaid's lexer reads an id starting with ``default`` as a keyword, so
-    such states get an alias (shown with their real id as the label)."""
-    ids = {}
-    for sid in definition.states:
-        alias = sid
-        while alias.lower().startswith("default") or (alias != sid and alias in definition.states):
-            alias = f"state_{alias}"
-        ids[sid] = alias
-    return ids
-
-
-def _mermaid_escape(text: str) -> str:
-    return "".join(_MERMAID_ESCAPES.get(char, char) for char in text)
-
-
-# ---------------------------------------------------------------- DOT
-
-
-def to_dot(definition: FSMDefinition) -> str:
-    """The definition as a Graphviz ``digraph``."""
-    lines = [
-        f"digraph {_dot_quote(definition.name)} {{",
-        "    rankdir=LR;",
-        '    node [shape=box, style=rounded, fontname="Helvetica"];',
-        '    edge [fontname="Helvetica", fontsize=10];',
-        f'    {_dot_quote(_DOT_START)} [shape=point, label=""];',
-    ]
-    lines += [f"    {_dot_quote(sid)} [shape=doublecircle];" for sid, s in definition.states.items() if s.terminal]
-    lines.append(f"    {_dot_quote(_DOT_START)} -> {_dot_quote(definition.initial_state)};")
-    for sid, state in definition.states.items():
-        for transition in state.transitions:
-            target, label = _dot_quote(transition.target_state), _dot_quote(edge_label(transition))
-            lines.append(f"    {_dot_quote(sid)} -> {target} [label={label}];")
-    lines.append("}")
-    return "\n".join(lines) + "\n"
-
-
-def _dot_quote(text: str) -> str:
-    """A DOT double-quoted string: backslashes and quotes escaped, line breaks as ``\\n``."""
-    escaped = text.replace("\\", "\\\\").replace('"', '\\"').replace("\r", "").replace("\n", "\\n")
-    return f'"{escaped}"'
+def _back_to_start(state: str, previous: Mapping[str, str | None]) -> list[str]:
+    path = [state]
+    while (before := previous[path[-1]]) is not None:
+        path.append(before)
+    return path[::-1]

@@ -24,6 +24,7 @@ from pydantic import ValidationError
 from llm_fsm import logic
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import DefinitionError, Problem
+from llm_fsm.graph import reachable
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -357,14 +358,8 @@ class _Reader:
                     self.error(path, f"{where + ': ' if where else ''}{message}", code="logic")
 
     def _check_terminal_reachable(self, initial: str, states: dict[str, Any]) -> None:
-        seen, todo = {initial}, [initial]
-        while todo:
-            targets = [_get(t, "target_state") for _, t in _list_items(_get(states.get(todo.pop()), "transitions"))]
-            for target in targets:
-                if isinstance(target, str) and target in states and target not in seen:
-                    seen.add(target)
-                    todo.append(target)
-        if not any(not _get(states[s], "transitions") for s in seen):
+        edges = {sid: _known_targets(state, states) for sid, state in states.items()}
+        if not any(not _get(states[s], "transitions") for s in reachable([initial], edges)):
             self.error(
                 ("initial_state",),
                 "no terminal state (a state without transitions) is reachable from the initial state",
@@ -376,6 +371,12 @@ class _Reader:
 def _printable(text: str) -> str:
     """``text`` with lone surrogates (which JSON escapes can make) written as escapes: terminals can print it."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _known_targets(state: Any, states: dict[str, Any]) -> list[str]:
+    """The states a raw state's transitions lead to, leaving out targets that name no state."""
+    targets = [_get(t, "target_state") for _, t in _list_items(_get(state, "transitions"))]
+    return [target for target in targets if isinstance(target, str) and target in states]
 
 
 def _get(obj: Any, key: str) -> Any:

@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from llm_fsm.analysis import Diagnostic, analyze
+from llm_fsm.authoring.analysis import Diagnostic, analyze
+from llm_fsm.authoring.condition_solver import find_witness
 from llm_fsm.definition import Transition
-from llm_fsm.witness import find_witness
 from tests.conftest import EXAMPLES, ROOT
 
 

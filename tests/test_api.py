@@ -9,22 +9,20 @@ import llm_fsm
 
 PUBLIC = [
     "Break",
-    "ConversationPaused",
-    "HandlerError",
-    "Hooks",
-    "Origin",
-    "PendingEvent",
-    "RefinementError",
-    "ResumeError",
+    "CassetteMismatch",
     "Condition",
+    "ConflictError",
     "Conversation",
     "ConversationEnded",
     "ConversationError",
+    "ConversationPaused",
     "DefinitionError",
     "DefinitionWarning",
     "Exchange",
     "FSMDefinition",
     "FSMError",
+    "HandlerError",
+    "Hooks",
     "LLMAuthError",
     "LLMClient",
     "LLMContextWindowError",
@@ -35,13 +33,20 @@ PUBLIC = [
     "LLMUnavailableError",
     "LiteLLMClient",
     "LogicError",
+    "Origin",
+    "PendingEvent",
     "Problem",
     "PromptBuilder",
     "PromptError",
     "PromptSettings",
+    "RefinementError",
     "Rejection",
+    "ReplyFormatError",
+    "ResumeError",
+    "ScriptExhausted",
     "Snapshot",
     "State",
+    "StoreError",
     "Transition",
     "TurnResult",
     "Usage",
@@ -54,6 +59,24 @@ def test_all_is_frozen():
     assert sorted(llm_fsm.__all__) == sorted(PUBLIC)
     for name in PUBLIC:
         assert hasattr(llm_fsm, name)
+
+
+def test_all_is_sorted_and_pinned_in_order():
+    assert sorted(PUBLIC) == PUBLIC
+    assert llm_fsm.__all__ == PUBLIC
+
+
+def test_every_public_name_loads_through_the_lazy_getattr():
+    for name in PUBLIC:
+        if name != "__version__":
+            assert llm_fsm.__getattr__(name) is getattr(llm_fsm, name)
+
+
+def test_every_error_class_is_public():
+    from llm_fsm import errors
+
+    classes = [value for value in vars(errors).values() if isinstance(value, type) and issubclass(value, Exception)]
+    assert len(classes) > 1 and {c.__name__ for c in classes} <= set(PUBLIC)
 
 
 def test_every_library_error_derives_from_fsm_error():

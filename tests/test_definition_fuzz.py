@@ -664,7 +664,7 @@ def _with_regex(pattern: str) -> bytes:
 
 
 def test_validate_analysis_is_linear_in_the_number_of_states(monkeypatch):
-    from llm_fsm import analysis
+    from llm_fsm.authoring import analysis
 
     calls = 0
     collects = analysis._collects

@@ -1,141 +1,67 @@
-"""Mermaid and DOT exports, and the short form of JsonLogic used in their edge labels."""
+"""The state graph walk shared by the loader, the analysis and the path finder."""
 
 from __future__ import annotations
 
-import re
-
-import pytest
+from collections.abc import Iterator, Mapping
 
 import llm_fsm
-from llm_fsm.definition import Transition
-from llm_fsm.graph import LABEL_LIMIT, edge_label, short_logic, to_dot, to_mermaid
-from tests.conftest import EXAMPLES, SIGNUP
+from llm_fsm.graph import predecessors, reachable, shortest_path, successors
+
+EDGES = {"a": ["b", "c"], "b": ["d"], "c": ["d", "a"], "d": [], "lonely": ["d"]}
 
 
-@pytest.mark.parametrize(
-    ("rule", "text"),
-    [
-        ({"==": [{"var": "x"}, 1]}, "x == 1"),
-        ({">=": [{"var": ["age", 0]}, 18]}, "age >= 18"),
-        ({"<=": [1, {"var": "n"}, 10]}, "1 <= n <= 10"),
-        ({"and": [{"==": [{"var": "a"}, "yes"]}, {"!": {"var": "b"}}]}, "(a == 'yes') and not b"),
-        ({"or": [{"var": "a"}, {"and": [{"var": "b"}, {"var": "c"}]}]}, "a or (b and c)"),
-        ({"in": [{"var": "country"}, ["US", "CA"]]}, "country in ['US', 'CA']"),
-        ({"has_context": "email"}, "has email"),
-        ({"has_context": ["name", "email"]}, "has name, email"),
-        ({"missing": ["x", "y"]}, "missing(x, y)"),
-        ({"==": [{"%": [{"var": "q"}, 1]}, 0]}, "(q % 1) == 0"),
-        ({"if": [{"var": "a"}, 1, 2]}, "if(a, 1, 2)"),
-        ({"!!": [{"var": "a"}]}, "bool(a)"),
-        (True, "true"),
-        ({"weird": 1, "two": 2}, '{"weird":1,"two":2}'),
-    ],
-)
-def test_short_logic(rule, text):
-    assert short_logic(rule) == text
+def definition(**states: dict) -> llm_fsm.FSMDefinition:
+    return llm_fsm.load({"name": "g", "initial_state": "a", "states": states})
 
 
-def transition(**fields) -> Transition:
-    return Transition.model_validate({"target_state": "done", **fields})
-
-
-def test_edge_label_has_description_priority_and_conditions():
-    t = transition(
-        description="Adult with email",
-        priority=10,
-        conditions=[
-            {"requires_context_keys": ["email"]},
-            {"description": "adult", "logic": {">=": [{"var": "age"}, 18]}},
-        ],
+def test_successors_are_distinct_targets_in_the_order_written_with_fallbacks_on_request():
+    fsm = definition(
+        a={"transitions": [{"target_state": "c"}, {"target_state": "b"}, {"target_state": "c"}]},
+        b={"transitions": [{"target_state": "c"}], "fallback_state": "a"},
+        c={},
     )
-    assert edge_label(t) == "Adult with email (p10) [has email; age >= 18]"
-    assert edge_label(transition()) == "(p100)"
+    assert successors(fsm) == {"a": ["c", "b"], "b": ["c"], "c": []}
+    assert successors(fsm, fallbacks=True)["b"] == ["c", "a"]
 
 
-def test_edge_labels_are_shortened_with_an_ellipsis():
-    long_rule = {"and": [{"==": [{"var": f"key_{i}"}, i]} for i in range(20)]}
-    t = transition(description="word " * 40, conditions=[{"logic": long_rule}])
-    label = edge_label(t)
-    assert len(label) <= LABEL_LIMIT and label.count("…") == 2 and "(p100)" in label and label.endswith("…]")
-    assert len(edge_label(transition(description="word " * 40))) <= LABEL_LIMIT
+def test_predecessors_reverse_every_edge():
+    assert predecessors(EDGES) == {"a": ["c"], "b": ["a"], "c": ["a"], "d": ["b", "c", "lonely"], "lonely": []}
 
 
-@pytest.fixture
-def signup() -> llm_fsm.FSMDefinition:
-    return llm_fsm.load(SIGNUP)
+def test_reachable_includes_the_starts_and_follows_cycles():
+    assert reachable(["a"], EDGES) == {"a", "b", "c", "d"}
+    assert reachable(["d"], EDGES) == {"d"}
+    assert reachable(["d", "lonely"], predecessors(EDGES)) == {"a", "b", "c", "d", "lonely"}
 
 
-def test_mermaid_marks_the_start_the_end_and_labels_edges(signup):
-    text = to_mermaid(signup)
-    lines = text.splitlines()
-    assert lines[0] == "stateDiagram-v2" and text.endswith("\n")
-    assert "    [*] --> ask_name" in lines
-    assert "    done --> [*]" in lines
-    (edge,) = [line for line in lines if line.startswith("    ask_email --> done")]
-    assert edge == "    ask_email --> done: The email is known and approved (p10) [has email#59; approved == true]"
-    assert len([line for line in lines if "-->" in line]) == 1 + 3 + 1  # start, three transitions, one end
+def test_shortest_path_takes_the_fewest_moves_and_the_first_written_on_a_tie():
+    assert shortest_path("a", {"d"}, EDGES) == ["a", "b", "d"]
+    assert shortest_path("c", {"b"}, EDGES) == ["c", "a", "b"]
+    assert shortest_path("a", {"a"}, EDGES) == ["a"]
+    assert shortest_path("d", {"a"}, EDGES) is None
 
 
-def test_mermaid_escapes_what_its_labels_cannot_hold():
-    t = {"target_state": "b", "description": 'Say "hi": {now}; # then\nmore'}
-    definition = llm_fsm.load({"name": "x", "initial_state": "a", "states": {"a": {"transitions": [t]}, "b": {}}})
-    (edge,) = [line for line in to_mermaid(definition).splitlines() if line.startswith("    a --> b")]
-    label = edge.split(": ", 1)[1]
-    assert not set(re.sub(r"#\w+;", "", label)) & set(':;"{}\n')  # Mermaid decodes #58; etc. before parsing
-    assert label.startswith("Say #quot;hi#quot;#58; #123;now#125;#59; #35; then more")
+class Counting(Mapping[str, list[str]]):
+    """Edges that count how often each state's successors are read."""
+
+    def __init__(self, edges: dict[str, list[str]]) -> None:
+        self.edges, self.reads = edges, dict.fromkeys(edges, 0)
+
+    def __getitem__(self, state: str) -> list[str]:
+        self.reads[state] += 1
+        return self.edges[state]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self.edges)
+
+    def __len__(self) -> int:
+        return len(self.edges)
 
 
-def test_mermaid_aliases_ids_its_lexer_would_read_as_a_keyword():
-    states = {"Default_route": {"transitions": [{"target_state": "done"}]}, "done": {}}
-    text = to_mermaid(llm_fsm.load({"name": "x", "initial_state": "Default_route", "states": states}))
-    assert '    state "Default_route" as state_Default_route\n    [*] --> state_Default_route\n' in text
-    assert "    state_Default_route --> done: (p100)\n" in text
-
-
-def dot_tokens(text: str) -> list[str]:
-    """Quoted strings (escapes resolved), identifiers and punctuation; fails on an unterminated string."""
-    pattern = re.compile(r'"((?:[^"\\]|\\.)*)"|([A-Za-z_][\w.]*|-?[0-9.]+)|(->|[{}\[\];=,])|(\s+)', re.DOTALL)
-    tokens, position = [], 0
-    while position < len(text):
-        match = pattern.match(text, position)
-        assert match, f"unexpected DOT text at {position}: {text[position : position + 20]!r}"
-        if match.group(1) is not None:
-            tokens.append("STR:" + re.sub(r"\\(.)", r"\1", match.group(1)))
-        elif match.group(4) is None:
-            tokens.append(match.group(0))
-        position = match.end()
-    return tokens
-
-
-def test_dot_is_well_formed_and_marks_start_and_terminal_states(signup):
-    text = to_dot(signup)
-    tokens = dot_tokens(text)
-    assert tokens[:3] == ["digraph", "STR:signup", "{"] and tokens[-1] == "}"
-    assert tokens.count("{") == tokens.count("}") == 1
-    assert '"[start]" [shape=point, label=""];' in text
-    assert '"[start]" -> "ask_name";' in text
-    assert '"done" [shape=doublecircle];' in text and '"ask_name" [shape=doublecircle]' not in text
-    assert (
-        '"ask_email" -> "done" [label="The email is known and approved (p10) [has email; approved == true]"];' in text
-    )
-
-
-def test_dot_escapes_quotes_backslashes_and_newlines():
-    t = {"target_state": "b", "description": 'Say "hi" \\ then\nmore'}
-    definition = llm_fsm.load(
-        {"name": 'my "bot"', "initial_state": "a", "states": {"a": {"transitions": [t]}, "b": {}}}
-    )
-    tokens = dot_tokens(to_dot(definition))
-    assert 'STR:my "bot"' in tokens
-    assert 'STR:Say "hi" \\ then more (p100)' in tokens
-
-
-@pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
-def test_every_example_exports(path):
-    definition = llm_fsm.load(path)
-    mermaid, dot = to_mermaid(definition), to_dot(definition)
-    transitions = sum(len(s.transitions) for s in definition.states.values())
-    assert sum(" --> " in line and "[*]" not in line for line in mermaid.splitlines()) == transitions
-    labels = [t[4:] for t in dot_tokens(dot) if t.startswith("STR:")]
-    assert all(len(label) <= LABEL_LIMIT for label in labels)
-    assert dot.count(" -> ") == transitions + 1
+def test_walks_read_each_state_once():
+    n = 2000
+    chain = {f"s{i}": [f"s{j}" for j in range(i + 1, min(i + 4, n))] for i in range(n)}
+    for walk in (lambda e: reachable(["s0"], e), lambda e: shortest_path("s0", {f"s{n - 1}"}, e)):
+        edges = Counting(chain)
+        walk(edges)
+        assert max(edges.reads.values()) == 1

@@ -13,12 +13,11 @@ import pytest
 from typer.testing import CliRunner
 
 import llm_fsm
-from llm_fsm.cassette import CassetteMismatch, RecordingLLM, ReplayLLM
+from llm_fsm.authoring.paths import covering_paths
 from llm_fsm.cli import app
-from llm_fsm.paths import covering_paths, skeleton
-from llm_fsm.scenarios import coverage, json_schema, junit_xml, run_files
-from llm_fsm.simulation import SimulatedLLM
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing import CassetteMismatch, RecordingLLM, ReplayLLM, ScriptedLLM, SimulatedLLM
+from llm_fsm.testing.conversation_tests import coverage, json_schema, junit_xml, run_files
+from llm_fsm.testing.skeleton import skeleton
 from tests.conftest import EXAMPLES, ROOT, reply
 from tests.test_chat import OPEN
 

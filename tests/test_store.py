@@ -19,7 +19,7 @@ import pytest
 import llm_fsm
 from llm_fsm.engine import Exchange
 from llm_fsm.errors import ConflictError, StoreError
-from llm_fsm.store import advance, open_store
+from llm_fsm.store import StoredConversation, advance, open_store
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import ROOT, reply
 
@@ -173,6 +173,28 @@ def test_advance_creates_continues_and_saves_nothing_on_failure(store):
     with pytest.raises(llm_fsm.LLMError):
         advance(store, "u1", definition, ScriptedLLM([llm_fsm.LLMUnavailableError("down")]), "again")
     assert store.load("u1") == before
+
+
+def test_a_stored_conversation_takes_up_turns_another_writer_saved():
+    definition = llm_fsm.load(CHAT)
+    llm = ScriptedLLM([reply("chat", f"reply {i}") for i in range(3)])
+
+    def make(snapshot):
+        return (
+            llm_fsm.Conversation(definition, llm)
+            if snapshot is None
+            else llm_fsm.Conversation.restore(snapshot, definition, llm)
+        )
+
+    store = open_store("memory:")
+    mine, theirs = StoredConversation(store, "c", make), StoredConversation(store, "c", make)
+    assert not mine.load().history and mine.is_new
+    mine.run(lambda c: c.start())
+    theirs.run(lambda c: c.send("from the other terminal"))
+    result = mine.run(lambda c: c.send("mine"))
+    assert (result.turn, store.load("c").version, mine.is_new) == (2, 3, False)
+    mine.replace(make(None))
+    assert (store.load("c").snapshot.turns, store.load("c").version) == (0, 4)
 
 
 def test_restore_names_what_changed_in_the_definition():

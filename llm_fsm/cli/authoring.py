@@ -1,4 +1,4 @@
-"""Authoring commands: ``validate`` (static analysis), ``graph`` (Mermaid or DOT) and ``schema``.
+"""Authoring commands: ``validate`` (static analysis), ``graph`` (Mermaid or DOT), ``schema`` and ``paths``.
 
 They work on files alone and never import litellm, so they start fast and run offline. ``validate``
 exits 1 when a file has errors (or warnings, with ``--strict``); ``graph`` exits 2 on a definition
@@ -8,6 +8,7 @@ that does not load; usage errors exit 2.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Sequence
 from enum import StrEnum
 from pathlib import Path
@@ -15,12 +16,13 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llm_fsm.cli import app, complete_definitions, fail, load_definition
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import complete_definitions, load_definition
 
 if TYPE_CHECKING:
     from rich.text import Text
 
-    from llm_fsm.analysis import Diagnostic
+    from llm_fsm.authoring.analysis import Diagnostic
 
 
 class ReportFormat(StrEnum):
@@ -72,7 +74,7 @@ def validate(
 
 
 def _analyze(path: Path, strict: bool) -> list[Diagnostic]:
-    from llm_fsm.analysis import Diagnostic, analyze
+    from llm_fsm.authoring.analysis import Diagnostic, analyze
 
     try:
         return analyze(path, strict=strict)
@@ -132,7 +134,7 @@ def _style(diagnostics: Sequence[Diagnostic]) -> str:
     return "yellow" if diagnostics else "green"
 
 
-# ---------------------------------------------------------------- graph and schema
+# ---------------------------------------------------------------- graph, schema and paths
 
 
 @app.command()
@@ -148,7 +150,7 @@ def graph(
         fsm = load_definition(definition)
     except (RecursionError, ValueError) as exc:  # JSON the loader cannot even parse
         fail(f"{definition}: invalid JSON: {exc}", 2)
-    from llm_fsm.graph import to_dot, to_mermaid
+    from llm_fsm.authoring.diagram import to_dot, to_mermaid
 
     _write(to_dot(fsm) if output_format is GraphFormat.dot else to_mermaid(fsm), output)
 
@@ -165,7 +167,7 @@ def schema(
 def schema_text(*, tests: bool = False) -> str:
     """The JSON Schema as written to ``schema/fsm.schema.json`` (or ``fsm-test.schema.json``)."""
     if tests:
-        from llm_fsm.scenarios import json_schema as test_schema
+        from llm_fsm.testing.conversation_tests import json_schema as test_schema
 
         return json.dumps(test_schema(), indent=2, ensure_ascii=False) + "\n"
     from llm_fsm.definition import json_schema
@@ -181,3 +183,30 @@ def _write(text: str, output: Path | None) -> None:
         output.write_text(text, encoding="utf-8")
     except OSError as exc:
         fail(f"cannot write {output}: {exc.strerror or exc}", 2)
+
+
+@app.command()
+def paths(
+    definition: DefinitionArgument,
+    write_tests: Annotated[
+        Path | None, typer.Option("--write-tests", help="Write a test-file skeleton that walks the paths.")
+    ] = None,
+    seed: Annotated[int, typer.Option(help="Seed of the simulated model's choices.")] = 0,
+) -> None:
+    """The shortest path to each terminal state (and through every state they miss)."""
+    from llm_fsm.authoring.paths import covering_paths
+    from llm_fsm.testing.skeleton import skeleton
+
+    fsm = load_definition(definition)
+    for path in covering_paths(fsm):
+        typer.echo(" → ".join(path))
+    if write_tests is not None:
+        document = skeleton(fsm, _relative(definition, write_tests.parent or "."), seed=seed)
+        write_tests.parent.mkdir(parents=True, exist_ok=True)
+        write_tests.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)
+
+
+def _relative(target: Path, start: Path | str) -> str:
+    """``target`` as the test file will name it: relative to the folder the file is written in."""
+    return os.path.relpath(target.resolve(), Path(start).resolve())

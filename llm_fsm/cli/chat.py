@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.text import Text
 
 import llm_fsm
-from llm_fsm.cli import (
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import (
     ApiBaseOption,
     ApiKeyOption,
     ConversationOption,
@@ -31,22 +32,21 @@ from llm_fsm.cli import (
     ShowSecretsOption,
     StoreOption,
     WaitOption,
-    app,
     complete_states,
     conversation_factory,
-    fail,
     load_definition,
     load_hooks,
     make_client,
     masker,
+    open_conversation,
 )
 from llm_fsm.errors import FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
-    from llm_fsm.cli.session import Tracked
     from llm_fsm.conversation import Conversation, StreamEvent
     from llm_fsm.engine import Snapshot
+    from llm_fsm.store.stored import StoredConversation
     from llm_fsm.turn import TurnResult
 
 console = Console(highlight=False)
@@ -80,7 +80,7 @@ class ChatSession:
 
     def __init__(
         self,
-        tracked: Tracked,
+        tracked: StoredConversation,
         make: Callable[[Snapshot | None], Conversation],
         mask: Callable[[dict[str, Any]], dict[str, Any]] = lambda context: context,
     ) -> None:
@@ -359,7 +359,6 @@ def chat(
     record: RecordOption = None,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
-    from llm_fsm.cli.session import track
     from llm_fsm.loader import did_you_mean
 
     fsm = load_definition(definition)
@@ -372,7 +371,7 @@ def chat(
     _warm_up(llm)
 
     make = conversation_factory(fsm, llm, registry, state=state, context=initial_context)
-    session = ChatSession(track(make, store, conversation, wait), make, masker(fsm, show_secrets))
+    session = ChatSession(open_conversation(make, store, conversation, wait), make, masker(fsm, show_secrets))
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{fsm.name}[/] · {model} · /help for commands, Ctrl-D to leave")

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from llm_fsm.cli import StoreOption, app, fail
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import StoreOption
 from llm_fsm.errors import StoreError
 
 if TYPE_CHECKING:

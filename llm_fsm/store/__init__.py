@@ -11,24 +11,32 @@ URL                    store
 
 :func:`advance` runs one turn of a stored conversation: it locks it, loads it (or creates it),
 runs the turn and saves the result with a version check, so two turns never interleave.
+:class:`StoredConversation` runs that same turn for a conversation object kept between turns
+(the terminal commands keep theirs so).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 from urllib.parse import unquote, urlparse
 
-from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import StoreError
-from llm_fsm.llm import LLMClient
 from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, check_id
-from llm_fsm.turn import TurnResult
+from llm_fsm.store.stored import StoredConversation, advance
 
-__all__ = ["DEFAULT_WAIT", "Info", "Record", "Store", "advance", "check_id", "default_url", "home", "open_store"]
+__all__ = [
+    "DEFAULT_WAIT",
+    "Info",
+    "Record",
+    "Store",
+    "StoredConversation",
+    "advance",
+    "check_id",
+    "default_url",
+    "home",
+    "open_store",
+]
 
 
 def home() -> Path:
@@ -64,33 +72,3 @@ def open_store(url: str | None = None) -> Store:
             raise StoreError("the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'") from None
         return RedisStore(url)
     raise StoreError(f"unknown store URL {url!r}: use memory:, file:///dir, sqlite:///path.db or redis://host:port/db")
-
-
-def advance(
-    store: Store,
-    conversation_id: str,
-    definition: FSMDefinition,
-    llm: LLMClient,
-    text: str | None,
-    *,
-    wait: float = DEFAULT_WAIT,
-    action: Callable[[Conversation], TurnResult] | None = None,
-    **options: Any,
-) -> TurnResult:
-    """One turn of a stored conversation: lock, load or create, send ``text`` (None: start), save.
-
-    ``action`` replaces the default turn (e.g. ``lambda c: c.resume(token, result)``). A turn that
-    fails saves nothing. :class:`ConflictError` if the conversation stays locked for ``wait`` seconds.
-    """
-    with store.lock(conversation_id, timeout=wait):
-        record = store.load(conversation_id)
-        if record is None:
-            conversation = Conversation(definition, llm, **options)
-        else:
-            conversation = Conversation.restore(record.snapshot, definition, llm, **options)
-        if action is not None:
-            result = action(conversation)
-        else:
-            result = conversation.start() if text is None else conversation.send(text)
-        store.save(conversation_id, conversation.snapshot(), expected_version=record.version if record else 0)
-    return result

@@ -119,7 +119,7 @@ def scaling() -> None:
     import warnings
 
     import llm_fsm
-    from llm_fsm.analysis import find_warnings
+    from llm_fsm.authoring.analysis import find_warnings
 
     print("\nstatic analysis on reachable chains (load, find_warnings):")
     for states in (1_000, 2_000, 5_000):

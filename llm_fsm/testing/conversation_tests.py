@@ -23,7 +23,7 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import DefinitionError, FSMError, Problem
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
 from llm_fsm.loader import load
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
 
 Reply = dict[str, Any] | str

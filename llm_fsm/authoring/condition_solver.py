@@ -1,7 +1,8 @@
 """Can transitions hold together? Search for a context on which all of them hold (a witness).
 
-Used by ``validate`` to warn about equal-priority transitions that compete. A witness returned is
-real (the engine's own condition check accepts it); None only means that none was found.
+Used by ``validate`` to warn about equal-priority transitions that compete, and by the simulated
+model and test skeletons to find values that make a move valid. A witness returned is real (the
+engine's own condition check accepts it); None only means that none was found.
 """
 
 from __future__ import annotations

@@ -18,8 +18,8 @@ from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
-from llm_fsm.scenarios import CaseOutcome, discover, failure_text, run_files
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing.conversation_tests import CaseOutcome, discover, failure_text, run_files
+from llm_fsm.testing.scripted import ScriptedLLM
 
 Replies = Iterable[dict[str, Any] | str | BaseException]
 

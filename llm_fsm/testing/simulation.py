@@ -14,11 +14,11 @@ import random
 from collections.abc import AsyncIterator, Iterator, Sequence
 from typing import Any
 
+from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.definition import FSMDefinition, Transition
 from llm_fsm.engine import check_values, model_writable_keys
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 from llm_fsm.prompt import OPENING_REQUEST
-from llm_fsm.witness import condition_keys, find_witness
 
 
 class SimulatedLLM:

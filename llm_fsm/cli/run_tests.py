@@ -1,20 +1,20 @@
-"""``llm-fsm test`` (conversation tests from JSON files) and ``llm-fsm paths`` (paths and skeletons)."""
+"""``llm-fsm test``: run conversation tests (``*.test.json`` files), with coverage and JUnit reports."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 from rich.console import Console
 
-from llm_fsm.cli import ApiBaseOption, ApiKeyOption, DefinitionArgument, app, fail, load_definition, make_client
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import ApiBaseOption, ApiKeyOption, make_client
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.llm import LLMClient
-    from llm_fsm.scenarios import CaseOutcome
+    from llm_fsm.testing.conversation_tests import CaseOutcome
 
 console = Console(highlight=False)
 
@@ -38,7 +38,7 @@ def test(
     ] = False,
 ) -> None:
     """Run conversation tests; exit 0 only when every case passes."""
-    from llm_fsm.scenarios import discover, failure_text, junit_xml, run_files
+    from llm_fsm.testing.conversation_tests import discover, failure_text, junit_xml, run_files
 
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -83,7 +83,7 @@ def _print_steps(outcome: CaseOutcome) -> None:
 def _model_factory(model: str | None, api_base: str | None, api_key: str | None, replay: Path | None):  # type: ignore[no-untyped-def]
     """What answers the steps that carry no scripted reply (None: such steps fail)."""
     if replay is not None:
-        from llm_fsm.cassette import ReplayLLM
+        from llm_fsm.testing.cassette import ReplayLLM
 
         try:
             cassette = ReplayLLM(replay)
@@ -91,7 +91,7 @@ def _model_factory(model: str | None, api_base: str | None, api_key: str | None,
             fail(str(exc), 2)
         return lambda definition: cassette
     if model == "simulated":
-        from llm_fsm.simulation import SimulatedLLM
+        from llm_fsm.testing.simulation import SimulatedLLM
 
         def simulated(definition: FSMDefinition) -> LLMClient:
             return SimulatedLLM(definition)
@@ -106,7 +106,7 @@ def _model_factory(model: str | None, api_base: str | None, api_key: str | None,
 def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
     from rich.table import Table
 
-    from llm_fsm.scenarios import coverage
+    from llm_fsm.testing.conversation_tests import coverage
 
     table = Table("definition", "states", "transitions", "states never reached")
     for row in coverage(outcomes):
@@ -118,24 +118,3 @@ def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
         missing = ", ".join(sorted(row.states - row.covered_states)) or "-"
         table.add_row(str(row.definition.name), states, transitions, missing)
     console.print(table)
-
-
-@app.command()
-def paths(
-    definition: DefinitionArgument,
-    write_tests: Annotated[
-        Path | None, typer.Option("--write-tests", help="Write a test-file skeleton that walks the paths.")
-    ] = None,
-    seed: Annotated[int, typer.Option(help="Seed of the simulated model's choices.")] = 0,
-) -> None:
-    """The shortest path to each terminal state (and through every state they miss)."""
-    from llm_fsm.paths import covering_paths, relative, skeleton
-
-    fsm = load_definition(definition)
-    for path in covering_paths(fsm):
-        typer.echo(" → ".join(path))
-    if write_tests is not None:
-        document = skeleton(fsm, relative(definition, write_tests.parent or "."), seed=seed)
-        write_tests.parent.mkdir(parents=True, exist_ok=True)
-        write_tests.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
-        typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)

@@ -1,4 +1,4 @@
-"""Test doubles for people who build on llm_fsm: a scripted model that records what it was asked.
+"""A scripted model that records what it was asked: the test double for code built on llm_fsm.
 
 >>> llm = ScriptedLLM([{"transition": {"target_state": "greet", "context_update": {}}, "message": "Hi!"}])
 """
@@ -15,7 +15,7 @@ from typing import Any
 from llm_fsm.errors import ScriptExhausted
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 
-__all__ = ["ScriptExhausted", "ScriptedLLM", "reply"]
+__all__ = ["ScriptedLLM", "reply"]
 
 
 def reply(target_state: str, message: str, **context_update: Any) -> dict[str, Any]:

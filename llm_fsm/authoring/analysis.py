@@ -36,10 +36,11 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
+from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.definition import FSMDefinition, State, Transition
 from llm_fsm.errors import Problem
+from llm_fsm.graph import predecessors, reachable, successors
 from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
-from llm_fsm.witness import condition_keys, find_witness
 
 Severity = Literal["error", "warning"]
 Source = str | os.PathLike[str] | Mapping[str, Any]
@@ -180,32 +181,13 @@ class _Graph:
     def __init__(self, definition: FSMDefinition) -> None:
         self.definition = definition
         # A fallback state (where failed checks lead) is reached from its state like a transition target.
-        self.edges = {
-            sid: {t.target_state for t in s.transitions} | ({s.fallback_state} if s.fallback_state else set())
-            for sid, s in definition.states.items()
-        }
-        self.reverse: dict[str, set[str]] = {sid: set() for sid in definition.states}
-        for sid, targets in self.edges.items():
-            for target in targets:
-                self.reverse[target].add(sid)
-        self.reachable = _closure({definition.initial_state}, self.edges)
-        self.finishing = _closure({sid for sid, s in definition.states.items() if s.terminal}, self.reverse)
-
-    def on_paths_to(self, sid: str) -> set[str]:
-        """States on some path from the initial state to ``sid``, ``sid`` included."""
-        return _closure({sid}, self.reverse) & self.reachable
+        self.edges = successors(definition, fallbacks=True)
+        self.reverse = predecessors(self.edges)
+        self.reachable = reachable([definition.initial_state], self.edges)
+        self.finishing = reachable([sid for sid, s in definition.states.items() if s.terminal], self.reverse)
 
     def self_loop_only(self, sid: str) -> bool:
-        return self.edges[sid] == {sid}
-
-
-def _closure(start: set[str], edges: Mapping[str, set[str]]) -> set[str]:
-    seen, todo = set(start), list(start)
-    while todo:
-        for nxt in edges[todo.pop()] - seen:
-            seen.add(nxt)
-            todo.append(nxt)
-    return seen
+        return self.edges[sid] == [sid]
 
 
 def _unreachable_states(graph: _Graph) -> Iterator[Finding]:
@@ -267,7 +249,7 @@ def _keys_never_set(graph: _Graph) -> Iterator[Finding]:
     # A key is collected on a path to a state when the state is downstream of a reachable state that
     # collects it: one forward closure per key (linear), not one backward search per state.
     collected = {
-        key: _closure({s for s in graph.reachable if _collects(definition.states[s], key)}, graph.edges)
+        key: reachable([s for s in graph.reachable if _collects(definition.states[s], key)], graph.edges)
         for key in needed
     }
     for sid, state in definition.states.items():

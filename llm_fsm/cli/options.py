@@ -1,0 +1,262 @@
+"""The options commands share, their shell completion, and what commands build from them.
+
+A definition (``load_definition``), a ``Hooks`` object (``--hooks``), the model (``--model``,
+``--record``, ``--replay``), the conversation (``conversation_factory``, and ``open_conversation`` for
+``--store``/``--conversation``/``--wait``) and how displays mask secrets (``--show-secrets``).
+Each exits with a one-line error when what was given cannot be used.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import uuid
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+import llm_fsm
+from llm_fsm.cli.main import fail
+from llm_fsm.errors import ConversationError, DefinitionError, LLMError, StoreError
+from llm_fsm.hooks import Hooks
+from llm_fsm.llm import LiteLLMClient, LLMClient
+
+if TYPE_CHECKING:
+    # The modules that build pydantic models or import Jinja load inside the commands that use them:
+    # "llm-fsm --help" and the authoring commands never pay for what they do not run.
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.engine import Snapshot
+    from llm_fsm.store.base import Store
+    from llm_fsm.store.stored import StoredConversation
+
+SCRIPTED_PREFIX = "scripted:"
+UNSTORED_ID = "terminal"  # the id of a conversation kept only while the command runs
+
+
+def complete_definitions(incomplete: str) -> list[str]:
+    """Shell completion: ``*.json`` files and folders in the current folder (or the one typed so far)."""
+    folder, prefix = os.path.split(incomplete)
+    try:
+        entries = sorted(Path(folder or ".").iterdir())
+    except OSError:
+        return []
+    names = []
+    for entry in entries:
+        if not entry.name.startswith(prefix) or (entry.name.startswith(".") and not prefix.startswith(".")):
+            continue
+        if entry.is_dir():
+            names.append(os.path.join(folder, entry.name) + "/")
+        elif entry.suffix == ".json":
+            names.append(os.path.join(folder, entry.name))
+    return names
+
+
+def complete_states(ctx: typer.Context, args: list[str], incomplete: str) -> list[str]:
+    """Shell completion: the state ids of the definition given earlier on the command line."""
+    # While completing an option's value, click may leave the positional argument unparsed in args.
+    path = ctx.params.get("definition") or next((a for a in ctx.args if a.endswith(".json")), None)
+    if not path:
+        return []
+    from llm_fsm.loader import inspect
+
+    report = inspect(path)
+    states = report.definition.states if report.definition else {}
+    return [state for state in states if state.startswith(incomplete)]
+
+
+DefinitionArgument = Annotated[
+    Path,
+    typer.Argument(help="The definition JSON file.", show_default=False, autocompletion=complete_definitions),
+]
+ModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        "-m",
+        envvar="LLM_FSM_MODEL",
+        show_envvar=True,
+        help=f"litellm model name (e.g. openai/gpt-4o-mini), or {SCRIPTED_PREFIX}FILE for scripted replies.",
+    ),
+]
+ApiBaseOption = Annotated[
+    str | None, typer.Option("--api-base", envvar="LLM_FSM_API_BASE", show_envvar=True, help="Provider base URL.")
+]
+ApiKeyOption = Annotated[
+    str | None, typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, help="Provider API key.")
+]
+HooksOption = Annotated[
+    str | None,
+    typer.Option(
+        "--hooks",
+        envvar="LLM_FSM_HOOKS",
+        help="A Hooks object of handlers and checks: MODULE:NAME or FILE.py:NAME.",
+    ),
+]
+StoreOption = Annotated[
+    str | None,
+    typer.Option("--store", envvar="LLM_FSM_STORE", help="Where conversations are kept: sqlite:///x.db, file:///dir, "
+                 "redis://host:port/db (default: SQLite under $LLM_FSM_HOME)."),
+]  # fmt: skip
+ConversationOption = Annotated[
+    str | None, typer.Option("--conversation", "-c", help="Continue (or start) the stored conversation with this id.")
+]
+WaitOption = Annotated[
+    float, typer.Option("--wait", min=0, help="Seconds to wait for a conversation another process is using.")
+]
+RecordOption = Annotated[
+    Path | None, typer.Option("--record", help="Record every model call to this cassette file (JSON).")
+]
+ReplayOption = Annotated[
+    Path | None, typer.Option("--replay", help="Answer from this cassette instead of a model (no network).")
+]
+ShowSecretsOption = Annotated[
+    bool, typer.Option("--show-secrets", help="Show secret-looking context values (masked by default).")
+]
+
+
+def load_definition(path: Path) -> llm_fsm.FSMDefinition:
+    """Load or exit 2, printing each problem (and each warning) as one line on stderr."""
+    from llm_fsm.loader import DefinitionWarning
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", DefinitionWarning)
+        try:
+            definition = llm_fsm.load(path)
+        except DefinitionError as exc:
+            for problem in exc.problems:
+                typer.echo(f"error: {problem}", err=True)
+            raise typer.Exit(2) from None
+    for warning in caught:
+        typer.echo(f"warning: {warning.message}", err=True)
+    return definition
+
+
+def load_hooks(spec: str | None) -> Hooks:
+    """The ``Hooks`` object named by ``module:name`` or ``path/to/file.py:name`` (exit 2 if it cannot be)."""
+    if not spec:
+        return Hooks()
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        fail(f"--hooks takes MODULE:NAME or FILE.py:NAME, not {spec!r}", 2)
+    try:
+        module = _import_module(where)
+    except Exception as exc:  # the user's module failed to import: say so in one line
+        fail(f"cannot import {where}: {type(exc).__name__}: {exc}", 2)
+    hooks = getattr(module, name, None)
+    if not isinstance(hooks, Hooks):
+        fail(f"{spec} is not a llm_fsm.Hooks object (found {type(hooks).__name__})", 2)
+    return hooks
+
+
+def _import_module(where: str) -> Any:
+    import importlib
+    import importlib.util
+
+    if where.endswith(".py"):
+        spec = importlib.util.spec_from_file_location(Path(where).stem, where)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"{where} is not a Python file")
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+        return module
+    sys.path.insert(0, os.getcwd())
+    return importlib.import_module(where)
+
+
+def make_client(
+    model: str | None,
+    api_base: str | None,
+    api_key: str | None,
+    *,
+    stream: bool = False,
+    record: Path | None = None,
+    replay: Path | None = None,
+) -> LLMClient:
+    """The model a command talks to: a cassette, scripted replies, or litellm; recorded if asked."""
+    if replay is not None:
+        from llm_fsm.testing.cassette import ReplayLLM
+
+        try:
+            return ReplayLLM(replay)
+        except LLMError as exc:
+            fail(str(exc), 2)
+    client = _model(model, api_base, api_key, stream)
+    if record is not None:
+        from llm_fsm.testing.cassette import RecordingLLM
+
+        return RecordingLLM(client, record)
+    return client
+
+
+def _model(model: str | None, api_base: str | None, api_key: str | None, stream: bool) -> LLMClient:
+    if not model:
+        fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
+    if model.startswith(SCRIPTED_PREFIX):
+        from llm_fsm.testing.scripted import ScriptedLLM
+
+        path = model[len(SCRIPTED_PREFIX) :]
+        try:
+            return ScriptedLLM.from_file(path)
+        except (OSError, ValueError) as exc:
+            fail(f"cannot read scripted replies {path}: {exc}", 2)
+    return LiteLLMClient(model, api_base=api_base, api_key=api_key, quiet=True, stream=stream)
+
+
+def conversation_factory(
+    fsm: llm_fsm.FSMDefinition, llm: LLMClient, hooks: Hooks, *, state: str | None = None,
+    context: dict[str, Any] | None = None, **options: Any,
+) -> Callable[[Snapshot | None], Conversation]:  # fmt: skip
+    """Makes new (None) or restored conversations; exits 2 when the definition names unregistered
+    handlers or checks, or a stored conversation ran on a different definition."""
+
+    def make(snapshot: Snapshot | None) -> Conversation:
+        from llm_fsm.conversation import Conversation
+
+        try:
+            if snapshot is None:
+                return Conversation(fsm, llm, state, context, hooks=hooks, **options)
+            return Conversation.restore(snapshot, fsm, llm, hooks=hooks, **options)
+        except DefinitionError as exc:
+            for problem in exc.problems:
+                typer.echo(f"error: {problem}", err=True)
+        except ConversationError as exc:
+            typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2)
+
+    return make
+
+
+def open_conversation(
+    make: Callable[[Snapshot | None], Conversation], store_url: str | None, conversation_id: str | None, wait: float
+) -> StoredConversation:
+    """The conversation a command works on, loaded (exit 2 if it cannot be)."""
+    from llm_fsm.store.stored import StoredConversation
+
+    try:
+        store, conversation_id = _where_kept(store_url, conversation_id)
+        stored = StoredConversation(store, conversation_id, make, wait=wait)
+        stored.load()
+    except (StoreError, ConversationError) as exc:
+        fail(str(exc), 2)
+    return stored
+
+
+def _where_kept(store_url: str | None, conversation_id: str | None) -> tuple[Store, str]:
+    """Where the conversation is kept: the store and id named, else a memory store for as long as the command runs."""
+    from llm_fsm.store import open_store
+
+    if store_url is None and conversation_id is None:  # kept for this run only, but its turns run the same way
+        return open_store("memory:"), UNSTORED_ID
+    store = open_store(store_url)
+    if conversation_id is None:
+        conversation_id = uuid.uuid4().hex[:12]
+        typer.echo(f"conversation: {conversation_id} (continue it with --conversation {conversation_id})", err=True)
+    return store, conversation_id
+
+
+def masker(definition: llm_fsm.FSMDefinition, show_secrets: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    """How displays show a context: secret-looking values masked, unless --show-secrets."""
+    return (lambda context: context) if show_secrets else definition.masked

@@ -1,0 +1,110 @@
+"""``llm-fsm run``: a conversation from lines of input, one JSON line for the opening and for each turn."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Annotated, Any, TextIO
+
+import typer
+
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import (
+    ApiBaseOption,
+    ApiKeyOption,
+    ConversationOption,
+    DefinitionArgument,
+    HooksOption,
+    ModelOption,
+    RecordOption,
+    ReplayOption,
+    ShowSecretsOption,
+    StoreOption,
+    WaitOption,
+    conversation_factory,
+    load_definition,
+    load_hooks,
+    make_client,
+    masker,
+    open_conversation,
+)
+from llm_fsm.errors import ConversationError, FSMError, LLMError, StoreError
+
+if TYPE_CHECKING:
+    from llm_fsm.store.stored import StoredConversation
+    from llm_fsm.turn import TurnResult
+
+
+@app.command()
+def run(
+    definition: DefinitionArgument,
+    model: ModelOption = None,
+    api_base: ApiBaseOption = None,
+    api_key: ApiKeyOption = None,
+    input: Annotated[
+        str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")
+    ] = "-",
+    history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
+    max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
+    hooks: HooksOption = None,
+    store: StoreOption = None,
+    conversation: ConversationOption = None,
+    wait: WaitOption = 30.0,
+    show_secrets: ShowSecretsOption = False,
+    record: RecordOption = None,
+    replay: ReplayOption = None,
+) -> None:
+    """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
+    from llm_fsm.prompt import PromptBuilder, PromptSettings
+
+    fsm = load_definition(definition)
+    registry = load_hooks(hooks)
+    llm = make_client(model, api_base, api_key, record=record, replay=replay)
+    builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
+    make = conversation_factory(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
+    tracked = open_conversation(make, store, conversation, wait)
+    try:
+        stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
+    except OSError as exc:
+        fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
+    with stream:
+        _converse(tracked, stream, masker(fsm, show_secrets))
+
+
+def _converse(tracked: StoredConversation, stream: TextIO, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    if tracked.conversation.ended:
+        fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
+    try:
+        if tracked.is_new:
+            _emit(tracked.run(lambda c: c.start()), mask)
+        for line in _lines(stream):
+            if tracked.conversation.ended or tracked.conversation.paused:
+                break
+            _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]
+        conversation = tracked.conversation
+        if conversation.paused and conversation.pending is not None:
+            typer.echo(f"paused: {conversation.pending.reason} (resume it with the Python API or in chat)", err=True)
+    except LLMError as exc:
+        fail(f"model call failed: {exc}", 1)
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+    except (ConversationError, StoreError) as exc:
+        fail(str(exc), 1)
+    except FSMError as exc:
+        fail(str(exc), 2)
+
+
+def _lines(stream: TextIO) -> Iterator[str]:
+    for line in stream:
+        if line.strip():
+            yield line.rstrip("\r\n")
+
+
+def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    line = result.to_dict()
+    line["context"], line["context_updates"] = mask(line["context"]), mask(line["context_updates"])
+    if line["pending"]:
+        line["pending"]["payload"] = mask(line["pending"]["payload"])
+    sys.stdout.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.flush()

@@ -1,0 +1,105 @@
+"""A conversation kept in a store: each turn runs under its lock, on the newest version, and is saved.
+
+This is the one place a stored turn is written: lock, load, take up a newer version saved by
+someone else, run the turn, save with a version check. :func:`advance` (one call per turn, for
+servers) and the terminal commands' ``--conversation`` both go through :class:`StoredConversation`,
+so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, TypeVar
+
+from llm_fsm.conversation import Conversation
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.engine import Snapshot
+from llm_fsm.llm import LLMClient
+from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
+from llm_fsm.turn import TurnResult
+
+T = TypeVar("T")
+Make = Callable[[Snapshot | None], Conversation]  # None: a new conversation; else one restored from it
+
+
+class StoredConversation:
+    """The conversation stored under ``conversation_id``, built by ``make`` when it is first used."""
+
+    def __init__(self, store: Store, conversation_id: str, make: Make, *, wait: float = DEFAULT_WAIT) -> None:
+        self.store = store
+        self.id = conversation_id
+        self.make = make
+        self.wait = wait
+        self.version = 0  # of the stored snapshot the conversation continues; 0: nothing stored yet
+        self._conversation: Conversation | None = None
+
+    @property
+    def conversation(self) -> Conversation:
+        """The conversation as this object last saw it (loaded on first use)."""
+        if self._conversation is None:
+            self.load()
+        assert self._conversation is not None
+        return self._conversation
+
+    @property
+    def is_new(self) -> bool:
+        """Whether nothing was stored under the id when the conversation was last loaded or saved."""
+        return self.version == 0
+
+    def load(self) -> Conversation:
+        """Read the stored conversation without the lock (to show it before a turn); a new one if none is stored."""
+        self._take_up(self.store.load(self.id))
+        return self.conversation
+
+    def run(self, action: Callable[[Conversation], T]) -> T:
+        """``action`` on the newest stored version, under the conversation's lock, then a version-checked save."""
+        with self.store.lock(self.id, timeout=self.wait):
+            record = self.store.load(self.id)
+            if self._conversation is None or (record is not None and record.version != self.version):
+                self._take_up(record)  # first use, or another process took a turn since
+            result = action(self.conversation)
+            self._save()
+        return result
+
+    def replace(self, conversation: Conversation) -> None:
+        """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one."""
+        with self.store.lock(self.id, timeout=self.wait):
+            record = self.store.load(self.id)
+            self._conversation, self.version = conversation, record.version if record else 0
+            self._save()
+
+    def _take_up(self, record: Record | None) -> None:
+        self._conversation = self.make(None if record is None else record.snapshot)
+        self.version = record.version if record is not None else 0
+
+    def _save(self) -> None:
+        snapshot = self.conversation.snapshot()
+        self.version = self.store.save(self.id, snapshot, expected_version=self.version)
+
+
+def advance(
+    store: Store,
+    conversation_id: str,
+    definition: FSMDefinition,
+    llm: LLMClient,
+    text: str | None,
+    *,
+    wait: float = DEFAULT_WAIT,
+    action: Callable[[Conversation], TurnResult] | None = None,
+    **options: Any,
+) -> TurnResult:
+    """One turn of a stored conversation: lock, load or create, send ``text`` (None: start), save.
+
+    ``action`` replaces the default turn (e.g. ``lambda c: c.resume(token, result)``). A turn that
+    fails saves nothing. :class:`ConflictError` if the conversation stays locked for ``wait`` seconds.
+    """
+
+    def make(snapshot: Snapshot | None) -> Conversation:
+        if snapshot is None:
+            return Conversation(definition, llm, **options)
+        return Conversation.restore(snapshot, definition, llm, **options)
+
+    def turn(conversation: Conversation) -> TurnResult:
+        return conversation.start() if text is None else conversation.send(text)
+
+    return StoredConversation(store, conversation_id, make, wait=wait).run(action or turn)

@@ -1,0 +1,71 @@
+"""Test files written from a definition's paths, runnable offline as written.
+
+:func:`skeleton` makes one case per path of :func:`~llm_fsm.authoring.paths.covering_paths`: the
+simulated model walks the path, and its replies and the states reached become the case's steps
+and expectations (``llm-fsm paths --write-tests FILE``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_fsm.authoring.condition_solver import condition_keys, find_witness
+from llm_fsm.authoring.paths import covering_paths
+from llm_fsm.conversation import Conversation
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.errors import FSMError
+from llm_fsm.testing.simulation import SimulatedLLM
+
+
+def skeleton(definition: FSMDefinition, definition_path: str, seed: int = 0) -> dict[str, Any]:
+    """A test file: one case per covering path, replies from the simulated model, expected states."""
+    cases = [_case(definition, definition_path, path, seed) for path in covering_paths(definition)]
+    return {"$schema": "../../schema/fsm-test.schema.json", "cases": [case for case in cases if case is not None]}
+
+
+def _case(definition: FSMDefinition, definition_path: str, path: list[str], seed: int) -> dict[str, Any] | None:
+    """The case that walks ``path``, or None when the simulated model cannot follow it to its end."""
+    context = _code_keys(definition, path)
+    llm = SimulatedLLM(definition, path=path, seed=seed)
+    conversation = Conversation(definition, llm, context=context)
+    try:
+        steps = _walk(conversation, llm, path)
+    except FSMError:
+        return None
+    if conversation.state != path[-1]:
+        return None
+    case: dict[str, Any] = {"name": " → ".join(path), "definition": definition_path}
+    if context:
+        case["context"] = context
+    case["steps"] = steps
+    return case
+
+
+def _walk(conversation: Conversation, llm: SimulatedLLM, path: list[str]) -> list[dict[str, Any]]:
+    """The opening, then a step per user message until the path's last state (two per state at most)."""
+    opening = conversation.start()
+    steps: list[dict[str, Any]] = [{"user": None, "reply": llm.replies[-1], "expect": {"state": opening.state}}]
+    for n in range(len(path) * 2):
+        if conversation.ended or conversation.state == path[-1]:
+            break
+        text = f"(user message {n + 1})"
+        result = conversation.send(text)
+        expect: dict[str, Any] = {"state": result.state, "max_llm_calls": 1}
+        if result.ended:
+            expect["status"] = "ended"
+        steps.append({"user": text, "reply": llm.replies[-1], "expect": expect})
+    return steps
+
+
+def _code_keys(definition: FSMDefinition, path: list[str]) -> dict[str, Any]:
+    """Values for keys only code sets that the path's moves need (a case sets them up front)."""
+    protected = set(definition.handler_only_keys)
+    needed: dict[str, Any] = {}
+    for source, target in zip(path, path[1:], strict=False):
+        for transition in definition.states[source].transitions:
+            keys = {k.split(".")[0] for c in transition.conditions for k in condition_keys(c)}
+            if transition.target_state != target or not keys & protected:
+                continue
+            witness = find_witness([transition]) or {}
+            needed.update({k: v for k, v in witness.items() if k in protected})
+    return needed

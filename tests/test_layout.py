@@ -1,0 +1,111 @@
+"""The package's layout (docs/architecture.md): no module imports one that imports it back, directly
+or through others, and each layer imports only the layers it may.
+
+Every import statement counts: top-level, inside functions and under ``if TYPE_CHECKING:``.
+``from llm_fsm.x import y`` is an import of the module ``llm_fsm.x.y`` when there is one, else of
+``llm_fsm.x``; importing a package is importing its ``__init__``.
+"""
+
+from __future__ import annotations
+
+import ast
+from collections.abc import Iterator
+from pathlib import Path
+
+import llm_fsm
+
+PACKAGE = Path(llm_fsm.__file__).parent
+
+# removed when the turn redesign lands: conversation.py and turn.py still import each other.
+ALLOWED_CYCLES = [{"llm_fsm.conversation", "llm_fsm.turn"}]
+
+# What each layer may import besides itself (the subpackages; every other module is the core).
+MAY_IMPORT = {
+    "core": set(),
+    "store": {"core"},
+    "authoring": {"core"},
+    "testing": {"core", "authoring"},
+    "cli": {"core", "store", "authoring", "testing"},
+}
+
+
+def module_name(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def imported_names(tree: ast.AST, package: str) -> Iterator[tuple[str, str | None]]:
+    """(module, name) for each import: ``import a.b`` gives ("a.b", None), ``from a import b`` ("a", "b")."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            yield from ((alias.name, None) for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: resolved against the importing module's package
+                anchor = package.split(".")[: len(package.split(".")) - node.level + 1]
+                base = ".".join([*anchor, base] if base else anchor)
+            yield from ((base, alias.name) for alias in node.names)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of llm_fsm → the modules of llm_fsm it imports."""
+    files = {module_name(path): path for path in PACKAGE.rglob("*.py")}
+    graph: dict[str, set[str]] = {}
+    for module, path in files.items():
+        package = module if path.name == "__init__.py" else module.rpartition(".")[0]
+        targets = set()
+        for base, name in imported_names(ast.parse(path.read_text(encoding="utf-8")), package):
+            target = f"{base}.{name}" if f"{base}.{name}" in files else base
+            if target in files and target != module:
+                targets.add(target)
+        graph[module] = targets
+    return graph
+
+
+def layer(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if len(parts) > 1 and parts[1] in MAY_IMPORT else "core"
+
+
+def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        for target in graph[todo.pop()] - seen:
+            seen.add(target)
+            todo.append(target)
+    return seen
+
+
+def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
+    """The strongly connected components of more than one module: the modules that import each other."""
+    reach = {module: reachable(graph, module) for module in graph}
+    components = {frozenset({m, *(n for n in reach[m] if m in reach[n])}) for m in graph}
+    return sorted((set(c) for c in components if len(c) > 1), key=sorted)
+
+
+def test_the_import_graph_sees_every_kind_of_import():
+    graph = import_graph()
+    assert "llm_fsm.cli.main" in graph["llm_fsm.cli.run"]  # top level
+    assert "llm_fsm.store.stored" in graph["llm_fsm.cli.options"]  # in a function and under TYPE_CHECKING
+    assert "llm_fsm.logic" in graph["llm_fsm.engine"]  # from llm_fsm import logic: the module
+    assert "llm_fsm.cli" not in graph["llm_fsm.cli.chat"]
+
+
+def test_the_cycle_finder_names_modules_that_import_each_other():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert cycles(graph) == [{"a", "b", "c"}]
+
+
+def test_no_module_imports_one_that_imports_it_back():
+    found = [cycle for cycle in cycles(import_graph()) if cycle not in ALLOWED_CYCLES]
+    assert not found, "modules that import each other: " + "; ".join(" ↔ ".join(sorted(c)) for c in found)
+
+
+def test_each_layer_imports_only_what_it_may():
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if layer(target) != layer(module) and layer(target) not in MAY_IMPORT[layer(module)]
+    ]
+    assert not wrong, "; ".join(sorted(wrong))
