@@ -307,7 +307,7 @@ class LiteLLMClient:
 
     def _scrubbed(self, text: str) -> str:
         """``text`` without the API key (providers quote it back in auth errors) or anything shaped like one."""
-        if self.api_key:
+        if self.api_key and len(self.api_key) >= 8:  # a shorter "key" is a placeholder; replacing it mangles text
             text = text.replace(self.api_key, "***")
         return _KEY_SHAPED.sub("***", text)
 

@@ -189,12 +189,12 @@ def test_connection_refused(fake_openai, signup, mode, closed_port, monkeypatch)
 @pytest.mark.parametrize("mode", MODES)
 def test_401_is_never_retried(fake_openai, signup, mode):
     conversation = opened(signup, fake_openai, mode)
-    body = {"error": {"message": "Incorrect API key provided: sk-test", "type": "invalid_request_error"}}
+    body = {"error": {"message": "Incorrect API key provided: sk-proj-A1b2C3d4E5", "type": "invalid_request_error"}}
     fake_openai.add(HTTPError(401, body), ANSWER)
     error, requests = failed_turn(conversation, mode, fake_openai, LLMAuthError)
     assert requests == error.attempts == 1 and error.status_code == 401
     assert str(error).startswith(f"openai/test-model at {fake_openai.url}: "), "names the model and the base URL"
-    assert "sk-test" not in str(error) and "Incorrect API key provided: ***" in str(error), "never the key"
+    assert "A1b2C3d4E5" not in str(error) and "Incorrect API key provided: ***" in str(error), "never the key"
 
 
 @pytest.mark.parametrize("mode", MODES)
