@@ -9,6 +9,7 @@ retry runs under ours, and we retry only what can succeed on a second try.
 
 from __future__ import annotations
 
+import logging
 import os
 import random
 import re
@@ -27,6 +28,7 @@ from llm_fsm.errors import (
 )
 
 Message = dict[str, str]
+logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
 
 
 @dataclass(frozen=True)
@@ -327,10 +329,7 @@ class _Attempt:
         self.client = client
         self.number = number
         self.started = False
-
-    @property
-    def delay(self) -> float:
-        return self.client._delay(self.number)
+        self.delay = client._delay(number)  # before a retry (jittered once, so the notice tells the truth)
 
     def passed(self, item: str | LLMResponse) -> str | LLMResponse:
         """``item`` goes to the caller: from now on a failure is raised, not retried."""
@@ -346,6 +345,8 @@ class _Attempt:
         error = self.client._translate(exc, self.number)
         if self.started or not self.client._should_retry(error, self.number):
             raise error from exc
+        retries = self.client.max_retries
+        logger.warning("%s; retry %d of %d in %.1f s", error, self.number, retries, self.delay)
         return True
 
 

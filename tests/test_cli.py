@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from llm_fsm.cli import app
 from tests.conftest import ROOT, SIGNUP, reply
-from tests.fake_openai import HTTPError
+from tests.fake_openai import Hang, HTTPError
 
 runner = CliRunner()
 
@@ -176,3 +176,45 @@ def test_cli_shim_behaves_as_the_console_script(files):
     )
     assert done.returncode == 0, done.stderr
     assert [t["state"] for t in lines(done.stdout)] == ["ask_name", "ask_email", "done"]
+
+
+def test_provider_options_reach_the_model_call(files, fake_openai):
+    fake_openai.add(Hang(3), json.dumps(SCRIPT[0]))
+    args = ["run", str(files[0]), "-m", "openai/x", "--api-base", fake_openai.url, "--api-key", "k",
+            "--timeout", "0.5", "--max-retries", "1", "--temperature", "0.3"]  # fmt: skip
+    result = runner.invoke(app, args, input="")
+    assert result.exit_code == 0, result.output
+    assert lines(result.stdout)[0]["message"] == SCRIPT[0]["message"], "the second attempt answered"
+    assert [r["temperature"] for r in fake_openai.requests] == [0.3, 0.3]
+    notes = [line for line in result.stderr.splitlines() if line.startswith("note:")]
+    assert len(notes) == 1 and "retry 1 of 1" in notes[0] and "openai/x at " in notes[0], result.stderr
+
+
+def test_a_hanging_provider_fails_within_the_timeout_given(files, fake_openai, monkeypatch):
+    fake_openai.add(Hang(30))
+    monkeypatch.setenv("LLM_FSM_TIMEOUT", "0.3")
+    monkeypatch.setenv("LLM_FSM_MAX_RETRIES", "0")
+    args = ["run", str(files[0]), "-m", "openai/x", "--api-base", fake_openai.url, "--api-key", "k"]
+    result = runner.invoke(app, args, input="")
+    assert result.exit_code == 1 and result.stderr.startswith("error: model call failed: openai/x at ")
+    assert result.stderr.count("\n") == 1 and len(fake_openai.requests) == 1
+
+
+def test_connection_refused_says_cannot_connect(files):
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}/v1"
+    args = ["run", str(files[0]), "-m", "openai/x", "--api-base", url, "--api-key", "k", "--max-retries", "0"]
+    result = runner.invoke(app, args, input="")
+    assert result.exit_code == 1
+    assert result.stderr == f"error: model call failed: openai/x: cannot connect to {url}\n"
+
+
+@pytest.mark.parametrize("command", ["run", "chat", "test"])
+def test_every_model_command_takes_the_provider_options(command):
+    text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
+    for option in ("--timeout", "--max-retries", "--temperature", "LLM_FSM_TIMEOUT", "LLM_FSM_MAX_RETRIES"):
+        assert option in text, f"{command} --help lacks {option}"

@@ -27,10 +27,14 @@ from llm_fsm.cli.options import (
     ConversationOption,
     DefinitionArgument,
     HooksOption,
+    MaxRetriesOption,
     ModelOption,
+    Provider,
     RecordOption,
     ShowSecretsOption,
     StoreOption,
+    TemperatureOption,
+    TimeoutOption,
     WaitOption,
     complete_states,
     conversation_factory,
@@ -347,6 +351,9 @@ def chat(
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = 60.0,
+    max_retries: MaxRetriesOption = 2,
+    temperature: TemperatureOption = None,
     state: Annotated[
         str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
     ] = None,
@@ -367,7 +374,8 @@ def chat(
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
-    llm = make_client(model, api_base, api_key, stream=True, record=record)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    llm = make_client(model, provider, stream=True, record=record)
     _warm_up(llm)
 
     make = conversation_factory(fsm, llm, registry, state=state, context=initial_context)

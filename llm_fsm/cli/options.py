@@ -13,6 +13,7 @@ import sys
 import uuid
 import warnings
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -87,6 +88,21 @@ ApiBaseOption = Annotated[
 ApiKeyOption = Annotated[
     str | None, typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, help="Provider API key.")
 ]
+TimeoutOption = Annotated[
+    float,
+    typer.Option("--timeout", min=0.1, envvar="LLM_FSM_TIMEOUT", show_envvar=True,
+                 help="Seconds to wait for each model call before it counts as failed."),
+]  # fmt: skip
+MaxRetriesOption = Annotated[
+    int,
+    typer.Option("--max-retries", min=0, envvar="LLM_FSM_MAX_RETRIES", show_envvar=True,
+                 help="Retries of a model call after a timeout, connection error, 429 or 5xx."),
+]  # fmt: skip
+TemperatureOption = Annotated[
+    float | None,
+    typer.Option("--temperature", min=0.0, max=2.0, envvar="LLM_FSM_TEMPERATURE", show_envvar=True,
+                 help="Sampling temperature (default: the provider's)."),
+]  # fmt: skip
 HooksOption = Annotated[
     str | None,
     typer.Option(
@@ -166,10 +182,21 @@ def _import_module(where: str) -> Any:
     return importlib.import_module(where)
 
 
+@dataclass(frozen=True)
+class Provider:
+    """How to reach the model: what ``--api-base``, ``--api-key``, ``--timeout``, ``--max-retries`` and
+    ``--temperature`` say."""
+
+    api_base: str | None = None
+    api_key: str | None = None
+    timeout: float = 60.0
+    max_retries: int = 2
+    temperature: float | None = None
+
+
 def make_client(
     model: str | None,
-    api_base: str | None,
-    api_key: str | None,
+    provider: Provider,
     *,
     stream: bool = False,
     record: Path | None = None,
@@ -183,7 +210,7 @@ def make_client(
             return ReplayLLM(replay)
         except LLMError as exc:
             fail(str(exc), 2)
-    client = _model(model, api_base, api_key, stream)
+    client = _model(model, provider, stream)
     if record is not None:
         from llm_fsm.testing.cassette import RecordingLLM
 
@@ -191,7 +218,7 @@ def make_client(
     return client
 
 
-def _model(model: str | None, api_base: str | None, api_key: str | None, stream: bool) -> LLMClient:
+def _model(model: str | None, provider: Provider, stream: bool) -> LLMClient:
     if not model:
         fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
     if model.startswith(SCRIPTED_PREFIX):
@@ -202,7 +229,21 @@ def _model(model: str | None, api_base: str | None, api_key: str | None, stream:
             return ScriptedLLM.from_file(path)
         except (OSError, ValueError) as exc:
             fail(f"cannot read scripted replies {path}: {exc}", 2)
-    return LiteLLMClient(model, api_base=api_base, api_key=api_key, quiet=True, stream=stream)
+    notify_retries()
+    return LiteLLMClient(model, **vars(provider), quiet=True, stream=stream)
+
+
+def notify_retries() -> None:
+    """Show the client's retry notices on stderr, so a slow or failing provider is not silence."""
+    import logging
+
+    class Notes(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            typer.echo(f"note: {record.getMessage()}", err=True)  # the current stderr, even under CliRunner
+
+    logger = logging.getLogger("llm_fsm.llm")
+    if not any(type(h).__name__ == "Notes" for h in logger.handlers):
+        logger.addHandler(Notes(logging.WARNING))
 
 
 def conversation_factory(

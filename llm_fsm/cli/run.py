@@ -16,11 +16,15 @@ from llm_fsm.cli.options import (
     ConversationOption,
     DefinitionArgument,
     HooksOption,
+    MaxRetriesOption,
     ModelOption,
+    Provider,
     RecordOption,
     ReplayOption,
     ShowSecretsOption,
     StoreOption,
+    TemperatureOption,
+    TimeoutOption,
     WaitOption,
     conversation_factory,
     load_definition,
@@ -42,6 +46,9 @@ def run(
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = 60.0,
+    max_retries: MaxRetriesOption = 2,
+    temperature: TemperatureOption = None,
     input: Annotated[
         str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")
     ] = "-",
@@ -60,7 +67,8 @@ def run(
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
-    llm = make_client(model, api_base, api_key, record=record, replay=replay)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = conversation_factory(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
     tracked = open_conversation(make, store, conversation, wait)

@@ -9,7 +9,15 @@ import typer
 from rich.console import Console
 
 from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import ApiBaseOption, ApiKeyOption, make_client
+from llm_fsm.cli.options import (
+    ApiBaseOption,
+    ApiKeyOption,
+    MaxRetriesOption,
+    Provider,
+    TemperatureOption,
+    TimeoutOption,
+    make_client,
+)
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
@@ -28,6 +36,9 @@ def test(
     ] = None,
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = 60.0,
+    max_retries: MaxRetriesOption = 2,
+    temperature: TemperatureOption = None,
     replay: Annotated[Path | None, typer.Option("--replay", help="Answer unscripted steps from this cassette.")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Run each case this many times (for real models).")] = 1,
     min_pass: Annotated[int | None, typer.Option("--min-pass", min=1, help="Runs of a case that must pass.")] = None,
@@ -48,7 +59,8 @@ def test(
         fail("no test files found (test files are named *.test.json)", 2)
     if min_pass is not None and min_pass > repeat:
         fail(f"--min-pass {min_pass} is more than --repeat {repeat}", 2)
-    outcomes = run_files(files, _model_factory(model, api_base, api_key, replay), repeat=repeat, min_pass=min_pass)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    outcomes = run_files(files, _model_factory(model, provider, replay), repeat=repeat, min_pass=min_pass)
     for outcome in outcomes:
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
@@ -80,7 +92,7 @@ def _print_steps(outcome: CaseOutcome) -> None:
         console.print(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", markup=False, style="dim")
 
 
-def _model_factory(model: str | None, api_base: str | None, api_key: str | None, replay: Path | None):  # type: ignore[no-untyped-def]
+def _model_factory(model: str | None, provider: Provider, replay: Path | None):  # type: ignore[no-untyped-def]
     """What answers the steps that carry no scripted reply (None: such steps fail)."""
     if replay is not None:
         from llm_fsm.testing.cassette import ReplayLLM
@@ -98,7 +110,7 @@ def _model_factory(model: str | None, api_base: str | None, api_key: str | None,
 
         return simulated
     if model:
-        client = make_client(model, api_base, api_key)
+        client = make_client(model, provider)
         return lambda definition: client
     return None
 
