@@ -9,7 +9,7 @@ URL                    store
 ``redis://host:port``  many stateless workers, one Redis server (``pip install llm-fsm-runtime[redis]``)
 =====================  ==================================================================
 
-:func:`advance` runs one turn of a stored conversation: it locks it, loads it (or creates it),
+:func:`advance` (or ``await`` :func:`aadvance`) runs one turn of a stored conversation: it locks it, loads it (or creates it),
 runs the turn and saves the result with a version check, so two turns never interleave.
 :class:`StoredConversation` runs that same turn for a conversation object kept between turns
 (the terminal commands keep theirs so).
@@ -23,7 +23,7 @@ from urllib.parse import unquote, urlparse
 
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, check_id
-from llm_fsm.store.stored import StoredConversation, advance
+from llm_fsm.store.stored import StoredConversation, aadvance, advance
 
 __all__ = [
     "DEFAULT_WAIT",
@@ -31,6 +31,7 @@ __all__ = [
     "Record",
     "Store",
     "StoredConversation",
+    "aadvance",
     "advance",
     "check_id",
     "default_url",

@@ -8,7 +8,7 @@ so two turns of one conversation never interleave and no turn is lost. A turn th
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 from llm_fsm.conversation import Conversation
@@ -54,11 +54,17 @@ class StoredConversation:
     def run(self, action: Callable[[Conversation], T]) -> T:
         """``action`` on the newest stored version, under the conversation's lock, then a version-checked save."""
         with self.store.lock(self.id, timeout=self.wait):
-            record = self.store.load(self.id)
-            if self._conversation is None or (record is not None and record.version != self.version):
-                self._take_up(record)  # first use, or another process took a turn since
+            self._catch_up(self.store.load(self.id))
             result = action(self.conversation)
-            self._save()
+            self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
+        return result
+
+    async def arun(self, action: Callable[[Conversation], Awaitable[T]]) -> T:
+        """The async form of :meth:`run`: ``action`` returns an awaitable (``lambda c: c.asend(text)``)."""
+        async with self.store.alock(self.id, timeout=self.wait):
+            self._catch_up(await self.store.aload(self.id))
+            result = await action(self.conversation)
+            self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 
     def replace(self, conversation: Conversation) -> None:
@@ -66,15 +72,16 @@ class StoredConversation:
         with self.store.lock(self.id, timeout=self.wait):
             record = self.store.load(self.id)
             self._conversation, self.version = conversation, record.version if record else 0
-            self._save()
+            self.version = self.store.save(self.id, conversation.snapshot(), expected_version=self.version)
+
+    def _catch_up(self, record: Record | None) -> None:
+        if self._conversation is None or (record is not None and record.version != self.version):
+            self._take_up(record)  # first use, or another process took a turn since
 
     def _take_up(self, record: Record | None) -> None:
         self._conversation = self.make(None if record is None else record.snapshot)
         self.version = record.version if record is not None else 0
 
-    def _save(self) -> None:
-        snapshot = self.conversation.snapshot()
-        self.version = self.store.save(self.id, snapshot, expected_version=self.version)
 
 
 def advance(
@@ -93,13 +100,33 @@ def advance(
     ``action`` replaces the default turn (e.g. ``lambda c: c.resume(token, result)``). A turn that
     fails saves nothing. :class:`ConflictError` if the conversation stays locked for ``wait`` seconds.
     """
+    stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
+    return stored.run(action or (lambda c: c.start() if text is None else c.send(text)))
 
+
+async def aadvance(
+    store: Store,
+    conversation_id: str,
+    definition: FSMDefinition,
+    llm: LLMClient,
+    text: str | None,
+    *,
+    wait: float = DEFAULT_WAIT,
+    action: Callable[[Conversation], Awaitable[TurnResult]] | None = None,
+    **options: Any,
+) -> TurnResult:
+    """The async form of :func:`advance` (``action``, if given, returns an awaitable: ``lambda c: c.aresume(...)``).
+
+    Waiting for the lock takes no thread: many tasks on one conversation take their turns one after another.
+    """
+    stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
+    return await stored.arun(action or (lambda c: c.astart() if text is None else c.asend(text)))
+
+
+def _maker(definition: FSMDefinition, llm: LLMClient, options: dict[str, Any]) -> Make:
     def make(snapshot: Snapshot | None) -> Conversation:
         if snapshot is None:
             return Conversation(definition, llm, **options)
         return Conversation.restore(snapshot, definition, llm, **options)
 
-    def turn(conversation: Conversation) -> TurnResult:
-        return conversation.start() if text is None else conversation.send(text)
-
-    return StoredConversation(store, conversation_id, make, wait=wait).run(action or turn)
+    return make
