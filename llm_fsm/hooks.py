@@ -186,6 +186,8 @@ class Hooks:
 
     def async_names(self) -> list[str]:
         """The async handlers and checks registered here (only the async API can run them)."""
+        if not self.handlers and not self.checks:
+            return []
         handlers = [f"handler '{h.name}'" for h in self.handlers if h.is_async]
         return handlers + [f"check '{n}'" for n, f in self.checks.items() if is_async(f)]
 
