@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import uuid
 from datetime import timedelta
 
 from llm_fsm.engine import Snapshot
-from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, busy, check_id, conflict, info_of, seconds
+from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of, seconds
 
 
 class MemoryStore(Store):
+    """Turn locks are tokens in a dict."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.url = "memory:"
         self._records: dict[str, Record] = {}
         self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
+        self._holders: dict[str, str] = {}  # conversation id -> the token of the turn holding it
 
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         check_id(conversation_id)
@@ -48,15 +50,20 @@ class MemoryStore(Store):
                 del self._records[cid]
         return len(old)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        check_id(conversation_id)
+    def _try_lock(self, conversation_id: str) -> str | None:
+        token = uuid.uuid4().hex
         with self._guard:
-            lock = self._locks.setdefault(conversation_id, threading.Lock())
-        acquired = lock.acquire(timeout=timeout) if timeout > 0 else lock.acquire(blocking=False)
-        if not acquired:
-            raise busy(conversation_id, timeout)
-        try:
-            yield
-        finally:
-            lock.release()
+            return token if self._holders.setdefault(conversation_id, token) == token else None
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        with self._guard:
+            if self._holders.get(conversation_id) == token:
+                del self._holders[conversation_id]
+
+    # A try and a release touch only a dict: no worker thread for them.
+
+    async def _atry_lock(self, conversation_id: str) -> str | None:
+        return self._try_lock(conversation_id)
+
+    async def _arelease(self, conversation_id: str, token: str) -> None:
+        self._release(conversation_id, token)

@@ -9,11 +9,9 @@ The async methods use ``redis.asyncio`` natively.
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -21,17 +19,14 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
-    DEFAULT_WAIT,
     Info,
     Record,
     Store,
     appended,
     assemble,
-    busy,
     check_id,
     exchange_json,
     head_json,
-    poll,
     seconds,
 )
 
@@ -103,6 +98,7 @@ class RedisStore(Store):
     def __init__(self, url: str, *, prefix: str | None = None) -> None:
         import redis
 
+        super().__init__()
         self.url = url
         server_url, from_url = _split_prefix(url)
         self.keys = _Keys(prefix or from_url or "llm_fsm")
@@ -153,19 +149,13 @@ class RedisStore(Store):
         old = [i.decode() for i in self.client.zrangebyscore(self.keys.index, "-inf", f"({cutoff}")]
         return sum(self.delete(cid) for cid in old)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        key, token = self.keys.lock(check_id(conversation_id)), uuid.uuid4().hex
-        deadline, attempt = time.monotonic() + max(0.0, timeout), 0
-        while not self.client.set(key, token, nx=True, px=LEASE_MS):
-            if time.monotonic() >= deadline:
-                raise busy(conversation_id, timeout)
-            poll(deadline, attempt)
-            attempt += 1
-        try:
-            yield
-        finally:
-            self.client.eval(RELEASE, 1, key, token)
+    def _try_lock(self, conversation_id: str) -> str | None:
+        token = uuid.uuid4().hex
+        taken = self.client.set(self.keys.lock(conversation_id), token, nx=True, px=LEASE_MS)
+        return token if taken else None
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        self.client.eval(RELEASE, 1, self.keys.lock(conversation_id), token)
 
     def close(self) -> None:
         self.client.close()
@@ -225,20 +215,13 @@ class RedisStore(Store):
         snapshot = assemble(fields[b"head"], exchanges)
         return Record(cid, snapshot, int(fields[b"version"]), float(fields[b"updated_at"]))
 
-    @asynccontextmanager
-    async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
-        client = self._aclient()
-        key, token = self.keys.lock(check_id(conversation_id)), uuid.uuid4().hex
-        deadline, attempt = time.monotonic() + max(0.0, timeout), 0
-        while not await client.set(key, token, nx=True, px=LEASE_MS):
-            if time.monotonic() >= deadline:
-                raise busy(conversation_id, timeout)
-            await asyncio.sleep(max(0.0, min(0.002 * 2 ** min(attempt, 5), deadline - time.monotonic())))
-            attempt += 1
-        try:
-            yield
-        finally:
-            await client.eval(RELEASE, 1, key, token)
+    async def _atry_lock(self, conversation_id: str) -> str | None:
+        token = uuid.uuid4().hex
+        taken = await self._aclient().set(self.keys.lock(conversation_id), token, nx=True, px=LEASE_MS)
+        return token if taken else None
+
+    async def _arelease(self, conversation_id: str, token: str) -> None:
+        await self._aclient().eval(RELEASE, 1, self.keys.lock(conversation_id), token)
 
     async def aclose(self) -> None:
         if self._async is not None:

@@ -22,22 +22,23 @@ from pathlib import Path
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
-    DEFAULT_WAIT,
     Info,
     Record,
     Store,
     appended,
     assemble,
-    busy,
     check_id,
     conflict,
     exchange_json,
     head_json,
-    poll,
     seconds,
 )
 
 LEASE = 300.0  # seconds a turn may hold a conversation before another process may take it over
+TAKE_LOCK = """
+INSERT INTO locks VALUES (?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at WHERE locks.expires_at <= ?
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -69,6 +70,7 @@ CREATE TABLE IF NOT EXISTS locks (
 
 class SQLiteStore(Store):
     def __init__(self, path: str | os.PathLike[str], *, lease: float = LEASE) -> None:
+        super().__init__()
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
         self.lease = lease
@@ -173,31 +175,15 @@ class SQLiteStore(Store):
             )
             return int(db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,)).rowcount)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        check_id(conversation_id)
-        token = uuid.uuid4().hex
-        deadline = time.monotonic() + max(0.0, timeout)
-        attempt = 0
-        while not self._take(conversation_id, token):
-            if time.monotonic() >= deadline:
-                raise busy(conversation_id, timeout)
-            poll(deadline, attempt)
-            attempt += 1
-        try:
-            yield
-        finally:
-            with self._transaction() as db:
-                db.execute("DELETE FROM locks WHERE id = ? AND token = ?", (conversation_id, token))
+    # Each primitive is one statement (SQLite makes it atomic), guarded by the token where it must be.
 
-    def _take(self, conversation_id: str, token: str) -> bool:
-        now = time.time()
-        with self._transaction() as db:
-            row = db.execute("SELECT expires_at FROM locks WHERE id = ?", (conversation_id,)).fetchone()
-            if row is not None and row[0] > now:
-                return False
-            db.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?)", (conversation_id, token, now + self.lease))
-        return True
+    def _try_lock(self, conversation_id: str) -> str | None:
+        token, now = uuid.uuid4().hex, time.time()
+        taken = self._db().execute(TAKE_LOCK, (conversation_id, token, now + self.lease, now)).rowcount
+        return token if taken else None
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        self._db().execute("DELETE FROM locks WHERE id = ? AND token = ?", (conversation_id, token))
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)
