@@ -164,6 +164,7 @@ def test_async_api(store):
         assert record.snapshot == snap
         assert [i.id for i in await store.alist()] == ["a1"]
         assert await store.aprune(3600) == 0
+        assert await store.aunlock("a1") is False
         assert await store.adelete("a1") is True
 
     asyncio.run(scenario())

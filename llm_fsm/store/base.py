@@ -7,19 +7,31 @@ a native async client run the sync method in a worker thread.
 
 Turn locks: ``lock(id)`` holds a conversation for a whole turn, across threads and processes; it
 waits up to ``timeout`` seconds (0: fail at once), then raises ``ConflictError``. A backend supplies
-two primitives (take the lock without waiting, give it back, each by a token that names the turn
-holding it) and this module builds ``lock`` and ``alock`` on them:
+three primitives (take the lock without waiting, renew it, give it back, each by a token that names
+the turn holding it) and this module builds ``lock`` and ``alock`` on them:
 
 - Waiting. ``lock`` retries with growing pauses. ``alock`` holds no thread while it waits: the tasks
   of one event loop queue for a conversation on an ``asyncio.Lock`` (first come, first served), and
   only the task at the head tries the shared lock, with ``await asyncio.sleep`` between tries; a try
   that does blocking I/O runs in a worker thread and returns at once.
+- Holders that die. Where a lock is a record in shared storage (SQLite, Redis), it is a lease of a
+  few seconds that a heartbeat renews while the turn runs (a daemon thread for ``lock``, an asyncio
+  task for ``alock``), so the lock of a killed process is free again a lease later. We chose this
+  over checking whether the owner's pid is alive: a pid means nothing on another host (Redis serves
+  many) or in another container on the same volume, and pids are reused. A renewal extends only its
+  own token, never takes a lock back, and the heartbeat stops before the lock is given back. A
+  holder that stalls for longer than a lease loses its lock; its save then fails the version check
+  rather than overwrite the next turn. File locks (``flock``) and memory locks die with their
+  process, so they need no lease.
+- ``unlock(id)`` force-releases a lock (for an operator, e.g. when a process hangs), and ``delete``
+  drops the conversation's lock too, so a new conversation can start at once under the same id.
 """
 
 from __future__ import annotations
 
 import builtins
 import itertools
+import logging
 import re
 import threading
 import time
@@ -38,6 +50,7 @@ if TYPE_CHECKING:
     import asyncio
 
 T = TypeVar("T")
+logger = logging.getLogger("llm_fsm")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
 DEFAULT_WAIT = 10.0
 
@@ -125,6 +138,8 @@ class Store(ABC):
     """Where conversations live between turns."""
 
     url: str
+    lease: float | None = None
+    """Seconds a turn lock lasts unless its heartbeat renews it; None: the lock dies with its holder."""
 
     def __init__(self) -> None:
         self._gates = _Gates()
@@ -139,7 +154,7 @@ class Store(ABC):
 
     @abstractmethod
     def delete(self, conversation_id: str) -> bool:
-        """Remove a conversation; False if there was none."""
+        """Remove a conversation and its lock; False if there was no conversation."""
 
     @abstractmethod
     def list(self) -> list[Info]:
@@ -148,6 +163,10 @@ class Store(ABC):
     @abstractmethod
     def prune(self, older_than: float | timedelta) -> int:
         """Delete conversations not saved for ``older_than`` (seconds or a timedelta); return how many."""
+
+    @abstractmethod
+    def unlock(self, conversation_id: str) -> bool:
+        """Force-release the conversation's lock, whoever holds it (for an operator); whether one was held."""
 
     def close(self) -> None:  # noqa: B027 (most stores have nothing to release)
         """Release connections."""
@@ -158,7 +177,7 @@ class Store(ABC):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    # -- turn locks, built on two primitives --------------------------------------------------
+    # -- turn locks, built on three primitives --------------------------------------------------
 
     @abstractmethod
     def _try_lock(self, conversation_id: str) -> str | None:
@@ -166,7 +185,11 @@ class Store(ABC):
 
     @abstractmethod
     def _release(self, conversation_id: str, token: str) -> None:
-        """Give the lock back if ``token`` still holds it."""
+        """Give the lock back if ``token`` still holds it (after ``unlock`` it may be another turn's)."""
+
+    def _renew(self, conversation_id: str, token: str) -> bool:
+        """Extend the lease if ``token`` still holds it, else False (never take it back). Leased stores override."""
+        return True
 
     @contextmanager
     def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
@@ -175,9 +198,36 @@ class Store(ABC):
         while (token := self._try_lock(conversation_id)) is None:
             time.sleep(next(pauses))
         try:
-            yield
+            with self._heartbeat(conversation_id, token):
+                yield
         finally:
             self._release(conversation_id, token)
+
+    @contextmanager
+    def _heartbeat(self, conversation_id: str, token: str) -> Iterator[None]:
+        """Renew the lease every third of it while the turn runs, in a daemon thread (a lease only)."""
+        if self.lease is None:
+            yield
+            return
+        stop = threading.Event()
+        name = f"llm-fsm lease {conversation_id}"
+        beat = threading.Thread(target=self._beat, args=(conversation_id, token, stop), name=name, daemon=True)
+        beat.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beat.join()  # no renewal after this: the lock is given back next
+
+    def _beat(self, conversation_id: str, token: str, stop: threading.Event) -> None:
+        assert self.lease is not None
+        while not stop.wait(self.lease / 3):
+            try:
+                if not self._renew(conversation_id, token):
+                    _lost(conversation_id)
+                    return
+            except Exception as exc:  # the lease outlasts two more beats: one may get through
+                logger.warning("could not renew the lock of conversation %r: %s", conversation_id, exc)
 
     # -- async twins (backends with native async clients override them) -----------------------
 
@@ -196,11 +246,17 @@ class Store(ABC):
     async def aprune(self, older_than: float | timedelta) -> int:
         return await _to_thread(self.prune, older_than)
 
+    async def aunlock(self, conversation_id: str) -> bool:
+        return await _to_thread(self.unlock, conversation_id)
+
     async def _atry_lock(self, conversation_id: str) -> str | None:
         return await _to_thread(self._try_lock, conversation_id)
 
     async def _arelease(self, conversation_id: str, token: str) -> None:
         await _to_thread(self._release, conversation_id, token)
+
+    async def _arenew(self, conversation_id: str, token: str) -> bool:
+        return await _to_thread(self._renew, conversation_id, token)
 
     @asynccontextmanager
     async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
@@ -214,7 +270,8 @@ class Store(ABC):
         async with self._gates.enter(check_id(conversation_id), timeout, deadline):
             token = await self._await_lock(conversation_id, timeout, deadline)
             try:
-                yield
+                async with self._aheartbeat(conversation_id, token):
+                    yield
             finally:
                 await asyncio.shield(self._arelease(conversation_id, token))  # even if we are cancelled again
 
@@ -239,6 +296,35 @@ class Store(ABC):
                 await self._arelease(conversation_id, token)
             raise
 
+    @asynccontextmanager
+    async def _aheartbeat(self, conversation_id: str, token: str) -> AsyncIterator[None]:
+        """Renew the lease every third of it while the turn runs, in an asyncio task (a lease only)."""
+        if self.lease is None:
+            yield
+            return
+        import asyncio
+
+        beat = asyncio.ensure_future(self._abeat(conversation_id, token))
+        try:
+            yield
+        finally:
+            # A renewal already running in a thread may still land: harmless, it extends only its own token.
+            beat.cancel()
+            await asyncio.wait([beat])
+
+    async def _abeat(self, conversation_id: str, token: str) -> None:
+        import asyncio
+
+        assert self.lease is not None
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await self._arenew(conversation_id, token):
+                    _lost(conversation_id)
+                    return
+            except Exception as exc:  # the lease outlasts two more beats: one may get through
+                logger.warning("could not renew the lock of conversation %r: %s", conversation_id, exc)
+
 
 def _pauses(conversation_id: str, timeout: float, deadline: float) -> Iterator[float]:
     """The pauses between tries of a lock, growing from 2 to 64 ms; :func:`busy` once the deadline passes."""
@@ -247,6 +333,14 @@ def _pauses(conversation_id: str, timeout: float, deadline: float) -> Iterator[f
         if remaining <= 0:
             raise busy(conversation_id, timeout)
         yield min(0.002 * 2 ** min(attempt, 5), remaining)
+
+
+def _lost(conversation_id: str) -> None:
+    logger.warning(
+        "the lock of conversation %r was taken from its turn (its lease ran out, or unlock): "
+        "the turn's save fails if another turn saved first",
+        conversation_id,
+    )
 
 
 class _Gate:

@@ -2,7 +2,8 @@
 
 Each save writes a temporary file in the same folder, fsyncs it, renames it over the old one and
 fsyncs the folder, so a crash at any moment leaves either the previous or the new version, whole.
-Turn locks are ``flock`` locks on ``.<id>.lock``.
+Turn locks are ``flock`` locks on ``.<id>.lock``: the kernel releases one when its holder's process
+dies, however it dies (SIGKILL included), so they need no lease and no heartbeat.
 """
 
 from __future__ import annotations
@@ -89,6 +90,7 @@ class FileStore(Store):
         with self._write_lock(conversation_id):
             existed = path.exists()
             path.unlink(missing_ok=True)
+        self.unlock(conversation_id)
         return existed
 
     def _records(self) -> Iterator[Record]:
@@ -109,6 +111,17 @@ class FileStore(Store):
     def _lock_file(self, conversation_id: str) -> Path:
         return self.directory / f".{check_id(conversation_id)}.lock"
 
+    def unlock(self, conversation_id: str) -> bool:
+        """Remove the lock file: a holder keeps its flock on a file no one opens again, the next turn locks anew."""
+        path = self._lock_file(conversation_id)
+        if not path.exists():
+            return False
+        token = self._try_lock(conversation_id)
+        if token is not None:  # nobody held it
+            self._release(conversation_id, token)
+        path.unlink(missing_ok=True)
+        return token is None
+
     def _try_lock(self, conversation_id: str) -> str | None:
         lock = FileLock(str(self._lock_file(conversation_id)), thread_local=False)
         try:
@@ -120,4 +133,4 @@ class FileStore(Store):
         return token
 
     def _release(self, conversation_id: str, token: str) -> None:
-        self._held.pop(token).release()
+        self._held.pop(token).release()  # after unlock or delete: of a file no one opens any more, harmless

@@ -12,7 +12,7 @@ from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of,
 
 
 class MemoryStore(Store):
-    """Turn locks are tokens in a dict."""
+    """Turn locks are tokens in a dict: they die with the process, so they need no lease."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -36,7 +36,8 @@ class MemoryStore(Store):
 
     def delete(self, conversation_id: str) -> bool:
         with self._guard:
-            return self._records.pop(check_id(conversation_id), None) is not None
+            self._holders.pop(check_id(conversation_id), None)
+            return self._records.pop(conversation_id, None) is not None
 
     def list(self) -> list[Info]:
         records = sorted(self._records.values(), key=lambda r: r.updated_at, reverse=True)
@@ -48,7 +49,12 @@ class MemoryStore(Store):
             old = [cid for cid, r in self._records.items() if r.updated_at < cutoff]
             for cid in old:
                 del self._records[cid]
+                self._holders.pop(cid, None)
         return len(old)
+
+    def unlock(self, conversation_id: str) -> bool:
+        with self._guard:
+            return self._holders.pop(check_id(conversation_id), None) is not None
 
     def _try_lock(self, conversation_id: str) -> str | None:
         token = uuid.uuid4().hex
