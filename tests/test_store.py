@@ -33,15 +33,20 @@ CHAT = {
 }
 
 
-@pytest.fixture(params=["memory", "file", "sqlite", "redis"])
-def store_url(request, tmp_path):
-    if request.param == "memory":
+def url_for(kind: str, tmp_path, request) -> str:
+    """A fresh store of this kind (Redis: a key prefix of its own on the session's server)."""
+    if kind == "memory":
         return "memory:"
-    if request.param == "file":
+    if kind == "file":
         return f"file://{tmp_path / 'conversations'}"
-    if request.param == "sqlite":
+    if kind == "sqlite":
         return f"sqlite://{tmp_path / 'conversations.db'}"
     return f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
+
+
+@pytest.fixture(params=["memory", "file", "sqlite", "redis"])
+def store_url(request, tmp_path):
+    return url_for(request.param, tmp_path, request)
 
 
 @pytest.fixture
@@ -159,6 +164,7 @@ def test_async_api(store):
         assert record.snapshot == snap
         assert [i.id for i in await store.alist()] == ["a1"]
         assert await store.aprune(3600) == 0
+        assert await store.aunlock("a1") is False
         assert await store.adelete("a1") is True
 
     asyncio.run(scenario())
@@ -250,9 +256,7 @@ for n in range({turns}):
 
 @pytest.mark.parametrize("kind", ["file", "sqlite", "redis"])
 def test_four_processes_advance_one_conversation_without_losing_a_turn(kind, tmp_path, request):
-    url = {"file": f"file://{tmp_path / 'c'}", "sqlite": f"sqlite://{tmp_path / 'c.db'}"}.get(kind)
-    if kind == "redis":
-        url = f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
+    url = url_for(kind, tmp_path, request)
     workers, turns = 4, 25
     processes = [
         subprocess.Popen([sys.executable, "-c", WORKER.format(root=str(ROOT), url=url, turns=turns, worker=w)])

@@ -2,28 +2,55 @@
 
 A store keeps snapshots by conversation id, each with a version that grows by one per save.
 ``save(..., expected_version=v)`` is a compare-and-set: it fails with :class:`ConflictError` when
-someone else saved first. ``lock(id)`` holds a conversation for a whole turn, across threads and
-processes; it waits up to ``timeout`` seconds (0: fail at once) and then raises ``ConflictError``.
-Every method has an async twin (``asave``, ``aload``...); backends without a native async client
-run the sync method in a worker thread.
+someone else saved first. Every method has an async twin (``asave``, ``aload``...); backends without
+a native async client run the sync method in a worker thread.
+
+Turn locks: ``lock(id)`` holds a conversation for a whole turn, across threads and processes; it
+waits up to ``timeout`` seconds (0: fail at once), then raises ``ConflictError``. A backend supplies
+three primitives (take the lock without waiting, renew it, give it back, each by a token that names
+the turn holding it) and this module builds ``lock`` and ``alock`` on them:
+
+- Waiting. ``lock`` retries with growing pauses. ``alock`` holds no thread while it waits: the tasks
+  of one event loop queue for a conversation on an ``asyncio.Lock`` (first come, first served), and
+  only the task at the head tries the shared lock, with ``await asyncio.sleep`` between tries; a try
+  that does blocking I/O runs in a worker thread and returns at once.
+- Holders that die. Where a lock is a record in shared storage (SQLite, Redis), it is a lease of a
+  few seconds that a heartbeat renews while the turn runs (a daemon thread for ``lock``, an asyncio
+  task for ``alock``), so the lock of a killed process is free again a lease later. We chose this
+  over checking whether the owner's pid is alive: a pid means nothing on another host (Redis serves
+  many) or in another container on the same volume, and pids are reused. A renewal extends only its
+  own token, never takes a lock back, and the heartbeat stops before the lock is given back. A
+  holder that stalls for longer than a lease loses its lock; its save then fails the version check
+  rather than overwrite the next turn. File locks (``flock``) and memory locks die with their
+  process, so they need no lease.
+- ``unlock(id)`` force-releases a lock (for an operator, e.g. when a process hangs), and ``delete``
+  drops the conversation's lock too, so a new conversation can start at once under the same id.
 """
 
 from __future__ import annotations
 
 import builtins
+import itertools
+import logging
 import re
+import threading
 import time
+import weakref
 from abc import ABC, abstractmethod
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import ConflictError, StoreError
 
+if TYPE_CHECKING:
+    import asyncio
+
 T = TypeVar("T")
+logger = logging.getLogger("llm_fsm")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
 DEFAULT_WAIT = 10.0
 
@@ -107,15 +134,15 @@ def appended(stored_len: int, stored_last: str | None, history: tuple[Exchange, 
     return [exchange_json(e) for e in history[stored_len:]]
 
 
-def poll(deadline: float, attempt: int) -> None:
-    """Sleep a little before trying a lock again (more as the wait goes on), within the deadline."""
-    time.sleep(max(0.0, min(0.002 * 2 ** min(attempt, 5), deadline - time.monotonic())))
-
-
 class Store(ABC):
     """Where conversations live between turns."""
 
     url: str
+    lease: float | None = None
+    """Seconds a turn lock lasts unless its heartbeat renews it; None: the lock dies with its holder."""
+
+    def __init__(self) -> None:
+        self._gates = _Gates()
 
     @abstractmethod
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
@@ -127,7 +154,7 @@ class Store(ABC):
 
     @abstractmethod
     def delete(self, conversation_id: str) -> bool:
-        """Remove a conversation; False if there was none."""
+        """Remove a conversation and its lock; False if there was no conversation."""
 
     @abstractmethod
     def list(self) -> list[Info]:
@@ -138,10 +165,8 @@ class Store(ABC):
         """Delete conversations not saved for ``older_than`` (seconds or a timedelta); return how many."""
 
     @abstractmethod
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        """Hold the conversation for one turn; :class:`ConflictError` after ``timeout`` seconds."""
-        yield  # pragma: no cover
+    def unlock(self, conversation_id: str) -> bool:
+        """Force-release the conversation's lock, whoever holds it (for an operator); whether one was held."""
 
     def close(self) -> None:  # noqa: B027 (most stores have nothing to release)
         """Release connections."""
@@ -151,6 +176,58 @@ class Store(ABC):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+    # -- turn locks, built on three primitives --------------------------------------------------
+
+    @abstractmethod
+    def _try_lock(self, conversation_id: str) -> str | None:
+        """Take the lock if it is free or its lease ran out, without waiting: the holder's token, else None."""
+
+    @abstractmethod
+    def _release(self, conversation_id: str, token: str) -> None:
+        """Give the lock back if ``token`` still holds it (after ``unlock`` it may be another turn's)."""
+
+    def _renew(self, conversation_id: str, token: str) -> bool:
+        """Extend the lease if ``token`` still holds it, else False (never take it back). Leased stores override."""
+        return True
+
+    @contextmanager
+    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
+        """Hold the conversation for one turn; :class:`ConflictError` after ``timeout`` seconds."""
+        pauses = _pauses(check_id(conversation_id), timeout, time.monotonic() + max(0.0, timeout))
+        while (token := self._try_lock(conversation_id)) is None:
+            time.sleep(next(pauses))
+        try:
+            with self._heartbeat(conversation_id, token):
+                yield
+        finally:
+            self._release(conversation_id, token)
+
+    @contextmanager
+    def _heartbeat(self, conversation_id: str, token: str) -> Iterator[None]:
+        """Renew the lease every third of it while the turn runs, in a daemon thread (a lease only)."""
+        if self.lease is None:
+            yield
+            return
+        stop = threading.Event()
+        name = f"llm-fsm lease {conversation_id}"
+        beat = threading.Thread(target=self._beat, args=(conversation_id, token, stop), name=name, daemon=True)
+        beat.start()
+        try:
+            yield
+        finally:
+            stop.set()
+            beat.join()  # no renewal after this: the lock is given back next
+
+    def _beat(self, conversation_id: str, token: str, stop: threading.Event) -> None:
+        assert self.lease is not None
+        while not stop.wait(self.lease / 3):
+            try:
+                if not self._renew(conversation_id, token):
+                    _lost(conversation_id)
+                    return
+            except Exception as exc:  # the lease outlasts two more beats: one may get through
+                logger.warning("could not renew the lock of conversation %r: %s", conversation_id, exc)
 
     # -- async twins (backends with native async clients override them) -----------------------
 
@@ -169,14 +246,150 @@ class Store(ABC):
     async def aprune(self, older_than: float | timedelta) -> int:
         return await _to_thread(self.prune, older_than)
 
+    async def aunlock(self, conversation_id: str) -> bool:
+        return await _to_thread(self.unlock, conversation_id)
+
+    async def _atry_lock(self, conversation_id: str) -> str | None:
+        return await _to_thread(self._try_lock, conversation_id)
+
+    async def _arelease(self, conversation_id: str, token: str) -> None:
+        await _to_thread(self._release, conversation_id, token)
+
+    async def _arenew(self, conversation_id: str, token: str) -> bool:
+        return await _to_thread(self._renew, conversation_id, token)
+
     @asynccontextmanager
     async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
-        manager = self.lock(conversation_id, timeout=timeout)
-        await _to_thread(manager.__enter__)
+        """Hold the conversation for one turn; :class:`ConflictError` after ``timeout`` seconds.
+
+        Waiting holds no thread: tasks queue first come, first served, and the first tries the shared lock.
+        """
+        import asyncio
+
+        deadline = time.monotonic() + max(0.0, timeout)
+        async with self._gates.enter(check_id(conversation_id), timeout, deadline):
+            token = await self._await_lock(conversation_id, timeout, deadline)
+            try:
+                async with self._aheartbeat(conversation_id, token):
+                    yield
+            finally:
+                await asyncio.shield(self._arelease(conversation_id, token))  # even if we are cancelled again
+
+    async def _await_lock(self, conversation_id: str, timeout: float, deadline: float) -> str:
+        import asyncio
+
+        pauses = _pauses(conversation_id, timeout, deadline)
+        while (token := await self._one_try(conversation_id)) is None:
+            await asyncio.sleep(next(pauses))
+        return token
+
+    async def _one_try(self, conversation_id: str) -> str | None:
+        """One try of the shared lock, which ends even if our task is cancelled: a lock it took is given back."""
+        import asyncio
+
+        attempt = asyncio.ensure_future(self._atry_lock(conversation_id))
+        try:
+            return await asyncio.shield(attempt)
+        except asyncio.CancelledError:
+            token = await attempt  # one try is short
+            if token is not None:
+                await self._arelease(conversation_id, token)
+            raise
+
+    @asynccontextmanager
+    async def _aheartbeat(self, conversation_id: str, token: str) -> AsyncIterator[None]:
+        """Renew the lease every third of it while the turn runs, in an asyncio task (a lease only)."""
+        if self.lease is None:
+            yield
+            return
+        import asyncio
+
+        beat = asyncio.ensure_future(self._abeat(conversation_id, token))
         try:
             yield
         finally:
-            await _to_thread(manager.__exit__, None, None, None)
+            # A renewal already running in a thread may still land: harmless, it extends only its own token.
+            beat.cancel()
+            await asyncio.wait([beat])
+
+    async def _abeat(self, conversation_id: str, token: str) -> None:
+        import asyncio
+
+        assert self.lease is not None
+        while True:
+            await asyncio.sleep(self.lease / 3)
+            try:
+                if not await self._arenew(conversation_id, token):
+                    _lost(conversation_id)
+                    return
+            except Exception as exc:  # the lease outlasts two more beats: one may get through
+                logger.warning("could not renew the lock of conversation %r: %s", conversation_id, exc)
+
+
+def _pauses(conversation_id: str, timeout: float, deadline: float) -> Iterator[float]:
+    """The pauses between tries of a lock, growing from 2 to 64 ms; :func:`busy` once the deadline passes."""
+    for attempt in itertools.count():
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise busy(conversation_id, timeout)
+        yield min(0.002 * 2 ** min(attempt, 5), remaining)
+
+
+def _lost(conversation_id: str) -> None:
+    logger.warning(
+        "the lock of conversation %r was taken from its turn (its lease ran out, or unlock): "
+        "the turn's save fails if another turn saved first",
+        conversation_id,
+    )
+
+
+class _Gate:
+    """Where the tasks of one event loop queue for a conversation, and how many hold or await it."""
+
+    def __init__(self) -> None:
+        import asyncio
+
+        self.lock = asyncio.Lock()
+        self.users = 0
+
+
+class _Gates:
+    """A :class:`_Gate` per conversation per event loop, dropped when no task holds or awaits it.
+
+    ``asyncio.Lock`` serves its waiters in order, so same-process turns run first come, first served,
+    and only the task at the head of the queue tries the shared lock.
+    """
+
+    def __init__(self) -> None:
+        self._by_loop: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[str, _Gate]]
+        self._by_loop = weakref.WeakKeyDictionary()
+        self._guard = threading.Lock()  # event loops in several threads may share a store
+
+    @asynccontextmanager
+    async def enter(self, conversation_id: str, timeout: float, deadline: float) -> AsyncIterator[None]:
+        """Wait for this conversation's turn in this loop; :func:`busy` at the deadline."""
+        import asyncio
+
+        with self._guard:
+            gates = self._by_loop.setdefault(asyncio.get_running_loop(), {})
+        gate = gates.get(conversation_id)
+        if gate is None:
+            gate = gates[conversation_id] = _Gate()
+        gate.users += 1
+        try:
+            try:
+                async with asyncio.timeout(max(0.0, deadline - time.monotonic())):
+                    await gate.lock.acquire()
+            except TimeoutError:
+                raise busy(conversation_id, timeout) from None
+            try:
+                yield
+            finally:
+                gate.lock.release()
+        finally:
+            gate.users -= 1
+            if not gate.users:
+                del gates[conversation_id]
 
 
 async def _to_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T:

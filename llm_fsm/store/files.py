@@ -2,6 +2,8 @@
 
 Each save writes a temporary file in the same folder, fsyncs it, renames it over the old one and
 fsyncs the folder, so a crash at any moment leaves either the previous or the new version, whole.
+Turn locks are ``flock`` locks on ``.<id>.lock``: the kernel releases one when its holder's process
+dies, however it dies (SIGKILL included), so they need no lease and no heartbeat.
 """
 
 from __future__ import annotations
@@ -10,8 +12,8 @@ import json
 import os
 import tempfile
 import time
+import uuid
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
@@ -19,14 +21,16 @@ from filelock import FileLock, Timeout
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
-from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, busy, check_id, conflict, info_of, seconds
+from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of, seconds
 
 SUFFIX = ".json"
 
 
 class FileStore(Store):
     def __init__(self, directory: str | os.PathLike[str]) -> None:
+        super().__init__()
         self.directory = Path(directory)
+        self._held: dict[str, FileLock] = {}  # token -> the lock a turn of this process holds
         self.url = f"file://{self.directory.resolve()}"
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
@@ -86,6 +90,7 @@ class FileStore(Store):
         with self._write_lock(conversation_id):
             existed = path.exists()
             path.unlink(missing_ok=True)
+        self.unlock(conversation_id)
         return existed
 
     def _records(self) -> Iterator[Record]:
@@ -103,14 +108,29 @@ class FileStore(Store):
         old = [r.id for r in self._records() if r.updated_at < cutoff]
         return sum(self.delete(cid) for cid in old)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        lock = FileLock(str(self.directory / f".{check_id(conversation_id)}.lock"), thread_local=False)
+    def _lock_file(self, conversation_id: str) -> Path:
+        return self.directory / f".{check_id(conversation_id)}.lock"
+
+    def unlock(self, conversation_id: str) -> bool:
+        """Remove the lock file: a holder keeps its flock on a file no one opens again, the next turn locks anew."""
+        path = self._lock_file(conversation_id)
+        if not path.exists():
+            return False
+        token = self._try_lock(conversation_id)
+        if token is not None:  # nobody held it
+            self._release(conversation_id, token)
+        path.unlink(missing_ok=True)
+        return token is None
+
+    def _try_lock(self, conversation_id: str) -> str | None:
+        lock = FileLock(str(self._lock_file(conversation_id)), thread_local=False)
         try:
-            lock.acquire(timeout=timeout if timeout > 0 else 0, blocking=timeout > 0)
+            lock.acquire(blocking=False)
         except Timeout:
-            raise busy(conversation_id, timeout) from None
-        try:
-            yield
-        finally:
-            lock.release()
+            return None
+        token = uuid.uuid4().hex
+        self._held[token] = lock
+        return token
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        self._held.pop(token).release()  # after unlock or delete: of a file no one opens any more, harmless

@@ -4,20 +4,22 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+import uuid
 from datetime import timedelta
 
 from llm_fsm.engine import Snapshot
-from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, busy, check_id, conflict, info_of, seconds
+from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of, seconds
 
 
 class MemoryStore(Store):
+    """Turn locks are tokens in a dict: they die with the process, so they need no lease."""
+
     def __init__(self) -> None:
+        super().__init__()
         self.url = "memory:"
         self._records: dict[str, Record] = {}
         self._guard = threading.Lock()
-        self._locks: dict[str, threading.Lock] = {}
+        self._holders: dict[str, str] = {}  # conversation id -> the token of the turn holding it
 
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         check_id(conversation_id)
@@ -34,7 +36,8 @@ class MemoryStore(Store):
 
     def delete(self, conversation_id: str) -> bool:
         with self._guard:
-            return self._records.pop(check_id(conversation_id), None) is not None
+            self._holders.pop(check_id(conversation_id), None)
+            return self._records.pop(conversation_id, None) is not None
 
     def list(self) -> list[Info]:
         records = sorted(self._records.values(), key=lambda r: r.updated_at, reverse=True)
@@ -46,17 +49,27 @@ class MemoryStore(Store):
             old = [cid for cid, r in self._records.items() if r.updated_at < cutoff]
             for cid in old:
                 del self._records[cid]
+                self._holders.pop(cid, None)
         return len(old)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        check_id(conversation_id)
+    def unlock(self, conversation_id: str) -> bool:
         with self._guard:
-            lock = self._locks.setdefault(conversation_id, threading.Lock())
-        acquired = lock.acquire(timeout=timeout) if timeout > 0 else lock.acquire(blocking=False)
-        if not acquired:
-            raise busy(conversation_id, timeout)
-        try:
-            yield
-        finally:
-            lock.release()
+            return self._holders.pop(check_id(conversation_id), None) is not None
+
+    def _try_lock(self, conversation_id: str) -> str | None:
+        token = uuid.uuid4().hex
+        with self._guard:
+            return token if self._holders.setdefault(conversation_id, token) == token else None
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        with self._guard:
+            if self._holders.get(conversation_id) == token:
+                del self._holders[conversation_id]
+
+    # A try and a release touch only a dict: no worker thread for them.
+
+    async def _atry_lock(self, conversation_id: str) -> str | None:
+        return self._try_lock(conversation_id)
+
+    async def _arelease(self, conversation_id: str, token: str) -> None:
+        self._release(conversation_id, token)

@@ -3,17 +3,17 @@
 Per conversation: a hash (version, head, history length, last exchange, saved at) and a list of
 exchanges that each save only appends to, so a save costs the same at any turn. Saves are
 optimistic transactions (WATCH/MULTI): a concurrent writer makes the version check fail cleanly.
-Turn locks are ``SET NX PX`` keys holding a random token, released only by their holder.
-The async methods use ``redis.asyncio`` natively.
+Turn locks are ``SET NX PX`` keys holding a random token: leases of ``LEASE`` seconds that the
+holder's heartbeat renews, released or renewed only by their holder (see :mod:`llm_fsm.store.base`:
+a heartbeat rather than a pid check, since workers run on many hosts). The expiry is kept by the
+Redis server's clock. The async methods use ``redis.asyncio`` natively.
 """
 
 from __future__ import annotations
 
-import asyncio
 import time
 import uuid
-from collections.abc import AsyncIterator, Iterator
-from contextlib import asynccontextmanager, contextmanager, suppress
+from contextlib import suppress
 from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -21,22 +21,20 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
-    DEFAULT_WAIT,
     Info,
     Record,
     Store,
     appended,
     assemble,
-    busy,
     check_id,
     exchange_json,
     head_json,
-    poll,
     seconds,
 )
 
-LEASE_MS = 300_000
+LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
 
 
 def _split_prefix(url: str) -> tuple[str, str | None]:
@@ -100,10 +98,14 @@ def _info(cid: str, fields: dict[bytes, bytes]) -> Info:
 
 
 class RedisStore(Store):
-    def __init__(self, url: str, *, prefix: str | None = None) -> None:
+    lease: float
+
+    def __init__(self, url: str, *, prefix: str | None = None, lease: float = LEASE) -> None:
         import redis
 
+        super().__init__()
         self.url = url
+        self.lease = lease
         server_url, from_url = _split_prefix(url)
         self.keys = _Keys(prefix or from_url or "llm_fsm")
         self._server_url = server_url
@@ -137,7 +139,8 @@ class RedisStore(Store):
         with self.client.pipeline(transaction=True) as pipe:
             pipe.delete(self.keys.conversation(cid), self.keys.turns(cid))
             pipe.zrem(self.keys.index, cid)
-            deleted, _ = pipe.execute()
+            pipe.delete(self.keys.lock(cid))
+            deleted, _, _ = pipe.execute()
         return bool(deleted)
 
     def list(self) -> list[Info]:
@@ -153,19 +156,22 @@ class RedisStore(Store):
         old = [i.decode() for i in self.client.zrangebyscore(self.keys.index, "-inf", f"({cutoff}")]
         return sum(self.delete(cid) for cid in old)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
-        key, token = self.keys.lock(check_id(conversation_id)), uuid.uuid4().hex
-        deadline, attempt = time.monotonic() + max(0.0, timeout), 0
-        while not self.client.set(key, token, nx=True, px=LEASE_MS):
-            if time.monotonic() >= deadline:
-                raise busy(conversation_id, timeout)
-            poll(deadline, attempt)
-            attempt += 1
-        try:
-            yield
-        finally:
-            self.client.eval(RELEASE, 1, key, token)
+    def unlock(self, conversation_id: str) -> bool:
+        return bool(self.client.delete(self.keys.lock(check_id(conversation_id))))
+
+    def _try_lock(self, conversation_id: str) -> str | None:
+        token = uuid.uuid4().hex
+        taken = self.client.set(self.keys.lock(conversation_id), token, nx=True, px=self._ms())
+        return token if taken else None
+
+    def _renew(self, conversation_id: str, token: str) -> bool:
+        return bool(self.client.eval(RENEW, 1, self.keys.lock(conversation_id), token, self._ms()))
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        self.client.eval(RELEASE, 1, self.keys.lock(conversation_id), token)
+
+    def _ms(self) -> int:
+        return max(1, round(self.lease * 1000))
 
     def close(self) -> None:
         self.client.close()
@@ -225,20 +231,16 @@ class RedisStore(Store):
         snapshot = assemble(fields[b"head"], exchanges)
         return Record(cid, snapshot, int(fields[b"version"]), float(fields[b"updated_at"]))
 
-    @asynccontextmanager
-    async def alock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> AsyncIterator[None]:
-        client = self._aclient()
-        key, token = self.keys.lock(check_id(conversation_id)), uuid.uuid4().hex
-        deadline, attempt = time.monotonic() + max(0.0, timeout), 0
-        while not await client.set(key, token, nx=True, px=LEASE_MS):
-            if time.monotonic() >= deadline:
-                raise busy(conversation_id, timeout)
-            await asyncio.sleep(max(0.0, min(0.002 * 2 ** min(attempt, 5), deadline - time.monotonic())))
-            attempt += 1
-        try:
-            yield
-        finally:
-            await client.eval(RELEASE, 1, key, token)
+    async def _atry_lock(self, conversation_id: str) -> str | None:
+        token = uuid.uuid4().hex
+        taken = await self._aclient().set(self.keys.lock(conversation_id), token, nx=True, px=self._ms())
+        return token if taken else None
+
+    async def _arenew(self, conversation_id: str, token: str) -> bool:
+        return bool(await self._aclient().eval(RENEW, 1, self.keys.lock(conversation_id), token, self._ms()))
+
+    async def _arelease(self, conversation_id: str, token: str) -> None:
+        await self._aclient().eval(RELEASE, 1, self.keys.lock(conversation_id), token)
 
     async def aclose(self) -> None:
         if self._async is not None:

@@ -2,9 +2,10 @@
 
 The ``turns`` table is append-only: a save inserts only the exchanges added since the last save,
 so saving costs the same at turn 5 and at turn 500. Each save is one ``BEGIN IMMEDIATE``
-transaction that checks the version column first. Locks for a whole turn are leases in a
-``locks`` table (they expire, so a crashed holder cannot block a conversation forever).
-Migrations are idempotent: opening a database creates what is missing.
+transaction that checks the version column first. Locks for a whole turn are rows of a ``locks``
+table: a lease of ``LEASE`` seconds that the holder's heartbeat renews, so a killed holder blocks
+its conversation for one lease at most (see :mod:`llm_fsm.store.base`). Migrations are idempotent:
+opening a database creates what is missing.
 """
 
 from __future__ import annotations
@@ -22,22 +23,23 @@ from pathlib import Path
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
-    DEFAULT_WAIT,
     Info,
     Record,
     Store,
     appended,
     assemble,
-    busy,
     check_id,
     conflict,
     exchange_json,
     head_json,
-    poll,
     seconds,
 )
 
-LEASE = 300.0  # seconds a turn may hold a conversation before another process may take it over
+LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
+TAKE_LOCK = """
+INSERT INTO locks VALUES (?, ?, ?)
+ON CONFLICT (id) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at WHERE locks.expires_at <= ?
+"""
 
 SCHEMA = """
 CREATE TABLE IF NOT EXISTS conversations (
@@ -68,7 +70,10 @@ CREATE TABLE IF NOT EXISTS locks (
 
 
 class SQLiteStore(Store):
+    lease: float
+
     def __init__(self, path: str | os.PathLike[str], *, lease: float = LEASE) -> None:
+        super().__init__()
         self.path = Path(path)
         self.url = f"sqlite://{self.path.resolve()}"
         self.lease = lease
@@ -151,6 +156,7 @@ class SQLiteStore(Store):
         check_id(conversation_id)
         with self._transaction() as db:
             db.execute("DELETE FROM turns WHERE conversation_id = ?", (conversation_id,))
+            self._drop_lock(db, conversation_id)
             return db.execute("DELETE FROM conversations WHERE id = ?", (conversation_id,)).rowcount > 0
 
     def list(self) -> list[Info]:
@@ -167,37 +173,41 @@ class SQLiteStore(Store):
     def prune(self, older_than: float | timedelta) -> int:
         cutoff = time.time() - seconds(older_than)
         with self._transaction() as db:
-            db.execute(
-                "DELETE FROM turns WHERE conversation_id IN (SELECT id FROM conversations WHERE updated_at < ?)",
-                (cutoff,),
-            )
+            for table, column in (("turns", "conversation_id"), ("locks", "id")):
+                db.execute(
+                    f"DELETE FROM {table} WHERE {column} IN (SELECT id FROM conversations WHERE updated_at < ?)",
+                    (cutoff,),
+                )
             return int(db.execute("DELETE FROM conversations WHERE updated_at < ?", (cutoff,)).rowcount)
 
-    @contextmanager
-    def lock(self, conversation_id: str, *, timeout: float = DEFAULT_WAIT) -> Iterator[None]:
+    def unlock(self, conversation_id: str) -> bool:
         check_id(conversation_id)
-        token = uuid.uuid4().hex
-        deadline = time.monotonic() + max(0.0, timeout)
-        attempt = 0
-        while not self._take(conversation_id, token):
-            if time.monotonic() >= deadline:
-                raise busy(conversation_id, timeout)
-            poll(deadline, attempt)
-            attempt += 1
-        try:
-            yield
-        finally:
-            with self._transaction() as db:
-                db.execute("DELETE FROM locks WHERE id = ? AND token = ?", (conversation_id, token))
-
-    def _take(self, conversation_id: str, token: str) -> bool:
-        now = time.time()
         with self._transaction() as db:
-            row = db.execute("SELECT expires_at FROM locks WHERE id = ?", (conversation_id,)).fetchone()
-            if row is not None and row[0] > now:
-                return False
-            db.execute("INSERT OR REPLACE INTO locks VALUES (?, ?, ?)", (conversation_id, token, now + self.lease))
-        return True
+            return self._drop_lock(db, conversation_id)
+
+    @staticmethod
+    def _drop_lock(db: sqlite3.Connection, conversation_id: str) -> bool:
+        """Delete the conversation's lock; whether it was held (its lease not yet run out)."""
+        row = db.execute("SELECT expires_at FROM locks WHERE id = ?", (conversation_id,)).fetchone()
+        db.execute("DELETE FROM locks WHERE id = ?", (conversation_id,))
+        return row is not None and row[0] > time.time()
+
+    # Each primitive is one statement (SQLite makes it atomic), guarded by the token where it must be.
+
+    def _try_lock(self, conversation_id: str) -> str | None:
+        token, now = uuid.uuid4().hex, time.time()
+        taken = self._db().execute(TAKE_LOCK, (conversation_id, token, now + self.lease, now)).rowcount
+        return token if taken else None
+
+    def _renew(self, conversation_id: str, token: str) -> bool:
+        expires_at = time.time() + self.lease
+        renewed = self._db().execute(
+            "UPDATE locks SET expires_at = ? WHERE id = ? AND token = ?", (expires_at, conversation_id, token)
+        )
+        return renewed.rowcount == 1
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        self._db().execute("DELETE FROM locks WHERE id = ? AND token = ?", (conversation_id, token))
 
     def close(self) -> None:
         db = getattr(self._local, "db", None)
