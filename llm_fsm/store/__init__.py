@@ -9,8 +9,8 @@ URL                    store
 ``redis://host:port``  many stateless workers, one Redis server (``pip install llm-fsm-runtime[redis]``)
 =====================  ==================================================================
 
-:func:`advance` (or ``await`` :func:`aadvance`) runs one turn of a stored conversation: it locks it, loads it (or creates it),
-runs the turn and saves the result with a version check, so two turns never interleave.
+:func:`advance` (or ``await`` :func:`aadvance`) runs one turn of a stored conversation: it locks it,
+loads it (or creates it), runs the turn and saves the result with a version check, so two turns never interleave.
 :class:`StoredConversation` runs that same turn for a conversation object kept between turns
 (the terminal commands keep theirs so).
 """

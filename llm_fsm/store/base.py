@@ -32,6 +32,7 @@ from __future__ import annotations
 import builtins
 import itertools
 import logging
+import os
 import re
 import threading
 import time
@@ -41,6 +42,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from llm_fsm.engine import Exchange, Snapshot
@@ -396,6 +398,18 @@ async def _to_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T
     import asyncio  # only the async API needs it
 
     return await asyncio.to_thread(function, *args, **kwargs)
+
+
+def private_directory(path: Path) -> None:
+    """Create ``path`` and its missing parents, readable by the owner only (0700): they will hold
+    conversations. Folders that exist already are left as they are."""
+    for folder in reversed([p for p in (path, *path.parents) if not p.exists()]):
+        folder.mkdir(mode=0o700, exist_ok=True)
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists, before a library creates it with its own mode."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
 def info_of(conversation_id: str, snapshot: Snapshot, version: int, updated_at: float) -> Info:

@@ -21,7 +21,16 @@ from filelock import FileLock, Timeout
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
-from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of, seconds
+from llm_fsm.store.base import (
+    Info,
+    Record,
+    Store,
+    check_id,
+    conflict,
+    info_of,
+    private_directory,
+    seconds,
+)
 
 SUFFIX = ".json"
 
@@ -33,7 +42,7 @@ class FileStore(Store):
         self._held: dict[str, FileLock] = {}  # token -> the lock a turn of this process holds
         self.url = f"file://{self.directory.resolve()}"
         try:
-            self.directory.mkdir(parents=True, exist_ok=True)
+            private_directory(self.directory)
         except OSError as exc:
             raise StoreError(f"cannot create the store folder {self.directory}: {exc.strerror or exc}") from exc
 
@@ -42,7 +51,7 @@ class FileStore(Store):
 
     def _write_lock(self, conversation_id: str) -> FileLock:
         # Held only while reading the version and replacing the file (not for a whole turn).
-        return FileLock(str(self.directory / f".{conversation_id}.write.lock"), thread_local=False)
+        return FileLock(str(self.directory / f".{conversation_id}.write.lock"), thread_local=False, mode=0o600)
 
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         path = self._path(conversation_id)
@@ -123,7 +132,7 @@ class FileStore(Store):
         return token is None
 
     def _try_lock(self, conversation_id: str) -> str | None:
-        lock = FileLock(str(self._lock_file(conversation_id)), thread_local=False)
+        lock = FileLock(str(self._lock_file(conversation_id)), thread_local=False, mode=0o600)
         try:
             lock.acquire(blocking=False)
         except Timeout:

@@ -32,6 +32,8 @@ from llm_fsm.store.base import (
     conflict,
     exchange_json,
     head_json,
+    private_directory,
+    private_file,
     seconds,
 )
 
@@ -79,7 +81,8 @@ class SQLiteStore(Store):
         self.lease = lease
         self._local = threading.local()
         try:
-            self.path.parent.mkdir(parents=True, exist_ok=True)
+            private_directory(self.path.parent)
+            private_file(self.path)  # SQLite gives its -wal and -shm files the database file's mode
             self._db().executescript(SCHEMA)  # idempotent: creates only what is missing
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc

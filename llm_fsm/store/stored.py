@@ -83,7 +83,6 @@ class StoredConversation:
         self.version = record.version if record is not None else 0
 
 
-
 def advance(
     store: Store,
     conversation_id: str,

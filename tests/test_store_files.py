@@ -1,0 +1,53 @@
+"""Issue 12 §6: every file a store writes that holds conversation data is 0600, its new folders 0700."""
+
+from __future__ import annotations
+
+import os
+import stat
+
+import pytest
+
+import llm_fsm
+from llm_fsm.store import open_store
+from llm_fsm.testing import ScriptedLLM
+from tests.conftest import reply
+
+pytestmark = pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+
+
+def mode(path) -> int:
+    return stat.S_IMODE(os.stat(path).st_mode)
+
+
+def a_snapshot(signup):
+    conversation = llm_fsm.Conversation(signup, ScriptedLLM([reply("ask_name", "Your name?")]))
+    conversation.start()
+    return conversation.snapshot()
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_store_files_are_private_and_their_new_folders_too(kind, tmp_path, signup):
+    old = os.umask(0o022)  # the usual umask, under which files are 0644 unless created private
+    try:
+        where = tmp_path / "new" / "deeper"
+        url = f"sqlite://{where}/c.db" if kind == "sqlite" else f"file://{where}"
+        store = open_store(url)
+        store.save("c1", a_snapshot(signup))
+        with store.lock("c1"):
+            pass
+        store.close()
+    finally:
+        os.umask(old)
+    assert mode(tmp_path / "new") == mode(where) == 0o700
+    files = [p for p in where.iterdir() if p.is_file()]
+    assert files, "the store wrote something"
+    assert {p.name: mode(p) for p in files} == {p.name: 0o600 for p in files}
+
+
+def test_the_default_store_folder_is_private(tmp_path, monkeypatch, signup):
+    home = tmp_path / "home"
+    monkeypatch.setenv("LLM_FSM_HOME", str(home))
+    store = open_store()
+    store.save("c1", a_snapshot(signup))
+    store.close()
+    assert mode(home) == 0o700 and mode(home / "conversations.db") == 0o600
