@@ -12,6 +12,7 @@ did not ask for. Nor is a reply that stops short: repair never invents the end o
 from __future__ import annotations
 
 import json
+import math
 import re
 from collections.abc import Collection
 from typing import Any
@@ -20,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llm_fsm.definition import FSMDefinition, State
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
+from llm_fsm.values import clean_text
 
 
 class TransitionDecision(BaseModel):
@@ -76,18 +78,22 @@ def parse_reply(text: str) -> Reply:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     if problem := _misshapen(data):
         raise ReplyFormatError(problem)
+    data = _as_text_and_finite_numbers(data)
     try:
         return Reply.model_validate(data)
     except ValidationError as exc:
         raise ReplyFormatError(_describe(exc)) from None
 
 
-def transition_only(transition: Any) -> Reply | None:
-    """A reply holding just ``transition`` (as a streamed reply has it before its message is whole),
-    to check the move before any text is shown; None if it is not a valid transition."""
+def partial_reply(data: dict[str, Any]) -> Reply | None:
+    """The reply a streamed object amounts to once its ``transition`` is whole, to check the move
+    before any text is shown: the checks of :func:`parse_reply` on what has arrived; None if they fail."""
     try:
+        if _depth(data) > MAX_NESTING or _misshapen(data):
+            return None
+        transition = _as_text_and_finite_numbers(data.get("transition"))
         return Reply.model_validate({"transition": transition, "message": "-"})
-    except ValidationError:
+    except (ValidationError, ReplyFormatError):
         return None
 
 
@@ -131,25 +137,40 @@ def _extract_object(text: str) -> dict[str, Any]:
 
 
 def _cut_short(text: str) -> str | None:
-    """Where the JSON object that starts ``text``'s first ``{`` stops short, or None if it closes.
+    """Where the reply's JSON stops short (inside a string, or with an object left open), or None.
 
     Repair may fix quoting and commas; closing what was never closed would invent the reply's end.
+    Each object that starts like JSON (``{"``, ``{'``, ``{}``) is followed to its end; prose braces
+    such as ``{guests}`` are not objects.
     """
-    depth, in_string, escaped = 0, False, False
-    for char in text[text.find("{") :] if "{" in text else "":
-        if in_string:
-            escaped, in_string = (False, True) if escaped else (char == "\\", char != '"')
-        elif char == '"':
-            in_string = True
+    position = 0
+    while match := _OBJECT_START.search(text, position):
+        end, cut = _object_end(text, match.start())
+        if cut:
+            return cut
+        position = end
+    return None
+
+
+_OBJECT_START = re.compile(r"\{\s*[\"'}]")
+
+
+def _object_end(text: str, start: int) -> tuple[int, str | None]:
+    """Where the object at ``start`` closes, or how it is cut off (strings in double or single quotes)."""
+    depth, quote, escaped = 0, "", False
+    for index in range(start, len(text)):
+        char = text[index]
+        if quote:
+            escaped, quote = (False, quote) if escaped else (char == "\\", "" if char == quote else quote)
+        elif char in "\"'":
+            quote = char
         elif char in "{[":
             depth += 1
         elif char in "}]":
             depth -= 1
             if depth == 0:
-                return None
-    if in_string:
-        return "in the middle of a string"
-    return "with an object or list left open" if depth > 0 else None
+                return index + 1, None
+    return len(text), "in the middle of a string" if quote else "with an object or list left open"
 
 
 def _candidates(text: str) -> list[str]:
@@ -176,6 +197,20 @@ def _repaired(candidate: str) -> Any:
         return repair_json(candidate, return_objects=True, skip_json_loads=True)
     except (Exception, RecursionError):  # json-repair gives up on some inputs by raising: "no object here"
         return None
+
+
+def _as_text_and_finite_numbers(value: Any) -> Any:
+    """``value`` with lone surrogates in its text replaced (no store could write them); NaN and the
+    infinities refused (JSON has none, and a store would turn them into null)."""
+    if isinstance(value, str):
+        return clean_text(value)
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ReplyFormatError(f"the reply holds {value}, which is not a JSON number: write a number or null")
+    if isinstance(value, dict):
+        return {clean_text(k): _as_text_and_finite_numbers(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_as_text_and_finite_numbers(v) for v in value]
+    return value
 
 
 def _depth(value: Any) -> int:

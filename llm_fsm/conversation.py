@@ -36,7 +36,7 @@ from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
 from llm_fsm.turn import DEFAULT_FALLBACK, Step, Steps, TurnResult, TurnRunner, TurnSettings, fire_error, resume_turn
-from llm_fsm.values import as_json_data
+from llm_fsm.values import as_json_data, clean_text
 
 StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
 # what a step produces: text deltas (when a reply streams), then the response; or what an await gave
@@ -225,33 +225,43 @@ class Conversation:
 
     def _run(self, steps: Callable[[], Steps], *, stream: bool) -> Iterator[StreamEvent]:
         with _Drive(self, steps(), stream, sync=True) as turn:
-            yield from turn.take(None)
-            while turn.call is not None:
-                for item in _items(self.llm, turn.call, stream):
-                    yield from turn.take(item)
+            try:
+                yield from turn.take(None)
+                while turn.call is not None:
+                    for item in _items(self.llm, turn.call, stream):
+                        yield from turn.take(item)
+            except Exception:
+                yield from turn.withdraw()
+                raise
 
     async def _arun(self, steps: Callable[[], Steps], *, stream: bool) -> AsyncIterator[StreamEvent]:
         with _Drive(self, steps(), stream, sync=False) as turn:
-            for event in turn.take(None):
-                yield event
-            while turn.call is not None:
-                async for item in _aitems(self.llm, turn.call, stream):
-                    for event in turn.take(item):
-                        yield event
+            try:
+                for event in turn.take(None):
+                    yield event
+                while turn.call is not None:
+                    async for item in _aitems(self.llm, turn.call, stream):
+                        for event in turn.take(item):
+                            yield event
+            except Exception:
+                for event in turn.withdraw():
+                    yield event
+                raise
 
     def _steps(self, user: str | None) -> Callable[[], Steps]:
         """The turn's generator, made once the conversation may take the turn (checked when the turn runs)."""
 
         def steps() -> Steps:
             self._may_take(user)
-            return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=user, handle=self).run()
+            text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
+            return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self).run()
 
         return steps
 
     def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], Steps]:
         def steps() -> Steps:
             self._may_take(None, resuming=True)
-            args = (self.definition, self._snapshot, self.hooks, self.settings, token, dict(result or {}))
+            args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
             return resume_turn(*args, handle=self)
 
         return steps
@@ -329,19 +339,25 @@ class _Drive:
         if self.watcher is not None and (rest := self.watcher.flush()):
             yield self._show(rest)
         call = self.call = self._advance(item)
-        if isinstance(call, TurnResult):
+        if isinstance(call, tuple):
             self.call = None
-            yield from self._end(call)
+            yield from self._end(*call)
         elif self.shown and call.kind == "reply":
             self.shown = ""
             yield MessageReset("the reply was not accepted")
 
+    def withdraw(self) -> Iterator[MessageReset]:
+        """Before a failed turn's error: take back any text shown (the turn changed nothing)."""
+        if self.shown:
+            self.shown = ""
+            yield MessageReset("the turn failed")
+
     def _advance(self, response: LLMResponse | Awaited | None) -> Any:
-        """The turn's next call (watched when its message may stream), or its committed result."""
+        """The turn's next step (a reply call is watched when its message may stream), or its outcome."""
         try:
             call = next(self.steps) if response is None else self.steps.send(response)
         except StopIteration as done:
-            return self.conversation._commit(done.value)
+            return done.value  # (snapshot, result): committed by _end, as the result is handed over
         preview = getattr(call, "preview", None)
         self.watcher = MessageWatcher(preview) if self.stream and preview is not None else None
         return call
@@ -350,15 +366,16 @@ class _Drive:
         self.shown += text
         return MessageDelta(text)
 
-    def _end(self, result: TurnResult) -> Iterator[StreamEvent]:
-        """The text not shown yet (all of it when nothing streamed), then the result."""
+    def _end(self, snapshot: Snapshot, result: TurnResult) -> Iterator[StreamEvent]:
+        """The text not shown yet (all of it when nothing streamed), then the result. The turn is
+        committed only as its result is handed over: a consumer that stops before changes nothing."""
         if self.stream and self.shown != result.message:
             if not result.message.startswith(self.shown):
                 self.shown = ""
                 yield MessageReset("the turn ended with another message")
             if rest := result.message[len(self.shown) :]:
                 yield self._show(rest)
-        yield result
+        yield self.conversation._commit((snapshot, result))
 
 
 def _items(llm: LLMClient, step: Step, stream: bool) -> Iterable[Item]:

@@ -6,7 +6,7 @@ Nothing here does I/O or mutates its inputs. ``decide`` checks a reply against t
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -314,7 +314,7 @@ def commit(
     )
 
 
-def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: dict[str, Any]) -> Snapshot:
+def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: Mapping[str, Any]) -> Snapshot:
     """The snapshot a resume turn starts from: ``result`` merged, the pause lifted, ``token`` spent.
 
     Raises :class:`ResumeError` when ``token`` is not the pending event's, or was already used.
@@ -325,6 +325,9 @@ def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: d
         raise ResumeError("the conversation is not paused: there is nothing to resume", state=snapshot.state)
     if token != snapshot.pending.token:
         raise ResumeError("this is not the token of the pending event", state=snapshot.state)
+    if not isinstance(result, Mapping):
+        kind = type(result).__name__
+        raise ResumeError(f"a resume result is an object of context keys, not a {kind}", state=snapshot.state)
     result = as_json_data(result, source="resume result")
     written = [k for k, v in result.items() if v is not None]
     return snapshot.model_copy(

@@ -64,7 +64,7 @@ class MessageWatcher:
         if self.verdict is None:
             if not (final or _complete(data, "transition")):
                 return ""  # the move may still be streaming in: wait for it
-            self.verdict = "transition" in data and self.preview(data["transition"])
+            self.verdict = "transition" in data and self.preview(data)
             if not self.verdict:
                 return ""
         message = data.get("message")

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any, Literal
 
 from llm_fsm import checks
-from llm_fsm.contract import Reply, parse_reply, state_reply_schemas, transition_only
+from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import (
     Decision,
@@ -43,6 +43,7 @@ from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated
 from llm_fsm.hooks import Await, Break, Hooks, Invocation, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 from llm_fsm.prompt import PromptBuilder
+from llm_fsm.values import as_json_data, clean_text
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
@@ -66,7 +67,7 @@ class TurnSettings:
 class Call:
     """A model call the turn needs: the reply itself, or a judge grading a proposed reply.
 
-    ``preview(transition)`` says whether a reply with that transition would be accepted, decided on
+    ``preview(partial_object)`` says whether a reply with that transition would be accepted, decided on
     the very context the turn decides on; a driver may show the reply's message as it streams once
     this says yes. It is None when nothing may be shown before the turn ends (judge calls, states
     with checks, and states whose ``after_reply`` handlers may change the context).
@@ -185,8 +186,10 @@ class TurnRunner:
         while True:
             response = yield self.reply_call(request)
             self.count(response)
-            verdict = yield from self.verdict(response)
-            decision, reply, problems = verdict
+            try:
+                decision, reply, problems = yield from self.verdict(response)
+            except Break as pause:  # an after_reply handler: before the commit, so the move is not made
+                return self.pause(pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
             if decision is not None and reply is not None and not problems:
                 return (yield from self.accept(decision, reply.message))
             refining = bool(problems) and all(p.kind in ("check", "context_value") for p in problems)
@@ -330,8 +333,8 @@ class TurnRunner:
             return None
         definition, base, context = self.definition, self.base, self.work.context  # replaced, never mutated
 
-        def accepts(transition: Any) -> bool:
-            reply = transition_only(transition)
+        def accepts(data: dict[str, Any]) -> bool:
+            reply = partial_reply(data)
             return (
                 reply is not None and decide(definition, base.model_copy(update={"context": context}), reply).accepted
             )
@@ -378,16 +381,17 @@ class TurnRunner:
                 )
 
     def pause(self, pause: Break, state: str, message: str) -> tuple[Snapshot, TurnResult]:
+        source = f"the Break payload of handler '{pause.handler}'"
         event = PendingEvent(
-            reason=pause.reason,
-            payload=pause.payload,
+            reason=clean_text(str(pause.reason)),
+            payload=as_json_data(pause.payload, source=source),  # saved with the snapshot: JSON data only
             created_at=now(),
             token=new_token(),
             state=state,
             handler=pause.handler,
             timing=pause.timing,
         )
-        return self.finish(state, message, {}, pending=event)
+        return self.finish(state, clean_text(message), {}, pending=event)
 
     def finish(
         self, state: str, message: str, applied: dict[str, Any], pending: PendingEvent | None = None

@@ -16,9 +16,10 @@ set, frozenset                         list, sorted when its items can be sorted
 pydantic model, dataclass              its fields as an object
 =====================================  ==============================================
 
-Anything else (an arbitrary object, bytes, ``nan`` or an infinity, an object with a non-text key,
-nesting deeper than 64 levels, which also catches cycles) is refused with a :class:`ContextValueError`
-that names the key and what was found.
+Text keeps every character except lone surrogates (halves of a UTF-16 pair, which no store can
+write as UTF-8): each becomes U+FFFD. Anything else (an arbitrary object, bytes, ``nan`` or an
+infinity, an object with a non-text key, nesting deeper than 64 levels, which also catches cycles)
+is refused with a :class:`ContextValueError` that names the key and what was found.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import datetime
 import decimal
 import enum
 import math
+import re
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -39,18 +41,24 @@ MAX_DEPTH = 64
 
 def as_json_data(values: Mapping[str, Any], *, source: str) -> dict[str, Any]:
     """``values`` converted to JSON data by the rules above; :class:`ContextValueError` names what cannot be."""
-    return {key: _convert(value, key, source, 0) for key, value in values.items()}
+    return {_key(key, "", source): _convert(value, key, source, 0) for key, value in values.items()}
 
 
 def _convert(value: Any, path: str, source: str, depth: int) -> Any:
     if depth > MAX_DEPTH:
         raise ContextValueError(f"{source}: '{path}' nests deeper than {MAX_DEPTH} levels (or refers to itself)", path)
-    if value is None or isinstance(value, str | bool | int):
+    if value is None or type(value) in (bool, int):
         return value
+    if isinstance(value, enum.Enum):  # before str and int: an IntEnum or StrEnum member is stored as its value
+        return _convert(value.value, path, source, depth + 1)
+    if isinstance(value, str):
+        return clean_text(str(value))
+    if isinstance(value, int):  # an int subclass other than bool
+        return int(value)
     if isinstance(value, float):
         if not math.isfinite(value):
             raise ContextValueError(f"{source}: '{path}' is {value}, which JSON cannot hold", path)
-        return value
+        return float(value)
     if isinstance(value, Mapping):
         return {_key(k, path, source): _convert(v, f"{path}.{k}", source, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
@@ -70,8 +78,6 @@ def _simple(value: Any, path: str, source: str) -> Any:
         return value.isoformat()
     if isinstance(value, decimal.Decimal | uuid.UUID):
         return str(value)
-    if isinstance(value, enum.Enum):
-        return value.value
     if hasattr(value, "model_dump") and hasattr(type(value), "model_fields"):  # a pydantic model
         return value.model_dump(mode="json")
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
@@ -86,5 +92,16 @@ def _simple(value: Any, path: str, source: str) -> Any:
 
 def _key(key: Any, path: str, source: str) -> str:
     if not isinstance(key, str):
-        raise ContextValueError(f"{source}: '{path}' has the key {key!r}; object keys must be text", path)
-    return key
+        where = f"'{path}' has the key {key!r}" if path else f"the key {key!r} is not text"
+        raise ContextValueError(f"{source}: {where}; object keys must be text", path or repr(key))
+    return clean_text(key)
+
+
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def clean_text(text: str) -> str:
+    """``text`` with each lone surrogate (not Unicode, so not storable as UTF-8) replaced by U+FFFD."""
+    if not _SURROGATE.search(text):
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")

@@ -60,6 +60,8 @@ CUT = json.dumps(reply("ask_guests", "Great, how many guests will join you?", da
         (CUT[: CUT.index(', "message"')], "left open"),
         (CUT[:-1], "left open"),  # only the last brace is missing
         (f"```json\n{CUT[:40]}", "in the middle of a string"),  # a fenced block cut off before its fence
+        (f"I set {{guests}} to 4.\n{CUT[:-30]}", "in the middle of a string"),  # a brace in the prose first
+        (CUT.replace('"', "'")[:-25].replace("how many", "how} many"), "in the middle of a string"),  # single quotes
     ],
 )
 def test_a_reply_that_stops_short_is_refused_never_completed(raw, where):

@@ -278,3 +278,73 @@ def test_a_turn_paused_before_its_model_call_ends_with_its_message(signup, mode)
         result = events[-1]
         assert after_last_reset(events) == "We are closed; we will write back."
     assert result.paused and result.message == "We are closed; we will write back." and llm.calls == 0
+
+
+# -- found by a new user's audit -------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["sync", "async", "send"])
+def test_a_break_in_an_after_reply_handler_pauses_in_the_old_state(signup, mode):
+    hooks = llm_fsm.Hooks()
+
+    @hooks.on("after_reply")
+    def review(**_):
+        raise llm_fsm.Break("a person reviews drafts", message="One moment, please.")
+
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([reply("ask_email", "MOVED", name="Ann")]), hooks=hooks)
+    result = conv.send("I'm Ann") if mode == "send" else collect(conv, "I'm Ann", mode)[-1]
+    assert result.paused and conv.state == "ask_name" and result.message == "One moment, please."
+    assert "name" not in conv.context, "the move and its writes wait for the resume"
+
+
+def test_stopping_before_the_result_changes_nothing_even_when_the_turn_had_decided(signup):
+    data = json.loads(json.dumps(signup.model_dump(mode="json", by_alias=True, exclude_none=True)))
+    data["states"]["ask_name"]["checks"] = [{"kind": "max_length", "max": 100}]
+    conv = llm_fsm.Conversation(llm_fsm.load(data), ScriptedLLM([reply("ask_email", "Hi Ann! Email?", name="Ann")]))
+    before = conv.snapshot()
+    events = conv.stream("I'm Ann")
+    assert isinstance(next(events), MessageDelta), "the whole message, once the turn decided"
+    events.close()
+    assert conv.snapshot() == before and not conv._busy
+
+
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_text_shown_before_a_handler_fails_after_the_commit_is_withdrawn(signup, mode):
+    hooks = llm_fsm.Hooks()
+
+    @hooks.on("state_enter", states=["ask_email"])
+    def crm(**_):
+        raise RuntimeError("the CRM is down")
+
+    conv = llm_fsm.Conversation(
+        signup, ScriptedLLM([reply("ask_email", "Thanks Ann! Your email?", name="Ann")]), hooks=hooks
+    )
+    before, events = conv.snapshot(), []
+
+    async def agather():
+        async for event in conv.astream("I'm Ann"):
+            events.append(event)
+
+    with pytest.raises(llm_fsm.HandlerError):
+        for event in conv.stream("I'm Ann") if mode == "sync" else ():
+            events.append(event)
+        if mode == "async":
+            asyncio.run(agather())
+    assert conv.snapshot() == before
+    assert any(isinstance(e, MessageDelta) for e in events) and isinstance(events[-1], MessageReset)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        '{"transition": {"target_state": "ask_email", "context_update": {}, "message": "SHOWN"}, "message": "SHOWN"}',
+        '{"transition": {"target_state": "ask_email", "context_update": {"name": NaN}}, "message": "SHOWN"}',
+        '{"target_state": "ask_email", "transition": {"target_state": "ask_email"}, "message": "SHOWN"}',
+    ],
+    ids=["message-inside-transition", "nan", "misplaced-target"],
+)
+def test_a_reply_the_parser_will_refuse_for_its_shape_never_streams(signup, text):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([text, reply("ask_name", "Your name?")], chunk_size=4))
+    events = list(conv.stream("I'm Ann"))
+    assert "SHOWN" not in "".join(e.text for e in events if isinstance(e, MessageDelta))
+    assert not any(isinstance(e, MessageReset) for e in events) and events[-1].message == "Your name?"

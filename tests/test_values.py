@@ -6,6 +6,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import json
 import uuid
 
 import pytest
@@ -131,3 +132,83 @@ def test_a_resume_result_is_stored_as_json_data(signup):
     assert conv.paused, "a refused result changes nothing: the token still works"
     conv.resume(token, {"approved_at": WHEN})
     assert conv.context["approved_at"] == STORED["when"]
+
+
+# -- found by a new user's audit -------------------------------------------------------------------
+
+
+def test_top_level_keys_must_be_text_too(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([]))
+    with pytest.raises(ContextValueError, match="the key 1 is not text"):
+        conv.update_context({1: "x"})
+    assert conv.context == {}
+
+
+def test_int_and_str_enums_and_subclasses_are_stored_as_plain_values(signup):
+    class Level(enum.IntEnum):
+        HIGH = 3
+
+    class Colour(str, enum.Enum):  # noqa: UP042 (the mixin form is what people write, and what must work)
+        RED = "red"
+
+    class Count(int):
+        pass
+
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([]))
+    conv.update_context({"level": Level.HIGH, "colour": Colour.RED, "count": Count(2), "flag": True})
+    stored = conv.context
+    assert stored == {"level": 3, "colour": "red", "count": 2, "flag": True}
+    assert [type(stored[k]) for k in ("level", "colour", "count", "flag")] == [int, str, int, bool]
+
+
+def test_lone_surrogates_from_users_models_and_code_become_replacement_characters(signup, tmp_path):
+    bad = json.loads('"4 people \\ud83d"')  # what a web request can carry
+    llm = ScriptedLLM(['{"transition": {"target_state": "ask_email", "context_update": {"name": "Ann \\udc00"}}, '
+                       '"message": "Hi \\ud83d"}'])  # fmt: skip
+    conv = llm_fsm.Conversation(signup, llm)
+    conv.update_context({"note": bad})
+    result = conv.send(bad)
+    assert (
+        result.message == "Hi \ufffd"
+        and conv.context["name"] == "Ann \ufffd"
+        and conv.context["note"].endswith("\ufffd")
+    )
+    store = open_store(f"sqlite://{tmp_path}/c.db")
+    store.save("c", conv.snapshot())
+    assert store.load("c").snapshot == conv.snapshot()
+
+
+def test_nan_and_infinity_from_the_model_are_a_format_rejection(signup):
+    nan = '{"transition": {"target_state": "ask_email", "context_update": {"name": NaN}}, "message": "Hi"}'
+    huge = (
+        '{"transition": {"target_state": "ask_email", "context_update": {"_extra": {"rate": 1e999}}}, "message": "Hi"}'
+    )
+    result = llm_fsm.Conversation(signup, ScriptedLLM([nan, huge])).send("hi")
+    assert [r.kind for r in result.rejected] == ["format", "format"] and result.state == "ask_name"
+    assert "nan, which is not a JSON number" in result.rejected[0].reason
+
+
+def test_a_break_payload_is_json_data_when_the_pause_is_taken(signup):
+    hooks = llm_fsm.Hooks()
+    payload = {"amount": decimal.Decimal("40.00"), "when": WHEN}
+    hooks.on("before_llm_call")(lambda **_: (_ for _ in ()).throw(llm_fsm.Break("approve", payload)))
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([]), hooks=hooks)
+    conv.start()
+    assert conv.pending.payload == {"amount": "40.00", "when": STORED["when"]}
+    bad = llm_fsm.Hooks()
+    bad.on("before_llm_call")(lambda **_: (_ for _ in ()).throw(llm_fsm.Break("approve", {"x": object()})))
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([]), hooks=bad)
+    with pytest.raises(ContextValueError, match="Break payload"):
+        conv.start()
+    assert conv.snapshot().turns == 0 and not conv.paused
+
+
+def test_a_resume_result_that_is_not_an_object_is_refused_clearly(signup):
+    hooks = llm_fsm.Hooks()
+    hooks.on("before_llm_call")(lambda **_: (_ for _ in ()).throw(llm_fsm.Break("approve")))
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([]), hooks=hooks)
+    token = conv.start().pending.token
+    for bad in ([1, 2], "yes"):
+        with pytest.raises(llm_fsm.ResumeError, match="an object of context keys, not a"):
+            conv.resume(token, bad)
+    assert conv.paused
