@@ -147,9 +147,25 @@ def filter_update(
         if why:
             reason = f"context key '{key}' {why}"
             refused.append(Rejection(kind="context_key", reason=reason, key=key, attempt=attempt))
-        elif value is not None:
+            continue
+        for path in [p for p in protected if p.startswith(f"{key}.")]:  # a gate inside an object the model may write
+            value, found = _without(value, path.split(".")[1:])
+            if found:
+                reason = f"context key '{path}' may only be set by code; the model may not write it"
+                refused.append(Rejection(kind="context_key", reason=reason, key=path, attempt=attempt))
+        if value is not None:
             applied[key] = value
     return applied, refused
+
+
+def _without(value: Any, path: list[str]) -> tuple[Any, bool]:
+    """``value`` without the nested key at ``path`` (a copy), and whether it was there."""
+    if not isinstance(value, dict) or path[0] not in value:
+        return value, False
+    if len(path) == 1:
+        return {k: v for k, v in value.items() if k != path[0]}, True
+    inner, found = _without(value[path[0]], path[1:])
+    return {**value, path[0]: inner}, found
 
 
 def _refusal(key: str, writable: Collection[str] | None, protected: Collection[str]) -> str | None:

@@ -40,7 +40,7 @@ from llm_fsm.engine import (
     write,
 )
 from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated
-from llm_fsm.hooks import Await, Break, Hooks, Invocation, call, logger, may_run, new_token, now, selected
+from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.values import as_json_data, clean_text
@@ -153,6 +153,7 @@ class TurnRunner:
         user: str | None,
         note: str | None = None,
         handle: Any = None,
+        resuming: PendingEvent | None = None,
     ) -> None:
         self.definition = definition
         self.base = base
@@ -161,6 +162,7 @@ class TurnRunner:
         self.user = user
         self.note = note  # the user-turn text of an opening or a resume
         self.handle = handle
+        self.resuming = resuming  # the pause this turn continues: its handlers that ran are not run again
         self.started = time.perf_counter()
         self.calls = 0
         self.usage = Usage()
@@ -174,6 +176,8 @@ class TurnRunner:
 
     def run(self) -> Steps:
         state = self.base.state
+        if self.resuming is not None and self.definition.states[state].terminal:
+            return (yield from self.close_terminal())
         try:
             if not self.base.history and self.user is None:
                 yield from self.fire("start", state)
@@ -356,7 +360,9 @@ class TurnRunner:
         if not self.hooks.handlers:
             return
         listed = frozenset(self.definition.states[state].handlers)
-        for handler in selected(self.hooks, Invocation(timing, state, target, keys, listed)):
+        for handler in self.not_yet_run(
+            timing, state, selected(self.hooks, Invocation(timing, state, target, keys, listed))
+        ):
             arguments = {
                 "conversation": self.handle,
                 "timing": timing,
@@ -379,6 +385,27 @@ class TurnRunner:
                 self.work.context, self.work.provenance = write(
                     self.work.context, self.work.provenance, delta, by=by, turn=self.turn_index
                 )
+
+    def not_yet_run(self, timing: str, state: str, handlers: list[Handler]) -> list[Handler]:
+        """On a resume, the handlers of the paused timing point after the one that paused (the others ran)."""
+        pause = self.resuming
+        if pause is None or (pause.timing, pause.state) != (timing, state):
+            return handlers
+        self.resuming = None  # only that timing point's first firing was interrupted
+        names = [h.name for h in handlers]
+        return handlers[names.index(pause.handler) + 1 :] if pause.handler in names else handlers
+
+    def close_terminal(self) -> Steps:
+        """A resume in a terminal state (paused on entering it, or at its end): the rest of its handlers,
+        and no model call, since the conversation has ended."""
+        state, timing = self.base.state, self.resuming.timing if self.resuming else None
+        try:
+            if timing == "state_enter":
+                yield from self.fire("state_enter", state, target=state)
+            yield from self.fire("end", state)
+        except Break as pause:
+            return self.pause(pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
+        return self.finish(state, "", {})
 
     def pause(self, pause: Break, state: str, message: str) -> tuple[Snapshot, TurnResult]:
         source = f"the Break payload of handler '{pause.handler}'"
@@ -437,9 +464,9 @@ def resume_turn(
 ) -> Steps:
     """The turn that continues a paused conversation with ``result`` (:class:`ResumeError` for a bad token)."""
     base = resumed(definition, snapshot, token, result)
-    reason = snapshot.pending.reason if snapshot.pending else "paused"
-    note = settings.prompt.resume_note(reason, result)
-    return TurnRunner(definition, base, hooks, settings, user=None, note=note, handle=handle).run()
+    pause = snapshot.pending
+    note = settings.prompt.resume_note(pause.reason if pause else "paused", result)
+    return TurnRunner(definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause).run()
 
 
 def fire_error(definition: FSMDefinition, hooks: Hooks, state: str, error: BaseException, *, handle: Any) -> None:

@@ -92,3 +92,35 @@ def test_decide_only_moves_along_declared_transitions_whose_conditions_hold(sign
         declared = [t for t in signup.states[state].transitions if t.target_state == decision.state]
         assert declared and decision.accepted
         assert decision.state != "done", "done needs 'approved', which only code may set"
+
+
+def test_a_dotted_handler_only_key_is_out_of_the_model_s_reach():
+    definition = llm_fsm.load(
+        {
+            "name": "pay",
+            "initial_state": "checkout",
+            "handler_only_keys": ["payment.authorized"],
+            "states": {
+                "checkout": {
+                    "purpose": "Take the payment",
+                    "transitions": [
+                        {
+                            "target_state": "paid",
+                            "conditions": [{"logic": {"==": [{"var": "payment.authorized"}, True]}}],
+                        }
+                    ],
+                },
+                "paid": {"purpose": "Thank the user"},
+            },
+        }
+    )
+    snap = initial_snapshot(definition)
+    update = {"payment": {"authorized": True, "method": "card"}}
+    decision = decide(
+        definition,
+        snap,
+        Reply.model_validate({"transition": {"target_state": "paid", "context_update": update}, "message": "m"}),
+    )
+    assert not decision.accepted and decision.state == "checkout"
+    assert decision.context == {"payment": {"method": "card"}}, "the rest of the object is kept"
+    assert [(r.kind, r.key) for r in decision.rejected][:1] == [("context_key", "payment.authorized")]

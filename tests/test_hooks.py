@@ -467,3 +467,61 @@ def test_bad_checks_are_load_errors():
         checked({"kind": "regexp", "pattern": "x"}, fallback_state="nowhere")
     messages = " ".join(p.message for p in info.value.problems)
     assert "does not match any of the expected tags" in messages
+
+
+# -- resume continues the paused turn: what ran does not run again (found by a new user's audit) -----
+
+
+def test_a_resume_after_a_before_transition_pause_makes_the_move_instead_of_pausing_again(signup):
+    hooks = Hooks()
+    runs = []
+
+    @hooks.on("before_transition", targets=["ask_email"])
+    def review(**_):
+        runs.append("review")
+        raise llm_fsm.Break("review the name")
+
+    move = {"transition": {"target_state": "ask_email", "context_update": {"name": "Ann"}}, "message": "Email?"}
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([move, move]), hooks=hooks)
+    token = conv.send("I'm Ann").pending.token
+    result = conv.resume(token, {"reviewed": True})
+    assert (result.state, result.paused, runs) == ("ask_email", False, ["review"])
+
+
+def test_a_resume_skips_the_handlers_of_the_paused_point_that_already_ran(signup):
+    hooks = Hooks()
+    runs = []
+    hooks.on("before_llm_call")(lambda **_: runs.append("first"))
+
+    @hooks.on("before_llm_call")
+    def gate(*, context, **_):
+        runs.append("gate")
+        if not context.get("approved"):
+            raise llm_fsm.Break("approval")
+
+    hooks.on("before_llm_call")(lambda **_: runs.append("after"))
+    say = {"transition": {"target_state": "ask_name", "context_update": {}}, "message": "Name?"}
+    conv = llm_fsm.Conversation(signup, ScriptedLLM([say]), hooks=hooks)
+    token = conv.send("hi").pending.token
+    conv.resume(token, {"approved": True})
+    assert runs == ["first", "gate", "after"]
+
+
+def test_a_pause_at_the_end_resumes_into_an_ended_conversation_without_a_model_call(signup):
+    hooks = Hooks()
+    ends = []
+
+    @hooks.on("end")
+    def archive(**_):
+        ends.append("end")
+        if len(ends) == 1:
+            raise llm_fsm.Break("archive it")
+
+    finish = {"transition": {"target_state": "done", "context_update": {}}, "message": "Bye!"}
+    llm = ScriptedLLM([finish])
+    conv = llm_fsm.Conversation(
+        signup, llm, state="ask_email", context={"email": "a@b.c", "approved": True}, hooks=hooks
+    )
+    token = conv.send("that's all").pending.token
+    result = conv.resume(token, {})
+    assert (result.ended, conv.ended, llm.calls, ends) == (True, True, 1, ["end"])
