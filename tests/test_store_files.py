@@ -51,3 +51,13 @@ def test_the_default_store_folder_is_private(tmp_path, monkeypatch, signup):
     store.save("c1", a_snapshot(signup))
     store.close()
     assert mode(home) == 0o700 and mode(home / "conversations.db") == 0o600
+
+
+def test_file_store_lock_files_of_two_ids_never_coincide(tmp_path, signup):
+    store = open_store(f"file://{tmp_path}/files")
+    with store.lock("alice.write", timeout=1):  # a turn of one conversation...
+        store.save("alice", a_snapshot(signup))  # ...does not hold up another one's save
+        with store.lock("alice", timeout=0.5):
+            pass
+    names = {p.name for p in (tmp_path / "files").iterdir() if p.name.endswith(".lock")}
+    assert len(names) == len({n.lower() for n in names}) and ".alice.write.lock" in names

@@ -51,7 +51,8 @@ class FileStore(Store):
 
     def _write_lock(self, conversation_id: str) -> FileLock:
         # Held only while reading the version and replacing the file (not for a whole turn).
-        return FileLock(str(self.directory / f".{conversation_id}.write.lock"), thread_local=False, mode=0o600)
+        # "~" is never in an id: conversation "x.write" must not share the turn lock file ".x.write.lock"
+        return FileLock(str(self.directory / f".{conversation_id}~write.lock"), thread_local=False, mode=0o600)
 
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         path = self._path(conversation_id)
