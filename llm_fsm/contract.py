@@ -73,12 +73,13 @@ MAX_NESTING = 32  # levels of objects and lists a reply may hold; deeper is refu
 def parse_reply(text: str) -> Reply:
     """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none
     (:class:`ReplyTruncated` if it stops before its end)."""
-    data = _extract_object(text)
+    data, repaired = _extract_object(text)
     if _depth(data) > MAX_NESTING:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     if problem := _misshapen(data):
         raise ReplyFormatError(problem)
-    data = _as_text_and_finite_numbers(data)
+    if repaired or not text.isascii() or "\\u" in text:  # the only ways a lone surrogate or NaN gets in
+        data = _as_text_and_finite_numbers(data)
     try:
         return Reply.model_validate(data)
     except ValidationError as exc:
@@ -118,7 +119,8 @@ def _misshapen(data: dict[str, Any]) -> str | None:
     return None
 
 
-def _extract_object(text: str) -> dict[str, Any]:
+def _extract_object(text: str) -> tuple[dict[str, Any], bool]:
+    """The reply's object, and whether json-repair produced it (its parser lets NaN through)."""
     text = strip_thinking(text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
@@ -126,13 +128,13 @@ def _extract_object(text: str) -> dict[str, Any]:
     for candidate in candidates:  # exact JSON anywhere beats a repair
         data = _strict(candidate)
         if isinstance(data, dict) and data:
-            return data
+            return data, False
     if cut := _cut_short(text):
         raise ReplyTruncated(f"the reply stops {cut}, before its JSON ends: answer again with the whole JSON object")
     for candidate in candidates:
         data = _repaired(candidate)
         if isinstance(data, dict) and data:
-            return data
+            return data, True
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
 
 
@@ -185,9 +187,26 @@ def _candidates(text: str) -> list[str]:
 
 def _strict(candidate: str) -> Any:
     try:
-        return json.loads(candidate)
+        return _DECODER.decode(candidate)
+    except ReplyFormatError:
+        raise
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
         return None
+
+
+def _not_a_number(name: str) -> float:
+    raise ReplyFormatError(f"the reply holds {name}, which is not a JSON number: write a number or null")
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):  # 1e999: JSON allows the text, but no store can keep the number
+        raise ReplyFormatError(f"the reply holds {text}, a number too large to keep: write a smaller one or null")
+    return number
+
+
+# one decoder, made once: json.loads with hooks would build a new one per reply
+_DECODER = json.JSONDecoder(parse_constant=_not_a_number, parse_float=_finite)
 
 
 def _repaired(candidate: str) -> Any:

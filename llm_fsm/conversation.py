@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from itertools import chain
 from types import TracebackType
 from typing import Any, Union
 
@@ -184,11 +185,11 @@ class Conversation:
 
     def start(self) -> TurnResult:
         """The opening message of the current state, with one model call."""
-        return _last(self._run(self._steps(None), stream=False))
+        return self._complete(self._steps(None))
 
     def send(self, text: str) -> TurnResult:
         """Answer the user's ``text``: one model call when the reply is valid."""
-        return _last(self._run(self._steps(text), stream=False))
+        return self._complete(self._steps(text))
 
     def resume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
         """Continue a paused conversation: merge ``result`` into the context, then one model call.
@@ -196,7 +197,7 @@ class Conversation:
         Works once per token: a second call with the same token raises :class:`ResumeError` and
         changes nothing. If the model call fails, nothing changes and the token stays valid.
         """
-        return _last(self._run(self._resume_steps(token, result), stream=False))
+        return self._complete(self._resume_steps(token, result))
 
     def stream(self, text: str | None = None) -> Iterator[StreamEvent]:
         """Run a turn (``text=None``: the opening) and yield its events as they happen.
@@ -222,6 +223,11 @@ class Conversation:
         return self._arun(self._steps(text), stream=True)
 
     # -- running turns: one loop, driven sync or async ------------------------------------------
+
+    def _complete(self, steps: Callable[[], Steps]) -> TurnResult:
+        """A turn with no events to show: the same drive, without the event machinery (send's speed)."""
+        with _Drive(self, steps(), stream=False, sync=True) as turn:
+            return turn.run_to_end()
 
     def _run(self, steps: Callable[[], Steps], *, stream: bool) -> Iterator[StreamEvent]:
         with _Drive(self, steps(), stream, sync=True) as turn:
@@ -329,22 +335,32 @@ class _Drive:
             self.steps.close()
             conversation._busy = False
 
-    def take(self, item: Item | None) -> Iterator[StreamEvent]:
+    def take(self, item: Item | None) -> Iterable[StreamEvent]:
         """Events for one item of the current call; after its response (or at the start: None), for
         the turn's next step, which may be its end without any call (a pause before the call)."""
         if isinstance(item, str):
             if self.watcher is not None and (delta := self.watcher.feed(item)):
-                yield self._show(delta)
-            return
+                return (self._show(delta),)
+            return ()
+        events: list[StreamEvent] = []
         if self.watcher is not None and (rest := self.watcher.flush()):
-            yield self._show(rest)
+            events.append(self._show(rest))
         call = self.call = self._advance(item)
         if isinstance(call, tuple):
             self.call = None
-            yield from self._end(*call)
-        elif self.shown and call.kind == "reply":
+            return chain(events, self._end(*call))  # lazily: the commit waits until the result is taken
+        if self.shown and call.kind == "reply":
             self.shown = ""
-            yield MessageReset("the reply was not accepted")
+            events.append(MessageReset("the reply was not accepted"))
+        return events
+
+    def run_to_end(self) -> TurnResult:
+        """Drive the whole turn, making each call in one piece; commit and return its result."""
+        llm, outcome = self.conversation.llm, self._advance(None)
+        while not isinstance(outcome, tuple):
+            (response,) = _items(llm, outcome, stream=False)
+            outcome = self._advance(response)
+        return self.conversation._commit(outcome)
 
     def withdraw(self) -> Iterator[MessageReset]:
         """Before a failed turn's error: take back any text shown (the turn changed nothing)."""

@@ -142,13 +142,14 @@ def filter_update(
     """
     applied: dict[str, Any] = {}
     refused: list[Rejection] = []
+    dotted = [p for p in protected if "." in p]
     for key, value in update.items():
         why = _refusal(key, writable, protected)
         if why:
             reason = f"context key '{key}' {why}"
             refused.append(Rejection(kind="context_key", reason=reason, key=key, attempt=attempt))
             continue
-        for path in [p for p in protected if p.startswith(f"{key}.")]:  # a gate inside an object the model may write
+        for path in [p for p in dotted if p.startswith(f"{key}.")]:  # a gate inside an object the model may write
             value, found = _without(value, path.split(".")[1:])
             if found:
                 reason = f"context key '{path}' may only be set by code; the model may not write it"

@@ -219,7 +219,7 @@ def selected(hooks: Hooks, where: Invocation) -> list[Handler]:
 
 def may_run(hooks: Hooks, timings: Collection[str], state: str, listed: frozenset[str]) -> bool:
     """Whether any handler could run at one of ``timings`` in ``state``, whatever the target and keys."""
-    return any(
+    return bool(hooks.handlers) and any(
         h.timings.intersection(timings)
         and (not h.named or h.name in listed)
         and (h.states is None or state in h.states)

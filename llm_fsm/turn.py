@@ -170,6 +170,7 @@ class TurnRunner:
         self.work = _Working(dict(base.context), dict(base.provenance))
         self.last_decision: Decision | None = None
         self.messages: list[dict[str, str]] = []
+        self._working: Snapshot | None = None
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
 
     # -- the turn -------------------------------------------------------------------------------
@@ -320,7 +321,11 @@ class TurnRunner:
 
     def working(self) -> Snapshot:
         """The snapshot every decision of this turn is made on: the base with the working context."""
-        return self.base.model_copy(update={"context": self.work.context})
+        if (
+            self._working is None or self._working.context is not self.work.context
+        ):  # contexts are replaced, not changed
+            self._working = self.base.model_copy(update={"context": self.work.context})
+        return self._working
 
     def reply_call(self, request: LLMRequest) -> Call:
         return Call("reply", request, self.preview())
@@ -355,10 +360,15 @@ class TurnRunner:
 
     def fire(
         self, timing: str, state: str, *, target: str | None = None, keys: frozenset[str] = frozenset(), **extra: Any
-    ) -> Generator[Step, Any, None]:
+    ) -> Generator[Step, Any, None] | tuple[()]:
         """Run the handlers for ``timing``; apply each delta as it comes (later handlers see it)."""
         if not self.hooks.handlers:
-            return
+            return ()  # most turns have no handlers: no generator to make and step through
+        return self._fire(timing, state, target=target, keys=keys, **extra)
+
+    def _fire(
+        self, timing: str, state: str, *, target: str | None = None, keys: frozenset[str] = frozenset(), **extra: Any
+    ) -> Generator[Step, Any, None]:
         listed = frozenset(self.definition.states[state].handlers)
         for handler in self.not_yet_run(
             timing, state, selected(self.hooks, Invocation(timing, state, target, keys, listed))

@@ -185,7 +185,8 @@ def test_nan_and_infinity_from_the_model_are_a_format_rejection(signup):
     )
     result = llm_fsm.Conversation(signup, ScriptedLLM([nan, huge])).send("hi")
     assert [r.kind for r in result.rejected] == ["format", "format"] and result.state == "ask_name"
-    assert "nan, which is not a JSON number" in result.rejected[0].reason
+    assert "NaN, which is not a JSON number" in result.rejected[0].reason
+    assert "1e999, a number too large to keep" in result.rejected[1].reason
 
 
 def test_a_break_payload_is_json_data_when_the_pause_is_taken(signup):
