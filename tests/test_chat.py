@@ -215,7 +215,7 @@ def test_a_paused_chat_shows_the_event_and_resumes(paused_definition, tmp_path):
     assert "The conversation is paused: type /resume JSON" in result.stderr
     assert "Approved! Your email?" in out, "the resume made the next model call"
     assert "approved_by: set by resume on turn 2" in out and "name: set by llm on turn 1" in out
-    assert "Nothing to resume: the conversation is not paused." in result.stderr
+    assert "error: nothing to resume: the conversation is not paused" in result.stderr
     assert "All set. Bye!" in out and "The conversation has ended." in out
 
 
@@ -225,7 +225,7 @@ def test_unregistered_handlers_and_bad_hooks_are_usage_errors(paused_definition,
     result = chat(paused_definition, tmp_path, [GREETING], "", "--hooks", "no_such_module:hooks")
     assert result.exit_code == 2 and "cannot import no_such_module" in result.stderr
     result = chat(paused_definition, tmp_path, [GREETING], "", "--hooks", f"{tmp_path / 'approval_hooks.py'}:Hooks")
-    assert result.exit_code == 2 and "is not a llm_fsm.Hooks object" in result.stderr
+    assert result.exit_code == 2 and "not a llm_fsm.Hooks object" in result.stderr
 
 
 def test_run_stops_at_a_pause(paused_definition, tmp_path):
