@@ -1,16 +1,20 @@
-"""The JSON files people name: read one with a one-line reason when it cannot be used, and tell
-what kind of file a document is.
+"""The JSON files people name: read one with a one-line reason when it cannot be used, tell what
+kind of file a document is, and write files that hold conversations so only their owner can read them.
 
 :func:`read_json` raises :class:`JSONFileError`, which each caller turns into its own error
 (``LLMError`` for a cassette, ``DefinitionError`` for a test file...), so every public entry point
 raises the library's errors. :func:`not_a` words a document of the wrong kind, naming what it is
-when that can be told: ``s.json is a definition, not a cassette``.
+when that can be told: ``s.json is a definition, not a cassette``. :func:`write_private` writes
+atomically, the file 0600 and the folders it creates 0700: saved conversations and cassettes hold
+what users said.
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
+import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -84,3 +88,30 @@ def validation_summary(exc: Any, most: int = 2) -> str:
 
 def _has(document: Any, *keys: str) -> bool:
     return isinstance(document, dict) and all(key in document for key in keys)
+
+
+def write_private(path: str | os.PathLike[str], text: str) -> None:
+    """Replace ``path`` with ``text`` at once (a temporary file renamed over it), readable by its owner
+    only: the file is created 0600 (never another mode first), the folders it needs 0700. OSError if it cannot be."""
+    path = Path(path)
+    _private_folders(path.parent)
+    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
+    try:
+        with os.fdopen(handle, "w", encoding="utf-8") as file:
+            file.write(text)
+        os.replace(temporary, path)
+    except BaseException:
+        Path(temporary).unlink(missing_ok=True)
+        raise
+
+
+def _private_folders(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each 0700 (``mkdir -p`` would make the parents 0755)."""
+    if folder.is_dir():
+        return
+    _private_folders(folder.parent)
+    try:
+        folder.mkdir(mode=0o700)
+    except FileExistsError:
+        if not folder.is_dir():  # a file stands where the folder should be
+            raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)) from None

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 from typer.testing import CliRunner
@@ -244,3 +246,35 @@ def test_run_stops_at_a_pause(paused_definition, tmp_path):
     assert result.exit_code == 0 and len(turns) == 2
     assert turns[1]["status"] == "paused" and turns[1]["pending"]["reason"] == "staff approval needed"
     assert "paused: staff approval needed" in result.stderr
+
+
+# -- files the chat writes ---------------------------------------------------------------------
+
+
+def test_saved_conversations_are_private_files_in_private_folders(definition, tmp_path):
+    old = os.umask(0)  # what a plain open() would make readable by everyone
+    try:
+        existing = tmp_path / "shared.json"
+        existing.write_text("{}")
+        existing.chmod(0o644)
+        text = f"I'm Ann\n/save {tmp_path / 'new' / 'deeper' / 'conv.json'}\n/save {existing}\n"
+        result = chat(definition, tmp_path, [GREETING, NAME], text)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0 and result.stdout.count("saved to") == 2, result.output
+    assert stat.S_IMODE((tmp_path / "new" / "deeper" / "conv.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o600, "a file written over is private too"
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "new" / "deeper").stat().st_mode) == 0o700
+
+
+def test_recorded_cassettes_are_private_files_in_private_folders(definition, tmp_path):
+    cassette = tmp_path / "rec" / "session.json"
+    old = os.umask(0)
+    try:
+        result = chat(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--record", str(cassette))
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(cassette.read_text())["interactions"]) == 2
+    assert stat.S_IMODE(cassette.stat().st_mode) == 0o600 and stat.S_IMODE(cassette.parent.stat().st_mode) == 0o700

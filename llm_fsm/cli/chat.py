@@ -12,7 +12,6 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
@@ -63,7 +62,7 @@ COMMANDS = {
     "/context": ("", "the collected context"),
     "/history": ("", "the conversation so far"),
     "/why": ("", "what the last turn rejected, and why"),
-    "/save": ("FILE", "save the conversation to a JSON file"),
+    "/save": ("FILE", "save the conversation to a JSON file (readable only by you)"),
     "/load": ("FILE", "continue a conversation saved with /save"),
     "/back": ("", "undo the last turn"),
     "/resume": ("[JSON]", "continue a paused conversation with this result (a JSON object)"),
@@ -193,8 +192,10 @@ class ChatSession:
             console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {escape(rejection.reason)}")
 
     def save(self, path: str) -> None:
-        try:
-            Path(path).write_text(self.conversation.snapshot().model_dump_json(indent=2), encoding="utf-8")
+        from llm_fsm.jsonfiles import write_private
+
+        try:  # the file holds everything the user said: readable by them only
+            write_private(path, self.conversation.snapshot().model_dump_json(indent=2))
         except OSError as exc:
             error(f"cannot write {path}: {exc.strerror or exc}")
             return

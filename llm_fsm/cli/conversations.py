@@ -7,13 +7,13 @@ import re
 from collections.abc import Iterator
 from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import StoreOption
+from llm_fsm.cli.options import ShowSecretsOption, StoreOption
 from llm_fsm.errors import StoreError
 
 if TYPE_CHECKING:
@@ -79,7 +79,11 @@ def list_(
 
 
 @group.command()
-def show(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+def show(
+    conversation_id: Annotated[str, typer.Argument(metavar="ID")],
+    store: StoreOption = None,
+    show_secrets: ShowSecretsOption = False,
+) -> None:
     """One conversation as JSON: state, context, provenance, history, pending event."""
     with _opened(store, conversation_id) as opened:
         record = opened.load(conversation_id)
@@ -87,7 +91,16 @@ def show(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: S
         fail(f"no conversation {conversation_id!r} in this store", 1)
     document = {"id": record.id, "version": record.version, "saved": _when(record.updated_at)}
     document |= record.snapshot.model_dump(mode="json")
-    typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+    typer.echo(json.dumps(document if show_secrets else _masked(document), ensure_ascii=False, indent=2))
+
+
+def _masked(document: dict[str, Any]) -> dict[str, Any]:
+    """Secret-looking values of the context and of a pause's payload masked (with the default rules:
+    the definition, and so its ``secret_keys``, is not at hand here)."""
+    from llm_fsm.secrets import mask
+
+    pending = document["pending"] and {**document["pending"], "payload": mask(document["pending"]["payload"])}
+    return {**document, "context": mask(document["context"]), "pending": pending}
 
 
 @group.command()

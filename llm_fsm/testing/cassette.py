@@ -2,10 +2,11 @@
 
 ``RecordingLLM(client, path)`` passes every call through and appends the request's messages and
 the reply to ``path``: the file is written when recording starts (so a path that cannot be written
-fails at once) and rewritten atomically after each call. ``ReplayLLM(path)`` answers the calls in
-order from the file; when the runtime sends a prompt that differs from the recording, it raises
-:class:`CassetteMismatch` with a diff, so a changed definition or template shows up at once. A file
-that is not a cassette is an :class:`LLMError` naming it and saying what is wrong.
+fails at once) and rewritten atomically after each call, readable by its owner only (0600), since
+it holds what users said. ``ReplayLLM(path)`` answers the calls in order from the file; when the
+runtime sends a prompt that differs from the recording, it raises :class:`CassetteMismatch` with a
+diff, so a changed definition or template shows up at once. A file that is not a cassette is an
+:class:`LLMError` naming it and saying what is wrong.
 """
 
 from __future__ import annotations
@@ -13,14 +14,13 @@ from __future__ import annotations
 import difflib
 import json
 import os
-import tempfile
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from llm_fsm.errors import CassetteMismatch, LLMError
-from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
+from llm_fsm.jsonfiles import JSONFileError, not_a, read_json, write_private
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, Usage
 
 VERSION = 1
@@ -74,7 +74,8 @@ class RecordingLLM:
 
     def _write(self) -> None:
         try:
-            _write(self.path, {"version": VERSION, "interactions": self.interactions})
+            cassette = {"version": VERSION, "interactions": self.interactions}
+            write_private(self.path, json.dumps(cassette, ensure_ascii=False, indent=1))
         except OSError as exc:
             raise LLMError(f"cannot write the cassette {self.path}: {exc.strerror or exc}") from None
 
@@ -133,11 +134,3 @@ def _diff(recorded: list[dict[str, str]], sent: list[dict[str, str]]) -> str:
 
     diff = difflib.unified_diff(lines(recorded), lines(sent), "recorded", "sent", lineterm="", n=2)
     return "\n".join(list(diff)[:200])
-
-
-def _write(path: Path, data: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    with os.fdopen(handle, "w", encoding="utf-8") as file:
-        json.dump(data, file, ensure_ascii=False, indent=1)
-    os.replace(temporary, path)
