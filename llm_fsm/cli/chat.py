@@ -97,6 +97,41 @@ class ChatSession:
 
     # -- turns ----------------------------------------------------------------------------------
 
+    def begin(self) -> None:
+        """The opening of a new conversation; for one continued, where it stands and why it is paused."""
+        if self.conversation.status == "new":
+            self.opening()
+            return
+        current = self.conversation
+        console.print(
+            f"Continuing conversation {self.tracked.id}: state {current.state}, {len(current.history)} messages."
+        )
+        if current.history:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(current.history[-1].assistant))
+        if current.pending is not None:
+            show_pending(current.pending, self.mask)
+        if current.ended:
+            show_end()
+
+    def opening(self) -> None:
+        """The opening message; when it fails, the next message the user types tries it again first."""
+        if self.turn(None) is None:
+            errors.print("[dim](no opening yet: it is tried again when you type your next message)[/]")
+
+    def say(self, text: str) -> None:
+        """A message from the user: the opening first if it has not been made (it failed), then the turn."""
+        if self.conversation.ended:
+            error("the conversation has ended: /back undoes its last turn, /reset starts over, /quit leaves")
+            return
+        if self.conversation.status == "new":
+            console.print("[dim](the opening message first)[/]")
+            self.opening()
+            if self.conversation.status == "new":
+                return
+        self.turn(text)
+
     def turn(self, text: str | None) -> TurnResult | None:
         """Run one turn, streaming its message; None if it failed or was cancelled (nothing changed)."""
         if self.conversation.paused:
@@ -127,6 +162,8 @@ class ChatSession:
         console.print(Text(status_line(result), style="dim"))
         if result.pending is not None:
             show_pending(result.pending, self.mask)
+        if result.ended:
+            show_end()
 
     # -- meta commands --------------------------------------------------------------------------
 
@@ -254,7 +291,7 @@ class ChatSession:
         self.undo.clear()
         self.last = None
         console.print("Starting over.")
-        self.turn(None)
+        self.opening()
 
 
 def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
@@ -262,6 +299,11 @@ def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]],
     if pending.payload:
         console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str), markup=False)
     console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
+
+
+def show_end() -> None:
+    still = "/history, /save FILE and /back still work; /quit or Ctrl-D leaves."
+    console.print(f"[bold]The conversation has ended.[/] {still}")
 
 
 def show_help(_: str) -> None:
@@ -427,28 +469,12 @@ def chat(
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model))} · /help for commands, Ctrl-D to leave")
-    if session.tracked.is_new:
-        session.turn(None)
-    else:
-        current = session.conversation
-        console.print(
-            f"Continuing conversation {session.tracked.id}: state {current.state}, {len(current.history)} messages."
-        )
-        if current.history:
-            from rich.markdown import Markdown
-
-            console.print(Markdown(current.history[-1].assistant))
+    session.begin()
     prompt = readline_prompt("[bold cyan]you>[/] ")
-    while not session.conversation.ended:
-        line = _read(prompt)
-        if line is None:
-            return
+    while (line := _read(prompt)) is not None:
         line = line.strip()
-        if not line:
-            continue
         if line.startswith("/"):
             if not session.command(line):
                 return
-            continue
-        session.turn(line)
-    console.print("[bold]The conversation has ended.[/]")
+        elif line:
+            session.say(line)
