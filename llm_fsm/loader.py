@@ -25,6 +25,7 @@ from llm_fsm import logic
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
+from llm_fsm.jsonfiles import other_kind
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -100,6 +101,8 @@ def inspect(source: str | os.PathLike[str] | Mapping[str, Any], *, strict: bool 
 
 def load_text(text: str, *, source: str | None = None, strict: bool = False) -> LoadReport:
     """Parse definition JSON text; problems carry line:column positions in ``text``."""
+    if not text.strip():
+        return LoadReport(None, [Problem("", "the file is empty", code="json", source=source)], source=source)
     try:
         data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except json.JSONDecodeError as exc:
@@ -114,6 +117,10 @@ def load_text(text: str, *, source: str | None = None, strict: bool = False) -> 
         return LoadReport(None, [problem], source=source)
     if not isinstance(data, dict):
         problem = Problem("", "a definition must be a JSON object", 1, 1, code="type", source=source)
+        return LoadReport(None, [problem], source=source)
+    other = other_kind(data, "definition")
+    if other is not None:  # another kind of file: say that, rather than list its every field
+        problem = Problem("", f"this file is {other}, not a definition", code="type", source=source)
         return LoadReport(None, [problem], source=source)
     return _Reader(text, source, strict).read(data)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import stat
 
 import pytest
 from typer.testing import CliRunner
@@ -126,17 +128,23 @@ def test_start_anywhere_and_bad_options(definition, tmp_path):
     assert result.exit_code == 2 and "no model configured" in result.stderr
 
 
-def test_provider_errors_print_one_line_and_the_chat_goes_on(definition, fake_openai):
+def test_provider_errors_print_one_line_and_a_failed_opening_is_made_before_the_next_message(definition, fake_openai):
     fake_openai.add(
         HTTPError(401, {"error": {"message": "Incorrect API key provided", "code": "invalid_api_key"}}),
+        json.dumps(GREETING),
         json.dumps(NAME),
     )
     args = ["chat", str(definition), "-m", "openai/x", "--api-base", fake_openai.url, "--api-key", "k"]
-    result = runner.invoke(app, args, input="I'm Ann\n/state\n", env={"COLUMNS": "200"})
+    result = runner.invoke(app, args, input="/history\nI'm Ann\n/history\n/state\n", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     assert result.stderr.count("error:") == 1 and "Incorrect API key" in result.stderr
     assert "Traceback" not in result.output
-    assert "Thanks Ann! Your email?" in result.stdout and "ask_email: Ask for the email" in result.stdout
+    assert "(no opening yet: it is tried again when you type your next message)" in result.stderr
+    first, second = result.stdout.split("(the opening message first)")
+    assert "bot>" not in first, "nothing was said before the opening was made"
+    assert "bot> Hello! What's your **name**? (ask_name)\nyou> I'm Ann\nbot> Thanks Ann!" in second
+    assert "ask_email: Ask for the email" in second
+    assert [r["messages"][-1]["content"] for r in fake_openai.requests][-1] == "I'm Ann"
 
 
 def test_streaming_chat_over_the_local_server(definition, fake_openai):
@@ -215,7 +223,7 @@ def test_a_paused_chat_shows_the_event_and_resumes(paused_definition, tmp_path):
     assert "The conversation is paused: type /resume JSON" in result.stderr
     assert "Approved! Your email?" in out, "the resume made the next model call"
     assert "approved_by: set by resume on turn 2" in out and "name: set by llm on turn 1" in out
-    assert "Nothing to resume: the conversation is not paused." in result.stderr
+    assert "error: nothing to resume: the conversation is not paused" in result.stderr
     assert "All set. Bye!" in out and "The conversation has ended." in out
 
 
@@ -225,7 +233,7 @@ def test_unregistered_handlers_and_bad_hooks_are_usage_errors(paused_definition,
     result = chat(paused_definition, tmp_path, [GREETING], "", "--hooks", "no_such_module:hooks")
     assert result.exit_code == 2 and "cannot import no_such_module" in result.stderr
     result = chat(paused_definition, tmp_path, [GREETING], "", "--hooks", f"{tmp_path / 'approval_hooks.py'}:Hooks")
-    assert result.exit_code == 2 and "is not a llm_fsm.Hooks object" in result.stderr
+    assert result.exit_code == 2 and "not a llm_fsm.Hooks object" in result.stderr
 
 
 def test_run_stops_at_a_pause(paused_definition, tmp_path):
@@ -244,3 +252,60 @@ def test_run_stops_at_a_pause(paused_definition, tmp_path):
     assert result.exit_code == 0 and len(turns) == 2
     assert turns[1]["status"] == "paused" and turns[1]["pending"]["reason"] == "staff approval needed"
     assert "paused: staff approval needed" in result.stderr
+
+
+# -- the chat as people use it ------------------------------------------------------------------
+
+
+def test_after_the_end_the_chat_stays_open_and_says_how_to_leave(definition, tmp_path):
+    text = "I'm Ann\nann@example.com\none more thing\n/history\n/back\n/state\n"
+    result = chat(definition, tmp_path, [GREETING, NAME, DONE], text)
+    assert result.exit_code == 0, result.output
+    ended = result.stdout.partition("All set. Bye!")[2]
+    assert "The conversation has ended. /history, /save FILE and /back still work; /quit or Ctrl-D leaves." in ended
+    assert result.stderr.count("error:") == 1 and "error: the conversation has ended" in result.stderr
+    assert "you> ann@example.com" in ended and "bot> All set. Bye! (done)" in ended, "/history after the end"
+    assert "Undone: back in state ask_email." in ended and "ask_email: Ask for the email" in ended
+
+
+def test_continuing_a_paused_stored_conversation_shows_the_pause_again(paused_definition, tmp_path):
+    kept = ["--hooks", f"{tmp_path / 'approval_hooks.py'}:hooks", "--store", f"sqlite://{tmp_path / 's.db'}", "-c", "p"]
+    first = chat(paused_definition, tmp_path, [GREETING, NAME], "I'm Ann\n", *kept)
+    assert "paused: staff approval needed" in first.stdout
+    again = chat(paused_definition, tmp_path, [DONE], "/quit\n", *kept)
+    assert again.exit_code == 0, again.output
+    shown = again.stdout.split("Continuing conversation p: state ask_email, 2 messages.")[1]
+    assert "paused: staff approval needed" in shown and '{"name": "Ann"}' in shown
+    assert "Type /resume JSON (for example /resume {}) to continue." in shown
+
+
+# -- files the chat writes ---------------------------------------------------------------------
+
+
+def test_saved_conversations_are_private_files_in_private_folders(definition, tmp_path):
+    old = os.umask(0)  # what a plain open() would make readable by everyone
+    try:
+        existing = tmp_path / "shared.json"
+        existing.write_text("{}")
+        existing.chmod(0o644)
+        text = f"I'm Ann\n/save {tmp_path / 'new' / 'deeper' / 'conv.json'}\n/save {existing}\n"
+        result = chat(definition, tmp_path, [GREETING, NAME], text)
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0 and result.stdout.count("saved to") == 2, result.output
+    assert stat.S_IMODE((tmp_path / "new" / "deeper" / "conv.json").stat().st_mode) == 0o600
+    assert stat.S_IMODE(existing.stat().st_mode) == 0o600, "a file written over is private too"
+    assert stat.S_IMODE((tmp_path / "new").stat().st_mode) == 0o700
+    assert stat.S_IMODE((tmp_path / "new" / "deeper").stat().st_mode) == 0o700
+
+
+def test_recorded_cassettes_are_private_files_in_private_folders(definition, tmp_path):
+    cassette = tmp_path / "rec" / "session.json"
+    old = os.umask(0)
+    try:
+        result = chat(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--record", str(cassette))
+    finally:
+        os.umask(old)
+    assert result.exit_code == 0, result.output
+    assert len(json.loads(cassette.read_text())["interactions"]) == 2
+    assert stat.S_IMODE(cassette.stat().st_mode) == 0o600 and stat.S_IMODE(cassette.parent.stat().st_mode) == 0o700

@@ -130,3 +130,35 @@ def test_conversations_commands(setup, tmp_path):
     run(definition, tmp_path, [GREETING], "", "--store", store, "-c", "gone")
     assert runner.invoke(app, ["conversations", "delete", "gone", "--store", store]).stdout.strip() == "deleted gone"
     assert runner.invoke(app, ["conversations", "delete", "gone", "--store", store]).exit_code == 1
+
+
+def test_conversations_show_masks_secret_looking_values_unless_asked(setup, tmp_path):
+    import llm_fsm
+    from llm_fsm.testing import ScriptedLLM
+
+    definition, store = setup
+    conversation = llm_fsm.Conversation(llm_fsm.load(definition), ScriptedLLM(), context={"name": "Ann"})
+    conversation.update_context({"password": "hunter2", "note": "4111 1111 1111 1111", "api_key": "sk-live-123"})
+    open_store(store).save("s1", conversation.snapshot())
+    shown = runner.invoke(app, ["conversations", "show", "s1", "--store", store])
+    assert shown.exit_code == 0, shown.output
+    context = json.loads(shown.stdout)["context"]
+    assert context == {"name": "Ann", "password": "[masked]", "note": "[masked]", "api_key": "[masked]"}
+    assert "hunter2" not in shown.stdout and "sk-live-123" not in shown.stdout
+    revealed = runner.invoke(app, ["conversations", "show", "s1", "--store", store, "--show-secrets"])
+    assert json.loads(revealed.stdout)["context"]["password"] == "hunter2"
+
+
+def test_conversations_show_masks_the_payload_of_a_pause(setup, tmp_path):
+    definition, store = setup
+    (tmp_path / "pause_hooks.py").write_text(
+        "from llm_fsm import Break, Hooks\nhooks = Hooks()\n\n\n"
+        "@hooks.on('context_update', keys=['name'])\n"
+        "def ask(*, update):\n"
+        "    raise Break('check the card', {'card_number': '4111111111111111', 'who': update['name']})\n"
+    )
+    hooks = f"{tmp_path / 'pause_hooks.py'}:hooks"
+    result, _ = run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "p", "--hooks", hooks)
+    assert "paused: check the card" in result.stderr, result.output
+    pending = json.loads(runner.invoke(app, ["conversations", "show", "p", "--store", store]).stdout)["pending"]
+    assert pending["payload"] == {"card_number": "[masked]", "who": "Ann"}

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import complete_definitions, load_definition
+from llm_fsm.cli.options import check_readable, complete_definitions, load_definition, write_output
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -64,6 +64,7 @@ def validate(
     ] = False,
 ) -> None:
     """Check definition files: every load error and design warning, with file:line:column and a hint."""
+    check_readable(files)  # a path that is no file is a usage error; what is in the files is the report
     results = [(str(path), _analyze(path, strict)) for path in files]
     if output_format is ReportFormat.json:
         diagnostics = [d.to_dict() for _, found in results for d in found]
@@ -178,11 +179,8 @@ def schema_text(*, tests: bool = False) -> str:
 def _write(text: str, output: Path | None) -> None:
     if output is None:
         typer.echo(text, nl=False)
-        return
-    try:
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        fail(f"cannot write {output}: {exc.strerror or exc}", 2)
+    else:
+        write_output(output, text)
 
 
 @app.command()
@@ -202,8 +200,7 @@ def paths(
         typer.echo(" → ".join(path))
     if write_tests is not None:
         document = skeleton(fsm, _relative(definition, write_tests.parent or "."), seed=seed)
-        write_tests.parent.mkdir(parents=True, exist_ok=True)
-        write_tests.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n", encoding="utf-8")
+        write_output(write_tests, json.dumps(document, indent=2, ensure_ascii=False) + "\n", make_folders=True)
         typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)
 
 

@@ -12,11 +12,11 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.text import Text
 
 import llm_fsm
@@ -44,7 +44,7 @@ from llm_fsm.cli.options import (
     masker,
     open_conversation,
 )
-from llm_fsm.errors import FSMError
+from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
@@ -56,18 +56,19 @@ if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
 console = Console(highlight=False)
 errors = Console(stderr=True, highlight=False)
 
+# name: (argument, what it does). A command without an argument refuses one; "[JSON]" is optional.
 COMMANDS = {
-    "/state": "the current state, its purpose and where it can go",
-    "/context": "the collected context",
-    "/history": "the conversation so far",
-    "/why": "what the last turn rejected, and why",
-    "/save FILE": "save the conversation to a JSON file",
-    "/load FILE": "continue a conversation saved with /save",
-    "/back": "undo the last turn",
-    "/resume JSON": "continue a paused conversation with this result (a JSON object)",
-    "/reset": "start over",
-    "/help": "this list",
-    "/quit": "leave (Ctrl-D works too)",
+    "/state": ("", "the current state, its purpose and where it can go"),
+    "/context": ("", "the collected context"),
+    "/history": ("", "the conversation so far"),
+    "/why": ("", "what the last turn rejected, and why"),
+    "/save": ("FILE", "save the conversation to a JSON file (readable only by you)"),
+    "/load": ("FILE", "continue a conversation saved with /save"),
+    "/back": ("", "undo the last turn"),
+    "/resume": ("[JSON]", "continue a paused conversation with this result (a JSON object)"),
+    "/reset": ("", "start over"),
+    "/help": ("", "this list"),
+    "/quit": ("", "leave (Ctrl-D works too)"),
 }
 _ESCAPE = re.compile(r"(\x1b\[[0-9;]*m)")
 
@@ -96,6 +97,41 @@ class ChatSession:
 
     # -- turns ----------------------------------------------------------------------------------
 
+    def begin(self) -> None:
+        """The opening of a new conversation; for one continued, where it stands and why it is paused."""
+        if self.conversation.status == "new":
+            self.opening()
+            return
+        current = self.conversation
+        console.print(
+            f"Continuing conversation {self.tracked.id}: state {current.state}, {len(current.history)} messages."
+        )
+        if current.history:
+            from rich.markdown import Markdown
+
+            console.print(Markdown(current.history[-1].assistant))
+        if current.pending is not None:
+            show_pending(current.pending, self.mask)
+        if current.ended:
+            show_end()
+
+    def opening(self) -> None:
+        """The opening message; when it fails, the next message the user types tries it again first."""
+        if self.turn(None) is None:
+            errors.print("[dim](no opening yet: it is tried again when you type your next message)[/]")
+
+    def say(self, text: str) -> None:
+        """A message from the user: the opening first if it has not been made (it failed), then the turn."""
+        if self.conversation.ended:
+            error("the conversation has ended: /back undoes its last turn, /reset starts over, /quit leaves")
+            return
+        if self.conversation.status == "new":
+            console.print("[dim](the opening message first)[/]")
+            self.opening()
+            if self.conversation.status == "new":
+                return
+        self.turn(text)
+
     def turn(self, text: str | None) -> TurnResult | None:
         """Run one turn, streaming its message; None if it failed or was cancelled (nothing changed)."""
         if self.conversation.paused:
@@ -108,7 +144,7 @@ class ChatSession:
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
-            errors.print(f"[red]error:[/] {_one_line(exc)}")
+            error(_one_line(exc))
             return None
         self.undo.append(before)
         self.show_result(result)
@@ -126,11 +162,13 @@ class ChatSession:
         console.print(Text(status_line(result), style="dim"))
         if result.pending is not None:
             show_pending(result.pending, self.mask)
+        if result.ended:
+            show_end()
 
     # -- meta commands --------------------------------------------------------------------------
 
     def command(self, line: str) -> bool:
-        """Run a meta command; return False when the chat should end."""
+        """Run a meta command; return False when the chat should end. A misused command prints one error line."""
         name, _, argument = line.partition(" ")
         argument = argument.strip()
         handlers: dict[str, Callable[[str], bool | None]] = {
@@ -145,22 +183,28 @@ class ChatSession:
             "/reset": self.reset,
             "/help": show_help,
             "/quit": lambda _: False,
-            "/exit": lambda _: False,
         }
+        name = "/quit" if name == "/exit" else name
         handler = handlers.get(name)
         if handler is None:
             from llm_fsm.loader import did_you_mean
 
             hint = did_you_mean(name, list(handlers))
-            errors.print(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")
+            error(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")
+            return True
+        wrong = _misused(name, argument)
+        if wrong:
+            error(wrong)
             return True
         return handler(argument) is not False
 
     def show_state(self, _: str) -> None:
         state = self.conversation.definition.states[self.conversation.state]
-        console.print(f"[bold]{state.id}[/]" + (f": {state.purpose}" if state.purpose else ""))
+        console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
         for transition in state.transitions_by_priority():
-            console.print(f"  → {transition.target_state} (priority {transition.priority}) {transition.description}")
+            console.print(
+                f"  → {transition.target_state} (priority {transition.priority}) {escape(transition.description)}"
+            )
         if state.terminal:
             console.print("  (terminal state)")
 
@@ -169,65 +213,58 @@ class ChatSession:
 
         console.print(JSON(json.dumps(self.mask(self.conversation.context), ensure_ascii=False, default=str)))
         for key, origin in self.conversation.provenance.items():
-            console.print(f"  [dim]{key}: set by {origin['by']} on turn {origin['turn']}[/]")
+            console.print(f"  [dim]{escape(key)}: set by {escape(origin['by'])} on turn {origin['turn']}[/]")
 
     def show_history(self, _: str) -> None:
         for exchange in self.conversation.history:
             if exchange.user is not None:
-                console.print(f"[bold cyan]you>[/] {exchange.user}")
-            console.print(f"[bold green]bot>[/] {exchange.assistant} [dim]({exchange.state})[/]")
+                console.print(f"[bold cyan]you>[/] {escape(exchange.user)}")
+            console.print(f"[bold green]bot>[/] {escape(exchange.assistant)} [dim]({exchange.state})[/]")
 
     def show_why(self, _: str) -> None:
         if self.last is None or not self.last.rejected:
             console.print("Nothing was rejected in the last turn.")
             return
         for rejection in self.last.rejected:
-            console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {rejection.reason}")
+            console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {escape(rejection.reason)}")
 
     def save(self, path: str) -> None:
-        if not path:
-            errors.print("usage: /save FILE")
-            return
-        try:
-            Path(path).write_text(self.conversation.snapshot().model_dump_json(indent=2), encoding="utf-8")
+        from llm_fsm.jsonfiles import write_private
+
+        try:  # the file holds everything the user said: readable by them only
+            write_private(path, self.conversation.snapshot().model_dump_json(indent=2))
         except OSError as exc:
-            errors.print(f"[red]error:[/] cannot write {path}: {exc.strerror or exc}")
+            error(f"cannot write {path}: {exc.strerror or exc}")
             return
-        console.print(f"saved to {path}")
+        console.print(f"saved to {path}", markup=False)
 
     def load(self, path: str) -> None:
-        if not path:
-            errors.print("usage: /load FILE")
-            return
         from llm_fsm.conversation import Conversation
-        from llm_fsm.engine import Snapshot
 
         current = self.conversation
         try:
-            snapshot = Snapshot.model_validate_json(Path(path).read_text(encoding="utf-8"))
+            snapshot = read_snapshot(path)
             restored = Conversation.restore(snapshot, current.definition, current.llm, hooks=current.hooks)
-        except (OSError, UnicodeDecodeError, ValueError) as exc:
-            errors.print(f"[red]error:[/] cannot read {path}: {_one_line(exc)}")
-            return
         except FSMError as exc:
-            errors.print(f"[red]error:[/] {_one_line(exc)}")
+            error(_one_line(exc))
             return
         self.undo.append(current.snapshot())
         self.tracked.replace(self.make(restored.snapshot()))
-        console.print(f"loaded {path}: state {self.conversation.state}, {len(self.conversation.history)} messages")
+        where = f"state {self.conversation.state}, {len(self.conversation.history)} messages"
+        console.print(f"loaded {path}: {where}", markup=False)
 
     def resume(self, argument: str) -> None:
         pending = self.conversation.pending
         if pending is None:
-            errors.print("Nothing to resume: the conversation is not paused.")
+            error("nothing to resume: the conversation is not paused")
             return
         try:
             result = json.loads(argument) if argument else {}
         except json.JSONDecodeError as exc:
-            errors.print(f"[red]error:[/] /resume takes a JSON object: {exc.msg} at column {exc.colno}")
+            error(f"/resume takes a JSON object: {exc.msg} at column {exc.colno}")
             return
         if not isinstance(result, dict):
-            errors.print('[red]error:[/] /resume takes a JSON object, e.g. /resume {"approved": true}')
+            error('/resume takes a JSON object, e.g. /resume {"approved": true}')
             return
         before = self.conversation.snapshot()
         try:
@@ -237,7 +274,7 @@ class ChatSession:
             errors.print("[yellow](resume cancelled: nothing changed)[/]")
             return
         except FSMError as exc:
-            errors.print(f"[red]error:[/] {_one_line(exc)}")
+            error(_one_line(exc))
             return
         self.undo.append(before)
         self.show_result(outcome)
@@ -254,19 +291,59 @@ class ChatSession:
         self.undo.clear()
         self.last = None
         console.print("Starting over.")
-        self.turn(None)
+        self.opening()
 
 
 def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    console.print(f"[bold yellow]⏸ paused:[/] {pending.reason}")
+    console.print(f"[bold yellow]⏸ paused:[/] {escape(pending.reason)}")
     if pending.payload:
-        console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str))
+        console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str), markup=False)
     console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
 
 
+def show_end() -> None:
+    still = "/history, /save FILE and /back still work; /quit or Ctrl-D leaves."
+    console.print(f"[bold]The conversation has ended.[/] {still}")
+
+
 def show_help(_: str) -> None:
-    for name, text in COMMANDS.items():
-        console.print(f"  [bold]{name:<12}[/] {text}")
+    for name, (argument, text) in COMMANDS.items():
+        console.print(f"  [bold]{(name + ' ' + argument).strip():<14}[/] {text}")
+
+
+def error(message: str) -> None:
+    """One ``error:`` line on stderr (the message is text, never read as rich markup)."""
+    errors.print(Text.assemble(("error:", "red"), " ", message))
+
+
+def _misused(name: str, argument: str) -> str | None:
+    """Why ``name argument`` is not how the command is used, or None."""
+    expected, _ = COMMANDS[name]
+    if argument and not expected:
+        return f"{name} takes no argument (usage: {name})"
+    if not argument and expected and not expected.startswith("["):
+        return f"{name} needs a {expected} (usage: {name} {expected})"
+    return None
+
+
+def read_snapshot(path: str) -> Snapshot:
+    """The conversation a ``/save`` wrote to ``path``; ConversationError saying, in one line, what the file
+    is and why it cannot be loaded."""
+    from pydantic import ValidationError
+
+    from llm_fsm.engine import Snapshot
+    from llm_fsm.jsonfiles import JSONFileError, not_a, other_kind, read_json, validation_summary
+
+    try:
+        document = read_json(path, "saved conversation")
+        if not isinstance(document, dict) or other_kind(document, "saved conversation"):
+            wrong = not_a(path, document, "saved conversation", "it is not a JSON object")
+            raise JSONFileError(f"{wrong} (/load takes a file written by /save)")
+        return Snapshot.model_validate(document)
+    except JSONFileError as exc:
+        raise ConversationError(str(exc)) from None
+    except ValidationError as exc:
+        raise ConversationError(f"{path} is not a saved conversation: {validation_summary(exc)}") from None
 
 
 def _show(events: Iterator[StreamEvent]) -> TurnResult:
@@ -327,15 +404,24 @@ def _read(prompt: str) -> str | None:
 
 
 def _parse_context(text: str | None) -> dict[str, Any]:
-    if not text:
+    """``--context``: a JSON object (exit 2 otherwise; NaN and Infinity are not JSON)."""
+    if text is None:
         return {}
     try:
-        value = json.loads(text)
+        value = json.loads(text, parse_constant=_not_json)
     except json.JSONDecodeError as exc:
         fail(f"--context is not valid JSON: {exc.msg} at column {exc.colno}", 2)
+    except RecursionError:
+        fail("--context is not valid JSON: it is nested too deeply", 2)
+    except ValueError as exc:  # NaN or Infinity (see _not_json), or a number too long to convert
+        fail(f"--context is not valid JSON: {exc}", 2)
     if not isinstance(value, dict):
         fail("--context must be a JSON object", 2)
     return value
+
+
+def _not_json(constant: str) -> None:
+    raise ValueError(f"{constant} is not a JSON value")
 
 
 def _warm_up(llm: LLMClient) -> None:
@@ -382,29 +468,13 @@ def chat(
     session = ChatSession(open_conversation(make, store, conversation, wait), make, masker(fsm, show_secrets))
     import readline  # noqa: F401  (line editing and history for input())
 
-    console.print(f"[bold]{fsm.name}[/] · {model} · /help for commands, Ctrl-D to leave")
-    if session.tracked.is_new:
-        session.turn(None)
-    else:
-        current = session.conversation
-        console.print(
-            f"Continuing conversation {session.tracked.id}: state {current.state}, {len(current.history)} messages."
-        )
-        if current.history:
-            from rich.markdown import Markdown
-
-            console.print(Markdown(current.history[-1].assistant))
+    console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model))} · /help for commands, Ctrl-D to leave")
+    session.begin()
     prompt = readline_prompt("[bold cyan]you>[/] ")
-    while not session.conversation.ended:
-        line = _read(prompt)
-        if line is None:
-            return
+    while (line := _read(prompt)) is not None:
         line = line.strip()
-        if not line:
-            continue
         if line.startswith("/"):
             if not session.command(line):
                 return
-            continue
-        session.turn(line)
-    console.print("[bold]The conversation has ended.[/]")
+        elif line:
+            session.say(line)

@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
 
 from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import StoreOption
+from llm_fsm.cli.options import ShowSecretsOption, StoreOption
 from llm_fsm.errors import StoreError
 
 if TYPE_CHECKING:
@@ -33,13 +35,23 @@ def parse_duration(text: str) -> timedelta:
     return timedelta(seconds=float(match.group(1)) * _UNITS[match.group(2)])
 
 
-def _open(url: str | None) -> Store:
-    from llm_fsm.store import open_store
+@contextmanager
+def _opened(url: str | None, conversation_id: str | None = None) -> Iterator[Store]:
+    """The store named, closed afterwards. A bad URL or id exits 2; a store that fails while used, 1."""
+    from llm_fsm.store import check_id, open_store
 
     try:
-        return open_store(url)
+        if conversation_id is not None:
+            check_id(conversation_id)
+        store = open_store(url)
     except StoreError as exc:
         fail(str(exc), 2)
+    try:
+        yield store
+    except StoreError as exc:  # unreadable data, a server gone
+        fail(str(exc), 1)
+    finally:
+        store.close()
 
 
 def _when(epoch: float) -> str:
@@ -52,7 +64,8 @@ def list_(
     json_output: Annotated[bool, typer.Option("--json", help="One JSON object per conversation.")] = False,
 ) -> None:
     """The stored conversations, most recent first."""
-    infos = _open(store).list()
+    with _opened(store) as opened:
+        infos = opened.list()
     if json_output:
         for info in infos:
             typer.echo(json.dumps(info.__dict__))
@@ -66,26 +79,35 @@ def list_(
 
 
 @group.command()
-def show(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+def show(
+    conversation_id: Annotated[str, typer.Argument(metavar="ID")],
+    store: StoreOption = None,
+    show_secrets: ShowSecretsOption = False,
+) -> None:
     """One conversation as JSON: state, context, provenance, history, pending event."""
-    try:
-        record = _open(store).load(conversation_id)
-    except StoreError as exc:
-        fail(str(exc), 1)
+    with _opened(store, conversation_id) as opened:
+        record = opened.load(conversation_id)
     if record is None:
         fail(f"no conversation {conversation_id!r} in this store", 1)
     document = {"id": record.id, "version": record.version, "saved": _when(record.updated_at)}
     document |= record.snapshot.model_dump(mode="json")
-    typer.echo(json.dumps(document, ensure_ascii=False, indent=2))
+    typer.echo(json.dumps(document if show_secrets else _masked(document), ensure_ascii=False, indent=2))
+
+
+def _masked(document: dict[str, Any]) -> dict[str, Any]:
+    """Secret-looking values of the context and of a pause's payload masked (with the default rules:
+    the definition, and so its ``secret_keys``, is not at hand here)."""
+    from llm_fsm.secrets import mask
+
+    pending = document["pending"] and {**document["pending"], "payload": mask(document["pending"]["payload"])}
+    return {**document, "context": mask(document["context"]), "pending": pending}
 
 
 @group.command()
 def delete(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
     """Delete one conversation."""
-    try:
-        deleted = _open(store).delete(conversation_id)
-    except StoreError as exc:
-        fail(str(exc), 1)
+    with _opened(store, conversation_id) as opened:
+        deleted = opened.delete(conversation_id)
     if not deleted:
         fail(f"no conversation {conversation_id!r} in this store", 1)
     typer.echo(f"deleted {conversation_id}")
@@ -99,5 +121,6 @@ def prune(
     store: StoreOption = None,
 ) -> None:
     """Delete conversations not saved for longer than --older-than."""
-    count = _open(store).prune(older_than)
+    with _opened(store) as opened:
+        count = opened.prune(older_than)
     typer.echo(f"deleted {count} conversation{'s' if count != 1 else ''} not saved for {older_than}")

@@ -21,7 +21,7 @@ import typer
 
 import llm_fsm
 from llm_fsm.cli.main import fail
-from llm_fsm.errors import ConversationError, DefinitionError, LLMError, StoreError
+from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError, StoreError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
@@ -68,6 +68,29 @@ def complete_states(ctx: typer.Context, args: list[str], incomplete: str) -> lis
     return [state for state in states if state.startswith(incomplete)]
 
 
+def non_empty(value: str | None) -> str | None:
+    """An option's value, refused when empty: ``--store "$UNSET"`` must not quietly mean the default."""
+    if value is not None and not value.strip():
+        raise typer.BadParameter("the value is empty")
+    return value
+
+
+def http_url(value: str | None) -> str | None:
+    """A provider's base URL: ``http://`` or ``https://`` and a host (anything else would fail on the first call)."""
+    from urllib.parse import urlsplit
+
+    if value is None:
+        return None
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number from 0 to 65535)
+    except ValueError as exc:
+        raise typer.BadParameter(f"{value!r} is not a URL: {exc}") from None
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise typer.BadParameter(f"{value!r} is not an http:// or https:// URL with a host")
+    return value
+
+
 DefinitionArgument = Annotated[
     Path,
     typer.Argument(help="The definition JSON file.", show_default=False, autocompletion=complete_definitions),
@@ -83,10 +106,13 @@ ModelOption = Annotated[
     ),
 ]
 ApiBaseOption = Annotated[
-    str | None, typer.Option("--api-base", envvar="LLM_FSM_API_BASE", show_envvar=True, help="Provider base URL.")
-]
+    str | None,
+    typer.Option("--api-base", envvar="LLM_FSM_API_BASE", show_envvar=True, callback=http_url,
+                 help="Provider base URL."),
+]  # fmt: skip
 ApiKeyOption = Annotated[
-    str | None, typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, help="Provider API key.")
+    str | None,
+    typer.Option("--api-key", envvar="LLM_FSM_API_KEY", show_envvar=True, callback=non_empty, help="Provider API key."),
 ]
 TimeoutOption = Annotated[
     float,
@@ -108,12 +134,14 @@ HooksOption = Annotated[
     typer.Option(
         "--hooks",
         envvar="LLM_FSM_HOOKS",
+        callback=non_empty,
         help="A Hooks object of handlers and checks: MODULE:NAME or FILE.py:NAME.",
     ),
 ]
 StoreOption = Annotated[
     str | None,
-    typer.Option("--store", envvar="LLM_FSM_STORE", help="Where conversations are kept: sqlite:///x.db, file:///dir, "
+    typer.Option("--store", envvar="LLM_FSM_STORE", callback=non_empty, help="Where conversations are kept: "
+                 "sqlite:PATH.db (relative to this folder) or sqlite:///ABSOLUTE/PATH.db, file:DIR or file:///DIR, "
                  "redis://host:port/db (default: SQLite under $LLM_FSM_HOME)."),
 ]  # fmt: skip
 ConversationOption = Annotated[
@@ -150,6 +178,41 @@ def load_definition(path: Path) -> llm_fsm.FSMDefinition:
     return definition
 
 
+def check_readable(paths: list[Path]) -> None:
+    """Exit 2 naming each path that cannot be opened as a file (missing, a folder, no permission)."""
+    unreadable = []
+    for path in paths:
+        try:
+            path.open("rb").close()
+        except OSError as exc:
+            unreadable.append(f"cannot read {path}: {exc.strerror or exc}")
+    for message in unreadable:
+        typer.echo(f"error: {message}", err=True)
+    if unreadable:
+        raise typer.Exit(2)
+
+
+def check_writable(path: Path) -> None:
+    """Exit 2 now when ``path`` could not be written later (a folder, under a file, no permission)."""
+    folder = next((parent for parent in path.parents if parent.exists()), Path("."))  # the nearest that exists
+    if path.is_dir():
+        fail(f"cannot write {path}: it is a folder", 2)
+    if not folder.is_dir():
+        fail(f"cannot write {path}: {folder} is not a folder", 2)
+    if not os.access(path if path.exists() else folder, os.W_OK):
+        fail(f"cannot write {path}: permission denied", 2)
+
+
+def write_output(path: Path, text: str, *, make_folders: bool = False) -> None:
+    """Write a command's output file (and the folders it needs, if asked); exit 2 naming it when it cannot be."""
+    try:
+        if make_folders:
+            path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        fail(f"cannot write {path}: {exc.strerror or exc}", 2)
+
+
 def load_hooks(spec: str | None) -> Hooks:
     """The ``Hooks`` object named by ``module:name`` or ``path/to/file.py:name`` (exit 2 if it cannot be)."""
     if not spec:
@@ -160,17 +223,21 @@ def load_hooks(spec: str | None) -> Hooks:
     try:
         module = _import_module(where)
     except Exception as exc:  # the user's module failed to import: say so in one line
-        fail(f"cannot import {where}: {type(exc).__name__}: {exc}", 2)
+        reason = str(exc).strip().partition("\n")[0]
+        fail(f"--hooks {spec}: cannot import {where}: {type(exc).__name__}: {reason}", 2)
     hooks = getattr(module, name, None)
     if not isinstance(hooks, Hooks):
-        fail(f"{spec} is not a llm_fsm.Hooks object (found {type(hooks).__name__})", 2)
+        fail(f"--hooks {spec}: not a llm_fsm.Hooks object (found {type(hooks).__name__})", 2)
     return hooks
 
 
 def _import_module(where: str) -> Any:
+    """The module ``where`` names: a ``.py`` file, else a module on the path (or in the current folder)."""
     import importlib
     import importlib.util
 
+    if os.path.isfile(where) and not where.endswith(".py"):  # "--hooks rules.json:x" would look for a module "rules"
+        raise ImportError(f"{where} is not a Python file (FILE.py) or module")
     if where.endswith(".py"):
         spec = importlib.util.spec_from_file_location(Path(where).stem, where)
         if spec is None or spec.loader is None:
@@ -214,7 +281,10 @@ def make_client(
     if record is not None:
         from llm_fsm.testing.cassette import RecordingLLM
 
-        return RecordingLLM(client, record)
+        try:
+            return RecordingLLM(client, record)  # writes the (empty) cassette now: a bad path fails here
+        except LLMError as exc:
+            fail(str(exc), 2)
     return client
 
 
@@ -224,11 +294,10 @@ def _model(model: str | None, provider: Provider, stream: bool) -> LLMClient:
     if model.startswith(SCRIPTED_PREFIX):
         from llm_fsm.testing.scripted import ScriptedLLM
 
-        path = model[len(SCRIPTED_PREFIX) :]
         try:
-            return ScriptedLLM.from_file(path)
-        except (OSError, ValueError) as exc:
-            fail(f"cannot read scripted replies {path}: {exc}", 2)
+            return ScriptedLLM.from_file(model[len(SCRIPTED_PREFIX) :])
+        except LLMError as exc:
+            fail(str(exc), 2)
     notify_retries()
     return LiteLLMClient(model, **vars(provider), quiet=True, stream=stream)
 
@@ -251,7 +320,8 @@ def conversation_factory(
     context: dict[str, Any] | None = None, **options: Any,
 ) -> Callable[[Snapshot | None], Conversation]:  # fmt: skip
     """Makes new (None) or restored conversations; exits 2 when the definition names unregistered
-    handlers or checks, or a stored conversation ran on a different definition."""
+    handlers or checks, the initial context is not JSON data, or a stored conversation ran on a
+    different definition."""
 
     def make(snapshot: Snapshot | None) -> Conversation:
         from llm_fsm.conversation import Conversation
@@ -263,7 +333,7 @@ def conversation_factory(
         except DefinitionError as exc:
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
-        except ConversationError as exc:
+        except FSMError as exc:
             typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
 

@@ -71,22 +71,24 @@ def run(
     llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = conversation_factory(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
-    tracked = open_conversation(make, store, conversation, wait)
     try:
         stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
         fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
     with stream:
-        _converse(tracked, stream, masker(fsm, show_secrets))
+        tracked = open_conversation(make, store, conversation, wait)
+        _converse(tracked, _lines(stream, input), masker(fsm, show_secrets))
 
 
-def _converse(tracked: StoredConversation, stream: TextIO, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def _converse(
+    tracked: StoredConversation, lines: Iterator[str], mask: Callable[[dict[str, Any]], dict[str, Any]]
+) -> None:
     if tracked.conversation.ended:
         fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
     try:
         if tracked.is_new:
             _emit(tracked.run(lambda c: c.start()), mask)
-        for line in _lines(stream):
+        for line in lines:
             if tracked.conversation.ended or tracked.conversation.paused:
                 break
             _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]
@@ -103,10 +105,14 @@ def _converse(tracked: StoredConversation, stream: TextIO, mask: Callable[[dict[
         fail(str(exc), 2)
 
 
-def _lines(stream: TextIO) -> Iterator[str]:
-    for line in stream:
-        if line.strip():
-            yield line.rstrip("\r\n")
+def _lines(stream: TextIO, name: str) -> Iterator[str]:
+    """The non-empty lines of the input; exit 2 at a line that is not UTF-8 text (a binary file given as input)."""
+    try:
+        for line in stream:
+            if line.strip():
+                yield line.rstrip("\r\n")
+    except UnicodeDecodeError as exc:
+        fail(f"the input {'(stdin)' if name == '-' else name} is not UTF-8 text: {exc.reason}", 2)
 
 
 def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:

@@ -16,8 +16,12 @@ from llm_fsm.cli.options import (
     Provider,
     TemperatureOption,
     TimeoutOption,
+    check_writable,
     make_client,
+    non_empty,
+    write_output,
 )
+from llm_fsm.errors import DefinitionError
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
@@ -32,8 +36,13 @@ def test(
     paths: Annotated[list[Path], typer.Argument(help="Test files, or folders searched for *.test.json.")],
     model: Annotated[
         str | None,
-        typer.Option("--model", "-m", help="Answer unscripted steps with this model (litellm name, or 'simulated')."),
-    ] = None,
+        typer.Option(
+            "--model",
+            "-m",
+            callback=non_empty,
+            help="Answer unscripted steps with this model (litellm name, or 'simulated').",
+        ),
+    ] = None,  # fmt: skip
     api_base: ApiBaseOption = None,
     api_key: ApiKeyOption = None,
     timeout: TimeoutOption = 60.0,
@@ -56,9 +65,12 @@ def test(
         fail(f"no such file or folder: {', '.join(missing)}", 2)
     files = discover(paths)
     if not files:
-        fail("no test files found (test files are named *.test.json)", 2)
+        fail(f"no test files in {', '.join(map(str, paths))} (test files are named *.test.json)", 2)
     if min_pass is not None and min_pass > repeat:
         fail(f"--min-pass {min_pass} is more than --repeat {repeat}", 2)
+    _check_test_files(files)
+    if junit is not None:
+        check_writable(junit)
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
     outcomes = run_files(files, _model_factory(model, provider, replay), repeat=repeat, min_pass=min_pass)
     for outcome in outcomes:
@@ -74,8 +86,24 @@ def test(
     if show_coverage:
         _print_coverage(outcomes)
     if junit is not None:
-        junit.write_text(junit_xml(outcomes), encoding="utf-8")
+        write_output(junit, junit_xml(outcomes))
     raise typer.Exit(1 if failed else 0)
+
+
+def _check_test_files(files: list[Path]) -> None:
+    """Exit 2, before any case runs, printing each problem of the files that are not valid test files."""
+    from llm_fsm.testing.conversation_tests import read
+
+    problems = []
+    for path in files:
+        try:
+            read(path)
+        except DefinitionError as exc:
+            problems += exc.problems
+    for problem in problems:
+        typer.echo(f"error: {problem}", err=True)
+    if problems:
+        raise typer.Exit(2)
 
 
 def _print_steps(outcome: CaseOutcome) -> None:
@@ -95,12 +123,7 @@ def _print_steps(outcome: CaseOutcome) -> None:
 def _model_factory(model: str | None, provider: Provider, replay: Path | None):  # type: ignore[no-untyped-def]
     """What answers the steps that carry no scripted reply (None: such steps fail)."""
     if replay is not None:
-        from llm_fsm.testing.cassette import ReplayLLM
-
-        try:
-            cassette = ReplayLLM(replay)
-        except Exception as exc:  # noqa: BLE001 (an unreadable cassette is a usage error)
-            fail(str(exc), 2)
+        cassette = make_client(model, provider, replay=replay)
         return lambda definition: cassette
     if model == "simulated":
         from llm_fsm.testing.simulation import SimulatedLLM

@@ -1,13 +1,20 @@
 """Conversation stores: where conversations live between turns, so that any process can take the next one.
 
-=====================  ==================================================================
-URL                    store
-=====================  ==================================================================
-``memory:``            a dict in this process (tests)
-``file:///dir``        one JSON file per conversation, atomic writes, file locks
-``sqlite:///path.db``  the default (``$LLM_FSM_HOME/conversations.db``): WAL, append-only turns
-``redis://host:port``  many stateless workers, one Redis server (``pip install llm-fsm-runtime[redis]``)
-=====================  ==================================================================
+=====================================  ==========================================================
+URL                                    store
+=====================================  ==========================================================
+``memory:``                            a dict in this process (tests)
+``file:DIR``, ``file:///DIR``          one JSON file per conversation, atomic writes, file locks
+``sqlite:PATH``, ``sqlite:///PATH``    the default (``$LLM_FSM_HOME/conversations.db``): WAL, append-only turns
+``redis://host:port/db``               many stateless workers, one Redis server (``pip install llm-fsm-runtime[redis]``)
+=====================================  ==========================================================
+
+Paths in ``sqlite:`` and ``file:`` URLs follow one rule. After three slashes the path is absolute,
+as in the standard: ``sqlite:///var/bots/c.db`` is ``/var/bots/c.db``. Without slashes it is
+relative to the current folder: ``sqlite:c.db``, ``file:data/conversations``. ``file://data/x`` is
+refused, since ``data`` would be a host; the error shows both spellings. The path is
+percent-decoded (``%20`` is a space); a ``?`` or ``#`` is refused (write ``%3F``, ``%23``). Every bad
+URL (unknown scheme, no path, a Redis port that is not a number...) raises :class:`StoreError`.
 
 :func:`advance` (or ``await`` :func:`aadvance`) runs one turn of a stored conversation: it locks it,
 loads it (or creates it), runs the turn and saves the result with a version check, so two turns never interleave.
@@ -19,7 +26,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlparse
+from urllib.parse import unquote, urlsplit
 
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, check_id
@@ -46,30 +53,81 @@ def home() -> Path:
 
 
 def default_url() -> str:
-    return f"sqlite://{home() / 'conversations.db'}"
+    """``sqlite:///...`` naming ``conversations.db`` in :func:`home`, as an absolute, percent-encoded URL."""
+    return "sqlite:" + (home() / "conversations.db").absolute().as_uri().removeprefix("file:")
+
+
+_FORMS = "memory:, sqlite:PATH.db, sqlite:///ABSOLUTE/PATH.db, file:DIR, file:///ABSOLUTE/DIR or redis://host:port/db"
 
 
 def open_store(url: str | None = None) -> Store:
-    """The store a URL names (default: :func:`default_url`); :class:`StoreError` for a bad URL."""
-    url = url or default_url()
-    scheme, _, rest = url.partition(":")
-    path = unquote(urlparse(url).path) if rest.startswith("//") else rest
-    if scheme == "memory":
+    """The store a URL names (default: :func:`default_url`); :class:`StoreError` for a bad URL (see above)."""
+    url = default_url() if url is None else url
+    scheme, colon, rest = url.partition(":")
+    if not colon or not scheme:
+        raise StoreError(f"{url!r} is not a store URL: use {_FORMS}")
+    if scheme == "memory" and not rest:
         from llm_fsm.store.memory import MemoryStore
 
         return MemoryStore()
-    if scheme == "file" and path:
+    if scheme == "file":
         from llm_fsm.store.files import FileStore
 
-        return FileStore(path)
-    if scheme == "sqlite" and path:
+        return FileStore(_local_path(url))
+    if scheme == "sqlite":
         from llm_fsm.store.sqlite import SQLiteStore
 
-        return SQLiteStore(path)
+        return SQLiteStore(_local_path(url))
     if scheme in ("redis", "rediss", "unix"):
-        try:
-            from llm_fsm.store.redis import RedisStore
-        except ImportError:
-            raise StoreError("the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'") from None
+        return _redis(url)
+    raise StoreError(f"unknown store URL {url!r}: use {_FORMS}")
+
+
+def _local_path(url: str) -> str:
+    """The path a ``sqlite:`` or ``file:`` URL names: absolute after ``///``, else relative to the current folder."""
+    scheme, _, rest = url.partition(":")
+    if "?" in rest or "#" in rest:
+        raise StoreError(
+            f"store URL {url!r} has a query or a fragment: a {scheme}: URL is a path (write ? as %3F, # as %23)"
+        )
+    if rest.startswith("//"):
+        rest = rest[2:]
+        host = rest.partition("/")[0]
+        if host:  # "file://data/x": the standard reads "data" as a host, which a store on this machine cannot be
+            raise StoreError(
+                f"store URL {url!r} names a host, {host!r}: write {scheme}:{rest} for a path relative to the "
+                f"current folder, or {scheme}://{Path.cwd() / unquote(rest)} for an absolute one"
+            )
+    if not rest:
+        raise StoreError(f"store URL {url!r} has no path: write {scheme}:PATH (relative) or {scheme}:///ABSOLUTE/PATH")
+    return unquote(rest)
+
+
+def _redis(url: str) -> Store:
+    """A Redis store; :class:`StoreError` for a URL redis-py would refuse, before any connection is tried."""
+    _check_redis_url(url)
+    try:
+        from llm_fsm.store.redis import RedisStore
+    except ImportError:
+        raise StoreError("the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'") from None
+    try:
         return RedisStore(url)
-    raise StoreError(f"unknown store URL {url!r}: use memory:, file:///dir, sqlite:///path.db or redis://host:port/db")
+    except (ValueError, TypeError) as exc:  # what redis-py itself refuses in a URL
+        raise StoreError(f"store URL {url!r} is not a Redis URL: {exc}") from None
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse, in words that name the fault, what redis-py would refuse with a bare ValueError or read wrongly."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number from 0 to 65535)
+    except ValueError:
+        raise StoreError(f"store URL {url!r}: the port is not a number from 0 to 65535") from None
+    if parts.scheme == "unix":
+        if not parts.path:
+            raise StoreError(f"store URL {url!r} names no socket: write unix:///PATH/TO/redis.sock")
+        return
+    if not parts.hostname:
+        raise StoreError(f"store URL {url!r} names no host: write {parts.scheme}://HOST:PORT/DB")
+    if parts.path.strip("/") and not parts.path.strip("/").isdigit():
+        raise StoreError(f"store URL {url!r}: the database must be a number, as in {parts.scheme}://HOST:6379/0")

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import DefinitionError, FSMError, Problem
+from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
 from llm_fsm.loader import load
 from llm_fsm.testing.scripted import ScriptedLLM
@@ -144,16 +145,22 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read(path: Path) -> TestFile:
-    """Parse a test file; :class:`DefinitionError` (with locations) when it is invalid."""
+    """Parse a test file; :class:`DefinitionError` (with locations) when it is invalid.
+
+    A file that cannot be read, or is not a test file at all (a definition, a cassette...), is one
+    problem saying so; a test file with mistakes has a problem for each.
+    """
     try:
-        return TestFile.model_validate_json(path.read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise DefinitionError(
-            [Problem("", f"cannot read: {exc.strerror or exc}", code="unreadable")], str(path)
-        ) from exc
+        document = read_json(path, "test file")
+        if not isinstance(document, dict) or "cases" not in document:
+            raise JSONFileError(not_a(path, document, "test file", "it has no 'cases'"))
+        return TestFile.model_validate(document)
+    except JSONFileError as exc:
+        raise DefinitionError([Problem("", str(exc), code="unreadable")], str(path)) from None
     except ValidationError as exc:
         problems = [
-            Problem(".".join(str(p) for p in e["loc"]), e["msg"], code=e["type"]) for e in exc.errors(include_url=False)
+            Problem(".".join(str(p) for p in e["loc"]), e["msg"], code=e["type"], source=str(path))
+            for e in exc.errors(include_url=False)
         ]
         raise DefinitionError(problems, str(path)) from None
 

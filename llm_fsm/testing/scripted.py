@@ -12,7 +12,8 @@ from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
-from llm_fsm.errors import ScriptExhausted
+from llm_fsm.errors import LLMError, ScriptExhausted
+from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 
 __all__ = ["ScriptedLLM", "reply"]
@@ -38,11 +39,18 @@ class ScriptedLLM:
 
     @classmethod
     def from_file(cls, path: str | Path) -> ScriptedLLM:
-        """Replies from a JSON file: a list of replies, or an object with a ``replies`` list."""
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
+        """Replies from a JSON file: a list of replies, or an object with a ``replies`` list.
+
+        :class:`LLMError` naming the file and what is wrong when it is not such a file.
+        """
+        try:
+            data = read_json(path, "reply script")
+        except JSONFileError as exc:
+            raise LLMError(str(exc), model="scripted") from None
         replies = data.get("replies") if isinstance(data, dict) else data
-        if not isinstance(replies, list):
-            raise ValueError(f"{path}: expected a JSON list of replies or an object with a 'replies' list")
+        if not isinstance(replies, list) or not all(isinstance(r, (dict, str)) for r in replies):
+            why = "it holds neither a list of replies nor an object with a 'replies' list"
+            raise LLMError(not_a(path, data, "reply script", why), model="scripted")
         return cls(replies)
 
     def add(self, *replies: dict[str, Any] | str | BaseException) -> None:
