@@ -21,6 +21,8 @@ from itertools import chain
 from types import TracebackType
 from typing import Any, Union
 
+from pydantic import ValidationError
+
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
@@ -32,6 +34,7 @@ from llm_fsm.errors import (
     Problem,
 )
 from llm_fsm.hooks import Await, Awaited, Hooks, logger
+from llm_fsm.jsonfiles import validation_summary
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
@@ -463,9 +466,11 @@ def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
 def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:
     if isinstance(value, Snapshot):
         return value
+    if not isinstance(value, str | Mapping):
+        raise ConversationError(f"not a snapshot: a Snapshot, its dict or its JSON text, not a {type(value).__name__}")
     try:
         if isinstance(value, str):
             return Snapshot.model_validate_json(value)
         return Snapshot.model_validate(dict(value))
-    except ValueError as exc:
-        raise ConversationError(f"not a valid snapshot: {exc}") from None
+    except ValidationError as exc:
+        raise ConversationError(f"not a valid snapshot: {validation_summary(exc)}") from None

@@ -10,10 +10,10 @@ from __future__ import annotations
 import hashlib
 import json
 from collections.abc import Callable
-from functools import cached_property
+from functools import cache, cached_property
 from typing import Annotated, Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 JSONLogic = dict[str, Any] | bool
 T = TypeVar("T")
@@ -21,6 +21,23 @@ T = TypeVar("T")
 
 class _Frozen(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, populate_by_name=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _null_is_the_default(cls, data: Any) -> Any:
+        """``null`` in a field that has a default means that default: llm-fsm writes every optional
+        field, as ``null`` when it is unset. (Fields whose default is ``None`` get ``None`` either way.)"""
+        if not isinstance(data, dict) or None not in data.values():
+            return data
+        optional = _optional_fields(cls)
+        return {key: value for key, value in data.items() if value is not None or key not in optional}
+
+
+@cache
+def _optional_fields(model: type[BaseModel]) -> frozenset[str]:
+    """The names and aliases of the fields of ``model`` that have a default."""
+    fields = [(name, field) for name, field in model.model_fields.items() if not field.is_required()]
+    return frozenset(name for name, _ in fields) | frozenset(field.alias for _, field in fields if field.alias)
 
 
 class Condition(_Frozen):
@@ -242,8 +259,10 @@ def json_schema() -> dict[str, Any]:
 
     It is generated from the models, with two shapes the loader accepts and the models do not show:
     ``states`` as a map keyed by id (``id`` optional inside) or as a list (``id`` required), and
-    ``example_dialogue`` lines written llm-fsm style, ``{"user": "Hi"}``. ``schema/fsm.schema.json``
-    is a generated copy: ``llm-fsm schema --output schema/fsm.schema.json`` refreshes it.
+    ``example_dialogue`` lines written llm-fsm style, ``{"user": "Hi"}``. It describes the canonical
+    form: ``null`` in an optional field, which the models read as the default (llm-fsm's dumps write
+    it), is left out. ``schema/fsm.schema.json`` is a generated copy: ``llm-fsm schema --output
+    schema/fsm.schema.json`` refreshes it.
     """
     generated = FSMDefinition.model_json_schema(by_alias=True)
     defs = generated.pop("$defs")

@@ -1,51 +1,69 @@
 """Read a definition file and report every problem in it at once.
 
 ``load`` is the one entry point. It accepts our format and files written in the published llm-fsm
-format (versions 3.0 and 4.1): fields we use are mapped, fields we do not use become
-``ignored_field`` warnings (errors with ``strict=True``); nothing is dropped silently.
-Every problem carries a path (``states.greet.transitions[0].target_state``), the file's
-line:column when the source is a file, and a hint where one helps.
+format (versions 3.0 and 4.1), including files written by llm-fsm's ``model_dump_json()``, where every
+optional field is present and ``null`` when unset (``null`` means the default). Fields we use are
+mapped; fields we do not use become one ``ignored_field`` warning per field (with a count), unless
+their value says nothing (``null``, empty, or llm-fsm's default); nothing is dropped silently.
+
+Every problem is written for the person who wrote the file: a path
+(``states.greet.transitions[0].target_state``), the file's line:column when the source is a file,
+plain words (``expected a list of strings, got a string``, ``JSON does not allow a trailing comma``)
+and a hint where one helps. Positions are looked up only when there is a problem to report.
 """
 
 from __future__ import annotations
 
+import bisect
 import difflib
 import json
 import os
 import re
+import types
 import warnings
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from llm_fsm import logic
-from llm_fsm.definition import Condition, FSMDefinition, State, Transition
+from llm_fsm.definition import Check, Condition, Example, FSMDefinition, JSONLogic, State, Transition
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
+
+@dataclass(frozen=True)
+class _LlmFsmField:
+    """A field of the llm-fsm format that this runtime does not use."""
+
+    version: str  # the llm-fsm version that has it
+    default: object = None  # llm-fsm's default: a file that holds it says nothing
+
+
 # Fields of the llm-fsm format that this runtime has no use for. They load, with a warning.
-_IGNORED: dict[str, frozenset[str]] = {
-    "fsm": frozenset({"function_handlers", "transition_evaluation_mode"}),
-    "state": frozenset(
-        {
-            "extraction_retries",
-            "extraction_confidence_threshold",
-            "transition_classification",
-            "field_extractions",
-            "classification_extractions",
-            "context_scope",
-            "auto_transition_threshold",
-            "response_type",
-        }
-    ),
-    "transition": frozenset({"llm_description", "is_deterministic"}),
-    "condition": frozenset({"evaluation_priority"}),
+_IGNORED: dict[str, dict[str, _LlmFsmField]] = {
+    "fsm": {
+        "function_handlers": _LlmFsmField("3.0"),
+        "transition_evaluation_mode": _LlmFsmField("4.1", "hybrid"),
+    },
+    "state": {
+        "extraction_retries": _LlmFsmField("4.1", 1),
+        "extraction_confidence_threshold": _LlmFsmField("4.1", 0.0),
+        "transition_classification": _LlmFsmField("4.1"),
+        "field_extractions": _LlmFsmField("4.1"),
+        "classification_extractions": _LlmFsmField("4.1"),
+        "context_scope": _LlmFsmField("4.1"),
+        "auto_transition_threshold": _LlmFsmField("4.1"),
+        "response_type": _LlmFsmField("4.1", "conversational"),
+    },
+    "transition": {"llm_description": _LlmFsmField("4.1"), "is_deterministic": _LlmFsmField("4.1", True)},
+    "condition": {"evaluation_priority": _LlmFsmField("4.1", 100)},
 }
 _KNOWN: dict[str, frozenset[str]] = {
     "fsm": frozenset(f.alias or n for n, f in FSMDefinition.model_fields.items()),
@@ -89,54 +107,55 @@ def inspect(source: str | os.PathLike[str] | Mapping[str, Any], *, strict: bool 
         return _Reader(None, None, strict).read(dict(source))
     path = Path(source)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        raw = path.read_bytes()
     except OSError as exc:
         problem = Problem("", f"cannot read file: {exc.strerror or exc}", code="unreadable", source=str(path))
         return LoadReport(None, [problem], source=str(path))
+    try:
+        text = raw.decode("utf-8-sig")  # editors may start a UTF-8 file with a byte order mark: not part of the JSON
     except UnicodeDecodeError as exc:
-        problem = Problem("", f"file is not UTF-8 text (byte {exc.start})", code="encoding", source=str(path))
+        problem = Problem("", _encoding_message(raw, exc.start), code="encoding", source=str(path))
         return LoadReport(None, [problem], source=str(path))
     return load_text(text, source=str(path), strict=strict)
 
 
 def load_text(text: str, *, source: str | None = None, strict: bool = False) -> LoadReport:
     """Parse definition JSON text; problems carry line:column positions in ``text``."""
-    if not text.strip():
-        return LoadReport(None, [Problem("", "the file is empty", code="json", source=source)], source=source)
+
+    def failed(message: str, offset: int | None = None, *, code: str = "json", path: str = "") -> LoadReport:
+        line, column = _line_column(text, offset) if offset is not None else (None, None)
+        problem = Problem(_printable(path), _printable(message), line, column, code=code, source=source)
+        return LoadReport(None, [problem], source=source)
+
     try:
         data = json.loads(text, object_pairs_hook=_reject_duplicate_keys)
     except json.JSONDecodeError as exc:
-        problem = Problem("", f"invalid JSON: {exc.msg}", exc.lineno, exc.colno, code="json", source=source)
-        return LoadReport(None, [problem], source=source)
-    except _DuplicateKey as exc:
-        problem = Problem("", f"duplicate key '{exc.key}' in one object", code="duplicate_key", source=source)
-        return LoadReport(None, [problem], source=source)
-    except (RecursionError, ValueError) as exc:  # nesting too deep, or a number too long to convert
-        reason = "nesting is too deep" if isinstance(exc, RecursionError) else str(exc).split(";")[0]
-        problem = Problem("", f"cannot read the JSON: {reason}", code="json", source=source)
-        return LoadReport(None, [problem], source=source)
+        return failed(*_json_problem(text, exc))
+    except _DuplicateKey:
+        path, offset, first = _first_duplicate(text)
+        line, column = _line_column(text, first)
+        message = f"duplicate key '{path[-1]}' (first at {line}:{column}): a key may appear once in an object"
+        return failed(message, offset, code="duplicate_key", path=_dotted(path))
+    except RecursionError:
+        return failed("cannot read the JSON: it nests too deeply")
+    except ValueError as exc:  # a number too long to convert
+        return failed(f"cannot read the JSON: {str(exc).split(';')[0]}")
     if not isinstance(data, dict):
-        problem = Problem("", "a definition must be a JSON object", 1, 1, code="type", source=source)
-        return LoadReport(None, [problem], source=source)
+        return failed(f"a definition must be a JSON object, got {_what(data)}", 0, code="type")
     other = other_kind(data, "definition")
     if other is not None:  # another kind of file: say that, rather than list its every field
-        problem = Problem("", f"this file is {other}, not a definition", code="type", source=source)
-        return LoadReport(None, [problem], source=source)
+        return failed(f"this file is {other}, not a definition", code="type")
     return _Reader(text, source, strict).read(data)
 
 
 class _DuplicateKey(ValueError):
-    def __init__(self, key: str) -> None:
-        super().__init__(key)
-        self.key = key
+    """Raised while parsing: an object repeats a key (where is found afterwards, by :func:`_first_duplicate`)."""
 
 
 def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    for key, value in pairs:
-        if key in result:
-            raise _DuplicateKey(key)
-        result[key] = value
+    result = dict(pairs)
+    if len(result) < len(pairs):
+        raise _DuplicateKey()
     return result
 
 
@@ -155,8 +174,15 @@ class _Reader:
         self.strict = strict
         self.errors: list[Problem] = []
         self.warnings: list[Problem] = []
-        self._positions = _positions(text) if text is not None else {}
+        self._text = text
         self._state_pointer: dict[str, str] = {}
+        self._states_without_id = False
+        self._other_fields: list[tuple[tuple[Any, ...], str, Any]] = []  # (where, kind of object, value)
+
+    @cached_property
+    def _positions(self) -> dict[str, tuple[int, int]]:
+        """Where each value is in the text: computed on the first problem, as clean files need none."""
+        return _positions(self._text) if self._text is not None else {}
 
     def read(self, data: dict[str, Any]) -> LoadReport:
         data = self._normalise(data)
@@ -185,10 +211,10 @@ class _Reader:
         self.warnings.append(self._problem(loc, message, code=code, hint=hint))
 
     def _pointer(self, loc: tuple[Any, ...]) -> str:
-        parts = [str(p) for p in loc]
+        parts = list(loc)
         if len(parts) >= 2 and parts[0] == "states" and parts[1] in self._state_pointer:
             parts[1] = self._state_pointer[parts[1]]
-        return "".join("/" + p.replace("~", "~0").replace("/", "~1") for p in parts)
+        return _json_pointer(parts)
 
     # -- normalising ----------------------------------------------------------------------------
 
@@ -205,7 +231,13 @@ class _Reader:
         for index, state in enumerate(states):
             sid = state.get("id") if isinstance(state, dict) else None
             if not isinstance(sid, str):
-                self.error(("states", index, "id"), "each state in a list needs a string 'id'", code="missing_id")
+                self._states_without_id = True
+                if not isinstance(state, dict):
+                    self.error(("states", index), f"expected an object (a state), got {_what(state)}", code="type")
+                else:
+                    found = "" if sid is None else f", got {_what(sid)}"
+                    message = f"each state in a list needs a string 'id'{found}"
+                    self.error(("states", index, "id"), message, code="missing_id")
                 continue
             if sid in result:
                 self.error(("states", index, "id"), f"duplicate state id '{sid}'", code="duplicate_state")
@@ -218,8 +250,10 @@ class _Reader:
         result: dict[str, Any] = {}
         for key, state in states.items():
             if isinstance(state, dict):
-                inner = state.get("id", key)
-                if inner != key:
+                inner = key if state.get("id") is None else state["id"]
+                if not isinstance(inner, str):
+                    self.error(("states", key, "id"), f"expected a string, got {_what(inner)}", code="type")
+                elif inner != key:
                     self.error(("states", key, "id"), f"id '{inner}' differs from its key '{key}'", code="id_mismatch")
                 state = {**state, "id": key}
             result[key] = state
@@ -240,6 +274,7 @@ class _Reader:
                 ]
         if isinstance(data.get("states"), dict):
             data["states"] = states
+        self._report_fields()
         return data
 
     def _transition(self, transition: Any, loc: tuple[Any, ...]) -> Any:
@@ -254,19 +289,32 @@ class _Reader:
     def _known_fields(self, obj: Any, loc: tuple[Any, ...], kind: str) -> Any:
         if not isinstance(obj, dict):
             return obj
-        for key in [k for k in obj if k not in _KNOWN[kind]]:
-            self._report_field(key, (*loc, key), kind)
+        self._other_fields += [((*loc, key), kind, obj[key]) for key in obj if key not in _KNOWN[kind]]
         return {k: v for k, v in obj.items() if k in _KNOWN[kind]}
 
-    def _report_field(self, key: str, loc: tuple[Any, ...], kind: str) -> None:
-        if key in _IGNORED[kind]:
-            self.warn(loc, f"llm-fsm field '{key}' is not used by this runtime", code="ignored_field")
-            return
-        hint = did_you_mean(key, _KNOWN[kind])
+    def _report_fields(self) -> None:
+        """In file order: each unknown field, and each llm-fsm field we do not use once, where it first
+        says something, with how often it does."""
+        ignored: dict[tuple[str, str], list[tuple[Any, ...]]] = {}  # where each one says something
+        for loc, kind, value in self._other_fields:
+            llm_fsm_field = _IGNORED[kind].get(loc[-1])
+            if llm_fsm_field is not None and not _says_nothing(value, llm_fsm_field.default):
+                ignored.setdefault((kind, loc[-1]), []).append(loc)
+        for loc, kind, _ in self._other_fields:
+            key = loc[-1]
+            if key not in _IGNORED[kind]:
+                self._report_unknown(loc, kind)
+            elif (places := ignored.get((kind, key))) and places[0] == loc:
+                count = "" if kind == "fsm" else f" in {len(places)} {kind}{'s' if len(places) > 1 else ''}"
+                version = _IGNORED[kind][key].version
+                self.warn(loc, f"'{key}'{count} (llm-fsm {version}; not used by this runtime)", code="ignored_field")
+
+    def _report_unknown(self, loc: tuple[Any, ...], kind: str) -> None:
+        hint = did_you_mean(loc[-1], _KNOWN[kind])
         if self.strict:
-            self.error(loc, f"unknown field '{key}'", code="unknown_field", hint=hint)
+            self.error(loc, f"unknown field '{loc[-1]}'", code="unknown_field", hint=hint)
         else:
-            self.warn(loc, f"unknown field '{key}' is ignored", code="unknown_field", hint=hint)
+            self.warn(loc, f"unknown field '{loc[-1]}' is ignored", code="unknown_field", hint=hint)
 
     # -- types ----------------------------------------------------------------------------------
 
@@ -274,9 +322,13 @@ class _Reader:
         try:
             return FSMDefinition.model_validate(data)
         except ValidationError as exc:
+            reported: set[tuple[Any, ...]] = set()
             for err in exc.errors(include_url=False):
-                loc = tuple(p for p in err["loc"] if not (isinstance(p, str) and p in ("dict[str,any]", "bool")))
-                self.error(loc, err["msg"], code=err["type"])
+                problem = _field_problem(err)
+                if problem not in reported:  # one per place: a union reports each of its members
+                    reported.add(problem)
+                    loc, message, code, hint = problem
+                    self.error(loc, message, code=code, hint=hint)
             return None
 
     # -- whole-file checks ----------------------------------------------------------------------
@@ -285,7 +337,9 @@ class _Reader:
         states = data.get("states")
         if not isinstance(states, dict):
             return
-        if not states:
+        # When states of a list lack their id, which states there are is not known: names are not judged.
+        known = None if self._states_without_id else states
+        if known is not None and not states:
             self.error(("states",), "a definition needs at least one state", code="no_states")
             return
         for sid in states:
@@ -294,7 +348,7 @@ class _Reader:
                     ("states", sid), f"state id '{sid}' is not a valid identifier (letters, digits, _)", code="bad_id"
                 )
         initial = data.get("initial_state")
-        if isinstance(initial, str) and initial not in states:
+        if known is not None and isinstance(initial, str) and initial not in states:
             self.error(
                 ("initial_state",),
                 f"unknown initial state '{initial}'",
@@ -302,16 +356,17 @@ class _Reader:
                 hint=did_you_mean(initial, states),
             )
         for sid, state in _dict_items(states):
-            self._check_transitions(sid, state, states)
-            self._check_refinement(sid, state, states)
-        if isinstance(initial, str) and initial in states:
+            self._check_transitions(sid, state, known)
+            self._check_refinement(sid, state, known)
+        if known is not None and isinstance(initial, str) and initial in states:
             self._check_terminal_reachable(initial, states)
         self._check_schemas(("context_schema",), data.get("context_schema"), per_key=True)
 
-    def _check_refinement(self, sid: str, state: Any, states: dict[str, Any]) -> None:
-        """A fallback state must exist; patterns must compile; schemas must be valid JSON Schemas."""
+    def _check_refinement(self, sid: str, state: Any, states: dict[str, Any] | None) -> None:
+        """A fallback state must exist; patterns must compile; schemas must be valid JSON Schemas.
+        ``states`` is None when which states there are is not known."""
         fallback = _get(state, "fallback_state")
-        if isinstance(fallback, str) and fallback not in states:
+        if states is not None and isinstance(fallback, str) and fallback not in states:
             self.error(
                 ("states", sid, "fallback_state"),
                 f"unknown state '{fallback}'",
@@ -347,11 +402,11 @@ class _Reader:
             if problem:
                 self.error(where, f"invalid JSON Schema: {problem}", code="bad_schema")
 
-    def _check_transitions(self, sid: str, state: Any, states: dict[str, Any]) -> None:
+    def _check_transitions(self, sid: str, state: Any, states: dict[str, Any] | None) -> None:
         for i, transition in _list_items(_get(state, "transitions")):
             target = _get(transition, "target_state")
             loc = ("states", sid, "transitions", i)
-            if isinstance(target, str) and target not in states:
+            if states is not None and isinstance(target, str) and target not in states:
                 self.error(
                     (*loc, "target_state"),
                     f"unknown state '{target}'",
@@ -365,6 +420,8 @@ class _Reader:
                     self.error(path, f"{where + ': ' if where else ''}{message}", code="logic")
 
     def _check_terminal_reachable(self, initial: str, states: dict[str, Any]) -> None:
+        if not _graph_is_known(states):  # a malformed transition is reported: what it would change is not known
+            return
         edges = {sid: _known_targets(state, states) for sid, state in states.items()}
         if not any(not _get(states[s], "transitions") for s in reachable([initial], edges)):
             self.error(
@@ -378,6 +435,17 @@ class _Reader:
 def _printable(text: str) -> str:
     """``text`` with lone surrogates (which JSON escapes can make) written as escapes: terminals can print it."""
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
+
+
+def _graph_is_known(states: dict[str, Any]) -> bool:
+    """Every state's transitions are a list (or unset) of objects that name a target."""
+    for state in states.values():
+        transitions = _get(state, "transitions")
+        if transitions is not None and not isinstance(transitions, list):
+            return False
+        if not all(isinstance(_get(t, "target_state"), str) for t in transitions or ()):
+            return False
+    return True
 
 
 def _known_targets(state: Any, states: dict[str, Any]) -> list[str]:
@@ -405,16 +473,337 @@ def _dotted(loc: tuple[Any, ...]) -> str:
     return out
 
 
+def _says_nothing(value: Any, default: object) -> bool:
+    """``null``, an empty list or object, or llm-fsm's default: an ignored field set so is not worth a warning."""
+    if value is None or value == [] or value == {}:
+        return True
+    return isinstance(value, bool) == isinstance(default, bool) and value == default
+
+
+# ---------------------------------------------------------------- field problems, in plain words
+
+# pydantic's constraint errors: the context key holding the bound, and the words for it
+_BOUNDS = {
+    "greater_than": ("gt", "greater than"),
+    "greater_than_equal": ("ge", "at least"),
+    "less_than": ("lt", "less than"),
+    "less_than_equal": ("le", "at most"),
+}
+_NOUNS: dict[Any, str] = {State: "state", Transition: "transition", Condition: "condition", Example: "example line"}
+_SCALARS: dict[Any, tuple[str, str]] = {  # type -> (a value of it, values of it)
+    str: ("a string", "strings"),
+    int: ("a whole number", "whole numbers"),
+    float: ("a number", "numbers"),
+    bool: ("true or false", "true or false values"),
+    type(None): ("null", "nulls"),
+}
+
+
+def _field_problem(err: Any) -> tuple[tuple[Any, ...], str, str, str | None]:
+    """A pydantic error as (location in the file, message, code, hint), in the author's words."""
+    loc, expected, _ = _resolve(err["loc"])
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
+    if kind == "missing":
+        return loc, f"missing required field '{loc[-1]}' ({_describe(expected)})", "missing_field", None
+    if kind == "extra_forbidden":
+        parent = _resolve(err["loc"][:-1])[2]
+        return loc, f"unknown field '{loc[-1]}'", "unknown_field", did_you_mean(loc[-1], _field_names(parent))
+    if kind in ("union_tag_invalid", "union_tag_not_found"):
+        key = str(ctx.get("discriminator", "")).strip("'")
+        tags = [tag for member in _members(expected) for tag in _tags(member, key)]
+        given = value.get(key) if isinstance(value, Mapping) else None
+        if kind == "union_tag_not_found":
+            return (*loc, key), f"missing required field '{key}' ({_one_of(tags)})", "missing_field", None
+        if not isinstance(given, str):
+            return (*loc, key), f"expected {_one_of(tags)}, got {_what(given)}", "type", None
+        message = f"unknown {_noun(expected)} {key} '{given}': expected {_one_of(tags)}"
+        return (*loc, key), message, "unknown_kind", did_you_mean(given, tags)
+    if kind in _BOUNDS:
+        bound, words = _BOUNDS[kind]
+        return loc, f"must be {words} {ctx.get(bound)}, got {_what(value)}", "out_of_range", None
+    if kind == "too_short":
+        return loc, f"needs at least {ctx.get('min_length')} item(s), got {_what(value)}", "out_of_range", None
+    return loc, f"expected {_describe(expected)}, got {_what(value)}", "type", None
+
+
+def _resolve(pydantic_loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any, Any]:
+    """pydantic's location of an error → (the location in the file, the type the file should hold there,
+    the type pydantic reached). In a union pydantic adds the member it tried ('bool', 'regex'): that
+    part is not in the file, and what the file should hold there is the whole union."""
+    loc: list[Any] = []
+    expected = reached = FSMDefinition
+    for part in pydantic_loc:
+        members = _members(reached)
+        if members:
+            reached = next((m for m in members if part in _tags(m, "kind")), Any)  # checks: by their kind
+            continue
+        reached = expected = _child(reached, part)
+        loc.append(part)
+    return tuple(loc), expected, reached
+
+
+def _bare(tp: Any) -> Any:
+    """``tp`` without ``Annotated`` and, when one type is left, without ``| None``."""
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    members = _members(tp)
+    return _bare(members[0]) if len(members) == 1 else tp
+
+
+def _members(tp: Any) -> tuple[Any, ...]:
+    """The types of a union, ``None`` left out; () for any other type."""
+    if get_origin(tp) is Annotated:
+        tp = get_args(tp)[0]
+    if get_origin(tp) not in (Union, types.UnionType):
+        return ()
+    return tuple(member for member in get_args(tp) if member is not type(None))
+
+
+def _child(tp: Any, part: Any) -> Any:
+    tp = _bare(tp)
+    if isinstance(tp, type) and issubclass(tp, BaseModel):
+        return next((f.annotation for n, f in tp.model_fields.items() if part in (n, f.alias)), Any)
+    args = get_args(tp)
+    if get_origin(tp) is dict:
+        return args[1]
+    if get_origin(tp) in (tuple, list) and args:
+        return args[0]
+    return Any
+
+
+def _field_names(model: Any) -> list[str]:
+    return (
+        [f.alias or n for n, f in model.model_fields.items()]
+        if isinstance(model, type) and issubclass(model, BaseModel)
+        else []
+    )
+
+
+def _tags(tp: Any, key: str) -> tuple[Any, ...]:
+    """The values a model's ``key`` field may take when it is a ``Literal`` (a check's ``kind``)."""
+    field = tp.model_fields.get(key) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
+    return get_args(field.annotation) if field is not None and get_origin(field.annotation) is Literal else ()
+
+
+def _noun(tp: Any) -> str | None:
+    tp = _bare(tp)
+    if set(_members(tp)) == set(_members(Check)):
+        return "check"
+    return _NOUNS.get(tp)
+
+
+def _describe(tp: Any, *, plural: bool = False) -> str:
+    """What a value of type ``tp`` is, in words: 'a list of strings', 'an object (a transition)'."""
+    tp = _bare(tp)
+    origin, args = get_origin(tp), get_args(tp)
+    if noun := _noun(tp):
+        return f"{noun}s" if plural else f"an object ({'an' if noun[0] in 'aeiou' else 'a'} {noun})"
+    if set(_members(tp)) == set(_members(JSONLogic)):
+        return "JsonLogic rules" if plural else "a JsonLogic rule (an object) or true or false"
+    if tp in _SCALARS:
+        return _SCALARS[tp][plural]
+    if origin is Literal:
+        return _one_of(args)
+    if origin in (tuple, list):
+        return "lists" if plural else f"a list of {_describe(args[0], plural=True)}"
+    if origin is dict:
+        if _noun(args[1]) == "state":
+            return "an object of states keyed by id, or a list of states"
+        if _bare(args[1]) is Any:
+            return "objects" if plural else "an object"
+        return "objects" if plural else f"an object of {_describe(args[1], plural=True)}"
+    return "values" if plural else "a JSON value"
+
+
+def _one_of(values: Sequence[object]) -> str:
+    quoted = [f"'{value}'" for value in values]
+    return f"one of {', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else " ".join(quoted)
+
+
+def _what(value: Any) -> str:
+    """What ``value`` is, in words, with a short scalar shown: 'a string ("high")', 'a list'."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return f"a number ({value!r})" if abs(value) < 1e15 else "a number"
+    if isinstance(value, str):
+        shown = json.dumps(value if len(value) <= 40 else value[:40] + "…", ensure_ascii=False)
+        return f"a string ({shown})" if value else "an empty string"
+    if isinstance(value, (list, tuple)):
+        return "a list" if value else "an empty list"
+    if isinstance(value, Mapping):
+        return "an object" if value else "an empty object"
+    return "a value"
+
+
+# ---------------------------------------------------------------- JSON text: what is wrong, where
+
+_BOM = "\ufeff"
+_WIDE_BOMS = {  # the byte order marks of UTF-32 and UTF-16; UTF-32's first, as its marks start like UTF-16's
+    b"\xff\xfe\x00\x00": "UTF-32",
+    b"\x00\x00\xfe\xff": "UTF-32",
+    b"\xff\xfe": "UTF-16",
+    b"\xfe\xff": "UTF-16",
+}
+_YAML = re.compile(r"---|%YAML|-\s|[\w\"'-][\w \"'.-]*:(\s|$)")
+_WORD = re.compile(r"[A-Za-z_][\w.-]*")
+_PYTHON_CONSTANTS = frozenset({"True", "False", "None", "TRUE", "FALSE", "NULL", "Null"})
+_STRING = r'"[^"\\]*(?:\\.[^"\\]*)*"'
+_BRACKET = re.compile(rf"{_STRING}|[\[\]{{}}]")
+_TOKEN = re.compile(rf"{_STRING}|[\[\]{{}}:,]|[^\s\[\]{{}}:,\"]+")
+# What json's messages mean, for the cases that need no more than the message and the place.
+_JSON_MESSAGES = {
+    "Expecting ',' delimiter": "a ',' is missing between two items",
+    "Expecting ':' delimiter": "a ':' is missing after the key",
+    "Expecting value": "a value is missing",
+    "Expecting property name enclosed in double quotes": "a key in double quotes is missing",
+    "Invalid control character at": "a string cannot hold a line break or a tab: write \\n or \\t",
+    "Invalid \\uXXXX escape": "'\\u' must be followed by four hexadecimal digits",
+}
+
+
+def _encoding_message(raw: bytes, start: int) -> str:
+    for bom, name in _WIDE_BOMS.items():
+        if raw.startswith(bom):
+            return f"the file is {name} text: save it as UTF-8"
+    line, column = raw.count(b"\n", 0, start) + 1, start - (raw.rfind(b"\n", 0, start) + 1) + 1
+    return f"the file is not UTF-8 text: byte 0x{raw[start]:02X} at {line}:{column} (save the file as UTF-8)"
+
+
+def _line_column(text: str, offset: int) -> tuple[int, int]:
+    """1-based line and column (in characters) of ``offset`` in ``text``."""
+    return text.count("\n", 0, offset) + 1, offset - (text.rfind("\n", 0, offset) + 1) + 1
+
+
+def _json_problem(text: str, exc: json.JSONDecodeError) -> tuple[str, int]:
+    """Why ``text`` is not JSON, in plain words ending with where, and the offset to point at."""
+    offset, rest = exc.pos, text[exc.pos :]
+
+    def at(where: int) -> str:
+        return "{}:{}".format(*_line_column(text, where))
+
+    if not text.strip():
+        return "the file is empty: a definition is a JSON object, starting with '{'", 0
+    first = len(text) - len(text.lstrip())
+    if offset == first and _YAML.match(text, first):
+        return f"this looks like YAML, but a definition file must be JSON (starting with '{{') at {at(first)}", first
+    if rest.startswith(("//", "/*")):
+        kind = "//" if rest.startswith("//") else "/* */"
+        return f"JSON does not allow comments: remove the '{kind}' comment at {at(offset)}", offset
+    if rest.startswith("'"):
+        return f"JSON needs double quotes around keys and strings: replace the ' at {at(offset)}", offset
+    if rest.startswith(_BOM):
+        return f"a byte order mark (BOM) cannot be here: remove it at {at(offset)}", offset
+    before = text[:offset].rstrip()
+    if rest[:1] in ("}", "]") and before.endswith(","):
+        comma = len(before) - 1
+        return f"JSON does not allow a trailing comma: remove the ',' at {at(comma)}", comma
+    if exc.msg.startswith("Unterminated string"):
+        message = f"the file ends before the JSON does (is it cut off?): the string at {at(offset)} is never closed"
+        return message, len(text)
+    if not rest.strip():
+        opened = _unclosed(text)
+        what = f"the '{text[opened]}' at {at(opened)} is never closed" if opened is not None else "it is incomplete"
+        return f"the file ends before the JSON does (is it cut off?): {what}", offset
+    word = _WORD.match(text, offset)
+    if word and word.group() in _PYTHON_CONSTANTS:
+        return f"JSON writes true, false and null in lowercase: '{word.group()}' at {at(offset)}", offset
+    if word and exc.msg.startswith("Expecting property name"):
+        return f'keys need double quotes: write "{word.group()}" at {at(offset)}', offset
+    if word and exc.msg == "Expecting value":
+        return f'text needs double quotes: write "{word.group()}" at {at(offset)}', offset
+    if exc.msg.startswith("Invalid \\escape"):
+        escape = text[offset : offset + 2]
+        return f"'{escape}' is not a JSON escape: write '\\\\' for a backslash, at {at(offset)}", offset
+    if exc.msg == "Extra data":
+        return f"there is more after the end of the JSON object: the '{text[offset]}' at {at(offset)}", offset
+    return f"{_JSON_MESSAGES.get(exc.msg, 'this is not valid JSON')} at {at(offset)}", offset
+
+
+def _unclosed(text: str) -> int | None:
+    """The offset of the innermost '{' or '[' that ``text`` leaves open (strings skipped), or None."""
+    opened: list[int] = []
+    for match in _BRACKET.finditer(text):
+        token = match.group()
+        if token in "{[":
+            opened.append(match.start())
+        elif token in "}]" and opened:
+            opened.pop()
+    return opened[-1] if opened else None
+
+
+@dataclass(slots=True)
+class _Open:
+    """A container :func:`_values` is inside: where it is, and which of its members it is at."""
+
+    path: tuple[str | int, ...]
+    is_object: bool
+    member: str | int = 0  # the key (in an object) or the index (in a list) of the current value
+    key_offset: int | None = None
+
+
+def _values(text: str) -> Iterator[tuple[tuple[str | int, ...], int, int | None]]:
+    """Each value of the JSON ``text`` in order: its path, its offset, and the offset of its key (in an
+    object) or None. ``text`` is JSON that parsed (a repeated key aside)."""
+    inside: list[_Open] = []
+    expecting_key = False
+    for match in _TOKEN.finditer(text):
+        token, offset = match.group(), match.start()
+        if token == ":":
+            continue
+        if token == ",":
+            container = inside[-1]
+            if container.is_object:
+                expecting_key = True
+            else:
+                container.member = int(container.member) + 1
+            continue
+        if token in ("}", "]"):
+            inside.pop()
+            expecting_key = False
+            continue
+        if expecting_key:
+            inside[-1].member, inside[-1].key_offset = _key(token), offset
+            expecting_key = False
+            continue
+        container = inside[-1] if inside else None
+        path = (*container.path, container.member) if container else ()
+        yield path, offset, container.key_offset if container and container.is_object else None
+        if token in ("{", "["):
+            inside.append(_Open(path, token == "{"))
+            expecting_key = token == "{"
+
+
+def _key(token: str) -> str:
+    return token[1:-1] if "\\" not in token else json.loads(token)
+
+
+def _first_duplicate(text: str) -> tuple[tuple[str | int, ...], int, int]:
+    """The path of the first key that repeats in its object, where it repeats, and where it was first."""
+    seen: dict[tuple[str | int, ...], int] = {}
+    for path, _, key_offset in _values(text):
+        if key_offset is None:
+            continue
+        if path in seen:
+            return path, key_offset, seen[path]
+        seen[path] = key_offset
+    raise AssertionError("the text has no repeated key")  # only called after the parser found one
+
+
 def _positions(text: str) -> dict[str, tuple[int, int]]:
     """JSON pointer → 1-based (line, column) of each value (of its key, for object members)."""
-    from json_source_map import calculate  # type: ignore[import-untyped]
-
-    try:
-        entries = calculate(text)
-    except Exception:  # the text parsed as JSON already; a mapper failure only loses positions
-        return {}
+    line_starts = [0] + [match.end() for match in re.finditer("\n", text)]
     result = {}
-    for pointer, entry in entries.items():
-        where = entry.key_start or entry.value_start
-        result[pointer] = (where.line + 1, where.column + 1)
+    for path, offset, key_offset in _values(text):
+        where = key_offset if key_offset is not None else offset
+        line = bisect.bisect_right(line_starts, where)
+        pointer = _json_pointer(path)
+        result[pointer] = (line, where - line_starts[line - 1] + 1)
     return result
+
+
+def _json_pointer(path: Sequence[str | int]) -> str:
+    """``("states", "a b/c", 0)`` → ``/states/a b~1c/0`` (RFC 6901)."""
+    return "".join("/" + str(part).replace("~", "~0").replace("/", "~1") for part in path)

@@ -1,10 +1,18 @@
 """A safe JsonLogic evaluator: an allow-list of operators, no ``eval``, a nesting limit.
 
 Rules follow JsonLogic (https://jsonlogic.com/operations.html) as implemented by json-logic-js
-(``?:`` is accepted as an alias of ``if``), plus one extension, ``has_context``:
-``{"has_context": "user.email"}`` is true when that dotted key is in the data with a value that is
-not ``None``, ``""``, ``[]`` or ``{}`` (given several keys: all of them). :func:`evaluate` never
-mutates the data and raises nothing but :class:`LogicError`.
+(``?:`` is accepted as an alias of ``if``), plus the operators the llm-fsm format adds:
+
+* ``{"has_context": "user.email"}`` is true when that dotted key is in the data with a value that is
+  not ``None``, ``""``, ``[]`` or ``{}`` (given several keys: all of them). llm-fsm's two-argument
+  form ``{"has_context": [{"var": ""}, "email"]}`` looks the key up in the object the first argument
+  gives (``{"var": ""}`` is the whole data); it is false when that is not an object.
+* ``{"context_length": [{"var": ""}, "items"]}``: the length of the list, string or object at that
+  dotted path of the object given first; ``0`` when it is absent or something else.
+* ``{"contains": [container, item]}`` is ``{"in": [item, container]}``.
+* ``in`` with an object on the right is true when the left is one of its keys (whatever the value).
+
+:func:`evaluate` never mutates the data and raises nothing but :class:`LogicError`.
 
 Deliberate differences from json-logic-js:
 
@@ -60,6 +68,8 @@ ALLOWED_OPERATORS: frozenset[str] = frozenset(
         "min",
         "max",
         "has_context",
+        "contains",
+        "context_length",
     }
 )
 MAX_DEPTH = 32
@@ -85,6 +95,8 @@ _ARITY: dict[str, tuple[int, int | None]] = {
     "!": (1, 1),
     "!!": (1, 1),
     "in": (2, 2),
+    "contains": (2, 2),
+    "context_length": (2, 2),
     "-": (1, 2),
     "/": (2, 2),
     "%": (2, 2),
@@ -354,10 +366,20 @@ def _op_missing_some(args: list[object], data: object) -> list[object]:
 
 
 def _op_has_context(args: list[object], data: object) -> bool:
-    keys = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
+    if _in_object_form(args):  # llm-fsm's [object, key]
+        data, keys = args[0], args[1:]
+        if not isinstance(data, Mapping):
+            return False
+    else:
+        keys = args[0] if len(args) == 1 and isinstance(args[0], (list, tuple)) else args
     if not keys or not all(isinstance(key, str) and key for key in keys):
         raise LogicError("has_context expects one or more non-empty key names")
     return all(_present(_lookup(data, key)) for key in keys)
+
+
+def _in_object_form(args: Sequence[object]) -> bool:
+    """``[object, key]``: llm-fsm's two-argument form of ``has_context`` (key names are strings)."""
+    return len(args) == 2 and not isinstance(args[0], str)
 
 
 def _present(value: object) -> bool:
@@ -371,7 +393,19 @@ def _op_in(args: list[object], data: object) -> bool:
         return _js_str(needle) in haystack
     if isinstance(haystack, (list, tuple)):
         return any(_strict_equal(needle, item) for item in haystack)
+    if isinstance(haystack, Mapping):
+        return isinstance(needle, str) and needle in haystack
     return False
+
+
+def _op_contains(args: list[object], data: object) -> bool:
+    return _op_in([_arg(args, 1), _arg(args, 0)], data)
+
+
+def _op_context_length(args: list[object], data: object) -> int:
+    container, path = _arg(args, 0), _arg(args, 1)
+    value = _lookup(container, path) if isinstance(container, Mapping) else _ABSENT
+    return len(value) if isinstance(value, (str, list, tuple, Mapping)) else 0
 
 
 def _deciding(stop_on: bool) -> LazyOp:
@@ -418,6 +452,8 @@ _OPS: dict[str, Op] = {
     "!": lambda args, data: not truthy(_arg(args, 0)),
     "!!": lambda args, data: truthy(_arg(args, 0)),
     "in": _op_in,
+    "contains": _op_contains,
+    "context_length": _op_context_length,
     "cat": lambda args, data: "".join(_js_str(arg) for arg in args),
     "+": _numeric(sum),
     "*": _numeric(lambda n: math.prod(n) if n else None),
@@ -453,7 +489,7 @@ def _check(node: object, location: str, depth: int, problems: list[tuple[str, st
     args = _as_args(raw)
     if op not in ALLOWED_OPERATORS:
         problems.append((location, _unknown_message(op)))
-    elif (message := _arity_message(str(op), len(args))) is not None:
+    elif (message := _arity_message(str(op), len(args)) or _argument_message(str(op), args)) is not None:
         problems.append((location, message))
     for i, arg in enumerate(args):
         _check(arg, _join(location, f"{op}[{i}]"), depth + 1, problems)
@@ -465,6 +501,12 @@ def _arity_message(op: str, count: int) -> str | None:
         return None
     wanted = f"{low}" if low == high else f"{low} to {high}" if high else f"at least {low}"
     return f"{op!r} takes {wanted} argument(s), got {count}"
+
+
+def _argument_message(op: str, args: list[object]) -> str | None:
+    if op == "has_context" and _in_object_form(args) and not isinstance(args[0], Mapping):
+        return 'has_context\'s first argument must be an object, as in [{"var": ""}, "key"], or a key name'
+    return None
 
 
 def _collect(node: object, depth: int, keys: set[str]) -> None:
@@ -483,7 +525,10 @@ def _collect(node: object, depth: int, keys: set[str]) -> None:
 
 def _literal_keys(op: object, args: list[object]) -> list[str]:
     named: Sequence[object]
-    if op == "var":
+    if op in ("has_context", "context_length") and _in_object_form(args):
+        base, key = _var_path(_arg(args, 0)), _arg(args, 1)
+        named = [f"{base}.{key}" if base else key] if base is not None and isinstance(key, str) else []
+    elif op == "var":
         named = args[:1]
     elif op == "missing_some":
         second = _arg(args, 1)
@@ -493,3 +538,11 @@ def _literal_keys(op: object, args: list[object]) -> list[str]:
     else:
         return []
     return [key for key in named if isinstance(key, str) and key]
+
+
+def _var_path(node: object) -> str | None:
+    """The path a literal ``{"var": path}`` reads ("" for the whole data), else None."""
+    if not isinstance(node, Mapping) or list(node) != ["var"]:
+        return None
+    path = _arg(_as_args(node["var"]), 0)
+    return path if isinstance(path, str) else None

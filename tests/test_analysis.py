@@ -234,7 +234,7 @@ def test_warnings_point_into_list_form_states(tmp_path):
 
 
 def test_ignored_and_unknown_fields_are_passed_through():
-    definition = {**CLEAN, "function_handlers": [], "colour": "blue"}
+    definition = {**CLEAN, "function_handlers": [{"name": "audit"}], "colour": "blue"}
     assert codes(definition) == ["ignored_field", "unknown_field"]
     strict = analyze(definition, strict=True)
     assert [(d.severity, d.code) for d in strict] == [("error", "unknown_field"), ("warning", "ignored_field")]

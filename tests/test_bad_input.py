@@ -315,11 +315,6 @@ def test_a_file_of_another_kind_is_one_problem_for_the_loader_and_the_test_runne
     assert len(info.value.problems) == 1 and "is not a test file: the file is empty" in str(info.value)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="Conversation.restore's _as_snapshot (conversation.py, outside this change) puts pydantic's "
-    "multi-line dump in the message and lets a TypeError through for a non-mapping",
-)
 @pytest.mark.parametrize("value", ["{}", '{"state": 1}', 42, [1, 2]])
 def test_restoring_what_is_not_a_snapshot_is_one_line_conversation_error(signup, value):
     with pytest.raises(ConversationError) as info:

@@ -466,7 +466,7 @@ def test_bad_checks_are_load_errors():
     with pytest.raises(DefinitionError) as info:
         checked({"kind": "regexp", "pattern": "x"}, fallback_state="nowhere")
     messages = " ".join(p.message for p in info.value.problems)
-    assert "does not match any of the expected tags" in messages
+    assert "unknown check kind 'regexp'" in messages
 
 
 # -- resume continues the paused turn: what ran does not run again (found by a new user's audit) -----

@@ -1,13 +1,16 @@
 from __future__ import annotations
 
 import json
+import re
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
 import llm_fsm
+import llm_fsm.loader
 from llm_fsm.errors import DefinitionError
 from llm_fsm.loader import DefinitionWarning, inspect
 from tests.conftest import SIGNUP
@@ -117,7 +120,7 @@ def test_invalid_json_duplicate_keys_and_encoding(tmp_path):
         llm_fsm.load(path)
     with pytest.raises(DefinitionError, match="cannot read"):
         llm_fsm.load(tmp_path / "missing.json")
-    assert errors_of(tmp_path, "[1, 2]").problems[0].message == "a definition must be a JSON object"
+    assert errors_of(tmp_path, "[1, 2]").problems[0].message == "a definition must be a JSON object, got a list"
 
 
 def test_missing_required_fields_are_reported_together(tmp_path):
@@ -185,3 +188,272 @@ def test_definition_is_immutable_and_hashable_content(signup):
 def test_pathological_json_is_a_definition_error(tmp_path):
     assert "too deep" in errors_of(tmp_path, "[" * 100_000 + "]" * 100_000).problems[0].message
     assert errors_of(tmp_path, '{"name": ' + "9" * 5000 + "}").problems[0].code == "json"
+
+
+# ---------------------------------------------------------------- JSON syntax, in plain words
+
+
+def problem_of(text: str):
+    report = llm_fsm.loader.load_text(text, source="def.json")
+    assert report.definition is None
+    (problem,) = report.errors
+    return problem
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "where"),
+    [
+        ('{\n  "name": "x",\n}', "JSON does not allow a trailing comma: remove the ',' at 2:14", (2, 14)),
+        ('{"tags": ["a", "b",]}', "JSON does not allow a trailing comma: remove the ',' at 1:19", (1, 19)),
+        ('{\n  // the name\n  "name": "x"\n}', "JSON does not allow comments: remove the '//' comment at 2:3", (2, 3)),
+        ('{"name": /* later */ "x"}', "JSON does not allow comments: remove the '/* */' comment at 1:10", (1, 10)),
+        ("{'name': 'x'}", "JSON needs double quotes around keys and strings: replace the ' at 1:2", (1, 2)),
+        ("{\"name\": 'x'}", "JSON needs double quotes around keys and strings: replace the ' at 1:10", (1, 10)),
+        (
+            "name: signup\nstates:\n  a: {}\n",
+            "this looks like YAML, but a definition file must be JSON (starting with '{') at 1:1",
+            (1, 1),
+        ),
+        (
+            "---\nname: x\n",
+            "this looks like YAML, but a definition file must be JSON (starting with '{') at 1:1",
+            (1, 1),
+        ),
+        ("", "the file is empty: a definition is a JSON object, starting with '{'", (1, 1)),
+        (" \n\n", "the file is empty: a definition is a JSON object, starting with '{'", (1, 1)),
+        (
+            '{"name": "x",\n "states": {"a": {',
+            "the file ends before the JSON does (is it cut off?): the '{' at 2:18 is never closed",
+            (2, 19),
+        ),
+        (
+            '{"name": "x", "purpose": "Ask the',
+            "the file ends before the JSON does (is it cut off?): the string at 1:26 is never closed",
+            (1, 34),
+        ),
+        ('{"done": True}', "JSON writes true, false and null in lowercase: 'True' at 1:10", (1, 10)),
+        ('{"persona": None}', "JSON writes true, false and null in lowercase: 'None' at 1:13", (1, 13)),
+        ('{name: "x"}', 'keys need double quotes: write "name" at 1:2', (1, 2)),
+        ('{"state": start}', 'text needs double quotes: write "start" at 1:11', (1, 11)),
+        ('{"a": 1 "b": 2}', "a ',' is missing between two items at 1:9", (1, 9)),
+        ('{"a" 1}', "a ':' is missing after the key at 1:6", (1, 6)),
+        ('{"a": }', "a value is missing at 1:7", (1, 7)),
+        ('{"a": "x\ny"}', "a string cannot hold a line break or a tab: write \\n or \\t at 1:9", (1, 9)),
+        ('{"path": "C:\\docs"}', "'\\d' is not a JSON escape: write '\\\\' for a backslash, at 1:13", (1, 13)),
+        ('{"a": 1}}', "there is more after the end of the JSON object: the '}' at 1:9", (1, 9)),
+        ('{"a": 1} {"b": 2}', "there is more after the end of the JSON object: the '{' at 1:10", (1, 10)),
+        ('\ufeff\ufeff{"a": 1}', "a byte order mark (BOM) cannot be here: remove it at 1:1", (1, 1)),
+    ],
+    ids=[
+        "trailing-comma-object",
+        "trailing-comma-list",
+        "line-comment",
+        "block-comment",
+        "single-quoted-key",
+        "single-quoted-value",
+        "yaml",
+        "yaml-document",
+        "empty",
+        "blank",
+        "truncated",
+        "truncated-string",
+        "python-true",
+        "python-none",
+        "bare-key",
+        "bare-value",
+        "missing-comma",
+        "missing-colon",
+        "missing-value",
+        "line-break-in-string",
+        "bad-escape",
+        "extra-brace",
+        "two-objects",
+        "second-bom",
+    ],
+)
+def test_json_syntax_errors_say_what_and_where(text, message, where):
+    problem = problem_of(text)
+    assert (problem.code, problem.message, (problem.line, problem.column)) == ("json", message, where)
+
+
+def test_a_byte_order_mark_at_the_start_is_fine_and_utf16_is_named(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(b"\xef\xbb\xbf" + json.dumps(SIGNUP).encode())
+    assert llm_fsm.load(path).name == "signup"
+    path.write_bytes(json.dumps(SIGNUP).encode("utf-16"))
+    (problem,) = inspect(path).errors
+    assert (problem.code, problem.message) == ("encoding", "the file is UTF-16 text: save it as UTF-8")
+
+
+# ---------------------------------------------------------------- types, in plain words
+
+
+def report_for(tmp_path, data):
+    path = tmp_path / "def.json"
+    path.write_text(json.dumps(data, indent=2), encoding="utf-8")
+    return inspect(path)
+
+
+def test_a_wrong_type_names_what_was_expected_and_what_was_found(tmp_path):
+    data = json.loads(json.dumps(SIGNUP))
+    data["states"]["ask_name"]["required_context_keys"] = "name"
+    data["states"]["ask_email"]["transitions"][0]["priority"] = "high"
+    data["states"]["ask_email"]["transitions"][0]["conditions"][1]["logic"] = "approved"
+    data["states"]["done"]["checks"] = [{"kind": "regex", "pattern": ["x"], "must_macth": True}, {"kind": "spell"}]
+    data["states"]["done"]["on_exhausted"] = "retry"
+    by_path = {p.path: p for p in report_for(tmp_path, data).errors}
+    assert {path: p.message for path, p in by_path.items()} == {
+        "states.ask_name.required_context_keys": 'expected a list of strings, got a string ("name")',
+        "states.ask_email.transitions[0].priority": 'expected a whole number, got a string ("high")',
+        "states.ask_email.transitions[0].conditions[1].logic": (
+            'expected a JsonLogic rule (an object) or true or false, got a string ("approved")'
+        ),
+        "states.done.checks[0].pattern": "expected a string, got a list",
+        "states.done.checks[0].must_macth": "unknown field 'must_macth'",
+        "states.done.checks[1].kind": (
+            "unknown check kind 'spell': expected one of 'required_keys', 'schema', 'regex', 'max_length', "
+            "'python' or 'judge'"
+        ),
+        "states.done.on_exhausted": "expected one of 'stay', 'fallback_state' or 'raise', got a string (\"retry\")",
+    }
+    assert by_path["states.done.checks[0].must_macth"].hint == "did you mean 'must_match'?"
+    assert all(p.line is not None for p in by_path.values())
+
+
+PYDANTIC_WORDS = re.compile(
+    r"Input should|valid (tuple|dictionary|string|integer|boolean|list|number)|[a-z]_type\b|_parsing|\btuple\b"
+    r"|instance of|Field required|Extra inputs|discriminator|union_tag|literal_error|[Uu]nable to|model_attributes"
+    r"|\b(dict|int|str|bool|float)\b|dict\[|Value error"
+)
+WRONG_VALUES: list[object] = [None, True, 0, -3, 1.5, "", "x", [], ["x"], [1], [None], [{}], {}, {"a": 1}, [[1]]]
+
+
+def field_locations() -> list[tuple[str | int, ...]]:
+    """Where every field of the format sits in a definition with one state holding one of each part."""
+    from llm_fsm.definition import Condition, Example, State, Transition, _Check
+
+    def names(model: type) -> list[str]:
+        return [f.alias or name for name, f in model.model_fields.items()]
+
+    state = ("states", "a")
+    transition = (*state, "transitions", 0)
+    locations: list[tuple[str | int, ...]] = [(name,) for name in names(llm_fsm.FSMDefinition)]
+    locations += [(*state,), *((*state, name) for name in names(State))]
+    locations += [(*state, "transitions", 0), *((*transition, name) for name in names(Transition))]
+    locations += [(*transition, "conditions", 0), *((*transition, "conditions", 0, n) for n in names(Condition))]
+    locations += [(*state, "example_dialogue", 0), *((*state, "example_dialogue", 0, n) for n in names(Example))]
+    for index, check in enumerate(_Check.__subclasses__()):
+        locations += [(*state, "checks", index, name) for name in names(check)]
+    return locations
+
+
+def full_definition() -> dict[str, object]:
+    """A valid definition in which every part of the format appears once."""
+    return {
+        "name": "all",
+        "initial_state": "a",
+        "states": {
+            "a": {
+                "example_dialogue": [{"role": "user", "content": "hi"}],
+                "checks": [
+                    {"kind": "required_keys", "keys": ["k"]},
+                    {"kind": "schema", "key": "k", "schema": {"type": "string"}},
+                    {"kind": "regex", "pattern": "x"},
+                    {"kind": "max_length", "max": 10},
+                    {"kind": "python", "name": "p"},
+                    {"kind": "judge", "rubric": "r"},
+                ],
+                "transitions": [{"target_state": "b", "conditions": [{"logic": {"var": "k"}}]}],
+            },
+            "b": {},
+        },
+    }
+
+
+def test_the_full_definition_covers_every_check_kind_in_order():
+    from llm_fsm.definition import _Check
+
+    kinds = [check["kind"] for check in full_definition()["states"]["a"]["checks"]]  # type: ignore[index]
+    assert kinds == [c.model_fields["kind"].annotation.__args__[0] for c in _Check.__subclasses__()]
+
+
+def test_no_pydantic_words_reach_the_author_whatever_the_wrong_type():
+    seen = 0
+    for loc in field_locations():
+        for value in WRONG_VALUES:
+            data = full_definition()
+            parent: Any = data
+            for part in loc[:-1]:
+                parent = parent[part]
+            parent[loc[-1]] = value
+            report = llm_fsm.loader.load_text(json.dumps(data, indent=1))
+            for problem in [*report.errors, *report.warnings]:
+                seen += 1
+                words = f"{problem.message} {problem.hint or ''}"
+                assert not PYDANTIC_WORDS.search(words), (loc, value, str(problem))
+                assert problem.line is not None, (loc, value, str(problem))
+    assert seen > 500
+
+
+def test_null_in_an_optional_field_is_its_default():
+    data = full_definition()
+    state = data["states"]["a"]  # type: ignore[index]
+    data.update({"description": None, "version": None, "persona": None, "$schema": None, "handler_only_keys": None})
+    data.update({"mask_secrets": None, "secret_keys": None, "context_schema": None})
+    state.update({key: None for key in ("description", "purpose", "instructions", "required_context_keys")})
+    state.update({key: None for key in ("extraction_instructions", "response_instructions", "handlers")})
+    state.update({key: None for key in ("writable_keys", "max_retries", "on_exhausted", "fallback_state")})
+    state["checks"][2].update({"description": None, "on": None, "must_match": None, "ignore_case": None})
+    transition = state["transitions"][0]
+    transition.update({"description": None, "priority": None})
+    transition["conditions"][0].update({"description": None, "requires_context_keys": None})
+    state["transitions"].append({"target_state": "b", "conditions": None})
+    data["states"]["b"] = {"transitions": None, "checks": None, "example_dialogue": None}  # type: ignore[index]
+    definition = llm_fsm.load(data)
+    defaults = llm_fsm.load(full_definition())
+    assert definition.persona == "" and definition.version == "1.0" and definition.mask_secrets is True
+    assert definition.states["a"].max_retries == 2 and definition.states["a"].writable_keys is None
+    assert definition.states["a"].checks[2] == defaults.states["a"].checks[2]
+    assert definition.states["a"].transitions[0] == defaults.states["a"].transitions[0]
+    assert definition.states["a"].transitions[1].conditions == ()
+    assert definition.states["b"] == defaults.states["b"]
+
+
+def test_null_in_a_required_field_is_a_plain_error(tmp_path):
+    data = json.loads(json.dumps(SIGNUP)) | {"name": None}
+    data["states"]["ask_name"]["transitions"].append({"target_state": None})
+    messages = {p.path: p.message for p in report_for(tmp_path, data).errors}
+    assert messages == {
+        "name": "expected a string, got null",
+        "states.ask_name.transitions[1].target_state": "expected a string, got null",
+    }
+
+
+# ---------------------------------------------------------------- duplicate keys, lists of states
+
+
+def test_a_duplicate_key_has_its_path_and_position():
+    text = '{\n  "name": "x",\n  "states": {\n    "a": {"purpose": "p",\n          "purpose": "q"}\n  }\n}'
+    problem = problem_of(text)
+    assert (problem.code, problem.path, problem.line, problem.column) == ("duplicate_key", "states.a.purpose", 5, 11)
+    assert problem.message == "duplicate key 'purpose' (first at 4:11): a key may appear once in an object"
+
+
+def test_a_list_of_states_without_ids_reports_only_the_missing_ids(tmp_path):
+    data = {"name": "x", "initial_state": "a", "states": [{"purpose": "p"}, {"purpose": "q"}]}
+    problems = report_for(tmp_path, data).errors
+    assert [(p.code, p.path) for p in problems] == [("missing_id", "states[0].id"), ("missing_id", "states[1].id")]
+
+
+# ---------------------------------------------------------------- line:column only when needed
+
+
+def test_positions_are_computed_only_when_there_is_something_to_report(monkeypatch):
+    calls = []
+    real = llm_fsm.loader._positions
+    monkeypatch.setattr(llm_fsm.loader, "_positions", lambda text: calls.append(text) or real(text))
+    clean = json.dumps(SIGNUP, indent=2)
+    assert llm_fsm.loader.load_text(clean).definition is not None and calls == []
+    broken = clean.replace('"priority": 10', '"priority": "high"')
+    (problem,) = llm_fsm.loader.load_text(broken).errors
+    assert problem.line is not None and len(calls) == 1

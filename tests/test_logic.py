@@ -182,10 +182,91 @@ def test_has_context(rule: object, data: object, expected: object) -> None:
     assert evaluate(rule, data) is expected  # type: ignore[arg-type]
 
 
+# llm-fsm's two-argument form: [an object, a key]; {"var": ""} is the whole context
+@pytest.mark.parametrize(
+    ("rule", "data", "expected"),
+    [
+        ({"has_context": [{"var": ""}, "email"]}, {"email": "a@b.c"}, True),
+        ({"has_context": [{"var": ""}, "email"]}, {"name": "Ann"}, False),
+        ({"has_context": [{"var": ""}, "email"]}, {"email": ""}, False),
+        ({"has_context": [{"var": ""}, "flag"]}, {"flag": False}, True),
+        ({"has_context": [{"var": "user"}, "email"]}, {"user": {"email": "x"}}, True),
+        ({"has_context": [{"var": "user"}, "email"]}, {"user": {"name": "x"}}, False),
+        ({"has_context": [{"var": "user"}, "email"]}, {}, False),
+        ({"has_context": [{"var": "user"}, "email"]}, {"user": "email"}, False),
+        ({"has_context": [{"var": ""}, {"var": "which"}]}, {"which": "phone", "phone": "1"}, True),
+        ({"!": {"has_context": [{"var": ""}, "email"]}}, {}, True),
+    ],
+)
+def test_has_context_two_argument_form(rule: object, data: object, expected: object) -> None:
+    assert evaluate(rule, data) is expected  # type: ignore[arg-type]
+
+
 @pytest.mark.parametrize("rule", [{"has_context": []}, {"has_context": ""}, {"has_context": 3}])
 def test_has_context_rejects_bad_keys(rule: object) -> None:
     with pytest.raises(LogicError):
         evaluate(rule, {"a": 1})
+
+
+# ---------------------------------------------------------------- llm-fsm's operators
+
+
+@pytest.mark.parametrize(
+    ("rule", "data", "expected"),
+    [
+        ({"contains": [{"var": "tags"}, "vip"]}, {"tags": ["new", "vip"]}, True),
+        ({"contains": [{"var": "tags"}, "vip"]}, {"tags": ["new"]}, False),
+        ({"contains": [{"var": "tags"}, "vip"]}, {}, False),
+        ({"contains": [{"var": "note"}, "urgent"]}, {"note": "this is urgent"}, True),
+        ({"contains": [{"var": "note"}, "urgent"]}, {"note": "later"}, False),
+        ({"contains": [{"var": "prefs"}, "tea"]}, {"prefs": {"tea": "green"}}, True),
+        ({"contains": [{"var": "prefs"}, "tea"]}, {"prefs": {"coffee": 1}}, False),
+        ({"contains": [[1, 2], 2]}, {}, True),
+        ({"contains": [3, 3]}, {}, False),
+        ({"in": ["tea", {"var": "prefs"}]}, {"prefs": {"tea": None}}, True),
+        ({"in": ["tea", {"var": "prefs"}]}, {"prefs": {"coffee": 1}}, False),
+        ({"in": [1, {"var": "prefs"}]}, {"prefs": {"1": "x"}}, False),
+        ({"in": ["gift", {"var": ""}]}, {"gift": True}, True),
+        ({"in": ["gift", {"var": ""}]}, {}, False),
+        ({"context_length": [{"var": ""}, "items"]}, {"items": [1, 2, 3]}, 3),
+        ({"context_length": [{"var": ""}, "name"]}, {"name": "Ann"}, 3),
+        ({"context_length": [{"var": ""}, "prefs"]}, {"prefs": {"a": 1, "b": 2}}, 2),
+        ({"context_length": [{"var": ""}, "order.items"]}, {"order": {"items": ["x"]}}, 1),
+        ({"context_length": [{"var": "order"}, "items"]}, {"order": {"items": ["x", "y"]}}, 2),
+        ({"context_length": [{"var": ""}, "items"]}, {}, 0),
+        ({"context_length": [{"var": ""}, "count"]}, {"count": 12}, 0),
+        ({"context_length": [{"var": "missing"}, "items"]}, {}, 0),
+        ({">=": [{"context_length": [{"var": ""}, "items"]}, 2]}, {"items": ["a", "b"]}, True),
+    ],
+)
+def test_llm_fsm_operators(rule: object, data: object, expected: object) -> None:
+    assert _same(evaluate(rule, data), expected)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("rule", "fragment"),
+    [
+        ({"contains": [[1]]}, "'contains' takes 2 argument(s), got 1"),
+        ({"context_length": "items"}, "'context_length' takes 2 argument(s), got 1"),
+        ({"has_context": [3, "a"]}, "has_context's first argument must be an object"),
+    ],
+)
+def test_check_rule_of_llm_fsm_operators(rule: object, fragment: str) -> None:
+    (problem,) = check_rule(rule)
+    assert fragment in problem[1]
+
+
+def test_keys_read_of_llm_fsm_forms() -> None:
+    rule = {
+        "and": [
+            {"has_context": [{"var": ""}, "phone"]},
+            {"has_context": [{"var": "address"}, "street"]},
+            {"context_length": [{"var": ""}, "items"]},
+            {"context_length": [{"var": "order"}, "lines"]},
+            {"contains": [{"var": "tags"}, "vip"]},
+        ]
+    }
+    assert keys_read(rule) == {"phone", "address", "address.street", "items", "order", "order.lines", "tags"}
 
 
 # ---------------------------------------------------------------- errors
@@ -512,6 +593,8 @@ def test_allowed_operators() -> None:
             "min",
             "max",
             "has_context",
+            "contains",
+            "context_length",
         }
     )
     assert expected == ALLOWED_OPERATORS

@@ -21,7 +21,6 @@ LIGHT_DEPENDENCIES = [
     "typer>=0.12",
     "rich>=13",
     "json-repair>=0.30",
-    "json-source-map>=1.0",
 ]
 
 
