@@ -162,3 +162,18 @@ def test_conversations_show_masks_the_payload_of_a_pause(setup, tmp_path):
     assert "paused: check the card" in result.stderr, result.output
     pending = json.loads(runner.invoke(app, ["conversations", "show", "p", "--store", store]).stdout)["pending"]
     assert pending["payload"] == {"card_number": "[masked]", "who": "Ann"}
+
+
+@pytest.mark.parametrize("kind", ["sqlite", "file"])
+def test_conversations_unlock_frees_a_conversation_left_locked(setup, tmp_path, kind):
+    definition, _ = setup
+    store = f"sqlite://{tmp_path / 'u.db'}" if kind == "sqlite" else f"file://{tmp_path / 'files'}"
+    held = open_store(store)
+    lock = held.lock("stuck", timeout=1)
+    lock.__enter__()  # a holder that never lets go (the SIGKILL case is in test_store_locks.py)
+    result = runner.invoke(app, ["conversations", "unlock", "stuck", "--store", store])
+    assert result.exit_code == 0 and result.stdout == "unlocked stuck\n", result.output
+    again = runner.invoke(app, ["conversations", "unlock", "stuck", "--store", store])
+    assert again.stdout == "stuck was not locked\n"
+    turn, lines = run(definition, tmp_path, [GREETING], "", "--store", store, "-c", "stuck", "--wait", "0.5")
+    assert turn.exit_code == 0 and lines[0]["message"] == "Hello! Name?"

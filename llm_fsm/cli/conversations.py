@@ -1,4 +1,4 @@
-"""``llm-fsm conversations list|show|delete|prune``: look after stored conversations."""
+"""``llm-fsm conversations list|show|delete|unlock|prune``: look after stored conversations."""
 
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ from llm_fsm.errors import StoreError
 if TYPE_CHECKING:
     from llm_fsm.store import Store
 
-group = typer.Typer(help="List, show, delete and prune stored conversations.", no_args_is_help=True)
+group = typer.Typer(help="List, show, delete, unlock and prune stored conversations.", no_args_is_help=True)
 app.add_typer(group, name="conversations")
 console = Console(highlight=False)
 
@@ -111,6 +111,14 @@ def delete(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store:
     if not deleted:
         fail(f"no conversation {conversation_id!r} in this store", 1)
     typer.echo(f"deleted {conversation_id}")
+
+
+@group.command()
+def unlock(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+    """Release a conversation's turn lock by force (a lock whose holder died expires by itself within seconds)."""
+    with _opened(store, conversation_id) as opened:
+        released = opened.unlock(conversation_id)
+    typer.echo(f"unlocked {conversation_id}" if released else f"{conversation_id} was not locked")
 
 
 @group.command()
