@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import itertools
 import json
+import random
 import re
 from typing import Any
 
@@ -247,6 +249,50 @@ def test_ambiguity_is_found_among_many_transitions_without_trying_every_pair():
     assert only(routes_only, "ambiguous_priority") == []
 
 
+def test_the_sweep_names_every_transition_that_a_pair_by_pair_search_names():
+    rng = random.Random(5)
+    keys = ["a", "b", "c"]
+
+    def conjunct() -> dict[str, Any]:
+        key, n = rng.choice(keys), rng.randint(0, 6)
+        return rng.choice(
+            [
+                {"==": [{"var": key}, n]},
+                {">": [{"var": key}, n]},
+                {"<=": [{"var": key}, n]},
+                {"<": [n, {"var": key}, n + rng.randint(1, 3)]},
+                {"in": [{"var": key}, rng.sample(["x", "y", "z"], 2)]},
+                {"==": [{"var": key}, rng.choice(["x", "y"])]},
+                {"!=": [{"var": key}, n]},
+            ]
+        )
+
+    for _ in range(150):
+        transitions = [
+            to(
+                f"t{rng.randint(0, 4)}",
+                *[rule({"and": [conjunct() for _ in range(rng.randint(1, 2))]})] * rng.randint(0, 1),
+            )
+            for _ in range(rng.randint(2, 9))
+        ]
+        states = {"start": {"required_context_keys": keys, "transitions": transitions}} | {
+            f"t{i}": DONE for i in range(5)
+        }
+        named = {
+            int(i) for d in only(fsm(states), "ambiguous_priority") for i in re.findall(r"\[(\d+)\] \(to", d.message)
+        }
+        models = [Transition.model_validate(t) for t in transitions]
+        pairs = [
+            (i, j)
+            for j in range(len(models))
+            for i in range(j)
+            if models[i].target_state != models[j].target_state
+            and (models[i].conditions or models[j].conditions)
+            and find_witness([models[i], models[j]]) is not None
+        ]
+        assert named == {i for pair in pairs for i in pair}, transitions
+
+
 def _holds(transition: dict[str, Any], context: dict[str, Any]) -> bool:
     from llm_fsm.engine import unmet_condition
 
@@ -328,8 +374,20 @@ def test_contradictory_bounds_across_conditions(tmp_path):
         ({"and": [{"==": [{"var": "size"}, "big"]}, {"in": [{"var": "size"}, ["small", "medium"]]}]}, "cannot both"),
         ({"and": [{"==": [{"var": "size"}, "big"]}, {">": [{"var": "size"}, 2]}]}, "cannot both hold"),
         ({"in": [{"var": "size"}, []]}, "never holds"),
+        ({"and": [{">": [{"var": "n"}, 6]}, {">=": [{"var": "n"}, 6]}, {"<=": [{"var": "n"}, 6]}]}, "cannot both"),
+        ({"and": [{"in": [{"var": "n"}, [1, 3]]}, {">": [{"var": "n"}, 3]}]}, "cannot both hold"),
     ],
-    ids=["constant", "false", "between", "two-points", "string-sets", "string-and-number", "empty-list"],
+    ids=[
+        "constant",
+        "false",
+        "between",
+        "two-points",
+        "string-sets",
+        "string-and-number",
+        "empty-list",
+        "open-bound-wins",
+        "number-list",
+    ],  # fmt: skip
 )
 def test_conditions_that_never_hold(logic, words):
     (found,) = only(booking(rule(logic)), "condition_never_holds")
@@ -398,6 +456,56 @@ def test_a_number_key_compared_with_text_never_holds():
 def test_conditions_that_can_hold_are_not_reported(logic, schema):
     definition = booking(rule(logic), context_schema=schema)
     assert [d.code for d in analyze(definition) if d.code in ("condition_never_holds", "type_mismatch")] == []
+
+
+VALUES: list[Any] = [
+    *[n / 2 for n in range(-2, 17)], "3", " 4 ", "", "x", "y", "abc", True, False, None, [3], ["x"], {"a": 1},
+]  # fmt: skip
+ABSENT = object()
+
+
+def fits(value: Any, schema: dict[str, Any]) -> bool:
+    """Whether ``value`` is one the model may write under ``schema`` (jsonschema decides)."""
+    import jsonschema
+
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+def test_a_transition_reported_dead_is_never_taken_on_any_context():
+    """No false positives: whenever condition_never_holds is reported, the engine accepts the move on
+    none of many contexts (numbers, numeric strings, text, booleans, null, lists, objects, absence)."""
+    from llm_fsm.engine import unmet_condition
+
+    rng = random.Random(11)
+
+    def conjunct(key: str) -> dict[str, Any]:
+        n, var = rng.randint(0, 6), {"var": key}
+        constant = rng.choice([n, n + 0.5, str(n), "x", "y", True, None])
+        return rng.choice(
+            [
+                {rng.choice(["==", "===", "!=", "<", "<=", ">", ">="]): [var, constant]},
+                {rng.choice(["<", "<="]): [n, var, n + rng.randint(0, 2)]},
+                {"in": [var, rng.sample([1, 2, 3, "x", "y"], rng.randint(0, 3))]},
+                {"!": var},
+            ]
+        )
+
+    reported = 0
+    for _ in range(400):
+        keys = rng.sample(["a", "b"], rng.randint(1, 2))
+        conditions = [rule({"and": [conjunct(rng.choice(keys)) for _ in range(rng.randint(1, 3))]}) for _ in range(2)]
+        schema = {"a": {"enum": rng.sample(["x", "y", 3, True], 2)}} if rng.random() < 0.3 else {}
+        if rng.random() < 0.3:
+            schema["b"] = {"type": rng.choice(["string", "integer", "boolean"])}
+        if not only(booking(*conditions, context_schema=schema), "condition_never_holds"):
+            continue
+        reported += 1
+        transition = Transition.model_validate(to("booked", *conditions))
+        allowed = {key: [v for v in VALUES if fits(v, schema.get(key, {}))] for key in keys}
+        for values in itertools.product(*([*allowed[key], ABSENT] for key in keys)):
+            context = {key: value for key, value in zip(keys, values, strict=True) if value is not ABSENT}
+            assert unmet_condition(transition, context) is not None, (conditions, schema, context)
+    assert reported > 20  # the claims were put to the test
 
 
 def test_a_state_reached_only_through_dead_transitions_is_unreachable():

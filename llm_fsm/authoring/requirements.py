@@ -108,17 +108,13 @@ class Domain:
     strings: frozenset[str] | None = None
 
     def __and__(self, other: Domain) -> Domain:
-        low, low_closed = max((self.low, not self.low_open), (other.low, not other.low_open))
-        high, high_closed = min((self.high, self.high_closed), (other.high, other.high_closed))
+        # The tighter bound wins, and on a tie the open one: max by (low, open), min by (high, closed).
+        low, low_open = max((self.low, self.low_open), (other.low, other.low_open))
+        high, high_closed = min((self.high, not self.high_open), (other.high, not other.high_open))
         strings = self.strings if other.strings is None else other.strings
         if self.strings is not None and other.strings is not None:
             strings = self.strings & other.strings
-        numeric = self.numeric or other.numeric
-        return Domain(low, high, not low_closed, not high_closed, numeric, strings)
-
-    @property
-    def high_closed(self) -> bool:
-        return not self.high_open
+        return Domain(low, high, low_open, not high_closed, self.numeric or other.numeric, strings)
 
     @property
     def empty(self) -> bool:
