@@ -21,7 +21,14 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
-from benchmarks import bench_async, bench_contention, bench_startup, bench_store, bench_turn  # noqa: E402
+from benchmarks import (  # noqa: E402
+    bench_async,
+    bench_contention,
+    bench_startup,
+    bench_store,
+    bench_turn,
+    bench_validate,
+)
 from tests.fake_openai import FakeOpenAI  # noqa: E402
 
 
@@ -171,6 +178,7 @@ def main() -> None:
         lambda: async_section(1 if quick else 3, [100, 500, 1000]),
         lambda: store_section(10 if quick else 30),
         lambda: bench_contention.section(1 if quick else 3, 1 if quick else 3, [10, 50, 200]),
+        lambda: bench_validate.section(1 if quick else 3),
     ]
     for section in sections:
         part = section()

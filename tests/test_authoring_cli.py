@@ -160,8 +160,8 @@ def test_llm_fsm_format_files_validate_with_ignored_field_warnings():
 def test_graph_mermaid_is_the_default(clean):
     result = invoke("graph", clean)
     assert result.exit_code == 0
-    assert result.stdout.startswith("stateDiagram-v2\n    [*] --> ask_name\n")
-    assert "    done --> [*]\n" in result.stdout and "(p10) [has email#59; approved == true]" in result.stdout
+    assert result.stdout.startswith('stateDiagram-v2\n    state "ask_name" as s0\n')
+    assert "    s2 --> [*]\n" in result.stdout and "(p10) [has email#59; approved == true]" in result.stdout
 
 
 def test_graph_dot_to_a_file(clean, tmp_path):

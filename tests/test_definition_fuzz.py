@@ -666,20 +666,20 @@ def _with_regex(pattern: str) -> bytes:
 def test_validate_analysis_is_linear_in_the_number_of_states(monkeypatch):
     from llm_fsm.authoring import analysis
 
-    calls = 0
-    collects = analysis._collects
+    scans = 0
+    scan = analysis._Words.__init__
 
-    def counting(state: Any, key: str) -> bool:
-        nonlocal calls
-        calls += 1
-        return collects(state, key)
+    def counting(self: Any, texts: Any) -> None:
+        nonlocal scans
+        scans += 1
+        scan(self, texts)
 
-    monkeypatch.setattr(analysis, "_collects", counting)
+    monkeypatch.setattr(analysis._Words, "__init__", counting)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         definition = llm_fsm.load(reachable_chain(_example(), 800))
     analysis.find_warnings(definition)
-    assert calls <= 20 * 800, f"{calls} instruction searches for 800 states"
+    assert scans <= 20 * 800, f"{scans} instruction scans for 800 states"
 
 
 def test_regex_with_a_huge_repeat_count_is_a_definition_error(tmp_path):

@@ -7,8 +7,8 @@ import re
 import pytest
 
 import llm_fsm
-from llm_fsm.authoring.diagram import LABEL_LIMIT, edge_label, short_logic, to_dot, to_mermaid
-from llm_fsm.definition import Transition
+from llm_fsm.authoring.diagram import LABEL_LIMIT, edge_label, mermaid_text, short_logic, to_dot, to_mermaid
+from llm_fsm.definition import FSMDefinition, Transition
 from tests.conftest import EXAMPLES, SIGNUP
 
 
@@ -68,28 +68,61 @@ def signup() -> llm_fsm.FSMDefinition:
 def test_mermaid_marks_the_start_the_end_and_labels_edges(signup):
     text = to_mermaid(signup)
     lines = text.splitlines()
-    assert lines[0] == "stateDiagram-v2" and text.endswith("\n")
-    assert "    [*] --> ask_name" in lines
-    assert "    done --> [*]" in lines
-    (edge,) = [line for line in lines if line.startswith("    ask_email --> done")]
-    assert edge == "    ask_email --> done: The email is known and approved (p10) [has email#59; approved == true]"
+    assert lines[:4] == [
+        "stateDiagram-v2",
+        '    state "ask_name" as s0',
+        '    state "ask_email" as s1',
+        '    state "done" as s2',
+    ]
+    assert text.endswith("\n")
+    assert "    [*] --> s0" in lines
+    assert "    s2 --> [*]" in lines
+    (edge,) = [line for line in lines if line.startswith("    s1 --> s2")]
+    assert edge == "    s1 --> s2: The email is known and approved (p10) [has email#59; approved == true]"
     assert len([line for line in lines if "-->" in line]) == 1 + 3 + 1  # start, three transitions, one end
 
 
 def test_mermaid_escapes_what_its_labels_cannot_hold():
-    t = {"target_state": "b", "description": 'Say "hi": {now}; # then\nmore'}
+    t = {"target_state": "b", "description": 'Say "hi": {now}; # then\nmore <b>100%</b> & [x]'}
     definition = llm_fsm.load({"name": "x", "initial_state": "a", "states": {"a": {"transitions": [t]}, "b": {}}})
-    (edge,) = [line for line in to_mermaid(definition).splitlines() if line.startswith("    a --> b")]
+    (edge,) = [line for line in to_mermaid(definition).splitlines() if line.startswith("    s0 --> s1")]
     label = edge.split(": ", 1)[1]
-    assert not set(re.sub(r"#\w+;", "", label)) & set(':;"{}\n')  # Mermaid decodes #58; etc. before parsing
-    assert label.startswith("Say #quot;hi#quot;#58; #123;now#125;#59; #35; then more")
+    assert not set(re.sub(r"#\w+;", "", label)) & set(':;"{}#%&<>\n')  # Mermaid decodes #58; etc. before parsing
+    assert label.startswith(
+        "Say #quot;hi#quot;#58; #123;now#125;#59; #35; then more #60;b#62;100#37;#60;/b#62; #38; [x]"
+    )
 
 
-def test_mermaid_aliases_ids_its_lexer_would_read_as_a_keyword():
-    states = {"Default_route": {"transitions": [{"target_state": "done"}]}, "done": {}}
-    text = to_mermaid(llm_fsm.load({"name": "x", "initial_state": "Default_route", "states": states}))
-    assert '    state "Default_route" as state_Default_route\n    [*] --> state_Default_route\n' in text
-    assert "    state_Default_route --> done: (p100)\n" in text
+def test_mermaid_never_writes_a_state_id_as_syntax():
+    """Every state is drawn as s0, s1... with its id as a label: keywords (note, end, class, direction...),
+    blanks, quotes and line breaks cannot reach Mermaid's lexer."""
+    ids = ["note", "end", "class", "style", "direction", "default", 'a "b"', "two words", "x\ny", "", "日本"]
+    states = {sid: {"id": sid, "transitions": [{"target_state": "done", "description": "direction LR"}]} for sid in ids}
+    definition = FSMDefinition.model_validate(
+        {"name": "x", "initial_state": "note", "states": {**states, "done": {"id": "done"}}}
+    )
+    lines = to_mermaid(definition).splitlines()
+    declared = lines[1 : len(ids) + 2]
+    assert declared[:4] == [
+        '    state "note" as s0',
+        '    state "end" as s1',
+        '    state "class" as s2',
+        '    state "style" as s3',
+    ]
+    assert declared[6:11] == [
+        '    state "a #quot;b#quot;" as s6',
+        '    state "two words" as s7',
+        '    state "x y" as s8',
+        '    state " " as s9',
+        '    state "日本" as s10',
+    ]
+    edges = [line.split() for line in lines[len(ids) + 2 :]]
+    assert all(re.fullmatch(r"s\d+|\[\*\]", edge[0]) and re.fullmatch(r"s\d+:?|\[\*\]", edge[2]) for edge in edges)
+    assert "    s0 --> s11: directio#110; LR (p100)" in lines  # a line holding "direction LR" is a direction statement
+
+
+def test_mermaid_codes_what_no_file_can_hold():
+    assert mermaid_text("a\x00b\ud800c\u2028d") == "a#0;b#55296;c d"
 
 
 def dot_tokens(text: str) -> list[str]:

@@ -4,12 +4,26 @@
 line:column where there is one. Errors are what the loader reports (the definition does not load).
 Warnings are about definitions that load but probably do not do what their author meant:
 
+``condition_never_holds``
+    a transition can never be taken: a part of its conditions reads no context and is false
+    (``1 == 2``), its bounds on a key contradict each other (``guests > 6`` and ``guests < 1``, within
+    one rule or across conditions), or no value the ``context_schema`` allows satisfies it (an
+    ``enum`` value misspelt, a strict comparison with a constant of another ``type``).
+    See :mod:`llm_fsm.authoring.requirements`.
+``type_mismatch``
+    a condition compares a key with a constant of a type the key's ``context_schema`` does not give it
+    (a number with a string key: it holds only for strings that spell numbers).
 ``unreachable_state``
-    no path leads from the initial state to the state.
+    no path leads from the initial state to the state, or every path takes a transition that can never
+    be taken.
 ``no_path_to_terminal``
     a reachable state from which no terminal state can be reached: once there, the conversation never ends.
 ``self_loop_no_exit``
     a state whose only transitions lead back to itself.
+``state_never_left``
+    a reachable state none of whose transitions to other states can ever be taken: each never holds, or
+    needs a key that the model may not write there (``writable_keys``, ``handler_only_keys``) and that
+    no handler named there, nor any state on the way to it, can set.
 ``key_never_set``
     a transition's conditions need a context key that no state on a path to it collects (lists in
     ``required_context_keys`` or names in its ``instructions``/``extraction_instructions``) and that
@@ -19,27 +33,36 @@ Warnings are about definitions that load but probably do not do what their autho
     ``purpose``, ``instructions`` or ``response_instructions`` names.
 ``ambiguous_priority``
     two transitions of one state, to different targets and with the same priority, can hold together
-    (found by searching for a context that satisfies both; see :func:`find_witness`).
+    (found by searching for a context that satisfies both; see :func:`find_witness`). Priority does not
+    choose between them at run time: the model names a ``target_state``, and the move is accepted when
+    any transition to that target has conditions that hold. Priority orders the transitions in the
+    prompt (lowest number first, each shown with its number) and, among transitions to the chosen
+    target, which one's unmet condition the rejection quotes.
 ``ignored_field``, ``unknown_field``
     the loader's warnings, passed through.
+
+Each check grows about linearly with the size of the definition (``benchmarks/bench_validate.py``).
 """
 
 from __future__ import annotations
 
-import itertools
+import heapq
 import json
 import os
 import re
-from collections.abc import Iterator, Mapping, Sequence
+from collections import Counter
+from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
 from llm_fsm.authoring.condition_solver import condition_keys, find_witness
+from llm_fsm.authoring.requirements import Requirements, requirements
 from llm_fsm.definition import FSMDefinition, State, Transition
+from llm_fsm.engine import model_writable_keys
 from llm_fsm.errors import Problem
-from llm_fsm.graph import predecessors, reachable, successors
+from llm_fsm.graph import carry, predecessors, reachable, successors
 from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
 
 Severity = Literal["error", "warning"]
@@ -164,47 +187,148 @@ class Locator:
 
 def find_warnings(definition: FSMDefinition) -> list[Finding]:
     """Every design warning about a loaded definition, in a stable order."""
-    graph = _Graph(definition)
+    review = _Review(definition)
     return [
-        *_unreachable_states(graph),
-        *_self_loops_without_exit(graph),
-        *_states_without_path_to_terminal(graph),
-        *_keys_never_set(graph),
+        *_conditions_never_holding(review),
+        *_type_mismatches(review),
+        *_unreachable_states(review),
+        *_self_loops_without_exit(review),
+        *_states_never_left(review),
+        *_states_without_path_to_terminal(review),
+        *_keys_never_set(review),
         *_keys_unused(definition),
-        *_ambiguous_priorities(definition),
+        *_ambiguous_priorities(review),
     ]
 
 
-class _Graph:
-    """The states as a directed graph, with the reachability questions the checks ask."""
+Place = tuple[str, int]  # a transition: (state id, index in the state's transitions)
+
+
+class _Review:
+    """What the checks share: each transition's requirements, the transitions that can never be taken
+    (``dead``), and the states as a graph whose edges are the transitions that can (and fallbacks)."""
 
     def __init__(self, definition: FSMDefinition) -> None:
         self.definition = definition
+        schema = definition.context_schema
+        self.requirements = {
+            (sid, i): requirements(transition, schema)
+            for sid, state in definition.states.items()
+            for i, transition in enumerate(state.transitions)
+        }
+        self.dead = {place for place, found in self.requirements.items() if found.never}
         # A fallback state (where failed checks lead) is reached from its state like a transition target.
-        self.edges = successors(definition, fallbacks=True)
-        self.reverse = predecessors(self.edges)
+        self.edges = successors(definition, fallbacks=True, skip=self.dead)
         self.reachable = reachable([definition.initial_state], self.edges)
-        self.finishing = reachable([sid for sid, s in definition.states.items() if s.terminal], self.reverse)
+        self.finishing = reachable(self.terminals, predecessors(self.edges))
+
+    @cached_property
+    def terminals(self) -> list[str]:
+        return [sid for sid, state in self.definition.states.items() if state.terminal]
+
+    @cached_property
+    def declared(self) -> dict[str, list[str]]:
+        """The edges when every transition counts, dead ones included."""
+        return successors(self.definition, fallbacks=True)
+
+    @cached_property
+    def declared_reachable(self) -> set[str]:
+        return reachable([self.definition.initial_state], self.declared)
+
+    @cached_property
+    def declared_finishing(self) -> set[str]:
+        return reachable(self.terminals, predecessors(self.declared))
+
+    @cached_property
+    def never_left(self) -> dict[str, list[str]]:
+        """Reachable states none of whose transitions to another state can be taken, with the reasons."""
+        return _exits_closed(self)
 
     def self_loop_only(self, sid: str) -> bool:
-        return self.edges[sid] == [sid]
+        return self.declared[sid] == [sid]
+
+    def transitions(self, sid: str) -> Iterator[tuple[int, Transition, Requirements]]:
+        for i, transition in enumerate(self.definition.states[sid].transitions):
+            yield i, transition, self.requirements[(sid, i)]
+
+    def missing_on_the_way(
+        self, needs: Mapping[str, Collection[str]], provides: Mapping[str, Collection[str]]
+    ) -> dict[str, set[str]]:
+        """For each state of ``needs``, the keys it needs that no state on a path to it from a reachable
+        state (itself included) provides: one pass over the graph for all keys, the keys as bits."""
+        names = list(dict.fromkeys(key for keys in needs.values() for key in keys))
+        bit = {key: 1 << n for n, key in enumerate(names)}
+
+        def bits(keys: Iterable[str]) -> int:
+            return sum(bit[key] for key in set(keys) if key in bit)
+
+        marks = {sid: bits(keys) for sid, keys in provides.items() if sid in self.reachable}
+        missing = {}
+        for component, union in carry(marks, self.edges):
+            for sid in component:
+                if lacking := bits(needs.get(sid, ())) & ~union:
+                    missing[sid] = {names[n] for n in _ones(lacking)}
+        return missing
 
 
-def _unreachable_states(graph: _Graph) -> Iterator[Finding]:
-    initial = graph.definition.initial_state
-    for sid in graph.definition.states:
-        if sid not in graph.reachable:
+def _ones(bits: int) -> Iterator[int]:
+    """The positions of the bits set in ``bits``."""
+    while bits:
+        lowest = bits & -bits
+        yield lowest.bit_length() - 1
+        bits ^= lowest
+
+
+# ---------------------------------------------------------------- conditions
+
+
+def _transition_loc(sid: str, i: int, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...]:
+    return ("states", sid, "transitions", i, *loc)
+
+
+def _conditions_never_holding(review: _Review) -> Iterator[Finding]:
+    for (sid, i), found in review.requirements.items():
+        target = review.definition.states[sid].transitions[i].target_state
+        for reason in found.never:
             yield Finding(
-                ("states", sid),
-                "unreachable_state",
-                f"state '{sid}' cannot be reached from the initial state '{initial}'",
-                "add a transition to it from a reachable state, or remove it",
+                _transition_loc(sid, i, reason.loc),
+                "condition_never_holds",
+                f"{reason.message}: the transition from '{sid}' to '{target}' can never be taken",
+                reason.hint or "fix the condition, or remove the transition",
             )
 
 
-def _self_loops_without_exit(graph: _Graph) -> Iterator[Finding]:
-    for sid in graph.definition.states:
-        if graph.self_loop_only(sid):
+def _type_mismatches(review: _Review) -> Iterator[Finding]:
+    for (sid, i), found in review.requirements.items():
+        for reason in found.mismatches:
+            yield Finding(_transition_loc(sid, i, reason.loc), "type_mismatch", reason.message, reason.hint)
+
+
+# ---------------------------------------------------------------- the graph
+
+
+def _unreachable_states(review: _Review) -> Iterator[Finding]:
+    initial = review.definition.initial_state
+    dead_into: dict[str, list[Place]] = {}  # state -> the dead transitions to it from reachable states
+    for sid, i in review.requirements:
+        if (sid, i) in review.dead and sid in review.reachable:
+            dead_into.setdefault(review.definition.states[sid].transitions[i].target_state, []).append((sid, i))
+    for sid in review.definition.states:
+        if sid in review.reachable:
+            continue
+        message = f"state '{sid}' cannot be reached from the initial state '{initial}'"
+        hint = "add a transition to it from a reachable state, or remove it"
+        if sid in review.declared_reachable:
+            message += ": every path to it takes a transition that can never be taken"
+            if sid in dead_into:
+                message += " (" + ", ".join(_dotted(_transition_loc(*place)) for place in dead_into[sid][:3]) + ")"
+            hint = "fix the conditions that can never hold (see condition_never_holds)"
+        yield Finding(("states", sid), "unreachable_state", message, hint)
+
+
+def _self_loops_without_exit(review: _Review) -> Iterator[Finding]:
+    for sid in review.definition.states:
+        if review.self_loop_only(sid):
             yield Finding(
                 ("states", sid, "transitions"),
                 "self_loop_no_exit",
@@ -213,15 +337,81 @@ def _self_loops_without_exit(graph: _Graph) -> Iterator[Finding]:
             )
 
 
-def _states_without_path_to_terminal(graph: _Graph) -> Iterator[Finding]:
-    for sid in graph.definition.states:
-        if sid in graph.reachable and sid not in graph.finishing and not graph.self_loop_only(sid):
-            yield Finding(
-                ("states", sid),
-                "no_path_to_terminal",
-                f"no path leads from state '{sid}' to a terminal state: a conversation that enters it never ends",
-                "add a transition towards a terminal state (a state without transitions)",
-            )
+def _states_never_left(review: _Review) -> Iterator[Finding]:
+    for sid, reasons in review.never_left.items():
+        listed = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+        yield Finding(
+            ("states", sid, "transitions"),
+            "state_never_left",
+            f"state '{sid}' can never be left: {listed}",
+            "let the model write the key here (writable_keys), name the handler that sets it in this state's "
+            "handlers, or fix the conditions; code that sets it with update_context can ignore this",
+        )
+
+
+def _exits_closed(review: _Review) -> dict[str, list[str]]:
+    """Reachable states none of whose transitions to another state can be taken, each with the reasons:
+    each never holds, or needs a key that cannot be written there or on the way to it."""
+    definition = review.definition
+    by_code = frozenset(definition.handler_only_keys)
+    needs = {
+        sid: {key for _, _, found in review.transitions(sid) for key, _ in found.needed if not key.startswith("_")}
+        for sid in review.reachable
+    }
+
+    def writable(sid: str) -> set[str]:
+        state = definition.states[sid]
+        keys = set(model_writable_keys(definition, sid)) - by_code
+        return keys | by_code if state.handlers else keys
+
+    missing = review.missing_on_the_way(needs, {sid: writable(sid) for sid in review.reachable})
+    closed = {}
+    for sid, state in definition.states.items():
+        if sid not in review.reachable or state.fallback_state not in (None, sid):
+            continue
+        reasons = []
+        for i, transition, found in review.transitions(sid):
+            if transition.target_state == sid:
+                continue
+            unset = [key for key, _ in found.needed if key in missing.get(sid, ())]
+            if (sid, i) in review.dead:
+                reasons.append(f"the conditions of the transition to '{transition.target_state}' never hold")
+            elif unset:
+                reasons.append(_unwritable(transition.target_state, unset[0], by_code, sid))
+            else:
+                break
+        else:
+            if reasons:
+                closed[sid] = reasons
+    return closed
+
+
+def _unwritable(target: str, key: str, by_code: Collection[str], sid: str) -> str:
+    if key in by_code:
+        why = f"a handler-only key, and no handler is named in '{sid}' or in a state on the way to it"
+    else:
+        why = f"not writable by the model in '{sid}' (writable_keys) nor in a state on the way to it"
+    return f"the transition to '{target}' needs '{key}', {why}"
+
+
+def _states_without_path_to_terminal(review: _Review) -> Iterator[Finding]:
+    for sid in review.definition.states:
+        if (
+            sid not in review.reachable
+            or sid in review.finishing
+            or sid in review.never_left
+            or review.self_loop_only(sid)
+        ):
+            continue
+        message = f"no path leads from state '{sid}' to a terminal state: a conversation that enters it never ends"
+        if sid in review.declared_finishing:
+            message += " (every path to one takes a transition that can never be taken)"
+        yield Finding(
+            ("states", sid),
+            "no_path_to_terminal",
+            message,
+            "add a transition towards a terminal state (a state without transitions)",
+        )
 
 
 # ---------------------------------------------------------------- context keys
@@ -231,38 +421,71 @@ def _root(key: str) -> str:
     return key.split(".", 1)[0]
 
 
-def _mentions(texts: Sequence[str], key: str) -> bool:
-    pattern = re.compile(rf"(?<![\w.]){re.escape(key)}(?!\w)")
-    return any(pattern.search(text) for text in texts)
+_WORD = re.compile(r"(?<![\w.])\w+")  # a whole word, not after a dot (not the tail of a dotted path)
 
 
-def _collects(state: State, key: str) -> bool:
-    """Whether ``state`` asks the model for ``key``: it is required there or its instructions name it."""
-    texts = (state.instructions, state.extraction_instructions)
-    return key in {_root(k) for k in state.required_context_keys} or _mentions(texts, key)
+class _Words:
+    """What some texts mention: ``key in words`` when a text has the key as a whole word, not after a dot.
+
+    Words are collected once; a key that is not a single word is looked for in the texts themselves.
+    """
+
+    def __init__(self, texts: Iterable[str]) -> None:
+        self.texts = [text for text in texts if text]
+        self.words = {match.group() for text in self.texts for match in _WORD.finditer(text)}
+
+    def __contains__(self, key: object) -> bool:
+        if not isinstance(key, str):
+            return False
+        if _word(key):
+            return key in self.words
+        pattern = re.compile(rf"(?<![\w.]){re.escape(key)}(?!\w)")
+        return any(pattern.search(text) for text in self.texts)
+
+    def among(self, words: set[str], others: Collection[str]) -> set[str]:
+        """Which keys the texts mention, of ``words`` (single words) and ``others``."""
+        return (self.words & words) | {key for key in others if key in self}
 
 
-def _keys_never_set(graph: _Graph) -> Iterator[Finding]:
-    definition = graph.definition
+def _word(key: str) -> bool:
+    return re.fullmatch(r"\w+", key) is not None
+
+
+def _collected(state: State, words: set[str], others: Collection[str]) -> set[str]:
+    """Which keys ``state`` asks the model for: those it requires, and of ``words`` (single words) and
+    ``others``, those its instructions name."""
+    texts = _Words([state.instructions, state.extraction_instructions])
+    return {_root(k) for k in state.required_context_keys} | texts.among(words, others)
+
+
+def _keys_never_set(review: _Review) -> Iterator[Finding]:
+    definition = review.definition
     by_code = {_root(k) for k in definition.handler_only_keys}
-    needed = {key for s in definition.states.values() for t in s.transitions for key, _ in _needed_keys(t)}
-    # A key is collected on a path to a state when the state is downstream of a reachable state that
-    # collects it: one forward closure per key (linear), not one backward search per state.
-    collected = {
-        key: reachable([s for s in graph.reachable if _collects(definition.states[s], key)], graph.edges)
-        for key in needed
+    uses = {
+        (sid, i): [
+            (key, loc) for key, loc in _needed_keys(transition) if key not in by_code and not key.startswith("_")
+        ]
+        for sid, state in definition.states.items()
+        if sid in review.reachable
+        for i, transition in enumerate(state.transitions)
+        if (sid, i) not in review.dead
     }
-    for sid, state in definition.states.items():
-        if sid not in graph.reachable:
-            continue
-        for i, transition in enumerate(state.transitions):
-            for key, loc in _needed_keys(transition):
-                if key in by_code or key.startswith("_") or sid in collected[key]:
-                    continue
+    needs: dict[str, set[str]] = {}
+    for (sid, _), keys in uses.items():
+        needs.setdefault(sid, set()).update(key for key, _ in keys)
+    wanted = {key for keys in needs.values() for key in keys}
+    words = {key for key in wanted if _word(key)}
+    collected = {sid: _collected(definition.states[sid], words, wanted - words) for sid in review.reachable}
+    # A key is collected on a path to a state when a reachable state upstream (or the state) collects it.
+    missing = review.missing_on_the_way(needs, collected)
+    for (sid, i), keys in uses.items():
+        target = definition.states[sid].transitions[i].target_state
+        for key, loc in keys:
+            if key in missing.get(sid, ()):
                 yield Finding(
-                    ("states", sid, "transitions", i, *loc),
+                    _transition_loc(sid, i, loc),
                     "key_never_set",
-                    f"the transition to '{transition.target_state}' needs '{key}', but no state on a path to "
+                    f"the transition to '{target}' needs '{key}', but no state on a path to "
                     f"'{sid}' collects it and it is not a handler-only key",
                     f"add '{key}' to required_context_keys (or extraction_instructions) of '{sid}' or an earlier "
                     "state, or to handler_only_keys if code sets it",
@@ -292,14 +515,14 @@ def _keys_unused(definition: FSMDefinition) -> Iterator[Finding]:
         for condition in transition.conditions
         for key in condition_keys(condition)
     }
-    texts = [
+    mentioned = _Words(
         text
         for state in definition.states.values()
         for text in (state.purpose, state.instructions, state.response_instructions)
-    ]
+    )
     for sid, state in definition.states.items():
         for k, key in enumerate(state.required_context_keys):
-            if _root(key) not in read and not _mentions(texts, _root(key)):
+            if _root(key) not in read and _root(key) not in mentioned:
                 yield Finding(
                     ("states", sid, "required_context_keys", k),
                     "key_unused",
@@ -311,23 +534,138 @@ def _keys_unused(definition: FSMDefinition) -> Iterator[Finding]:
 # ---------------------------------------------------------------- priorities
 
 
-def _ambiguous_priorities(definition: FSMDefinition) -> Iterator[Finding]:
-    for sid, state in definition.states.items():
-        for (i, a), (j, b) in itertools.combinations(enumerate(state.transitions), 2):
-            if a.priority != b.priority or a.target_state == b.target_state:
-                continue
-            if not a.conditions and not b.conditions:
-                continue  # a choice the model makes from the descriptions alone: nothing to rank
-            witness = find_witness([a, b])
-            if witness is None:
-                continue
+_PRIORITY_HINT = (
+    "priority does not choose between them: the model names a target_state, and the move is accepted when "
+    "any transition to that target has conditions that hold; priority only orders the transitions in the "
+    "prompt (lowest first). Make the conditions exclusive if only one move may be valid, or give the "
+    "preferred one a lower number so the prompt lists it first"
+)
+
+
+def _ambiguous_priorities(review: _Review) -> Iterator[Finding]:
+    for sid in review.definition.states:
+        levels: dict[int, list[_Option]] = {}
+        for i, transition, found in review.transitions(sid):
+            if (sid, i) not in review.dead:
+                levels.setdefault(transition.priority, []).append(_Option(i, transition, found))
+        pairs = [pair for options in levels.values() if len(options) > 1 for pair in _Overlaps(options).pairs()]
+        for a, b, witness in sorted(pairs, key=lambda pair: (pair[1].index, pair[0].index)):
             yield Finding(
-                ("states", sid, "transitions", j, "priority"),
+                ("states", sid, "transitions", b.index, "priority"),
                 "ambiguous_priority",
-                f"transitions[{i}] (to '{a.target_state}') and transitions[{j}] (to '{b.target_state}') share "
-                f"priority {a.priority} and can both hold, e.g. with context {_compact(witness)}",
-                "give the preferred one a lower priority number, or make their conditions exclusive",
+                f"transitions[{a.index}] (to '{a.target}') and transitions[{b.index}] (to '{b.target}') share "
+                f"priority {a.transition.priority} and can both hold, so the model may take either, e.g. with "
+                f"context {_compact(witness)}",
+                _PRIORITY_HINT,
             )
+
+
+@dataclass(frozen=True)
+class _Option:
+    """A transition of one state and priority level, with what its conditions require."""
+
+    index: int
+    transition: Transition
+    requirements: Requirements
+
+    @property
+    def target(self) -> str:
+        return self.transition.target_state
+
+
+class _Overlaps:
+    """Pairs of options (to different targets) that can hold together, enough pairs to name every option
+    that has such a partner, without trying every pair.
+
+    The options that constrain the key most of them constrain are swept along it (sorted by where their
+    domain starts; each meets only those whose domain is still open there); the others are searched the
+    same way on their own keys, then tried against the swept ones. An option stops looking for partners
+    once it has one, and only a pair whose domains meet goes to the solver. A level of options that share
+    no key is tried pair by pair, so the cost grows with the pairs whose domains meet, about linearly for
+    routers (``choice == 1``, ``choice == 2`` ...), ranges and description-only transitions.
+    """
+
+    def __init__(self, options: list[_Option]) -> None:
+        self.options = options
+        self.covered: set[int] = set()
+        self.tried: set[tuple[int, int]] = set()
+        self.found: list[tuple[_Option, _Option, dict[str, Any]]] = []
+
+    def pairs(self) -> list[tuple[_Option, _Option, dict[str, Any]]]:
+        self._search(self.options)
+        return self.found
+
+    def _search(self, options: list[_Option]) -> None:
+        axis = _axis(options)
+        if axis is None:
+            self._across(options, options)
+            return
+        on_axis = [o for o in options if axis in o.requirements.domains]
+        off_axis = [o for o in options if axis not in o.requirements.domains]
+        self._sweep(on_axis, axis)
+        self._search(off_axis)
+        self._across(off_axis, on_axis)
+        self._across(on_axis, off_axis)
+
+    def _sweep(self, options: list[_Option], axis: str) -> None:
+        segments = sorted(
+            (start, end, n)
+            for n, option in enumerate(options)
+            for start, end in option.requirements.domains[axis].span()
+        )
+        ends: list[tuple[Any, int]] = []  # (end, segment) of the segments still open
+        waiting: dict[int, _Option] = {}  # open segments of options without a partner yet
+        partnered: dict[int, _Option] = {}  # open segments of the others
+        for segment, (start, end, n) in enumerate(segments):
+            while ends and ends[0][0] < start:
+                closed = heapq.heappop(ends)[1]
+                waiting.pop(closed, None)
+                partnered.pop(closed, None)
+            option = options[n]
+            if option.index not in self.covered:
+                any(self._try(option, other) for other in [*waiting.values(), *partnered.values()])
+            for at, other in list(waiting.items()):
+                if other.index in self.covered or self._try(option, other):
+                    partnered[at] = waiting.pop(at)
+            (partnered if option.index in self.covered else waiting)[segment] = option
+            heapq.heappush(ends, (end, segment))
+
+    def _across(self, options: list[_Option], others: list[_Option]) -> None:
+        """Each option without a partner tries ``others`` until one holds with it. Options without
+        conditions are left out of each other's tries: the model chooses among them by description."""
+        conditioned = [o for o in others if o.requirements.conditioned]
+        for option in options:
+            if option.index not in self.covered:
+                any(self._try(option, other) for other in (others if option.requirements.conditioned else conditioned))
+
+    def _try(self, a: _Option, b: _Option) -> bool:
+        """Whether ``a`` and ``b`` make a new pair that can hold together (each pair is tried once)."""
+        first, second = sorted((a, b), key=lambda option: option.index)
+        pair = (first.index, second.index)
+        if first.index == second.index or pair in self.tried:
+            return False
+        self.tried.add(pair)
+        if first.target == second.target or not (first.requirements.conditioned or second.requirements.conditioned):
+            return False  # the same move, or a choice the model makes from the descriptions alone
+        if not first.requirements.compatible(second.requirements):
+            return False
+        witness = find_witness([first.transition, second.transition])
+        if witness is None:
+            return False
+        self.found.append((first, second, witness))
+        self.covered.update(pair)
+        return True
+
+
+def _axis(options: list[_Option]) -> str | None:
+    """The key most options constrain (on a tie, the one whose domains differ most), or None."""
+    counts = Counter(key for option in options for key in option.requirements.domains)
+    if not counts:
+        return None
+    spread = {
+        key: len({str(o.requirements.domains[key]) for o in options if key in o.requirements.domains}) for key in counts
+    }
+    return max(sorted(counts), key=lambda key: (counts[key], spread[key]))
 
 
 def _compact(value: object) -> str:

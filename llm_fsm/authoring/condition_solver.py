@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 from llm_fsm import logic
+from llm_fsm.authoring.requirements import condition_parts
 from llm_fsm.definition import Condition, Transition
 from llm_fsm.engine import merge, unmet_condition
 from llm_fsm.errors import LogicError
@@ -110,15 +111,7 @@ def _equalities(rule: object) -> Iterator[tuple[str, object]]:
 
 def _parts(condition: Condition) -> list[object]:
     """The rules that must all hold for ``condition`` to hold: one per required key, one per conjunct."""
-    parts: list[object] = [{"has_context": key} for key in condition.requires_context_keys]
-    todo = [condition.logic] if condition.logic is not None else []
-    while todo:
-        rule = todo.pop()
-        if isinstance(rule, dict) and list(rule) == ["and"] and isinstance(rule["and"], list):
-            todo += rule["and"]
-        else:
-            parts.append(rule)
-    return parts
+    return [part.rule for part in condition_parts(condition)]
 
 
 def _holds(rule: object, context: dict[str, Any]) -> bool:

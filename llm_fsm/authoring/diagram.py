@@ -3,11 +3,16 @@
 Both draw the same picture: an arrow from the start to the initial state, one edge per transition
 labelled ``description (p10) [has email; age >= 18]``, and terminal states marked (an arrow to the
 end in Mermaid, a double circle in DOT). :func:`short_logic` writes a JsonLogic rule as a formula.
+Mermaid reads many words and characters as syntax, so its states are drawn under generated ids with
+their real ids as labels, and labels code what it would misread (``tests/test_mermaid_parser.py``
+reads the output back with Mermaid's own parser).
 """
 
 from __future__ import annotations
 
 import json
+import re
+import unicodedata
 from collections.abc import Mapping
 
 from llm_fsm.definition import Condition, FSMDefinition, Transition
@@ -17,8 +22,22 @@ ELLIPSIS = "…"
 
 _INFIX = frozenset({"==", "!=", "===", "!==", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "in"})
 _CALLS = frozenset({"if", "?:", "cat", "min", "max", "missing_some"})
-# Mermaid labels cannot hold these characters raw; its entity codes (#59;) render them.
-_MERMAID_ESCAPES = {":": "#58;", ";": "#59;", '"': "#quot;", "{": "#123;", "}": "#125;", "#": "#35;"}
+# Characters Mermaid reads as syntax (or as HTML) in a label; its entity codes (#59;) render them.
+_MERMAID_ESCAPES = {
+    ":": "#58;",
+    ";": "#59;",
+    '"': "#quot;",
+    "{": "#123;",
+    "}": "#125;",
+    "#": "#35;",
+    "%": "#37;",
+    "&": "#38;",
+    "<": "#60;",
+    ">": "#62;",
+}
+# Mermaid's lexer takes any line holding "direction LR" (TB, BT, RL) for a direction statement: the
+# word is written with its last letter coded.
+_MERMAID_DIRECTION = re.compile("(directio)(n)", re.IGNORECASE)
 _DOT_START = "[start]"  # state ids are identifiers, so this node name never collides with one
 
 
@@ -115,33 +134,39 @@ def _shorten(text: str, limit: int) -> str:
 
 
 def to_mermaid(definition: FSMDefinition) -> str:
-    """The definition as a Mermaid ``stateDiagram-v2``."""
-    ids = _mermaid_ids(definition)
+    """The definition as a Mermaid ``stateDiagram-v2``.
+
+    Every state is drawn under a generated id (``s0``, ``s1``... in the order of the definition) with
+    its real id as its label, so no state id, whatever it holds, can be read as Mermaid syntax.
+    """
+    ids = {sid: f"s{n}" for n, sid in enumerate(definition.states)}
     lines = ["stateDiagram-v2"]
-    lines += [f'    state "{sid}" as {alias}' for sid, alias in ids.items() if alias != sid]
+    lines += [f'    state "{_mermaid_name(sid)}" as {ids[sid]}' for sid in definition.states]
     lines.append(f"    [*] --> {ids[definition.initial_state]}")
     for sid, state in definition.states.items():
         for transition in state.transitions:
-            label = _mermaid_escape(edge_label(transition))
+            label = mermaid_text(edge_label(transition))
             lines.append(f"    {ids[sid]} --> {ids[transition.target_state]}: {label}")
     lines += [f"    {ids[sid]} --> [*]" for sid, state in definition.states.items() if state.terminal]
     return "\n".join(lines) + "\n"
 
 
-def _mermaid_ids(definition: FSMDefinition) -> dict[str, str]:
-    """State id → Mermaid id. Mermaid's lexer reads an id starting with ``default`` as a keyword, so
-    such states get an alias (shown with their real id as the label)."""
-    ids = {}
-    for sid in definition.states:
-        alias = sid
-        while alias.lower().startswith("default") or (alias != sid and alias in definition.states):
-            alias = f"state_{alias}"
-        ids[sid] = alias
-    return ids
+def mermaid_text(text: str) -> str:
+    """``text`` as a Mermaid label shows it: blanks (line breaks included) as single spaces, and what
+    Mermaid would read as syntax written as entity codes (``#59;``), which it renders as the character."""
+    escaped = "".join(_MERMAID_ESCAPES.get(char) or _mermaid_code(char) for char in " ".join(text.split()))
+    return _MERMAID_DIRECTION.sub(lambda m: f"{m[1]}#{ord(m[2])};", escaped)
 
 
-def _mermaid_escape(text: str) -> str:
-    return "".join(_MERMAID_ESCAPES.get(char, char) for char in text)
+def _mermaid_name(sid: str) -> str:
+    """A state's label: brackets coded too (``state "x[[fork]]"`` would declare a fork), never empty."""
+    return mermaid_text(sid).replace("[", "#91;").replace("]", "#93;") or " "
+
+
+def _mermaid_code(char: str) -> str:
+    """Control characters (Mermaid ends a line at a carriage return) and lone surrogates (no UTF-8 text
+    holds them) as codes; any other character as is."""
+    return f"#{ord(char)};" if unicodedata.category(char) in ("Cc", "Cs") else char
 
 
 # ---------------------------------------------------------------- DOT

@@ -38,7 +38,10 @@ class GraphFormat(StrEnum):
 FilesArgument = Annotated[
     list[Path],
     typer.Argument(
-        metavar="FILE", help="Definition files to check.", show_default=False, autocompletion=complete_definitions
+        metavar="FILE",
+        help="Definition files to check, or folders: the *.json files in them (test files, *.test.json, left out).",
+        show_default=False,
+        autocompletion=complete_definitions,
     ),
 ]
 DefinitionArgument = Annotated[
@@ -64,19 +67,37 @@ def validate(
     ] = False,
 ) -> None:
     """Check definition files: every load error and design warning, with file:line:column and a hint."""
-    check_readable(files)  # a path that is no file is a usage error; what is in the files is the report
-    results = [(str(path), _analyze(path, strict)) for path in files]
+    paths, tests = _definition_files(files)
+    # a file that cannot be read is a usage error; what is in the files (or a folder without any) is the report
+    check_readable([path for path in paths if not path.is_dir()])
+    results = [(str(path), _analyze(path, strict)) for path in paths]
     if output_format is ReportFormat.json:
         diagnostics = [d.to_dict() for _, found in results for d in found]
         typer.echo(json.dumps(diagnostics, indent=2, ensure_ascii=False))
     else:
-        _print_report(results, strict)
+        _print_report(results, strict, tests)
     raise typer.Exit(1 if _failed([d for _, found in results for d in found], strict) else 0)
+
+
+def _definition_files(paths: Sequence[Path]) -> tuple[list[Path], int]:
+    """The files named, with each folder replaced by the ``*.json`` files in it (not in its subfolders,
+    where scripts and test files live), and how many test files (``*.test.json``) were left out."""
+    files: list[Path] = []
+    tests = 0
+    for path in paths:
+        inside = sorted(path.glob("*.json")) if path.is_dir() else [path]
+        definitions = [file for file in inside if not file.name.endswith(".test.json")]
+        tests += len(inside) - len(definitions)
+        files += definitions or [path]  # a folder without definitions is reported as one
+    return files, tests
 
 
 def _analyze(path: Path, strict: bool) -> list[Diagnostic]:
     from llm_fsm.authoring.analysis import Diagnostic, analyze
 
+    if path.is_dir():
+        message, hint = "no definition files (*.json) in this folder", "test files (*.test.json) are not definitions"
+        return [Diagnostic("error", "no_definitions", "", None, None, message, hint, str(path))]
     try:
         return analyze(path, strict=strict)
     except Exception as exc:  # a bug in the analysis must not end the run with a traceback
@@ -88,7 +109,7 @@ def _failed(diagnostics: Sequence[Diagnostic], strict: bool) -> bool:
     return any(d.severity == "error" for d in diagnostics) or (strict and bool(diagnostics))
 
 
-def _print_report(results: Sequence[tuple[str, Sequence[Diagnostic]]], strict: bool) -> None:
+def _print_report(results: Sequence[tuple[str, Sequence[Diagnostic]]], strict: bool, tests: int) -> None:
     from rich.console import Console
     from rich.text import Text
 
@@ -103,7 +124,11 @@ def _print_report(results: Sequence[tuple[str, Sequence[Diagnostic]]], strict: b
             if diagnostic.hint:
                 console.print(Text(f"    hint: {diagnostic.hint}", style="dim"))
     every = [d for _, diagnostics in results for d in diagnostics]
-    summary = f"{len(results)} file{'s' if len(results) != 1 else ''} checked: {_counts(every, zero=True)}"
+    checked = sum(not Path(file).is_dir() for file, _ in results)
+    summary = f"{checked} file{'s' if checked != 1 else ''} checked"
+    if tests:
+        summary += f" ({tests} test file{'s' if tests != 1 else ''} skipped)"
+    summary += f": {_counts(every, zero=True)}"
     if strict and every and not any(d.severity == "error" for d in every):
         summary += " (--strict: warnings fail the check)"
     console.print(Text(summary, style=_style(every)))

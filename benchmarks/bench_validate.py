@@ -1,0 +1,95 @@
+"""`validate`'s static analysis on one state holding many transitions: does it grow linearly?
+
+    python benchmarks/bench_validate.py [--runs 3] [--sizes 1000 10000 30000]
+
+Each definition is generated: a `menu` state routes on `choice == i` (one transition, one target state
+per item, priority 10), one in ten transitions routes on a band of `score` instead (priority 20), and a
+cancel and a help transition (one unconditioned) close the list. Every check runs on it (graph, keys,
+conditions that never hold, ambiguous priorities), and nothing warns. Figures are medians of `--runs`
+runs of `analyze(definition)`, the dict already in memory.
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from llm_fsm.authoring.analysis import analyze  # noqa: E402
+
+SIZES = (1_000, 10_000, 30_000)
+
+
+def definition(transitions: int) -> dict[str, Any]:
+    """A definition whose `menu` state has ``transitions`` transitions, each to its own terminal state."""
+    routes = []
+    for i in range(transitions - 2):
+        if i % 10 == 9:
+            band = {"and": [{">=": [{"var": "score"}, i]}, {"<": [{"var": "score"}, i + 1]}]}
+            routes.append(_route(i, 20, {"description": f"score in [{i}, {i + 1})", "logic": band}))
+        else:
+            routes.append(_route(i, 10, {"requires_context_keys": ["choice"], "logic": {"==": [{"var": "choice"}, i]}}))
+    routes.append(_route("cancelled", 80, {"logic": {"==": [{"var": "cancelled"}, True]}}))
+    routes.append({"target_state": "help", "description": "The user asks what the menu offers.", "priority": 90})
+    items = {route["target_state"]: {"purpose": f"Confirm {route['target_state']}."} for route in routes}
+    menu = {
+        "purpose": "Find out which item the user wants.",
+        "instructions": "Ask for the item number (choice) or a score; the user may also cancel.",
+        "required_context_keys": ["choice", "score", "cancelled"],
+        "transitions": routes,
+    }
+    return {
+        "name": f"menu_{transitions}",
+        "initial_state": "menu",
+        "context_schema": {"choice": {"type": "integer"}, "score": {"type": "number"}},
+        "states": {"menu": menu, **items},
+    }
+
+
+def _route(item: int | str, priority: int, condition: dict[str, Any]) -> dict[str, Any]:
+    return {"target_state": f"item_{item}", "description": f"The user picks {item}.", "priority": priority,
+            "conditions": [condition]}  # fmt: skip
+
+
+def measure(sizes: tuple[int, ...] = SIZES, runs: int = 3) -> list[tuple[int, float, int]]:
+    """(transitions, median seconds of analyze, diagnostics found) for each size."""
+    rows = []
+    for size in sizes:
+        data = definition(size)
+        times, found = [], 0
+        for _ in range(runs):
+            start = time.perf_counter()
+            found = len(analyze(data))
+            times.append(time.perf_counter() - start)
+        rows.append((size, statistics.median(times), found))
+    return rows
+
+
+def section(runs: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
+    rows = measure(sizes, runs)
+    base_size, base_time, _ = rows[0]
+    lines = ["## 8. `validate` on one state with many transitions", "",
+             f"`analyze` on a generated definition (`benchmarks/bench_validate.py`), median of {runs} run(s).", "",
+             f"| transitions | time | time / time at {base_size} | size / {base_size} | diagnostics |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for size, seconds, found in rows:
+        lines.append(f"| {size} | {seconds:.2f} s | {seconds / base_time:.1f} | {size / base_size:.0f} | {found} |")
+    return [*lines, ""]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--sizes", type=int, nargs="+", default=list(SIZES))
+    args = parser.parse_args()
+    print("\n".join(section(args.runs, tuple(args.sizes))))
+
+
+if __name__ == "__main__":
+    main()
