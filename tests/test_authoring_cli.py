@@ -127,13 +127,12 @@ def test_validate_never_shows_a_traceback(tmp_path, content, code):
     assert [d["code"] for d in json.loads(result.stdout)] == [code]
 
 
-def test_missing_files_and_directories_are_usage_errors(tmp_path):
+def test_missing_files_are_usage_errors_and_a_folder_stands_for_its_definitions(tmp_path):
     result = invoke("validate", str(tmp_path / "missing.json"), str(tmp_path))
     assert result.exit_code == 2 and result.stdout == "" and "Traceback" not in result.output
-    assert result.stderr.splitlines() == [
-        f"error: cannot read {tmp_path / 'missing.json'}: No such file or directory",
-        f"error: cannot read {tmp_path}: Is a directory",
-    ]
+    assert result.stderr.splitlines() == [f"error: cannot read {tmp_path / 'missing.json'}: No such file or directory"]
+    empty = invoke("validate", str(tmp_path))
+    assert empty.exit_code == 1 and "no definition files (*.json) in this folder" in empty.stdout
 
 
 @pytest.mark.parametrize("args", [["validate"], ["validate", "--format", "xml", "x.json"], ["validate", "--nope"]])

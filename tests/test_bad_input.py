@@ -44,9 +44,15 @@ BASE = {
     "conversations list": ["conversations", "list", "--store", "{store}"],
     "conversations show": ["conversations", "show", "{arg}", "--store", "{store}"],
     "conversations delete": ["conversations", "delete", "{arg}", "--store", "{store}"],
+    "conversations unlock": ["conversations", "unlock", "{arg}", "--store", "{store}"],
     "conversations prune": ["conversations", "prune", "--older-than", "30d", "--store", "{store}"],
 }
-GOOD_ARG = {"test": "{tests}", "conversations show": "c1", "conversations delete": "c1"}  # else the definition
+GOOD_ARG = {
+    "test": "{tests}",
+    "conversations show": "c1",
+    "conversations delete": "c1",
+    "conversations unlock": "c1",
+}  # else the definition
 
 NO_FILE = ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}"]  # and then a file of another kind
 NOT_A_DEFINITION = [*NO_FILE, "{cassette}"]
@@ -81,7 +87,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("chat", "state"): ["nosuch", ""],
     ("chat", "context"): ["{", "[1]", '"text"', '{"a": NaN}', "[" * 100_000, ""],
     ("chat", "record"): NOT_WRITABLE,
-    ("validate", "files"): ["{missing}", "{folder}", "{unreadable}"],
+    ("validate", "files"): ["{missing}", "{unreadable}"],  # a folder stands for its definitions
     ("validate", "output_format"): ["xml"],
     ("graph", "definition"): NOT_A_DEFINITION,
     ("graph", "output_format"): ["png"],
@@ -102,6 +108,8 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("conversations show", "store"): BAD_STORES,
     ("conversations delete", "conversation_id"): BAD_IDS,
     ("conversations delete", "store"): BAD_STORES,
+    ("conversations unlock", "conversation_id"): BAD_IDS,
+    ("conversations unlock", "store"): BAD_STORES,
     ("conversations prune", "older_than"): ["-1d", "soon", ""],
     ("conversations prune", "store"): BAD_STORES,
 }
