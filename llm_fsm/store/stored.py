@@ -104,16 +104,9 @@ def advance(
 
 
 async def aadvance(
-    store: Store,
-    conversation_id: str,
-    definition: FSMDefinition,
-    llm: LLMClient,
-    text: str | None,
-    *,
-    wait: float = DEFAULT_WAIT,
-    action: Callable[[Conversation], Awaitable[TurnResult]] | None = None,
-    **options: Any,
-) -> TurnResult:
+    store: Store, conversation_id: str, definition: FSMDefinition, llm: LLMClient, text: str | None, *,
+    wait: float = DEFAULT_WAIT, action: Callable[[Conversation], Awaitable[TurnResult]] | None = None, **options: Any,
+) -> TurnResult:  # fmt: skip
     """The async form of :func:`advance` (``action``, if given, returns an awaitable: ``lambda c: c.aresume(...)``).
 
     Waiting for the lock takes no thread: many tasks on one conversation take their turns one after another.
