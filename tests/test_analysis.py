@@ -185,7 +185,7 @@ def test_ambiguous_priority_gives_an_example_context():
     ("a", "b", "pa", "pb", "target"),
     [
         (ADULT, rule({"<": [{"var": "age"}, 18]}), 10, 10, "other"),  # exclusive
-        (ADULT, rule({">": [{"var": "age"}, 10]}), 10, 20, "other"),  # ranked
+        (ADULT, rule({">": [{"var": "age"}, 10]}), 10, 20, "other"),  # the prompt ranks them
         (None, None, 10, 10, "other"),  # both unconditioned: the model chooses from the descriptions
         (ADULT, rule({">": [{"var": "age"}, 10]}), 10, 10, "done"),  # same target
     ],

@@ -622,11 +622,12 @@ class _Overlaps:
                 waiting.pop(closed, None)
                 partnered.pop(closed, None)
             option = options[n]
-            if option.index not in self.covered:
+            if option.index not in self.covered:  # its first partner, among all the open segments
                 any(self._try(option, other) for other in [*waiting.values(), *partnered.values()])
-            for at, other in list(waiting.items()):
-                if other.index in self.covered or self._try(option, other):
-                    partnered[at] = waiting.pop(at)
+            if option.index in self.covered:  # then a partner for each of those still waiting
+                for at, other in list(waiting.items()):
+                    if other.index in self.covered or self._try(option, other):
+                        partnered[at] = waiting.pop(at)
             (partnered if option.index in self.covered else waiting)[segment] = option
             heapq.heappush(ends, (end, segment))
 
