@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import operator
 
 import pytest
 from typer.testing import CliRunner
@@ -63,3 +64,81 @@ def test_a_test_file_that_does_not_load_is_called_an_invalid_test_file(folder):
     path = write_steps(folder, {"usr": "hi"})
     (outcome,) = run_files([path])
     assert outcome.error.startswith(f"invalid test file {path}") and "invalid definition" not in outcome.error
+
+
+# -- paths --write-tests: paths the simulated model cannot follow, comparisons between keys -------
+
+
+def booking(*conditions):
+    """Collect two dates, then confirm when ``conditions`` hold."""
+    return {
+        "name": "booking",
+        "description": "Book a stay.",
+        "initial_state": "collect",
+        "context_schema": {
+            "check_in": {"type": "string", "format": "date"},
+            "check_out": {"type": "string", "format": "date"},
+        },
+        "states": {
+            "collect": {
+                "purpose": "Ask for the dates of the stay",
+                "required_context_keys": ["check_in", "check_out"],
+                "transitions": [{"target_state": "done", "description": "Dates known", "conditions": list(conditions)}],
+            },
+            "done": {"purpose": "Confirm the booking"},
+        },
+    }
+
+
+COMPARE = {
+    "<": operator.lt,
+    "<=": operator.le,
+    ">": operator.gt,
+    ">=": operator.ge,
+    "==": operator.eq,
+    "!=": operator.ne,
+}
+IN_ORDER = {"description": "dates in order", "logic": {"<": [{"var": "check_in"}, {"var": "check_out"}]}}
+
+
+def test_paths_says_which_condition_on_which_path_it_could_not_satisfy_and_writes_nothing(tmp_path):
+    never = {"description": "a day before itself", "logic": {"<": [{"var": "check_in"}, {"var": "check_in"}]}}
+    definition = tmp_path / "booking.json"
+    definition.write_text(json.dumps(booking(IN_ORDER, never)))
+    out = tmp_path / "booking.test.json"
+    result = runner.invoke(app, ["paths", str(definition), "--write-tests", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 1, result.output
+    assert "collect → done" in result.stderr and "condition 'a day before itself'" in result.stderr
+    assert "'dates in order'" not in result.stderr and not out.exists()
+
+
+def test_paths_writes_a_runnable_case_for_a_comparison_of_two_dates(tmp_path):
+    definition = tmp_path / "booking.json"
+    definition.write_text(json.dumps(booking(IN_ORDER)))
+    out = tmp_path / "booking.test.json"
+    result = runner.invoke(app, ["paths", str(definition), "--write-tests", str(out)], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    (case,) = json.loads(out.read_text())["cases"]
+    context = {k: v for step in case["steps"] for k, v in step["reply"]["transition"]["context_update"].items()}
+    assert context["check_in"] < context["check_out"]
+    assert runner.invoke(app, ["test", str(out)]).exit_code == 0
+
+
+@pytest.mark.parametrize("comparison", ["<", "<=", ">", ">=", "==", "!="])
+@pytest.mark.parametrize(
+    ("schema", "sample"), [({"type": "integer", "minimum": 1}, 1), ({"type": "string", "format": "date"}, "2026-01-15")]
+)
+def test_the_simulated_model_satisfies_a_comparison_of_two_keys(comparison, schema, sample):
+    from llm_fsm.loader import load
+    from llm_fsm.testing.simulation import SimulatedLLM
+
+    compared = {comparison: [{"var": "check_in"}, {"var": "check_out"}]}
+    data = booking({"description": "compared", "requires_context_keys": ["check_in", "check_out"], "logic": compared})
+    data["context_schema"] = {"check_in": schema, "check_out": schema}
+    definition = load(data)
+    llm = SimulatedLLM(definition)
+    transition = definition.states["collect"].transitions[0]
+    update = llm.satisfy("collect", transition, {"check_in": sample})
+    assert update is not None
+    context = {"check_in": sample, **update}
+    assert COMPARE[comparison](context["check_in"], context["check_out"])
