@@ -7,6 +7,7 @@ engine's own condition check accepts it); None only means that none was found.
 
 from __future__ import annotations
 
+import datetime
 import itertools
 import json
 import random
@@ -49,7 +50,8 @@ def find_witness(
     ``accept``: a further test every witness must pass (e.g. the context schema).
 
     Candidate values for each key come from the constants its rules compare it with (and their
-    neighbours, for ranges), the constants anywhere in the rules, a few generic values, and absence.
+    neighbours, for ranges), the values next to those of a key it is compared with (numbers, and ISO
+    dates as text), the constants anywhere in the rules, a few generic values, and absence.
     Small candidate spaces are searched exhaustively; larger ones by hill-climbing on the number of
     parts that hold (required keys and conjuncts), then by seeded random sampling. A returned context
     is a real witness (the engine's own condition check accepts it); None only means none was found.
@@ -58,6 +60,7 @@ def find_witness(
     keys = sorted({key for t in transitions for c in t.conditions for key in condition_keys(c)})
     rules: list[object] = [c.logic for t in transitions for c in t.conditions]
     options = {key: _unique([*(prefer or {}).get(key, ()), *_candidates(key, rules)]) for key in keys}
+    options = _with_compared_keys(options, rules, base or {})
 
     def build(choice: dict[str, object]) -> dict[str, Any]:
         context = merge(dict(base), _context(choice)) if base else _context(choice)
@@ -183,6 +186,41 @@ def _candidates(key: str, rules: list[object]) -> list[object]:
     return _unique(values)
 
 
+def _with_compared_keys(
+    options: dict[str, list[object]], rules: list[object], base: Mapping[str, Any]
+) -> dict[str, list[object]]:
+    """``options`` where a key compared with another (``check_in < check_out``) may also take the
+    values next to the other's: its candidates, and its value in ``base``, one step either side."""
+    extended = {key: list(values) for key, values in options.items()}
+    for first, second in _compared_pairs(rules):
+        for key, other in ((first, second), (second, first)):
+            if key not in options or other not in options:
+                continue
+            known = [v for v in options[other] if v is not _MISSING]
+            if (value := _lookup(base, other)) is not _MISSING:
+                known.insert(0, value)
+            extended[key] = _unique([*extended[key], *(n for v in known for n in _neighbours(v))])
+    return extended
+
+
+def _compared_pairs(rule: object) -> Iterator[tuple[str, str]]:
+    """The pairs of keys a comparison in ``rule`` sets side by side (``{"<": [{"var": a}, {"var": b}]}``)."""
+    for op, args in _operators(rule):
+        if op in _COMPARISONS and op != "in":
+            names = [_var_name(arg) for arg in args]
+            yield from ((a, b) for a, b in itertools.pairwise(names) if a is not None and b is not None)
+
+
+def _lookup(context: Mapping[str, Any], key: str) -> object:
+    """The value of the dotted ``key`` in ``context``, or :data:`_MISSING`."""
+    node: object = context
+    for part in key.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return _MISSING
+        node = node[part]
+    return node
+
+
 def _compared_constants(key: str, rule: object) -> tuple[list[object], list[str]]:
     """Constants compared with ``{"var": key}`` in ``rule``, and strings tested to be inside it."""
     constants: list[object] = []
@@ -232,9 +270,23 @@ def _scalars(rule: object) -> Iterator[object]:
 
 
 def _neighbours(constant: object) -> list[object]:
+    """``constant`` and the values either side of it: a number ±1, an ISO date (or date-time) as text ±1 day."""
     if isinstance(constant, (int, float)) and not isinstance(constant, bool):
         return [constant, constant + 1, constant - 1]
+    if isinstance(constant, str) and (day := _iso_date(constant)) is not None:
+        one = datetime.timedelta(days=1)
+        return [constant, *((day + step).isoformat() + constant[10:] for step in (one, -one))]
     return [constant]
+
+
+def _iso_date(text: str) -> datetime.date | None:
+    """The date ``text`` starts with when it is an ISO date or date-time (``2026-01-15``, ``2026-01-15T10:00Z``)."""
+    if len(text) < 10 or (len(text) > 10 and text[10] not in "T "):
+        return None
+    try:
+        return datetime.date.fromisoformat(text[:10])
+    except ValueError:
+        return None
 
 
 def _unique(values: list[object]) -> list[object]:

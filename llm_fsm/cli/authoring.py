@@ -218,13 +218,18 @@ def paths(
 ) -> None:
     """The shortest path to each terminal state (and through every state they miss)."""
     from llm_fsm.authoring.paths import covering_paths
-    from llm_fsm.testing.skeleton import skeleton
+    from llm_fsm.testing.skeleton import PathNotFollowed, skeleton
 
     fsm = load_definition(definition)
     for path in covering_paths(fsm):
         typer.echo(" → ".join(path))
     if write_tests is not None:
-        document = skeleton(fsm, _relative(definition, write_tests.parent or "."), seed=seed)
+        try:
+            document = skeleton(fsm, _relative(definition, write_tests.parent or "."), seed=seed)
+        except PathNotFollowed as exc:
+            for reason in exc.reasons:
+                typer.echo(f"error: {reason}", err=True)
+            fail(f"the simulated model cannot follow every path: nothing written to {write_tests}", 1)
         write_output(write_tests, json.dumps(document, indent=2, ensure_ascii=False) + "\n", make_folders=True)
         typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)
 

@@ -21,7 +21,6 @@ from llm_fsm.cli.options import (
     non_empty,
     write_output,
 )
-from llm_fsm.errors import DefinitionError
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
@@ -92,13 +91,13 @@ def test(
 
 def _check_test_files(files: list[Path]) -> None:
     """Exit 2, before any case runs, printing each problem of the files that are not valid test files."""
-    from llm_fsm.testing.conversation_tests import read
+    from llm_fsm.testing.conversation_tests import TestFileError, read
 
     problems = []
     for path in files:
         try:
             read(path)
-        except DefinitionError as exc:
+        except TestFileError as exc:
             problems += exc.problems
     for problem in problems:
         typer.echo(f"error: {problem}", err=True)

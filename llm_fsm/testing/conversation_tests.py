@@ -23,7 +23,7 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import DefinitionError, FSMError, Problem
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import load
+from llm_fsm.loader import _json_pointer, _positions, did_you_mean, load
 from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
 
@@ -47,6 +47,16 @@ class Expect(_Strict):
     max_tokens: int | None = Field(None, description="At most this many tokens in all.")
     status: Literal["active", "paused", "ended"] | None = Field(None, description="The conversation's status.")
     error: str | None = Field(None, description="The step must fail with an error matching this expression.")
+
+    def invalid_patterns(self) -> list[str]:
+        """Why each regular expression given (``message``, ``error``) cannot be used, in words."""
+        reasons = []
+        for name, pattern in (("message", self.message), ("error", self.error)):
+            try:
+                re.compile(pattern or "")
+            except re.error as exc:
+                reasons.append(f"{name}: /{pattern}/ is not a valid regular expression: {exc}")
+        return reasons
 
 
 class Step(_Strict):
@@ -76,6 +86,20 @@ class TestFile(_Strict):
     __test__ = False  # not a pytest class
     schema_: str | None = Field(None, alias="$schema")
     cases: list[Case] = Field(min_length=1)
+
+
+_MODEL_BY_PARENT: dict[str, type[BaseModel]] = {"cases": Case, "steps": Step, "expect": Expect}
+
+
+class TestFileError(DefinitionError):
+    """A test file cannot be used: ``problems`` says where and why, one problem per mistake."""
+
+    __test__ = False  # not a pytest class
+
+    def __init__(self, problems: list[Problem], source: str) -> None:
+        super().__init__(problems, source)
+        lines = "\n".join(f"  - {p}" for p in self.problems)
+        self.args = (f"invalid test file {source}: {len(self.problems)} problem(s)\n{lines}",)
 
 
 def json_schema() -> dict[str, Any]:
@@ -145,7 +169,7 @@ def discover(paths: Iterable[str | Path]) -> list[Path]:
 
 
 def read(path: Path) -> TestFile:
-    """Parse a test file; :class:`DefinitionError` (with locations) when it is invalid.
+    """Parse a test file; :class:`TestFileError` (with line:column locations) when it is invalid.
 
     A file that cannot be read, or is not a test file at all (a definition, a cassette...), is one
     problem saying so; a test file with mistakes has a problem for each.
@@ -156,13 +180,35 @@ def read(path: Path) -> TestFile:
             raise JSONFileError(not_a(path, document, "test file", "it has no 'cases'"))
         return TestFile.model_validate(document)
     except JSONFileError as exc:
-        raise DefinitionError([Problem("", str(exc), code="unreadable")], str(path)) from None
+        raise TestFileError([Problem("", str(exc), code="unreadable")], str(path)) from None
     except ValidationError as exc:
-        problems = [
-            Problem(".".join(str(p) for p in e["loc"]), e["msg"], code=e["type"], source=str(path))
-            for e in exc.errors(include_url=False)
-        ]
-        raise DefinitionError(problems, str(path)) from None
+        raise TestFileError(_problems(exc, path), str(path)) from None
+
+
+def _problems(exc: ValidationError, path: Path) -> list[Problem]:
+    """A problem per validation error, at the line:column of the value (or key) it is about; an
+    unknown field with the known field it is closest to."""
+    positions = _positions(path.read_text(encoding="utf-8-sig"))
+    problems = []
+    for error in exc.errors(include_url=False):
+        loc = error["loc"]
+        pointer = _json_pointer(loc)
+        while pointer and pointer not in positions:  # a missing field: point at its parent
+            pointer = pointer.rsplit("/", 1)[0]
+        line, column = positions.get(pointer, (None, None))
+        message, hint = error["msg"], None
+        if error["type"] == "extra_forbidden":
+            message, hint = f"unknown field '{loc[-1]}'", did_you_mean(loc[-1], _field_names(loc))
+        where = ".".join(str(p) for p in loc)
+        problems.append(Problem(where, message, line, column, hint, error["type"], str(path)))
+    return problems
+
+
+def _field_names(loc: tuple[int | str, ...]) -> list[str]:
+    """The fields the object holding the last key of ``loc`` may have."""
+    parent = next((part for part in reversed(loc[:-1]) if isinstance(part, str)), "")
+    model = _MODEL_BY_PARENT.get(parent, TestFile)
+    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 def run_case(
@@ -192,6 +238,9 @@ def run_case(
 
 
 def _run_step(conversation: Conversation, llm: _StepModel, step: Step, index: int, outcome: CaseOutcome) -> StepOutcome:
+    unusable = step.expect.invalid_patterns()
+    if unusable:  # the step cannot be judged: fail it before it runs
+        return StepOutcome(index, step.user, unusable)
     scripted = step.scripted()
     llm.script = ScriptedLLM(scripted) if scripted is not None else None
     before = conversation.state
@@ -294,7 +343,7 @@ def run_files(
     for path in paths:
         try:
             test_file = read(path)
-        except DefinitionError as exc:
+        except TestFileError as exc:
             outcomes.append(CaseOutcome(path, "(file)", path, error=str(exc)))
             continue
         for case in test_file.cases:

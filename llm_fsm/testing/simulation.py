@@ -108,6 +108,23 @@ class SimulatedLLM:
             return None
         return {k: v for k, v in witness.items() if context.get(k) != v}
 
+    def unsatisfied(self, state: str, target: str, context: dict[str, Any]) -> str | None:
+        """Why no move from ``state`` to ``target`` can be proposed on ``context`` (the first condition
+        that no acceptable update satisfies), or None when one can."""
+        transitions = [t for t in self.definition.states[state].transitions if t.target_state == target]
+        if not transitions:
+            return f"no transition from {state} to {target}"
+        if any(self.satisfy(state, t, context) is not None for t in transitions):
+            return None
+        for transition in transitions:
+            for index, condition in enumerate(transition.conditions):
+                alone = transition.model_copy(update={"conditions": [condition]})
+                if self.satisfy(state, alone, context) is None:
+                    name = condition.description or f"#{index + 1}"
+                    rule = f" {json.dumps(condition.logic)}" if condition.logic is not None else ""
+                    return f"could not satisfy condition '{name}'{rule} of {state} → {target}"
+        return f"could not satisfy the conditions of {state} → {target} together"
+
     def fill(self, state: str, context: dict[str, Any]) -> dict[str, Any]:
         """Values for the state's keys to collect that the context lacks."""
         missing = [k for k in self.definition.states[state].required_context_keys if k not in context]

@@ -17,28 +17,58 @@ from llm_fsm.errors import FSMError
 from llm_fsm.testing.simulation import SimulatedLLM
 
 
+class PathNotFollowed(FSMError):
+    """The simulated model could not walk some paths; ``reasons`` says why, one line per path."""
+
+    def __init__(self, reasons: list[str]) -> None:
+        self.reasons = reasons
+        super().__init__("\n".join(reasons))
+
+
 def skeleton(definition: FSMDefinition, definition_path: str, seed: int = 0) -> dict[str, Any]:
-    """A test file: one case per covering path, replies from the simulated model, expected states."""
-    cases = [_case(definition, definition_path, path, seed) for path in covering_paths(definition)]
-    return {"$schema": "../../schema/fsm-test.schema.json", "cases": [case for case in cases if case is not None]}
+    """A test file: one case per covering path, replies from the simulated model, expected states.
+
+    Raises :class:`PathNotFollowed` when the simulated model cannot follow a path to its end.
+    """
+    cases, reasons = [], []
+    for path in covering_paths(definition):
+        case = _case(definition, definition_path, path, seed)
+        if isinstance(case, str):
+            reasons.append(f"path {' → '.join(path)}: {case}")
+        else:
+            cases.append(case)
+    if reasons:
+        raise PathNotFollowed(reasons)
+    return {"$schema": "../../schema/fsm-test.schema.json", "cases": cases}
 
 
-def _case(definition: FSMDefinition, definition_path: str, path: list[str], seed: int) -> dict[str, Any] | None:
-    """The case that walks ``path``, or None when the simulated model cannot follow it to its end."""
+def _case(definition: FSMDefinition, definition_path: str, path: list[str], seed: int) -> dict[str, Any] | str:
+    """The case that walks ``path``, or why the simulated model cannot follow it to its end."""
     context = _code_keys(definition, path)
     llm = SimulatedLLM(definition, path=path, seed=seed)
     conversation = Conversation(definition, llm, context=context)
     try:
         steps = _walk(conversation, llm, path)
-    except FSMError:
-        return None
+    except FSMError as exc:
+        return f"stopped in {conversation.state}: {str(exc).splitlines()[0]}"
     if conversation.state != path[-1]:
-        return None
+        return _stuck(llm, path, conversation)
     case: dict[str, Any] = {"name": " → ".join(path), "definition": definition_path}
     if context:
         case["context"] = context
     case["steps"] = steps
     return case
+
+
+def _stuck(llm: SimulatedLLM, path: list[str], conversation: Conversation) -> str:
+    """Why the conversation, which stopped short of the end of ``path``, went no further."""
+    state = conversation.state
+    if state not in path:
+        return f"left the path for {state}"
+    wanted = path[path.index(state) + 1]
+    return (
+        llm.unsatisfied(state, wanted, dict(conversation.context)) or f"stayed in {state} instead of moving to {wanted}"
+    )
 
 
 def _walk(conversation: Conversation, llm: SimulatedLLM, path: list[str]) -> list[dict[str, Any]]:
