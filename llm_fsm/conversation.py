@@ -152,22 +152,29 @@ class Conversation:
         llm: LLMClient,
         *,
         allow_changed_definition: bool = False,
+        strict_definition: bool = False,
         **options: Any,
     ) -> Conversation:
-        """A conversation continuing from ``snapshot`` (the model, its dict, or its JSON text)."""
+        """A conversation continuing from ``snapshot`` (the model, its dict, or its JSON text).
+
+        A snapshot taken on another version of ``definition`` restores when only its prose changed
+        (descriptions, persona, purpose, instructions, examples); a change to its structure (states,
+        transitions, conditions, keys, checks) raises :class:`ConversationError` naming what changed,
+        unless ``allow_changed_definition``. ``strict_definition``: any change raises.
+        """
         snap = _as_snapshot(snapshot)
         if snap.state not in definition.states:
             raise ConversationError(
                 f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state
             )
-        if snap.definition_hash != definition.content_hash and not allow_changed_definition:
-            changes = definition.changes_since(snap.definition_outline) or ["its content changed"]
+        changes = definition.blocking_changes(snap.definition_hash, snap.definition_outline, strict=strict_definition)
+        if changes and not allow_changed_definition:
             raise ConversationError(
                 f"the definition '{definition.name}' changed since this snapshot was taken: "
                 f"{'; '.join(changes)} (pass allow_changed_definition=True to restore anyway)",
                 state=snap.state,
             )
-        if allow_changed_definition:
+        if snap.definition_hash != definition.content_hash:  # from now on it runs on this definition
             snap = snap.model_copy(
                 update={"definition_hash": definition.content_hash, "definition_outline": definition.outline}
             )

@@ -203,25 +203,55 @@ class FSMDefinition(_Frozen):
 
     @cached_property
     def outline(self) -> dict[str, str]:
-        """Short hashes of the parts of the definition, to name what changed between two versions."""
+        """Short hashes of the parts of the definition, to name what changed between two versions.
+
+        Each part's structure (states, transitions, conditions, keys, checks) is hashed apart from its
+        prose (descriptions, persona, purpose, instructions, examples), so a text edit can be told apart.
+        """
+        parts: dict[str, Any] = {
+            _TOP_STRUCTURE: self.model_dump(mode="json", exclude={"schema_", "states", *_TOP_PROSE}),
+            _TOP_PROSE_PART: self.model_dump(mode="json", include=_TOP_PROSE),
+        }
+        for sid, state in self.states.items():
+            parts[f"{sid}.transitions"] = [
+                t.model_dump(mode="json", exclude=_TRANSITION_PROSE) for t in state.transitions
+            ]
+            parts[f"{sid}.structure"] = state.model_dump(mode="json", exclude={**_STATE_PROSE, "transitions": True})
+            parts[f"{sid}.prose"] = state.model_dump(mode="json", include=_STATE_PROSE)
+        return {name: _digest(value)[:16] for name, value in parts.items()}
+
+    def changes_since(self, outline: dict[str, str], *, prose: bool = True) -> list[str]:
+        """What differs between this definition and the one ``outline`` describes, in words.
+
+        ``prose=False`` leaves out edits to prose fields. An outline written before prose was hashed
+        apart (or none at all) cannot tell them apart: each of its changes counts as structure.
+        """
+        if not outline:
+            return ["its content changed"]
+        if _TOP_STRUCTURE not in outline:
+            return _changes(outline, self._outline_before_prose, _STATE_PARTS_BEFORE_PROSE, _TOP_PARTS_BEFORE_PROSE)
+        if prose:
+            return _changes(
+                outline, self.outline, {**_STATE_PARTS, **_STATE_PROSE_PART}, {**_TOP_PARTS, **_TOP_PROSE_PARTS}
+            )
+        return _changes(outline, self.outline, _STATE_PARTS, _TOP_PARTS)
+
+    @cached_property
+    def _outline_before_prose(self) -> dict[str, str]:
+        """The outline as snapshots recorded it before structure and prose were hashed apart."""
         parts: dict[str, Any] = {"fsm": self.model_dump(mode="json", exclude={"schema_", "states"})}
         for sid, state in self.states.items():
             parts[f"{sid}.transitions"] = [t.model_dump(mode="json") for t in state.transitions]
             parts[f"{sid}.text"] = state.model_dump(mode="json", exclude={"transitions"})
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
-    def changes_since(self, outline: dict[str, str]) -> list[str]:
-        """What differs between this definition and the one ``outline`` describes, in words."""
-        old_states = {k.rsplit(".", 1)[0] for k in outline if k != "fsm"}
-        changes = [f"state '{s}' removed" for s in sorted(old_states - set(self.states))]
-        changes += [f"state '{s}' added" for s in sorted(set(self.states) - old_states)]
-        for sid in sorted(old_states & set(self.states)):
-            for part, words in (("transitions", "transitions of"), ("text", "purpose or instructions of")):
-                if outline.get(f"{sid}.{part}") != self.outline[f"{sid}.{part}"]:
-                    changes.append(f"{words} state '{sid}' changed")
-        if outline.get("fsm") != self.outline["fsm"]:
-            changes.append("top-level fields changed (name, persona, initial state, schemas...)")
-        return changes
+    def blocking_changes(self, definition_hash: str, outline: dict[str, str], *, strict: bool = False) -> list[str]:
+        """The changes that stop a snapshot taken on the definition (``definition_hash``, ``outline``)
+        from restoring onto this one: none when it is this very definition; with ``strict``, every
+        change; else only changes to the structure (an edit to prose fields does not block)."""
+        if definition_hash == self.content_hash:
+            return []
+        return self.changes_since(outline, prose=strict)
 
     @cached_property
     def _derived(self) -> dict[tuple[str, str], Any]:
@@ -247,6 +277,49 @@ class FSMDefinition(_Frozen):
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:llm-fsm-runtime:schema:fsm-definition"
 _STATE_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"  # the loader's identifier rule
+
+
+# The prose fields, as pydantic include/exclude specs: text shown to the model, which a restore may
+# see edited (unless strict). Everything else is structure: what the runtime checks and enforces.
+_TOP_PROSE = {"description", "persona", "version"}
+_CHECKS_PROSE = {"__all__": {"description": True}}
+_TRANSITION_PROSE: dict[str, Any] = {"description": True, "conditions": _CHECKS_PROSE}
+_STATE_PROSE: dict[str, Any] = {
+    **dict.fromkeys(
+        ("description", "purpose", "instructions", "extraction_instructions", "response_instructions"), True
+    ),
+    "example_dialogue": True,
+    "transitions": {"__all__": _TRANSITION_PROSE},
+    "checks": _CHECKS_PROSE,
+}
+# How changes_since names what changed: outline keys (after "<state id>." for a state's) -> words.
+_STATE_PARTS = {"transitions": "transitions of state", "structure": "keys, checks or settings of state"}
+_STATE_PROSE_PART = {"prose": "descriptions or instructions of state"}
+_TOP_STRUCTURE = "$definition.structure"  # "$" is not allowed in a state id: these never clash with a state's
+_TOP_PROSE_PART = "$definition.prose"
+_TOP_PARTS = {_TOP_STRUCTURE: "top-level fields changed (name, initial state, keys, schemas...)"}
+_TOP_PROSE_PARTS = {_TOP_PROSE_PART: "top-level description, persona or version changed"}
+_STATE_PARTS_BEFORE_PROSE = {"transitions": "transitions of state", "text": "purpose or instructions of state"}
+_TOP_PARTS_BEFORE_PROSE = {"fsm": "top-level fields changed (name, persona, initial state, schemas...)"}
+
+
+def _changes(
+    old: dict[str, str], new: dict[str, str], state_parts: dict[str, str], top_parts: dict[str, str]
+) -> list[str]:
+    """The differences between two outlines of one kind, in words, for the parts named in ``state_parts``
+    (each state's) and ``top_parts``."""
+    top = {key for key in new if key.startswith("$") or key == "fsm"}
+    old_states = {key.rsplit(".", 1)[0] for key in old if key not in top}
+    new_states = {key.rsplit(".", 1)[0] for key in new if key not in top}
+    changes = [f"state '{s}' removed" for s in sorted(old_states - new_states)]
+    changes += [f"state '{s}' added" for s in sorted(new_states - old_states)]
+    for sid in sorted(old_states & new_states):
+        parts = state_parts.items()
+        changes += [
+            f"{words} '{sid}' changed" for part, words in parts if old.get(f"{sid}.{part}") != new[f"{sid}.{part}"]
+        ]
+    changes += [words for key, words in top_parts.items() if old.get(key) != new[key]]
+    return changes
 
 
 def _digest(value: Any) -> str:

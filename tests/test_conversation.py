@@ -143,19 +143,72 @@ def test_snapshot_restore_round_trip(signup, form):
     assert restored.send("hmm").turn == 2
 
 
-def test_restore_refuses_a_changed_definition_unless_asked(signup):
+def edited(definition, edit):
+    """``definition`` loaded again after ``edit`` changed its JSON."""
+    data = json.loads(json.dumps(definition.model_dump(by_alias=True, exclude_none=True)))
+    edit(data)
+    return llm_fsm.load(data)
+
+
+def test_restore_refuses_a_changed_structure_unless_asked(signup):
     conv = llm_fsm.Conversation(signup, ScriptedLLM())
-    changed = json.loads(json.dumps(signup.model_dump(by_alias=True, exclude_none=True)))
-    changed["states"]["ask_name"]["purpose"] = "Something else"
-    other = llm_fsm.load(changed)
-    with pytest.raises(ConversationError, match="changed"):
+    other = edited(signup, lambda d: d["states"]["ask_name"]["required_context_keys"].append("age"))
+    with pytest.raises(ConversationError, match="keys, checks or settings of state 'ask_name' changed"):
         llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM())
-    assert (
-        llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM(), allow_changed_definition=True).state
-        == "ask_name"
-    )
+    restored = llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM(), allow_changed_definition=True)
+    assert restored.state == "ask_name" and restored.snapshot().definition_hash == other.content_hash
     with pytest.raises(ConversationError, match="not a valid snapshot"):
         llm_fsm.Conversation.restore("{}", signup, ScriptedLLM())
+
+
+def _edit_prose(data):
+    data["persona"] = "A chatty assistant."
+    data["description"] = "Say hello first."
+    state = data["states"]["ask_email"]
+    state["purpose"], state["instructions"] = "Ask for the email address", "Be brief."
+    state["example_dialogue"] = [{"user": "hi"}, {"assistant": "Your email?"}]
+    state["transitions"][0]["description"] = "The email is known"
+    state["transitions"][0]["conditions"][0]["description"] = "an email was given"
+
+
+def test_a_prose_edit_does_not_block_restoring_unless_strict(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM())
+    other = edited(signup, _edit_prose)
+    assert other.content_hash != signup.content_hash
+    restored = llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM())
+    assert restored.state == "ask_name" and restored.snapshot().definition_hash == other.content_hash
+    with pytest.raises(ConversationError, match="descriptions or instructions of state 'ask_email' changed; top-level"):
+        llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM(), strict_definition=True)
+
+
+@pytest.mark.parametrize(
+    ("edit", "change"),
+    [
+        (lambda d: d["states"]["ask_email"]["transitions"][1].update(priority=5), "transitions of state 'ask_email'"),
+        (lambda d: d["states"]["ask_email"]["transitions"][0]["conditions"][1].update(logic=True), "transitions of"),
+        (lambda d: d["states"]["done"].update(checks=[{"kind": "max_length", "max": 9}]), "settings of state 'done'"),
+        (lambda d: d.update(handler_only_keys=[]), "top-level fields changed"),
+        (lambda d: d["states"].update(bye={"purpose": "Say bye"}), "state 'bye' added"),
+    ],
+)
+def test_structure_edits_still_block_restoring(signup, edit, change):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM())
+    with pytest.raises(ConversationError, match=change):
+        llm_fsm.Conversation.restore(conv.snapshot(), edited(signup, edit), ScriptedLLM())
+
+
+def test_snapshots_with_an_outline_of_the_older_format_still_restore(signup):
+    """Snapshots saved before prose and structure were hashed apart: the same definition restores;
+    any change (they cannot tell prose from structure) is refused, named as it was then."""
+    snap = llm_fsm.Conversation(signup, ScriptedLLM()).snapshot()
+    older = snap.model_copy(update={"definition_outline": signup._outline_before_prose})
+    assert llm_fsm.Conversation.restore(older, signup, ScriptedLLM()).state == "ask_name"
+    other = edited(signup, _edit_prose)
+    with pytest.raises(ConversationError, match="purpose or instructions of state 'ask_email' changed"):
+        llm_fsm.Conversation.restore(older, other, ScriptedLLM())
+    without_outline = snap.model_copy(update={"definition_outline": {}})
+    with pytest.raises(ConversationError, match="its content changed"):
+        llm_fsm.Conversation.restore(without_outline, other, ScriptedLLM())
 
 
 def test_asend_runs_the_same_turn(signup):

@@ -212,9 +212,13 @@ def test_restore_names_what_changed_in_the_definition():
     with pytest.raises(llm_fsm.ConversationError) as info:
         llm_fsm.Conversation.restore(conversation.snapshot(), llm_fsm.load(changed), ScriptedLLM())
     message = str(info.value)
-    for words in ("state 'bye' removed", "state 'end' added", "transitions of state 'chat' changed",
-                  "purpose or instructions of state 'chat' changed"):  # fmt: skip
+    for words in ("state 'bye' removed", "state 'end' added", "transitions of state 'chat' changed"):
         assert words in message
+    assert "descriptions" not in message, "a prose edit does not block: only what does is named"
+    with pytest.raises(llm_fsm.ConversationError, match="descriptions or instructions of state 'chat' changed"):
+        llm_fsm.Conversation.restore(
+            conversation.snapshot(), llm_fsm.load(changed), ScriptedLLM(), strict_definition=True
+        )
 
 
 def test_open_store_errors(tmp_path):

@@ -177,3 +177,55 @@ def test_conversations_unlock_frees_a_conversation_left_locked(setup, tmp_path, 
     assert again.stdout == "stuck was not locked\n"
     turn, lines = run(definition, tmp_path, [GREETING], "", "--store", store, "-c", "stuck", "--wait", "0.5")
     assert turn.exit_code == 0 and lines[0]["message"] == "Hello! Name?"
+
+
+def _edit_definition(definition, edit):
+    data = json.loads(definition.read_text())
+    edit(data)
+    definition.write_text(json.dumps(data))
+
+
+def test_run_after_a_structure_change_names_the_cli_option(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c1")
+    _edit_definition(definition, lambda d: d["states"]["ask_email"]["required_context_keys"].append("phone"))
+    refused, _ = run(definition, tmp_path, [DONE], "ann@example.com\n", "--store", store, "-c", "c1")
+    assert refused.exit_code == 2 and "keys, checks or settings of state 'ask_email' changed" in refused.stderr
+    assert "--allow-changed-definition" in refused.stderr and "allow_changed_definition=True" not in refused.stderr
+    allowed, turns = run(
+        definition, tmp_path, [DONE], "ann@example.com\n", "--store", store, "-c", "c1", "--allow-changed-definition"
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert [t["turn"] for t in turns] == [2]
+
+
+def test_run_after_a_prose_edit_continues_unless_strict(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c1")
+    _edit_definition(
+        definition, lambda d: d["states"]["ask_email"].update(purpose="Get the email", instructions="Be brief")
+    )
+    strict, _ = run(
+        definition, tmp_path, [DONE], "ann@example.com\n", "--store", store, "-c", "c1", "--strict-definition"
+    )
+    assert strict.exit_code == 2 and "descriptions or instructions of state 'ask_email' changed" in strict.stderr
+    result, turns = run(definition, tmp_path, [DONE], "ann@example.com\n", "--store", store, "-c", "c1")
+    assert result.exit_code == 0, result.output
+    assert [t["turn"] for t in turns] == [2] and turns[0]["state"] == "done"
+
+
+def test_chat_takes_allow_changed_definition(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c2")
+    _edit_definition(definition, lambda d: d["states"]["ask_email"]["transitions"][0].update(priority=7))
+    script = tmp_path / "chat.json"
+    script.write_text(json.dumps([DONE]))
+    args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", "c2"]
+    refused = runner.invoke(app, args, input="ann@example.com\n", env={"COLUMNS": "200"})
+    assert refused.exit_code == 2 and "transitions of state 'ask_email' changed" in refused.stderr
+    assert "--allow-changed-definition" in refused.stderr
+    allowed = runner.invoke(
+        app, [*args, "--allow-changed-definition"], input="ann@example.com\n", env={"COLUMNS": "200"}
+    )
+    assert allowed.exit_code == 0, allowed.output
+    assert open_store(store).load("c2").snapshot.status == "ended"

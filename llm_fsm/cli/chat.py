@@ -22,6 +22,7 @@ from rich.text import Text
 import llm_fsm
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
+    AllowChangedDefinitionOption,
     ApiBaseOption,
     ApiKeyOption,
     ConversationOption,
@@ -33,6 +34,7 @@ from llm_fsm.cli.options import (
     RecordOption,
     ShowSecretsOption,
     StoreOption,
+    StrictDefinitionOption,
     TemperatureOption,
     TimeoutOption,
     WaitOption,
@@ -448,6 +450,8 @@ def chat(
     store: StoreOption = None,
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
+    allow_changed_definition: AllowChangedDefinitionOption = False,
+    strict_definition: StrictDefinitionOption = False,
     show_secrets: ShowSecretsOption = False,
     record: RecordOption = None,
 ) -> None:
@@ -464,7 +468,15 @@ def chat(
     llm = make_client(model, provider, stream=True, record=record)
     _warm_up(llm)
 
-    make = conversation_factory(fsm, llm, registry, state=state, context=initial_context)
+    make = conversation_factory(
+        fsm,
+        llm,
+        registry,
+        state=state,
+        context=initial_context,
+        allow_changed_definition=allow_changed_definition,
+        strict_definition=strict_definition,
+    )
     session = ChatSession(open_conversation(make, store, conversation, wait), make, masker(fsm, show_secrets))
     import readline  # noqa: F401  (line editing and history for input())
 

@@ -150,6 +150,16 @@ ConversationOption = Annotated[
 WaitOption = Annotated[
     float, typer.Option("--wait", min=0, help="Seconds to wait for a conversation another process is using.")
 ]
+AllowChangedDefinitionOption = Annotated[
+    bool,
+    typer.Option("--allow-changed-definition", help="Continue a stored conversation even though the structure of "
+                 "its definition changed since (states, transitions, conditions, keys)."),
+]  # fmt: skip
+StrictDefinitionOption = Annotated[
+    bool,
+    typer.Option("--strict-definition", help="Refuse to continue a stored conversation after any change to its "
+                 "definition, an edit to a description, persona, purpose or instructions included."),
+]  # fmt: skip
 RecordOption = Annotated[
     Path | None, typer.Option("--record", help="Record every model call to this cassette file (JSON).")
 ]
@@ -317,11 +327,13 @@ def notify_retries() -> None:
 
 def conversation_factory(
     fsm: llm_fsm.FSMDefinition, llm: LLMClient, hooks: Hooks, *, state: str | None = None,
-    context: dict[str, Any] | None = None, **options: Any,
+    context: dict[str, Any] | None = None, allow_changed_definition: bool = False, strict_definition: bool = False,
+    **options: Any,
 ) -> Callable[[Snapshot | None], Conversation]:  # fmt: skip
     """Makes new (None) or restored conversations; exits 2 when the definition names unregistered
     handlers or checks, the initial context is not JSON data, or a stored conversation ran on a
-    different definition."""
+    definition whose structure changed since (any change, with ``strict_definition``), unless
+    ``allow_changed_definition``."""
 
     def make(snapshot: Snapshot | None) -> Conversation:
         from llm_fsm.conversation import Conversation
@@ -329,7 +341,12 @@ def conversation_factory(
         try:
             if snapshot is None:
                 return Conversation(fsm, llm, state, context, hooks=hooks, **options)
-            return Conversation.restore(snapshot, fsm, llm, hooks=hooks, **options)
+            if not allow_changed_definition:
+                refuse_changed_definition(fsm, snapshot, strict_definition)
+            return Conversation.restore(
+                snapshot, fsm, llm, hooks=hooks, allow_changed_definition=allow_changed_definition,
+                strict_definition=strict_definition, **options,
+            )  # fmt: skip
         except DefinitionError as exc:
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
@@ -338,6 +355,17 @@ def conversation_factory(
         raise typer.Exit(2)
 
     return make
+
+
+def refuse_changed_definition(fsm: llm_fsm.FSMDefinition, snapshot: Snapshot, strict: bool) -> None:
+    """Exit 2 naming what changed when the stored conversation cannot continue on ``fsm`` as it is now."""
+    changes = fsm.blocking_changes(snapshot.definition_hash, snapshot.definition_outline, strict=strict)
+    if changes:
+        fail(
+            f"the definition '{fsm.name}' changed since this conversation was saved: {'; '.join(changes)} "
+            "(run with --allow-changed-definition to continue it anyway)",
+            2,
+        )
 
 
 def open_conversation(

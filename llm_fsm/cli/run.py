@@ -11,6 +11,7 @@ import typer
 
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
+    AllowChangedDefinitionOption,
     ApiBaseOption,
     ApiKeyOption,
     ConversationOption,
@@ -23,6 +24,7 @@ from llm_fsm.cli.options import (
     ReplayOption,
     ShowSecretsOption,
     StoreOption,
+    StrictDefinitionOption,
     TemperatureOption,
     TimeoutOption,
     WaitOption,
@@ -58,6 +60,8 @@ def run(
     store: StoreOption = None,
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
+    allow_changed_definition: AllowChangedDefinitionOption = False,
+    strict_definition: StrictDefinitionOption = False,
     show_secrets: ShowSecretsOption = False,
     record: RecordOption = None,
     replay: ReplayOption = None,
@@ -70,7 +74,15 @@ def run(
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
     llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
-    make = conversation_factory(fsm, llm, registry, max_corrections=max_corrections, prompt=builder)
+    make = conversation_factory(
+        fsm,
+        llm,
+        registry,
+        max_corrections=max_corrections,
+        prompt=builder,
+        allow_changed_definition=allow_changed_definition,
+        strict_definition=strict_definition,
+    )
     try:
         stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:
