@@ -475,7 +475,8 @@ def _keys_never_set(review: _Review) -> Iterator[Finding]:
         needs.setdefault(sid, set()).update(key for key, _ in keys)
     wanted = {key for keys in needs.values() for key in keys}
     words = {key for key in wanted if _word(key)}
-    collected = {sid: _collected(definition.states[sid], words, wanted - words) for sid in review.reachable}
+    others = wanted - words
+    collected = {sid: _collected(definition.states[sid], words, others) for sid in review.reachable}
     # A key is collected on a path to a state when a reachable state upstream (or the state) collects it.
     missing = review.missing_on_the_way(needs, collected)
     for (sid, i), keys in uses.items():
