@@ -257,10 +257,14 @@ class _Review:
         """For each state of ``needs``, the keys it needs that no state on a path to it from a reachable
         state (itself included) provides: one pass over the graph for all keys, the keys as bits."""
         names = list(dict.fromkeys(key for keys in needs.values() for key in keys))
-        bit = {key: 1 << n for n, key in enumerate(names)}
+        position = {key: n for n, key in enumerate(names)}
 
         def bits(keys: Iterable[str]) -> int:
-            return sum(bit[key] for key in set(keys) if key in bit)
+            mask = 0
+            for key in keys:
+                if (n := position.get(key)) is not None:
+                    mask |= 1 << n
+            return mask
 
         marks = {sid: bits(keys) for sid, keys in provides.items() if sid in self.reachable}
         missing = {}
