@@ -2,12 +2,13 @@
 
     python benchmarks/bench_validate.py [--runs 3] [--sizes 1000 10000 30000]
 
-The definitions are generated, in two shapes. *router*: a `menu` state routes on `choice == i` (one
+The definitions are generated, in three shapes. *router*: a `menu` state routes on `choice == i` (one
 transition and one target state per item, priority 10), one in ten transitions routes on a band of
 `score` instead (priority 20), and a cancel and a help transition (one unconditioned) close the list;
-nothing warns. *a key each*: a `form` state collects one key per transition and each transition needs
-its own key; any two can hold together, so each transition gets an `ambiguous_priority` warning, with
-the context the solver found. Every check runs (graph, keys, conditions that never hold, ambiguous
+nothing warns. *two keys*: a `pick` state routes on `row == i // 100 and seat == i % 100`; nothing
+warns. *a key each*: a `form` state collects one key per transition and each transition needs its own
+key; any two can hold together, so each transition gets an `ambiguous_priority` warning, with the
+context the solver found. Every check runs (graph, keys, conditions that never hold, ambiguous
 priorities). Figures are medians of `--runs` runs of `analyze(definition)`, the dict already in memory
 (loading it is part of the time), then the same with Python's cyclic garbage collector paused.
 """
@@ -65,7 +66,18 @@ def keyed(transitions: int) -> dict[str, Any]:
     return {"name": f"form_{transitions}", "initial_state": "form", "states": {"form": form, **items}}
 
 
-SHAPES = {"router": definition, "a key each": keyed}
+def grid(transitions: int) -> dict[str, Any]:
+    """A definition whose `pick` state routes on two keys: `row == i // 100 and seat == i % 100`."""
+    routes = [
+        _route(i, 10, {"logic": {"and": [{"==": [{"var": "row"}, i // 100]}, {"==": [{"var": "seat"}, i % 100]}]}})
+        for i in range(transitions)
+    ]
+    pick = {"purpose": "Pick a seat.", "required_context_keys": ["row", "seat"], "transitions": routes}
+    items = {route["target_state"]: {"purpose": "Booked."} for route in routes}
+    return {"name": f"seats_{transitions}", "initial_state": "pick", "states": {"pick": pick, **items}}
+
+
+SHAPES = {"router": definition, "two keys": grid, "a key each": keyed}
 
 
 def _route(item: int | str, priority: int, condition: dict[str, Any]) -> dict[str, Any]:
