@@ -2,12 +2,15 @@
 
     python benchmarks/bench_validate.py [--runs 3] [--sizes 1000 10000 30000]
 
-Each definition is generated: a `menu` state routes on `choice == i` (one transition, one target state
-per item, priority 10), one in ten transitions routes on a band of `score` instead (priority 20), and a
-cancel and a help transition (one unconditioned) close the list. Every check runs on it (graph, keys,
-conditions that never hold, ambiguous priorities), and nothing warns. Figures are medians of `--runs`
-runs of `analyze(definition)`, the dict already in memory (loading it is part of the time), then the
-same with Python's cyclic garbage collector paused.
+The definitions are generated, in three shapes. *router*: a `menu` state routes on `choice == i` (one
+transition and one target state per item, priority 10), one in ten transitions routes on a band of
+`score` instead (priority 20), and a cancel and a help transition (one unconditioned) close the list;
+nothing warns. *two keys*: a `pick` state routes on `row == i // 100 and seat == i % 100`; nothing
+warns. *a key each*: a `form` state collects one key per transition and each transition needs its own
+key; any two can hold together, so each transition gets an `ambiguous_priority` warning, with the
+context the solver found. Every check runs (graph, keys, conditions that never hold, ambiguous
+priorities). Figures are medians of `--runs` runs of `analyze(definition)`, the dict already in memory
+(loading it is part of the time), then the same with Python's cyclic garbage collector paused.
 """
 
 from __future__ import annotations
@@ -54,6 +57,29 @@ def definition(transitions: int) -> dict[str, Any]:
     }
 
 
+def keyed(transitions: int) -> dict[str, Any]:
+    """A definition whose `form` state has ``transitions`` transitions, each needing its own key."""
+    keys = [f"field_{i}" for i in range(transitions)]
+    routes = [_route(i, 10, {"requires_context_keys": [key]}) for i, key in enumerate(keys)]
+    form = {"purpose": "Fill in the form.", "required_context_keys": keys, "transitions": routes}
+    items = {route["target_state"]: {"purpose": "Done."} for route in routes}
+    return {"name": f"form_{transitions}", "initial_state": "form", "states": {"form": form, **items}}
+
+
+def grid(transitions: int) -> dict[str, Any]:
+    """A definition whose `pick` state routes on two keys: `row == i // 100 and seat == i % 100`."""
+    routes = [
+        _route(i, 10, {"logic": {"and": [{"==": [{"var": "row"}, i // 100]}, {"==": [{"var": "seat"}, i % 100]}]}})
+        for i in range(transitions)
+    ]
+    pick = {"purpose": "Pick a seat.", "required_context_keys": ["row", "seat"], "transitions": routes}
+    items = {route["target_state"]: {"purpose": "Booked."} for route in routes}
+    return {"name": f"seats_{transitions}", "initial_state": "pick", "states": {"pick": pick, **items}}
+
+
+SHAPES = {"router": definition, "two keys": grid, "a key each": keyed}
+
+
 def _route(item: int | str, priority: int, condition: dict[str, Any]) -> dict[str, Any]:
     return {"target_state": f"item_{item}", "description": f"The user picks {item}.", "priority": priority,
             "conditions": [condition]}  # fmt: skip
@@ -76,29 +102,31 @@ def timed(data: dict[str, Any], runs: int, *, collector: bool) -> tuple[float, i
     return statistics.median(times), found
 
 
-def measure(sizes: tuple[int, ...] = SIZES, runs: int = 3) -> list[tuple[int, float, float, int]]:
-    """(transitions, median seconds, median seconds with the collector paused, diagnostics) per size."""
+def measure(sizes: tuple[int, ...] = SIZES, runs: int = 3) -> list[tuple[str, int, float, float, int]]:
+    """(shape, transitions, median seconds, median seconds with the collector paused, diagnostics)."""
     rows = []
-    for size in sizes:
-        data = definition(size)
-        seconds, found = timed(data, runs, collector=True)
-        rows.append((size, seconds, timed(data, runs, collector=False)[0], found))
+    for shape, generate in SHAPES.items():
+        for size in sizes:
+            data = generate(size)
+            seconds, found = timed(data, runs, collector=True)
+            rows.append((shape, size, seconds, timed(data, runs, collector=False)[0], found))
     return rows
 
 
 def section(runs: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
     rows = measure(sizes, runs)
-    size0, time0, paused0, _ = rows[0]
     lines = ["## 8. `validate` on one state with many transitions", "",
-             f"`analyze` on a generated definition (`benchmarks/bench_validate.py`), median of {runs} run(s); "
-             "the last columns with Python's cyclic garbage collector paused, which shows what the analysis "
-             "itself costs (the collector's full passes grow with the heap).", "",
-             f"| transitions | size / {size0} | time | / time at {size0} | GC paused | / GC paused at {size0} "
-             "| diagnostics |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
-    for size, seconds, paused, found in rows:
-        lines.append(f"| {size} | {size / size0:.0f} | {seconds:.2f} s | {seconds / time0:.1f} | {paused:.2f} s "
-                     f"| {paused / paused0:.1f} | {found} |")  # fmt: skip
+             f"`analyze` on generated definitions (`benchmarks/bench_validate.py`), median of {runs} run(s); "
+             "the GC columns with Python's cyclic garbage collector paused, which shows what the analysis "
+             "itself costs (the collector's full passes grow with the heap). Ratios are to the smallest size.",
+             "",
+             "| shape | transitions | size ratio | time | ratio | GC paused | ratio | diagnostics |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    first: dict[str, tuple[int, float, float]] = {}
+    for shape, size, seconds, paused, found in rows:
+        size0, time0, paused0 = first.setdefault(shape, (size, seconds, paused))
+        lines.append(f"| {shape} | {size} | {size / size0:.0f} | {seconds:.2f} s | {seconds / time0:.1f} "
+                     f"| {paused:.2f} s | {paused / paused0:.1f} | {found} |")  # fmt: skip
     return [*lines, ""]
 
 

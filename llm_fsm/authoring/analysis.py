@@ -51,7 +51,7 @@ import json
 import os
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -257,10 +257,14 @@ class _Review:
         """For each state of ``needs``, the keys it needs that no state on a path to it from a reachable
         state (itself included) provides: one pass over the graph for all keys, the keys as bits."""
         names = list(dict.fromkeys(key for keys in needs.values() for key in keys))
-        bit = {key: 1 << n for n, key in enumerate(names)}
+        position = {key: n for n, key in enumerate(names)}
 
         def bits(keys: Iterable[str]) -> int:
-            return sum(bit[key] for key in set(keys) if key in bit)
+            mask = 0
+            for key in keys:
+                if (n := position.get(key)) is not None:
+                    mask |= 1 << n
+            return mask
 
         marks = {sid: bits(keys) for sid, keys in provides.items() if sid in self.reachable}
         missing = {}
@@ -475,7 +479,8 @@ def _keys_never_set(review: _Review) -> Iterator[Finding]:
         needs.setdefault(sid, set()).update(key for key, _ in keys)
     wanted = {key for keys in needs.values() for key in keys}
     words = {key for key in wanted if _word(key)}
-    collected = {sid: _collected(definition.states[sid], words, wanted - words) for sid in review.reachable}
+    others = wanted - words
+    collected = {sid: _collected(definition.states[sid], words, others) for sid in review.reachable}
     # A key is collected on a path to a state when a reachable state upstream (or the state) collects it.
     missing = review.missing_on_the_way(needs, collected)
     for (sid, i), keys in uses.items():
@@ -577,12 +582,14 @@ class _Overlaps:
     """Pairs of options (to different targets) that can hold together, enough pairs to name every option
     that has such a partner, without trying every pair.
 
-    The options that constrain the key most of them constrain are swept along it (sorted by where their
-    domain starts; each meets only those whose domain is still open there); the others are searched the
-    same way on their own keys, then tried against the swept ones. An option stops looking for partners
-    once it has one, and only a pair whose domains meet goes to the solver. A level of options that share
-    no key is tried pair by pair, so the cost grows with the pairs whose domains meet, about linearly for
-    routers (``choice == 1``, ``choice == 2`` ...), ranges and description-only transitions.
+    The options that constrain the key most of them constrain are swept along it, sorted by where their
+    domain starts: each meets only the options whose domain is still open there. Options pinned to the
+    same value of that key are searched again, as a group, on their other keys (a router on two keys is
+    two sweeps, not one sweep over crowded values); the options that leave the key free are searched on
+    their own keys, then tried against the swept ones. An option stops looking for partners once it has
+    one, and only a pair whose domains meet goes to the solver. Options that share no key are tried pair
+    by pair, so the cost grows with the pairs whose domains meet: about linearly for routers
+    (``choice == 1``, ``choice == 2`` ...), ranges and description-only transitions.
     """
 
     def __init__(self, options: list[_Option]) -> None:
@@ -592,43 +599,52 @@ class _Overlaps:
         self.found: list[tuple[_Option, _Option, dict[str, Any]]] = []
 
     def pairs(self) -> list[tuple[_Option, _Option, dict[str, Any]]]:
-        self._search(self.options)
+        self._search(self.options, frozenset())
         return self.found
 
-    def _search(self, options: list[_Option]) -> None:
-        axis = _axis(options)
+    def _search(self, options: list[_Option], swept: frozenset[str]) -> None:
+        axis = _axis(options, swept)
         if axis is None:
             self._across(options, options)
             return
         on_axis = [o for o in options if axis in o.requirements.domains]
         off_axis = [o for o in options if axis not in o.requirements.domains]
-        self._sweep(on_axis, axis)
-        self._search(off_axis)
+        self._sweep(on_axis, axis, swept | {axis})
+        self._search(off_axis, swept)
         self._across(off_axis, on_axis)
         self._across(on_axis, off_axis)
 
-    def _sweep(self, options: list[_Option], axis: str) -> None:
-        segments = sorted(
-            (start, end, n)
-            for n, option in enumerate(options)
-            for start, end in option.requirements.domains[axis].span()
-        )
+    def _sweep(self, options: list[_Option], axis: str, swept: frozenset[str]) -> None:
+        spans = [option.requirements.domains[axis].span() for option in options]
+        pinned: dict[Any, list[_Option]] = {}  # value -> the options whose domain is that one value
+        for option, span in zip(options, spans, strict=True):
+            if len(span) == 1 and span[0][0] == span[0][1]:
+                pinned.setdefault(span[0][0], []).append(option)
+        for group in pinned.values():
+            if len(group) > 1:
+                self._search(group, swept)
+        points = {id(option) for group in pinned.values() for option in group}
+        segments = sorted((start, end, n) for n, span in enumerate(spans) for start, end in span)
         ends: list[tuple[Any, int]] = []  # (end, segment) of the segments still open
-        waiting: dict[int, _Option] = {}  # open segments of options without a partner yet
-        partnered: dict[int, _Option] = {}  # open segments of the others
+        wide, narrow = _Open(), _Open()  # open segments of the other options, and of pinned ones
         for segment, (start, end, n) in enumerate(segments):
             while ends and ends[0][0] < start:
                 closed = heapq.heappop(ends)[1]
-                waiting.pop(closed, None)
-                partnered.pop(closed, None)
+                wide.close(closed)
+                narrow.close(closed)
             option = options[n]
-            if option.index not in self.covered:  # its first partner, among all the open segments
-                any(self._try(option, other) for other in [*waiting.values(), *partnered.values()])
+            pin = id(option) in points
+            meeting = [wide] if pin else [wide, narrow]  # two pinned options meet in their group's search
+            if option.index not in self.covered:  # its first partner, among the open segments it meets
+                any(self._try(option, other) for open_ in meeting for other in open_.options())
             if option.index in self.covered:  # then a partner for each of those still waiting
-                for at, other in list(waiting.items()):
-                    if other.index in self.covered or self._try(option, other):
-                        partnered[at] = waiting.pop(at)
-            (partnered if option.index in self.covered else waiting)[segment] = option
+
+                def partnered(other: _Option, option: _Option = option) -> bool:
+                    return other.index in self.covered or self._try(option, other)
+
+                for open_ in meeting:
+                    open_.settle(partnered)
+            (narrow if pin else wide).add(segment, option, option.index in self.covered)
             heapq.heappush(ends, (end, segment))
 
     def _across(self, options: list[_Option], others: list[_Option]) -> None:
@@ -641,7 +657,7 @@ class _Overlaps:
 
     def _try(self, a: _Option, b: _Option) -> bool:
         """Whether ``a`` and ``b`` make a new pair that can hold together (each pair is tried once)."""
-        first, second = sorted((a, b), key=lambda option: option.index)
+        first, second = (a, b) if a.index < b.index else (b, a)
         pair = (first.index, second.index)
         if first.index == second.index or pair in self.tried:
             return False
@@ -658,9 +674,34 @@ class _Overlaps:
         return True
 
 
-def _axis(options: list[_Option]) -> str | None:
-    """The key most options constrain (on a tie, the one whose domains differ most), or None."""
-    counts = Counter(key for option in options for key in option.requirements.domains)
+class _Open:
+    """Segments still open in a sweep: those of options waiting for a partner, and the others'."""
+
+    def __init__(self) -> None:
+        self.waiting: dict[int, _Option] = {}
+        self.partnered: dict[int, _Option] = {}
+
+    def options(self) -> list[_Option]:
+        return [*self.waiting.values(), *self.partnered.values()]
+
+    def add(self, segment: int, option: _Option, partnered: bool) -> None:
+        (self.partnered if partnered else self.waiting)[segment] = option
+
+    def close(self, segment: int) -> None:
+        self.waiting.pop(segment, None)
+        self.partnered.pop(segment, None)
+
+    def settle(self, partnered: Callable[[_Option], bool]) -> None:
+        """The waiting options that ``partnered`` says have a partner stop waiting."""
+        for segment, other in list(self.waiting.items()):
+            if partnered(other):
+                self.partnered[segment] = self.waiting.pop(segment)
+
+
+def _axis(options: list[_Option], swept: Collection[str]) -> str | None:
+    """The key most options constrain (on a tie, the one whose domains differ most), leaving out the
+    keys already ``swept``; None when no key is left."""
+    counts = Counter(key for option in options for key in option.requirements.domains if key not in swept)
     if not counts:
         return None
     spread = {

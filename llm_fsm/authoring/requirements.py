@@ -116,6 +116,20 @@ class Domain:
             strings = self.strings & other.strings
         return Domain(low, high, low_open, not high_closed, self.numeric or other.numeric, strings)
 
+    def meets(self, other: Domain) -> bool:
+        """Whether a value lies in both domains: ``not (self & other).empty``, without building it."""
+        if self.strings is not None or other.strings is not None:
+            if self.numeric or other.numeric:
+                return False
+            if self.strings is None or other.strings is None:
+                return bool(self.strings or other.strings)
+            return not self.strings.isdisjoint(other.strings)
+        if not (self.numeric or other.numeric):
+            return True
+        low, low_open = max((self.low, self.low_open), (other.low, other.low_open))
+        high, high_closed = min((self.high, not self.high_open), (other.high, not other.high_open))
+        return low < high or (low == high and not low_open and high_closed)
+
     @property
     def empty(self) -> bool:
         if self.strings is not None:
@@ -256,8 +270,10 @@ class Requirements:
 
     def compatible(self, other: Requirements) -> bool:
         """False when some key's domains exclude each other: then the two never hold together."""
-        small, large = sorted((self.domains, other.domains), key=len)
-        return not any(key in large and (domain & large[key]).empty for key, domain in small.items())
+        small, large = (self.domains, other.domains)
+        if len(small) > len(large):
+            small, large = large, small
+        return all(key not in large or domain.meets(large[key]) for key, domain in small.items())
 
 
 def requirements(transition: Transition, schema: Mapping[str, Mapping[str, Any]]) -> Requirements:
