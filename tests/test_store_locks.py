@@ -15,7 +15,7 @@ import pytest
 
 from llm_fsm.engine import Exchange
 from llm_fsm.errors import ConflictError
-from llm_fsm.store import Record, open_store
+from llm_fsm.store import DEFAULT_WAIT, Record, open_store
 from llm_fsm.store.redis import RedisStore
 from llm_fsm.store.sqlite import SQLiteStore
 from tests.conftest import ROOT
@@ -43,6 +43,11 @@ def next_turn(record: Record | None, n: int):
     snapshot = record.snapshot if record else snapshot_after(0)
     exchange = Exchange(user=f"turn {n}", assistant="ok", state="chat")
     return snapshot.model_copy(update={"history": (*snapshot.history, exchange), "turns": snapshot.turns + 1})
+
+
+async def empty_turn(store, conversation_id: str, timeout: float) -> None:
+    async with store.alock(conversation_id, timeout=timeout):
+        pass
 
 
 def heartbeats(conversation_id: str) -> list[threading.Thread]:
@@ -99,16 +104,30 @@ def test_alock_times_out_with_the_stores_conflict_error(url):
     store.close()
 
 
+def test_alock_timeouts_hold_however_many_tasks_wait(url):
+    store = open_store(url)
+
+    async def scenario() -> None:
+        asyncio.get_running_loop().set_default_executor(ThreadPoolExecutor(max_workers=2))
+        async with store.alock("c", timeout=1):
+            waiters = [asyncio.ensure_future(empty_turn(store, "c", DEFAULT_WAIT)) for _ in range(20)]
+            await asyncio.sleep(0.2)  # they are waiting
+            for timeout in (0, 0.2):
+                with pytest.raises(ConflictError, match=rf"\(waited {timeout:g} s\)"):
+                    # A generous bound: a wait that took a worker thread queued behind the others' waits.
+                    await asyncio.wait_for(empty_turn(store, "c", timeout), 30)
+        await asyncio.gather(*waiters)
+
+    asyncio.run(scenario())
+    store.close()
+
+
 def test_a_cancelled_waiter_leaves_no_lock_behind(url):
     store = open_store(url)
 
-    async def wait_for_a_turn() -> None:
-        async with store.alock("c", timeout=30):
-            pass
-
     async def scenario() -> None:
         with store.lock("c", timeout=1):
-            waiter = asyncio.ensure_future(wait_for_a_turn())
+            waiter = asyncio.ensure_future(empty_turn(store, "c", 30))
             await asyncio.sleep(0.2)  # it is waiting
             waiter.cancel()
             await asyncio.wait([waiter])
