@@ -168,6 +168,10 @@ class HandlerError(FSMError):
         self.cause = cause
 
 
+class HooksLoadError(FSMError):
+    """``Hooks.load`` could not give the ``Hooks`` object a ``MODULE:NAME`` or ``FILE.py:NAME`` spec names."""
+
+
 class RefinementError(FSMError):
     """A state's checks still failed after its retries, and its policy is ``raise``. Nothing changed.
 

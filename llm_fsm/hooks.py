@@ -24,15 +24,19 @@ deletes it. Raising :class:`Break` pauses the conversation.
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 import inspect
 import logging
+import sys
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any, Literal, get_args
 
-from llm_fsm.errors import HandlerError
+from llm_fsm.errors import HandlerError, HooksLoadError
 from llm_fsm.values import as_json_data
 
 logger = logging.getLogger("llm_fsm")
@@ -199,6 +203,74 @@ class Hooks:
         other.handlers = list(self.handlers)
         other.checks = dict(self.checks)
         return other
+
+    @staticmethod
+    def load(spec: str, *, relative_to: str | Path | None = None) -> Hooks:
+        """The ``Hooks`` object ``spec`` names: ``package.module:name`` or ``path/to/file.py:name``.
+
+        A file path is read relative to ``relative_to`` (a folder; default: the current one), and its
+        folder is put on ``sys.path`` so that it can import its neighbours, as when Python runs a
+        script. A file is executed once per process: loading it again gives the same object.
+        Raises :class:`~llm_fsm.errors.HooksLoadError`, one line saying what and why.
+        """
+        where, _, name = spec.rpartition(":")
+        if not where or not name or not name.isidentifier():
+            raise HooksLoadError(f"hooks {spec!r}: expected MODULE:NAME or FILE.py:NAME")
+        try:
+            module = _import_module(spec, where, Path(relative_to) if relative_to is not None else Path.cwd())
+        except HooksLoadError:
+            raise
+        except BaseException as exc:  # the user's module failed while importing: one line, their words
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            reason = str(exc).strip().partition("\n")[0]
+            raise HooksLoadError(f"hooks {spec}: cannot import {where}: {type(exc).__name__}: {reason}") from exc
+        hooks = getattr(module, name, None)
+        if isinstance(hooks, Hooks):
+            return hooks
+        found = [n for n, v in vars(module).items() if isinstance(v, Hooks)]
+        if hooks is None:
+            there = f"its Hooks objects: {', '.join(found)}" if found else "it holds no Hooks object"
+            raise HooksLoadError(f"hooks {spec}: {where} has no '{name}' ({there})")
+        kind = type(hooks).__name__
+        raise HooksLoadError(f"hooks {spec}: '{name}' in {where} is a {kind}, not a llm_fsm.Hooks object")
+
+
+def _import_module(spec: str, where: str, folder: Path) -> Any:
+    """The module ``where`` names: a ``.py`` file (relative to ``folder``), else an importable module
+    (``folder`` is searched too)."""
+    if not where.endswith(".py"):
+        if (folder / where).is_file():  # "rules.json:x" would otherwise look for a module "rules"
+            raise HooksLoadError(f"hooks {spec}: {where} is not a Python file (FILE.py) or module")
+        if str(folder) not in sys.path:
+            sys.path.insert(0, str(folder))
+        try:
+            return importlib.import_module(where)
+        except ModuleNotFoundError as exc:
+            if exc.name is not None and where.startswith(exc.name):
+                looked = f"looked in {folder.resolve()} and sys.path"
+                raise HooksLoadError(f"hooks {spec}: no module named {exc.name!r} ({looked})") from None
+            raise
+    path = (folder / where).resolve()
+    if not path.is_file():
+        raise HooksLoadError(f"hooks {spec}: no such file {path}")
+    for module in list(sys.modules.values()):
+        if getattr(module, "__file__", None) == str(path):
+            return module
+    name = f"llm_fsm_hooks_{len(sys.modules)}_{path.stem}" if path.stem in sys.modules else path.stem
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise HooksLoadError(f"hooks {spec}: {path} is not a Python file")
+    module = importlib.util.module_from_spec(spec)
+    if str(path.parent) not in sys.path:
+        sys.path.insert(0, str(path.parent))
+    sys.modules[name] = module  # dataclasses and pydantic models in the file look their module up
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
+        raise
+    return module
 
 
 @dataclass(frozen=True)

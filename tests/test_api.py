@@ -24,6 +24,7 @@ PUBLIC = [
     "FSMError",
     "HandlerError",
     "Hooks",
+    "HooksLoadError",
     "LLMAuthError",
     "LLMClient",
     "LLMContextWindowError",

@@ -244,3 +244,16 @@ def test_null_values_and_extra_namespace(signup):
     conv = llm_fsm.Conversation(signup, llm)
     result = conv.send("I like tea")
     assert conv.context == {"_extra": {"likes": "tea"}} and not result.rejected
+
+
+def test_advance_passes_the_restore_options_to_stored_conversations_only(signup):
+    from llm_fsm.store import advance, open_store
+
+    store = open_store("memory:")
+    first = advance(store, "c1", signup, ScriptedLLM([reply("ask_name", "Name?")]), None, allow_changed_definition=True)
+    assert first.state == "ask_name"  # a new conversation: the restore options do not reach Conversation()
+    other = edited(signup, lambda d: d["states"]["ask_name"]["required_context_keys"].append("age"))
+    with pytest.raises(ConversationError, match="keys, checks or settings of state 'ask_name' changed"):
+        advance(store, "c1", other, ScriptedLLM([reply("ask_name", "Age?")]), "Ann")
+    turn = advance(store, "c1", other, ScriptedLLM([reply("ask_name", "Age?")]), "Ann", allow_changed_definition=True)
+    assert turn.turn == 1 and store.load("c1").snapshot.definition_hash == other.content_hash

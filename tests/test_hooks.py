@@ -525,3 +525,42 @@ def test_a_pause_at_the_end_resumes_into_an_ended_conversation_without_a_model_c
     token = conv.send("that's all").pending.token
     result = conv.resume(token, {})
     assert (result.ended, conv.ended, llm.calls, ends) == (True, True, 1, ["end"])
+
+
+# -- Hooks.load: the object a MODULE:NAME or FILE.py:NAME spec names --------------------------
+
+
+def test_hooks_load_reads_a_file_once_relative_to_a_folder_with_its_neighbours_importable(tmp_path, monkeypatch):
+    from llm_fsm.errors import HooksLoadError
+
+    (tmp_path / "shared_rules.py").write_text("LIMIT = 40\n")
+    (tmp_path / "my_hooks.py").write_text(
+        "from dataclasses import dataclass\nfrom llm_fsm import Hooks\nfrom shared_rules import LIMIT\n"
+        "hooks = Hooks()\nloads = []\nloads.append(1)\n\n@dataclass\nclass Rule:\n    limit: int = LIMIT\n\n"
+        "@hooks.check('small')\ndef small(*, message, **_):\n    return len(message) < Rule().limit\n"
+    )
+    monkeypatch.chdir(tmp_path.parent)
+    hooks = Hooks.load("my_hooks.py:hooks", relative_to=tmp_path)
+    assert Hooks.load(f"{tmp_path}/my_hooks.py:hooks") is hooks  # executed once: the same object
+    assert sys.modules[hooks.checks["small"].__module__].loads == [1]
+    assert hooks.checks["small"](message="short") is True
+    with pytest.raises(HooksLoadError, match=r"^hooks my_hooks.py:hooks: no such file .*/my_hooks.py$"):
+        Hooks.load("my_hooks.py:hooks")  # relative to the current folder, where it is not
+    with pytest.raises(HooksLoadError, match="my_hooks.py has no 'hook' \\(its Hooks objects: hooks\\)"):
+        Hooks.load("my_hooks.py:hook", relative_to=tmp_path)
+    with pytest.raises(HooksLoadError, match="expected MODULE:NAME or FILE.py:NAME"):
+        Hooks.load("my_hooks.py:not a name", relative_to=tmp_path)
+
+
+def test_hooks_load_finds_a_module_in_the_folder_and_reports_its_import_error_in_one_line(tmp_path):
+    from llm_fsm.errors import HooksLoadError
+
+    (tmp_path / "router_hooks_mod.py").write_text("from llm_fsm import Hooks\nrouter = Hooks()\n")
+    (tmp_path / "failing_hooks_mod.py").write_text("raise RuntimeError('no database\\nat all')\n")
+    assert isinstance(Hooks.load("router_hooks_mod:router", relative_to=tmp_path), Hooks)
+    with pytest.raises(HooksLoadError) as caught:
+        Hooks.load("failing_hooks_mod:hooks", relative_to=tmp_path)
+    assert str(caught.value) == (
+        "hooks failing_hooks_mod:hooks: cannot import failing_hooks_mod: RuntimeError: no database"
+    )
+    assert isinstance(caught.value.__cause__, RuntimeError)

@@ -229,3 +229,19 @@ def test_chat_takes_allow_changed_definition(setup, tmp_path):
     )
     assert allowed.exit_code == 0, allowed.output
     assert open_store(store).load("c2").snapshot.status == "ended"
+
+
+def test_chat_load_honours_the_definition_options(setup, tmp_path):
+    definition, _ = setup
+    saved = tmp_path / "saved.json"
+    chat_args = ["chat", str(definition), "-m", f"scripted:{tmp_path / 'chat.json'}"]
+    (tmp_path / "chat.json").write_text(json.dumps([GREETING, NAME, DONE]))
+    runner.invoke(app, chat_args, input=f"I'm Ann\n/save {saved}\n", env={"COLUMNS": "200"})
+    _edit_definition(definition, lambda d: d["states"]["ask_email"]["transitions"][0].update(priority=7))
+    (tmp_path / "chat.json").write_text(json.dumps([GREETING, DONE]))
+    text = f"/load {saved}\n/state\n"
+    refused = runner.invoke(app, chat_args, input=text, env={"COLUMNS": "200"})
+    assert refused.exit_code == 0 and "transitions of state 'ask_email' changed" in refused.stderr
+    assert "--allow-changed-definition" in refused.stderr and "loaded" not in refused.stdout
+    allowed = runner.invoke(app, [*chat_args, "--allow-changed-definition"], input=text, env={"COLUMNS": "200"})
+    assert allowed.exit_code == 0 and f"loaded {saved}: state ask_email" in allowed.stdout, allowed.output

@@ -142,3 +142,169 @@ def test_the_simulated_model_satisfies_a_comparison_of_two_keys(comparison, sche
     assert update is not None
     context = {"check_in": sample, **update}
     assert COMPARE[comparison](context["check_in"], context["check_out"])
+
+
+# -- hooks: test files name them, llm-fsm test and paths take --hooks ---------------------------
+
+REFUND = {
+    "name": "refund",
+    "description": "Look an order up, wait for a person to approve the refund.",
+    "initial_state": "ask_order",
+    "handler_only_keys": ["order_found", "approved"],
+    "states": {
+        "ask_order": {
+            "purpose": "Ask for the order number",
+            "required_context_keys": ["order_id"],
+            "handlers": ["lookup"],
+            "transitions": [
+                {
+                    "target_state": "approval",
+                    "description": "The order exists",
+                    "conditions": [{"description": "found", "logic": {"==": [{"var": "order_found"}, True]}}],
+                }
+            ],
+        },
+        "approval": {
+            "purpose": "Tell the user a person approves refunds",
+            "handlers": ["ask_staff"],
+            "transitions": [
+                {
+                    "target_state": "done",
+                    "description": "Approved",
+                    "conditions": [{"description": "approved", "logic": {"==": [{"var": "approved"}, True]}}],
+                }
+            ],
+        },
+        "done": {"purpose": "Confirm the refund"},
+    },
+}
+REFUND_HOOKS = """
+from dataclasses import dataclass
+
+from llm_fsm import Break, Hooks
+
+hooks = Hooks()
+
+
+@dataclass
+class Order:  # a dataclass: the module must be in sys.modules while it loads
+    id: str
+
+
+@hooks.handler("lookup", on="after_reply")  # before the move is judged: the lookup can open it this turn
+def lookup(*, reply, context, **_):
+    order_id = reply.transition.context_update.get("order_id", context.get("order_id"))
+    if order_id is not None:
+        return {"order_found": Order(str(order_id)).id != "unknown"}
+
+
+@hooks.handler("ask_staff", on="state_enter")
+def ask_staff(*, context, **_):
+    raise Break("refund needs approval", {"order": context.get("order_id")})
+"""
+ASYNC_HOOKS = REFUND_HOOKS.replace("def lookup(", "async def lookup(")
+REFUND_STEPS = [
+    {"user": None, "reply": reply("ask_order", "Your order number?"), "expect": {"state": "ask_order"}},
+    {
+        "user": "A-17",
+        "reply": reply("approval", "A person will approve it.", order_id="A-17"),
+        "expect": {"state": "approval", "status": "paused", "context": {"order_found": True}},
+    },
+    {"resume": {"approved": True}, "reply": reply("done", "Refunded."), "expect": {"state": "done", "status": "ended"}},
+]
+
+
+@pytest.fixture
+def refund(tmp_path):
+    (tmp_path / "defs").mkdir()
+    (tmp_path / "defs" / "refund.json").write_text(json.dumps(REFUND))
+    (tmp_path / "code").mkdir()
+    (tmp_path / "code" / "refund_hooks.py").write_text(REFUND_HOOKS)
+    (tmp_path / "code" / "async_hooks.py").write_text(ASYNC_HOOKS)
+    return tmp_path
+
+
+def refund_test(folder, hooks=None, name="refund.test.json"):
+    document = {"cases": [{"name": "refund", "definition": "../defs/refund.json", "steps": REFUND_STEPS}]}
+    path = folder / "tests" / name
+    path.parent.mkdir(exist_ok=True)
+    path.write_text(json.dumps({"hooks": hooks, **document} if hooks else document))
+    return path
+
+
+@pytest.mark.parametrize("hooks", ["../code/refund_hooks.py:hooks", "../code/async_hooks.py:hooks"])
+def test_a_test_file_names_its_hooks_relative_to_itself(refund, hooks, monkeypatch):
+    monkeypatch.chdir(refund / "defs")  # not where the hooks are: the path is read from the test file's folder
+    path = refund_test(refund, hooks)
+    (outcome,) = run_files([path])
+    assert outcome.passed, outcome.steps
+    assert [s.result.state for s in outcome.steps] == ["ask_order", "approval", "done"]
+    assert outcome.steps[1].result.pending.reason == "refund needs approval"
+    assert outcome.steps[2].resume and not outcome.steps[1].resume
+    result = runner.invoke(app, ["test", str(path), "-v"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    assert "3. (resume): approval → done" in result.stdout
+
+
+def test_without_hooks_a_case_fails_saying_where_to_name_them_and_test_hooks_supplies_them(refund, monkeypatch):
+    path = refund_test(refund)
+    (outcome,) = run_files([path])
+    assert "names handler 'lookup', which is not registered" in outcome.error
+    assert 'name the hooks in the test file\'s "hooks" field, or pass llm-fsm test --hooks' in outcome.error
+    monkeypatch.chdir(refund)
+    result = runner.invoke(app, ["test", str(path), "--hooks", "code/refund_hooks.py:hooks"])
+    assert result.exit_code == 0, result.output
+    monkeypatch.chdir(refund / "code")  # a module name is found in the current folder
+    assert runner.invoke(app, ["test", str(path), "--hooks", "refund_hooks:hooks"]).exit_code == 0
+
+
+def test_the_test_files_hooks_win_over_the_command_line(refund, monkeypatch):
+    monkeypatch.chdir(refund)
+    (refund / "code" / "empty_hooks.py").write_text("from llm_fsm import Hooks\nhooks = Hooks()\n")
+    path = refund_test(refund, "../code/refund_hooks.py:hooks")
+    result = runner.invoke(app, ["test", str(path), "--hooks", "code/empty_hooks.py:hooks"])
+    assert result.exit_code == 0, result.output
+
+
+@pytest.mark.parametrize(
+    ("hooks", "reason"),
+    [
+        ("../code/nothere.py:hooks", "hooks ../code/nothere.py:hooks: no such file"),
+        ("../code/refund_hooks.py:hoks", "../code/refund_hooks.py has no 'hoks' (its Hooks objects: hooks)"),
+        ("../code/refund_hooks.py:Break", "'Break' in ../code/refund_hooks.py is a type, not a llm_fsm.Hooks object"),
+        ("../code/broken.py:hooks", "cannot import ../code/broken.py: ModuleNotFoundError: No module named 'nope'"),
+        ("no_such.module:hooks", "no module named 'no_such'"),
+        ("../defs/refund.json:hooks", "../defs/refund.json is not a Python file (FILE.py) or module"),
+        ("../code/refund_hooks.py", "expected MODULE:NAME or FILE.py:NAME"),
+    ],
+)
+def test_hooks_that_do_not_load_fail_each_case_of_their_file_with_the_reason(refund, hooks, reason):
+    (refund / "code" / "broken.py").write_text("import nope\n")
+    path = refund_test(refund, hooks)
+    other = refund_test(refund, "../code/refund_hooks.py:hooks", name="other.test.json")
+    outcomes = run_files([path, other])
+    assert [o.passed for o in outcomes] == [False, True]
+    assert outcomes[0].name == "refund" and reason in outcomes[0].error, outcomes[0].error
+    result = runner.invoke(app, ["test", str(path)], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "FAIL" in result.stdout and "Traceback" not in result.output
+
+
+def test_paths_walks_the_handlers_and_writes_a_file_that_names_them_and_resumes_the_pause(refund, monkeypatch):
+    monkeypatch.chdir(refund)
+    out = refund / "tests" / "written.test.json"
+    args = ["paths", "defs/refund.json", "--write-tests", str(out)]
+    missing = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert missing.exit_code == 2 and not out.exists()
+    assert "names handler 'lookup', which is not registered" in missing.stderr
+    assert "pass the hooks with --hooks MODULE:NAME" in missing.stderr and "Traceback" not in missing.output
+    result = runner.invoke(app, [*args, "--hooks", "code/refund_hooks.py:hooks"], env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert written["hooks"] == "../code/refund_hooks.py:hooks"
+    (case,) = written["cases"]
+    assert "context" not in case  # the handlers set order_found: nothing is given up front
+    assert case["steps"][-1]["resume"] == {"approved": True}
+    assert case["steps"][-2]["expect"]["status"] == "paused"
+    monkeypatch.chdir(refund / "defs")
+    tested = runner.invoke(app, ["test", str(out)])
+    assert tested.exit_code == 0, tested.output

@@ -17,7 +17,15 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import check_readable, complete_definitions, load_definition, write_output
+from llm_fsm.cli.options import (
+    HooksOption,
+    check_readable,
+    complete_definitions,
+    load_definition,
+    load_hooks,
+    write_output,
+)
+from llm_fsm.errors import DefinitionError
 
 if TYPE_CHECKING:
     from rich.text import Text
@@ -215,23 +223,40 @@ def paths(
         Path | None, typer.Option("--write-tests", help="Write a test-file skeleton that walks the paths.")
     ] = None,
     seed: Annotated[int, typer.Option(help="Seed of the simulated model's choices.")] = 0,
+    hooks: HooksOption = None,
 ) -> None:
-    """The shortest path to each terminal state (and through every state they miss)."""
+    """The shortest path to each terminal state (and through every state they miss).
+
+    With --write-tests and --hooks, the handlers run while the paths are walked, and the test file
+    names the same hooks."""
     from llm_fsm.authoring.paths import covering_paths
     from llm_fsm.testing.skeleton import PathNotFollowed, skeleton
 
     fsm = load_definition(definition)
+    registry = load_hooks(hooks) if hooks else None
     for path in covering_paths(fsm):
         typer.echo(" → ".join(path))
     if write_tests is not None:
+        folder = write_tests.parent or Path(".")
+        spec = None if hooks is None else _hooks_from(hooks, folder)
         try:
-            document = skeleton(fsm, _relative(definition, write_tests.parent or "."), seed=seed)
+            document = skeleton(fsm, _relative(definition, folder), seed=seed, hooks=registry, hooks_spec=spec)
+        except DefinitionError as exc:  # handlers or checks the hooks do not register
+            for problem in exc.problems:
+                typer.echo(f"error: {definition}: {problem}", err=True)
+            fail(f"nothing written: {f'{hooks} lacks them' if hooks else 'pass the hooks with --hooks MODULE:NAME'}", 2)
         except PathNotFollowed as exc:
             for reason in exc.reasons:
                 typer.echo(f"error: {reason}", err=True)
             fail(f"the simulated model cannot follow every path: nothing written to {write_tests}", 1)
         write_output(write_tests, json.dumps(document, indent=2, ensure_ascii=False) + "\n", make_folders=True)
         typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)
+
+
+def _hooks_from(spec: str, folder: Path) -> str:
+    """``spec`` as the test file in ``folder`` names it: a ``FILE.py`` relative to that folder."""
+    where, _, name = spec.rpartition(":")
+    return f"{_relative(Path(where), folder)}:{name}" if where.endswith(".py") else spec
 
 
 def _relative(target: Path, start: Path | str) -> str:

@@ -25,6 +25,7 @@ from llm_fsm.cli.options import (
     AllowChangedDefinitionOption,
     ApiBaseOption,
     ApiKeyOption,
+    ConversationFactory,
     ConversationOption,
     DefinitionArgument,
     HooksOption,
@@ -39,7 +40,6 @@ from llm_fsm.cli.options import (
     TimeoutOption,
     WaitOption,
     complete_states,
-    conversation_factory,
     load_definition,
     load_hooks,
     make_client,
@@ -88,7 +88,7 @@ class ChatSession:
     def __init__(
         self,
         tracked: StoredConversation,
-        make: Callable[[Snapshot | None], Conversation],
+        make: ConversationFactory,
         mask: Callable[[dict[str, Any]], dict[str, Any]] = lambda context: context,
     ) -> None:
         self.tracked = tracked
@@ -241,17 +241,13 @@ class ChatSession:
         console.print(f"saved to {path}", markup=False)
 
     def load(self, path: str) -> None:
-        from llm_fsm.conversation import Conversation
-
-        current = self.conversation
         try:
-            snapshot = read_snapshot(path)
-            restored = Conversation.restore(snapshot, current.definition, current.llm, hooks=current.hooks)
+            restored = self.make.build(read_snapshot(path))
         except FSMError as exc:
             error(_one_line(exc))
             return
-        self.undo.append(current.snapshot())
-        self.tracked.replace(self.make(restored.snapshot()))
+        self.undo.append(self.conversation.snapshot())
+        self.tracked.replace(restored)
         where = f"state {self.conversation.state}, {len(self.conversation.history)} messages"
         console.print(f"loaded {path}: {where}", markup=False)
 
@@ -468,7 +464,7 @@ def chat(
     llm = make_client(model, provider, stream=True, record=record)
     _warm_up(llm)
 
-    make = conversation_factory(
+    make = ConversationFactory(
         fsm,
         llm,
         registry,

@@ -1,7 +1,7 @@
 """The options commands share, their shell completion, and what commands build from them.
 
 A definition (``load_definition``), a ``Hooks`` object (``--hooks``), the model (``--model``,
-``--record``, ``--replay``), the conversation (``conversation_factory``, and ``open_conversation`` for
+``--record``, ``--replay``), the conversation (``ConversationFactory``, and ``open_conversation`` for
 ``--store``/``--conversation``/``--wait``) and how displays mask secrets (``--show-secrets``).
 Each exits with a one-line error when what was given cannot be used.
 """
@@ -9,11 +9,10 @@ Each exits with a one-line error when what was given cannot be used.
 from __future__ import annotations
 
 import os
-import sys
 import uuid
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -21,7 +20,7 @@ import typer
 
 import llm_fsm
 from llm_fsm.cli.main import fail
-from llm_fsm.errors import ConversationError, DefinitionError, FSMError, LLMError, StoreError
+from llm_fsm.errors import ConversationError, DefinitionError, FSMError, HooksLoadError, LLMError, StoreError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
@@ -227,36 +226,10 @@ def load_hooks(spec: str | None) -> Hooks:
     """The ``Hooks`` object named by ``module:name`` or ``path/to/file.py:name`` (exit 2 if it cannot be)."""
     if not spec:
         return Hooks()
-    where, _, name = spec.rpartition(":")
-    if not where or not name:
-        fail(f"--hooks takes MODULE:NAME or FILE.py:NAME, not {spec!r}", 2)
     try:
-        module = _import_module(where)
-    except Exception as exc:  # the user's module failed to import: say so in one line
-        reason = str(exc).strip().partition("\n")[0]
-        fail(f"--hooks {spec}: cannot import {where}: {type(exc).__name__}: {reason}", 2)
-    hooks = getattr(module, name, None)
-    if not isinstance(hooks, Hooks):
-        fail(f"--hooks {spec}: not a llm_fsm.Hooks object (found {type(hooks).__name__})", 2)
-    return hooks
-
-
-def _import_module(where: str) -> Any:
-    """The module ``where`` names: a ``.py`` file, else a module on the path (or in the current folder)."""
-    import importlib
-    import importlib.util
-
-    if os.path.isfile(where) and not where.endswith(".py"):  # "--hooks rules.json:x" would look for a module "rules"
-        raise ImportError(f"{where} is not a Python file (FILE.py) or module")
-    if where.endswith(".py"):
-        spec = importlib.util.spec_from_file_location(Path(where).stem, where)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"{where} is not a Python file")
-        module = importlib.util.module_from_spec(spec)
-        spec.loader.exec_module(module)
-        return module
-    sys.path.insert(0, os.getcwd())
-    return importlib.import_module(where)
+        return Hooks.load(spec)
+    except HooksLoadError as exc:
+        fail(str(exc), 2)
 
 
 @dataclass(frozen=True)
@@ -325,47 +298,49 @@ def notify_retries() -> None:
         logger.addHandler(Notes(logging.WARNING))
 
 
-def conversation_factory(
-    fsm: llm_fsm.FSMDefinition, llm: LLMClient, hooks: Hooks, *, state: str | None = None,
-    context: dict[str, Any] | None = None, allow_changed_definition: bool = False, strict_definition: bool = False,
-    **options: Any,
-) -> Callable[[Snapshot | None], Conversation]:  # fmt: skip
-    """Makes new (None) or restored conversations; exits 2 when the definition names unregistered
-    handlers or checks, the initial context is not JSON data, or a stored conversation ran on a
-    definition whose structure changed since (any change, with ``strict_definition``), unless
-    ``allow_changed_definition``."""
+@dataclass
+class ConversationFactory:
+    """Makes new (``None``) or restored conversations for a command, with its options."""
 
-    def make(snapshot: Snapshot | None) -> Conversation:
+    fsm: llm_fsm.FSMDefinition
+    llm: LLMClient
+    hooks: Hooks
+    state: str | None = None
+    context: dict[str, Any] | None = None
+    allow_changed_definition: bool = False
+    strict_definition: bool = False
+    options: dict[str, Any] = field(default_factory=dict)  # more Conversation options
+
+    def build(self, snapshot: Snapshot | None) -> Conversation:
+        """The conversation; FSMError when the definition names unregistered handlers or checks, the
+        initial context is not JSON data, or a stored conversation ran on a definition whose structure
+        changed since (any change, with ``strict_definition``), unless ``allow_changed_definition``."""
         from llm_fsm.conversation import Conversation
 
+        if snapshot is None:
+            return Conversation(self.fsm, self.llm, self.state, self.context, hooks=self.hooks, **self.options)
+        changes = self.fsm.blocking_changes(
+            snapshot.definition_hash, snapshot.definition_outline, strict=self.strict_definition
+        )
+        if changes and not self.allow_changed_definition:
+            raise ConversationError(
+                f"the definition '{self.fsm.name}' changed since this conversation was saved: {'; '.join(changes)} "
+                "(run with --allow-changed-definition to continue it anyway)"
+            )
+        return Conversation.restore(
+            snapshot, self.fsm, self.llm, hooks=self.hooks, allow_changed_definition=True, **self.options,
+        )  # fmt: skip
+
+    def __call__(self, snapshot: Snapshot | None) -> Conversation:
+        """:meth:`build`, exiting 2 with each problem on a line of its own when it fails."""
         try:
-            if snapshot is None:
-                return Conversation(fsm, llm, state, context, hooks=hooks, **options)
-            if not allow_changed_definition:
-                refuse_changed_definition(fsm, snapshot, strict_definition)
-            return Conversation.restore(
-                snapshot, fsm, llm, hooks=hooks, allow_changed_definition=allow_changed_definition,
-                strict_definition=strict_definition, **options,
-            )  # fmt: skip
+            return self.build(snapshot)
         except DefinitionError as exc:
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
         except FSMError as exc:
             typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2)
-
-    return make
-
-
-def refuse_changed_definition(fsm: llm_fsm.FSMDefinition, snapshot: Snapshot, strict: bool) -> None:
-    """Exit 2 naming what changed when the stored conversation cannot continue on ``fsm`` as it is now."""
-    changes = fsm.blocking_changes(snapshot.definition_hash, snapshot.definition_outline, strict=strict)
-    if changes:
-        fail(
-            f"the definition '{fsm.name}' changed since this conversation was saved: {'; '.join(changes)} "
-            "(run with --allow-changed-definition to continue it anyway)",
-            2,
-        )
 
 
 def open_conversation(

@@ -14,6 +14,7 @@ from llm_fsm.cli.options import (
     AllowChangedDefinitionOption,
     ApiBaseOption,
     ApiKeyOption,
+    ConversationFactory,
     ConversationOption,
     DefinitionArgument,
     HooksOption,
@@ -28,7 +29,6 @@ from llm_fsm.cli.options import (
     TemperatureOption,
     TimeoutOption,
     WaitOption,
-    conversation_factory,
     load_definition,
     load_hooks,
     make_client,
@@ -74,12 +74,11 @@ def run(
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
     llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
-    make = conversation_factory(
+    make = ConversationFactory(
         fsm,
         llm,
         registry,
-        max_corrections=max_corrections,
-        prompt=builder,
+        options={"max_corrections": max_corrections, "prompt": builder},
         allow_changed_definition=allow_changed_definition,
         strict_definition=strict_definition,
     )

@@ -12,11 +12,13 @@ from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
     ApiBaseOption,
     ApiKeyOption,
+    HooksOption,
     MaxRetriesOption,
     Provider,
     TemperatureOption,
     TimeoutOption,
     check_writable,
+    load_hooks,
     make_client,
     non_empty,
     write_output,
@@ -47,6 +49,7 @@ def test(
     timeout: TimeoutOption = 60.0,
     max_retries: MaxRetriesOption = 2,
     temperature: TemperatureOption = None,
+    hooks: HooksOption = None,
     replay: Annotated[Path | None, typer.Option("--replay", help="Answer unscripted steps from this cassette.")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Run each case this many times (for real models).")] = 1,
     min_pass: Annotated[int | None, typer.Option("--min-pass", min=1, help="Runs of a case that must pass.")] = None,
@@ -56,7 +59,9 @@ def test(
         bool, typer.Option("--verbose", "-v", help="Every step of every case, not only failures.")
     ] = False,
 ) -> None:
-    """Run conversation tests; exit 0 only when every case passes."""
+    """Run conversation tests; exit 0 only when every case passes.
+
+    Handlers and checks come from the test file's "hooks" field, else from --hooks."""
     from llm_fsm.testing.conversation_tests import discover, failure_text, junit_xml, run_files
 
     missing = [str(p) for p in paths if not p.exists()]
@@ -70,8 +75,10 @@ def test(
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
+    registry = load_hooks(hooks) if hooks else None
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
-    outcomes = run_files(files, _model_factory(model, provider, replay), repeat=repeat, min_pass=min_pass)
+    factory = _model_factory(model, provider, replay)
+    outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=registry)
     for outcome in outcomes:
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
@@ -108,7 +115,7 @@ def _check_test_files(files: list[Path]) -> None:
 def _print_steps(outcome: CaseOutcome) -> None:
     """One line per step: what the user said, where the conversation went, what the turn cost."""
     for step in outcome.steps:
-        said = "(opening)" if step.user is None else repr(step.user[:40])
+        said = "(resume)" if step.resume else "(opening)" if step.user is None else repr(step.user[:40])
         mark = "ok " if step.passed else "✗  "
         if step.result is None:
             console.print(f"     {mark}{step.index + 1}. {said}", markup=False)

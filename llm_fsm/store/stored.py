@@ -96,7 +96,9 @@ def advance(
 ) -> TurnResult:
     """One turn of a stored conversation: lock, load or create, send ``text`` (None: start), save.
 
-    ``action`` replaces the default turn (e.g. ``lambda c: c.resume(token, result)``). A turn that
+    ``action`` replaces the default turn (e.g. ``lambda c: c.resume(token, result)``). ``options``
+    go to the conversation (``hooks=``, ``max_corrections=``...) and, for a stored one, to
+    :meth:`Conversation.restore` (``allow_changed_definition=``, ``strict_definition=``). A turn that
     fails saves nothing. :class:`ConflictError` if the conversation stays locked for ``wait`` seconds.
     """
     stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
@@ -115,10 +117,16 @@ async def aadvance(
     return await stored.arun(action or (lambda c: c.astart() if text is None else c.asend(text)))
 
 
+_RESTORE_ONLY = ("allow_changed_definition", "strict_definition")
+
+
 def _maker(definition: FSMDefinition, llm: LLMClient, options: dict[str, Any]) -> Make:
+    """New or restored conversations; the options of :meth:`Conversation.restore` go to restores only."""
+    new = {k: v for k, v in options.items() if k not in _RESTORE_ONLY}
+
     def make(snapshot: Snapshot | None) -> Conversation:
         if snapshot is None:
-            return Conversation(definition, llm, **options)
+            return Conversation(definition, llm, **new)
         return Conversation.restore(snapshot, definition, llm, **options)
 
     return make

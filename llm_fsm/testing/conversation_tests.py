@@ -9,6 +9,7 @@ cassette, or the simulated model), and what to ``expect`` afterwards.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
@@ -20,7 +21,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.errors import DefinitionError, FSMError, Problem
+from llm_fsm.errors import DefinitionError, FSMError, HooksLoadError, Problem
+from llm_fsm.hooks import Hooks
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
 from llm_fsm.loader import _json_pointer, _positions, did_you_mean, load
@@ -85,6 +87,11 @@ class TestFile(_Strict):
 
     __test__ = False  # not a pytest class
     schema_: str | None = Field(None, alias="$schema")
+    hooks: str | None = Field(
+        None,
+        description="The handlers and checks the definitions need: MODULE:NAME or FILE.py:NAME (a file is "
+        "relative to this test file). Without it, the runner's hooks (llm-fsm test --hooks) are used.",
+    )
     cases: list[Case] = Field(min_length=1)
 
 
@@ -116,6 +123,7 @@ class StepOutcome:
     user: str | None
     failures: list[str]
     result: TurnResult | None = None
+    resume: bool = False
 
     @property
     def passed(self) -> bool:
@@ -211,13 +219,20 @@ def _field_names(loc: tuple[int | str, ...]) -> list[str]:
     return [field.alias or name for name, field in model.model_fields.items()]
 
 
+_UNBOUND = ("unbound_handler", "unbound_check")
+
+
 def run_case(
     case: Case,
     file: Path,
     model: Callable[[FSMDefinition], LLMClient | None] | None = None,
     definitions: dict[Path, FSMDefinition] | None = None,
+    hooks: Hooks | None = None,
 ) -> CaseOutcome:
-    """Run one case; ``model(definition)`` answers the steps without scripted replies."""
+    """Run one case with ``hooks``; ``model(definition)`` answers the steps without scripted replies.
+
+    When the hooks hold async handlers or checks, the case runs on the async API (one event loop
+    for all its steps)."""
     path = (file.parent / case.definition).resolve()
     outcome = CaseOutcome(file, case.name, path)
     try:
@@ -225,19 +240,38 @@ def run_case(
         if definitions is not None:
             definitions[path] = definition
         llm = _StepModel(model(definition) if model else None)
-        conversation = Conversation(definition, llm, state=case.state, context=case.context)
+        conversation = Conversation(definition, llm, state=case.state, context=case.context, hooks=hooks)
     except FSMError as exc:
         outcome.error = "; ".join(line.strip(" -") for line in str(exc).splitlines())
+        if hooks is None and any(p.code in _UNBOUND for p in getattr(exc, "problems", ())):
+            outcome.error += ' (name the hooks in the test file\'s "hooks" field, or pass llm-fsm test --hooks)'
         return outcome
     outcome.states.add(conversation.state)
-    for index, step in enumerate(case.steps):
-        outcome.steps.append(_run_step(conversation, llm, step, index, outcome))
-        if not outcome.steps[-1].passed:
-            break
+    with asyncio.Runner() as runner:
+        turn = _turn_caller(conversation, runner)
+        for index, step in enumerate(case.steps):
+            outcome.steps.append(_run_step(conversation, turn, llm, step, index, outcome))
+            outcome.steps[-1].resume = step.resume is not None
+            if not outcome.steps[-1].passed:
+                break
     return outcome
 
 
-def _run_step(conversation: Conversation, llm: _StepModel, step: Step, index: int, outcome: CaseOutcome) -> StepOutcome:
+def _turn_caller(conversation: Conversation, runner: asyncio.Runner) -> Callable[..., TurnResult]:
+    """``turn("send", text)``: the sync method, or its async twin when the hooks need the async API."""
+    if not conversation.hooks.async_names():
+        return lambda method, *args: getattr(conversation, method)(*args)
+    return lambda method, *args: runner.run(getattr(conversation, f"a{method}")(*args))
+
+
+def _run_step(
+    conversation: Conversation,
+    turn: Callable[..., TurnResult],
+    llm: _StepModel,
+    step: Step,
+    index: int,
+    outcome: CaseOutcome,
+) -> StepOutcome:
     unusable = step.expect.invalid_patterns()
     if unusable:  # the step cannot be judged: fail it before it runs
         return StepOutcome(index, step.user, unusable)
@@ -249,11 +283,11 @@ def _run_step(conversation: Conversation, llm: _StepModel, step: Step, index: in
             pending = conversation.pending
             if pending is None:
                 raise FSMError("the step resumes, but the conversation is not paused")
-            result = conversation.resume(pending.token, step.resume)
+            result = turn("resume", pending.token, step.resume)
         elif step.user is None and index == 0 and not conversation.history:
-            result = conversation.start()
+            result = turn("start")
         else:
-            result = conversation.send(step.user or "")
+            result = turn("send", step.user or "")
     except FSMError as exc:
         return StepOutcome(index, step.user, _error_failures(step.expect, exc))
     if step.expect.error is not None:
@@ -335,19 +369,24 @@ def run_files(
     *,
     repeat: int = 1,
     min_pass: int | None = None,
+    hooks: Hooks | None = None,
 ) -> list[CaseOutcome]:
-    """Run every case of every file; with ``repeat``, a case passes when ``min_pass`` runs pass."""
+    """Run every case of every file; with ``repeat``, a case passes when ``min_pass`` runs pass.
+
+    A file that names its ``hooks`` runs with those; the others run with ``hooks``."""
     definitions: dict[Path, FSMDefinition] = {}
     outcomes = []
     needed = repeat if min_pass is None else min_pass
     for path in paths:
         try:
             test_file = read(path)
-        except TestFileError as exc:
-            outcomes.append(CaseOutcome(path, "(file)", path, error=str(exc)))
+            file_hooks = hooks if test_file.hooks is None else Hooks.load(test_file.hooks, relative_to=path.parent)
+        except FSMError as exc:  # not a test file, or its hooks cannot be loaded: each case fails saying so
+            names = [case.name for case in test_file.cases] if isinstance(exc, HooksLoadError) else ["(file)"]
+            outcomes += [CaseOutcome(path, name, path, error=str(exc)) for name in names]
             continue
         for case in test_file.cases:
-            runs = [run_case(case, path, model, definitions) for _ in range(max(1, repeat))]
+            runs = [run_case(case, path, model, definitions, file_hooks) for _ in range(max(1, repeat))]
             best = next((r for r in runs if r.passed), runs[-1])
             best.runs, best.passes = len(runs), sum(r.passed for r in runs)
             for run in runs:

@@ -14,6 +14,7 @@ from llm_fsm.authoring.paths import covering_paths
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import FSMError
+from llm_fsm.hooks import Hooks
 from llm_fsm.testing.simulation import SimulatedLLM
 
 
@@ -25,28 +26,45 @@ class PathNotFollowed(FSMError):
         super().__init__("\n".join(reasons))
 
 
-def skeleton(definition: FSMDefinition, definition_path: str, seed: int = 0) -> dict[str, Any]:
+def skeleton(
+    definition: FSMDefinition,
+    definition_path: str,
+    seed: int = 0,
+    *,
+    hooks: Hooks | None = None,
+    hooks_spec: str | None = None,
+) -> dict[str, Any]:
     """A test file: one case per covering path, replies from the simulated model, expected states.
 
-    Raises :class:`PathNotFollowed` when the simulated model cannot follow a path to its end.
+    Without ``hooks``, the keys only code sets are given values up front where a path needs them;
+    with ``hooks``, the handlers run and set them, and a pause is resumed with the values the next
+    move needs. ``hooks_spec`` is written into the file (``"hooks"``) so that it runs as written.
+    Raises :class:`PathNotFollowed` when the simulated model cannot follow a path to its end, and
+    :class:`~llm_fsm.errors.DefinitionError` when the definition names handlers or checks ``hooks`` lacks.
     """
+    Conversation(definition, SimulatedLLM(definition), hooks=hooks)  # unregistered handlers: one error, up front
     cases, reasons = [], []
     for path in covering_paths(definition):
-        case = _case(definition, definition_path, path, seed)
+        case = _case(definition, definition_path, path, seed, hooks)
         if isinstance(case, str):
             reasons.append(f"path {' → '.join(path)}: {case}")
         else:
             cases.append(case)
     if reasons:
         raise PathNotFollowed(reasons)
-    return {"$schema": "../../schema/fsm-test.schema.json", "cases": cases}
+    document: dict[str, Any] = {"$schema": "../../schema/fsm-test.schema.json"}
+    if hooks_spec is not None:
+        document["hooks"] = hooks_spec
+    return {**document, "cases": cases}
 
 
-def _case(definition: FSMDefinition, definition_path: str, path: list[str], seed: int) -> dict[str, Any] | str:
+def _case(
+    definition: FSMDefinition, definition_path: str, path: list[str], seed: int, hooks: Hooks | None
+) -> dict[str, Any] | str:
     """The case that walks ``path``, or why the simulated model cannot follow it to its end."""
-    context = _code_keys(definition, path)
+    context = {} if hooks is not None else _code_keys(definition, path, 0)
     llm = SimulatedLLM(definition, path=path, seed=seed)
-    conversation = Conversation(definition, llm, context=context)
+    conversation = Conversation(definition, llm, context=context, hooks=hooks)
     try:
         steps = _walk(conversation, llm, path)
     except FSMError as exc:
@@ -74,24 +92,36 @@ def _stuck(llm: SimulatedLLM, path: list[str], conversation: Conversation) -> st
 def _walk(conversation: Conversation, llm: SimulatedLLM, path: list[str]) -> list[dict[str, Any]]:
     """The opening, then a step per user message until the path's last state (two per state at most)."""
     opening = conversation.start()
-    steps: list[dict[str, Any]] = [{"user": None, "reply": llm.replies[-1], "expect": {"state": opening.state}}]
+    steps: list[dict[str, Any]] = [{"user": None, "reply": llm.replies[-1], "expect": _expected(opening)}]
     for n in range(len(path) * 2):
         if conversation.ended or conversation.state == path[-1]:
             break
+        if conversation.pending is not None:  # a handler paused: resume with what the next move needs
+            at = path.index(conversation.state) if conversation.state in path else len(path)
+            value = _code_keys(conversation.definition, path, at)
+            result = conversation.resume(conversation.pending.token, value)
+            steps.append({"resume": value, "reply": llm.replies[-1], "expect": _expected(result)})
+            continue
         text = f"(user message {n + 1})"
         result = conversation.send(text)
-        expect: dict[str, Any] = {"state": result.state, "max_llm_calls": 1}
-        if result.ended:
-            expect["status"] = "ended"
-        steps.append({"user": text, "reply": llm.replies[-1], "expect": expect})
+        steps.append({"user": text, "reply": llm.replies[-1], "expect": _expected(result)})
     return steps
 
 
-def _code_keys(definition: FSMDefinition, path: list[str]) -> dict[str, Any]:
-    """Values for keys only code sets that the path's moves need (a case sets them up front)."""
+def _expected(result: Any) -> dict[str, Any]:
+    expect: dict[str, Any] = {"state": result.state, "max_llm_calls": 1}
+    if result.ended:
+        expect["status"] = "ended"
+    elif result.paused:
+        expect["status"] = "paused"
+    return expect
+
+
+def _code_keys(definition: FSMDefinition, path: list[str], start: int) -> dict[str, Any]:
+    """Values for keys only code sets that the moves of ``path`` from position ``start`` need."""
     protected = set(definition.handler_only_keys)
     needed: dict[str, Any] = {}
-    for source, target in zip(path, path[1:], strict=False):
+    for source, target in zip(path[start:], path[start + 1 :], strict=False):
         for transition in definition.states[source].transitions:
             keys = {k.split(".")[0] for c in transition.conditions for k in condition_keys(c)}
             if transition.target_state != target or not keys & protected:
