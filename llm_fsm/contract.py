@@ -86,6 +86,11 @@ def parse_reply(text: str) -> Reply:
         raise ReplyFormatError(_describe(exc)) from None
 
 
+def reply_object(text: str) -> dict[str, Any]:
+    """The JSON object in ``text`` (as :func:`parse_reply` finds it), unchecked; ReplyFormatError if none."""
+    return _extract_object(text)[0]
+
+
 def partial_reply(data: dict[str, Any]) -> Reply | None:
     """The reply a streamed object amounts to once its ``transition`` is whole, to check the move
     before any text is shown: the checks of :func:`parse_reply` on what has arrived; None if they fail."""

@@ -38,13 +38,25 @@ from llm_fsm.jsonfiles import validation_summary
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
-from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher
-from llm_fsm.turn import DEFAULT_FALLBACK, Step, Steps, TurnResult, TurnRunner, TurnSettings, fire_error, resume_turn
+from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
+from llm_fsm.tools import calling
+from llm_fsm.tools.calling import ToolMode, ToolRun
+from llm_fsm.turn import (
+    DEFAULT_FALLBACK,
+    Checkpoint,
+    RunTools,
+    Step,
+    TurnResult,
+    TurnRunner,
+    TurnSettings,
+    fire_error,
+    resume_turn,
+)
 from llm_fsm.values import as_json_data, clean_text
 
-StreamEvent = Union["MessageDelta", "MessageReset", "TurnResult"]
-# what a step produces: text deltas (when a reply streams), then the response; or what an await gave
-Item = str | LLMResponse | Awaited
+StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
+# what a step produces: text deltas (when a reply streams), then the response; what an await gave; tool runs
+Item = str | LLMResponse | Awaited | list[ToolRun]
 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
@@ -86,10 +98,11 @@ class Conversation:
         self.definition = definition
         self.llm = llm
         self.hooks = hooks if hooks is not None else Hooks()
-        _check_bindings(definition, self.hooks)
+        tools = _check_bindings(definition, self.hooks)
         self.settings = TurnSettings(
-            prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message
-        )
+            prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
+            tools=tools, tool_mode=lambda: tool_mode(self.llm),
+        )  # fmt: skip
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
         self._busy = False
 
@@ -234,12 +247,12 @@ class Conversation:
 
     # -- running turns: one loop, driven sync or async ------------------------------------------
 
-    def _complete(self, steps: Callable[[], Steps]) -> TurnResult:
+    def _complete(self, steps: Callable[[], TurnRunner]) -> TurnResult:
         """A turn with no events to show: the same drive, without the event machinery (send's speed)."""
         with _Drive(self, steps(), stream=False, sync=True) as turn:
             return turn.run_to_end()
 
-    def _run(self, steps: Callable[[], Steps], *, stream: bool) -> Iterator[StreamEvent]:
+    def _run(self, steps: Callable[[], TurnRunner], *, stream: bool) -> Iterator[StreamEvent]:
         with _Drive(self, steps(), stream, sync=True) as turn:
             try:
                 yield from turn.take(None)
@@ -250,7 +263,7 @@ class Conversation:
                 yield from turn.withdraw()
                 raise
 
-    async def _arun(self, steps: Callable[[], Steps], *, stream: bool) -> AsyncIterator[StreamEvent]:
+    async def _arun(self, steps: Callable[[], TurnRunner], *, stream: bool) -> AsyncIterator[StreamEvent]:
         with _Drive(self, steps(), stream, sync=False) as turn:
             try:
                 for event in turn.take(None):
@@ -264,18 +277,18 @@ class Conversation:
                     yield event
                 raise
 
-    def _steps(self, user: str | None) -> Callable[[], Steps]:
-        """The turn's generator, made once the conversation may take the turn (checked when the turn runs)."""
+    def _steps(self, user: str | None) -> Callable[[], TurnRunner]:
+        """The turn's runner, made once the conversation may take the turn (checked when the turn runs)."""
 
-        def steps() -> Steps:
+        def steps() -> TurnRunner:
             self._may_take(user)
             text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
-            return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self).run()
+            return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self)
 
         return steps
 
-    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], Steps]:
-        def steps() -> Steps:
+    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], TurnRunner]:
+        def steps() -> TurnRunner:
             self._may_take(None, resuming=True)
             args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
             return resume_turn(*args, handle=self)
@@ -318,15 +331,15 @@ class _Drive:
     turn's generator, the message shown so far, and the busy flag, and it turns items into events.
     """
 
-    def __init__(self, conversation: Conversation, steps: Steps, stream: bool, *, sync: bool) -> None:
+    def __init__(self, conversation: Conversation, runner: TurnRunner, stream: bool, *, sync: bool) -> None:
         if sync and (names := conversation.hooks.async_names()):
-            steps.close()
             raise ConversationError(
                 f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} async: use astart/asend/astream/aresume",
                 state=conversation.state,
             )
         self.conversation = conversation
-        self.steps = steps
+        self.runner = runner
+        self.steps = runner.run()
         self.stream = stream
         self.shown = ""
         self.watcher: MessageWatcher | None = None
@@ -339,6 +352,8 @@ class _Drive:
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
         conversation = self.conversation
         try:
+            if isinstance(error, Exception) and self.runner.tool_runs:  # the caller may have to undo what ran
+                error.tool_runs = tuple(self.runner.tool_runs)  # type: ignore[attr-defined]
             if error is not None:
                 fire_error(conversation.definition, conversation.hooks, conversation.state, error, handle=conversation)
         finally:
@@ -359,7 +374,12 @@ class _Drive:
         if isinstance(call, tuple):
             self.call = None
             return chain(events, self._end(*call))  # lazily: the commit waits until the result is taken
-        if self.shown and call.kind == "reply":
+        if isinstance(item, list) and self.stream:  # the tools that ran, before what the turn does next
+            events += [ToolResult(run) for run in item]
+        if isinstance(call, RunTools):
+            if self.stream:
+                events += [ToolCall(p.call.id, p.call.name, p.arguments) for p in call.calls]
+        elif self.shown and call.kind == "reply":
             self.shown = ""
             events.append(MessageReset("the reply was not accepted"))
         return events
@@ -382,6 +402,9 @@ class _Drive:
         """The turn's next step (a reply call is watched when its message may stream), or its outcome."""
         try:
             call = next(self.steps) if response is None else self.steps.send(response)
+            while isinstance(call, Checkpoint):  # held from now on, whatever the rest of the turn does
+                self.conversation._snapshot = call.snapshot
+                call = self.steps.send(None)
         except StopIteration as done:
             return done.value  # (snapshot, result): committed by _end, as the result is handed over
         preview = getattr(call, "preview", None)
@@ -410,6 +433,8 @@ def _items(llm: LLMClient, step: Step, stream: bool) -> Iterable[Item]:
     if isinstance(step, Await):  # the drive refused async hooks already; a sync hook returned an awaitable
         step.close()
         raise ConversationError(f"{step.what} returned an awaitable: use astart/asend/astream/aresume")
+    if isinstance(step, RunTools):
+        return (calling.run_batch(step.calls),)
     if stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
         return llm.stream_complete(step.request)
     return (llm.complete(step.request),)
@@ -421,6 +446,8 @@ async def _aitems(llm: LLMClient, step: Step, stream: bool) -> AsyncIterator[Ite
             yield Awaited(await step.awaitable)
         except Exception as exc:  # the turn applies the handler's policy, as for a sync handler
             yield Awaited(error=exc)
+    elif isinstance(step, RunTools):
+        yield await calling.arun_batch(step.calls)
     elif stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
         async for item in llm.astream_complete(step.request):
             yield item
@@ -448,9 +475,15 @@ def _result(event: StreamEvent | None) -> TurnResult:
     return event
 
 
-def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
-    """Every handler and Python check the definition names must be registered."""
-    problems = []
+def tool_mode(llm: LLMClient) -> ToolMode:
+    """How ``llm`` takes tool calls: its ``tool_mode()`` if it has one, else the JSON form (any model can)."""
+    mode = getattr(llm, "tool_mode", None)
+    return mode() if callable(mode) else "json"
+
+
+def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> dict[str, calling.BoundTool]:
+    """Every handler, Python check and tool the definition names must be registered: the bound tools."""
+    tools, problems = calling.bind(definition, hooks) if definition.tools or _lists_tools(definition) else ({}, [])
     named = sorted(h.name for h in hooks.handlers if h.named)
     for sid, state in definition.states.items():
         for i, name in enumerate(state.handlers):
@@ -468,6 +501,11 @@ def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> None:
                 problems.append(Problem(f"states.{sid}.checks[{i}].name", message, hint=hint, code="unbound_check"))
     if problems:
         raise DefinitionError(problems, source=definition.name)
+    return tools
+
+
+def _lists_tools(definition: FSMDefinition) -> bool:
+    return any(state.tools for state in definition.states.values())
 
 
 def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:

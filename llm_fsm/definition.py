@@ -123,6 +123,39 @@ class Example(_Frozen):
     content: str = Field(description="What they say.")
 
 
+class Approval(_Frozen):
+    """Ask a person before the call runs when ``when`` holds: JsonLogic on ``{"args": ..., "context": ...}``."""
+
+    when: JSONLogic = Field(description='JsonLogic on {"args": the call\'s arguments, "context": the context}.')
+
+
+class Tool(_Frozen):
+    """A function the model may call in the states that list it; its code is registered with
+    ``@hooks.tool(name)`` or served by an MCP server."""
+
+    description: str = Field("", description="What the tool does and when to call it, shown to the model.")
+    parameters: dict[str, Any] | None = Field(
+        None,
+        description="A JSON Schema (type object) of the arguments. Default: from the registered function's "
+        "signature, or the MCP server's.",
+    )
+    timeout: float = Field(30.0, gt=0, le=3600, description="Seconds a call may take before it counts as failed.")
+    approval: Literal["none", "always"] | Approval = Field(
+        "none", description='Pause for a person before each call: "none", "always", or {"when": JsonLogic}.'
+    )
+    result_key: str | None = Field(None, description="Context key the call's result is stored under.")
+    mcp_server: str | None = Field(None, description="Name of the MCP server (in mcp_servers) that serves it.")
+
+
+class MCPServerSpec(_Frozen):
+    """An MCP server whose tools states may list: a stdio ``command`` or a ``url``."""
+
+    command: tuple[str, ...] | None = Field(None, description="The command that starts it, as a list of words.")
+    url: str | None = Field(None, description="The URL of a server reached over HTTP.")
+    env: dict[str, str] = Field(default_factory=dict, description="Environment variables for the command.")
+    cwd: str | None = Field(None, description="Working folder of the command (relative to the definition's).")
+
+
 class State(_Frozen):
     id: str = Field(description="Unique identifier: letters, digits and underscores.")
     description: str = Field("", description="A short summary of the state, shown to the model.")
@@ -141,6 +174,10 @@ class State(_Frozen):
         "state's conditions read, and _extra.",
     )
     checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
+    tools: tuple[str, ...] = Field((), description="Names of the tools the model may call in this state.")
+    max_tool_rounds: int | None = Field(
+        None, ge=0, le=20, description="Rounds of tool calls per turn here (default: the definition's)."
+    )
     max_retries: int = Field(2, ge=0, le=10, description="Retries with feedback when checks fail.")
     on_exhausted: Literal["stay", "fallback_state", "raise"] = Field(
         "stay", description="When checks still fail: stay, go to fallback_state, or raise an error."
@@ -161,6 +198,9 @@ class State(_Frozen):
     @property
     def terminal(self) -> bool:
         return not self.transitions
+
+    def tool_rounds(self, definition: FSMDefinition) -> int:
+        return definition.max_tool_rounds if self.max_tool_rounds is None else self.max_tool_rounds
 
     def transitions_by_priority(self) -> tuple[Transition, ...]:
         return tuple(sorted(self.transitions, key=lambda t: t.priority))
@@ -192,6 +232,11 @@ class FSMDefinition(_Frozen):
         default_factory=dict,
         description="A JSON Schema per context key; a model update with a value that does not match is rejected.",
     )
+    tools: dict[str, Tool] = Field(default_factory=dict, description="Tools keyed by name; states list them by name.")
+    mcp_servers: dict[str, MCPServerSpec] = Field(
+        default_factory=dict, description="MCP servers keyed by name, whose tools states may list."
+    )
+    max_tool_rounds: int = Field(3, ge=0, le=20, description="Rounds of tool calls the model may make per turn.")
 
     @cached_property
     def content_hash(self) -> str:

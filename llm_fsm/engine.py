@@ -33,7 +33,8 @@ class Exchange(BaseModel):
 
 
 class Origin(BaseModel):
-    """Who set a context key (``llm``, ``handler:<name>``, ``user_code``, ``resume``) and on which turn."""
+    """Who set a context key (``llm``, ``handler:<name>``, ``tool:<name>``, ``user_code``, ``resume``) and on
+    which turn."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -53,6 +54,9 @@ class PendingEvent(BaseModel):
     state: str
     handler: str | None = None
     timing: str | None = None
+    kind: Literal["break", "tool_approval"] = "break"
+    tool_call: dict[str, Any] | None = None  # tool_approval: the call waiting for a person (a ToolRun's data)
+    tool_runs: tuple[dict[str, Any], ...] = ()  # tool_approval: the calls that ran earlier in the paused turn
 
 
 Status = Literal["new", "active", "paused", "ended"]
@@ -84,7 +88,7 @@ class Rejection(BaseModel):
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check"]
+    kind: Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool"]
     reason: str
     target_state: str | None = None
     key: str | None = None
@@ -345,6 +349,10 @@ def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: M
     if not isinstance(result, Mapping):
         kind = type(result).__name__
         raise ResumeError(f"a resume result is an object of context keys, not a {kind}", state=snapshot.state)
+    if snapshot.pending.kind == "tool_approval":  # a decision about the call, not context: nothing is merged
+        return snapshot.model_copy(
+            update={"pending": None, "status": "active", "used_tokens": (*snapshot.used_tokens, token)}
+        )
     result = as_json_data(result, source="resume result")
     written = [k for k, v in result.items() if v is not None]
     return snapshot.model_copy(

@@ -91,6 +91,18 @@ class Handler:
         return {k: v for k, v in arguments.items() if k in self.accepts}
 
 
+@dataclass(frozen=True)
+class ToolFunction:
+    """The code of a tool: ``parameters`` is the JSON Schema given at registration, or None (then
+    the definition's, or one made from the signature, is used)."""
+
+    name: str
+    function: Callable[..., Any]
+    is_async: bool
+    description: str = ""
+    parameters: dict[str, Any] | None = None
+
+
 def _accepted_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
     parameters = inspect.signature(function).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
@@ -122,6 +134,7 @@ class Hooks:
     def __init__(self) -> None:
         self.handlers: list[Handler] = []
         self.checks: dict[str, Callable[..., CheckOutcome]] = {}
+        self.tools: dict[str, ToolFunction] = {}
 
     def on(
         self,
@@ -164,6 +177,36 @@ class Hooks:
 
         return register
 
+    def tool(
+        self, name: str | None = None, *, description: str | None = None, parameters: dict[str, Any] | None = None
+    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        """Decorator: the code of a tool (sync or async) that states list in ``tools``.
+
+        It is called with the model's arguments as keywords, after they were checked against the
+        tool's JSON Schema: the definition's ``parameters``, else ``parameters`` here, else one made
+        from the function's signature (its type hints, through pydantic). It returns JSON data.
+        """
+
+        def register(function: Callable[..., Any]) -> Callable[..., Any]:
+            self.add_tool(function, name=name, description=description, parameters=parameters)
+            return function
+
+        return register
+
+    def add_tool(
+        self,
+        function: Callable[..., Any],
+        *,
+        name: str | None = None,
+        description: str | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> ToolFunction:
+        label = name or getattr(function, "__name__", None) or "tool"
+        doc = (inspect.getdoc(function) or "").strip()
+        tool = ToolFunction(label, function, is_async(function), description or doc, parameters)
+        self.tools[label] = tool
+        return tool
+
     def add(
         self,
         function: Callable[..., Any],
@@ -202,6 +245,7 @@ class Hooks:
         other = Hooks()
         other.handlers = list(self.handlers)
         other.checks = dict(self.checks)
+        other.tools = dict(self.tools)
         return other
 
     @staticmethod

@@ -27,7 +27,7 @@ from llm_fsm.errors import (
     LLMUnavailableError,
 )
 
-Message = dict[str, str]
+Message = dict[str, Any]
 logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
 
 
@@ -51,6 +51,15 @@ class Usage:
 
 
 @dataclass(frozen=True)
+class ToolCallRequest:
+    """A tool call the model asked for."""
+
+    id: str
+    name: str
+    arguments: str  # the raw JSON text of the arguments, as the model wrote them
+
+
+@dataclass(frozen=True)
 class LLMRequest:
     """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
 
@@ -66,6 +75,8 @@ class LLMRequest:
     state: str | None = None
     context: dict[str, Any] | None = field(default=None, repr=False)
     longer: bool = False
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | None = None
 
 
 @dataclass(frozen=True)
@@ -76,6 +87,7 @@ class LLMResponse:
     usage: Usage = field(default_factory=Usage)
     model: str | None = None
     finish_reason: str | None = None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
 
 
 @runtime_checkable

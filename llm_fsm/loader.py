@@ -36,6 +36,7 @@ from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,7 @@ class _Reader:
         data = self._check_fields(data)
         definition = self._validate(data)
         self._check_graph(data)
+        self._check_tools(data)
         if self.errors:
             definition = None
         return LoadReport(definition, self.errors, self.warnings, self.source)
@@ -418,6 +420,47 @@ class _Reader:
                 for where, message in logic.check_rule(rule) if rule is not None else ():
                     path = (*loc, "conditions", j, "logic")
                     self.error(path, f"{where + ': ' if where else ''}{message}", code="logic")
+
+    def _check_tools(self, data: dict[str, Any]) -> None:
+        """Tool names, schemas, approval rules, servers; the tools each state lists must be declared
+        (or may come from an MCP server, which is asked when a conversation starts)."""
+        tools, servers = data.get("tools"), data.get("mcp_servers")
+        declared = tools if isinstance(tools, dict) else {}
+        known_servers = servers if isinstance(servers, dict) else {}
+        for name, tool in _dict_items(declared):
+            loc = ("tools", name)
+            if not _TOOL_NAME.match(name):
+                self.error(loc, f"tool name '{name}' is not valid (1 to 64 letters, digits, _ or -)", code="bad_id")
+            parameters = _get(tool, "parameters")
+            if isinstance(parameters, dict):
+                self._check_schemas((*loc, "parameters"), parameters)
+                if parameters.get("type", "object") != "object":
+                    self.error(
+                        (*loc, "parameters"), "a tool's parameters are a JSON Schema of type object", code="bad_schema"
+                    )
+            rule = _get(_get(tool, "approval"), "when")
+            for where, message in logic.check_rule(rule) if rule is not None else ():
+                self.error((*loc, "approval", "when"), f"{where + ': ' if where else ''}{message}", code="logic")
+            key = _get(tool, "result_key")
+            if isinstance(key, str) and (not key or key.startswith("_")):
+                self.error(
+                    (*loc, "result_key"), "a result key names a context key not starting with '_'", code="bad_key"
+                )
+            server = _get(tool, "mcp_server")
+            if isinstance(server, str) and server not in known_servers:
+                hint = did_you_mean(server, known_servers)
+                self.error((*loc, "mcp_server"), f"unknown MCP server '{server}'", code="unknown_server", hint=hint)
+        for name, server in _dict_items(known_servers):
+            if isinstance(server, dict) and (server.get("command") is None) == (server.get("url") is None):
+                self.error(
+                    ("mcp_servers", name), "an MCP server has a command or a url (one of the two)", code="bad_server"
+                )
+        states = data.get("states")
+        for sid, state in _dict_items(states if isinstance(states, dict) else {}):
+            for i, name in _list_items(_get(state, "tools")):
+                if isinstance(name, str) and name not in declared and not known_servers:
+                    hint = did_you_mean(name, declared) or 'declare it in the top-level "tools"'
+                    self.error(("states", sid, "tools", i), f"unknown tool '{name}'", code="unknown_tool", hint=hint)
 
     def _check_terminal_reachable(self, initial: str, states: dict[str, Any]) -> None:
         if not _graph_is_known(states):  # a malformed transition is reported: what it would change is not known

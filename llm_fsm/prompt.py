@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -26,8 +26,9 @@ if TYPE_CHECKING:
     from llm_fsm.checks import Proposal
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Rejection, Snapshot
+    from llm_fsm.tools.calling import BoundTool, ToolRun
 
-Message = dict[str, str]
+Message = dict[str, Any]
 
 _MAX_KEY_CHARS = 100  # context key names are model-written too: bounded like values
 _CACHE_SIZE = 512  # definition parts kept: (definition, state) pairs
@@ -91,24 +92,50 @@ class PromptBuilder:
         self._cache: dict[tuple[str, str], str] = {}
         self._lock = threading.Lock()
 
-    def messages(self, definition: FSMDefinition, snapshot: Snapshot, user_text: str | None) -> list[Message]:
+    def messages(
+        self,
+        definition: FSMDefinition,
+        snapshot: Snapshot,
+        user_text: str | None,
+        *,
+        tools: Sequence[BoundTool] = (),
+        tool_mode: str = "native",
+    ) -> list[Message]:
         """The messages of a turn: the system prompt, then the user's text (or the opening request)."""
-        system = self.system_prompt(definition, snapshot)
+        system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
 
     def resume_note(self, reason: str, result: dict[str, Any]) -> str:
         """The user-turn text of the call that follows a resume."""
         return self._render("resume.xml.j2", {"reason": reason, "result": result})
 
-    def system_prompt(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
-        """The definition part (cached per state) followed by the conversation part."""
+    def approval_note(self, tool: str, decision: Mapping[str, Any]) -> str:
+        """The user-turn text of the call that follows a person's decision about a tool call."""
+        return self._render("approval.xml.j2", {"tool": tool, "decision": dict(decision)})
+
+    def tool_results(self, runs: Sequence[ToolRun]) -> str:
+        """The user-turn text that gives the model its tool calls' results (the JSON form of tool calling)."""
+        from llm_fsm.tools.calling import result_text
+
+        return self._render("tool_results.xml.j2", {"runs": list(runs), "text": result_text})
+
+    def system_prompt(
+        self,
+        definition: FSMDefinition,
+        snapshot: Snapshot,
+        *,
+        tools: Sequence[BoundTool] = (),
+        tool_mode: str = "native",
+    ) -> str:
+        """The definition part (cached per state), the state's tools, then the conversation part."""
         conversation = {
             "context": self._visible_context(definition.masked(snapshot.context)),
             "history": self._window(snapshot.history),
             "opening": not snapshot.history,
         }
         volatile = self._render("system_conversation.xml.j2", conversation)
-        return self.definition_part(definition, snapshot.state) + volatile
+        listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
+        return self.definition_part(definition, snapshot.state) + listed + volatile
 
     def definition_part(self, definition: FSMDefinition, state_id: str) -> str:
         """Everything that depends only on the definition and the state: rendered once, then reused."""

@@ -33,6 +33,22 @@ class MessageReset:
     reason: str
 
 
+@dataclass(frozen=True)
+class ToolCall:
+    """A tool call about to run (its arguments checked): ``id``, ``name``, ``arguments``."""
+
+    id: str
+    name: str
+    arguments: Any
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """A tool call that ran: ``run`` holds its result or error and its duration."""
+
+    run: Any  # a llm_fsm.tools.calling.ToolRun
+
+
 class MessageWatcher:
     """Follows one streamed reply and releases its message text once ``preview`` accepts its transition."""
 

@@ -39,14 +39,18 @@ from llm_fsm.engine import (
     resumed,
     write,
 )
-from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated
+from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, ResumeError
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, call, logger, may_run, new_token, now, selected
-from llm_fsm.llm import LLMRequest, LLMResponse, Usage
+from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 from llm_fsm.prompt import PromptBuilder
+from llm_fsm.tools import calling
+from llm_fsm.tools.calling import BoundTool, Prepared, ToolMode, ToolRun
 from llm_fsm.values import as_json_data, clean_text
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
+DEFAULT_APPROVAL_MESSAGE = "One moment, please: a person has to approve this step before I can go on."
+NO_MORE_TOOLS = "no more tool calls in this turn: give your final reply now, with what you have"
 
 Preview = Callable[[Any], bool]
 Problems = tuple[Rejection, ...]
@@ -61,6 +65,8 @@ class TurnSettings:
     max_corrections: int = 1
     max_calls_per_turn: int = 8
     fallback_message: str = DEFAULT_FALLBACK
+    tools: Mapping[str, BoundTool] = field(default_factory=dict)
+    tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
 
 
 @dataclass(frozen=True)
@@ -78,7 +84,23 @@ class Call:
     preview: Preview | None = field(default=None, repr=False)
 
 
-Step = Call | Await  # what a turn asks its driver for: a model call, or an awaitable to await (async only)
+@dataclass(frozen=True)
+class RunTools:
+    """Tool calls the turn needs run (all at once); the driver sends back their :class:`ToolRun` list."""
+
+    calls: tuple[Prepared, ...]
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A snapshot the conversation must hold from now on, whatever happens to the rest of the turn:
+    a person approved a tool call and it ran, so a retry must not run it again."""
+
+    snapshot: Snapshot
+
+
+# what a turn asks its driver for: a model call, an awaitable (async only), tools to run, a checkpoint
+Step = Call | Await | RunTools | Checkpoint
 Steps = Generator[Step, Any, "tuple[Snapshot, TurnResult]"]
 
 
@@ -100,6 +122,7 @@ class TurnResult:
     context: dict[str, Any] = field(repr=False)
     status: str = "active"
     pending: PendingEvent | None = None
+    tool_calls: tuple[ToolRun, ...] = ()
 
     @property
     def transitioned(self) -> bool:
@@ -126,6 +149,7 @@ class TurnResult:
             "ended": self.ended,
             "status": self.status,
             "pending": self.pending.model_dump() if self.pending else None,
+            "tool_calls": [run.model_dump() for run in self.tool_calls],
         }
 
 
@@ -154,6 +178,8 @@ class TurnRunner:
         note: str | None = None,
         handle: Any = None,
         resuming: PendingEvent | None = None,
+        paused: Snapshot | None = None,
+        decision: Mapping[str, Any] | None = None,
     ) -> None:
         self.definition = definition
         self.base = base
@@ -163,13 +189,17 @@ class TurnRunner:
         self.note = note  # the user-turn text of an opening or a resume
         self.handle = handle
         self.resuming = resuming  # the pause this turn continues: its handlers that ran are not run again
+        self.paused = paused  # the snapshot that paused (a tool approval's checkpoint is made from it)
+        self.decision = decision  # a person's decision about the tool call the pause waits for
         self.started = time.perf_counter()
         self.calls = 0
         self.usage = Usage()
         self.rejected: list[Rejection] = []
         self.work = _Working(dict(base.context), dict(base.provenance))
         self.last_decision: Decision | None = None
-        self.messages: list[dict[str, str]] = []
+        self.messages: list[dict[str, Any]] = []
+        self.tool_runs: list[ToolRun] = []
+        self.rounds = 0  # rounds of tool calls made in this turn
         self._working: Snapshot | None = None
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
 
@@ -177,6 +207,8 @@ class TurnRunner:
 
     def run(self) -> Steps:
         state = self.base.state
+        if self.resuming is not None and self.resuming.kind == "tool_approval":
+            return (yield from self.continue_after_approval())
         if self.resuming is not None and self.definition.states[state].terminal:
             return (yield from self.close_terminal())
         try:
@@ -185,12 +217,24 @@ class TurnRunner:
             yield from self.fire("before_llm_call", state)
         except Break as pause:
             return self.pause(pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
-        self.messages = self.settings.prompt.messages(self.definition, self.working(), self.user or self.note)
-        request = self.request(self.messages)
+        self.messages = self.prompt_messages()
+        return (yield from self.replies(self.request(self.messages)))
+
+    def replies(self, request: LLMRequest) -> Steps:
+        """Model calls until a reply is accepted (tool rounds and corrections in between), or the budgets end."""
+        state = self.base.state
         corrections = refinements = 0
         while True:
             response = yield self.reply_call(request)
             self.count(response)
+            if calls := self.requested_tools(response):
+                paused = yield from self.use_tools(calls, response)
+                if paused is not None:
+                    return paused
+                if not self.budget_left():
+                    return (yield from self.exhausted(False))
+                request = self.request(self.messages)
+                continue
             try:
                 decision, reply, problems = yield from self.verdict(response)
             except Break as pause:  # an after_reply handler: before the commit, so the move is not made
@@ -310,14 +354,154 @@ class TurnRunner:
     def budget_left(self) -> bool:
         return self.calls < self.settings.max_calls_per_turn
 
-    def request(self, messages: list[dict[str, str]], *, longer: bool = False) -> LLMRequest:
+    def request(self, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
         schema, strict = state_reply_schemas(self.definition, self.base.state)
-        return LLMRequest(messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer)
+        tools = self.state_tools()
+        specs: tuple[dict[str, Any], ...] | None = None
+        if tools and self.tool_mode() == "native":
+            specs = tuple(tool.spec() for tool in tools)
+        elif tools:  # the JSON form: a reply may be a tool request instead, which a strict schema cannot allow
+            schema, strict = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}, None
+        return LLMRequest(
+            messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs
+        )
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.settings.prompt.correction(problems, self.base.state)
         extra = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
         return self.request([*self.messages, *extra], longer=any(p.kind == "truncated" for p in problems))
+
+    def prompt_messages(self) -> list[dict[str, Any]]:
+        tools = self.state_tools()
+        mode = self.tool_mode() if tools else "native"
+        return self.settings.prompt.messages(
+            self.definition, self.working(), self.user or self.note, tools=tools, tool_mode=mode
+        )
+
+    # -- tools ----------------------------------------------------------------------------------
+
+    def state_tools(self) -> list[BoundTool]:
+        bound = self.settings.tools
+        return [bound[name] for name in self.definition.states[self.base.state].tools if name in bound]
+
+    def tool_mode(self) -> ToolMode:
+        return self.settings.tool_mode()
+
+    def requested_tools(self, response: LLMResponse) -> list[ToolCallRequest]:
+        """The tool calls a response asks for: native ones, or a reply in the JSON form (in states with tools)."""
+        if response.tool_calls:
+            return list(response.tool_calls)
+        if not self.definition.states[self.base.state].tools or self.tool_mode() != "json":
+            return []
+        return calling.requested_in_text(response.text, self.rounds + 1)
+
+    def use_tools(
+        self, calls: list[ToolCallRequest], response: LLMResponse
+    ) -> Generator[Step, Any, tuple[Snapshot, TurnResult] | None]:
+        """One round of tool calls: checked, run (all at once), their results given to the model.
+
+        A call that needs a person's approval pauses the turn (returned: the pause) after the others ran.
+        """
+        state = self.definition.states[self.base.state]
+        self.rounds += 1
+        limit = self.definition.max_tool_rounds if state.max_tool_rounds is None else state.max_tool_rounds
+        prepared = [calling.prepare(c, state, self.settings.tools, self.work.context, self.rounds) for c in calls]
+        if self.rounds > limit:
+            prepared = [calling.Prepared(p.call, None, p.arguments, self.rounds, NO_MORE_TOOLS) for p in prepared]
+        held = next((p for p in prepared if p.error is None and p.needs_approval), None)
+        ready = tuple(p for p in prepared if p.error is None and not p.needs_approval)
+        ran = iter((yield RunTools(ready)) if ready else ())
+        runs = []
+        for p in prepared:
+            if p.error is not None:
+                runs.append(p.refused(p.error))
+            elif p is held:
+                continue
+            elif p.needs_approval:
+                runs.append(p.refused("needs a person's approval: call it again once the pending call is decided"))
+            else:
+                runs.append(next(ran))
+        self.apply_tools(runs)
+        if held is not None:
+            return self.pause_for_approval(held)
+        self.messages += self.tool_exchange(runs, response.text)
+        return None
+
+    def apply_tools(self, runs: list[ToolRun]) -> None:
+        """Record the runs: a rejection for each error, each result under its tool's ``result_key``."""
+        for run in runs:
+            self.tool_runs.append(run)
+            tool = self.settings.tools.get(run.name)
+            if run.error is not None:
+                reason = f"tool '{run.name}': {run.error}"
+                self.rejected.append(Rejection(kind="tool", reason=reason, attempt=self.calls))
+            elif tool is not None and tool.result_key:
+                self.work.context, self.work.provenance = write(
+                    self.work.context, self.work.provenance, {tool.result_key: run.result},
+                    by=f"tool:{run.name}", turn=self.turn_index,
+                )  # fmt: skip
+
+    def tool_exchange(self, runs: list[ToolRun], text: str | None) -> list[dict[str, Any]]:
+        """The messages that ask for ``runs`` and give their results, in this model's form."""
+        if self.tool_mode() == "native":
+            return calling.native_exchange(runs, text)
+        asked = text if text else calling.json_request_text(runs)
+        return [
+            {"role": "assistant", "content": asked},
+            {"role": "user", "content": self.settings.prompt.tool_results(runs)},
+        ]
+
+    def pause_for_approval(self, held: Prepared) -> tuple[Snapshot, TurnResult]:
+        """Pause before ``held`` runs: the pending event carries the call and the turn's earlier calls."""
+        state = self.base.state
+        waiting = ToolRun(id=held.call.id, name=held.call.name, arguments=held.arguments, round=held.round)
+        event = PendingEvent(
+            reason=f"tool '{held.call.name}' needs approval",
+            payload={"tool": held.call.name, "arguments": held.arguments},
+            created_at=now(),
+            token=new_token(),
+            state=state,
+            kind="tool_approval",
+            tool_call=waiting.model_dump(),
+            tool_runs=tuple(run.model_dump() for run in self.tool_runs),
+        )
+        return self.finish(state, DEFAULT_APPROVAL_MESSAGE, {}, pending=event)
+
+    def continue_after_approval(self) -> Steps:
+        """The rest of a turn paused for a tool call's approval: the call as decided, then the model again."""
+        pause, self.resuming = self.resuming, None
+        assert pause is not None and pause.tool_call is not None
+        earlier = [ToolRun.model_validate(run) for run in pause.tool_runs]
+        held = ToolRun.model_validate(pause.tool_call)
+        decided = held if held.approval is not None else (yield from self.decide_call(held, pause))
+        self.rounds = held.round
+        self.apply_tools([decided])
+        self.messages = self.prompt_messages()
+        for number in sorted({run.round for run in [*earlier, decided]}):
+            runs = [run for run in [*earlier, decided] if run.round == number]
+            self.messages += self.tool_exchange(runs, None)
+        return (yield from self.replies(self.request(self.messages)))
+
+    def decide_call(self, held: ToolRun, pause: PendingEvent) -> Generator[Step, Any, ToolRun]:
+        """``held`` as the person decided: run (then checkpointed: never run twice), given a result, or refused."""
+        decision = self.decision or {}
+        if "result" in decision:
+            result = as_json_data({"result": decision["result"]}, source="the supplied tool result")["result"]
+            return held.model_copy(update={"result": result, "approval": "supplied"})
+        if decision.get("approved") is not True:
+            reason = decision.get("reason")
+            error = f"a person rejected this call{': ' + str(reason) if reason else ''}"
+            return held.model_copy(update={"error": error, "approval": "rejected"})
+        tool = self.settings.tools.get(held.name)
+        if tool is None:
+            return held.model_copy(update={"error": "this tool is no longer available", "approval": "approved"})
+        call = ToolCallRequest(held.id, held.name, calling.arguments_text(held.arguments))
+        (ran,) = yield RunTools((calling.Prepared(call, tool, held.arguments, held.round),))
+        ran = ran.model_copy(update={"approval": "approved"})
+        if self.paused is not None:  # from now on a retry of this resume must find the result, not run it again
+            recorded = pause.model_copy(update={"tool_call": ran.model_dump()})
+            yield Checkpoint(self.paused.model_copy(update={"pending": recorded}))
+        return ran
 
     def working(self) -> Snapshot:
         """The snapshot every decision of this turn is made on: the base with the working context."""
@@ -458,6 +642,7 @@ class TurnRunner:
             context=copy.deepcopy(snapshot.context),
             status=snapshot.status,
             pending=pending,
+            tool_calls=tuple(self.tool_runs),
         )
         return snapshot, result
 
@@ -471,12 +656,42 @@ def resume_turn(
     result: dict[str, Any],
     *,
     handle: Any = None,
-) -> Steps:
-    """The turn that continues a paused conversation with ``result`` (:class:`ResumeError` for a bad token)."""
-    base = resumed(definition, snapshot, token, result)
+) -> TurnRunner:
+    """The turn that continues a paused conversation with ``result`` (:class:`ResumeError` for a bad token).
+
+    A pause for a tool call's approval takes a decision instead of context: ``{"approved": true}``,
+    ``{"approved": false, "reason": "..."}`` or ``{"result": ...}`` (the call's result, supplied)."""
     pause = snapshot.pending
-    note = settings.prompt.resume_note(pause.reason if pause else "paused", result)
-    return TurnRunner(definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause).run()
+    if pause is not None and pause.kind == "tool_approval" and token == pause.token:
+        _check_decision(result, snapshot.state)
+    base = resumed(definition, snapshot, token, result)
+    if pause is not None and pause.kind == "tool_approval":
+        note = settings.prompt.approval_note(pause.payload.get("tool", "?"), result)
+    else:
+        note = settings.prompt.resume_note(pause.reason if pause else "paused", result)
+    runner = TurnRunner(
+        definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause,
+        paused=snapshot, decision=result,
+    )  # fmt: skip
+    return runner
+
+
+def _check_decision(decision: Mapping[str, Any], state: str) -> None:
+    """A decision about a tool call: {"approved": bool, "reason"?: str} or {"result": ...}."""
+    if isinstance(decision, Mapping) and (
+        set(decision) == {"result"}
+        or (
+            "approved" in decision
+            and isinstance(decision["approved"], bool)
+            and set(decision) <= {"approved", "reason"}
+        )
+    ):
+        return
+    raise ResumeError(
+        'a tool approval is resumed with {"approved": true}, {"approved": false, "reason": "..."} '
+        f'or {{"result": ...}}, not {decision!r:.80}',
+        state=state,
+    )
 
 
 def fire_error(definition: FSMDefinition, hooks: Hooks, state: str, error: BaseException, *, handle: Any) -> None:

@@ -19,12 +19,21 @@ from typing import TYPE_CHECKING, Any
 
 from llm_fsm.errors import CassetteMismatch, ScriptExhausted
 from llm_fsm.testing.cassette import RecordingLLM, ReplayLLM
-from llm_fsm.testing.scripted import ScriptedLLM, reply
+from llm_fsm.testing.scripted import ScriptedLLM, reply, tool_calls
 
 if TYPE_CHECKING:
     from llm_fsm.testing.simulation import SimulatedLLM
 
-__all__ = ["CassetteMismatch", "RecordingLLM", "ReplayLLM", "ScriptExhausted", "ScriptedLLM", "SimulatedLLM", "reply"]
+__all__ = [
+    "CassetteMismatch",
+    "RecordingLLM",
+    "ReplayLLM",
+    "ScriptExhausted",
+    "ScriptedLLM",
+    "SimulatedLLM",
+    "reply",
+    "tool_calls",
+]
 
 
 def __getattr__(name: str) -> Any:

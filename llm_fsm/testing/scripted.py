@@ -10,13 +10,13 @@ import threading
 from collections import deque
 from collections.abc import AsyncIterator, Iterable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llm_fsm.errors import LLMError, ScriptExhausted
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
-from llm_fsm.llm import LLMRequest, LLMResponse, Usage
+from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 
-__all__ = ["ScriptedLLM", "reply"]
+__all__ = ["ScriptedLLM", "reply", "tool_calls"]
 
 
 def reply(target_state: str, message: str, **context_update: Any) -> dict[str, Any]:
@@ -24,15 +24,31 @@ def reply(target_state: str, message: str, **context_update: Any) -> dict[str, A
     return {"transition": {"target_state": target_state, "context_update": context_update}, "message": message}
 
 
+def tool_calls(*calls: tuple[str, dict[str, Any]] | str) -> dict[str, Any]:
+    """A scripted request for tool calls: ``tool_calls(("lookup_order", {"order_id": "A-17"}))``
+    (a bare name calls the tool with no arguments)."""
+    items = [(c, {}) if isinstance(c, str) else c for c in calls]
+    return {"tool_calls": [{"name": name, "arguments": arguments} for name, arguments in items]}
+
+
 class ScriptedLLM:
     """Answers each call with the next scripted reply and records every request in ``requests``.
 
     A reply is a dict (sent as JSON), a string (sent as is, to script malformed output), or an
     exception instance (raised, to script provider failures). Usage counts characters / 4.
+    A dict ``{"tool_calls": [{"name", "arguments"}]}`` (see :func:`tool_calls`) asks for tool calls:
+    as native function calls (``tool_calling="native"``, the default), or as that JSON text (``"json"``).
     """
 
-    def __init__(self, replies: Iterable[dict[str, Any] | str | BaseException] = (), *, chunk_size: int = 8) -> None:
+    def __init__(
+        self,
+        replies: Iterable[dict[str, Any] | str | BaseException] = (),
+        *,
+        chunk_size: int = 8,
+        tool_calling: Literal["native", "json"] = "native",
+    ) -> None:
         self.chunk_size = max(1, chunk_size)
+        self.tool_calling = tool_calling
         self._replies: deque[dict[str, Any] | str | BaseException] = deque(replies)
         self._lock = threading.Lock()
         self.requests: list[LLMRequest] = []
@@ -53,6 +69,9 @@ class ScriptedLLM:
             raise LLMError(not_a(path, data, "reply script", why), model="scripted")
         return cls(replies)
 
+    def tool_mode(self) -> Literal["native", "json"]:
+        return self.tool_calling
+
     def add(self, *replies: dict[str, Any] | str | BaseException) -> None:
         self._replies.extend(replies)
 
@@ -72,8 +91,12 @@ class ScriptedLLM:
             item = self._replies.popleft()
         if isinstance(item, BaseException):
             raise item
+        prompt = sum(len(str(m.get("content") or "")) for m in request.messages) // 4
+        if self.tool_calling == "native" and isinstance(item, dict) and set(item) == {"tool_calls"}:
+            calls = tuple(_call(call, len(self.requests), n) for n, call in enumerate(item["tool_calls"], 1))
+            completion = len(json.dumps(item)) // 4
+            return LLMResponse("", Usage(prompt, completion, prompt + completion), "scripted", "tool_calls", calls)
         text = item if isinstance(item, str) else json.dumps(item, ensure_ascii=False)
-        prompt = sum(len(m["content"]) for m in request.messages) // 4
         completion = len(text) // 4
         return LLMResponse(text, Usage(prompt, completion, prompt + completion), "scripted")
 
@@ -90,3 +113,9 @@ class ScriptedLLM:
     async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
         for item in self.stream_complete(request):
             yield item
+
+
+def _call(call: dict[str, Any], request: int, number: int) -> ToolCallRequest:
+    arguments = call.get("arguments", {})
+    text = arguments if isinstance(arguments, str) else json.dumps(arguments, ensure_ascii=False)
+    return ToolCallRequest(str(call.get("id") or f"call_{request}_{number}"), str(call.get("name", "")), text)
