@@ -666,7 +666,8 @@ def resume_turn(
         _check_decision(result, snapshot.state)
     base = resumed(definition, snapshot, token, result)
     if pause is not None and pause.kind == "tool_approval":
-        note = settings.prompt.approval_note(pause.payload.get("tool", "?"), result)
+        ran = (pause.tool_call or {}).get("approval") == "approved"  # decided and run before a failure
+        note = settings.prompt.approval_note(pause.payload.get("tool", "?"), {"approved": True} if ran else result)
     else:
         note = settings.prompt.resume_note(pause.reason if pause else "paused", result)
     runner = TurnRunner(

@@ -3,7 +3,8 @@
 This is the one place a stored turn is written: lock, load, take up a newer version saved by
 someone else, run the turn, save with a version check. :func:`advance` (one call per turn, for
 servers) and the terminal commands' ``--conversation`` both go through :class:`StoredConversation`,
-so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing.
+so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing,
+except a checkpoint it made (a tool call a person approved ran: a retry must find its result).
 """
 
 from __future__ import annotations
@@ -55,7 +56,13 @@ class StoredConversation:
         """``action`` on the newest stored version, under the conversation's lock, then a version-checked save."""
         with self.store.lock(self.id, timeout=self.wait):
             self._catch_up(self.store.load(self.id))
-            result = action(self.conversation)
+            before = self.conversation.snapshot()
+            try:
+                result = action(self.conversation)
+            except BaseException:
+                if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
+                    self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
+                raise
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 
@@ -63,7 +70,14 @@ class StoredConversation:
         """The async form of :meth:`run`: ``action`` returns an awaitable (``lambda c: c.asend(text)``)."""
         async with self.store.alock(self.id, timeout=self.wait):
             self._catch_up(await self.store.aload(self.id))
-            result = await action(self.conversation)
+            before = self.conversation.snapshot()
+            try:
+                result = await action(self.conversation)
+            except BaseException:
+                if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
+                    snapshot = self.conversation.snapshot()
+                    self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
+                raise
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 

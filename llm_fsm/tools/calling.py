@@ -287,7 +287,10 @@ def _describe(exc: BaseException) -> str:
 def result_text(run: ToolRun) -> str:
     """A call's outcome as the model reads it: its result as JSON, or ``{"error": ...}``; bounded."""
     body = {"error": run.error} if run.error is not None else {"result": run.result}
-    return _bounded(json.dumps(body, ensure_ascii=False, sort_keys=True), MAX_RESULT_CHARS)
+    text = json.dumps(body, ensure_ascii=False, sort_keys=True)
+    # JSON escapes, so that no tag can open or close in any prompt; the model reads the same data
+    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
+    return _bounded(text, MAX_RESULT_CHARS)
 
 
 def _bounded(text: str, limit: int) -> str:
