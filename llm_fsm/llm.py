@@ -9,6 +9,8 @@ retry runs under ours, and we retry only what can succeed on a second try.
 
 from __future__ import annotations
 
+import functools
+import json
 import logging
 import os
 import random
@@ -27,7 +29,7 @@ from llm_fsm.errors import (
     LLMUnavailableError,
 )
 
-Message = dict[str, Any]
+Message = dict[str, Any]  # role and content; an assistant's may carry "tool_calls", a tool's "tool_call_id"
 logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
 
 
@@ -54,9 +56,10 @@ class Usage:
 class ToolCallRequest:
     """A tool call the model asked for."""
 
-    id: str
+    id: str  # the provider's call id ("call_<n>", n its position in the reply, when the provider gave none)
     name: str
-    arguments: str  # the raw JSON text of the arguments, as the model wrote them
+    # the raw JSON text of the arguments as the model wrote them (may be invalid JSON: the runtime reports that)
+    arguments: str
 
 
 @dataclass(frozen=True)
@@ -66,6 +69,9 @@ class LLMRequest:
     ``kind``, ``state`` and ``context`` describe the call for test doubles and recorders (the
     simulated model reads them); they are never sent to a provider. ``longer``: the previous reply
     was cut off at the token limit, so a client with a ``max_tokens`` budget doubles it for this call.
+    ``tools``: OpenAI function-tool specs (``{"type": "function", "function": {"name", "description",
+    "parameters"}}``) and ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``), sent to the provider
+    only when the client calls tools natively (see ``LiteLLMClient.tool_mode``).
     """
 
     messages: list[Message]
@@ -81,7 +87,12 @@ class LLMRequest:
 
 @dataclass(frozen=True)
 class LLMResponse:
-    """The model's text. ``finish_reason`` as the provider gave it: ``length`` means the text was cut off."""
+    """The model's text (``""`` when it only called tools) and the tool calls it asked for, in order.
+
+    ``finish_reason`` as the provider gave it: ``length`` means the text (or a tool call's arguments)
+    was cut off; ``tool_calls`` that the model stopped to call tools. A provider may say ``stop`` with
+    tool calls: a streamed reply reports that as ``tool_calls``, as litellm already does for the others.
+    """
 
     text: str
     usage: Usage = field(default_factory=Usage)
@@ -109,6 +120,7 @@ class StreamingLLMClient(LLMClient, Protocol):
 
 
 ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
+ToolCalling = Literal["auto", "native", "json"]
 
 
 def _import_litellm() -> ModuleType:
@@ -125,9 +137,10 @@ class LiteLLMClient:
     429 and 5xx, with exponential backoff from ``backoff`` seconds, capped at ``max_backoff``.
     ``response_format``: ``auto`` asks for a strict JSON schema where litellm says the model
     supports one, else JSON mode where supported, else nothing. ``stream`` streams each call (with
-    usage). ``quiet`` sets litellm's process-wide ``suppress_debug_info``, which stops the help
-    banners litellm prints to stdout on errors (off by default: it is a global of litellm's).
-    Further keyword arguments go to ``litellm.completion`` unchanged.
+    usage). ``tool_calling``: how tools reach the model (see :meth:`tool_mode`). ``quiet`` sets
+    litellm's process-wide ``suppress_debug_info``, which stops the help banners litellm prints to
+    stdout on errors (off by default: it is a global of litellm's). Further keyword arguments go to
+    ``litellm.completion`` unchanged.
     """
 
     def __init__(
@@ -142,6 +155,7 @@ class LiteLLMClient:
         backoff: float = 0.5,
         max_backoff: float = 8.0,
         response_format: ResponseFormat = "auto",
+        tool_calling: ToolCalling = "auto",
         stream: bool = False,
         quiet: bool = False,
         **extra: Any,
@@ -155,11 +169,13 @@ class LiteLLMClient:
         self.backoff = backoff
         self.max_backoff = max_backoff
         self.response_format = response_format
+        self.tool_calling = tool_calling
         self.stream = stream
         self.quiet = quiet
         self.extra = extra
         self._litellm: ModuleType | None = None
         self._format_kind: str | None = None
+        self._tool_mode: Literal["native", "json"] | None = None
 
     def __repr__(self) -> str:  # never shows the key
         return f"LiteLLMClient(model={self.model!r}, api_base={self.api_base!r})"
@@ -235,9 +251,45 @@ class LiteLLMClient:
         response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format
+        if request.tools and self.tool_mode() == "native":
+            params["tools"] = list(request.tools)
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+            if _has_mcp_gateway():
+                # litellm (1.106 at least) checks tools for its proxy's MCP gateway, and that check imports
+                # the optional `mcp` package, which litellm does not install: ModuleNotFoundError. Function
+                # tools never name the gateway; litellm's own flag skips the check and is not sent on.
+                params["_skip_mcp_handler"] = True
         if stream:
             params.update(stream=True, stream_options={"include_usage": True})
         return params
+
+    def tool_mode(self) -> Literal["native", "json"]:
+        """How this client offers tools: ``native`` sends them as the provider's ``tools`` parameter and
+        reads the calls back from the response; ``json`` sends none (the prompt describes them and the
+        reply's JSON asks for calls).
+
+        ``tool_calling="native"`` or ``"json"`` forces the mode. ``"auto"`` is native exactly when
+        ``litellm.supports_function_calling`` says so for ``model``. litellm answers False, without
+        raising, for models it has no entry for, and that includes every ``openai/<name>`` served at an
+        ``api_base`` (a local vLLM, llama.cpp, LM Studio or Ollama server): those get ``json``, because
+        JSON in the prompt works with any server while ``tools`` fails outright (HTTP 400) on servers
+        or models without tool support (vLLM started without ``--enable-auto-tool-choice``, Ollama
+        models whose template has no tools). For such a server that does support tools, pass
+        ``tool_calling="native"`` or describe the model to litellm with ``litellm.register_model``
+        (``"supports_function_calling": True``). The answer is computed once per client.
+        """
+        if self._tool_mode is None:
+            self._tool_mode = self._pick_tool_mode()
+        return self._tool_mode
+
+    def _pick_tool_mode(self) -> Literal["native", "json"]:
+        if self.tool_calling != "auto":
+            return self.tool_calling
+        try:
+            return "native" if self.litellm.supports_function_calling(model=self.model) else "json"
+        except Exception:  # litellm documents raising for unknown models (1.106 returns False): the same answer
+            return "json"
 
     def _response_format(self, request: LLMRequest) -> dict[str, Any] | None:
         kind = self._format_kind or self._pick_format()
@@ -268,9 +320,11 @@ class LiteLLMClient:
         choices = getattr(response, "choices", None)
         if not choices:
             raise LLMError("the provider returned no choices", model=self.model)
-        text = choices[0].message.content or ""
+        message = choices[0].message
+        text = message.content or ""
         finish = getattr(choices[0], "finish_reason", None)
-        return LLMResponse(text, self._usage(response), getattr(response, "model", None), finish)
+        calls = tuple(_tool_call(call, n) for n, call in enumerate(getattr(message, "tool_calls", None) or ()))
+        return LLMResponse(text, self._usage(response), getattr(response, "model", None), finish, calls)
 
     def _usage(self, response: Any) -> Usage:
         usage = getattr(response, "usage", None)
@@ -282,7 +336,7 @@ class LiteLLMClient:
         return Usage(prompt, completion, usage.total_tokens or prompt + completion, hidden.get("response_cost"))
 
     def _check_finished(self, finished: bool, parts: list[str]) -> None:
-        """A stream that ends without a finish reason was cut off: its text must not be used."""
+        """A stream that ends without a finish reason was cut off: its text (and tool calls) must not be used."""
         if not finished:
             received = sum(len(p) for p in parts)
             raise LLMUnavailableError(
@@ -363,12 +417,14 @@ class _Attempt:
 
 
 class _StreamReader:
-    """Reads a provider stream (sync or async): text deltas, then the whole response with usage."""
+    """Reads a provider stream (sync or async): text deltas, then the whole response with usage and
+    the tool calls, put together from their fragments (which only the final response carries)."""
 
     def __init__(self, client: LiteLLMClient, chunks: Any) -> None:
         self.client = client
         self.chunks = chunks
         self.parts: list[str] = []
+        self.calls = _ToolCallParts()
         self.usage = Usage()
         self.finish_reason: str | None = None
 
@@ -387,16 +443,63 @@ class _StreamReader:
     def _read(self, chunk: Any) -> str:
         self.usage = self.client._chunk_usage(chunk) or self.usage
         self.finish_reason = _finish_reason(chunk) or self.finish_reason
-        text = _delta_text(chunk)
+        delta = _delta(chunk)
+        self.calls.add(getattr(delta, "tool_calls", None) or ())
+        text: str = getattr(delta, "content", None) or ""
         if text:
             self.parts.append(text)
         return text
 
     def _response(self) -> LLMResponse:
-        self.client._check_finished(_provider_finished(self.chunks, self.finish_reason is not None), self.parts)
+        received = self.parts + self.calls.texts()
+        self.client._check_finished(_provider_finished(self.chunks, self.finish_reason is not None), received)
         # litellm closes every stream with a chunk of its own: the provider's reason is the one that counts
         finish = getattr(self.chunks, "received_finish_reason", None) or self.finish_reason
-        return LLMResponse("".join(self.parts), self.usage, self.client.model, finish)
+        calls = self.calls.finished()
+        if calls and finish == "stop":  # what litellm reports for the same reply unstreamed
+            finish = "tool_calls"
+        return LLMResponse("".join(self.parts), self.usage, self.client.model, finish, calls)
+
+
+class _ToolCallParts:
+    """Tool calls arriving in fragments: each carries the call's ``index``; the id and name usually come
+    in the first, the arguments in pieces. The first id and name given win (some servers repeat them)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, str] = {}
+        self.names: dict[int, str] = {}
+        self.arguments: dict[int, list[str]] = {}
+
+    def add(self, fragments: Any) -> None:
+        for fragment in fragments:
+            index = self._index(fragment)
+            function = getattr(fragment, "function", None)
+            if (call_id := getattr(fragment, "id", None)) and index not in self.ids:
+                self.ids[index] = call_id
+            if (name := getattr(function, "name", None)) and index not in self.names:
+                self.names[index] = name
+            self.arguments.setdefault(index, []).append(_text(getattr(function, "arguments", None)))
+
+    def _index(self, fragment: Any) -> int:
+        index = getattr(fragment, "index", None)
+        if isinstance(index, int):
+            return index
+        # no index (some servers): a fragment with a new id starts a call, any other continues its own or the last
+        call_id = getattr(fragment, "id", None)
+        for known, seen_id in self.ids.items():
+            if seen_id == call_id:
+                return known
+        last = max(self.arguments, default=-1)
+        return last + 1 if last < 0 or call_id else last
+
+    def texts(self) -> list[str]:
+        return [part for parts in self.arguments.values() for part in parts]
+
+    def finished(self) -> tuple[ToolCallRequest, ...]:
+        return tuple(
+            ToolCallRequest(self.ids.get(index) or f"call_{n}", self.names.get(index, ""), "".join(parts))
+            for n, (index, parts) in enumerate(sorted(self.arguments.items()))
+        )
 
 
 _TRANSIENT = {
@@ -485,9 +588,31 @@ def _finish_reason(chunk: Any) -> str | None:
     return getattr(choices[0], "finish_reason", None) if choices else None
 
 
-def _delta_text(chunk: Any) -> str:
+def _delta(chunk: Any) -> Any:
     choices = getattr(chunk, "choices", None)
-    if not choices:
-        return ""
-    delta = getattr(choices[0], "delta", None)
-    return (getattr(delta, "content", None) or "") if delta is not None else ""
+    return getattr(choices[0], "delta", None) if choices else None
+
+
+def _tool_call(call: Any, position: int) -> ToolCallRequest:
+    """A whole tool call from a (non-streamed) response message."""
+    function = getattr(call, "function", None)
+    call_id = getattr(call, "id", None) or f"call_{position}"
+    return ToolCallRequest(call_id, getattr(function, "name", None) or "", _text(getattr(function, "arguments", None)))
+
+
+def _text(arguments: Any) -> str:
+    """Arguments as text: providers send a JSON string; a few adapters hand over the parsed object."""
+    if arguments is None or isinstance(arguments, str):
+        return arguments or ""
+    return json.dumps(arguments, ensure_ascii=False)
+
+
+@functools.cache
+def _has_mcp_gateway() -> bool:
+    """Whether this litellm checks ``tools`` for its MCP gateway (and knows the flag that skips the check)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("litellm.responses.mcp.chat_completions_handler") is not None
+    except ImportError:  # a parent package is missing: an older litellm, without the gateway
+        return False

@@ -5,6 +5,9 @@ SSE chunks when the request streams), or an ``HTTPError(status, body)``, or ``Ha
 Faults: ``Truncated(text)`` (an SSE stream or a body cut off part-way), ``RawBody(status, bytes)``
 (any body, e.g. HTML with status 200), ``NoChoices()`` (a completion whose ``choices`` list is empty)
 and ``Disconnect()`` (the connection is closed without a response).
+Tools: ``ToolCalls([(name, arguments), ...], text="")`` answers with ``message.tool_calls`` (one or several
+calls, ``finish_reason`` "tool_calls"), or, when the request streams, with tool-call chunks the way OpenAI
+streams them.
 Every request body is recorded in ``server.requests``. When the queue is empty it answers with
 ``default`` (if set) or a 500.
 """
@@ -73,6 +76,26 @@ class Disconnect:
     """Read the request, then close the connection without sending any response."""
 
 
+@dataclass
+class ToolCalls:
+    """The model asks for tool calls: ``(name, arguments)`` pairs, in order (indices 0..n-1).
+
+    A dict of arguments is JSON-encoded; a str is sent as is (so a test can send invalid JSON). ``text``
+    is content sent alongside the calls (streamed before them). Streamed, each call comes as a first chunk
+    with its index, id, type and name and empty arguments, then its arguments in fragments of ``size``
+    characters; ``interleaved`` sends the fragments of parallel calls alternately (by index) instead of
+    one call after the other. ``ids=False`` sends calls without ids. ``finish_reason`` is "tool_calls"
+    unless a test wants e.g. "length" (then send cut-off arguments as a str).
+    """
+
+    calls: list[tuple[str, dict[str, Any] | str]]
+    text: str = ""
+    finish_reason: str = "tool_calls"
+    size: int = 5
+    interleaved: bool = False
+    ids: bool = True
+
+
 class FakeOpenAI:
     def __init__(self) -> None:
         self.queue: deque[Any] = deque()
@@ -139,6 +162,48 @@ def _chunks(text: str, model: str, size: int = 7, finish: str = "stop") -> list[
     return chunks
 
 
+def _tool_calls(item: ToolCalls) -> list[dict[str, Any]]:
+    calls = []
+    for index, (name, arguments) in enumerate(item.calls):
+        text = arguments if isinstance(arguments, str) else json.dumps(arguments)
+        call = {"id": f"call_fake_{index}", "type": "function", "function": {"name": name, "arguments": text}}
+        calls.append(call if item.ids else {k: v for k, v in call.items() if k != "id"})
+    return calls
+
+
+def _tool_completion(item: ToolCalls, model: str) -> dict[str, Any]:
+    completion = _completion(item.text, model, item.finish_reason)
+    message = {"role": "assistant", "content": item.text or None, "tool_calls": _tool_calls(item)}
+    completion["choices"][0]["message"] = message
+    return completion
+
+
+def _tool_chunks(item: ToolCalls, model: str) -> list[dict[str, Any]]:
+    """Text chunks (if any), then each call's opening chunk and argument fragments, then the finish and usage."""
+    base = {"id": "chatcmpl-test", "object": "chat.completion.chunk", "created": int(time.time()), "model": model}
+    text_chunks = _chunks(item.text, model)[1:-2] if item.text else []
+    streams = []  # per call: its chunks' tool_calls entries, in order
+    for index, call in enumerate(_tool_calls(item)):
+        arguments = call["function"]["arguments"]
+        opening = {**call, "index": index, "function": {"name": call["function"]["name"], "arguments": ""}}
+        pieces = [arguments[i : i + item.size] for i in range(0, len(arguments), item.size)]
+        streams.append([opening] + [{"index": index, "function": {"arguments": p}} for p in pieces])
+    entries = _alternate(streams) if item.interleaved else [e for stream in streams for e in stream]
+    chunks = [{**base, "choices": [{"index": 0, "delta": {"role": "assistant", "content": None}}]}]
+    chunks += text_chunks
+    chunks += [{**base, "choices": [{"index": 0, "delta": {"tool_calls": [e]}}]} for e in entries]
+    chunks.append({**base, "choices": [{"index": 0, "delta": {}, "finish_reason": item.finish_reason}]})
+    chunks.append({**base, "choices": [], "usage": {"prompt_tokens": 50, "completion_tokens": 10, "total_tokens": 60}})
+    return chunks
+
+
+def _alternate(streams: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
+    out = []
+    for position in range(max((len(s) for s in streams), default=0)):
+        out += [s[position] for s in streams if position < len(s)]
+    return out
+
+
 def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -166,6 +231,11 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
                 return self._no_choices(body.get("model", "test"), bool(body.get("stream")))
             if isinstance(item, Truncated):
                 return self._truncated(item, body.get("model", "test"), bool(body.get("stream")))
+            if isinstance(item, ToolCalls):
+                model = body.get("model", "test")
+                if body.get("stream"):
+                    return self._send_chunks(_tool_chunks(item, model))
+                return self._json(200, _tool_completion(item, model))
             finish = "length" if isinstance(item, Cut) else "stop"
             text = item.text if isinstance(item, Cut) else item
             if body.get("stream"):
@@ -181,11 +251,14 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.wfile.write(data)
 
         def _stream(self, text: str, model: str, finish: str = "stop") -> None:
+            self._send_chunks(_chunks(text, model, finish=finish))
+
+        def _send_chunks(self, chunks: list[dict[str, Any]]) -> None:
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
             self.send_header("Connection", "close")
             self.end_headers()
-            for chunk in _chunks(text, model, finish=finish):
+            for chunk in chunks:
                 self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")

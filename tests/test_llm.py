@@ -155,3 +155,19 @@ def test_a_conversation_over_http_with_a_failed_turn_in_the_middle(fake_openai, 
     assert conv.snapshot() == before
     fake_openai.add("```json\n" + json.dumps(reply("ask_email", "Email?", name="Ann")) + "\n```")
     assert conv.send("Ann").state == "ask_email"
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_text_reply_has_no_tool_calls(fake_openai, stream):
+    fake_openai.add("just text")
+    response = client(fake_openai, stream=stream).complete(REQUEST)
+    assert (response.text, response.tool_calls, response.finish_reason) == ("just text", (), "stop")
+
+
+def test_a_forced_tool_mode_does_not_import_litellm():
+    code = (
+        "import sys, llm_fsm; c = llm_fsm.LiteLLMClient('openai/x', tool_calling='native');"
+        " print(c.tool_mode(), 'litellm' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "native False"
