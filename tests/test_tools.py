@@ -423,3 +423,34 @@ def test_instructions_in_a_tool_result_cannot_break_the_prompt(support, mode):
     assert not any("<system>" in c or "</tool_result></tool_results>" in c for c in contents)
     told = contents[-1]
     assert json.loads(told)["result"] == attack if mode == "native" else "\\u003csystem\\u003e" in told
+
+
+# -- over HTTP, through litellm -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("mode", ["native", "json"])
+@pytest.mark.parametrize("stream", [False, True])
+def test_a_tool_turn_over_http_through_litellm(support, fake_openai, mode, stream):
+    from tests.fake_openai import ToolCalls
+
+    ran: list[str] = []
+    fake_openai.add(json.dumps(OPENING))
+    if mode == "native":
+        fake_openai.add(ToolCalls([("lookup_order", {"order_id": "A-17"})]))
+    else:
+        fake_openai.add(json.dumps(tool_calls(("lookup_order", {"order_id": "A-17"}))))
+    fake_openai.add(json.dumps(reply("found", "It shipped.", order_id="A-17")))
+    llm = llm_fsm.LiteLLMClient(
+        "openai/test", api_base=fake_openai.url, api_key="sk-test", tool_calling=mode, stream=stream, max_retries=0
+    )
+    conversation = llm_fsm.Conversation(support, llm, hooks=make_hooks(ran))
+    conversation.start()
+    result = conversation.send("Where is A-17?")
+    assert (result.state, result.llm_calls, ran) == ("found", 2, ["lookup_order:A-17"])
+    sent = fake_openai.requests[1]
+    assert ("tools" in sent) == (mode == "native")
+    back = fake_openai.requests[2]["messages"]
+    if mode == "native":
+        assert back[-1]["role"] == "tool" and back[-2]["tool_calls"][0]["function"]["name"] == "lookup_order"
+    else:
+        assert back[-1]["role"] == "user" and "<tool_results>" in back[-1]["content"]
