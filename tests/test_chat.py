@@ -249,9 +249,39 @@ def test_run_stops_at_a_pause(paused_definition, tmp_path):
     ]
     result = runner.invoke(app, args, input="I'm Ann\nmore\n")
     turns = [json.loads(line) for line in result.stdout.splitlines()]
-    assert result.exit_code == 0 and len(turns) == 2
+    assert result.exit_code == 3 and len(turns) == 2  # 3: left paused, waiting for a person
     assert turns[1]["status"] == "paused" and turns[1]["pending"]["reason"] == "staff approval needed"
-    assert "paused: staff approval needed" in result.stderr
+    assert "paused: staff approval needed (to continue: run again with a --store to keep it)" in result.stderr
+
+
+def test_run_resumes_a_stored_pause_with_resume(paused_definition, tmp_path):
+    store = f"sqlite://{tmp_path / 'c.db'}"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([GREETING, NAME, reply("ask_email", "Approved! Your email?"), DONE]))
+    args = [
+        "run",
+        str(paused_definition),
+        "-m",
+        f"scripted:{script}",
+        "--hooks",
+        f"{tmp_path / 'approval_hooks.py'}:hooks",
+    ]
+    first = runner.invoke(app, [*args, "--store", store, "-c", "c1"], input="I'm Ann\n")
+    assert first.exit_code == 3 and "run again with --store, -c c1 and --resume JSON" in first.stderr
+    script.write_text(json.dumps([reply("ask_email", "Approved! Your email?"), DONE]))
+    resumed = runner.invoke(
+        app, [*args, "--store", store, "-c", "c1", "--resume", '{"approved_by": "Bo"}'], input="ann@example.com\n"
+    )
+    turns = [json.loads(line) for line in resumed.stdout.splitlines()]
+    assert resumed.exit_code == 0, resumed.output
+    assert [t["message"] for t in turns] == ["Approved! Your email?", "All set. Bye!"]
+    assert turns[0]["context"]["approved_by"] == "Bo"
+    again = runner.invoke(app, [*args, "--store", store, "-c", "c1", "--resume", "{}"], input="")
+    assert again.exit_code == 1 and "has ended" in again.stderr
+    bad = runner.invoke(app, [*args, "--resume", "[1]"], input="")
+    assert bad.exit_code == 2 and "--resume takes a JSON object" in bad.stderr
+    fresh = runner.invoke(app, [*args, "--resume", "{}"], input="")
+    assert fresh.exit_code == 2 and "the conversation is not paused" in fresh.stderr
 
 
 # -- the chat as people use it ------------------------------------------------------------------
@@ -309,3 +339,57 @@ def test_recorded_cassettes_are_private_files_in_private_folders(definition, tmp
     assert result.exit_code == 0, result.output
     assert len(json.loads(cassette.read_text())["interactions"]) == 2
     assert stat.S_IMODE(cassette.stat().st_mode) == 0o600 and stat.S_IMODE(cassette.parent.stat().st_mode) == 0o700
+
+
+# -- tools in the terminal ----------------------------------------------------------------------
+
+TOOL_HOOKS = """
+from llm_fsm import Hooks
+
+hooks = Hooks()
+
+
+@hooks.tool()
+def lookup(name: str) -> dict:
+    return {"member": name, "level": "gold"}
+
+
+@hooks.tool()
+def wipe(name: str) -> str:
+    open(__file__ + ".wiped", "a").write(name + "\n")
+    return "wiped"
+"""
+
+
+@pytest.fixture
+def tool_definition(tmp_path):
+    data = json.loads(json.dumps(OPEN))
+    data["tools"] = {"lookup": {"description": "Find a member"}, "wipe": {"approval": "always"}}
+    data["states"]["ask_email"]["tools"] = ["lookup", "wipe"]
+    path = tmp_path / "tools.json"
+    path.write_text(json.dumps(data))
+    (tmp_path / "tool_hooks.py").write_text(TOOL_HOOKS)
+    return path
+
+
+def test_the_chat_shows_tool_calls_and_asks_before_a_call_that_needs_approval(tool_definition, tmp_path):
+    hooks = f"{tmp_path / 'tool_hooks.py'}:hooks"
+    replies = [
+        GREETING,
+        NAME,
+        {"tool_calls": [{"name": "lookup", "arguments": {"name": "Ann"}}]},
+        reply("ask_email", "You are a gold member. Email?"),
+        {"tool_calls": [{"name": "wipe", "arguments": {"name": "Ann"}}]},
+        reply("ask_email", "Not wiped. Email?"),
+        {"tool_calls": [{"name": "wipe", "arguments": {"name": "Ann"}}]},
+        reply("ask_email", "Wiped. Email?"),
+    ]
+    text = "I'm Ann\nmy level?\n/why\nwipe me\nn\nnot today\nwipe me\ny\n"
+    result = chat(tool_definition, tmp_path, replies, text, "--hooks", hooks)
+    out = result.stdout
+    assert result.exit_code == 0, result.output
+    assert '🔧 lookup({"name": "Ann"}) → {"member": "Ann", "level": "gold"}' in out
+    assert "1 tool call (/why)" in out and "Tool calls of the last turn:" in out
+    assert 'approval needed: the tool wipe wants to run with {"name": "Ann"}' in out
+    assert "Not wiped. Email?" in out and "Wiped. Email?" in out
+    assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann\n"  # ran once: after the "y", not the "n"

@@ -114,6 +114,7 @@ class ChatSession:
             console.print(Markdown(current.history[-1].assistant))
         if current.pending is not None:
             show_pending(current.pending, self.mask)
+            self.approve(current.pending)
         if current.ended:
             show_end()
 
@@ -150,7 +151,21 @@ class ChatSession:
             return None
         self.undo.append(before)
         self.show_result(result)
+        self.approve(result.pending)
         return result
+
+    def approve(self, pending: llm_fsm.PendingEvent | None) -> None:
+        """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume)."""
+        if pending is None or pending.kind != "tool_approval":
+            return
+        answer = (_read("approve? [y/n] ") or "").strip().lower()
+        if answer in ("y", "yes"):
+            self.resume('{"approved": true}')
+        elif answer in ("n", "no"):
+            reason = (_read("why not? (optional) ") or "").strip()
+            self.resume(json.dumps({"approved": False, "reason": reason} if reason else {"approved": False}))
+        else:
+            console.print('[dim]Still paused: /resume {"approved": true} or {"approved": false} decides.[/]')
 
     @property
     def conversation(self) -> Conversation:
@@ -224,10 +239,15 @@ class ChatSession:
             console.print(f"[bold green]bot>[/] {escape(exchange.assistant)} [dim]({exchange.state})[/]")
 
     def show_why(self, _: str) -> None:
-        if self.last is None or not self.last.rejected:
+        last = self.last
+        if last is not None and last.tool_calls:
+            console.print("Tool calls of the last turn:")
+            for run in last.tool_calls:
+                console.print(f"- {escape(tool_line(run, self.mask))}")
+        if last is None or not last.rejected:
             console.print("Nothing was rejected in the last turn.")
             return
-        for rejection in self.last.rejected:
+        for rejection in last.rejected:
             console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {escape(rejection.reason)}")
 
     def save(self, path: str) -> None:
@@ -276,6 +296,7 @@ class ChatSession:
             return
         self.undo.append(before)
         self.show_result(outcome)
+        self.approve(outcome.pending)
 
     def back(self, _: str) -> None:
         if not self.undo:
@@ -293,6 +314,12 @@ class ChatSession:
 
 
 def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    if pending.kind == "tool_approval":
+        arguments = pending.payload.get("arguments")
+        shown = json.dumps(mask(arguments) if isinstance(arguments, dict) else arguments, ensure_ascii=False)
+        console.print(f"[bold yellow]⏸ approval needed:[/] the tool {escape(str(pending.payload.get('tool')))}", end="")
+        console.print(f" wants to run with {shown}", markup=False)
+        return
     console.print(f"[bold yellow]⏸ paused:[/] {escape(pending.reason)}")
     if pending.payload:
         console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str), markup=False)
@@ -351,7 +378,7 @@ def _show(events: Iterator[StreamEvent]) -> TurnResult:
     from rich.markdown import Markdown
     from rich.spinner import Spinner
 
-    from llm_fsm.streaming import MessageDelta, MessageReset
+    from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 
     shown = ""
     live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
@@ -365,6 +392,11 @@ def _show(events: Iterator[StreamEvent]) -> TurnResult:
                 live.update(Markdown(shown))
             elif isinstance(event, MessageReset):
                 shown = ""
+                live.update(Spinner("dots", text="thinking…"))
+            elif isinstance(event, ToolCall):
+                live.update(Spinner("dots", text=f"running {event.name}…"))
+            elif isinstance(event, ToolResult):
+                live.console.print(Text(f"🔧 {tool_line(event.run, lambda value: value)}", style="dim"))
                 live.update(Spinner("dots", text="thinking…"))
             else:
                 return event
@@ -383,9 +415,22 @@ def status_line(result: TurnResult) -> str:
         parts.append("collected " + ", ".join(result.context_updates))
     calls = f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}"
     parts += [calls, f"{result.usage.total_tokens} tokens"]
+    if result.tool_calls:
+        count = len(result.tool_calls)
+        parts.append(f"{count} tool call{'s' if count != 1 else ''} (/why)")
     if result.rejected:
         parts.append(f"{len(result.rejected)} rejected (/why)")
     return " · ".join(parts)
+
+
+def tool_line(run: Any, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
+    """``name({arguments}) → result`` (or ``→ error: ...``), in one bounded line."""
+    arguments = mask(run.arguments) if isinstance(run.arguments, dict) else run.arguments
+    result = json.dumps(run.result, ensure_ascii=False, default=str)
+    outcome = f"error: {run.error}" if run.error is not None else result
+    decided = f" [{run.approval}]" if run.approval else ""
+    line = f"{run.name}({json.dumps(arguments, ensure_ascii=False, default=str)}){decided} → {outcome}"
+    return line if len(line) <= 160 else line[:159] + "…"
 
 
 def _one_line(exc: BaseException) -> str:

@@ -11,6 +11,7 @@ import typer
 
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
+    UNSTORED_ID,
     AllowChangedDefinitionOption,
     ApiBaseOption,
     ApiKeyOption,
@@ -65,8 +66,18 @@ def run(
     show_secrets: ShowSecretsOption = False,
     record: RecordOption = None,
     replay: ReplayOption = None,
+    resume: Annotated[
+        str | None,
+        typer.Option(
+            "--resume",
+            help='Continue a paused stored conversation with this JSON object first (e.g. {"approved": true}).',
+        ),
+    ] = None,
 ) -> None:
-    """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
+    """Run a conversation non-interactively: one JSON line for the opening and for each turn.
+
+    Exits 3 when the conversation is left paused (a handler's pause, or a tool call waiting for
+    approval): the last line's "pending" says why; run again with --store, -c and --resume JSON."""
     from llm_fsm.prompt import PromptBuilder, PromptSettings
 
     fsm = load_definition(definition)
@@ -87,17 +98,41 @@ def run(
     except OSError as exc:
         fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
     with stream:
+        decision = _decision(resume)
         tracked = open_conversation(make, store, conversation, wait)
-        _converse(tracked, _lines(stream, input), masker(fsm, show_secrets))
+        _converse(tracked, _lines(stream, input), masker(fsm, show_secrets), decision)
+
+
+PAUSED_EXIT = 3  # the conversation waits for a person (a pause, or a tool call to approve)
+
+
+def _decision(text: str | None) -> dict[str, Any] | None:
+    if text is None:
+        return None
+    try:
+        value = json.loads(text)
+    except json.JSONDecodeError as exc:
+        fail(f"--resume takes a JSON object: {exc.msg} at column {exc.colno}", 2)
+    if not isinstance(value, dict):
+        fail("--resume takes a JSON object, e.g. --resume '{\"approved\": true}'", 2)
+    return value
 
 
 def _converse(
-    tracked: StoredConversation, lines: Iterator[str], mask: Callable[[dict[str, Any]], dict[str, Any]]
+    tracked: StoredConversation,
+    lines: Iterator[str],
+    mask: Callable[[dict[str, Any]], dict[str, Any]],
+    decision: dict[str, Any] | None = None,
 ) -> None:
     if tracked.conversation.ended:
         fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
     try:
-        if tracked.is_new:
+        if decision is not None:
+            pending = tracked.conversation.pending
+            if pending is None:
+                fail("--resume: the conversation is not paused (resume a stored one: --store and -c ID)", 2)
+            _emit(tracked.run(lambda c: c.resume(pending.token, decision)), mask)
+        elif tracked.is_new:
             _emit(tracked.run(lambda c: c.start()), mask)
         for line in lines:
             if tracked.conversation.ended or tracked.conversation.paused:
@@ -105,7 +140,9 @@ def _converse(
             _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]
         conversation = tracked.conversation
         if conversation.paused and conversation.pending is not None:
-            typer.echo(f"paused: {conversation.pending.reason} (resume it with the Python API or in chat)", err=True)
+            how = "a --store to keep it" if tracked.id == UNSTORED_ID else f"--store, -c {tracked.id} and --resume JSON"
+            typer.echo(f"paused: {conversation.pending.reason} (to continue: run again with {how})", err=True)
+            raise typer.Exit(PAUSED_EXIT)
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
     except KeyboardInterrupt:
