@@ -356,7 +356,7 @@ def lookup(name: str) -> dict:
 
 @hooks.tool()
 def wipe(name: str) -> str:
-    open(__file__ + ".wiped", "a").write(name + "\n")
+    open(__file__ + ".wiped", "a").write(name + "|")
     return "wiped"
 """
 
@@ -392,4 +392,4 @@ def test_the_chat_shows_tool_calls_and_asks_before_a_call_that_needs_approval(to
     assert "1 tool call (/why)" in out and "Tool calls of the last turn:" in out
     assert 'approval needed: the tool wipe wants to run with {"name": "Ann"}' in out
     assert "Not wiped. Email?" in out and "Wiped. Email?" in out
-    assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann\n"  # ran once: after the "y", not the "n"
+    assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann|"  # ran once: after the "y", not the "n"
