@@ -24,7 +24,7 @@ import pytest
 from filelock import FileLock
 
 import llm_fsm
-from llm_fsm.authoring.diagram import edge_label, to_mermaid
+from llm_fsm.authoring.diagram import edge_label, to_mermaid, tools_text
 from llm_fsm.definition import FSMDefinition
 from tests.conftest import EXAMPLES
 
@@ -115,7 +115,9 @@ def shown(text: str) -> str:
 def expected(definition: FSMDefinition) -> tuple[dict[str, str], Counter[tuple[str, str, str]]]:
     """The labels of the states (by the ids the export gives them) and the edges the diagram must hold."""
     ids = {sid: f"s{n}" for n, sid in enumerate(definition.states)}
-    labels = {ids[sid]: shown(sid) for sid in definition.states}
+    labels = {
+        ids[sid]: shown(sid + (" " + tools_text(s.tools) if s.tools else "")) for sid, s in definition.states.items()
+    }
     edges = Counter([("root_start", ids[definition.initial_state], "")])
     for sid, state in definition.states.items():
         edges.update((ids[sid], ids[t.target_state], shown(edge_label(t))) for t in state.transitions)
@@ -145,6 +147,15 @@ def check_all(mermaid: Parse, definitions: list[FSMDefinition]) -> None:
 
 def test_every_example_is_read_back_as_drawn(mermaid):
     check_all(mermaid, [llm_fsm.load(path) for path in EXAMPLES])
+
+
+def test_the_tools_of_a_state_are_read_back_as_drawn(mermaid):
+    from tests.test_tools import SUPPORT
+
+    data = json.loads(json.dumps(SUPPORT))
+    data["states"]["note"] = {"tools": ["slow"], "transitions": [{"target_state": "done"}]}
+    data["states"]["found"]["transitions"].append({"target_state": "note"})
+    check_all(mermaid, [llm_fsm.load(data)])
 
 
 KEYWORDS = [

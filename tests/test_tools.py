@@ -454,3 +454,26 @@ def test_a_tool_turn_over_http_through_litellm(support, fake_openai, mode, strea
         assert back[-1]["role"] == "tool" and back[-2]["tool_calls"][0]["function"]["name"] == "lookup_order"
     else:
         assert back[-1]["role"] == "user" and "<tool_results>" in back[-1]["content"]
+
+
+# -- validate and the graph ---------------------------------------------------------------------
+
+
+def test_validate_knows_what_tools_set_and_which_tools_no_state_lists():
+    from llm_fsm.authoring.analysis import analyze
+
+    data = json.loads(json.dumps(SUPPORT))
+    data["handler_only_keys"] = ["order"]  # only code sets it: here the lookup tool does
+    data["tools"]["forgotten"] = {"description": "never listed"}
+    codes = {d.code: d for d in analyze(data)}
+    assert "state_never_left" not in codes and "key_never_set" not in codes
+    assert "tool 'forgotten' is declared, but no state lists it" in codes["tool_unused"].message
+    del data["tools"]["lookup_order"]["result_key"]
+    assert "state_never_left" in {d.code for d in analyze(data)}
+
+
+def test_graph_exports_show_each_states_tools(support):
+    from llm_fsm.authoring.diagram import to_dot, to_mermaid
+
+    assert "    s0 : tools#58; lookup_order, refund, big_refund, slow, broken\n" in to_mermaid(support)
+    assert '"ask" [label="ask\\ntools: lookup_order, refund, big_refund, slow, broken"];' in to_dot(support)

@@ -198,7 +198,26 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *_keys_never_set(review),
         *_keys_unused(definition),
         *_ambiguous_priorities(review),
+        *_tools_unused(definition),
     ]
+
+
+def _tools_unused(definition: FSMDefinition) -> Iterator[Finding]:
+    listed = {name for state in definition.states.values() for name in state.tools}
+    for name in definition.tools:
+        if name not in listed:
+            yield Finding(
+                ("tools", name),
+                "tool_unused",
+                f"tool '{name}' is declared, but no state lists it in its tools: the model can never call it",
+                f'add "{name}" to the tools of the states where the model may call it, or remove it',
+            )
+
+
+def tool_keys(definition: FSMDefinition, state: State) -> set[str]:
+    """The context keys the tools ``state`` lists store their results under."""
+    tools = definition.tools
+    return {key for name in state.tools if name in tools and (key := tools[name].result_key)}
 
 
 Place = tuple[str, int]  # a transition: (state id, index in the state's transitions)
@@ -365,7 +384,7 @@ def _exits_closed(review: _Review) -> dict[str, list[str]]:
 
     def writable(sid: str) -> set[str]:
         state = definition.states[sid]
-        keys = set(model_writable_keys(definition, sid)) - by_code
+        keys = (set(model_writable_keys(definition, sid)) - by_code) | tool_keys(definition, state)
         return keys | by_code if state.handlers else keys
 
     missing = review.missing_on_the_way(needs, {sid: writable(sid) for sid in review.reachable})
@@ -480,7 +499,10 @@ def _keys_never_set(review: _Review) -> Iterator[Finding]:
     wanted = {key for keys in needs.values() for key in keys}
     words = {key for key in wanted if _word(key)}
     others = wanted - words
-    collected = {sid: _collected(definition.states[sid], words, others) for sid in review.reachable}
+    collected = {
+        sid: _collected(definition.states[sid], words, others) | tool_keys(definition, definition.states[sid])
+        for sid in review.reachable
+    }
     # A key is collected on a path to a state when a reachable state upstream (or the state) collects it.
     missing = review.missing_on_the_way(needs, collected)
     for (sid, i), keys in uses.items():

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import re
 import unicodedata
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from llm_fsm.definition import Condition, FSMDefinition, Transition
 
@@ -142,6 +142,9 @@ def to_mermaid(definition: FSMDefinition) -> str:
     ids = {sid: f"s{n}" for n, sid in enumerate(definition.states)}
     lines = ["stateDiagram-v2"]
     lines += [f'    state "{_mermaid_name(sid)}" as {ids[sid]}' for sid in definition.states]
+    lines += [
+        f"    {ids[sid]} : {mermaid_text(tools_text(st.tools))}" for sid, st in definition.states.items() if st.tools
+    ]
     lines.append(f"    [*] --> {ids[definition.initial_state]}")
     for sid, state in definition.states.items():
         for transition in state.transitions:
@@ -149,6 +152,11 @@ def to_mermaid(definition: FSMDefinition) -> str:
             lines.append(f"    {ids[sid]} --> {ids[transition.target_state]}: {label}")
     lines += [f"    {ids[sid]} --> [*]" for sid, state in definition.states.items() if state.terminal]
     return "\n".join(lines) + "\n"
+
+
+def tools_text(tools: Sequence[str]) -> str:
+    """What a state's box says about the tools the model may call there."""
+    return "tools: " + ", ".join(tools)
 
 
 def mermaid_text(text: str) -> str:
@@ -182,6 +190,11 @@ def to_dot(definition: FSMDefinition) -> str:
         f'    {_dot_quote(_DOT_START)} [shape=point, label=""];',
     ]
     lines += [f"    {_dot_quote(sid)} [shape=doublecircle];" for sid, s in definition.states.items() if s.terminal]
+    lines += [
+        f"    {_dot_quote(sid)} [label={_dot_quote(sid + chr(10) + tools_text(s.tools))}];"
+        for sid, s in definition.states.items()
+        if s.tools
+    ]
     lines.append(f"    {_dot_quote(_DOT_START)} -> {_dot_quote(definition.initial_state)};")
     for sid, state in definition.states.items():
         for transition in state.transitions:
