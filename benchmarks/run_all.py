@@ -26,6 +26,7 @@ from benchmarks import (  # noqa: E402
     bench_contention,
     bench_startup,
     bench_store,
+    bench_tools,
     bench_turn,
     bench_validate,
 )
@@ -179,6 +180,7 @@ def main() -> None:
         lambda: store_section(10 if quick else 30),
         lambda: bench_contention.section(1 if quick else 3, 1 if quick else 3, [10, 50, 200]),
         lambda: bench_validate.section(1 if quick else 3),
+        lambda: bench_tools.section(100 if quick else 300),
     ]
     for section in sections:
         part = section()

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import threading
 import time
 from collections.abc import Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -201,16 +202,30 @@ def needs_approval(tool: BoundTool, arguments: Mapping[str, Any], context: Mappi
 # -- running ------------------------------------------------------------------------------------
 
 
+_POOL: ThreadPoolExecutor | None = None
+_POOL_LOCK = threading.Lock()
+POOL_SIZE = 64  # tool calls running at once in the sync API, across conversations
+
+
+def _pool() -> ThreadPoolExecutor:
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is None:  # threads are reused: starting one per call would cost more than most tools
+            _POOL = ThreadPoolExecutor(max_workers=POOL_SIZE, thread_name_prefix="llm_fsm-tool")
+        return _POOL
+
+
 def run_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
-    """Run ``calls`` (each without an error) at once, in threads, each within its timeout."""
+    """Run ``calls`` (each without an error) at once, in worker threads, each within its timeout.
+
+    A call that times out is reported as failed at once, but its thread is not interrupted (Python
+    cannot): it holds a worker until the function returns.
+    """
     if not calls:
         return []
-    pool = ThreadPoolExecutor(max_workers=len(calls), thread_name_prefix="llm_fsm-tool")
-    try:
-        futures = [(p, time.perf_counter(), pool.submit(_call_sync, p)) for p in calls]
-        return [_outcome(p, started, future) for p, started, future in futures]
-    finally:
-        pool.shutdown(wait=False)  # a call that timed out keeps its thread until it returns: it is not waited for
+    pool = _pool()
+    futures = [(p, time.perf_counter(), pool.submit(_call_sync, p)) for p in calls]
+    return [_outcome(p, started, future) for p, started, future in futures]
 
 
 async def arun_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
