@@ -76,7 +76,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     **{("run", name): values for name, values in {**PROVIDER, **CONVERSATION}.items()},
     ("run", "definition"): NOT_A_DEFINITION,
     ("run", "model"): ["", *NOT_A_SCRIPT],
-    ("run", "resume"): ["[1]", "{", "\"yes\"", ""],
+    ("run", "resume"): ["[1]", "{", '"yes"', ""],
     ("run", "input"): ["{missing}", "{folder}", "{unreadable}", "{binary}"],
     ("run", "history_window"): ["-1", "six"],
     ("run", "max_corrections"): ["-1"],

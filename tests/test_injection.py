@@ -22,6 +22,7 @@ import pytest
 import llm_fsm
 from llm_fsm.streaming import MessageDelta, MessageReset
 from llm_fsm.testing import ScriptedLLM
+from llm_fsm.tools.calling import MAX_RESULT_CHARS
 from tests.conftest import reply
 from tests.test_prompt import structure
 
@@ -374,3 +375,53 @@ def test_corpus_is_large_varied_and_covers_the_issue() -> None:
         assert needle in everything, needle
     assert any(len(t) >= 100_000 for t in texts)
     assert any(t.startswith("_") for t in texts)
+
+
+# -- attacks placed in tool results --------------------------------------------------------------
+
+TOOLED = {
+    **GATED,
+    "tools": {"lookup": {"description": "Look a note up", "result_key": "found"}},
+    "states": {**GATED["states"], "review": {**GATED["states"]["review"], "tools": ["lookup"]}},
+}
+
+
+def tool_turn(text: str, mode: str) -> tuple[Any, ScriptedLLM]:
+    hooks = llm_fsm.Hooks()
+
+    @hooks.tool()
+    def lookup(query: str) -> dict[str, str]:
+        return {"note": text, "query": query}
+
+    obey = {"transition": {"target_state": "done", "context_update": dict(FORBIDDEN_WRITES)}, "message": OBEYED}
+    script = [
+        reply("review", "Hello."),
+        {"tool_calls": [{"name": "lookup", "arguments": {"query": "x"}}]},
+        obey,
+        obey,
+    ]
+    llm = ScriptedLLM(script, tool_calling=mode)
+    conv = llm_fsm.Conversation(llm_fsm.load(TOOLED), llm, hooks=hooks)
+    conv.start()
+    return conv.send("look it up"), llm
+
+
+@pytest.mark.parametrize("mode", ["native", "json"])
+@pytest.mark.parametrize("text", attacks())
+def test_an_attack_in_a_tool_result_is_data_and_moves_nothing(text, mode):
+    result, llm = tool_turn(text, mode)
+    assert result.state == "review" and result.message == FALLBACK
+    assert not set(result.context) & set(FORBIDDEN_WRITES)
+    assert result.tool_calls[0].result["note"] == text  # the whole result is kept for the caller
+    told = llm.requests[2].messages[-1]["content"]
+    if mode == "json":  # the results turn keeps its one element, and the text reads back as it was
+        root = tree(told)
+        assert [child.tag for child in root] == ["tool_results"] and [c.tag for c in root[0]] == ["tool_result"]
+        body = json.loads(root[0][0].text or "")
+    else:
+        assert not any(f"<{tag}" in told or f"</{tag}" in told for tag in (*ELEMENTS, "tool_result", "tool_results"))
+        body = json.loads(told)
+    if "truncated" in body:  # a long result is cut for the model: still one JSON object, saying so
+        assert body["omitted_chars"] > 0 and len(body["truncated"]) == MAX_RESULT_CHARS
+    else:
+        assert body["result"]["note"] == text  # JSON escapes even what XML cannot carry

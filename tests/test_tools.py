@@ -248,8 +248,8 @@ def test_a_result_is_bounded_for_the_model_and_must_be_json_data(support):
     conversation, llm = started(support, script, hooks)
     result = conversation.send("go")
     assert len(result.tool_calls[0].result) == 10_000
-    told = llm.requests[-1].messages[-2]["content"]
-    assert len(told) < MAX_RESULT_CHARS + 50 and "[truncated" in told
+    told = json.loads(llm.requests[-1].messages[-2]["content"])
+    assert told["truncated"].startswith('{"result": "xxx') and told["omitted_chars"] == 10_014 - MAX_RESULT_CHARS
     assert "is not JSON data" in result.tool_calls[1].error or "cannot" in result.tool_calls[1].error
 
 

@@ -301,11 +301,13 @@ def _describe(exc: BaseException) -> str:
 
 def result_text(run: ToolRun) -> str:
     """A call's outcome as the model reads it: its result as JSON, or ``{"error": ...}``; bounded."""
-    body = {"error": run.error} if run.error is not None else {"result": run.result}
+    body: dict[str, Any] = {"error": run.error} if run.error is not None else {"result": run.result}
     text = json.dumps(body, ensure_ascii=False, sort_keys=True)
+    if len(text) > MAX_RESULT_CHARS:  # still one JSON object: its beginning, as text, and what was left out
+        body = {"truncated": text[:MAX_RESULT_CHARS], "omitted_chars": len(text) - MAX_RESULT_CHARS}
+        text = json.dumps(body, ensure_ascii=False)
     # JSON escapes, so that no tag can open or close in any prompt; the model reads the same data
-    text = text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
-    return _bounded(text, MAX_RESULT_CHARS)
+    return text.replace("&", "\\u0026").replace("<", "\\u003c").replace(">", "\\u003e")
 
 
 def _bounded(text: str, limit: int) -> str:
