@@ -79,12 +79,15 @@ class Snapshot(BaseModel):
     used_tokens: tuple[str, ...] = Field((), description="Resume tokens already used (each works once).")
 
 
+RejectionKind = Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check"]
+
+
 class Rejection(BaseModel):
     """Something the runtime refused in a turn, with the reason given to the model and the caller."""
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check"]
+    kind: RejectionKind
     reason: str
     target_state: str | None = None
     key: str | None = None

@@ -457,3 +457,10 @@ def test_positions_are_computed_only_when_there_is_something_to_report(monkeypat
     broken = clean.replace('"priority": 10', '"priority": "high"')
     (problem,) = llm_fsm.loader.load_text(broken).errors
     assert problem.line is not None and len(calls) == 1
+
+
+def test_an_item_of_an_optional_list_is_reported_at_its_own_place():
+    data = full_definition()
+    data["states"]["a"]["writable_keys"] = ["k", 1]  # type: ignore[index]
+    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    assert (problem.path, problem.message) == ("states.a.writable_keys[1]", "expected a string, got a number (1)")
