@@ -13,9 +13,9 @@ from collections.abc import Callable
 from functools import cache, cached_property
 from typing import Annotated, Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-JSONLogic = dict[str, Any] | bool
+JSONLogic = dict[str, Any] | StrictBool  # strict: the text "yes" is not a rule that always holds
 T = TypeVar("T")
 
 
@@ -53,7 +53,7 @@ class Condition(_Frozen):
 class Transition(_Frozen):
     target_state: str = Field(description="Id of the state this transition leads to.")
     description: str = Field("", description="When to take this transition, shown to the model.")
-    priority: int = Field(100, description="Lower is preferred when several transitions apply.")
+    priority: int = Field(100, strict=True, description="Lower is preferred when several transitions apply.")
     conditions: tuple[Condition, ...] = Field((), description="All must hold for the move.")
 
 
@@ -85,15 +85,15 @@ class RegexCheck(_Check):
 
     kind: Literal["regex"] = Field(description="The kind of check.")
     pattern: str = Field(description="The regular expression.")
-    must_match: bool = Field(True, description="false: the message must NOT match.")
-    ignore_case: bool = Field(False, description="Match letters regardless of case.")
+    must_match: bool = Field(True, strict=True, description="false: the message must NOT match.")
+    ignore_case: bool = Field(False, strict=True, description="Match letters regardless of case.")
 
 
 class MaxLengthCheck(_Check):
     """The proposed message is at most ``max`` characters long."""
 
     kind: Literal["max_length"] = Field(description="The kind of check.")
-    max: int = Field(gt=0, description="Maximum number of characters.")
+    max: int = Field(gt=0, strict=True, description="Maximum number of characters.")
 
 
 class PythonCheck(_Check):
@@ -141,7 +141,7 @@ class State(_Frozen):
         "state's conditions read, and _extra.",
     )
     checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
-    max_retries: int = Field(2, ge=0, le=10, description="Retries with feedback when checks fail.")
+    max_retries: int = Field(2, ge=0, le=10, strict=True, description="Retries with feedback when checks fail.")
     on_exhausted: Literal["stay", "fallback_state", "raise"] = Field(
         "stay", description="When checks still fail: stay, go to fallback_state, or raise an error."
     )
@@ -185,6 +185,7 @@ class FSMDefinition(_Frozen):
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
     mask_secrets: bool = Field(
         True,
+        strict=True,
         description="Mask secret-looking context values (password, token, card number...) in prompts and displays.",
     )
     secret_keys: tuple[str, ...] = Field((), description="More context keys to mask (names or globs such as member_*).")
