@@ -178,7 +178,8 @@ def _refusal(key: str, writable: Collection[str] | None, protected: Collection[s
     if key in protected:
         return "may only be set by code; the model may not write it"
     if writable is not None and key not in writable:
-        allowed = ", ".join(sorted(writable)) or "none"
+        # only the keys it could write: a listed '_' key or handler-only key is refused anyway
+        allowed = ", ".join(sorted(k for k in writable if _refusal(k, None, protected) is None)) or "none"
         return f"is not writable in this state (writable: {allowed})"
     return None
 
