@@ -200,6 +200,50 @@ def test_an_unconditioned_transition_can_always_hold():
     assert len(only(two_ways(ADULT, None), "ambiguous_priority")) == 1
 
 
+def competing(schema: dict[str, Any], a: Any, b: Any) -> dict[str, Any]:
+    """Two transitions of one priority whose rules are ``a`` and ``b``, with the ``context_schema``."""
+    transitions = [to("done", rule(a), priority=1), to("other", rule(b), priority=1)]
+    return fsm({"start": {"transitions": transitions}, "done": DONE, "other": DONE}, context_schema=schema)
+
+
+LVL_ABOVE_5, LVL_BELOW_10 = {">": [{"var": "lvl"}, 5]}, {"<": [{"var": "lvl"}, 10]}
+STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+@pytest.mark.parametrize(
+    ("schema", "a", "b"),
+    [
+        ({"lvl": {"enum": [1, 20]}}, LVL_ABOVE_5, LVL_BELOW_10),  # no value the enum allows is in 6..9
+        ({"lvl": {"type": "integer", "minimum": 10}}, LVL_ABOVE_5, LVL_BELOW_10),
+        ({"tags": STRINGS}, {"in": ["vip", {"var": "tags"}]}, {"==": [{"var": "tags"}, "vip, gold"]}),
+    ],
+    ids=["enum", "minimum", "array-is-not-a-string"],
+)
+def test_ambiguous_priority_holds_only_on_values_the_context_schema_allows(schema, a, b):
+    assert len(only(competing({}, a, b), "ambiguous_priority")) == 1  # without the schema, they compete
+    assert only(competing(schema, a, b), "ambiguous_priority") == []
+
+
+@pytest.mark.parametrize(
+    ("schema", "a", "b", "example"),
+    [
+        ({"lvl": {"enum": [1, 7, 20]}}, LVL_ABOVE_5, LVL_BELOW_10, {"lvl": 7}),
+        ({"lvl": {"type": "integer", "minimum": 9}}, LVL_ABOVE_5, LVL_BELOW_10, {"lvl": 9}),
+        (
+            {"toppings": STRINGS},
+            {"in": ["cheese", {"var": "toppings"}]},
+            {"in": ["ham", {"var": "toppings"}]},
+            {"toppings": ["cheese", "ham"]},
+        ),
+        ({"toppings": STRINGS}, {"contains": [{"var": "toppings"}, "cheese"]}, True, {"toppings": ["cheese"]}),
+    ],
+    ids=["enum", "minimum", "array-both", "array-contains"],
+)
+def test_ambiguous_priority_examples_are_values_the_context_schema_allows(schema, a, b, example):
+    (found,) = only(competing(schema, a, b), "ambiguous_priority")
+    assert json.loads(found.message.split("e.g. with context ", 1)[1]) == example
+
+
 def test_the_ambiguous_priority_hint_says_what_the_runtime_does():
     (found,) = only(two_ways(ADULT, rule({">": [{"var": "age"}, 10]})), "ambiguous_priority")
     assert "so the model may take either" in found.message

@@ -146,6 +146,28 @@ def test_the_simulated_model_satisfies_a_comparison_of_two_keys(comparison, sche
     assert COMPARE[comparison](context["check_in"], context["check_out"])
 
 
+def test_the_simulated_model_fills_an_array_key_with_a_list_its_schema_allows():
+    from llm_fsm.loader import load
+    from llm_fsm.testing.simulation import SimulatedLLM
+
+    data = {
+        "name": "pizza",
+        "initial_state": "ask",
+        "context_schema": {"toppings": {"type": "array", "items": {"type": "string"}}},
+        "states": {
+            "ask": {
+                "transitions": [
+                    {"target_state": "done", "conditions": [{"logic": {"in": ["cheese", {"var": "toppings"}]}}]}
+                ]
+            },
+            "done": {},
+        },
+    }
+    definition = load(data)
+    update = SimulatedLLM(definition).satisfy("ask", definition.states["ask"].transitions[0], {})
+    assert update == {"toppings": ["cheese"]}
+
+
 # -- hooks: test files name them, llm-fsm test and paths take --hooks ---------------------------
 
 REFUND = {

@@ -40,7 +40,8 @@ Warnings are about definitions that load but probably do not do what their autho
     ``purpose``, ``instructions`` or ``response_instructions`` names.
 ``ambiguous_priority``
     two transitions of one state, to different targets and with the same priority, can hold together
-    (found by searching for a context that satisfies both; see :func:`find_witness`). Priority does not
+    (found by searching for a context that satisfies both with values the ``context_schema`` allows;
+    see :func:`find_witness`). Priority does not
     choose between them at run time: the model names a ``target_state``, and the move is accepted when
     any transition to that target has conditions that hold. Priority orders the transitions in the
     prompt (lowest number first, each shown with its number) and, among transitions to the chosen
@@ -630,12 +631,13 @@ _PRIORITY_HINT = (
 
 
 def _ambiguous_priorities(review: _Review) -> Iterator[Finding]:
+    schema = review.definition.context_schema
     for sid in review.definition.states:
         levels: dict[int, list[_Option]] = {}
         for i, transition, found in review.transitions(sid):
             if (sid, i) not in review.dead:
                 levels.setdefault(transition.priority, []).append(_Option(i, transition, found))
-        pairs = [pair for options in levels.values() if len(options) > 1 for pair in _Overlaps(options).pairs()]
+        pairs = [pair for options in levels.values() if len(options) > 1 for pair in _Overlaps(options, schema).pairs()]
         for a, b, witness in sorted(pairs, key=lambda pair: (pair[1].index, pair[0].index)):
             yield Finding(
                 ("states", sid, "transitions", b.index, "priority"),
@@ -674,8 +676,9 @@ class _Overlaps:
     (``choice == 1``, ``choice == 2`` ...), ranges and description-only transitions.
     """
 
-    def __init__(self, options: list[_Option]) -> None:
+    def __init__(self, options: list[_Option], schema: Mapping[str, Mapping[str, Any]]) -> None:
         self.options = options
+        self.schema = schema  # the context_schema: a pair holds together only on values it allows
         self.covered: set[int] = set()
         self.tried: set[tuple[int, int]] = set()
         self.found: list[tuple[_Option, _Option, dict[str, Any]]] = []
@@ -748,7 +751,7 @@ class _Overlaps:
             return False  # the same move, or a choice the model makes from the descriptions alone
         if not first.requirements.compatible(second.requirements):
             return False
-        witness = find_witness([first.transition, second.transition])
+        witness = find_witness([first.transition, second.transition], schema=self.schema)
         if witness is None:
             return False
         self.found.append((first, second, witness))
