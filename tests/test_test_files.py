@@ -481,3 +481,31 @@ def test_no_pydantic_words_reach_the_author_of_a_test_file_whatever_is_wrong(fol
                     assert ".0" not in problem.path, (loc, value, str(problem))
                     assert problem.line is not None or problem.code == "unreadable", (loc, value, str(problem))
     assert seen > 400
+
+
+def test_paths_walks_async_handlers_on_the_async_api_and_the_file_runs(refund, monkeypatch):
+    monkeypatch.chdir(refund)
+    out = refund / "tests" / "async.test.json"
+    args = ["paths", "defs/refund.json", "--hooks", "code/async_hooks.py:hooks", "--write-tests", str(out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert written["hooks"] == "../code/async_hooks.py:hooks"
+    assert written["cases"][0]["steps"][-1]["resume"] == {"approved": True}
+    tested = runner.invoke(app, ["test", str(out)])
+    assert tested.exit_code == 0, tested.output
+
+
+def test_the_skeletons_schema_is_the_checkouts_seen_from_the_written_file_or_none(tmp_path, monkeypatch):
+    import llm_fsm.cli.authoring as authoring
+    from tests.conftest import ROOT
+
+    (tmp_path / "signup.json").write_text(json.dumps(OPEN))
+    out = tmp_path / "deep" / "er" / "signup.test.json"
+    result = runner.invoke(app, ["paths", str(tmp_path / "signup.json"), "--write-tests", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert (out.parent / written["$schema"]).resolve() == ROOT / "schema" / "fsm-test.schema.json"
+    monkeypatch.setattr(authoring, "_TEST_SCHEMA", tmp_path / "nowhere" / "fsm-test.schema.json")  # installed
+    assert runner.invoke(app, ["paths", str(tmp_path / "signup.json"), "--write-tests", str(out)]).exit_code == 0
+    assert "$schema" not in json.loads(out.read_text())
