@@ -11,7 +11,7 @@ import pytest
 from typer.testing import CliRunner
 
 from llm_fsm.cli import app
-from llm_fsm.testing.conversation_tests import run_files
+from llm_fsm.testing.conversation_tests import failure_text, junit_xml, run_files
 from tests.conftest import reply
 from tests.test_chat import OPEN
 
@@ -509,3 +509,31 @@ def test_the_skeletons_schema_is_the_checkouts_seen_from_the_written_file_or_non
     monkeypatch.setattr(authoring, "_TEST_SCHEMA", tmp_path / "nowhere" / "fsm-test.schema.json")  # installed
     assert runner.invoke(app, ["paths", str(tmp_path / "signup.json"), "--write-tests", str(out)]).exit_code == 0
     assert "$schema" not in json.loads(out.read_text())
+
+
+def test_test_hooks_are_loaded_only_for_the_files_that_name_none(refund, monkeypatch):
+    monkeypatch.chdir(refund)
+    named = refund_test(refund, "../code/refund_hooks.py:hooks")
+    bad = ["--hooks", "code/nothere.py:hooks"]
+    result = runner.invoke(app, ["test", str(named), *bad], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output  # every file names its own: --hooks is never loaded
+    unnamed = refund_test(refund, name="unnamed.test.json")
+    result = runner.invoke(app, ["test", str(named), str(unnamed), *bad], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"PASS {named}: refund" in result.stdout and f"FAIL {unnamed}: refund" in result.stdout
+    assert "hooks code/nothere.py:hooks: no such file" in result.stdout
+    assert "(the runner's hooks, llm-fsm test --hooks: this file names none)" in result.stdout
+    (outcome,) = run_files([unnamed], hooks="code/refund_hooks.py:hooks")  # the library takes a spec too
+    assert outcome.passed, outcome.error
+
+
+def test_a_failing_resume_step_is_labelled_resume(refund):
+    steps = [*REFUND_STEPS[:2], {**REFUND_STEPS[2], "expect": {"state": "approval"}}]
+    path = refund / "tests" / "resume.test.json"
+    path.parent.mkdir(exist_ok=True)
+    document = {"hooks": "../code/refund_hooks.py:hooks", "cases": [{"name": "r", "definition": "../defs/refund.json"}]}
+    document["cases"][0]["steps"] = steps
+    path.write_text(json.dumps(document))
+    (outcome,) = run_files([path])
+    assert failure_text(outcome) == "step 3 (resume): state: expected 'approval', got 'done'"
+    assert "(resume)" in junit_xml([outcome])

@@ -18,7 +18,6 @@ from llm_fsm.cli.options import (
     TemperatureOption,
     TimeoutOption,
     check_writable,
-    load_hooks,
     make_client,
     non_empty,
     write_output,
@@ -75,10 +74,10 @@ def test(
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
-    registry = load_hooks(hooks) if hooks else None
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
     factory = _model_factory(model, provider, replay)
-    outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=registry)
+    # --hooks is loaded only for the files that name no hooks of their own: if it cannot be, their cases fail
+    outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
     for outcome in outcomes:
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
@@ -115,7 +114,7 @@ def _check_test_files(files: list[Path]) -> None:
 def _print_steps(outcome: CaseOutcome) -> None:
     """One line per step: what the user said, where the conversation went, what the turn cost."""
     for step in outcome.steps:
-        said = "(resume)" if step.resume else "(opening)" if step.user is None else repr(step.user[:40])
+        said = step.said(40)
         mark = "ok " if step.passed else "✗  "
         if step.result is None:
             console.print(f"     {mark}{step.index + 1}. {said}", markup=False)

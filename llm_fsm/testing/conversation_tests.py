@@ -164,6 +164,12 @@ class StepOutcome:
     def passed(self) -> bool:
         return not self.failures
 
+    def said(self, limit: int | None = None) -> str:
+        """What the step did, for a report line: ``(resume)``, ``(opening)``, or the user's message (quoted)."""
+        if self.resume:
+            return "(resume)"
+        return "(opening)" if self.user is None else repr(self.user[:limit])
+
 
 @dataclass
 class CaseOutcome:
@@ -392,18 +398,21 @@ def run_files(
     *,
     repeat: int = 1,
     min_pass: int | None = None,
-    hooks: Hooks | None = None,
+    hooks: Hooks | str | None = None,
 ) -> list[CaseOutcome]:
     """Run every case of every file; with ``repeat``, a case passes when ``min_pass`` runs pass.
 
-    A file that names its ``hooks`` runs with those; the others run with ``hooks``."""
+    A file that names its ``hooks`` runs with those; the others run with ``hooks``: a ``Hooks``
+    object, or a spec (``MODULE:NAME``, ``FILE.py:NAME`` relative to the current folder) loaded only
+    when a file names none, so that hooks which do not load fail those files' cases, with the reason,
+    and no other."""
     definitions: dict[Path, FSMDefinition] = {}
     outcomes = []
     needed = repeat if min_pass is None else min_pass
     for path in paths:
         try:
             test_file = read(path)
-            file_hooks = hooks if test_file.hooks is None else Hooks.load(test_file.hooks, relative_to=path.parent)
+            file_hooks = _file_hooks(test_file, path, hooks)
         except FSMError as exc:  # not a test file, or its hooks cannot be loaded: each case fails saying so
             names = [case.name for case in test_file.cases] if isinstance(exc, HooksLoadError) else ["(file)"]
             outcomes += [CaseOutcome(path, name, path, error=str(exc)) for name in names]
@@ -419,6 +428,18 @@ def run_files(
                 best.error = f"passed {best.passes} of {best.runs} runs, {needed} needed"
             outcomes.append(best)
     return outcomes
+
+
+def _file_hooks(test_file: TestFile, path: Path, runner_hooks: Hooks | str | None) -> Hooks | None:
+    """The hooks a file's cases run with: those it names (relative to it), else the runner's."""
+    if test_file.hooks is not None:
+        return Hooks.load(test_file.hooks, relative_to=path.parent)
+    if not isinstance(runner_hooks, str):
+        return runner_hooks
+    try:
+        return Hooks.load(runner_hooks)
+    except HooksLoadError as exc:
+        raise HooksLoadError(f"{exc} (the runner's hooks, llm-fsm test --hooks: this file names none)") from exc
 
 
 @dataclass(frozen=True)
@@ -477,5 +498,4 @@ def failure_text(case: CaseOutcome) -> str:
     if case.error:
         return case.error
     step = next(s for s in case.steps if not s.passed)
-    said = "(opening)" if step.user is None else repr(step.user)
-    return f"step {step.index + 1} {said}: " + "; ".join(step.failures)
+    return f"step {step.index + 1} {step.said()}: " + "; ".join(step.failures)
