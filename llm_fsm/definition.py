@@ -246,12 +246,17 @@ class FSMDefinition(_Frozen):
             parts[f"{sid}.text"] = state.model_dump(mode="json", exclude={"transitions"})
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
-    def blocking_changes(self, definition_hash: str, outline: dict[str, str], *, strict: bool = False) -> list[str]:
-        """The changes that stop a snapshot taken on the definition (``definition_hash``, ``outline``)
-        from restoring onto this one: none when it is this very definition; with ``strict``, every
-        change; else only changes to the structure (an edit to prose fields does not block)."""
+    def blocking_changes(
+        self, definition_hash: str, outline: dict[str, str], *, strict: bool = False, name: str | None = None
+    ) -> list[str]:
+        """The changes that stop a snapshot taken on the definition (``definition_hash``, ``outline``,
+        ``name``) from restoring onto this one: none when it is this very definition; one, "saved with
+        another definition", when ``name`` is another's (its parts are not this one's edited); with
+        ``strict``, every change; else only changes to the structure (an edit to prose does not block)."""
         if definition_hash == self.content_hash:
             return []
+        if name is not None and name != self.name:
+            return [f"it was saved with another definition ('{name}')"]
         return self.changes_since(outline, prose=strict)
 
     @cached_property

@@ -29,6 +29,7 @@ from llm_fsm.cli.options import (
     TemperatureOption,
     TimeoutOption,
     WaitOption,
+    check_definition_policy,
     load_definition,
     load_hooks,
     make_client,
@@ -67,6 +68,7 @@ def run(
     replay: ReplayOption = None,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn."""
+    check_definition_policy(allow_changed_definition, strict_definition)
     from llm_fsm.prompt import PromptBuilder, PromptSettings
 
     fsm = load_definition(definition)
