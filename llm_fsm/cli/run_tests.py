@@ -71,6 +71,8 @@ def test(
         fail(f"no test files in {', '.join(map(str, paths))} (test files are named *.test.json)", 2)
     if min_pass is not None and min_pass > repeat:
         fail(f"--min-pass {min_pass} is more than --repeat {repeat}", 2)
+    if hooks is not None and not _well_formed(hooks):  # loaded later, for the files that name no hooks
+        fail(f"--hooks {hooks!r}: expected MODULE:NAME or FILE.py:NAME", 2)
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
@@ -93,6 +95,12 @@ def test(
     if junit is not None:
         write_output(junit, junit_xml(outcomes))
     raise typer.Exit(1 if failed else 0)
+
+
+def _well_formed(spec: str) -> bool:
+    """``spec`` has the shape of MODULE:NAME or FILE.py:NAME (whether it loads is found out when it is needed)."""
+    where, _, name = spec.rpartition(":")
+    return bool(where) and name.isidentifier()
 
 
 def _check_test_files(files: list[Path]) -> None:
