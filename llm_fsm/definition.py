@@ -13,9 +13,9 @@ from collections.abc import Callable
 from functools import cache, cached_property
 from typing import Annotated, Any, Literal, TypeVar, cast
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-JSONLogic = dict[str, Any] | bool
+JSONLogic = dict[str, Any] | StrictBool  # strict: the text "yes" is not a rule that always holds
 T = TypeVar("T")
 
 
@@ -53,7 +53,7 @@ class Condition(_Frozen):
 class Transition(_Frozen):
     target_state: str = Field(description="Id of the state this transition leads to.")
     description: str = Field("", description="When to take this transition, shown to the model.")
-    priority: int = Field(100, description="Lower is preferred when several transitions apply.")
+    priority: int = Field(100, strict=True, description="Lower is preferred when several transitions apply.")
     conditions: tuple[Condition, ...] = Field((), description="All must hold for the move.")
 
 
@@ -85,15 +85,15 @@ class RegexCheck(_Check):
 
     kind: Literal["regex"] = Field(description="The kind of check.")
     pattern: str = Field(description="The regular expression.")
-    must_match: bool = Field(True, description="false: the message must NOT match.")
-    ignore_case: bool = Field(False, description="Match letters regardless of case.")
+    must_match: bool = Field(True, strict=True, description="false: the message must NOT match.")
+    ignore_case: bool = Field(False, strict=True, description="Match letters regardless of case.")
 
 
 class MaxLengthCheck(_Check):
     """The proposed message is at most ``max`` characters long."""
 
     kind: Literal["max_length"] = Field(description="The kind of check.")
-    max: int = Field(gt=0, description="Maximum number of characters.")
+    max: int = Field(gt=0, strict=True, description="Maximum number of characters.")
 
 
 class PythonCheck(_Check):
@@ -176,9 +176,9 @@ class State(_Frozen):
     checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
     tools: tuple[str, ...] = Field((), description="Names of the tools the model may call in this state.")
     max_tool_rounds: int | None = Field(
-        None, ge=0, le=20, description="Rounds of tool calls per turn here (default: the definition's)."
+        None, ge=0, le=20, strict=True, description="Rounds of tool calls per turn here (default: the definition's)."
     )
-    max_retries: int = Field(2, ge=0, le=10, description="Retries with feedback when checks fail.")
+    max_retries: int = Field(2, ge=0, le=10, strict=True, description="Retries with feedback when checks fail.")
     on_exhausted: Literal["stay", "fallback_state", "raise"] = Field(
         "stay", description="When checks still fail: stay, go to fallback_state, or raise an error."
     )
@@ -225,6 +225,7 @@ class FSMDefinition(_Frozen):
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
     mask_secrets: bool = Field(
         True,
+        strict=True,
         description="Mask secret-looking context values (password, token, card number...) in prompts and displays.",
     )
     secret_keys: tuple[str, ...] = Field((), description="More context keys to mask (names or globs such as member_*).")
@@ -236,7 +237,7 @@ class FSMDefinition(_Frozen):
     mcp_servers: dict[str, MCPServerSpec] = Field(
         default_factory=dict, description="MCP servers keyed by name, whose tools states may list."
     )
-    max_tool_rounds: int = Field(3, ge=0, le=20, description="Rounds of tool calls the model may make per turn.")
+    max_tool_rounds: int = Field(3, ge=0, le=20, strict=True, description="Rounds of tool calls the model may make per turn.")
 
     @cached_property
     def content_hash(self) -> str:
@@ -290,12 +291,17 @@ class FSMDefinition(_Frozen):
             parts[f"{sid}.text"] = state.model_dump(mode="json", exclude={"transitions"})
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
-    def blocking_changes(self, definition_hash: str, outline: dict[str, str], *, strict: bool = False) -> list[str]:
-        """The changes that stop a snapshot taken on the definition (``definition_hash``, ``outline``)
-        from restoring onto this one: none when it is this very definition; with ``strict``, every
-        change; else only changes to the structure (an edit to prose fields does not block)."""
+    def blocking_changes(
+        self, definition_hash: str, outline: dict[str, str], *, strict: bool = False, name: str | None = None
+    ) -> list[str]:
+        """The changes that stop a snapshot taken on the definition (``definition_hash``, ``outline``,
+        ``name``) from restoring onto this one: none when it is this very definition; one, "saved with
+        another definition", when ``name`` is another's (its parts are not this one's edited); with
+        ``strict``, every change; else only changes to the structure (an edit to prose does not block)."""
         if definition_hash == self.content_hash:
             return []
+        if name is not None and name != self.name:
+            return [f"it was saved with another definition ('{name}')"]
         return self.changes_since(outline, prose=strict)
 
     @cached_property

@@ -83,12 +83,15 @@ class Snapshot(BaseModel):
     used_tokens: tuple[str, ...] = Field((), description="Resume tokens already used (each works once).")
 
 
+RejectionKind = Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool"]
+
+
 class Rejection(BaseModel):
     """Something the runtime refused in a turn, with the reason given to the model and the caller."""
 
     model_config = ConfigDict(frozen=True)
 
-    kind: Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool"]
+    kind: RejectionKind
     reason: str
     target_state: str | None = None
     key: str | None = None
@@ -179,7 +182,8 @@ def _refusal(key: str, writable: Collection[str] | None, protected: Collection[s
     if key in protected:
         return "may only be set by code; the model may not write it"
     if writable is not None and key not in writable:
-        allowed = ", ".join(sorted(writable)) or "none"
+        # only the keys it could write: a listed '_' key or handler-only key is refused anyway
+        allowed = ", ".join(sorted(k for k in writable if _refusal(k, None, protected) is None)) or "none"
         return f"is not writable in this state (writable: {allowed})"
     return None
 

@@ -15,25 +15,25 @@ and a hint where one helps. Positions are looked up only when there is a problem
 from __future__ import annotations
 
 import bisect
-import difflib
 import json
 import os
 import re
-import types
 import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
-from typing import Annotated, Any, Literal, Union, get_args, get_origin
+from typing import Any
 
-from pydantic import BaseModel, ValidationError
+from pydantic import ValidationError
 
 from llm_fsm import logic
 from llm_fsm.definition import Check, Condition, Example, FSMDefinition, JSONLogic, State, Transition
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
+from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
+from llm_fsm.wording import what as _what
 
 _IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 _TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
@@ -158,13 +158,6 @@ def _reject_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     if len(result) < len(pairs):
         raise _DuplicateKey()
     return result
-
-
-def did_you_mean(name: str, choices: object) -> str | None:
-    """A hint naming the closest choice, or None."""
-    options = [str(c) for c in choices] if isinstance(choices, (list, tuple, set, frozenset, dict)) else []
-    close = difflib.get_close_matches(str(name), options, n=1)
-    return f"did you mean '{close[0]}'?" if close else None
 
 
 class _Reader:
@@ -324,13 +317,8 @@ class _Reader:
         try:
             return FSMDefinition.model_validate(data)
         except ValidationError as exc:
-            reported: set[tuple[Any, ...]] = set()
-            for err in exc.errors(include_url=False):
-                problem = _field_problem(err)
-                if problem not in reported:  # one per place: a union reports each of its members
-                    reported.add(problem)
-                    loc, message, code, hint = problem
-                    self.error(loc, message, code=code, hint=hint)
+            for loc, message, code, hint in field_problems(exc, _WORDS):
+                self.error(loc, message, code=code, hint=hint)
             return None
 
     # -- whole-file checks ----------------------------------------------------------------------
@@ -525,160 +513,17 @@ def _says_nothing(value: Any, default: object) -> bool:
 
 # ---------------------------------------------------------------- field problems, in plain words
 
-# pydantic's constraint errors: the context key holding the bound, and the words for it
-_BOUNDS = {
-    "greater_than": ("gt", "greater than"),
-    "greater_than_equal": ("ge", "at least"),
-    "less_than": ("lt", "less than"),
-    "less_than_equal": ("le", "at most"),
-}
 _NOUNS: dict[Any, str] = {State: "state", Transition: "transition", Condition: "condition", Example: "example line"}
-_SCALARS: dict[Any, tuple[str, str]] = {  # type -> (a value of it, values of it)
-    str: ("a string", "strings"),
-    int: ("a whole number", "whole numbers"),
-    float: ("a number", "numbers"),
-    bool: ("true or false", "true or false values"),
-    type(None): ("null", "nulls"),
-}
-
-
-def _field_problem(err: Any) -> tuple[tuple[Any, ...], str, str, str | None]:
-    """A pydantic error as (location in the file, message, code, hint), in the author's words."""
-    loc, expected, _ = _resolve(err["loc"])
-    kind, ctx, value = err["type"], err.get("ctx") or {}, err.get("input")
-    if kind == "missing":
-        return loc, f"missing required field '{loc[-1]}' ({_describe(expected)})", "missing_field", None
-    if kind == "extra_forbidden":
-        parent = _resolve(err["loc"][:-1])[2]
-        return loc, f"unknown field '{loc[-1]}'", "unknown_field", did_you_mean(loc[-1], _field_names(parent))
-    if kind in ("union_tag_invalid", "union_tag_not_found"):
-        key = str(ctx.get("discriminator", "")).strip("'")
-        tags = [tag for member in _members(expected) for tag in _tags(member, key)]
-        given = value.get(key) if isinstance(value, Mapping) else None
-        if kind == "union_tag_not_found":
-            return (*loc, key), f"missing required field '{key}' ({_one_of(tags)})", "missing_field", None
-        if not isinstance(given, str):
-            return (*loc, key), f"expected {_one_of(tags)}, got {_what(given)}", "type", None
-        message = f"unknown {_noun(expected)} {key} '{given}': expected {_one_of(tags)}"
-        return (*loc, key), message, "unknown_kind", did_you_mean(given, tags)
-    if kind in _BOUNDS:
-        bound, words = _BOUNDS[kind]
-        return loc, f"must be {words} {ctx.get(bound)}, got {_what(value)}", "out_of_range", None
-    if kind == "too_short":
-        return loc, f"needs at least {ctx.get('min_length')} item(s), got {_what(value)}", "out_of_range", None
-    return loc, f"expected {_describe(expected)}, got {_what(value)}", "type", None
-
-
-def _resolve(pydantic_loc: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any, Any]:
-    """pydantic's location of an error → (the location in the file, the type the file should hold there,
-    the type pydantic reached). In a union pydantic adds the member it tried ('bool', 'regex'): that
-    part is not in the file, and what the file should hold there is the whole union."""
-    loc: list[Any] = []
-    expected = reached = FSMDefinition
-    for part in pydantic_loc:
-        members = _members(reached)
-        if members:
-            reached = next((m for m in members if part in _tags(m, "kind")), Any)  # checks: by their kind
-            continue
-        reached = expected = _child(reached, part)
-        loc.append(part)
-    return tuple(loc), expected, reached
-
-
-def _bare(tp: Any) -> Any:
-    """``tp`` without ``Annotated`` and, when one type is left, without ``| None``."""
-    if get_origin(tp) is Annotated:
-        tp = get_args(tp)[0]
-    members = _members(tp)
-    return _bare(members[0]) if len(members) == 1 else tp
-
-
-def _members(tp: Any) -> tuple[Any, ...]:
-    """The types of a union, ``None`` left out; () for any other type."""
-    if get_origin(tp) is Annotated:
-        tp = get_args(tp)[0]
-    if get_origin(tp) not in (Union, types.UnionType):
-        return ()
-    return tuple(member for member in get_args(tp) if member is not type(None))
-
-
-def _child(tp: Any, part: Any) -> Any:
-    tp = _bare(tp)
-    if isinstance(tp, type) and issubclass(tp, BaseModel):
-        return next((f.annotation for n, f in tp.model_fields.items() if part in (n, f.alias)), Any)
-    args = get_args(tp)
-    if get_origin(tp) is dict:
-        return args[1]
-    if get_origin(tp) in (tuple, list) and args:
-        return args[0]
-    return Any
-
-
-def _field_names(model: Any) -> list[str]:
-    return (
-        [f.alias or n for n, f in model.model_fields.items()]
-        if isinstance(model, type) and issubclass(model, BaseModel)
-        else []
-    )
-
-
-def _tags(tp: Any, key: str) -> tuple[Any, ...]:
-    """The values a model's ``key`` field may take when it is a ``Literal`` (a check's ``kind``)."""
-    field = tp.model_fields.get(key) if isinstance(tp, type) and issubclass(tp, BaseModel) else None
-    return get_args(field.annotation) if field is not None and get_origin(field.annotation) is Literal else ()
-
-
-def _noun(tp: Any) -> str | None:
-    tp = _bare(tp)
-    if set(_members(tp)) == set(_members(Check)):
-        return "check"
-    return _NOUNS.get(tp)
+_WORDS = Vocabulary(
+    FSMDefinition,
+    nouns=(*_NOUNS.items(), (Check, "check")),
+    phrases=((JSONLogic, ("a JsonLogic rule (an object) or true or false", "JsonLogic rules")),),
+)
 
 
 def _describe(tp: Any, *, plural: bool = False) -> str:
-    """What a value of type ``tp`` is, in words: 'a list of strings', 'an object (a transition)'."""
-    tp = _bare(tp)
-    origin, args = get_origin(tp), get_args(tp)
-    if noun := _noun(tp):
-        return f"{noun}s" if plural else f"an object ({'an' if noun[0] in 'aeiou' else 'a'} {noun})"
-    if set(_members(tp)) == set(_members(JSONLogic)):
-        return "JsonLogic rules" if plural else "a JsonLogic rule (an object) or true or false"
-    if tp in _SCALARS:
-        return _SCALARS[tp][plural]
-    if origin is Literal:
-        return _one_of(args)
-    if origin in (tuple, list):
-        return "lists" if plural else f"a list of {_describe(args[0], plural=True)}"
-    if origin is dict:
-        if _noun(args[1]) == "state":
-            return "an object of states keyed by id, or a list of states"
-        if _bare(args[1]) is Any:
-            return "objects" if plural else "an object"
-        return "objects" if plural else f"an object of {_describe(args[1], plural=True)}"
-    return "values" if plural else "a JSON value"
-
-
-def _one_of(values: Sequence[object]) -> str:
-    quoted = [f"'{value}'" for value in values]
-    return f"one of {', '.join(quoted[:-1])} or {quoted[-1]}" if len(quoted) > 1 else " ".join(quoted)
-
-
-def _what(value: Any) -> str:
-    """What ``value`` is, in words, with a short scalar shown: 'a string ("high")', 'a list'."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, (int, float)):
-        return f"a number ({value!r})" if abs(value) < 1e15 else "a number"
-    if isinstance(value, str):
-        shown = json.dumps(value if len(value) <= 40 else value[:40] + "…", ensure_ascii=False)
-        return f"a string ({shown})" if value else "an empty string"
-    if isinstance(value, (list, tuple)):
-        return "a list" if value else "an empty list"
-    if isinstance(value, Mapping):
-        return "an object" if value else "an empty object"
-    return "a value"
+    """What a value of type ``tp`` is, in the words of the definition format."""
+    return describe(tp, _WORDS, plural=plural)
 
 
 # ---------------------------------------------------------------- JSON text: what is wrong, where

@@ -200,6 +200,50 @@ def test_an_unconditioned_transition_can_always_hold():
     assert len(only(two_ways(ADULT, None), "ambiguous_priority")) == 1
 
 
+def competing(schema: dict[str, Any], a: Any, b: Any) -> dict[str, Any]:
+    """Two transitions of one priority whose rules are ``a`` and ``b``, with the ``context_schema``."""
+    transitions = [to("done", rule(a), priority=1), to("other", rule(b), priority=1)]
+    return fsm({"start": {"transitions": transitions}, "done": DONE, "other": DONE}, context_schema=schema)
+
+
+LVL_ABOVE_5, LVL_BELOW_10 = {">": [{"var": "lvl"}, 5]}, {"<": [{"var": "lvl"}, 10]}
+STRINGS = {"type": "array", "items": {"type": "string"}}
+
+
+@pytest.mark.parametrize(
+    ("schema", "a", "b"),
+    [
+        ({"lvl": {"enum": [1, 20]}}, LVL_ABOVE_5, LVL_BELOW_10),  # no value the enum allows is in 6..9
+        ({"lvl": {"type": "integer", "minimum": 10}}, LVL_ABOVE_5, LVL_BELOW_10),
+        ({"tags": STRINGS}, {"in": ["vip", {"var": "tags"}]}, {"==": [{"var": "tags"}, "vip, gold"]}),
+    ],
+    ids=["enum", "minimum", "array-is-not-a-string"],
+)
+def test_ambiguous_priority_holds_only_on_values_the_context_schema_allows(schema, a, b):
+    assert len(only(competing({}, a, b), "ambiguous_priority")) == 1  # without the schema, they compete
+    assert only(competing(schema, a, b), "ambiguous_priority") == []
+
+
+@pytest.mark.parametrize(
+    ("schema", "a", "b", "example"),
+    [
+        ({"lvl": {"enum": [1, 7, 20]}}, LVL_ABOVE_5, LVL_BELOW_10, {"lvl": 7}),
+        ({"lvl": {"type": "integer", "minimum": 9}}, LVL_ABOVE_5, LVL_BELOW_10, {"lvl": 9}),
+        (
+            {"toppings": STRINGS},
+            {"in": ["cheese", {"var": "toppings"}]},
+            {"in": ["ham", {"var": "toppings"}]},
+            {"toppings": ["cheese", "ham"]},
+        ),
+        ({"toppings": STRINGS}, {"contains": [{"var": "toppings"}, "cheese"]}, True, {"toppings": ["cheese"]}),
+    ],
+    ids=["enum", "minimum", "array-both", "array-contains"],
+)
+def test_ambiguous_priority_examples_are_values_the_context_schema_allows(schema, a, b, example):
+    (found,) = only(competing(schema, a, b), "ambiguous_priority")
+    assert json.loads(found.message.split("e.g. with context ", 1)[1]) == example
+
+
 def test_the_ambiguous_priority_hint_says_what_the_runtime_does():
     (found,) = only(two_ways(ADULT, rule({">": [{"var": "age"}, 10]})), "ambiguous_priority")
     assert "so the model may take either" in found.message
@@ -536,9 +580,10 @@ def test_a_state_whose_only_exits_never_hold_is_never_left():
         zip(codes, ["states.stuck.transitions[0].conditions[0].logic.and[1]", "states.done", "states.stuck.transitions",
                     "states.start"], strict=True)
     )  # fmt: skip
-    assert "state 'stuck' can never be left: the conditions of the transition to 'done' never hold" in (
+    assert "state 'stuck' can never be left: the conditions of transitions[0] (to 'done') never hold" in (
         found[2].message
     )
+    assert "condition_never_holds" in found[2].hint and "writable_keys" not in found[2].hint
     assert found[3].message.endswith("(every path to one takes a transition that can never be taken)")
 
 
@@ -556,10 +601,10 @@ def test_a_key_that_is_not_writable_in_the_state_keeps_it_from_being_left(tmp_pa
     path = written(tmp_path, never_left(writable_keys=["name"]))
     (found,) = only(path, "state_never_left")
     assert found.path == "states.stuck.transitions" and found.line is not None
-    assert "the transition to 'done' needs 'guests', not writable by the model in 'stuck' (writable_keys)" in (
+    assert "transitions[0] (to 'done') needs 'guests', not writable by the model in 'stuck' (writable_keys)" in (
         found.message
     )
-    assert "writable_keys" in found.hint
+    assert "writable_keys" in found.hint and "condition_never_holds" not in found.hint
 
 
 def test_a_handler_only_key_without_a_handler_keeps_the_state_from_being_left():
@@ -567,6 +612,73 @@ def test_a_handler_only_key_without_a_handler_keeps_the_state_from_being_left():
     (found,) = only(definition, "state_never_left")
     assert "'guests', a handler-only key, and no handler is named in 'stuck'" in found.message
     assert "handlers" in found.hint
+
+
+def test_state_never_left_names_each_transition_and_fits_its_hint_to_each_cause():
+    never = rule({"and": [GUESTS_ABOVE_6, GUESTS_BELOW_1]})
+    twice = never_left(writable_keys=["guests"], transitions=[to("done", never), to("done", never)])
+    (found,) = only(twice, "state_never_left")
+    assert found.message == (
+        "state 'stuck' can never be left: the conditions of transitions[0] (to 'done') never hold; "
+        "the conditions of transitions[1] (to 'done') never hold"
+    )
+    assert found.hint.startswith("fix the conditions that never hold") and "update_context" not in found.hint
+    mixed = never_left(writable_keys=["name"], transitions=[to("done", never), to("done", rule(None, "guests"))])
+    (found,) = only(mixed, "state_never_left")
+    assert "transitions[0] (to 'done') never hold; transitions[1] (to 'done') needs 'guests'" in found.message
+    assert "condition_never_holds" in found.hint and "writable_keys" in found.hint
+
+
+def test_a_required_key_the_model_may_not_write_is_never_collected():
+    states = {
+        "start": {
+            "required_context_keys": ["name", "email", "approved", "_score"],
+            "writable_keys": ["name", "approved"],
+            "transitions": [to("done")],
+        },
+        "done": DONE,
+    }
+    found = only(fsm(states, handler_only_keys=["approved"]), "key_not_writable")
+    assert [d.path for d in found] == [f"states.start.required_context_keys[{k}]" for k in (1, 2, 3)]
+    email, approved, score = found
+    assert email.message == (
+        "state 'start' asks the model to collect 'email', but the state's writable_keys leave it out: "
+        "it is never collected here"
+    )
+    assert email.hint == "add 'email' to writable_keys of 'start', or remove it from required_context_keys"
+    assert "handler-only key" in approved.message and "handler_only_keys" in approved.hint
+    assert "keys starting with '_' are the runtime's" in score.message
+    default = fsm({**states, "start": {**states["start"], "writable_keys": None}}, handler_only_keys=["approved"])
+    assert [d.path for d in only(default, "key_not_writable")] == [  # by default, all but code's are writable
+        f"states.start.required_context_keys[{k}]" for k in (2, 3)
+    ]
+
+
+def test_writable_keys_that_the_runtime_refuses_anyway_are_contradictions():
+    states = {"start": {"writable_keys": ["name", "approved", "_score", "_extra"], "transitions": [to("done")]}}
+    found = only(fsm({**states, "done": DONE}, handler_only_keys=["approved"]), "writable_key_refused")
+    assert [d.path for d in found] == ["states.start.writable_keys[1]", "states.start.writable_keys[2]"]
+    assert found[0].message == (
+        "writable_keys of 'start' lists 'approved', but it is also in handler_only_keys, which wins: "
+        "the model's writes to it are refused"
+    )
+    assert "'_' are the runtime's" in found[1].message and found[1].hint
+
+
+def test_a_key_in_writable_keys_counts_as_collected():
+    states = {
+        "start": {"writable_keys": ["cancel"], "transitions": [to("done", rule({"==": [{"var": "cancel"}, True]}))]},
+        "ask": {"writable_keys": ["cancel"], "transitions": [to("done")]},
+        "done": DONE,
+    }
+    assert only(fsm(states), "key_never_set") == []
+
+
+def test_the_rejection_lists_only_keys_the_model_could_write():
+    from llm_fsm.engine import filter_update
+
+    _, (refused,) = filter_update({"x": 1}, writable=["name", "_score", "_extra", "approved"], protected=["approved"])
+    assert refused.reason == "context key 'x' is not writable in this state (writable: _extra, name)"
 
 
 @pytest.mark.parametrize(

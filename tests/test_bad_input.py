@@ -105,7 +105,9 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("test", "repeat"): ["0", "-1"],
     ("test", "min_pass"): ["0", "2"],
     ("test", "junit"): NOT_WRITABLE,
-    ("test", "hooks"): BAD_HOOKS,
+    # test loads --hooks only for files that name no hooks: hooks that do not load fail those files' cases
+    # (exit 1, test_test_files.py); a spec that is not MODULE:NAME or FILE.py:NAME is a usage error at once
+    ("test", "hooks"): [value for value in BAD_HOOKS if ":" not in value.strip(":")],
     ("conversations list", "store"): BAD_STORES,
     ("conversations show", "conversation_id"): BAD_IDS,
     ("conversations show", "store"): BAD_STORES,

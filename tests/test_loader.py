@@ -6,11 +6,13 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+import jsonschema
 import pytest
 from pydantic import ValidationError
 
 import llm_fsm
 import llm_fsm.loader
+from llm_fsm.definition import json_schema
 from llm_fsm.errors import DefinitionError
 from llm_fsm.loader import DefinitionWarning, inspect
 from tests.conftest import SIGNUP
@@ -457,3 +459,46 @@ def test_positions_are_computed_only_when_there_is_something_to_report(monkeypat
     broken = clean.replace('"priority": 10', '"priority": "high"')
     (problem,) = llm_fsm.loader.load_text(broken).errors
     assert problem.line is not None and len(calls) == 1
+
+
+def test_an_item_of_an_optional_list_is_reported_at_its_own_place():
+    data = full_definition()
+    data["states"]["a"]["writable_keys"] = ["k", 1]  # type: ignore[index]
+    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    assert (problem.path, problem.message) == ("states.a.writable_keys[1]", "expected a string, got a number (1)")
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("mask_secrets",), "no", 'expected true or false, got a string ("no")'),
+        (("mask_secrets",), 0, "expected true or false, got a number (0)"),
+        (("states", "a", "checks", 2, "must_match"), "false", 'expected true or false, got a string ("false")'),
+        (("states", "a", "checks", 2, "ignore_case"), 1, "expected true or false, got a number (1)"),
+        (("states", "a", "transitions", 0, "priority"), True, "expected a whole number, got true"),
+        (("states", "a", "transitions", 0, "priority"), "10", 'expected a whole number, got a string ("10")'),
+        (("states", "a", "max_retries"), False, "expected a whole number, got false"),
+        (("states", "a", "checks", 3, "max"), "10", 'expected a whole number, got a string ("10")'),
+        (
+            ("states", "a", "transitions", 0, "conditions", 0, "logic"),
+            "yes",
+            'expected a JsonLogic rule (an object) or true or false, got a string ("yes")',
+        ),
+        (
+            ("states", "a", "transitions", 0, "conditions", 0, "logic"),
+            1,
+            "expected a JsonLogic rule (an object) or true or false, got a number (1)",
+        ),
+    ],
+)
+def test_booleans_and_whole_numbers_are_not_converted_from_other_types(where, value, message):
+    """What the published JSON Schema rejects does not load: "no" is not false (masking stays on)."""
+    data = full_definition()
+    parent: Any = data
+    for part in where[:-1]:
+        parent = parent[part]
+    parent[where[-1]] = value
+    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
+    schema_validator = jsonschema.Draft202012Validator(json_schema())
+    assert not schema_validator.is_valid(data)  # the loader and the schema agree

@@ -88,7 +88,7 @@ def test_each_expectation_can_fail_with_a_clear_message(definition_file, tmp_pat
 
 
 def test_unused_or_missing_scripted_replies_fail(definition_file, tmp_path):
-    extra = {**NAME, "replies": [NAME["reply"], reply("ask_email", "unused")]}
+    extra = {"user": "Ann", "replies": [NAME["reply"], reply("ask_email", "unused")], "expect": NAME["expect"]}
     (outcome,) = run_files([write_cases(tmp_path, case(GREET, extra))])
     assert "1 scripted reply not used" in outcome.steps[-1].failures
     unscripted = {"user": "Ann", "expect": {"state": "ask_email"}}
@@ -144,7 +144,7 @@ def test_invalid_test_files_are_reported(tmp_path):
     bad = tmp_path / "bad.test.json"
     bad.write_text('{"cases": [{"name": "x", "definition": "nope.json", "steps": [{"usr": "hi"}]}]}')
     (outcome,) = run_files([bad])
-    assert not outcome.passed and "cases.0.steps.0.usr" in outcome.error
+    assert not outcome.passed and "cases[0].steps[0].usr" in outcome.error
     bad.write_text('{"cases": [{"name": "x", "definition": "nope.json", "steps": [{"user": "hi"}]}]}')
     (outcome,) = run_files([bad])
     assert "cannot read file" in outcome.error

@@ -214,6 +214,41 @@ def test_run_after_a_prose_edit_continues_unless_strict(setup, tmp_path):
     assert [t["turn"] for t in turns] == [2] and turns[0]["state"] == "done"
 
 
+def test_a_conversation_saved_with_another_definition_says_so(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c1")
+    other = tmp_path / "other.json"
+    other.write_text(json.dumps({**json.loads(definition.read_text()), "name": "other"}))
+    refused, _ = run(other, tmp_path, [DONE], "ann@example.com\n", "--store", store, "-c", "c1")
+    assert refused.exit_code == 2
+    assert f"this conversation was saved with another definition ('{OPEN['name']}'), not 'other'" in refused.stderr
+    assert "removed" not in refused.stderr and "changed since" not in refused.stderr
+
+
+def test_a_prose_edit_refused_by_strict_definition_says_so_and_suggests_no_other_option(setup, tmp_path):
+    definition, store = setup
+    run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c1")
+    _edit_definition(definition, lambda d: d["states"]["ask_email"].update(purpose="Get the email"))
+    args = ["--store", store, "-c", "c1", "--strict-definition"]
+    strict, _ = run(definition, tmp_path, [DONE], "ann@example.com\n", *args)
+    assert strict.exit_code == 2 and "refused because of --strict-definition" in strict.stderr
+    assert "--allow-changed-definition" not in strict.stderr
+    _edit_definition(definition, lambda d: d["states"]["ask_email"]["required_context_keys"].append("phone"))
+    strict, _ = run(definition, tmp_path, [DONE], "ann@example.com\n", *args)
+    assert strict.exit_code == 2 and "(refused because of --strict-definition)" in strict.stderr
+    assert "--allow-changed-definition" not in strict.stderr
+
+
+@pytest.mark.parametrize("command", ["run", "chat"])
+def test_strict_and_allow_changed_definition_together_are_a_usage_error(setup, tmp_path, command):
+    definition, _ = setup
+    (tmp_path / "replies.json").write_text(json.dumps([GREETING]))
+    args = [command, str(definition), "-m", f"scripted:{tmp_path / 'replies.json'}"]
+    result = runner.invoke(app, [*args, "--strict-definition", "--allow-changed-definition"], input="")
+    assert result.exit_code == 2 and "contradict each other" in result.output, result.output
+    assert "Traceback" not in result.output
+
+
 def test_chat_takes_allow_changed_definition(setup, tmp_path):
     definition, store = setup
     run(definition, tmp_path, [GREETING, NAME], "I'm Ann\n", "--store", store, "-c", "c2")

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import operator
+import re
+from typing import Any
 
 import pytest
 from typer.testing import CliRunner
 
 from llm_fsm.cli import app
-from llm_fsm.testing.conversation_tests import run_files
+from llm_fsm.testing.conversation_tests import failure_text, junit_xml, run_files
 from tests.conftest import reply
 from tests.test_chat import OPEN
 
@@ -142,6 +144,28 @@ def test_the_simulated_model_satisfies_a_comparison_of_two_keys(comparison, sche
     assert update is not None
     context = {"check_in": sample, **update}
     assert COMPARE[comparison](context["check_in"], context["check_out"])
+
+
+def test_the_simulated_model_fills_an_array_key_with_a_list_its_schema_allows():
+    from llm_fsm.loader import load
+    from llm_fsm.testing.simulation import SimulatedLLM
+
+    data = {
+        "name": "pizza",
+        "initial_state": "ask",
+        "context_schema": {"toppings": {"type": "array", "items": {"type": "string"}}},
+        "states": {
+            "ask": {
+                "transitions": [
+                    {"target_state": "done", "conditions": [{"logic": {"in": ["cheese", {"var": "toppings"}]}}]}
+                ]
+            },
+            "done": {},
+        },
+    }
+    definition = load(data)
+    update = SimulatedLLM(definition).satisfy("ask", definition.states["ask"].transitions[0], {})
+    assert update == {"toppings": ["cheese"]}
 
 
 # -- hooks: test files name them, llm-fsm test and paths take --hooks ---------------------------
@@ -308,3 +332,208 @@ def test_paths_walks_the_handlers_and_writes_a_file_that_names_them_and_resumes_
     monkeypatch.chdir(refund / "defs")
     tested = runner.invoke(app, ["test", str(out)])
     assert tested.exit_code == 0, tested.output
+
+
+# -- problems in a test file, in plain words -------------------------------------------------------
+
+
+def problems_of(folder, document):
+    from llm_fsm.testing.conversation_tests import TestFileError, read
+
+    path = folder / "bad.test.json"
+    path.write_text(json.dumps(document, indent=1))
+    with pytest.raises(TestFileError) as caught:
+        read(path)
+    return caught.value.problems
+
+
+def one_case(*steps, **fields):
+    return {"cases": [{"name": "c", "definition": "signup.json", "steps": list(steps), **fields}]}
+
+
+@pytest.mark.parametrize(
+    ("document", "where", "message"),
+    [
+        ({"cases": {}}, "cases", "expected a list of cases, got an empty object"),
+        ({"cases": []}, "cases", "at least one case is needed"),
+        ({"cases": ["x"]}, "cases[0]", 'expected an object (a case), got a string ("x")'),
+        ({"cases": [{"definition": "s.json", "steps": [{}]}]}, "cases[0].name", "missing required field 'name'"),
+        (one_case(), "cases[0].steps", "at least one step is needed"),
+        (one_case({}, "hi"), "cases[0].steps[1]", 'expected an object (a step), got a string ("hi")'),
+        (
+            one_case({}, {"expect": {"rejected": "two"}}),
+            "cases[0].steps[1].expect.rejected",
+            'expected a whole number or a list of rejections, got a string ("two")',
+        ),
+        (
+            one_case({"expect": {"rejected": [{"kind": "condition"}, 3]}}),
+            "cases[0].steps[0].expect.rejected[1]",
+            "expected an object (a rejection), got a number (3)",
+        ),
+        (one_case({"expect": {"rejected": -1}}), "cases[0].steps[0].expect.rejected", "must be at least 0"),
+        (
+            one_case({"expect": {"status": "done"}}),
+            "cases[0].steps[0].expect.status",
+            "expected one of 'active', 'paused' or 'ended', got a string (\"done\")",
+        ),
+        (one_case({"expect": {"max_llm_calls": -1}}), "cases[0].steps[0].expect.max_llm_calls", "must be at least 0"),
+        (one_case({"expect": {"max_tokens": -5}}), "cases[0].steps[0].expect.max_tokens", "must be at least 0"),
+        (
+            one_case({"expect": {"max_llm_calls": "2"}}),
+            "cases[0].steps[0].expect.max_llm_calls",
+            'expected a whole number, got a string ("2")',
+        ),
+        (one_case({"expect": []}), "cases[0].steps[0].expect", "expected an object of expectations, got an empty list"),
+        (
+            one_case({"reply": 4}),
+            "cases[0].steps[0].reply",
+            "expected a reply (an object) or raw text (a string), got a number (4)",
+        ),
+        (
+            one_case({}, {"user": "yes", "resume": {"approved": True}}),
+            "cases[0].steps[1]",
+            "a step has either 'user' (the user says something) or 'resume'",
+        ),
+        (
+            one_case({"reply": "a", "replies": ["b"]}),
+            "cases[0].steps[0]",
+            "a step has either 'reply' or 'replies', not both",
+        ),
+    ],
+)
+def test_a_test_files_problems_are_in_plain_words_at_their_place(folder, document, where, message):
+    (problem,) = problems_of(folder, document)
+    assert problem.path == where and message in problem.message, str(problem)
+    assert problem.line is not None
+
+
+def test_a_misspelt_rejection_field_or_kind_gets_a_did_you_mean(folder):
+    kinds, kind = problems_of(folder, one_case({"expect": {"rejected": [{"kinds": "x"}, {"kind": "targt"}]}}))
+    assert kinds.message == "unknown field 'kinds'" and kinds.hint == "did you mean 'kind'?"
+    assert kind.path == "cases[0].steps[0].expect.rejected[1].kind" and kind.hint == "did you mean 'target'?"
+
+
+AUTHOR_NEVER_READS = re.compile(
+    "Input should|Field required|valid dictionary|after validation|list\\[|dict\\[|instance of|Value error"
+    "|_type\\b|_parsing|literal_error|Extra inputs|constrained-|function-"
+)
+TEST_FILE_WRONG_VALUES: list[object] = [None, True, 0, -3, 1.5, "", "x", [], ["x"], [1], [{}], {}, {"a": 1}]
+
+
+def full_test_file() -> dict[str, object]:
+    """A valid test file in which every field appears once."""
+    expect = {
+        "state": "ask_name",
+        "context": {},
+        "message": "Name",
+        "rejected": [{"kind": "format", "key": "k", "target_state": "s", "reason": "r", "attempt": 1}],
+        "max_llm_calls": 1,
+        "max_tokens": 100,
+        "status": "active",
+        "error": "x",
+    }
+    steps = [
+        {"user": None, "reply": reply("ask_name", "Hi"), "expect": expect},
+        {"user": "Ann", "replies": [reply("ask_name", "Hi")]},
+        {"resume": {"a": 1}},
+    ]
+    case = {"name": "c", "definition": "signup.json", "state": "ask_name", "context": {}, "steps": steps}
+    return {"$schema": "x", "hooks": "h.py:hooks", "cases": [case]}
+
+
+def locations_in(document, loc=()):
+    """Every place in ``document`` (a value of an object or a list)."""
+    items = document.items() if isinstance(document, dict) else enumerate(document)
+    for key, value in items:
+        yield (*loc, key)
+        if isinstance(value, (dict, list)) and key not in ("reply", "context", "resume"):
+            yield from locations_in(value, (*loc, key))
+
+
+def test_no_pydantic_words_reach_the_author_of_a_test_file_whatever_is_wrong(folder):
+    from llm_fsm.testing.conversation_tests import TestFileError, read
+
+    path = folder / "sweep.test.json"
+    path.write_text(json.dumps(full_test_file()))
+    read(path)  # the starting point is valid
+    seen = 0
+    for loc in list(locations_in(full_test_file())):
+        variants = [(value, False) for value in TEST_FILE_WRONG_VALUES] + [(None, True)]
+        for value, remove in variants:
+            document: Any = full_test_file()
+            parent = document
+            for part in loc[:-1]:
+                parent = parent[part]
+            if remove:
+                del parent[loc[-1]]
+            else:
+                parent[loc[-1]] = value
+            if isinstance(parent, dict) and not remove:
+                parent[f"{loc[-1]}_typo"] = 1  # an unknown field next to it, too
+            path.write_text(json.dumps(document, indent=1))
+            try:
+                read(path)
+            except TestFileError as exc:
+                for problem in exc.problems:
+                    seen += 1
+                    words = f"{problem.path} {problem.message} {problem.hint or ''}"
+                    assert not AUTHOR_NEVER_READS.search(words), (loc, value, str(problem))
+                    assert ".0" not in problem.path, (loc, value, str(problem))
+                    assert problem.line is not None or problem.code == "unreadable", (loc, value, str(problem))
+    assert seen > 400
+
+
+def test_paths_walks_async_handlers_on_the_async_api_and_the_file_runs(refund, monkeypatch):
+    monkeypatch.chdir(refund)
+    out = refund / "tests" / "async.test.json"
+    args = ["paths", "defs/refund.json", "--hooks", "code/async_hooks.py:hooks", "--write-tests", str(out)]
+    result = runner.invoke(app, args, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert written["hooks"] == "../code/async_hooks.py:hooks"
+    assert written["cases"][0]["steps"][-1]["resume"] == {"approved": True}
+    tested = runner.invoke(app, ["test", str(out)])
+    assert tested.exit_code == 0, tested.output
+
+
+def test_the_skeletons_schema_is_the_checkouts_seen_from_the_written_file_or_none(tmp_path, monkeypatch):
+    import llm_fsm.cli.authoring as authoring
+    from tests.conftest import ROOT
+
+    (tmp_path / "signup.json").write_text(json.dumps(OPEN))
+    out = tmp_path / "deep" / "er" / "signup.test.json"
+    result = runner.invoke(app, ["paths", str(tmp_path / "signup.json"), "--write-tests", str(out)])
+    assert result.exit_code == 0, result.output
+    written = json.loads(out.read_text())
+    assert (out.parent / written["$schema"]).resolve() == ROOT / "schema" / "fsm-test.schema.json"
+    monkeypatch.setattr(authoring, "_TEST_SCHEMA", tmp_path / "nowhere" / "fsm-test.schema.json")  # installed
+    assert runner.invoke(app, ["paths", str(tmp_path / "signup.json"), "--write-tests", str(out)]).exit_code == 0
+    assert "$schema" not in json.loads(out.read_text())
+
+
+def test_test_hooks_are_loaded_only_for_the_files_that_name_none(refund, monkeypatch):
+    monkeypatch.chdir(refund)
+    named = refund_test(refund, "../code/refund_hooks.py:hooks")
+    bad = ["--hooks", "code/nothere.py:hooks"]
+    result = runner.invoke(app, ["test", str(named), *bad], env={"COLUMNS": "300"})
+    assert result.exit_code == 0, result.output  # every file names its own: --hooks is never loaded
+    unnamed = refund_test(refund, name="unnamed.test.json")
+    result = runner.invoke(app, ["test", str(named), str(unnamed), *bad], env={"COLUMNS": "300"})
+    assert result.exit_code == 1 and "Traceback" not in result.output
+    assert f"PASS {named}: refund" in result.stdout and f"FAIL {unnamed}: refund" in result.stdout
+    assert "hooks code/nothere.py:hooks: no such file" in result.stdout
+    assert "(the runner's hooks, llm-fsm test --hooks: this file names none)" in result.stdout
+    (outcome,) = run_files([unnamed], hooks="code/refund_hooks.py:hooks")  # the library takes a spec too
+    assert outcome.passed, outcome.error
+
+
+def test_a_failing_resume_step_is_labelled_resume(refund):
+    steps = [*REFUND_STEPS[:2], {**REFUND_STEPS[2], "expect": {"state": "approval"}}]
+    path = refund / "tests" / "resume.test.json"
+    path.parent.mkdir(exist_ok=True)
+    document = {"hooks": "../code/refund_hooks.py:hooks", "cases": [{"name": "r", "definition": "../defs/refund.json"}]}
+    document["cases"][0]["steps"] = steps
+    path.write_text(json.dumps(document))
+    (outcome,) = run_files([path])
+    assert failure_text(outcome) == "step 3 (resume): state: expected 'approval', got 'done'"
+    assert "(resume)" in junit_xml([outcome])

@@ -23,17 +23,25 @@ Warnings are about definitions that load but probably do not do what their autho
 ``state_never_left``
     a reachable state none of whose transitions to other states can ever be taken: each never holds, or
     needs a key that the model may not write there (``writable_keys``, ``handler_only_keys``) and that
-    no handler named there, nor any state on the way to it, can set.
+    no handler named there, nor any state on the way to it, can set. Each transition is named
+    (``transitions[1]``) and the hint follows the causes found.
 ``key_never_set``
     a transition's conditions need a context key that no state on a path to it collects (lists in
-    ``required_context_keys`` or names in its ``instructions``/``extraction_instructions``) and that
-    code does not set (``handler_only_keys`` and ``_`` keys are code's).
+    ``required_context_keys`` or ``writable_keys``, or names in its ``instructions``/``extraction_instructions``)
+    and that code does not set (``handler_only_keys`` and ``_`` keys are code's).
+``key_not_writable``
+    a state asks the model to collect a key (``required_context_keys``) that the model may not write
+    there: its explicit ``writable_keys`` leave it out, it is a handler-only key, or it starts with ``_``.
+``writable_key_refused``
+    a state's ``writable_keys`` lists a key the runtime refuses anyway (a handler-only key, or a ``_``
+    key other than ``_extra``): a contradiction.
 ``key_unused``
     a state collects a key (``required_context_keys``) that no condition anywhere reads and no state's
     ``purpose``, ``instructions`` or ``response_instructions`` names.
 ``ambiguous_priority``
     two transitions of one state, to different targets and with the same priority, can hold together
-    (found by searching for a context that satisfies both; see :func:`find_witness`). Priority does not
+    (found by searching for a context that satisfies both with values the ``context_schema`` allows;
+    see :func:`find_witness`). Priority does not
     choose between them at run time: the model names a ``target_state``, and the move is accepted when
     any transition to that target has conditions that hold. Priority orders the transitions in the
     prompt (lowest number first, each shown with its number) and, among transitions to the chosen
@@ -60,7 +68,7 @@ from typing import Any, Literal, NamedTuple
 from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.authoring.requirements import Requirements, requirements
 from llm_fsm.definition import FSMDefinition, State, Transition
-from llm_fsm.engine import model_writable_keys
+from llm_fsm.engine import EXTRA_KEY, model_writable_keys
 from llm_fsm.errors import Problem
 from llm_fsm.graph import carry, predecessors, reachable, successors
 from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
@@ -197,6 +205,8 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *_states_without_path_to_terminal(review),
         *_keys_never_set(review),
         *_keys_unused(definition),
+        *_keys_not_writable(definition),
+        *_writable_keys_refused(definition),
         *_ambiguous_priorities(review),
         *_tools_unused(definition),
     ]
@@ -259,7 +269,7 @@ class _Review:
         return reachable(self.terminals, predecessors(self.declared))
 
     @cached_property
-    def never_left(self) -> dict[str, list[str]]:
+    def never_left(self) -> dict[str, list[tuple[str, str]]]:
         """Reachable states none of whose transitions to another state can be taken, with the reasons."""
         return _exits_closed(self)
 
@@ -362,19 +372,29 @@ def _self_loops_without_exit(review: _Review) -> Iterator[Finding]:
 
 def _states_never_left(review: _Review) -> Iterator[Finding]:
     for sid, reasons in review.never_left.items():
-        listed = "; ".join(reasons[:3]) + (f"; and {len(reasons) - 3} more" if len(reasons) > 3 else "")
+        texts = [text for _, text in reasons]
+        listed = "; ".join(texts[:3]) + (f"; and {len(texts) - 3} more" if len(texts) > 3 else "")
+        causes = dict.fromkeys(cause for cause, _ in reasons)
+        hint = "; ".join(_NEVER_LEFT_HINTS[cause] for cause in causes)
+        if causes.keys() - {"never_holds"}:  # a key the model cannot set: code might
+            hint += "; code that sets the key with update_context can ignore this"
         yield Finding(
-            ("states", sid, "transitions"),
-            "state_never_left",
-            f"state '{sid}' can never be left: {listed}",
-            "let the model write the key here (writable_keys), name the handler that sets it in this state's "
-            "handlers, or fix the conditions; code that sets it with update_context can ignore this",
+            ("states", sid, "transitions"), "state_never_left", f"state '{sid}' can never be left: {listed}", hint
         )
 
 
-def _exits_closed(review: _Review) -> dict[str, list[str]]:
-    """Reachable states none of whose transitions to another state can be taken, each with the reasons:
-    each never holds, or needs a key that cannot be written there or on the way to it."""
+# What to do about each cause of a state that is never left.
+_NEVER_LEFT_HINTS = {
+    "never_holds": "fix the conditions that never hold (see condition_never_holds), or add a transition that can "
+    "be taken",
+    "not_writable": "let the model write the key here or on the way (writable_keys)",
+    "handler_only": "name the handler that sets the key in this state's handlers (or a state's on the way)",
+}
+
+
+def _exits_closed(review: _Review) -> dict[str, list[tuple[str, str]]]:
+    """Reachable states none of whose transitions to another state can be taken, each with the reasons,
+    as (cause, words): each never holds, or needs a key that cannot be written there or on the way to it."""
     definition = review.definition
     by_code = frozenset(definition.handler_only_keys)
     needs = {
@@ -397,10 +417,11 @@ def _exits_closed(review: _Review) -> dict[str, list[str]]:
             if transition.target_state == sid:
                 continue
             unset = [key for key, _ in found.needed if key in missing.get(sid, ())]
+            name = f"transitions[{i}] (to '{transition.target_state}')"
             if (sid, i) in review.dead:
-                reasons.append(f"the conditions of the transition to '{transition.target_state}' never hold")
+                reasons.append(("never_holds", f"the conditions of {name} never hold"))
             elif unset:
-                reasons.append(_unwritable(transition.target_state, unset[0], by_code, sid))
+                reasons.append(_unwritable(name, unset[0], by_code, sid))
             else:
                 break
         else:
@@ -409,12 +430,12 @@ def _exits_closed(review: _Review) -> dict[str, list[str]]:
     return closed
 
 
-def _unwritable(target: str, key: str, by_code: Collection[str], sid: str) -> str:
+def _unwritable(name: str, key: str, by_code: Collection[str], sid: str) -> tuple[str, str]:
     if key in by_code:
         why = f"a handler-only key, and no handler is named in '{sid}' or in a state on the way to it"
-    else:
-        why = f"not writable by the model in '{sid}' (writable_keys) nor in a state on the way to it"
-    return f"the transition to '{target}' needs '{key}', {why}"
+        return "handler_only", f"{name} needs '{key}', {why}"
+    why = f"not writable by the model in '{sid}' (writable_keys) nor in a state on the way to it"
+    return "not_writable", f"{name} needs '{key}', {why}"
 
 
 def _states_without_path_to_terminal(review: _Review) -> Iterator[Finding]:
@@ -475,10 +496,11 @@ def _word(key: str) -> bool:
 
 
 def _collected(state: State, words: set[str], others: Collection[str]) -> set[str]:
-    """Which keys ``state`` asks the model for: those it requires, and of ``words`` (single words) and
-    ``others``, those its instructions name."""
+    """Which keys ``state`` asks the model for: those it requires or lists in ``writable_keys``, and of
+    ``words`` (single words) and ``others``, those its instructions name."""
     texts = _Words([state.instructions, state.extraction_instructions])
-    return {_root(k) for k in state.required_context_keys} | texts.among(words, others)
+    listed = {_root(k) for k in (*state.required_context_keys, *(state.writable_keys or ()))}
+    return listed | texts.among(words, others)
 
 
 def _keys_never_set(review: _Review) -> Iterator[Finding]:
@@ -517,6 +539,67 @@ def _keys_never_set(review: _Review) -> Iterator[Finding]:
                     f"add '{key}' to required_context_keys (or extraction_instructions) of '{sid}' or an earlier "
                     "state, or to handler_only_keys if code sets it",
                 )
+
+
+def _keys_not_writable(definition: FSMDefinition) -> Iterator[Finding]:
+    """Keys a state asks the model to collect that the model may not write there: never collected."""
+    by_code = set(definition.handler_only_keys)
+    for sid, state in definition.states.items():
+        writable = model_writable_keys(definition, sid)
+        for k, key in enumerate(state.required_context_keys):
+            why, hint = _why_not_writable(key, by_code, writable if state.writable_keys is not None else None)
+            if why:
+                yield Finding(
+                    ("states", sid, "required_context_keys", k),
+                    "key_not_writable",
+                    f"state '{sid}' asks the model to collect '{key}', but {why}: it is never collected here",
+                    hint.format(key=key, sid=sid),
+                )
+
+
+def _why_not_writable(key: str, by_code: Collection[str], writable: Collection[str] | None) -> tuple[str, str]:
+    """Why the model may not write ``key`` (and what to do), or ``("", "")`` when it may."""
+    if key.startswith("_") and _root(key) != EXTRA_KEY:
+        return (
+            "keys starting with '_' are the runtime's",
+            "rename it without the leading '_' (only '_extra' is the model's)",
+        )
+    if key in by_code or _root(key) in by_code:
+        return (
+            "it is a handler-only key (handler_only_keys)",
+            "remove '{key}' from required_context_keys if code sets it, or from handler_only_keys if the model may",
+        )
+    if writable is not None and _root(key) not in writable:
+        return (
+            "the state's writable_keys leave it out",
+            "add '{key}' to writable_keys of '{sid}', or remove it from required_context_keys",
+        )
+    return "", ""
+
+
+def _writable_keys_refused(definition: FSMDefinition) -> Iterator[Finding]:
+    """Keys listed in a state's ``writable_keys`` that the runtime refuses anyway: a contradiction."""
+    by_code = set(definition.handler_only_keys)
+    for sid, state in definition.states.items():
+        for k, key in enumerate(state.writable_keys or ()):
+            if key.startswith("_") and key != EXTRA_KEY:
+                why = "keys starting with '_' are the runtime's"
+                hint = (
+                    "rename it without the leading '_' (only '_extra' is the model's), or remove it from writable_keys"
+                )
+            elif key in by_code:
+                why = "it is also in handler_only_keys, which wins"
+                hint = (
+                    "remove it from handler_only_keys if the model may write it, or from writable_keys if only code may"
+                )
+            else:
+                continue
+            yield Finding(
+                ("states", sid, "writable_keys", k),
+                "writable_key_refused",
+                f"writable_keys of '{sid}' lists '{key}', but {why}: the model's writes to it are refused",
+                hint,
+            )
 
 
 def _needed_keys(transition: Transition) -> Iterator[tuple[str, tuple[str | int, ...]]]:
@@ -570,12 +653,13 @@ _PRIORITY_HINT = (
 
 
 def _ambiguous_priorities(review: _Review) -> Iterator[Finding]:
+    schema = review.definition.context_schema
     for sid in review.definition.states:
         levels: dict[int, list[_Option]] = {}
         for i, transition, found in review.transitions(sid):
             if (sid, i) not in review.dead:
                 levels.setdefault(transition.priority, []).append(_Option(i, transition, found))
-        pairs = [pair for options in levels.values() if len(options) > 1 for pair in _Overlaps(options).pairs()]
+        pairs = [pair for options in levels.values() if len(options) > 1 for pair in _Overlaps(options, schema).pairs()]
         for a, b, witness in sorted(pairs, key=lambda pair: (pair[1].index, pair[0].index)):
             yield Finding(
                 ("states", sid, "transitions", b.index, "priority"),
@@ -614,8 +698,9 @@ class _Overlaps:
     (``choice == 1``, ``choice == 2`` ...), ranges and description-only transitions.
     """
 
-    def __init__(self, options: list[_Option]) -> None:
+    def __init__(self, options: list[_Option], schema: Mapping[str, Mapping[str, Any]]) -> None:
         self.options = options
+        self.schema = schema  # the context_schema: a pair holds together only on values it allows
         self.covered: set[int] = set()
         self.tried: set[tuple[int, int]] = set()
         self.found: list[tuple[_Option, _Option, dict[str, Any]]] = []
@@ -688,7 +773,7 @@ class _Overlaps:
             return False  # the same move, or a choice the model makes from the descriptions alone
         if not first.requirements.compatible(second.requirements):
             return False
-        witness = find_witness([first.transition, second.transition])
+        witness = find_witness([first.transition, second.transition], schema=self.schema)
         if witness is None:
             return False
         self.found.append((first, second, witness))

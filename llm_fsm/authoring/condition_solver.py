@@ -43,11 +43,14 @@ def find_witness(
     base: Mapping[str, Any] | None = None,
     prefer: Mapping[str, Sequence[Any]] | None = None,
     accept: Callable[[dict[str, Any]], bool] | None = None,
+    schema: Mapping[str, Mapping[str, Any]] | None = None,
 ) -> dict[str, Any] | None:
     """A context on which every one of ``transitions`` holds, or None if none was found.
 
     ``base``: the context the values are merged into; ``prefer``: values to try first per key;
-    ``accept``: a further test every witness must pass (e.g. the context schema).
+    ``accept``: a further test every witness must pass; ``schema``: the definition's
+    ``context_schema``: a key it describes is tried only with values it allows (its ``enum``, values
+    of its ``type``, lists for an array), and a witness's values must all match it.
 
     Candidate values for each key come from the constants its rules compare it with (and their
     neighbours, for ranges), the values next to those of a key it is compared with (numbers, and ISO
@@ -61,6 +64,12 @@ def find_witness(
     rules: list[object] = [c.logic for t in transitions for c in t.conditions]
     options = {key: _unique([*(prefer or {}).get(key, ()), *_candidates(key, rules)]) for key in keys}
     options = _with_compared_keys(options, rules, base or {})
+    if schema:
+        written = _unique([c for rule in rules for c in _scalars(rule)])
+        options = {
+            key: values if "." in key else _allowed(values, schema.get(key), written) for key, values in options.items()
+        }
+        accept = _and_matches(schema, accept)
 
     def build(choice: dict[str, object]) -> dict[str, Any]:
         context = merge(dict(base), _context(choice)) if base else _context(choice)
@@ -75,6 +84,53 @@ def find_witness(
         if all(unmet_condition(t, context) is None for t in transitions) and (accept is None or accept(context)):
             return context
     return None
+
+
+def _allowed(values: list[object], schema: Mapping[str, Any] | None, written: list[object]) -> list[object]:
+    """The candidate ``values`` a key's ``schema`` allows (and absence), widened to what it describes:
+    its ``enum``, the values next to its bounds, and for an array, lists of one candidate and the list
+    of the strings ``written`` in the rules."""
+    if not isinstance(schema, Mapping):
+        return values
+    from llm_fsm.schemas import violation  # jsonschema, imported only for definitions with a schema
+
+    present = [v for v in values if v is not _MISSING]
+    enum = schema.get("enum") if isinstance(schema.get("enum"), list) else []
+    extra = [*enum, *([schema["const"]] if "const" in schema else [])]
+    extra += [v for bound in _BOUNDS if _is_number(schema.get(bound)) for v in _neighbours(schema[bound])]
+    if "array" in _types(schema):
+        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        scalars = _unique([*present, *(items.get("enum") or [])])
+        extra += [[], *([v] for v in scalars), [v for v in written if isinstance(v, str)]]
+    fitting = [v for v in _unique([*present, *extra]) if violation(dict(schema), v) is None]
+    return [_MISSING, *fitting]
+
+
+_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum")
+
+
+def _types(schema: Mapping[str, Any]) -> list[str]:
+    declared = schema.get("type")
+    return [declared] if isinstance(declared, str) else list(declared) if isinstance(declared, list) else []
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _and_matches(
+    schema: Mapping[str, Mapping[str, Any]], accept: Callable[[dict[str, Any]], bool] | None
+) -> Callable[[dict[str, Any]], bool]:
+    """``accept``, and every value the schema describes matches it."""
+    from llm_fsm.schemas import violation
+
+    def matches(context: dict[str, Any]) -> bool:
+        described = [(key, value) for key, value in context.items() if isinstance(schema.get(key), Mapping)]
+        if any(violation(dict(schema[key]), value) is not None for key, value in described):
+            return False
+        return accept is None or accept(context)
+
+    return matches
 
 
 def _solve_equalities(rules: list[object], context: dict[str, Any], free: set[str]) -> dict[str, Any]:

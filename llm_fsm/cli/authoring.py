@@ -239,8 +239,9 @@ def paths(
     if write_tests is not None:
         folder = write_tests.parent or Path(".")
         spec = None if hooks is None else _hooks_from(hooks, folder)
+        where = {"hooks_spec": spec, "schema": _test_schema_from(folder)}
         try:
-            document = skeleton(fsm, _relative(definition, folder), seed=seed, hooks=registry, hooks_spec=spec)
+            document = skeleton(fsm, _relative(definition, folder), seed=seed, hooks=registry, **where)
         except DefinitionError as exc:  # handlers or checks the hooks do not register
             for problem in exc.problems:
                 typer.echo(f"error: {definition}: {problem}", err=True)
@@ -251,6 +252,16 @@ def paths(
             fail(f"the simulated model cannot follow every path: nothing written to {write_tests}", 1)
         write_output(write_tests, json.dumps(document, indent=2, ensure_ascii=False) + "\n", make_folders=True)
         typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)
+
+
+# The test-file schema of a checkout (the folder above the package); an installed package has none.
+_TEST_SCHEMA = Path(__file__).resolve().parents[2] / "schema" / "fsm-test.schema.json"
+
+
+def _test_schema_from(folder: Path) -> str | None:
+    """The ``"$schema"`` of a test file written in ``folder``: the checkout's test-file schema, relative
+    to the folder, when there is one; else None (the file then names none rather than a wrong path)."""
+    return _relative(_TEST_SCHEMA, folder) if _TEST_SCHEMA.is_file() else None
 
 
 def _hooks_from(spec: str, folder: Path) -> str:

@@ -39,6 +39,7 @@ from llm_fsm.cli.options import (
     TemperatureOption,
     TimeoutOption,
     WaitOption,
+    check_definition_policy,
     complete_states,
     load_definition,
     load_hooks,
@@ -497,6 +498,7 @@ def chat(
     record: RecordOption = None,
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
+    check_definition_policy(allow_changed_definition, strict_definition)
     from llm_fsm.loader import did_you_mean
 
     fsm = load_definition(definition)

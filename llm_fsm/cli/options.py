@@ -222,6 +222,16 @@ def write_output(path: Path, text: str, *, make_folders: bool = False) -> None:
         fail(f"cannot write {path}: {exc.strerror or exc}", 2)
 
 
+def check_definition_policy(allow_changed_definition: bool, strict_definition: bool) -> None:
+    """A usage error (exit 2) when both options are given: one refuses every change, the other allows any."""
+    if allow_changed_definition and strict_definition:
+        fail(
+            "--strict-definition (refuse any change to the definition) and --allow-changed-definition (continue "
+            "whatever changed) contradict each other: give one of them",
+            2,
+        )
+
+
 def load_hooks(spec: str | None) -> Hooks:
     """The ``Hooks`` object named by ``module:name`` or ``path/to/file.py:name`` (exit 2 if it cannot be)."""
     if not spec:
@@ -319,17 +329,34 @@ class ConversationFactory:
 
         if snapshot is None:
             return Conversation(self.fsm, self.llm, self.state, self.context, hooks=self.hooks, **self.options)
-        changes = self.fsm.blocking_changes(
-            snapshot.definition_hash, snapshot.definition_outline, strict=self.strict_definition
-        )
-        if changes and not self.allow_changed_definition:
-            raise ConversationError(
-                f"the definition '{self.fsm.name}' changed since this conversation was saved: {'; '.join(changes)} "
-                "(run with --allow-changed-definition to continue it anyway)"
-            )
+        if not self.allow_changed_definition:
+            refusal = self._refusal(snapshot)
+            if refusal:
+                raise ConversationError(refusal)
         return Conversation.restore(
             snapshot, self.fsm, self.llm, hooks=self.hooks, allow_changed_definition=True, **self.options,
         )  # fmt: skip
+
+    def _refusal(self, snapshot: Snapshot) -> str | None:
+        """Why ``snapshot`` may not continue on this definition, with what would let it; None if it may."""
+        saved = (snapshot.definition_hash, snapshot.definition_outline)
+        name = snapshot.definition_name
+        changes = self.fsm.blocking_changes(*saved, strict=self.strict_definition, name=name)
+        if not changes:
+            return None
+        if name != self.fsm.name:
+            return (
+                f"this conversation was saved with another definition ('{name}'), not '{self.fsm.name}' "
+                f"(run it with that definition, or with --allow-changed-definition to continue it on this one)"
+            )
+        if not self.strict_definition:
+            why = "run with --allow-changed-definition to continue it anyway"
+        elif self.fsm.blocking_changes(*saved, name=name):
+            why = "refused because of --strict-definition"
+        else:  # only prose changed: that alone would not have stopped it
+            why = "refused because of --strict-definition, which refuses an edit to prose too"
+        changed = "; ".join(changes)
+        return f"the definition '{self.fsm.name}' changed since this conversation was saved: {changed} ({why})"
 
     def __call__(self, snapshot: Snapshot | None) -> Conversation:
         """:meth:`build`, exiting 2 with each problem on a line of its own when it fails."""

@@ -30,6 +30,7 @@ from llm_fsm.cli.options import (
     TemperatureOption,
     TimeoutOption,
     WaitOption,
+    check_definition_policy,
     load_definition,
     load_hooks,
     make_client,
@@ -78,6 +79,7 @@ def run(
 
     Exits 3 when the conversation is left paused (a handler's pause, or a tool call waiting for
     approval): the last line's "pending" says why; run again with --store, -c and --resume JSON."""
+    check_definition_policy(allow_changed_definition, strict_definition)
     from llm_fsm.prompt import PromptBuilder, PromptSettings
 
     fsm = load_definition(definition)

@@ -18,7 +18,6 @@ from llm_fsm.cli.options import (
     TemperatureOption,
     TimeoutOption,
     check_writable,
-    load_hooks,
     make_client,
     non_empty,
     write_output,
@@ -72,13 +71,15 @@ def test(
         fail(f"no test files in {', '.join(map(str, paths))} (test files are named *.test.json)", 2)
     if min_pass is not None and min_pass > repeat:
         fail(f"--min-pass {min_pass} is more than --repeat {repeat}", 2)
+    if hooks is not None and not _well_formed(hooks):  # loaded later, for the files that name no hooks
+        fail(f"--hooks {hooks!r}: expected MODULE:NAME or FILE.py:NAME", 2)
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
-    registry = load_hooks(hooks) if hooks else None
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
     factory = _model_factory(model, provider, replay)
-    outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=registry)
+    # --hooks is loaded only for the files that name no hooks of their own: if it cannot be, their cases fail
+    outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
     for outcome in outcomes:
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
@@ -94,6 +95,12 @@ def test(
     if junit is not None:
         write_output(junit, junit_xml(outcomes))
     raise typer.Exit(1 if failed else 0)
+
+
+def _well_formed(spec: str) -> bool:
+    """``spec`` has the shape of MODULE:NAME or FILE.py:NAME (whether it loads is found out when it is needed)."""
+    where, _, name = spec.rpartition(":")
+    return bool(where) and name.isidentifier()
 
 
 def _check_test_files(files: list[Path]) -> None:
@@ -115,7 +122,7 @@ def _check_test_files(files: list[Path]) -> None:
 def _print_steps(outcome: CaseOutcome) -> None:
     """One line per step: what the user said, where the conversation went, what the turn cost."""
     for step in outcome.steps:
-        said = "(resume)" if step.resume else "(opening)" if step.user is None else repr(step.user[:40])
+        said = step.said(40)
         mark = "ok " if step.passed else "✗  "
         if step.result is None:
             console.print(f"     {mark}{step.index + 1}. {said}", markup=False)

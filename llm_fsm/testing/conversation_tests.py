@@ -15,25 +15,38 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
+from llm_fsm.engine import RejectionKind
 from llm_fsm.errors import DefinitionError, FSMError, HooksLoadError, Problem
 from llm_fsm.hooks import Hooks
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import _json_pointer, _positions, did_you_mean, load
+from llm_fsm.loader import _dotted, _json_pointer, _positions, load
 from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
+from llm_fsm.wording import Vocabulary, field_problems
 
 Reply = dict[str, Any] | str
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    # strict: a number written as text ("2") or a fraction (2.5) is a mistake, not something to convert
+    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
+
+
+class RejectedItem(_Strict):
+    """A refused item a step expects: each field given must equal the rejection's (``reason``: a substring)."""
+
+    kind: RejectionKind | None = Field(None, description="What was refused.")
+    key: str | None = Field(None, description="The context key refused.")
+    target_state: str | None = Field(None, description="The target refused.")
+    reason: str | None = Field(None, description="A substring of the reason.")
+    attempt: int | None = Field(None, ge=1, description="The model call of the turn it happened on (1: the first).")
 
 
 class Expect(_Strict):
@@ -42,11 +55,11 @@ class Expect(_Strict):
     state: str | None = Field(None, description="The state the conversation is in.")
     context: dict[str, Any] | None = Field(None, description="A subset the context must contain (nested objects too).")
     message: str | None = Field(None, description="A regular expression the message must match (searched).")
-    rejected: int | list[dict[str, Any]] | None = Field(
+    rejected: Annotated[int, Field(ge=0)] | list[RejectedItem] | None = Field(
         None, description="How many items were refused, or items (kind, key, target_state, reason substring) that were."
     )
-    max_llm_calls: int | None = Field(None, description="At most this many model calls.")
-    max_tokens: int | None = Field(None, description="At most this many tokens in all.")
+    max_llm_calls: int | None = Field(None, ge=0, description="At most this many model calls.")
+    max_tokens: int | None = Field(None, ge=0, description="At most this many tokens in all.")
     status: Literal["active", "paused", "ended"] | None = Field(None, description="The conversation's status.")
     error: str | None = Field(None, description="The step must fail with an error matching this expression.")
 
@@ -65,8 +78,22 @@ class Step(_Strict):
     user: str | None = Field(None, description="What the user says; null on a first step means the opening.")
     reply: Reply | None = Field(None, description="The scripted model reply (a reply object, or raw text).")
     replies: list[Reply] | None = Field(None, description="Several scripted replies, when corrective calls happen.")
-    resume: dict[str, Any] | None = Field(None, description="Resume a paused conversation with this result instead.")
+    resume: dict[str, Any] | None = Field(
+        None, description="Resume a paused conversation with this result instead (a step without 'user')."
+    )
     expect: Expect = Field(default_factory=lambda: Expect.model_validate({}))
+
+    @model_validator(mode="after")
+    def _one_meaning(self) -> Step:
+        """Fields that would each make the step something else: refuse the step rather than pick one."""
+        if self.user is not None and self.resume is not None:
+            raise ValueError(
+                "a step has either 'user' (the user says something) or 'resume' (a paused conversation "
+                "resumes with a result), not both: split it into two steps"
+            )
+        if self.reply is not None and self.replies is not None:
+            raise ValueError("a step has either 'reply' or 'replies', not both: put every reply in 'replies'")
+        return self
 
     def scripted(self) -> list[Reply] | None:
         if self.replies is not None:
@@ -95,7 +122,15 @@ class TestFile(_Strict):
     cases: list[Case] = Field(min_length=1)
 
 
-_MODEL_BY_PARENT: dict[str, type[BaseModel]] = {"cases": Case, "steps": Step, "expect": Expect}
+# How problems in a test file name what should be there: "expected a list of cases, got an object".
+_WORDS = Vocabulary(
+    TestFile,
+    nouns=((Case, "case"), (Step, "step"), (RejectedItem, "rejection")),
+    phrases=(
+        (Expect, ("an object of expectations", "objects of expectations")),
+        (Reply, ("a reply (an object) or raw text (a string)", "replies (objects or raw text)")),
+    ),
+)
 
 
 class TestFileError(DefinitionError):
@@ -128,6 +163,12 @@ class StepOutcome:
     @property
     def passed(self) -> bool:
         return not self.failures
+
+    def said(self, limit: int | None = None) -> str:
+        """What the step did, for a report line: ``(resume)``, ``(opening)``, or the user's message (quoted)."""
+        if self.resume:
+            return "(resume)"
+        return "(opening)" if self.user is None else repr(self.user[:limit])
 
 
 @dataclass
@@ -194,29 +235,16 @@ def read(path: Path) -> TestFile:
 
 
 def _problems(exc: ValidationError, path: Path) -> list[Problem]:
-    """A problem per validation error, at the line:column of the value (or key) it is about; an
-    unknown field with the known field it is closest to."""
+    """A problem per mistake, in plain words, at the line:column of the value (or key) it is about."""
     positions = _positions(path.read_text(encoding="utf-8-sig"))
     problems = []
-    for error in exc.errors(include_url=False):
-        loc = error["loc"]
+    for loc, message, code, hint in field_problems(exc, _WORDS):
         pointer = _json_pointer(loc)
         while pointer and pointer not in positions:  # a missing field: point at its parent
             pointer = pointer.rsplit("/", 1)[0]
         line, column = positions.get(pointer, (None, None))
-        message, hint = error["msg"], None
-        if error["type"] == "extra_forbidden":
-            message, hint = f"unknown field '{loc[-1]}'", did_you_mean(loc[-1], _field_names(loc))
-        where = ".".join(str(p) for p in loc)
-        problems.append(Problem(where, message, line, column, hint, error["type"], str(path)))
+        problems.append(Problem(_dotted(loc), message, line, column, hint, code, str(path)))
     return problems
-
-
-def _field_names(loc: tuple[int | str, ...]) -> list[str]:
-    """The fields the object holding the last key of ``loc`` may have."""
-    parent = next((part for part in reversed(loc[:-1]) if isinstance(part, str)), "")
-    model = _MODEL_BY_PARENT.get(parent, TestFile)
-    return [field.alias or name for name, field in model.model_fields.items()]
 
 
 _UNBOUND = ("unbound_handler", "unbound_check")
@@ -340,14 +368,15 @@ def _missing(expected: Mapping[str, Any], actual: Any, prefix: str) -> list[str]
     return problems
 
 
-def _rejected(expected: int | list[dict[str, Any]] | None, result: TurnResult) -> list[str]:
+def _rejected(expected: int | list[RejectedItem] | None, result: TurnResult) -> list[str]:
     if expected is None:
         return []
     if isinstance(expected, int):
         found = len(result.rejected)
         return [] if found == expected else [f"rejected: {found} item(s), expected {expected}"]
     failures = []
-    for wanted in expected:
+    for item in expected:
+        wanted = item.model_dump(exclude_none=True)
         if not any(_matches(wanted, r.model_dump()) for r in result.rejected):
             failures.append(f"rejected: nothing matches {json.dumps(wanted)}")
     return failures
@@ -369,18 +398,21 @@ def run_files(
     *,
     repeat: int = 1,
     min_pass: int | None = None,
-    hooks: Hooks | None = None,
+    hooks: Hooks | str | None = None,
 ) -> list[CaseOutcome]:
     """Run every case of every file; with ``repeat``, a case passes when ``min_pass`` runs pass.
 
-    A file that names its ``hooks`` runs with those; the others run with ``hooks``."""
+    A file that names its ``hooks`` runs with those; the others run with ``hooks``: a ``Hooks``
+    object, or a spec (``MODULE:NAME``, ``FILE.py:NAME`` relative to the current folder) loaded only
+    when a file names none, so that hooks which do not load fail those files' cases, with the reason,
+    and no other."""
     definitions: dict[Path, FSMDefinition] = {}
     outcomes = []
     needed = repeat if min_pass is None else min_pass
     for path in paths:
         try:
             test_file = read(path)
-            file_hooks = hooks if test_file.hooks is None else Hooks.load(test_file.hooks, relative_to=path.parent)
+            file_hooks = _file_hooks(test_file, path, hooks)
         except FSMError as exc:  # not a test file, or its hooks cannot be loaded: each case fails saying so
             names = [case.name for case in test_file.cases] if isinstance(exc, HooksLoadError) else ["(file)"]
             outcomes += [CaseOutcome(path, name, path, error=str(exc)) for name in names]
@@ -396,6 +428,18 @@ def run_files(
                 best.error = f"passed {best.passes} of {best.runs} runs, {needed} needed"
             outcomes.append(best)
     return outcomes
+
+
+def _file_hooks(test_file: TestFile, path: Path, runner_hooks: Hooks | str | None) -> Hooks | None:
+    """The hooks a file's cases run with: those it names (relative to it), else the runner's."""
+    if test_file.hooks is not None:
+        return Hooks.load(test_file.hooks, relative_to=path.parent)
+    if not isinstance(runner_hooks, str):
+        return runner_hooks
+    try:
+        return Hooks.load(runner_hooks)
+    except HooksLoadError as exc:
+        raise HooksLoadError(f"{exc} (the runner's hooks, llm-fsm test --hooks: this file names none)") from exc
 
 
 @dataclass(frozen=True)
@@ -454,5 +498,4 @@ def failure_text(case: CaseOutcome) -> str:
     if case.error:
         return case.error
     step = next(s for s in case.steps if not s.passed)
-    said = "(opening)" if step.user is None else repr(step.user)
-    return f"step {step.index + 1} {said}: " + "; ".join(step.failures)
+    return f"step {step.index + 1} {step.said()}: " + "; ".join(step.failures)

@@ -103,7 +103,8 @@ class SimulatedLLM:
             _, invalid = check_values(self.definition, changed)
             return set(changed) <= writable and not invalid
 
-        witness = find_witness([transition], base=context, prefer=prefer, accept=acceptable)
+        schema = self.definition.context_schema
+        witness = find_witness([transition], base=context, prefer=prefer, accept=acceptable, schema=schema)
         if witness is None:
             return None
         return {k: v for k, v in witness.items() if context.get(k) != v}
