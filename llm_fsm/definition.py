@@ -237,7 +237,9 @@ class FSMDefinition(_Frozen):
     mcp_servers: dict[str, MCPServerSpec] = Field(
         default_factory=dict, description="MCP servers keyed by name, whose tools states may list."
     )
-    max_tool_rounds: int = Field(3, ge=0, le=20, strict=True, description="Rounds of tool calls the model may make per turn.")
+    max_tool_rounds: int = Field(
+        3, ge=0, le=20, strict=True, description="Rounds of tool calls the model may make per turn."
+    )
 
     @cached_property
     def content_hash(self) -> str:
