@@ -180,13 +180,20 @@ class Conversation:
             raise ConversationError(
                 f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state
             )
-        changes = definition.blocking_changes(snap.definition_hash, snap.definition_outline, strict=strict_definition)
+        saved = (snap.definition_hash, snap.definition_outline)
+        changes = definition.blocking_changes(*saved, strict=strict_definition, name=snap.definition_name)
         if changes and not allow_changed_definition:
-            raise ConversationError(
-                f"the definition '{definition.name}' changed since this snapshot was taken: "
-                f"{'; '.join(changes)} (pass allow_changed_definition=True to restore anyway)",
-                state=snap.state,
-            )
+            if snap.definition_name != definition.name:
+                message = f"this snapshot was taken with another definition ('{snap.definition_name}'), not "
+                message += f"'{definition.name}' (pass allow_changed_definition=True to restore it anyway)"
+            else:
+                prose_only = strict_definition and not definition.blocking_changes(*saved)
+                why = "refused because of strict_definition=True"
+                if not prose_only:
+                    why = "pass allow_changed_definition=True to restore anyway"
+                message = f"the definition '{definition.name}' changed since this snapshot was taken: "
+                message += f"{'; '.join(changes)} ({why})"
+            raise ConversationError(message, state=snap.state)
         if snap.definition_hash != definition.content_hash:  # from now on it runs on this definition
             snap = snap.model_copy(
                 update={"definition_hash": definition.content_hash, "definition_outline": definition.outline}

@@ -257,3 +257,13 @@ def test_advance_passes_the_restore_options_to_stored_conversations_only(signup)
         advance(store, "c1", other, ScriptedLLM([reply("ask_name", "Age?")]), "Ann")
     turn = advance(store, "c1", other, ScriptedLLM([reply("ask_name", "Age?")]), "Ann", allow_changed_definition=True)
     assert turn.turn == 1 and store.load("c1").snapshot.definition_hash == other.content_hash
+
+
+def test_restore_names_another_definition_and_a_refusal_by_strictness(signup):
+    conv = llm_fsm.Conversation(signup, ScriptedLLM())
+    other = edited(signup, lambda d: d.update(name="other"))
+    with pytest.raises(ConversationError, match=r"taken with another definition \('signup'\), not 'other'"):
+        llm_fsm.Conversation.restore(conv.snapshot(), other, ScriptedLLM())
+    prose = edited(signup, lambda d: d.update(persona="A chatty assistant."))
+    with pytest.raises(ConversationError, match=r"\(refused because of strict_definition=True\)$"):
+        llm_fsm.Conversation.restore(conv.snapshot(), prose, ScriptedLLM(), strict_definition=True)
