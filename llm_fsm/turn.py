@@ -424,7 +424,7 @@ class TurnRunner:
         self.apply_tools(runs)
         if held is not None:
             return self.pause_for_approval(held)
-        self.messages += self.tool_exchange(runs, response.text)
+        self.messages = [*self.messages, *self.tool_exchange(runs, response.text)]  # earlier requests keep theirs
         return None
 
     def apply_tools(self, runs: list[ToolRun]) -> None:
@@ -479,7 +479,7 @@ class TurnRunner:
         self.messages = self.prompt_messages()
         for number in sorted({run.round for run in [*earlier, decided]}):
             runs = [run for run in [*earlier, decided] if run.round == number]
-            self.messages += self.tool_exchange(runs, None)
+            self.messages = [*self.messages, *self.tool_exchange(runs, None)]
         return (yield from self.replies(self.request(self.messages)))
 
     def decide_call(self, held: ToolRun, pause: PendingEvent) -> Generator[Step, Any, ToolRun]:
