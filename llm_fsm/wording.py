@@ -146,6 +146,8 @@ def _member(members: tuple[Any, ...], label: Any) -> Any:
     class name, or a type's name (``int``, ``list[Rule]``, ``dict[str,any]``)."""
     name = str(label).split("[", 1)[0]
     for member in members:
+        if get_origin(member) is Annotated and any(getattr(m, "tag", None) == label for m in get_args(member)[1:]):
+            return _bare(member)  # a member of a union with a callable discriminator: its Tag
         bare = _bare(member)
         if any(label in _tags(bare, key) for key in _field_names(bare)):
             return bare

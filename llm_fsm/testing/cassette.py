@@ -7,21 +7,28 @@ it holds what users said. ``ReplayLLM(path)`` answers the calls in order from th
 runtime sends a prompt that differs from the recording, it raises :class:`CassetteMismatch` with a
 diff, so a changed definition or template shows up at once. A file that is not a cassette is an
 :class:`LLMError` naming it and saying what is wrong.
+
+Tools: a request's messages may hold the assistant's ``tool_calls`` and ``role: "tool"`` messages
+(``content`` may be null), and are recorded as sent; the tool specs sent natively are recorded as
+``tools``, a response's tool calls as ``tool_calls``, and the way the recorded model took tools as
+the cassette's ``tool_mode``, which replay reports so that the runtime sends the same prompts. A
+cassette recorded before tools (none of these fields) replays as before.
 """
 
 from __future__ import annotations
 
+import copy
 import difflib
 import json
 import os
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import asdict
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 from llm_fsm.errors import CassetteMismatch, LLMError
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json, write_private
-from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, Usage
+from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, StreamingLLMClient, ToolCallRequest, Usage
 
 VERSION = 1
 
@@ -33,7 +40,17 @@ class RecordingLLM:
         self.inner = inner
         self.path = Path(path)
         self.interactions: list[dict[str, Any]] = []
+        self.mode: Literal["native", "json"] | None = None  # asked of the inner client when a state has tools
         self._write()
+
+    def tool_mode(self) -> Literal["native", "json"]:
+        """The wrapped client's way of taking tools (the JSON form when it says nothing), noted in the cassette."""
+        mode = getattr(self.inner, "tool_mode", None)
+        answer = mode() if callable(mode) else "json"
+        if answer != self.mode:
+            self.mode = answer
+            self._write()
+        return answer
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         return self._record(request, self.inner.complete(request))
@@ -62,19 +79,24 @@ class RecordingLLM:
             yield self._record(request, await self.inner.acomplete(request))
 
     def _record(self, request: LLMRequest, response: LLMResponse) -> LLMResponse:
-        self.interactions.append(
-            {
-                "kind": request.kind,
-                "messages": request.messages,
-                "response": {"text": response.text, "usage": asdict(response.usage), "model": response.model},
-            }
-        )
+        # a copy: the turn goes on appending to its list of messages after this call
+        interaction: dict[str, Any] = {"kind": request.kind, "messages": copy.deepcopy(request.messages)}
+        if request.tools:
+            interaction["tools"] = list(request.tools)
+        recorded: dict[str, Any] = {"text": response.text, "usage": asdict(response.usage), "model": response.model}
+        if response.finish_reason is not None:
+            recorded["finish_reason"] = response.finish_reason
+        if response.tool_calls:
+            recorded["tool_calls"] = [asdict(call) for call in response.tool_calls]
+        self.interactions.append({**interaction, "response": recorded})
         self._write()
         return response
 
     def _write(self) -> None:
         try:
-            cassette = {"version": VERSION, "interactions": self.interactions}
+            cassette: dict[str, Any] = {"version": VERSION, "interactions": self.interactions}
+            if self.mode is not None:
+                cassette["tool_mode"] = self.mode
             write_private(self.path, json.dumps(cassette, ensure_ascii=False, indent=1))
         except OSError as exc:
             raise LLMError(f"cannot write the cassette {self.path}: {exc.strerror or exc}") from None
@@ -86,10 +108,16 @@ class ReplayLLM:
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = Path(path)
         try:
-            self.interactions: list[dict[str, Any]] = _interactions(self.path, read_json(self.path, "cassette"))
+            cassette = read_json(self.path, "cassette")
+            self.interactions: list[dict[str, Any]] = _interactions(self.path, cassette)
         except JSONFileError as exc:
             raise LLMError(str(exc), model="replay") from None
+        self.mode: Literal["native", "json"] = "native" if cassette.get("tool_mode") == "native" else "json"
         self.position = 0
+
+    def tool_mode(self) -> Literal["native", "json"]:
+        """How the recorded model took tools (the JSON form for a cassette that does not say)."""
+        return self.mode
 
     @property
     def remaining(self) -> int:
@@ -106,9 +134,17 @@ class ReplayLLM:
                 f"call {self.position + 1} differs from the cassette {self.path}:",
                 _diff(recorded["messages"], request.messages),
             )
+        sent_tools = list(request.tools) if request.tools else None
+        if recorded.get("tools") != sent_tools:
+            raise CassetteMismatch(
+                f"call {self.position + 1} offers other tools than the cassette {self.path}:",
+                _tools_diff(recorded.get("tools"), sent_tools),
+            )
         self.position += 1
         response = recorded["response"]
-        return LLMResponse(response["text"], Usage(**response.get("usage", {})), response.get("model"))
+        calls = tuple(ToolCallRequest(**call) for call in response.get("tool_calls") or ())
+        usage = Usage(**response.get("usage", {}))
+        return LLMResponse(response["text"], usage, response.get("model"), response.get("finish_reason"), calls)
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         return self.complete(request)
@@ -125,12 +161,44 @@ def _interactions(path: Path, cassette: Any) -> list[dict[str, Any]]:
         response = call.get("response")
         if not isinstance(response, dict) or not isinstance(response.get("text"), str):
             raise JSONFileError(f"{path} is not a cassette: call {number} has no 'response' with a 'text'")
+        calls = response.get("tool_calls", [])
+        if not isinstance(calls, list) or not all(_is_tool_call(c) for c in calls):
+            why = "'tool_calls' that are not a list of {id, name, arguments} with text values"
+            raise JSONFileError(f"{path} is not a cassette: the response of call {number} has {why}")
     return interactions
 
 
-def _diff(recorded: list[dict[str, str]], sent: list[dict[str, str]]) -> str:
-    def lines(messages: list[dict[str, str]]) -> list[str]:
-        return [f"[{m.get('role')}] {line}" for m in messages for line in str(m.get("content", "")).splitlines()]
+def _is_tool_call(call: Any) -> bool:
+    return (
+        isinstance(call, dict)
+        and set(call) == {"id", "name", "arguments"}
+        and all(isinstance(v, str) for v in call.values())
+    )
 
-    diff = difflib.unified_diff(lines(recorded), lines(sent), "recorded", "sent", lineterm="", n=2)
+
+def _diff(recorded: list[dict[str, Any]], sent: list[dict[str, Any]]) -> str:
+    diff = difflib.unified_diff(_lines(recorded), _lines(sent), "recorded", "sent", lineterm="", n=2)
     return "\n".join(list(diff)[:200])
+
+
+def _lines(messages: list[dict[str, Any]]) -> list[str]:
+    """The messages as lines to compare: each line of the text, then each tool call asked for."""
+    lines = []
+    for message in messages:
+        role = message.get("role")
+        if role == "tool":
+            role = f"tool {message.get('tool_call_id')}"
+        lines += [f"[{role}] {line}" for line in str(message.get("content") or "").splitlines()]
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", {})
+            lines.append(f"[{role} calls {function.get('name')}] {function.get('arguments')}")
+    return lines
+
+
+def _tools_diff(recorded: list[dict[str, Any]] | None, sent: list[dict[str, Any]] | None) -> str:
+    def lines(tools: list[dict[str, Any]] | None) -> list[str]:
+        if not tools:
+            return ["(no tools)"]
+        return [json.dumps(tool, ensure_ascii=False, sort_keys=True) for tool in tools]
+
+    return "\n".join(difflib.unified_diff(lines(recorded), lines(sent), "recorded", "sent", lineterm="", n=1))

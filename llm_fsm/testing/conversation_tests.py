@@ -3,8 +3,15 @@
 A test file holds ``cases``. A case names a definition (relative to the file), an optional
 starting ``state`` and ``context``, and ``steps``. A step is a user message (``null`` on a first
 step: the opening) plus either scripted model replies (``reply``, or ``replies`` when corrective
-calls are expected) or nothing (then the model given to the runner answers: a real one, a
-cassette, or the simulated model), and what to ``expect`` afterwards.
+calls or tool calls are expected) or nothing (then the model given to the runner answers: a real
+one, a cassette, or the simulated model), and what to ``expect`` afterwards.
+
+Tools: a scripted reply ``{"tool_calls": [{"name": ..., "arguments": {...}}]}`` asks for tool calls
+(as native function calls); ``tools`` (on the file, a case or a step) stubs their results, so no
+code is needed (see :mod:`llm_fsm.testing.tool_scripts`); ``expect.tool_calls`` lists the calls the
+turn must have made, and ``expect.awaiting_approval`` the call a paused turn waits on. A step that
+resumes a tool approval gives the decision: ``{"approved": true}``, ``{"approved": false,
+"reason": "..."}`` or ``{"result": ...}``.
 """
 
 from __future__ import annotations
@@ -26,8 +33,20 @@ from llm_fsm.errors import DefinitionError, FSMError, HooksLoadError, Problem
 from llm_fsm.hooks import Hooks
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import _dotted, _json_pointer, _positions, load
+from llm_fsm.loader import _dotted, _json_pointer, _positions, did_you_mean, load
 from llm_fsm.testing.scripted import ScriptedLLM
+from llm_fsm.testing.tool_scripts import (
+    STUBS_DESCRIPTION,
+    ApprovalExpectation,
+    StubbedTools,
+    StubSpec,
+    ToolCallExpectation,
+    ToolStub,
+    approval_failures,
+    stubbed_names,
+    tool_call_failures,
+)
+from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn import TurnResult
 from llm_fsm.wording import Vocabulary, field_problems
 
@@ -62,11 +81,19 @@ class Expect(_Strict):
     max_tokens: int | None = Field(None, ge=0, description="At most this many tokens in all.")
     status: Literal["active", "paused", "ended"] | None = Field(None, description="The conversation's status.")
     error: str | None = Field(None, description="The step must fail with an error matching this expression.")
+    tool_calls: list[ToolCallExpectation] | None = Field(
+        None, description="The tool calls the turn made, in order ([]: none); arguments and results as subsets."
+    )
+    awaiting_approval: ApprovalExpectation | None = Field(
+        None, description="The turn paused for a person to approve this tool call."
+    )
 
     def invalid_patterns(self) -> list[str]:
-        """Why each regular expression given (``message``, ``error``) cannot be used, in words."""
+        """Why each regular expression given (``message``, ``error``, tool errors) cannot be used, in words."""
         reasons = []
-        for name, pattern in (("message", self.message), ("error", self.error)):
+        patterns = [("message", self.message), ("error", self.error)]
+        patterns += [(f"tool_calls[{n}].error", c.error) for n, c in enumerate(self.tool_calls or [])]
+        for name, pattern in patterns:
             try:
                 re.compile(pattern or "")
             except re.error as exc:
@@ -79,8 +106,11 @@ class Step(_Strict):
     reply: Reply | None = Field(None, description="The scripted model reply (a reply object, or raw text).")
     replies: list[Reply] | None = Field(None, description="Several scripted replies, when corrective calls happen.")
     resume: dict[str, Any] | None = Field(
-        None, description="Resume a paused conversation with this result instead (a step without 'user')."
+        None,
+        description="Resume a paused conversation with this result instead (a step without 'user'; a tool "
+        'approval: {"approved": true}, {"approved": false, "reason": "..."} or {"result": ...}).',
     )
+    tools: dict[str, StubSpec] | None = Field(None, description=STUBS_DESCRIPTION)
     expect: Expect = Field(default_factory=lambda: Expect.model_validate({}))
 
     @model_validator(mode="after")
@@ -106,6 +136,7 @@ class Case(_Strict):
     definition: str = Field(description="Path of the definition, relative to this file.")
     state: str | None = Field(None, description="Start in this state (default: the initial state).")
     context: dict[str, Any] = Field(default_factory=dict, description="Initial context.")
+    tools: dict[str, StubSpec] | None = Field(None, description=STUBS_DESCRIPTION)
     steps: list[Step] = Field(min_length=1)
 
 
@@ -119,13 +150,21 @@ class TestFile(_Strict):
         description="The handlers and checks the definitions need: MODULE:NAME or FILE.py:NAME (a file is "
         "relative to this test file). Without it, the runner's hooks (llm-fsm test --hooks) are used.",
     )
+    tools: dict[str, StubSpec] | None = Field(None, description=STUBS_DESCRIPTION)
     cases: list[Case] = Field(min_length=1)
 
 
 # How problems in a test file name what should be there: "expected a list of cases, got an object".
 _WORDS = Vocabulary(
     TestFile,
-    nouns=((Case, "case"), (Step, "step"), (RejectedItem, "rejection")),
+    nouns=(
+        (Case, "case"),
+        (Step, "step"),
+        (RejectedItem, "rejection"),
+        (ToolCallExpectation, "expected tool call"),
+        (ApprovalExpectation, "expected approval"),
+        (ToolStub, "tool stub"),
+    ),
     phrases=(
         (Expect, ("an object of expectations", "objects of expectations")),
         (Reply, ("a reply (an object) or raw text (a string)", "replies (objects or raw text)")),
@@ -198,6 +237,14 @@ class _StepModel:
         self.fallback = fallback
         self.script: ScriptedLLM | None = None
 
+    def tool_mode(self) -> ToolMode:
+        """Scripted replies call tools natively; the runner's model, as it says."""
+        from llm_fsm.conversation import tool_mode
+
+        if self.script is not None:
+            return self.script.tool_mode()
+        return tool_mode(self.fallback) if self.fallback is not None else "native"
+
     def complete(self, request: LLMRequest) -> LLMResponse:
         if self.script is not None:
             return self.script.complete(request)
@@ -248,6 +295,7 @@ def _problems(exc: ValidationError, path: Path) -> list[Problem]:
 
 
 _UNBOUND = ("unbound_handler", "unbound_check")
+Stubs = Mapping[str, ToolStub | list[ToolStub]]
 
 
 def run_case(
@@ -256,33 +304,61 @@ def run_case(
     model: Callable[[FSMDefinition], LLMClient | None] | None = None,
     definitions: dict[Path, FSMDefinition] | None = None,
     hooks: Hooks | None = None,
+    *,
+    tools: Stubs | None = None,
 ) -> CaseOutcome:
     """Run one case with ``hooks``; ``model(definition)`` answers the steps without scripted replies.
 
+    ``tools``: the file's tool stubs (the case's and each step's replace them, tool by tool).
     When the hooks hold async handlers or checks, the case runs on the async API (one event loop
     for all its steps)."""
     path = (file.parent / case.definition).resolve()
     outcome = CaseOutcome(file, case.name, path)
+    stubs = StubbedTools()
+    layers = [tools, case.tools, *(step.tools for step in case.steps)]
+    names = stubbed_names(layers)
     try:
         definition = (definitions or {}).get(path) or load(path)
         if definitions is not None:
             definitions[path] = definition
+        _check_stubbed(definition, stubbed_names(layers[1:]))
         llm = _StepModel(model(definition) if model else None)
-        conversation = Conversation(definition, llm, state=case.state, context=case.context, hooks=hooks)
+        case_hooks = stubs.hooks(hooks, names) if names else hooks
+        conversation = Conversation(definition, llm, state=case.state, context=case.context, hooks=case_hooks)
     except FSMError as exc:
         outcome.error = "; ".join(line.strip(" -") for line in str(exc).splitlines())
-        if hooks is None and any(p.code in _UNBOUND for p in getattr(exc, "problems", ())):
-            outcome.error += ' (name the hooks in the test file\'s "hooks" field, or pass llm-fsm test --hooks)'
+        outcome.error += _binding_hint(exc, hooks)
         return outcome
     outcome.states.add(conversation.state)
     with asyncio.Runner() as runner:
         turn = _turn_caller(conversation, runner)
         for index, step in enumerate(case.steps):
+            stubs.begin(tools, case.tools, step.tools)
             outcome.steps.append(_run_step(conversation, turn, llm, step, index, outcome))
+            outcome.steps[-1].failures += stubs.failures
             outcome.steps[-1].resume = step.resume is not None
             if not outcome.steps[-1].passed:
                 break
     return outcome
+
+
+def _check_stubbed(definition: FSMDefinition, names: list[str]) -> None:
+    """A case or step that stubs a tool no state lists has a typo, or a stub left over: say which."""
+    listed = list(dict.fromkeys(name for state in definition.states.values() for name in state.tools))
+    for name in names:
+        if name not in listed:
+            hint = did_you_mean(name, listed)
+            raise FSMError(f"the test stubs tool '{name}', which no state lists{f' ({hint})' if hint else ''}")
+
+
+def _binding_hint(exc: FSMError, hooks: Hooks | None) -> str:
+    """What to do about handlers, checks or tools the definition names and nothing provides."""
+    codes = {p.code for p in getattr(exc, "problems", ())}
+    if "unbound_tool" in codes:
+        return ' (stub the tools in the test file\'s "tools" field, or register their code in its "hooks")'
+    if hooks is None and codes & set(_UNBOUND):
+        return ' (name the hooks in the test file\'s "hooks" field, or pass llm-fsm test --hooks)'
+    return ""
 
 
 def _turn_caller(conversation: Conversation, runner: asyncio.Runner) -> Callable[..., TurnResult]:
@@ -352,6 +428,10 @@ def check(expect: Expect, result: TurnResult, conversation: Conversation) -> lis
         failures.append(f"tokens: {result.usage.total_tokens} > {expect.max_tokens}")
     if expect.status is not None and conversation.status != expect.status:
         failures.append(f"status: expected '{expect.status}', got '{conversation.status}'")
+    if expect.tool_calls is not None:
+        failures += tool_call_failures(expect.tool_calls, result.tool_calls)
+    if expect.awaiting_approval is not None:
+        failures += approval_failures(expect.awaiting_approval, result.pending)
     return failures
 
 
@@ -418,7 +498,10 @@ def run_files(
             outcomes += [CaseOutcome(path, name, path, error=str(exc)) for name in names]
             continue
         for case in test_file.cases:
-            runs = [run_case(case, path, model, definitions, file_hooks) for _ in range(max(1, repeat))]
+            runs = [
+                run_case(case, path, model, definitions, file_hooks, tools=test_file.tools)
+                for _ in range(max(1, repeat))
+            ]
             best = next((r for r in runs if r.passed), runs[-1])
             best.runs, best.passes = len(runs), sum(r.passed for r in runs)
             for run in runs:

@@ -5,37 +5,64 @@ transition the model may take (one whose conditions a model-writable update can 
 values that pass the ``context_schema``), fills the keys it needs, and otherwise stays and fills
 the state's keys to collect. With ``path=[...]`` it follows those states in order; with ``seed`` it
 chooses among the possible moves reproducibly. Judge calls pass.
+
+In a state that lists tools, it first calls each of them once (all in one round, with arguments
+made from the tool's parameters schema), then replies: as native function calls when the request
+carries tool specs, else in the JSON form ``{"tool_calls": [...]}``. A tool it already called in
+this turn (the request's messages show it) is not called again, so a turn takes at most one round.
 """
 
 from __future__ import annotations
 
 import json
 import random
-from collections.abc import AsyncIterator, Iterator, Sequence
-from typing import Any
+import re
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from typing import Any, Literal
 
 from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.definition import FSMDefinition, Transition
 from llm_fsm.engine import check_values, model_writable_keys
-from llm_fsm.llm import LLMRequest, LLMResponse, Usage
+from llm_fsm.llm import LLMRequest, LLMResponse, Message, ToolCallRequest, Usage
 from llm_fsm.prompt import OPENING_REQUEST
+from llm_fsm.tools.calling import tool_request
 
 
 class SimulatedLLM:
-    """Valid replies along the graph (``path``: the states to visit, in order)."""
+    """Valid replies along the graph (``path``: the states to visit, in order).
 
-    def __init__(self, definition: FSMDefinition, path: Sequence[str] | None = None, seed: int = 0) -> None:
+    ``replies`` holds every answer it gave, tool requests (``{"tool_calls": [...]}``) included.
+    ``tool_calling`` is how it takes tools (what a conversation asks through :meth:`tool_mode`).
+    """
+
+    def __init__(
+        self,
+        definition: FSMDefinition,
+        path: Sequence[str] | None = None,
+        seed: int = 0,
+        *,
+        tool_calling: Literal["native", "json"] = "native",
+    ) -> None:
         self.definition = definition
         self.path = list(path or [])
         self.random = random.Random(seed)
+        self.tool_calling = tool_calling
         self.requests: list[LLMRequest] = []
         self.replies: list[dict[str, Any]] = []
+
+    def tool_mode(self) -> Literal["native", "json"]:
+        return self.tool_calling
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         self.requests.append(request)
         if request.kind == "judge":
             return _response({"pass": True, "reason": "simulated"})
-        reply = self.reply(request.state or self.definition.initial_state, dict(request.context or {}), request)
+        state = request.state or self.definition.initial_state
+        calls = self.tool_calls(state, request)
+        if calls:
+            self.replies.append({"tool_calls": calls})
+            return _tool_response(calls, len(self.requests), native=bool(request.tools))
+        reply = self.reply(state, dict(request.context or {}), request)
         self.replies.append(reply)
         return _response(reply)
 
@@ -44,17 +71,40 @@ class SimulatedLLM:
 
     def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
         response = self.complete(request)
-        yield response.text
+        if response.text:
+            yield response.text
         yield response
 
     async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
         for item in self.stream_complete(request):
             yield item
 
+    # -- calling tools --------------------------------------------------------------------------
+
+    def tool_calls(self, state: str, request: LLMRequest) -> list[dict[str, Any]]:
+        """A call to each tool of ``state`` not called yet in this turn (none once all were)."""
+        listed = self.definition.states[state].tools
+        if not listed or self.definition.states[state].tool_rounds(self.definition) == 0:
+            return []
+        schemas = self.parameters(listed, request)
+        called = _called(request.messages)
+        return [{"name": name, "arguments": arguments_for(schemas[name])} for name in schemas if name not in called]
+
+    def parameters(self, listed: Sequence[str], request: LLMRequest) -> dict[str, dict[str, Any]]:
+        """The parameters schema of each tool offered: from the request's tool specs (native), else from
+        the prompt's ``<parameters>`` (the JSON form), else from the definition."""
+        if request.tools:
+            functions = [spec.get("function", {}) for spec in request.tools]
+            return {f["name"]: f.get("parameters") or {} for f in functions if f.get("name") in listed}
+        prompted = _prompt_parameters(request.messages)
+        declared = {name: tool.parameters for name, tool in self.definition.tools.items() if tool.parameters}
+        return {name: prompted.get(name) or declared.get(name) or {} for name in listed}
+
     # -- choosing a reply -----------------------------------------------------------------------
 
     def reply(self, state: str, context: dict[str, Any], request: LLMRequest) -> dict[str, Any]:
-        opening = request.messages[-1]["content"] == OPENING_REQUEST
+        users = [m for m in request.messages if m.get("role") == "user"]
+        opening = bool(users) and users[0].get("content") == OPENING_REQUEST
         moves = [] if opening else self.moves(state, context)
         wanted = self.next_in_path(state)
         if wanted is not None:
@@ -135,13 +185,41 @@ class SimulatedLLM:
 
 def sample_value(definition: FSMDefinition, key: str) -> Any:
     """A plausible value for ``key`` that satisfies its ``context_schema`` entry when there is one."""
-    schema = definition.context_schema.get(key, {})
+    return schema_value(definition.context_schema.get(key, {}), key)
+
+
+def arguments_for(parameters: Mapping[str, Any]) -> dict[str, Any]:
+    """Arguments that satisfy a tool's ``parameters`` schema (an object; ``{}`` when it asks for nothing)."""
+    value = schema_value(parameters, "argument") if parameters.get("properties") else {}
+    return value if isinstance(value, dict) else {}
+
+
+def schema_value(schema: Mapping[str, Any], name: str, root: Mapping[str, Any] | None = None) -> Any:
+    """A plausible value called ``name`` that satisfies the JSON Schema ``schema``: a string when the
+    schema says little; local ``$ref`` pointers are looked up in ``root`` (by default ``schema``)."""
+    root = schema if root is None else root
+    if isinstance(schema.get("$ref"), str):
+        return schema_value(_resolve(schema["$ref"], root), name, root)
     if "enum" in schema and schema["enum"]:
         return schema["enum"][0]
     if "const" in schema:
         return schema["const"]
+    for combination in ("anyOf", "oneOf", "allOf"):
+        options = [o for o in schema.get(combination) or [] if isinstance(o, Mapping) and o.get("type") != "null"]
+        if options:
+            return schema_value(options[0], name, root)
     kind = schema.get("type")
-    kind = kind[0] if isinstance(kind, list) and kind else kind
+    kind = next((k for k in kind if k != "null"), None) if isinstance(kind, list) else kind
+    if kind == "object":
+        properties = {k: v if isinstance(v, Mapping) else {} for k, v in (schema.get("properties") or {}).items()}
+        required = set(schema.get("required") or ())
+        return {k: schema_value(v, k, root) for k, v in properties.items() if k in required or "default" not in v}
+    if kind == "array":
+        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        count = 0 if schema.get("maxItems") == 0 else max(1, schema.get("minItems", 1))
+        return [schema_value(items, name, root) for _ in range(count)]
+    if kind == "null":
+        return None
     if kind in ("integer", "number"):
         low = schema.get("minimum", schema.get("exclusiveMinimum", 0) + 1)
         high = schema.get("maximum", low + 100)
@@ -157,7 +235,52 @@ def sample_value(definition: FSMDefinition, key: str) -> Any:
     }
     if schema.get("format") in formats:
         return formats[schema["format"]]
-    return f"sample {key}"
+    text = f"sample {name}"
+    return text[: schema["maxLength"]] if isinstance(schema.get("maxLength"), int) else text
+
+
+def _resolve(reference: str, root: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The schema a local ``$ref`` (``#/$defs/Name``) points at; ``{}`` for any other."""
+    target: Any = root
+    for part in reference.removeprefix("#/").split("/") if reference.startswith("#/") else [None]:
+        target = target.get(part) if isinstance(target, Mapping) and part is not None else None
+    return target if isinstance(target, Mapping) else {}
+
+
+def _called(messages: Sequence[Message]) -> set[str]:
+    """The tools the assistant asked for in ``messages`` (this turn's: the history lives in the system
+    prompt), natively or in the JSON form."""
+    called = set()
+    for message in messages:
+        if message.get("role") != "assistant":
+            continue
+        for call in message.get("tool_calls") or ():
+            called.add(call.get("function", {}).get("name"))
+        try:
+            requested = tool_request(json.loads(message.get("content") or "null")) or []
+        except (json.JSONDecodeError, TypeError):
+            requested = []
+        called.update(call.name for call in requested)
+    return called
+
+
+_TOOL = re.compile(r"<tool>\s*<name>([^<]*)</name>(.*?)</tool>", re.DOTALL)
+_PARAMETERS = re.compile(r"<parameters>(.*?)</parameters>", re.DOTALL)
+
+
+def _prompt_parameters(messages: Sequence[Message]) -> dict[str, dict[str, Any]]:
+    """The parameters schema of each tool the system prompt lists (the JSON form shows them)."""
+    system = next((str(m.get("content") or "") for m in messages if m.get("role") == "system"), "")
+    found = {}
+    for tool in _TOOL.finditer(system):
+        parameters = _PARAMETERS.search(tool.group(2))
+        try:
+            schema = json.loads(parameters.group(1)) if parameters else None
+        except json.JSONDecodeError:
+            schema = None
+        if isinstance(schema, dict):
+            found[tool.group(1).strip()] = schema
+    return found
 
 
 def _response(reply: dict[str, Any]) -> LLMResponse:
@@ -165,4 +288,16 @@ def _response(reply: dict[str, Any]) -> LLMResponse:
     return LLMResponse(text, Usage(0, len(text) // 4, len(text) // 4), "simulated")
 
 
-__all__ = ["SimulatedLLM", "sample_value"]
+def _tool_response(calls: list[dict[str, Any]], request: int, *, native: bool) -> LLMResponse:
+    """A request for ``calls``: native function calls, or the JSON form as text."""
+    if not native:
+        return _response({"tool_calls": calls})
+    requested = tuple(
+        ToolCallRequest(f"call_{request}_{n}", c["name"], json.dumps(c["arguments"], ensure_ascii=False))
+        for n, c in enumerate(calls, 1)
+    )
+    size = len(json.dumps(calls)) // 4
+    return LLMResponse("", Usage(0, size, size), "simulated", "tool_calls", requested)
+
+
+__all__ = ["SimulatedLLM", "arguments_for", "sample_value", "schema_value"]
