@@ -1,0 +1,116 @@
+"""A small real MCP server for tests/test_mcp.py, built with the SDK's FastMCP.
+
+    python mcp_server.py                    # stdio
+    python mcp_server.py --http PORT        # streamable HTTP on 127.0.0.1:PORT, path /mcp
+    python mcp_server.py --sse PORT         # SSE on 127.0.0.1:PORT, path /sse
+    python mcp_server.py --crash-on-start   # writes a line to stderr and exits before the handshake
+
+FastMCP was renamed ``mcp.server.mcpserver.MCPServer`` in mcp 2 (``mcp.server.fastmcp`` raises there).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from typing import Any
+
+try:
+    from mcp.server.mcpserver import MCPServer as FastMCP  # mcp >= 2
+    from mcp.server.mcpserver.exceptions import ToolError
+except ImportError:  # mcp 1.x
+    from mcp.server.fastmcp import FastMCP  # type: ignore[no-redef]
+    from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
+
+server = FastMCP("llm-fsm-test")
+_running = 0  # slow() calls in progress right now, to show that calls overlap
+_most_running = 0
+
+ORDERS = {
+    "A1": {"order_id": "A1", "status": "shipped", "items": 2},
+    "B2": {"order_id": "B2", "status": "processing", "items": 1},
+}
+
+
+@server.tool()
+def lookup_order(order_id: str) -> dict[str, Any]:
+    """Look up an order by its id."""
+    if order_id not in ORDERS:
+        raise ToolError(f"no order {order_id}")
+    return ORDERS[order_id]
+
+
+@server.tool(structured_output=False)
+def check_availability(date: str, guests: int) -> str:
+    """Whether a table is free on a date (unstructured: the answer is JSON text)."""
+    return f'{{"date": "{date}", "guests": {guests}, "available": {"true" if guests <= 4 else "false"}}}'
+
+
+@server.tool(structured_output=False)
+def greet(name: str) -> str:
+    """Plain text, not JSON."""
+    return f"Hello, {name}!"
+
+
+@server.tool(structured_output=False)
+def two_lines() -> list[str]:
+    """Two text contents."""
+    return ["first", "second"]
+
+
+@server.tool()
+async def slow(seconds: float) -> dict[str, Any]:
+    """Sleep, then report when it ran and how many slow calls ran at once."""
+    global _running, _most_running
+    _running += 1
+    _most_running = max(_most_running, _running)
+    started = time.time()
+    try:
+        await asyncio.sleep(seconds)
+    finally:
+        _running -= 1
+    return {"started": started, "ended": time.time(), "most_running": _most_running}
+
+
+@server.tool()
+def fail() -> str:
+    """Always fails: the client sees isError."""
+    raise ToolError("the kitchen is on fire")
+
+
+@server.tool()
+def whoami() -> dict[str, Any]:
+    """The server's pid and a value of its environment."""
+    return {"pid": os.getpid(), "greeting": os.environ.get("MCP_TEST_GREETING"), "cwd": os.getcwd()}
+
+
+@server.tool()
+def crash() -> str:
+    """Exit the server process at once, mid-call."""
+    print("crashing on purpose", file=sys.stderr, flush=True)
+    os._exit(3)
+
+
+def _run_http(transport: str, port: int) -> None:
+    try:
+        server.run(transport, host="127.0.0.1", port=port)  # type: ignore[call-overload]  # mcp >= 2
+    except TypeError:  # mcp 1.x takes host and port from the settings
+        server.settings.host = "127.0.0.1"
+        server.settings.port = port
+        server.run(transport)  # type: ignore[arg-type]
+
+
+if __name__ == "__main__":
+    args = sys.argv[1:]
+    if args[:1] == ["--crash-on-start"]:
+        print("starting...", file=sys.stderr)
+        print("fatal: the database is unreachable", file=sys.stderr, flush=True)
+        sys.exit(2)
+    if args[:1] == ["--http"]:
+        _run_http("streamable-http", int(args[1]))
+    elif args[:1] == ["--sse"]:
+        _run_http("sse", int(args[1]))
+    else:
+        print("test server ready on stdio", file=sys.stderr, flush=True)
+        server.run()
