@@ -30,6 +30,7 @@ from llm_fsm.cli.options import (
     DefinitionArgument,
     HooksOption,
     MaxRetriesOption,
+    MCPOption,
     ModelOption,
     Provider,
     RecordOption,
@@ -41,6 +42,7 @@ from llm_fsm.cli.options import (
     WaitOption,
     check_definition_policy,
     complete_states,
+    connect_mcp,
     load_definition,
     load_hooks,
     make_client,
@@ -489,6 +491,7 @@ def chat(
     ] = None,
     context: Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")] = None,
     hooks: HooksOption = None,
+    mcp: MCPOption = None,
     store: StoreOption = None,
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
@@ -503,6 +506,7 @@ def chat(
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
+    connect_mcp(fsm, definition, registry, mcp)
     initial_context = _parse_context(context)
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))

@@ -137,6 +137,13 @@ HooksOption = Annotated[
         help="A Hooks object of handlers and checks: MODULE:NAME or FILE.py:NAME.",
     ),
 ]
+MCPOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--mcp",
+        help="An MCP server whose tools the states may list: a command ('python server.py') or a URL. Repeatable.",
+    ),
+]
 StoreOption = Annotated[
     str | None,
     typer.Option("--store", envvar="LLM_FSM_STORE", callback=non_empty, help="Where conversations are kept: "
@@ -306,6 +313,20 @@ def notify_retries() -> None:
     logger = logging.getLogger("llm_fsm.llm")
     if not any(type(h).__name__ == "Notes" for h in logger.handlers):
         logger.addHandler(Notes(logging.WARNING))
+
+
+def connect_mcp(fsm: llm_fsm.FSMDefinition, definition: Path, hooks: Hooks, specs: list[str] | None) -> None:
+    """Start the definition's MCP servers and those of ``--mcp``, and register the tools the states
+    list from them (exit 2, in one line, when one cannot be started or lacks a tool)."""
+    if not fsm.mcp_servers and not specs:
+        return
+    from llm_fsm.tools.mcp import MCPError, MCPServer, connect
+
+    try:
+        servers = [MCPServer.from_spec(spec) for spec in specs or ()]
+        connect(fsm, hooks, relative_to=definition.resolve().parent, servers=servers)
+    except MCPError as exc:
+        fail(str(exc), 2)
 
 
 @dataclass

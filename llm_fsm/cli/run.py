@@ -20,6 +20,7 @@ from llm_fsm.cli.options import (
     DefinitionArgument,
     HooksOption,
     MaxRetriesOption,
+    MCPOption,
     ModelOption,
     Provider,
     RecordOption,
@@ -31,6 +32,7 @@ from llm_fsm.cli.options import (
     TimeoutOption,
     WaitOption,
     check_definition_policy,
+    connect_mcp,
     load_definition,
     load_hooks,
     make_client,
@@ -59,6 +61,7 @@ def run(
     history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
     max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
     hooks: HooksOption = None,
+    mcp: MCPOption = None,
     store: StoreOption = None,
     conversation: ConversationOption = None,
     wait: WaitOption = 30.0,
@@ -84,6 +87,7 @@ def run(
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
+    connect_mcp(fsm, definition, registry, mcp)
     provider = Provider(api_base, api_key, timeout, max_retries, temperature)
     llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))

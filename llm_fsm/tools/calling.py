@@ -110,7 +110,8 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             from llm_fsm.loader import did_you_mean
 
             where = ", ".join(f"'{s}'" for s in states)
-            message = f"state {where} lists tool '{name}', which is not registered (@hooks.tool('{name}'))"
+            message = f"state {where} lists tool '{name}', which is not registered"
+            message += f" (@hooks.tool('{name}'), or an MCP server that serves it)"
             hint = did_you_mean(name, hooks.tools)
             problems.append(Problem(f"states.{states[0]}.tools", message, hint=hint, code="unbound_tool"))
             continue

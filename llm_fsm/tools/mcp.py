@@ -35,15 +35,19 @@ import shlex
 import threading
 import weakref
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
 from llm_fsm.errors import FSMError
 
-__all__ = ["MCPError", "MCPServer", "MCPTool", "MCPToolError", "tool_result"]
+if TYPE_CHECKING:
+    from llm_fsm.definition import FSMDefinition
+    from llm_fsm.hooks import Hooks
+
+__all__ = ["MCPError", "MCPServer", "MCPTool", "MCPToolError", "connect", "register", "tool_result"]
 
 _GRACE = 5.0  # seconds a blocked caller waits past a call's own timeout, should the background loop be stuck
 _CLOSE_WAIT = 15.0  # the SDK's stdio shutdown takes at most ~6 s: stdin closed, SIGTERM, SIGKILL
@@ -664,3 +668,71 @@ def _close_all() -> None:
     for server in list(_live):
         with contextlib.suppress(Exception):
             server.close()
+
+
+# -- tools for conversations --------------------------------------------------------------------
+
+
+def register(hooks: Hooks, server: MCPServer, names: Iterable[str] | None = None) -> list[str]:
+    """Make the server's tools (all, or those ``names``) tools of ``hooks``, with the server's schemas
+    and descriptions; starts the server. Raises :class:`MCPError` for a name the server lacks."""
+    offered = {tool.name: tool for tool in server.tools()}
+    wanted = list(offered) if names is None else list(dict.fromkeys(names))
+    for name in wanted:
+        tool = offered.get(name)
+        if tool is None:
+            from llm_fsm.loader import did_you_mean
+
+            hint = did_you_mean(name, list(offered))
+            raise MCPError(f"the MCP server '{server.name}' has no tool '{name}'" + (f" ({hint})" if hint else ""))
+        hooks.add_tool(_caller(server, name), name=name, description=tool.description, parameters=tool.parameters)
+    return wanted
+
+
+def _caller(server: MCPServer, name: str) -> Callable[..., Awaitable[Any]]:
+    async def call(**arguments: Any) -> Any:
+        return await server.acall(name, arguments)
+
+    call.__name__ = name
+    return call
+
+
+def connect(
+    definition: FSMDefinition,
+    hooks: Hooks,
+    *,
+    relative_to: str | os.PathLike[str] | None = None,
+    servers: Sequence[MCPServer] = (),
+) -> list[MCPServer]:
+    """Start the definition's ``mcp_servers`` (stdio ones in ``relative_to``, the definition's folder)
+    and ``servers``, and register with ``hooks`` the tools the states list that they serve and that
+    ``hooks`` has no code for. A tool declared with ``mcp_server`` comes from that server only.
+    Returns every server started (close them when done; they are closed at exit anyway)."""
+    listed = [name for state in definition.states.values() for name in state.tools]
+    needed = [name for name in dict.fromkeys(listed) if name not in hooks.tools]
+    started: list[MCPServer] = []
+    named = {
+        key: MCPServer.from_spec(
+            {"name": key, **spec.model_dump(mode="json", exclude_none=True, exclude_defaults=True)},
+            relative_to=Path(relative_to) if relative_to is not None else None,
+        )
+        for key, spec in definition.mcp_servers.items()
+    }
+    try:
+        for key, server in [*named.items(), *((server.name, server) for server in servers)]:
+            server.start()
+            started.append(server)
+            offered = {tool.name for tool in server.tools()}
+            declared = {name: tool.mcp_server for name, tool in definition.tools.items()}
+            mine = [  # what it serves that is still missing; and what is declared as its, served or not (an error)
+                name
+                for name in needed
+                if name not in hooks.tools
+                and (declared.get(name) == key or (name in offered and declared.get(name) is None))
+            ]
+            register(hooks, server, mine)
+    except BaseException:
+        for server in started:
+            server.close()
+        raise
+    return started
