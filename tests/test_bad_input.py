@@ -70,7 +70,8 @@ PROVIDER = {
     "temperature": ["-0.5", "3", "warm"],
 }
 BAD_HOOKS = ["nosuch_module:hooks", "{missing}.py:hooks", "{definition}:hooks", "{folder}.py:hooks", "no-name", ":", ""]
-CONVERSATION = {"store": BAD_STORES, "conversation": BAD_IDS, "wait": ["-1", "soon"], "hooks": BAD_HOOKS}
+BAD_MCP = ["no-such-command-xyz", "", "http://127.0.0.1:9/mcp"]
+CONVERSATION = {"store": BAD_STORES, "conversation": BAD_IDS, "wait": ["-1", "soon"], "hooks": BAD_HOOKS, "mcp": BAD_MCP}
 
 BAD: dict[tuple[str, str], list[str]] = {
     **{("run", name): values for name, values in {**PROVIDER, **CONVERSATION}.items()},
