@@ -293,7 +293,7 @@ def state_reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[
     """The loose and strict reply schemas of a state, computed once per definition and state."""
 
     def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
-        strict = reply_schema(state, strict=True, protected=definition.handler_only_keys)
+        strict = reply_schema(state, strict=True, protected=definition.code_only_keys)
         return reply_schema(state, strict=False), strict
 
     return definition.derived("reply_schemas", state_id, compute)

@@ -139,11 +139,30 @@ class Tool(_Frozen):
         description="A JSON Schema (type object) of the arguments. Default: from the registered function's "
         "signature, or the MCP server's.",
     )
-    timeout: float = Field(30.0, gt=0, le=3600, description="Seconds a call may take before it counts as failed.")
+    timeout: float = Field(
+        30.0, gt=0, le=3600, strict=True, description="Seconds a call may take before it counts as failed."
+    )
     approval: Literal["none", "always"] | Approval = Field(
         "none", description='Pause for a person before each call: "none", "always", or {"when": JsonLogic}.'
     )
-    result_key: str | None = Field(None, description="Context key the call's result is stored under.")
+    result_key: str | None = Field(
+        None, description="Context key the call's result is stored under (only tools write it: the model cannot)."
+    )
+
+    @field_validator("result_key")
+    @classmethod
+    def _plain_key(cls, value: str | None) -> str | None:
+        if value is not None and (not value or value.startswith("_") or "." in value):
+            raise ValueError(f"a result key is a context key without dots, not starting with '_' (not '{value}')")
+        return value
+
+    @field_validator("approval", mode="before")
+    @classmethod
+    def _approval_shape(cls, value: Any) -> Any:
+        if value in ("none", "always") or isinstance(value, dict):
+            return value
+        raise ValueError(f'approval is "none", "always" or {{"when": JsonLogic}}, not {json.dumps(value)}')
+
     mcp_server: str | None = Field(None, description="Name of the MCP server (in mcp_servers) that serves it.")
 
 
@@ -240,6 +259,15 @@ class FSMDefinition(_Frozen):
     max_tool_rounds: int = Field(
         3, ge=0, le=20, strict=True, description="Rounds of tool calls the model may make per turn."
     )
+    max_tool_calls: int = Field(
+        8, ge=1, le=100, strict=True, description="Tool calls the model may ask for at once (in one round)."
+    )
+
+    @cached_property
+    def code_only_keys(self) -> tuple[str, ...]:
+        """The keys the model may never write: ``handler_only_keys`` and the tools' result keys."""
+        results = (tool.result_key for tool in self.tools.values() if tool.result_key)
+        return tuple(dict.fromkeys([*self.handler_only_keys, *results]))
 
     @cached_property
     def content_hash(self) -> str:

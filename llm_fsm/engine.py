@@ -113,7 +113,7 @@ def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attem
     """Check ``reply`` in the snapshot's state: filter its context update, then validate its move."""
     update = reply.transition.context_update
     writable = model_writable_keys(definition, snapshot.state)
-    applied, refused = filter_update(update, writable=writable, protected=definition.handler_only_keys, attempt=attempt)
+    applied, refused = filter_update(update, writable=writable, protected=definition.code_only_keys, attempt=attempt)
     applied, invalid = check_values(definition, applied, attempt=attempt)
     context = merge(snapshot.context, applied)
     target = reply.transition.target_state

@@ -429,11 +429,8 @@ class _Reader:
             rule = _get(_get(tool, "approval"), "when")
             for where, message in logic.check_rule(rule) if rule is not None else ():
                 self.error((*loc, "approval", "when"), f"{where + ': ' if where else ''}{message}", code="logic")
-            key = _get(tool, "result_key")
-            if isinstance(key, str) and (not key or key.startswith("_")):
-                self.error(
-                    (*loc, "result_key"), "a result key names a context key not starting with '_'", code="bad_key"
-                )
+            if rule is not None:
+                self._check_approval_reads((*loc, "approval", "when"), rule, parameters)
             server = _get(tool, "mcp_server")
             if isinstance(server, str) and server not in known_servers:
                 hint = did_you_mean(server, known_servers)
@@ -449,6 +446,21 @@ class _Reader:
                 if isinstance(name, str) and name not in declared and not known_servers:
                     hint = did_you_mean(name, declared) or 'declare it in the top-level "tools"'
                     self.error(("states", sid, "tools", i), f"unknown tool '{name}'", code="unknown_tool", hint=hint)
+
+    def _check_approval_reads(self, loc: tuple[Any, ...], rule: Any, parameters: Any) -> None:
+        """An approval rule reads ``args.<parameter>`` or ``context.<key>``: anything else is always
+        missing, and a rule that reads a missing value would let every call through unasked."""
+        properties = parameters.get("properties") if isinstance(parameters, dict) else None
+        for path in sorted(logic.keys_read(rule)):
+            root, _, rest = path.partition(".")
+            argument = rest.split(".")[0]
+            if root not in ("args", "context"):
+                hint = f"did you mean 'args.{path}'?" if properties is None or path in properties else None
+                message = f"an approval rule reads args.<argument> or context.<key>, not '{path}'"
+                self.error(loc, message, code="approval_var", hint=hint)
+            elif root == "args" and argument and isinstance(properties, dict) and argument not in properties:
+                message = f"'{path}': the tool has no argument '{argument}'"
+                self.error(loc, message, code="approval_var", hint=did_you_mean(argument, properties))
 
     def _check_terminal_reachable(self, initial: str, states: dict[str, Any]) -> None:
         if not _graph_is_known(states):  # a malformed transition is reported: what it would change is not known

@@ -147,7 +147,7 @@ class PromptBuilder:
                 "fsm": definition,
                 "state": state,
                 "transitions": state.transitions_by_priority(),
-                "collect": writable_keys(state, definition.handler_only_keys),
+                "collect": writable_keys(state, definition.code_only_keys),
                 "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
             }
             text = self._render("system_definition.xml.j2", variables)

@@ -381,8 +381,15 @@ class TurnRunner:
     # -- tools ----------------------------------------------------------------------------------
 
     def state_tools(self) -> list[BoundTool]:
+        """The tools the model may call now (none once the state allows no rounds of calls)."""
         bound = self.settings.tools
+        if self.tool_round_limit() == 0:
+            return []
         return [bound[name] for name in self.definition.states[self.base.state].tools if name in bound]
+
+    def tool_round_limit(self) -> int:
+        state = self.definition.states[self.base.state]
+        return self.definition.max_tool_rounds if state.max_tool_rounds is None else state.max_tool_rounds
 
     def tool_mode(self) -> ToolMode:
         return self.settings.tool_mode()
@@ -404,10 +411,15 @@ class TurnRunner:
         """
         state = self.definition.states[self.base.state]
         self.rounds += 1
-        limit = self.definition.max_tool_rounds if state.max_tool_rounds is None else state.max_tool_rounds
+        limit = self.tool_round_limit()
+        calls = calling.unique_ids(calls, self.rounds)
         prepared = [calling.prepare(c, state, self.settings.tools, self.work.context, self.rounds) for c in calls]
         if self.rounds > limit:
             prepared = [calling.Prepared(p.call, None, p.arguments, self.rounds, NO_MORE_TOOLS) for p in prepared]
+        most = self.definition.max_tool_calls
+        if len(prepared) > most:  # the first ones run; the rest are refused, and the model is told why
+            extra = f"too many calls at once: at most {most} per round"
+            prepared[most:] = [calling.Prepared(p.call, None, p.arguments, self.rounds, extra) for p in prepared[most:]]
         held = next((p for p in prepared if p.error is None and p.needs_approval), None)
         ready = tuple(p for p in prepared if p.error is None and not p.needs_approval)
         ran = iter((yield RunTools(ready)) if ready else ())
@@ -442,7 +454,9 @@ class TurnRunner:
                 )  # fmt: skip
 
     def tool_exchange(self, runs: list[ToolRun], text: str | None) -> list[dict[str, Any]]:
-        """The messages that ask for ``runs`` and give their results, in this model's form."""
+        """The messages that ask for ``runs`` and give their results (secret-looking values masked, as
+        in the context the model reads), in this model's form."""
+        runs = [calling.masked(run, self.definition.masked) for run in runs]
         if self.tool_mode() == "native":
             return calling.native_exchange(runs, text)
         asked = text if text else calling.json_request_text(runs)
@@ -664,6 +678,13 @@ def resume_turn(
     pause = snapshot.pending
     if pause is not None and pause.kind == "tool_approval" and token == pause.token:
         _check_decision(result, snapshot.state)
+        ran = (pause.tool_call or {}).get("approval") == "approved"
+        if ran and dict(result) != {"approved": True}:  # another decision now would be silently moot
+            tool = pause.payload.get("tool", "?")
+            raise ResumeError(
+                f"the call to '{tool}' was approved and already ran: resume with {{\"approved\": true}} to go on",
+                state=snapshot.state,
+            )
     base = resumed(definition, snapshot, token, result)
     if pause is not None and pause.kind == "tool_approval":
         ran = (pause.tool_call or {}).get("approval") == "approved"  # decided and run before a failure

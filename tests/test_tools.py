@@ -350,7 +350,9 @@ def test_an_approved_call_runs_once_even_when_the_turn_after_it_fails(support):
         conversation.resume(token, {"approved": True})
     assert ran == ["refund:A-2"] and conversation.paused  # the checkpoint: still paused, the result kept
     assert conversation.pending.tool_call["result"] == {"refunded": "A-2"}
-    result = conversation.resume(token, {"approved": False})  # decided already: the call ran
+    with pytest.raises(ResumeError, match="was approved and already ran"):
+        conversation.resume(token, {"approved": False})  # decided already: the call ran
+    result = conversation.resume(token, {"approved": True})
     assert ran == ["refund:A-2"] and result.tool_calls[0].approval == "approved" and result.message == "Done."
 
 
@@ -363,11 +365,10 @@ def test_approval_when_a_rule_on_the_arguments_holds(support):
     ]
     conversation, _ = started(support, script, make_hooks(ran))
     small = conversation.send("refund 40")
-    assert (
-        not small.paused and ran == ["big_refund:40"] and conversation.provenance["refunded"]["by"] == "tool:big_refund"
-    )
+    assert not small.paused and ran == ["big_refund:40.0"]  # the float the function's hint asks for
+    assert conversation.provenance["refunded"]["by"] == "tool:big_refund"
     big = conversation.send("refund 400")
-    assert big.paused and ran == ["big_refund:40"] and big.pending.payload["arguments"]["amount"] == 400
+    assert big.paused and ran == ["big_refund:40.0"] and big.pending.payload["arguments"]["amount"] == 400
 
 
 def test_an_approval_in_a_stored_conversation_survives_a_failed_resume(support, tmp_path):

@@ -396,7 +396,7 @@ def _exits_closed(review: _Review) -> dict[str, list[tuple[str, str]]]:
     """Reachable states none of whose transitions to another state can be taken, each with the reasons,
     as (cause, words): each never holds, or needs a key that cannot be written there or on the way to it."""
     definition = review.definition
-    by_code = frozenset(definition.handler_only_keys)
+    by_code = frozenset(definition.code_only_keys)
     needs = {
         sid: {key for _, _, found in review.transitions(sid) for key, _ in found.needed if not key.startswith("_")}
         for sid in review.reachable
@@ -505,7 +505,7 @@ def _collected(state: State, words: set[str], others: Collection[str]) -> set[st
 
 def _keys_never_set(review: _Review) -> Iterator[Finding]:
     definition = review.definition
-    by_code = {_root(k) for k in definition.handler_only_keys}
+    by_code = {_root(k) for k in definition.code_only_keys}
     uses = {
         (sid, i): [
             (key, loc) for key, loc in _needed_keys(transition) if key not in by_code and not key.startswith("_")

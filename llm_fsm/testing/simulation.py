@@ -144,7 +144,7 @@ class SimulatedLLM:
 
     def satisfy(self, state: str, transition: Transition, context: dict[str, Any]) -> dict[str, Any] | None:
         """A model-writable update that makes ``transition``'s conditions hold, or None."""
-        writable = model_writable_keys(self.definition, state) - set(self.definition.handler_only_keys)
+        writable = model_writable_keys(self.definition, state) - set(self.definition.code_only_keys)
         needed = [k for c in transition.conditions for k in condition_keys(c)]
         prefer = {k: [sample_value(self.definition, k.split(".")[0])] for k in needed}
 
@@ -179,7 +179,7 @@ class SimulatedLLM:
     def fill(self, state: str, context: dict[str, Any]) -> dict[str, Any]:
         """Values for the state's keys to collect that the context lacks."""
         missing = [k for k in self.definition.states[state].required_context_keys if k not in context]
-        writable = model_writable_keys(self.definition, state) - set(self.definition.handler_only_keys)
+        writable = model_writable_keys(self.definition, state) - set(self.definition.code_only_keys)
         return {k: sample_value(self.definition, k) for k in missing if k in writable}
 
 

@@ -15,7 +15,7 @@ import inspect
 import json
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
@@ -67,6 +67,23 @@ class BoundTool:
     timeout: float = 30.0
     approval: Literal["none", "always"] | Approval = "none"
     result_key: str | None = None
+    model: type[BaseModel] | None = None  # the function's typed arguments: what the JSON becomes before the call
+
+    def keywords(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
+        """``arguments`` as the function takes them: converted to its type hints (pydantic models,
+        dates, enums...), defaults filled in; ValueError (in words) when they do not fit."""
+        if self.model is None:
+            return dict(arguments)
+        from pydantic import ValidationError
+
+        try:
+            values = self.model.model_validate(dict(arguments))
+        except ValidationError as exc:
+            error = exc.errors(include_url=False)[0]
+            where = ".".join(str(part) for part in error["loc"]) or "arguments"
+            message = "unexpected argument" if error["type"] == "extra_forbidden" else error["msg"]
+            raise ValueError(f"{where}: {message}") from None
+        return {name: getattr(values, name) for name in self.model.model_fields} | dict(values.model_extra or {})
 
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style function spec that native tool calling sends."""
@@ -115,25 +132,55 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             hint = did_you_mean(name, hooks.tools)
             problems.append(Problem(f"states.{states[0]}.tools", message, hint=hint, code="unbound_tool"))
             continue
+        model = arguments_model(function.function)
         parameters = (declared.parameters if declared else None) or function.parameters
-        parameters = parameters or signature_schema(function.function)
-        if parameters is None:
-            message = f"tool '{name}': no parameters schema (declare 'parameters', or type the function's arguments)"
-            problems.append(Problem(f"tools.{name}", message, code="tool_schema"))
+        parameters = parameters or (_schema_of(model) if model is not None else None)
+        problem = _parameters_problem(function, parameters)
+        if problem:
+            problems.append(Problem(f"tools.{name}", f"tool '{name}': {problem}", code="tool_schema"))
             continue
         description = (declared.description if declared else "") or function.description
         bound[name] = BoundTool(
-            name, description, parameters, function,
+            name, description, parameters or {}, function,
             timeout=declared.timeout if declared else 30.0,
             approval=declared.approval if declared else "none",
             result_key=declared.result_key if declared else None,
+            model=model,
         )  # fmt: skip
     return bound, problems
 
 
+def _parameters_problem(function: ToolFunction, parameters: dict[str, Any] | None) -> str | None:
+    if parameters is None:
+        return "no parameters schema (declare 'parameters', or type the function's arguments)"
+    from llm_fsm.schemas import schema_problem
+
+    problem = schema_problem(parameters)
+    if problem:
+        return f"invalid parameters schema: {problem}"
+    if parameters.get("type", "object") != "object":
+        return "its parameters are a JSON Schema of type object"
+    try:
+        positional = [
+            p.name for p in inspect.signature(function.function).parameters.values() if p.kind is p.POSITIONAL_ONLY
+        ]
+    except (TypeError, ValueError):
+        positional = []
+    if positional:
+        return f"the function takes {', '.join(positional)} by position only; a tool is called with keywords"
+    return None
+
+
 def signature_schema(function: Any) -> dict[str, Any] | None:
     """A JSON Schema of a function's keyword arguments, from its type hints (pydantic); None if it
-    takes ``*args`` only."""
+    has none that can be called by keyword."""
+    model = arguments_model(function)
+    return _schema_of(model) if model is not None else None
+
+
+def arguments_model(function: Any) -> type[BaseModel] | None:
+    """A pydantic model of a function's keyword arguments (hints, defaults; extra arguments refused
+    unless it takes ``**kwargs``); None when it takes ``*args`` only or a hint is not one pydantic reads."""
     from pydantic import create_model
 
     try:
@@ -142,28 +189,34 @@ def signature_schema(function: Any) -> dict[str, Any] | None:
         return None
     fields: dict[str, Any] = {}
     open_ended = False
+    try:
+        hints = inspect.get_annotations(function, eval_str=True) if inspect.isfunction(function) else {}
+    except Exception:  # a hint that names something undefined: read the signature's own
+        hints = {}
     for name, parameter in signature.parameters.items():
         if parameter.kind is parameter.VAR_KEYWORD:
             open_ended = True
-            continue
-        if parameter.kind is parameter.VAR_POSITIONAL:
-            continue
-        hint = Any if parameter.annotation is parameter.empty else parameter.annotation
-        default = ... if parameter.default is parameter.empty else parameter.default
-        fields[name] = (hint, default)
+        elif parameter.kind is not parameter.VAR_POSITIONAL:
+            hint = hints.get(name, Any if parameter.annotation is parameter.empty else parameter.annotation)
+            fields[name] = (hint, ... if parameter.default is parameter.empty else parameter.default)
     if not fields and not open_ended and signature.parameters:
         return None
+    config = ConfigDict(extra="allow" if open_ended else "forbid", arbitrary_types_allowed=False)
     try:
-        hints = inspect.get_annotations(function, eval_str=True)
-        fields = {n: (hints.get(n, hint), default) for n, (hint, default) in fields.items()}
-        schema = create_model(f"{getattr(function, '__name__', 'tool')}_arguments", **fields).model_json_schema()
-    except Exception:  # a hint pydantic cannot turn into a schema: the author declares one instead
+        model = create_model(f"{getattr(function, '__name__', 'tool')}_arguments", __config__=config, **fields)
+        model.model_json_schema()
+    except Exception:  # a hint pydantic cannot read: the author declares the schema instead
         return None
+    return model
+
+
+def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
+    schema = model.model_json_schema()
     schema.pop("title", None)
     for value in schema.get("properties", {}).values():
         value.pop("title", None)
-    if open_ended:
-        schema["additionalProperties"] = True
+    if schema.get("additionalProperties") is False:
+        del schema["additionalProperties"]  # the model refuses extras itself, with a clearer message
     return schema
 
 
@@ -174,29 +227,42 @@ def prepare(
     call: ToolCallRequest, state: State, tools: Mapping[str, BoundTool], context: Mapping[str, Any], round_: int
 ) -> Prepared:
     """``call`` checked: listed by ``state``, arguments a JSON object that matches the schema, approval."""
-    arguments: Any = call.arguments
+    parse_error = None
+    try:
+        arguments: Any = json.loads(call.arguments) if call.arguments.strip() else {}
+    except json.JSONDecodeError as exc:
+        arguments, parse_error = call.arguments, f"the arguments are not valid JSON: {exc.msg}"
     tool = tools.get(call.name) if call.name in state.tools else None
     if tool is None:
         available = ", ".join(state.tools) or "none"
         error = f"tool '{call.name}' is not available in state '{state.id}' (available: {available})"
         return Prepared(call, None, arguments, round_, error)
-    try:
-        arguments = json.loads(call.arguments) if call.arguments.strip() else {}
-    except json.JSONDecodeError as exc:
-        return Prepared(call, tool, arguments, round_, f"the arguments are not valid JSON: {exc.msg}")
+    if parse_error is not None:
+        return Prepared(call, tool, arguments, round_, parse_error)
     if not isinstance(arguments, dict):
         return Prepared(call, tool, arguments, round_, "the arguments must be a JSON object")
     from llm_fsm.schemas import violation
 
-    problem = violation(tool.parameters, arguments)
+    try:
+        problem = violation(tool.parameters, arguments)
+        if problem is None:
+            tool.keywords(arguments)  # they also fit the function's types
+    except ValueError as exc:
+        problem = str(exc)
+    except Exception as exc:  # a schema jsonschema cannot apply (an unresolvable $ref...): the call cannot be checked
+        return Prepared(call, tool, arguments, round_, f"the tool's schema cannot be checked: {_describe(exc)}")
     if problem:
         return Prepared(call, tool, arguments, round_, f"the arguments do not match the schema: {problem}")
     return Prepared(call, tool, arguments, round_, needs_approval=needs_approval(tool, arguments, context))
 
 
 def needs_approval(tool: BoundTool, arguments: Mapping[str, Any], context: Mapping[str, Any]) -> bool:
+    """Whether a person must agree first. A rule that cannot be evaluated asks for approval: it fails closed."""
     if isinstance(tool.approval, Approval):
-        return logic.truthy(logic.evaluate(tool.approval.when, {"args": arguments, "context": dict(context)}))
+        try:
+            return logic.truthy(logic.evaluate(tool.approval.when, {"args": arguments, "context": dict(context)}))
+        except Exception:  # noqa: BLE001 (division by zero, a rule too deep...): safer to ask
+            return True
     return tool.approval == "always"
 
 
@@ -216,17 +282,28 @@ def _pool() -> ThreadPoolExecutor:
         return _POOL
 
 
+def _retire_pool(pool: ThreadPoolExecutor) -> None:
+    """A call outlived its timeout in ``pool``: later calls get a fresh pool, so that threads stuck in
+    tools that never return cannot starve them (the old pool's threads end when their calls do)."""
+    global _POOL
+    with _POOL_LOCK:
+        if _POOL is pool:
+            _POOL = None
+    pool.shutdown(wait=False, cancel_futures=False)
+
+
 def run_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
     """Run ``calls`` (each without an error) at once, in worker threads, each within its timeout.
 
-    A call that times out is reported as failed at once, but its thread is not interrupted (Python
-    cannot): it holds a worker until the function returns.
+    A call that has not started when its time is up is cancelled and never runs. One that started
+    is reported as timed out, but its thread cannot be interrupted (Python cannot): the function
+    runs on until it returns, and the pool is replaced so that it holds no later call back.
     """
     if not calls:
         return []
     pool = _pool()
     futures = [(p, time.perf_counter(), pool.submit(_call_sync, p)) for p in calls]
-    return [_outcome(p, started, future) for p, started, future in futures]
+    return [_outcome(p, started, future, pool) for p, started, future in futures]
 
 
 async def arun_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
@@ -236,18 +313,22 @@ async def arun_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
 
 def _call_sync(prepared: Prepared) -> Any:
     tool = _tool(prepared)
+    keywords = tool.keywords(prepared.arguments)
     if tool.function.is_async:  # in this worker thread, on a loop of its own
-        return asyncio.run(tool.function.function(**prepared.arguments))
-    return tool.function.function(**prepared.arguments)
+        return asyncio.run(tool.function.function(**keywords))
+    return tool.function.function(**keywords)
 
 
-def _outcome(prepared: Prepared, started: float, future: Any) -> ToolRun:
+def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolExecutor) -> ToolRun:
     tool = _tool(prepared)
     remaining = max(0.0, tool.timeout - (time.perf_counter() - started))
     try:
         value = future.result(timeout=remaining)
     except FutureTimeout:
-        return _failed(prepared, f"timed out after {tool.timeout:g} s", started)
+        if future.cancel():  # still waiting for a worker: it will never run
+            return _failed(prepared, f"not run: no worker was free within {tool.timeout:g} s", started)
+        _retire_pool(pool)
+        return _failed(prepared, f"timed out after {tool.timeout:g} s (it may still finish)", started)
     except Exception as exc:  # the tool raised: the model is told, the turn goes on
         return _failed(prepared, _describe(exc), started)
     return _succeeded(prepared, value, started)
@@ -257,10 +338,11 @@ async def _arun(prepared: Prepared) -> ToolRun:
     tool, started = _tool(prepared), time.perf_counter()
     function = tool.function.function
     try:
+        keywords = tool.keywords(prepared.arguments)
         if tool.function.is_async:
-            value = await asyncio.wait_for(function(**prepared.arguments), tool.timeout)
+            value = await asyncio.wait_for(function(**keywords), tool.timeout)
         else:
-            value = await asyncio.wait_for(asyncio.to_thread(function, **prepared.arguments), tool.timeout)
+            value = await asyncio.wait_for(asyncio.to_thread(function, **keywords), tool.timeout)
     except TimeoutError:
         return _failed(prepared, f"timed out after {tool.timeout:g} s", started)
     except Exception as exc:
@@ -298,6 +380,26 @@ def _describe(exc: BaseException) -> str:
 
 
 # -- what the model reads -----------------------------------------------------------------------
+
+
+def masked(run: ToolRun, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> ToolRun:
+    """``run`` with secret-looking values of its arguments and result masked by ``mask`` (for
+    displays and prompts; the run itself keeps them)."""
+    result = mask({"result": run.result})["result"] if run.result is not None else None
+    arguments = mask(run.arguments) if isinstance(run.arguments, dict) else run.arguments
+    return run.model_copy(update={"result": result, "arguments": arguments})
+
+
+def unique_ids(calls: Sequence[ToolCallRequest], round_: int) -> list[ToolCallRequest]:
+    """``calls`` with an id each, none repeated (models do repeat them, and providers refuse that)."""
+    seen: set[str] = set()
+    unique = []
+    for n, call in enumerate(calls, 1):
+        if not call.id or call.id in seen:
+            call = ToolCallRequest(f"call_{round_}_{n}_{len(seen)}", call.name, call.arguments)
+        seen.add(call.id)
+        unique.append(call)
+    return unique
 
 
 def result_text(run: ToolRun) -> str:
