@@ -115,6 +115,8 @@ def _misshapen(data: dict[str, Any]) -> str | None:
     if misplaced:
         where = "inside" if "transition" in data else 'inside a "transition" object, not'
         return f"{', '.join(misplaced)} belong{'s' if len(misplaced) == 1 else ''} {where} at the top level: {_SHAPE}"
+    if "tool_calls" in data:
+        return 'a reply either asks for tools ({"tool_calls": [...]} alone) or answers, not both: ' + _SHAPE
     if "transition" not in data:
         return f'the reply has no "transition": {_SHAPE}'
     if data["transition"] is None:

@@ -272,7 +272,7 @@ class FSMDefinition(_Frozen):
     @cached_property
     def content_hash(self) -> str:
         """SHA-256 of the canonical JSON of the definition (identifies what a snapshot ran on)."""
-        return _digest(self.model_dump(mode="json", exclude={"schema_"}))
+        return _digest(_canonical(self.model_dump(mode="json", exclude={"schema_"})))
 
     def state(self, state_id: str) -> State:
         return self.states[state_id]
@@ -284,15 +284,21 @@ class FSMDefinition(_Frozen):
         Each part's structure (states, transitions, conditions, keys, checks) is hashed apart from its
         prose (descriptions, persona, purpose, instructions, examples), so a text edit can be told apart.
         """
+        top_prose: dict[str, Any] = dict.fromkeys(_TOP_PROSE, True)
+        tool_prose = {"tools": {"__all__": {"description": True}}} if self.tools else {}
         parts: dict[str, Any] = {
-            _TOP_STRUCTURE: self.model_dump(mode="json", exclude={"schema_", "states", *_TOP_PROSE}),
-            _TOP_PROSE_PART: self.model_dump(mode="json", include=_TOP_PROSE),
+            _TOP_STRUCTURE: _canonical(
+                self.model_dump(mode="json", exclude={"schema_": True, "states": True, **top_prose, **tool_prose})
+            ),
+            _TOP_PROSE_PART: self.model_dump(mode="json", include={**top_prose, **tool_prose}),
         }
         for sid, state in self.states.items():
             parts[f"{sid}.transitions"] = [
                 t.model_dump(mode="json", exclude=_TRANSITION_PROSE) for t in state.transitions
             ]
-            parts[f"{sid}.structure"] = state.model_dump(mode="json", exclude={**_STATE_PROSE, "transitions": True})
+            parts[f"{sid}.structure"] = _canonical_state(
+                state.model_dump(mode="json", exclude={**_STATE_PROSE, "transitions": True})
+            )
             parts[f"{sid}.prose"] = state.model_dump(mode="json", include=_STATE_PROSE)
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
@@ -315,10 +321,10 @@ class FSMDefinition(_Frozen):
     @cached_property
     def _outline_before_prose(self) -> dict[str, str]:
         """The outline as snapshots recorded it before structure and prose were hashed apart."""
-        parts: dict[str, Any] = {"fsm": self.model_dump(mode="json", exclude={"schema_", "states"})}
+        parts: dict[str, Any] = {"fsm": _canonical(self.model_dump(mode="json", exclude={"schema_", "states"}))}
         for sid, state in self.states.items():
             parts[f"{sid}.transitions"] = [t.model_dump(mode="json") for t in state.transitions]
-            parts[f"{sid}.text"] = state.model_dump(mode="json", exclude={"transitions"})
+            parts[f"{sid}.text"] = _canonical_state(state.model_dump(mode="json", exclude={"transitions"}))
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
     def blocking_changes(
@@ -401,6 +407,24 @@ def _changes(
         ]
     changes += [words for key, words in top_parts.items() if old.get(key) != new[key]]
     return changes
+
+
+# Fields added after definitions were first hashed: left out of the hashes while they hold their
+# default, so that conversations stored before they existed still restore onto the same definition.
+_ADDED_TOP = {"tools": {}, "mcp_servers": {}, "max_tool_rounds": 3, "max_tool_calls": 8}
+_ADDED_STATE = {"tools": [], "max_tool_rounds": None}
+
+
+def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
+    """A dumped definition without the added fields that hold their default (states included)."""
+    top = {key: value for key, value in dumped.items() if key not in _ADDED_TOP or value != _ADDED_TOP[key]}
+    if isinstance(top.get("states"), dict):
+        top["states"] = {sid: _canonical_state(state) for sid, state in top["states"].items()}
+    return top
+
+
+def _canonical_state(dumped: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in dumped.items() if key not in _ADDED_STATE or value != _ADDED_STATE[key]}
 
 
 def _digest(value: Any) -> str:

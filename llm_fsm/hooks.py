@@ -28,6 +28,7 @@ import importlib
 import importlib.util
 import inspect
 import logging
+import re
 import sys
 import uuid
 from collections.abc import Awaitable, Callable, Collection, Generator, Iterable, Mapping
@@ -54,6 +55,7 @@ Timing = Literal[
     "error",
 ]
 TIMINGS: tuple[str, ...] = get_args(Timing)
+_TOOL_NAME = re.compile(r"^[A-Za-z0-9_-]{1,64}$")  # what providers accept as a function name
 Policy = Literal["raise", "continue"]
 CheckOutcome = bool | str | tuple[bool, str] | None
 
@@ -178,14 +180,22 @@ class Hooks:
         return register
 
     def tool(
-        self, name: str | None = None, *, description: str | None = None, parameters: dict[str, Any] | None = None
-    ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+        self,
+        name: str | Callable[..., Any] | None = None,
+        *,
+        description: str | None = None,
+        parameters: dict[str, Any] | None = None,
+    ) -> Any:
         """Decorator: the code of a tool (sync or async) that states list in ``tools``.
 
         It is called with the model's arguments as keywords, after they were checked against the
         tool's JSON Schema: the definition's ``parameters``, else ``parameters`` here, else one made
         from the function's signature (its type hints, through pydantic). It returns JSON data.
         """
+
+        if callable(name):  # @hooks.tool, without parentheses
+            self.add_tool(name, description=description, parameters=parameters)
+            return name
 
         def register(function: Callable[..., Any]) -> Callable[..., Any]:
             self.add_tool(function, name=name, description=description, parameters=parameters)
@@ -201,7 +211,11 @@ class Hooks:
         description: str | None = None,
         parameters: dict[str, Any] | None = None,
     ) -> ToolFunction:
+        if not callable(function):
+            raise TypeError(f"a tool is a function, not {type(function).__name__}")
         label = name or getattr(function, "__name__", None) or "tool"
+        if not _TOOL_NAME.match(label):
+            raise ValueError(f"tool name {label!r} is not valid (1 to 64 letters, digits, _ or -)")
         doc = (inspect.getdoc(function) or "").strip()
         tool = ToolFunction(label, function, is_async(function), description or doc, parameters)
         self.tools[label] = tool

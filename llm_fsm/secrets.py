@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 MASK = "[masked]"
@@ -64,3 +64,29 @@ def mask(value: Any, extra: Iterable[str] = ()) -> Any:
     if isinstance(value, str) and looks_like_card(value):
         return MASK
     return value
+
+
+Mask = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def mask_run(run: Mapping[str, Any], mask: Mask) -> dict[str, Any]:
+    """A tool call's data (a ``ToolRun`` dumped) with secret-looking arguments and result masked."""
+    arguments, result = run.get("arguments"), run.get("result")
+    return {
+        **run,
+        "arguments": mask(arguments) if isinstance(arguments, dict) else arguments,
+        "result": mask({"result": result})["result"] if result is not None else None,
+    }
+
+
+def mask_pending(pending: Mapping[str, Any] | None, mask: Mask) -> dict[str, Any] | None:
+    """A pending event's data with its payload and any tool calls it carries masked."""
+    if pending is None:
+        return None
+    call = pending.get("tool_call")
+    return {
+        **pending,
+        "payload": mask(dict(pending.get("payload") or {})),
+        "tool_call": mask_run(call, mask) if call else call,
+        "tool_runs": [mask_run(run, mask) for run in pending.get("tool_runs") or ()],
+    }

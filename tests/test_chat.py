@@ -393,3 +393,21 @@ def test_the_chat_shows_tool_calls_and_asks_before_a_call_that_needs_approval(to
     assert 'approval needed: the tool wipe wants to run with {"name": "Ann"}' in out
     assert "Not wiped. Email?" in out and "Wiped. Email?" in out
     assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann|"  # ran once: after the "y", not the "n"
+
+
+def test_an_approval_can_be_answered_later_and_back_does_not_undo_a_call_that_ran(tool_definition, tmp_path):
+    hooks = f"{tmp_path / 'tool_hooks.py'}:hooks"
+    replies = [
+        GREETING,
+        NAME,
+        {"tool_calls": [{"name": "wipe", "arguments": {"name": "Ann"}}]},
+        reply("ask_email", "Wiped. Email?"),
+    ]
+    text = "I'm Ann\nwipe me\nmaybe\nhello?\ny\n/back\n"
+    result = chat(tool_definition, tmp_path, replies, text, "--hooks", hooks)
+    assert result.exit_code == 0, result.output
+    assert "Still waiting for approval: type y or n." in result.stdout
+    assert "Waiting for approval: type y or n" in result.stderr  # "hello?" is not an answer
+    assert "Wiped. Email?" in result.stdout
+    assert "/back cannot undo the call to 'wipe': it was approved and ran" in result.stderr
+    assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann|"

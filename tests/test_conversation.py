@@ -267,3 +267,15 @@ def test_restore_names_another_definition_and_a_refusal_by_strictness(signup):
     prose = edited(signup, lambda d: d.update(persona="A chatty assistant."))
     with pytest.raises(ConversationError, match=r"\(refused because of strict_definition=True\)$"):
         llm_fsm.Conversation.restore(conv.snapshot(), prose, ScriptedLLM(), strict_definition=True)
+
+
+@pytest.mark.parametrize("name", ["quiz", "form_filling", "order_flow", "small_talk"])
+def test_a_snapshot_saved_before_tools_existed_restores_unchanged(name):
+    """Fields added to the format since (tools...) hold their default in these definitions: the
+    definition's hash, and so a stored conversation, must not change with the upgrade."""
+    from tests.conftest import ROOT
+
+    saved = (ROOT / "tests" / "data" / "snapshots_before_tools" / f"{name}.json").read_text()
+    definition = llm_fsm.load(ROOT / "fsm_definitions" / f"{name}.json")
+    restored = llm_fsm.Conversation.restore(saved, definition, ScriptedLLM(), strict_definition=True)
+    assert restored.snapshot().definition_hash == definition.content_hash

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import datetime
+import enum
 import json
 import threading
 import time
 
 import pytest
+from pydantic import BaseModel
 
 import llm_fsm
 from llm_fsm import Hooks
@@ -478,3 +481,162 @@ def test_graph_exports_show_each_states_tools(support):
 
     assert "    s0 : tools#58; lookup_order, refund, big_refund, slow, broken\n" in to_mermaid(support)
     assert '"ask" [label="ask\\ntools: lookup_order, refund, big_refund, slow, broken"];' in to_dot(support)
+
+
+# -- what a new user's audit found ---------------------------------------------------------------
+
+
+def test_a_call_still_waiting_for_a_worker_when_its_time_is_up_never_runs(support, monkeypatch):
+    from llm_fsm.tools import calling
+
+    monkeypatch.setattr(calling, "POOL_SIZE", 1)
+    monkeypatch.setattr(calling, "_POOL", None)
+    ran: list[float] = []
+    hooks = make_hooks()
+
+    @hooks.tool("slow")
+    def busy(seconds: float = 1.0) -> str:
+        time.sleep(seconds)
+        ran.append(seconds)
+        return "late"
+
+    calls = tool_calls(("slow", {"seconds": 0.5}), ("slow", {"seconds": 0.01}))
+    conversation, _ = started(support, [calls, reply("ask", "Hm.")], hooks)
+    first, second = conversation.send("go").tool_calls
+    assert "timed out after 0.2 s (it may still finish)" in first.error
+    assert "not run: no worker was free within 0.2 s" in second.error
+    fresh, _ = started(support, [tool_calls(("lookup_order", {"order_id": "R"})), reply("ask", "Ok.")], hooks)
+    assert fresh.send("again").tool_calls[0].result == {"id": "R", "status": "shipped"}  # a new pool: not held back
+    time.sleep(0.6)
+    assert ran == [0.5]  # the first call finished in its thread; the second never ran
+
+
+def test_approval_rules_fail_closed_and_read_only_args_or_context(support, monkeypatch):
+    from llm_fsm.loader import inspect
+    from llm_fsm.tools import calling
+
+    def broken(rule, data):  # noqa: ANN001, ANN202
+        raise llm_fsm.errors.LogicError("cannot evaluate")
+
+    tools, _ = calling.bind(support, make_hooks())
+    monkeypatch.setattr(calling.logic, "evaluate", broken)
+    assert calling.needs_approval(tools["big_refund"], {"order_id": "A", "amount": 5}, {})  # asks a person
+    data = json.loads(json.dumps(SUPPORT))
+    data["tools"]["big_refund"]["approval"] = {"when": {">": [{"var": "amount"}, 100]}}
+    report = inspect(data)
+    assert any("an approval rule reads args.<argument> or context.<key>, not 'amount'" in str(p) for p in report.errors)
+
+
+def test_the_model_cannot_write_a_tools_result_key(support):
+    fake = reply("found", "Found it!", order={"id": "FAKE"})
+    conversation, _ = started(support, [fake, reply("ask", "Let me look.")])
+    result = conversation.send("A-1")
+    assert result.state == "ask" and "order" not in conversation.context
+    assert any(r.kind == "context_key" and "order" in r.reason for r in result.rejected)
+
+
+def test_at_most_max_tool_calls_run_in_one_round(support):
+    ran: list[str] = []
+    calls = tool_calls(*[("lookup_order", {"order_id": str(n)}) for n in range(12)])
+    conversation, _ = started(support, [calls, reply("ask", "Many.")], make_hooks(ran))
+    result = conversation.send("all of them")
+    assert len(ran) == 8 and [r.ok for r in result.tool_calls].count(False) == 4
+    assert "too many calls at once: at most 8 per round" in result.tool_calls[-1].error
+
+
+class Size(enum.Enum):
+    SMALL = "small"
+
+
+class Item(BaseModel):
+    sku: str
+    qty: int = 1
+
+
+def test_arguments_become_the_types_the_function_names(support):
+    got = {}
+    hooks = make_hooks()
+
+    @hooks.tool("broken")
+    def typed(item: Item, day: datetime.date, size: Size, items: list[Item] = ()) -> str:
+        got.update(item=item, day=day, size=size, items=items)
+        return "ok"
+
+    data = json.loads(json.dumps(SUPPORT))
+    data["tools"]["broken"] = {}
+    arguments = {"item": {"sku": "x"}, "day": "2026-01-02", "size": "small", "items": [{"sku": "y", "qty": 2}]}
+    script = [tool_calls(("broken", arguments), ("broken", {**arguments, "evil": 1})), reply("ask", "Ok.")]
+    conversation, _ = started(llm_fsm.load(data), script, hooks)
+    result = conversation.send("go")
+    assert got["item"] == Item(sku="x") and got["day"] == datetime.date(2026, 1, 2) and got["size"] is Size.SMALL
+    assert got["items"][0].qty == 2 and result.tool_calls[0].ok
+    assert "evil: unexpected argument" in result.tool_calls[1].error
+
+
+def test_a_schema_that_cannot_work_is_refused_when_the_conversation_starts(support):
+    hooks = make_hooks()
+    hooks.add_tool(lambda **_: 1, name="broken", parameters={"type": "objekt"})
+    with pytest.raises(DefinitionError, match="tool 'broken': invalid parameters schema"):
+        llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
+
+    def positional(order_id, /):  # noqa: ANN001, ANN202
+        return order_id
+
+    hooks = make_hooks()
+    hooks.add_tool(positional, name="broken")
+    with pytest.raises(DefinitionError, match="takes order_id by position only"):
+        llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
+
+
+def test_secrets_in_a_result_are_masked_for_the_model_but_kept_for_the_caller(support):
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def account(order_id: str) -> dict:
+        return {"password": "hunter2", "card_number": "4111111111111111", "status": "ok"}
+
+    conversation, llm = started(support, [tool_calls(("lookup_order", {"order_id": "A"})), reply("ask", "Ok.")], hooks)
+    result = conversation.send("go")
+    told = llm.requests[-1].messages[-1]["content"]
+    assert "hunter2" not in told and "4111111111111111" not in told and '"status": "ok"' in told
+    assert result.tool_calls[0].result["password"] == "hunter2"
+
+
+def test_small_things_the_audit_found(support):
+    hooks = Hooks()
+
+    @hooks.tool  # without parentheses
+    def lookup_order(order_id: str) -> str:
+        return order_id
+
+    assert "lookup_order" in hooks.tools
+    with pytest.raises(ValueError, match="not valid"):
+        hooks.add_tool(lambda: 1, name="bad name!")
+    with pytest.raises(TypeError, match="a tool is a function"):
+        hooks.tool("x")(42)
+    same = {"tool_calls": [{"id": "dup", "name": "lookup_order", "arguments": {"order_id": str(n)}} for n in (1, 2)]}
+    conversation, llm = started(support, [same, reply("ask", "Ok.")])
+    result = conversation.send("two")
+    assert len({r.id for r in result.tool_calls}) == 2
+    assert len({m["tool_call_id"] for m in llm.requests[-1].messages if m.get("role") == "tool"}) == 2
+    both = {"tool_calls": [{"name": "lookup_order", "arguments": {}}], **reply("ask", "Hi")}
+    conversation, _ = started(support, [both, reply("ask", "Ok.")], tool_calling="json")
+    mixed = conversation.send("x")
+    assert any("either asks for tools" in r.reason for r in mixed.rejected)
+    data = json.loads(json.dumps(SUPPORT))
+    data["states"]["ask"]["max_tool_rounds"] = 0
+    conversation, llm = started(llm_fsm.load(data), [reply("ask", "No tools now.")])
+    conversation.send("x")
+    assert llm.requests[-1].tools is None and "<tools>" not in llm.requests[-1].messages[0]["content"]
+
+
+def test_editing_a_tools_description_is_prose(support):
+    conversation = llm_fsm.Conversation(support, ScriptedLLM(), hooks=make_hooks())
+    data = json.loads(json.dumps(SUPPORT))
+    data["tools"]["refund"]["description"] = "Give the money back"
+    edited = llm_fsm.load(data)
+    assert llm_fsm.Conversation.restore(conversation.snapshot(), edited, ScriptedLLM(), hooks=make_hooks())
+    with pytest.raises(llm_fsm.ConversationError, match="top-level description, persona or version changed"):
+        llm_fsm.Conversation.restore(
+            conversation.snapshot(), edited, ScriptedLLM(), hooks=make_hooks(), strict_definition=True
+        )

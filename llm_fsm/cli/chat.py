@@ -140,12 +140,18 @@ class ChatSession:
 
     def turn(self, text: str | None) -> TurnResult | None:
         """Run one turn, streaming its message; None if it failed or was cancelled (nothing changed)."""
+        pending = self.conversation.pending
+        if pending is not None and pending.kind == "tool_approval" and text is not None:
+            if self.decide(pending, text) is not None:  # y or n typed after the question
+                return self.last
+            errors.print('Waiting for approval: type y or n (or /resume {"approved": true}).')
+            return None
         if self.conversation.paused:
             errors.print("The conversation is paused: type [bold]/resume JSON[/] to continue it.")
             return None
         before = self.conversation.snapshot()
         try:
-            result = self.tracked.run(lambda conversation: _show(conversation.stream(text)))
+            result = self.tracked.run(lambda conversation: _show(conversation.stream(text), self.mask))
         except KeyboardInterrupt:
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
@@ -161,14 +167,23 @@ class ChatSession:
         """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume)."""
         if pending is None or pending.kind != "tool_approval":
             return
-        answer = (_read("approve? [y/n] ") or "").strip().lower()
-        if answer in ("y", "yes"):
+        answer = _read("approve? [y/n] ")
+        if answer is not None and answer.strip().startswith("/"):
+            self.command(answer.strip())  # a command instead of an answer: run it; the question stays
+        elif answer is None or self.decide(pending, answer) is None:
+            console.print("[dim]Still waiting for approval: type y or n.[/]")
+
+    def decide(self, pending: llm_fsm.PendingEvent, answer: str) -> bool | None:
+        """Resume ``pending`` as ``answer`` (y/yes or n/no) says; None for any other answer."""
+        word = answer.strip().lower()
+        if word in ("y", "yes"):
             self.resume('{"approved": true}')
-        elif answer in ("n", "no"):
+            return True
+        if word in ("n", "no"):
             reason = (_read("why not? (optional) ") or "").strip()
             self.resume(json.dumps({"approved": False, "reason": reason} if reason else {"approved": False}))
-        else:
-            console.print('[dim]Still paused: /resume {"approved": true} or {"approved": false} decides.[/]')
+            return False
+        return None
 
     @property
     def conversation(self) -> Conversation:
@@ -305,6 +320,12 @@ class ChatSession:
         if not self.undo:
             console.print("Nothing to undo.")
             return
+        target, used = self.undo[-1], set(self.conversation.snapshot().used_tokens)
+        pending = target.pending
+        if pending is not None and pending.kind == "tool_approval" and pending.token in used:
+            tool = pending.payload.get("tool", "?")
+            error(f"/back cannot undo the call to '{tool}': it was approved and ran (going back could run it twice)")
+            return
         self.tracked.replace(self.make(self.undo.pop()))
         console.print(f"Undone: back in state {self.conversation.state}.")
 
@@ -374,7 +395,7 @@ def read_snapshot(path: str) -> Snapshot:
         raise ConversationError(f"{path} is not a saved conversation: {validation_summary(exc)}") from None
 
 
-def _show(events: Iterator[StreamEvent]) -> TurnResult:
+def _show(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
     """Render the message while it streams; return the turn's result (printed by the caller)."""
     # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
     from rich.live import Live
@@ -399,7 +420,7 @@ def _show(events: Iterator[StreamEvent]) -> TurnResult:
             elif isinstance(event, ToolCall):
                 live.update(Spinner("dots", text=f"running {event.name}…"))
             elif isinstance(event, ToolResult):
-                live.console.print(Text(f"🔧 {tool_line(event.run, lambda value: value)}", style="dim"))
+                live.console.print(Text(f"🔧 {tool_line(event.run, mask)}", style="dim"))
                 live.update(Spinner("dots", text="thinking…"))
             else:
                 return event
@@ -428,8 +449,11 @@ def status_line(result: TurnResult) -> str:
 
 def tool_line(run: Any, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
     """``name({arguments}) → result`` (or ``→ error: ...``), in one bounded line."""
-    arguments = mask(run.arguments) if isinstance(run.arguments, dict) else run.arguments
-    result = json.dumps(run.result, ensure_ascii=False, default=str)
+    from llm_fsm.secrets import mask_run
+
+    shown = mask_run(run.model_dump(), mask)
+    arguments = shown["arguments"]
+    result = json.dumps(shown["result"], ensure_ascii=False, default=str)
     outcome = f"error: {run.error}" if run.error is not None else result
     decided = f" [{run.approval}]" if run.approval else ""
     line = f"{run.name}({json.dumps(arguments, ensure_ascii=False, default=str)}){decided} → {outcome}"

@@ -97,10 +97,9 @@ def show(
 def _masked(document: dict[str, Any]) -> dict[str, Any]:
     """Secret-looking values of the context and of a pause's payload masked (with the default rules:
     the definition, and so its ``secret_keys``, is not at hand here)."""
-    from llm_fsm.secrets import mask
+    from llm_fsm.secrets import mask, mask_pending
 
-    pending = document["pending"] and {**document["pending"], "payload": mask(document["pending"]["payload"])}
-    return {**document, "context": mask(document["context"]), "pending": pending}
+    return {**document, "context": mask(document["context"]), "pending": mask_pending(document["pending"], mask)}
 
 
 @group.command()

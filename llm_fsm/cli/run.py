@@ -39,7 +39,7 @@ from llm_fsm.cli.options import (
     masker,
     open_conversation,
 )
-from llm_fsm.errors import ConversationError, FSMError, LLMError, StoreError
+from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, StoreError
 
 if TYPE_CHECKING:
     from llm_fsm.store.stored import StoredConversation
@@ -153,6 +153,8 @@ def _converse(
         fail(f"model call failed: {exc}", 1)
     except KeyboardInterrupt:
         fail("interrupted", 130)
+    except ResumeError as exc:  # a --resume value that does not fit the pause: a bad option value
+        fail(f"--resume: {exc}", 2)
     except (ConversationError, StoreError) as exc:
         fail(str(exc), 1)
     except FSMError as exc:
@@ -171,8 +173,10 @@ def _lines(stream: TextIO, name: str) -> Iterator[str]:
 
 def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     line = result.to_dict()
+    from llm_fsm.secrets import mask_pending, mask_run
+
     line["context"], line["context_updates"] = mask(line["context"]), mask(line["context_updates"])
-    if line["pending"]:
-        line["pending"]["payload"] = mask(line["pending"]["payload"])
+    line["pending"] = mask_pending(line["pending"], mask)
+    line["tool_calls"] = [mask_run(run, mask) for run in line["tool_calls"]]
     sys.stdout.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
     sys.stdout.flush()
