@@ -200,6 +200,7 @@ class TurnRunner:
         self.messages: list[dict[str, Any]] = []
         self.tool_runs: list[ToolRun] = []
         self.rounds = 0  # rounds of tool calls made in this turn
+        self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._working: Snapshot | None = None
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
 
@@ -368,8 +369,8 @@ class TurnRunner:
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.settings.prompt.correction(problems, self.base.state)
-        extra = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
-        return self.request([*self.messages, *extra], longer=any(p.kind == "truncated" for p in problems))
+        self.corrected = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
+        return self.request([*self.messages, *self.corrected], longer=any(p.kind == "truncated" for p in problems))
 
     def prompt_messages(self) -> list[dict[str, Any]]:
         tools = self.state_tools()
@@ -436,7 +437,9 @@ class TurnRunner:
         self.apply_tools(runs)
         if held is not None:
             return self.pause_for_approval(held)
-        self.messages = [*self.messages, *self.tool_exchange(runs, response.text)]  # earlier requests keep theirs
+        # the correction this call answered stays in what the model reads next; earlier requests keep theirs
+        self.messages = [*self.messages, *self.corrected, *self.tool_exchange(runs, response.text)]
+        self.corrected = []
         return None
 
     def apply_tools(self, runs: list[ToolRun]) -> None:
@@ -447,11 +450,10 @@ class TurnRunner:
             if run.error is not None:
                 reason = f"tool '{run.name}': {run.error}"
                 self.rejected.append(Rejection(kind="tool", reason=reason, attempt=self.calls))
-            elif tool is not None and tool.result_key:
-                self.work.context, self.work.provenance = write(
-                    self.work.context, self.work.provenance, {tool.result_key: run.result},
-                    by=f"tool:{run.name}", turn=self.turn_index,
-                )  # fmt: skip
+            elif tool is not None and tool.result_key:  # replaced, not merged: a result is a whole
+                key, by = tool.result_key, f"tool:{run.name}"
+                self.work.context = {**self.work.context, key: copy.deepcopy(run.result)}
+                self.work.provenance = record(self.work.provenance, [key], by, self.turn_index)
 
     def tool_exchange(self, runs: list[ToolRun], text: str | None) -> list[dict[str, Any]]:
         """The messages that ask for ``runs`` and give their results (secret-looking values masked, as

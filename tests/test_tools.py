@@ -640,3 +640,32 @@ def test_editing_a_tools_description_is_prose(support):
         llm_fsm.Conversation.restore(
             conversation.snapshot(), edited, ScriptedLLM(), hooks=make_hooks(), strict_definition=True
         )
+
+
+def test_a_result_replaces_the_previous_value_of_its_key(support):
+    pages = iter([{"id": "A", "status": "shipped", "note": "late"}, {"id": "B", "status": "processing"}])
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def paged(order_id: str) -> dict:
+        return next(pages)
+
+    script = [tool_calls(("lookup_order", {"order_id": "A"})), reply("ask", "A.")]
+    script += [tool_calls(("lookup_order", {"order_id": "B"})), reply("ask", "B.")]
+    conversation, _ = started(support, script, hooks)
+    conversation.send("A?")
+    conversation.send("B?")
+    assert conversation.context["order"] == {"id": "B", "status": "processing"}  # no "note" left over from A
+
+
+def test_tools_called_in_answer_to_a_correction_keep_the_correction(support):
+    script = [
+        reply("found", "Found!"),  # refused: the order was not looked up
+        tool_calls(("lookup_order", {"order_id": "A"})),  # the corrective call looks it up
+        reply("found", "It shipped.", order_id="A"),
+    ]
+    conversation, llm = started(support, script)
+    result = conversation.send("A?")
+    assert result.state == "found"
+    last = [m.get("content") or "" for m in llm.requests[-1].messages]
+    assert any("<correction>" in text for text in last) and last[-1].startswith('{"result"')
