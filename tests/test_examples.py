@@ -72,6 +72,22 @@ def test_examples_with_tools_have_a_hooks_module_that_registers_them():
     assert any(tool.is_async for tool in tools) and not all(tool.is_async for tool in tools)
 
 
+def test_readme_runs_the_examples_with_tools_offline(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"^llm-fsm (run \S+ --hooks \S+ --model scripted:\S+ --input \S+)$", readme, re.MULTILINE)
+    assert commands, "the README shows how to run an example with tools"
+    for command in commands:
+        result = CliRunner().invoke(app, shlex.split(command), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        turns = [json.loads(line) for line in result.stdout.splitlines()]
+        assert turns[-1]["ended"] is True and any(turn["tool_calls"] for turn in turns)
+        assert all(call["error"] is None for turn in turns for call in turn["tool_calls"])
+        without = re.sub(r" --hooks \S+", "", command)
+        refused = CliRunner().invoke(app, shlex.split(without))
+        assert refused.exit_code == 2 and "which is not registered" in refused.stderr  # no tools' code, no run
+
+
 def test_readme_example_command_runs(monkeypatch):
     monkeypatch.chdir(ROOT)
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
