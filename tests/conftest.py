@@ -16,6 +16,7 @@ from tests.fake_openai import FakeOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = sorted((ROOT / "fsm_definitions").glob("*.json"))
+EXAMPLE_HOOKS = ROOT / "fsm_definitions" / "hooks"
 PROXY_VARIABLES = ("HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY", "http_proxy", "https_proxy", "all_proxy")
 
 
@@ -40,6 +41,13 @@ def offline(monkeypatch: pytest.MonkeyPatch) -> None:
         return real_connect(self, address)
 
     monkeypatch.setattr(socket.socket, "connect", guarded_connect)
+
+
+def example_hooks(path: Path) -> llm_fsm.Hooks:
+    """The hooks an example needs: ``fsm_definitions/hooks/<stem>.py:hooks`` when there is one (its tools),
+    else empty ones."""
+    module = EXAMPLE_HOOKS / f"{path.stem}.py"
+    return llm_fsm.Hooks.load(f"{module}:hooks") if module.is_file() else llm_fsm.Hooks()
 
 
 @pytest.fixture

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 import llm_fsm
 from llm_fsm.cli import app
 from llm_fsm.testing import ScriptedLLM
-from tests.conftest import EXAMPLES, ROOT
+from tests.conftest import EXAMPLE_HOOKS, EXAMPLES, ROOT, example_hooks
 
 
 def script_for(path: Path) -> tuple[dict, list[str]]:
@@ -41,9 +41,12 @@ def test_scripted_conversation_reaches_a_terminal_state(path):
     definition = llm_fsm.load(path)
     script, lines = script_for(path)
     llm = ScriptedLLM(script["replies"])
-    conversation = llm_fsm.Conversation(definition, llm)
+    conversation = llm_fsm.Conversation(definition, llm, hooks=example_hooks(path))
     results = [conversation.start(), *(conversation.send(line) for line in lines)]
     expect = script["expect"]
+    runs = [run for result in results for run in result.tool_calls]
+    assert bool(runs) == bool(definition.tools), "an example with tools shows them in its script"
+    assert all(run.ok for run in runs) and not any(result.paused for result in results)
     assert conversation.ended and conversation.state == expect["final_state"]
     assert llm.remaining == 0 and llm.calls == expect["llm_calls"] == sum(r.llm_calls for r in results)
     for key, value in expect.get("context", {}).items():
@@ -54,6 +57,35 @@ def test_scripted_conversation_reaches_a_terminal_state(path):
     for request in llm.requests:  # keys only code may set are never offered to the model
         for key in definition.handler_only_keys:
             assert f"<key>{key}</key>" not in request.messages[0]["content"]
+
+
+def test_examples_with_tools_have_a_hooks_module_that_registers_them():
+    with_tools = [path for path in EXAMPLES if llm_fsm.load(path).tools]
+    assert {path.stem for path in EXAMPLE_HOOKS.glob("*.py")} == {path.stem for path in with_tools}
+    assert len(with_tools) >= 2
+    tools = []
+    for path in with_tools:
+        hooks = example_hooks(path)
+        assert set(hooks.tools) == set(llm_fsm.load(path).tools)
+        tools += hooks.tools.values()
+    assert all(tool.description for tool in tools)  # their docstrings
+    assert any(tool.is_async for tool in tools) and not all(tool.is_async for tool in tools)
+
+
+def test_readme_runs_the_examples_with_tools_offline(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    commands = re.findall(r"^llm-fsm (run \S+ --hooks \S+ --model scripted:\S+ --input \S+)$", readme, re.MULTILINE)
+    assert commands, "the README shows how to run an example with tools"
+    for command in commands:
+        result = CliRunner().invoke(app, shlex.split(command), catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        turns = [json.loads(line) for line in result.stdout.splitlines()]
+        assert turns[-1]["ended"] is True and any(turn["tool_calls"] for turn in turns)
+        assert all(call["error"] is None for turn in turns for call in turn["tool_calls"])
+        without = re.sub(r" --hooks \S+", "", command)
+        refused = CliRunner().invoke(app, shlex.split(without))
+        assert refused.exit_code == 2 and "which is not registered" in refused.stderr  # no tools' code, no run
 
 
 def test_readme_example_command_runs(monkeypatch):

@@ -18,7 +18,7 @@ from llm_fsm.cli import app
 from llm_fsm.testing import CassetteMismatch, RecordingLLM, ReplayLLM, ScriptedLLM, SimulatedLLM
 from llm_fsm.testing.conversation_tests import coverage, json_schema, junit_xml, run_files
 from llm_fsm.testing.skeleton import skeleton
-from tests.conftest import EXAMPLES, ROOT, reply
+from tests.conftest import EXAMPLES, ROOT, example_hooks, reply
 from tests.test_chat import OPEN
 
 runner = CliRunner()
@@ -227,7 +227,7 @@ def test_chat_records_a_cassette(definition_file, tmp_path):
 def test_the_simulated_model_walks_every_example_without_a_rejection(path):
     definition = llm_fsm.load(path)
     for seed in range(4):
-        conversation = llm_fsm.Conversation(definition, SimulatedLLM(definition, seed=seed))
+        conversation = llm_fsm.Conversation(definition, SimulatedLLM(definition, seed=seed), hooks=example_hooks(path))
         results = [conversation.start()]
         while not conversation.ended and len(results) < 40:
             results.append(conversation.send("go on"))
@@ -247,10 +247,11 @@ def test_the_simulated_model_follows_a_path_and_respects_the_schema():
 
 
 def test_paths_command_and_skeletons_cover_every_state(tmp_path):
-    definition = ROOT / "fsm_definitions" / "restaurant_booking.json"
-    out = tmp_path / "tests" / "booking.test.json"
+    # not restaurant_booking: its moves past date_time need check_availability, and SimulatedLLM calls no tools
+    definition = ROOT / "fsm_definitions" / "order_flow.json"
+    out = tmp_path / "tests" / "order.test.json"
     result = runner.invoke(app, ["paths", str(definition), "--write-tests", str(out)])
-    assert result.exit_code == 0 and "welcome → large_party" in result.stdout
+    assert result.exit_code == 0 and "select_product → cancelled" in result.stdout
     outcomes = run_files([out])
     assert outcomes and all(o.passed for o in outcomes)
     (row,) = coverage(outcomes)
