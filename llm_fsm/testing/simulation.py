@@ -235,8 +235,81 @@ def schema_value(schema: Mapping[str, Any], name: str, root: Mapping[str, Any] |
     }
     if schema.get("format") in formats:
         return formats[schema["format"]]
+    if isinstance(schema.get("pattern"), str) and (matching := pattern_sample(schema["pattern"])) is not None:
+        return matching
     text = f"sample {name}"
     return text[: schema["maxLength"]] if isinstance(schema.get("maxLength"), int) else text
+
+
+def pattern_sample(pattern: str) -> str | None:
+    """A short string that ``pattern`` matches (searched, as JSON Schema does), or None when this
+    simple walk of the pattern (literals, classes, repeats, groups, the first branch) finds none."""
+    import re
+
+    try:
+        import re._parser as parser  # Python 3.11+: the parser re itself uses
+    except ImportError:  # pragma: no cover
+        import sre_parse as parser  # type: ignore[no-redef]
+    try:
+        text = _sample(parser.parse(pattern), parser)
+        return text if text is not None and re.search(pattern, text) else None
+    except (re.error, RecursionError, ValueError, TypeError):
+        return None
+
+
+_CATEGORY = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " ", "CATEGORY_NOT_DIGIT": "a",
+             "CATEGORY_NOT_WORD": "-", "CATEGORY_NOT_SPACE": "a"}  # fmt: skip
+
+
+def _sample(items: Any, parser: Any) -> str | None:
+    out = []
+    for op, arg in items:
+        name = str(op)
+        if name == "LITERAL":
+            out.append(chr(arg))
+        elif name == "ANY":
+            out.append("a")
+        elif name == "IN":
+            char = _class_member(arg)
+            if char is None:
+                return None
+            out.append(char)
+        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
+            low, _, inner = arg
+            part = _sample(inner, parser)
+            if part is None:
+                return None
+            out.append(part * low)
+        elif name == "SUBPATTERN":
+            part = _sample(arg[-1], parser)
+            if part is None:
+                return None
+            out.append(part)
+        elif name == "BRANCH":
+            part = _sample(arg[1][0], parser)
+            if part is None:
+                return None
+            out.append(part)
+        elif name in ("AT", "ASSERT_NOT"):
+            continue  # anchors; a negative lookahead is checked by the final match
+        else:
+            return None
+    return "".join(out)
+
+
+def _class_member(items: Any) -> str | None:
+    """A character of a class ``[...]`` (not a negated one)."""
+    for op, arg in items:
+        name = str(op)
+        if name == "NEGATE":
+            return None
+        if name == "LITERAL":
+            return chr(arg)
+        if name == "RANGE":
+            return chr(arg[0])
+        if name == "CATEGORY":
+            return _CATEGORY.get(str(arg))
+    return None
 
 
 def _resolve(reference: str, root: Mapping[str, Any]) -> Mapping[str, Any]:
