@@ -127,7 +127,7 @@ def section(turns: int) -> list[str]:
     figures = {name: measure(rounds, turns) for name, rounds in SHAPES.items()}
     base = figures["0 calls"]
     lines = [
-        "## 9. Tool calls",
+        "## 11. Tool calls",
         "",
         f"A state with one tool, {turns} turns per shape, a no-op tool and a fake model (both timed and "
         "subtracted). Prompt characters are summed over the turn's model calls (tool specs included; "

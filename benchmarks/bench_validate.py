@@ -115,7 +115,7 @@ def measure(sizes: tuple[int, ...] = SIZES, runs: int = 3) -> list[tuple[str, in
 
 def section(runs: int, sizes: tuple[int, ...] = SIZES) -> list[str]:
     rows = measure(sizes, runs)
-    lines = ["## 8. `validate` on one state with many transitions", "",
+    lines = ["## 10. `validate` on one state with many transitions", "",
              f"`analyze` on generated definitions (`benchmarks/bench_validate.py`), median of {runs} run(s); "
              "the GC columns with Python's cyclic garbage collector paused, which shows what the analysis "
              "itself costs (the collector's full passes grow with the heap). Ratios are to the smallest size.",
