@@ -41,6 +41,7 @@ BASE = {
     "schema": ["schema"],
     "paths": ["paths", "{arg}"],
     "test": ["test", "{arg}"],
+    "eval": ["eval", "{arg}", "-m", "scripted:{script}", "--scripts", "{scripts}"],
     "conversations list": ["conversations", "list", "--store", "{store}"],
     "conversations show": ["conversations", "show", "{arg}", "--store", "{store}"],
     "conversations delete": ["conversations", "delete", "{arg}", "--store", "{store}"],
@@ -109,6 +110,12 @@ BAD: dict[tuple[str, str], list[str]] = {
     # test loads --hooks only for files that name no hooks: hooks that do not load fail those files' cases
     # (exit 1, test_test_files.py); a spec that is not MODULE:NAME or FILE.py:NAME is a usage error at once
     ("test", "hooks"): [value for value in BAD_HOOKS if ":" not in value.strip(":")],
+    **{("eval", name): values for name, values in PROVIDER.items()},
+    ("eval", "paths"): [*NO_FILE, "{cassette}"],
+    ("eval", "model"): ["", *NOT_A_SCRIPT],
+    ("eval", "scripts"): ["{missing}", "{binary}", "{folder}"],
+    ("eval", "repeat"): ["0", "-1"],
+    ("eval", "json_out"): NOT_WRITABLE,
     ("conversations list", "store"): BAD_STORES,
     ("conversations show", "conversation_id"): BAD_IDS,
     ("conversations show", "store"): BAD_STORES,
@@ -153,6 +160,9 @@ def files(tmp_path, monkeypatch):
     (tmp_path / "signup.json").write_text(json.dumps(OPEN))
     (tmp_path / "script.json").write_text(json.dumps([GREETING, NAME]))
     (tmp_path / "inputs.txt").write_text("I'm Ann\n")
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "scripts" / "signup.txt").write_text("I'm Ann\n")
+    (tmp_path / "scripts" / "signup.json").write_text(json.dumps([GREETING, NAME]))
     (tmp_path / "cassette.json").write_text(json.dumps({"version": 1, "interactions": []}))
     steps = [{"user": None, "reply": GREETING, "expect": {"state": "ask_name"}}]
     test_file = {"cases": [{"name": "opening", "definition": "signup.json", "steps": steps}]}
@@ -166,7 +176,7 @@ def files(tmp_path, monkeypatch):
     names = {
         "definition": "signup.json", "script": "script.json", "inputs": "inputs.txt", "cassette": "cassette.json",
         "tests": "signup.test.json", "binary": "binary.dat", "empty": "empty.json", "folder": "folder",
-        "missing": "missing.json", "unreadable": "unreadable.json",
+        "missing": "missing.json", "unreadable": "unreadable.json", "scripts": "scripts",
     }  # fmt: skip
     yield {key: str(tmp_path / name) for key, name in names.items()} | {"store": f"sqlite://{tmp_path / 's.db'}"}
     unreadable.chmod(0o600)

@@ -1,0 +1,130 @@
+"""``llm-fsm eval``: a scorecard for a model on definitions whose course is known.
+
+The figures and how courses are made: :mod:`llm_fsm.testing.scorecard`."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+from rich.console import Console
+
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import (
+    ApiBaseOption,
+    ApiKeyOption,
+    MaxRetriesOption,
+    ModelOption,
+    Provider,
+    TemperatureOption,
+    TimeoutOption,
+    check_writable,
+    make_client,
+    write_output,
+)
+
+if TYPE_CHECKING:
+    from llm_fsm.testing.scorecard import CourseScore
+
+console = Console(highlight=False)
+
+
+@app.command("eval")
+def evaluate(
+    paths: Annotated[
+        list[Path], typer.Argument(help="Definitions, or folders of them (each needs scripts/NAME.txt and .json).")
+    ],
+    model: ModelOption = None,
+    api_base: ApiBaseOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = 60.0,
+    max_retries: MaxRetriesOption = 2,
+    temperature: TemperatureOption = None,
+    scripts: Annotated[
+        Path | None, typer.Option("--scripts", help="Folder of NAME.txt and NAME.json (default: scripts/ beside each).")
+    ] = None,
+    repeat: Annotated[int, typer.Option(min=1, help="Play every course this many times (for variance).")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the scorecard as JSON here.")] = None,
+) -> None:
+    """Score a model: the turns that reach the state a scripted run reaches, valid first replies,
+    calls, tokens and time per turn, refusals by kind."""
+    from llm_fsm.errors import FSMError
+    from llm_fsm.testing.scorecard import as_json, course, run
+
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        fail(f"no such file or folder: {', '.join(missing)}", 2)
+    if not model:
+        fail("eval needs a model: --model NAME (or LLM_FSM_MODEL)", 2)
+    if json_out is not None:
+        check_writable(json_out)
+    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    files = [f for f in files if not f.name.endswith(".test.json")]
+    if not files:
+        fail(f"no definitions in {', '.join(map(str, paths))}", 2)
+    courses = []
+    for file in files:
+        try:
+            courses.append(course(file, scripts))
+        except FSMError as exc:
+            fail(str(exc).splitlines()[0], 2)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    make_client(model, provider)  # a bad model or option fails here, before any course starts
+
+    def progress(number: int, score: CourseScore) -> None:
+        reached = sum(t.reached for t in score.turns)
+        failed = next((t.error for t in score.turns if t.error), None)
+        note = f" (stopped: {failed})" if failed else ""
+        console.print(
+            f"run {number}: {score.name}: {reached}/{len(score.turns)} turns reached{note}", style="dim", markup=False
+        )
+
+    runs = run(courses, lambda: make_client(model, provider), repeat=repeat, on_score=progress)
+    _print(runs)
+    if json_out is not None:
+        write_output(json_out, as_json(runs) + "\n")
+
+
+def _print(runs: list[list[CourseScore]]) -> None:
+    from rich.table import Table
+
+    from llm_fsm.testing.scorecard import summary
+
+    table = Table("definition", "turns reached", "ended as expected", "valid 1st reply", "calls/turn",
+                  "prompt tok/turn", "completion tok/turn", "s/turn", "refused (kind: count)")  # fmt: skip
+    names = [score.name for score in runs[0]]
+    for index, name in enumerate(names):
+        table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
+    table.add_row("[bold]all[/]", *_cells([summary(scores) for scores in runs]), end_section=True)
+    console.print(table)
+
+
+def _cells(figures: list[dict[str, float]]) -> list[str]:
+    """The row's cells: means over the runs, with the range when there are several."""
+    first = figures[0]
+
+    def mean(key: str) -> float:
+        return sum(float(f[key]) for f in figures) / len(figures)
+
+    def spread(key: str, fmt: str) -> str:
+        low, high = min(float(f[key]) for f in figures), max(float(f[key]) for f in figures)
+        return "" if len(figures) == 1 or low == high else f" ({format(low, fmt)}-{format(high, fmt)})"
+
+    kinds: dict[str, int] = {}
+    for f in figures:
+        for kind, count in dict(f["rejected"]).items():  # type: ignore[call-overload]
+            kinds[kind] = kinds.get(kind, 0) + count
+    errors = sum(int(f["errors"]) for f in figures)
+    if errors:
+        kinds["model call failed"] = errors
+    return [
+        f"{mean('reached'):.1f}/{first['turns']} ({100 * mean('reached_rate'):.0f}%){spread('reached_rate', '.0%')}",
+        f"{mean('finished'):.1f}/{first['courses']}",
+        f"{100 * mean('first_valid_rate'):.0f}%",
+        f"{mean('calls_per_turn'):.2f}",
+        f"{mean('prompt_tokens_per_turn'):.0f}",
+        f"{mean('completion_tokens_per_turn'):.0f}",
+        f"{mean('seconds_per_turn'):.2f}",
+        ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items())) or "-",
+    ]

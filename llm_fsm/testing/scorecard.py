@@ -1,0 +1,181 @@
+"""A scorecard for a model: how well it drives definitions through conversations whose course is known.
+
+A *course* is a definition, the user's lines, and the state each turn should reach. The states come
+from a scripted run (the model replies of ``scripts/<name>.json`` next to ``scripts/<name>.txt``,
+played with :class:`~llm_fsm.testing.ScriptedLLM`), so any example with a script is a course. The
+model under test then plays the same lines; each turn is scored: did it reach the expected state,
+was its first reply valid, how many calls, tokens and seconds did it take, and what was refused.
+``llm-fsm eval`` prints the card; :func:`score` and :func:`summary` are the library form.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from llm_fsm.conversation import Conversation
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.errors import FSMError
+from llm_fsm.hooks import Hooks
+from llm_fsm.llm import LLMClient
+from llm_fsm.loader import load
+from llm_fsm.testing.scripted import ScriptedLLM
+from llm_fsm.turn import TurnResult
+
+# kinds of refusal that mean the model's first reply was not a valid move (a dropped key is not)
+_INVALID_FIRST = ("format", "truncated", "target", "condition", "context_value")
+
+
+@dataclass(frozen=True)
+class Course:
+    """A definition, the user's lines, and the state the opening and each line should reach."""
+
+    name: str
+    definition: FSMDefinition
+    lines: tuple[str, ...]
+    expected: tuple[str, ...]  # len(lines) + 1: the opening's state first
+    hooks: Hooks = field(default_factory=Hooks)
+
+
+@dataclass
+class TurnScore:
+    user: str | None
+    expected: str
+    state: str | None
+    reached: bool
+    first_valid: bool
+    calls: int
+    prompt_tokens: int
+    completion_tokens: int
+    seconds: float
+    rejected: list[str]
+    error: str | None = None
+
+
+@dataclass
+class CourseScore:
+    name: str
+    turns: list[TurnScore]
+    expected_end: str
+    end: str | None
+
+    @property
+    def finished(self) -> bool:
+        return self.end == self.expected_end
+
+
+def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | None = None) -> Course:
+    """The course of the definition at ``path``: ``scripts/<name>.txt`` (user lines) and the states a
+    scripted run of ``scripts/<name>.json`` reaches (``scripts`` defaults to the definition's folder's
+    ``scripts``; ``hooks`` to ``hooks/<name>.py:hooks`` there, when it exists). FSMError if missing."""
+    path = Path(path)
+    folder = Path(scripts) if scripts is not None else path.parent / "scripts"
+    definition = load(path)
+    hooks = hooks if hooks is not None else _hooks_next_to(path)
+    lines_file, replies_file = folder / f"{path.stem}.txt", folder / f"{path.stem}.json"
+    if not lines_file.is_file() or not replies_file.is_file():
+        raise FSMError(f"{path.name}: no course (needs {lines_file} and {replies_file})")
+    lines = tuple(line for line in lines_file.read_text(encoding="utf-8").splitlines() if line.strip())
+    scripted = ScriptedLLM.from_file(replies_file)
+    conversation = Conversation(definition, scripted, hooks=hooks)
+    expected = [conversation.start().state]
+    for line in lines:
+        if conversation.ended or conversation.paused:
+            break
+        expected.append(conversation.send(line).state)
+    return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks)
+
+
+def _hooks_next_to(path: Path) -> Hooks:
+    module = path.parent / "hooks" / f"{path.stem}.py"
+    return Hooks.load(f"{module}:hooks") if module.is_file() else Hooks()
+
+
+def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
+    """Play ``course`` with ``llm``; a failed turn (the model call failed) ends the course there."""
+    conversation = Conversation(course.definition, llm, hooks=course.hooks, **options)
+    turns: list[TurnScore] = []
+    for index, expected in enumerate(course.expected):
+        user = None if index == 0 else course.lines[index - 1]
+        if conversation.ended or conversation.paused:
+            break
+        started = time.perf_counter()
+        try:
+            result = conversation.start() if user is None else conversation.send(user)
+        except FSMError as exc:
+            text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+            seconds = time.perf_counter() - started
+            turns.append(TurnScore(user, expected, None, False, False, 0, 0, 0, seconds, [], text))
+            break
+        turns.append(_turn(user, expected, result, time.perf_counter() - started))
+    return CourseScore(course.name, turns, course.expected[-1], conversation.state)
+
+
+def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -> TurnScore:
+    first = [r for r in result.rejected if r.attempt == 1 and r.kind in _INVALID_FIRST]
+    return TurnScore(
+        user, expected, result.state, result.state == expected, not first, result.llm_calls,
+        result.usage.prompt_tokens, result.usage.completion_tokens, seconds, [r.kind for r in result.rejected],
+    )  # fmt: skip
+
+
+def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
+    """The card's figures over ``scores``: rates, means per turn, and refusals by kind."""
+    scores = list(scores)
+    turns = [t for s in scores for t in s.turns]
+    count = len(turns) or 1
+    kinds = Counter(kind for t in turns for kind in t.rejected)
+    return {
+        "courses": len(scores),
+        "turns": len(turns),
+        "reached": sum(t.reached for t in turns),
+        "reached_rate": sum(t.reached for t in turns) / count,
+        "finished": sum(s.finished for s in scores),
+        "first_valid_rate": sum(t.first_valid for t in turns) / count,
+        "calls_per_turn": sum(t.calls for t in turns) / count,
+        "prompt_tokens_per_turn": sum(t.prompt_tokens for t in turns) / count,
+        "completion_tokens_per_turn": sum(t.completion_tokens for t in turns) / count,
+        "seconds_per_turn": sum(t.seconds for t in turns) / count,
+        "errors": sum(t.error is not None for t in turns),
+        "rejected": dict(sorted(kinds.items())),
+    }
+
+
+def run(
+    courses: Iterable[Course],
+    make_llm: Callable[[], LLMClient],
+    *,
+    repeat: int = 1,
+    on_score: Callable[[int, CourseScore], None] | None = None,
+    **options: Any,
+) -> list[list[CourseScore]]:
+    """Every course ``repeat`` times, each run with a fresh client; one list of scores per run."""
+    courses = list(courses)
+    runs = []
+    for number in range(1, max(1, repeat) + 1):
+        scores = []
+        for each in courses:
+            scores.append(score(each, make_llm(), **options))
+            if on_score is not None:
+                on_score(number, scores[-1])
+        runs.append(scores)
+    return runs
+
+
+def as_json(runs: list[list[CourseScore]]) -> str:
+    """The runs as JSON: per run, each course's turns and summary, and the run's overall summary."""
+    document = [
+        {
+            "overall": summary(scores),
+            "courses": [
+                {"name": s.name, "summary": summary([s]), "turns": [asdict(t) for t in s.turns]} for s in scores
+            ],
+        }
+        for scores in runs
+    ]
+    return json.dumps({"runs": document}, indent=2, ensure_ascii=False)

@@ -1,0 +1,77 @@
+"""``llm-fsm eval`` and the scorecard: turns reaching the expected state, valid first replies, costs."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from typer.testing import CliRunner
+
+from llm_fsm.cli import app
+from llm_fsm.errors import FSMError, LLMUnavailableError
+from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing.scorecard import course, score, summary
+from tests.conftest import ROOT
+
+EXAMPLES = ROOT / "fsm_definitions"
+runner = CliRunner()
+
+
+def replies(name: str) -> list:
+    return json.loads((EXAMPLES / "scripts" / f"{name}.json").read_text())["replies"]
+
+
+def test_a_course_is_the_scripted_runs_states_and_the_scripted_model_scores_full_marks():
+    quiz = course(EXAMPLES / "quiz.json")
+    assert quiz.expected[0] == "intro" and quiz.expected[-1] == "passed" and len(quiz.expected) == len(quiz.lines) + 1
+    card = score(quiz, ScriptedLLM(replies("quiz")))
+    figures = summary([card])
+    assert card.finished and figures["reached_rate"] == 1.0 and figures["first_valid_rate"] == 1.0
+    assert figures["calls_per_turn"] == 1.0 and figures["prompt_tokens_per_turn"] > 0
+
+
+def test_a_model_that_never_moves_reaches_only_the_opening_and_its_refusals_are_counted():
+    quiz = course(EXAMPLES / "quiz.json")
+    stay = {"transition": {"target_state": "intro", "context_update": {}}, "message": "Hmm."}
+    nowhere = {"transition": {"target_state": "nowhere", "context_update": {}}, "message": "?"}
+    card = score(quiz, ScriptedLLM([stay, *[nowhere, stay] * 10]))
+    figures = summary([card])
+    assert figures["reached"] == 1 and not card.finished and card.end == "intro"
+    assert figures["first_valid_rate"] == pytest.approx(1 / figures["turns"])  # only the opening was valid at once
+    assert figures["rejected"] == {"target": figures["turns"] - 1} and figures["calls_per_turn"] > 1
+
+
+def test_a_failing_model_stops_the_course_with_the_reason():
+    card = score(course(EXAMPLES / "quiz.json"), ScriptedLLM([replies("quiz")[0], LLMUnavailableError("down")]))
+    assert len(card.turns) == 2 and card.turns[1].error == "down" and summary([card])["errors"] == 1
+
+
+def test_a_definition_without_a_script_has_no_course(tmp_path):
+    (tmp_path / "x.json").write_text((EXAMPLES / "quiz.json").read_text())
+    with pytest.raises(FSMError, match="x.json: no course"):
+        course(tmp_path / "x.json")
+
+
+def test_eval_prints_the_card_and_writes_json(tmp_path):
+    out = tmp_path / "card.json"
+    model = f"scripted:{EXAMPLES / 'scripts' / 'quiz.json'}"
+    result = runner.invoke(
+        app, ["eval", str(EXAMPLES / "quiz.json"), "-m", model, "--json", str(out), "--repeat", "2"],
+        env={"COLUMNS": "250"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "run 2: quiz: 5/5 turns reached" in result.stdout and "5.0/5 (100%)" in result.stdout
+    card = json.loads(out.read_text())
+    assert len(card["runs"]) == 2 and card["runs"][0]["overall"]["reached_rate"] == 1.0
+    assert card["runs"][1]["courses"][0]["turns"][0]["expected"] == "intro"
+
+
+def test_eval_with_a_tool_example_uses_its_hooks_and_reports_failures_in_one_line(tmp_path):
+    model = f"scripted:{EXAMPLES / 'scripts' / 'restaurant_booking.json'}"
+    result = runner.invoke(
+        app, ["eval", str(EXAMPLES / "restaurant_booking.json"), "-m", model], env={"COLUMNS": "250"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "turns reached" in result.stdout and "Traceback" not in result.output
+    bare = runner.invoke(app, ["eval", str(EXAMPLES / "quiz.json")], env={"LLM_FSM_MODEL": ""})
+    assert bare.exit_code == 2 and "eval needs a model" in bare.stderr
