@@ -72,7 +72,13 @@ PROVIDER = {
 }
 BAD_HOOKS = ["nosuch_module:hooks", "{missing}.py:hooks", "{definition}:hooks", "{folder}.py:hooks", "no-name", ":", ""]
 BAD_MCP = ["no-such-command-xyz", "", "http://127.0.0.1:9/mcp"]
-CONVERSATION = {"store": BAD_STORES, "conversation": BAD_IDS, "wait": ["-1", "soon"], "hooks": BAD_HOOKS, "mcp": BAD_MCP}
+CONVERSATION = {
+    "store": BAD_STORES,
+    "conversation": BAD_IDS,
+    "wait": ["-1", "soon"],
+    "hooks": BAD_HOOKS,
+    "mcp": BAD_MCP,
+}
 
 BAD: dict[tuple[str, str], list[str]] = {
     **{("run", name): values for name, values in {**PROVIDER, **CONVERSATION}.items()},
