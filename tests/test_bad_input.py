@@ -69,6 +69,9 @@ PROVIDER = {
     "timeout": ["0", "-1", "soon"],
     "max_retries": ["-1", "many"],
     "temperature": ["-0.5", "3", "warm"],
+    "response_format": ["xml", ""],
+    "max_tokens": ["0", "-5", "many"],
+    "tool_calling": ["sometimes", ""],
 }
 BAD_HOOKS = ["nosuch_module:hooks", "{missing}.py:hooks", "{definition}:hooks", "{folder}.py:hooks", "no-name", ":", ""]
 BAD_MCP = ["no-such-command-xyz", "", "http://127.0.0.1:9/mcp"]

@@ -298,3 +298,20 @@ def test_a_hand_made_stream_puts_text_and_calls_together():
     assert items[-1] == LLMResponse(
         "One moment.", Usage(5, 3, 8), "openai/test", "tool_calls", (ToolCallRequest("a", "f", '{"x": 1}'),)
     )
+
+
+def test_the_cli_provider_options_reach_the_client(fake_openai, tmp_path):
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+    from tests.conftest import SIGNUP, reply
+
+    definition = tmp_path / "signup.json"
+    definition.write_text(json.dumps(SIGNUP))
+    fake_openai.add(json.dumps(reply("ask_name", "Hi! Name?")))
+    args = ["run", str(definition), "-m", "openai/test", "--api-base", fake_openai.url, "--api-key", "sk-test"]
+    args += ["--response-format", "json_schema", "--max-tokens", "77", "--tool-calling", "json"]
+    result = CliRunner().invoke(app, args, input="")
+    assert result.exit_code == 0, result.output
+    sent = fake_openai.requests[0]
+    assert sent["max_tokens"] == 77 and sent["response_format"]["type"] == "json_schema"

@@ -30,15 +30,20 @@ from llm_fsm.cli.options import (
     DefinitionArgument,
     HooksOption,
     MaxRetriesOption,
+    MaxTokensOption,
     MCPOption,
     ModelOption,
     Provider,
     RecordOption,
+    ResponseFormat,
+    ResponseFormatOption,
     ShowSecretsOption,
     StoreOption,
     StrictDefinitionOption,
     TemperatureOption,
     TimeoutOption,
+    ToolCalling,
+    ToolCallingOption,
     WaitOption,
     check_definition_policy,
     complete_states,
@@ -510,6 +515,9 @@ def chat(
     timeout: TimeoutOption = 60.0,
     max_retries: MaxRetriesOption = 2,
     temperature: TemperatureOption = None,
+    response_format: ResponseFormatOption = ResponseFormat.auto,
+    max_tokens: MaxTokensOption = None,
+    tool_calling: ToolCallingOption = ToolCalling.auto,
     state: Annotated[
         str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
     ] = None,
@@ -535,7 +543,7 @@ def chat(
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
     llm = make_client(model, provider, stream=True, record=record)
     _warm_up(llm)
 

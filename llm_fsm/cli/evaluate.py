@@ -15,10 +15,15 @@ from llm_fsm.cli.options import (
     ApiBaseOption,
     ApiKeyOption,
     MaxRetriesOption,
+    MaxTokensOption,
     ModelOption,
     Provider,
+    ResponseFormat,
+    ResponseFormatOption,
     TemperatureOption,
     TimeoutOption,
+    ToolCalling,
+    ToolCallingOption,
     check_writable,
     make_client,
     write_output,
@@ -41,6 +46,9 @@ def evaluate(
     timeout: TimeoutOption = 60.0,
     max_retries: MaxRetriesOption = 2,
     temperature: TemperatureOption = None,
+    response_format: ResponseFormatOption = ResponseFormat.auto,
+    max_tokens: MaxTokensOption = None,
+    tool_calling: ToolCallingOption = ToolCalling.auto,
     scripts: Annotated[
         Path | None, typer.Option("--scripts", help="Folder of NAME.txt and NAME.json (default: scripts/ beside each).")
     ] = None,
@@ -69,7 +77,7 @@ def evaluate(
             courses.append(course(file, scripts))
         except FSMError as exc:
             fail(str(exc).splitlines()[0], 2)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
     make_client(model, provider)  # a bad model or option fails here, before any course starts
 
     def progress(number: int, score: CourseScore) -> None:

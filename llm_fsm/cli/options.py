@@ -13,6 +13,7 @@ import uuid
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
 
@@ -127,6 +128,37 @@ TemperatureOption = Annotated[
     float | None,
     typer.Option("--temperature", min=0.0, max=2.0, envvar="LLM_FSM_TEMPERATURE", show_envvar=True,
                  help="Sampling temperature (default: the provider's)."),
+]  # fmt: skip
+
+
+class ResponseFormat(StrEnum):
+    auto = "auto"
+    json_schema = "json_schema"
+    json_object = "json_object"
+    none = "none"
+
+
+class ToolCalling(StrEnum):
+    auto = "auto"
+    native = "native"
+    json = "json"
+
+
+ResponseFormatOption = Annotated[
+    ResponseFormat,
+    typer.Option("--response-format", envvar="LLM_FSM_RESPONSE_FORMAT", show_envvar=True,
+                 help="What the model is asked to answer in: auto (what litellm says it supports), json_schema "
+                      "(the state's strict reply schema, e.g. for a local llama-server), json_object or none."),
+]  # fmt: skip
+MaxTokensOption = Annotated[
+    int | None,
+    typer.Option("--max-tokens", min=1, envvar="LLM_FSM_MAX_TOKENS", show_envvar=True,
+                 help="Most tokens per reply (a reply cut there is refused, never committed)."),
+]  # fmt: skip
+ToolCallingOption = Annotated[
+    ToolCalling,
+    typer.Option("--tool-calling", envvar="LLM_FSM_TOOL_CALLING", show_envvar=True,
+                 help="How the model calls tools: auto, native (function calling) or json (the JSON form)."),
 ]  # fmt: skip
 HooksOption = Annotated[
     str | None,
@@ -251,14 +283,17 @@ def load_hooks(spec: str | None) -> Hooks:
 
 @dataclass(frozen=True)
 class Provider:
-    """How to reach the model: what ``--api-base``, ``--api-key``, ``--timeout``, ``--max-retries`` and
-    ``--temperature`` say."""
+    """How to reach the model: what ``--api-base``, ``--api-key``, ``--timeout``, ``--max-retries``,
+    ``--temperature``, ``--response-format``, ``--max-tokens`` and ``--tool-calling`` say."""
 
     api_base: str | None = None
     api_key: str | None = None
     timeout: float = 60.0
     max_retries: int = 2
     temperature: float | None = None
+    response_format: str = "auto"
+    max_tokens: int | None = None
+    tool_calling: str = "auto"
 
 
 def make_client(
@@ -299,7 +334,10 @@ def _model(model: str | None, provider: Provider, stream: bool) -> LLMClient:
         except LLMError as exc:
             fail(str(exc), 2)
     notify_retries()
-    return LiteLLMClient(model, **vars(provider), quiet=True, stream=stream)
+    options = {key: str(value) if isinstance(value, StrEnum) else value for key, value in vars(provider).items()}
+    if options["max_tokens"] is None:
+        del options["max_tokens"]
+    return LiteLLMClient(model, **options, quiet=True, stream=stream)
 
 
 def notify_retries() -> None:

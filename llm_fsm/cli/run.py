@@ -20,16 +20,21 @@ from llm_fsm.cli.options import (
     DefinitionArgument,
     HooksOption,
     MaxRetriesOption,
+    MaxTokensOption,
     MCPOption,
     ModelOption,
     Provider,
     RecordOption,
     ReplayOption,
+    ResponseFormat,
+    ResponseFormatOption,
     ShowSecretsOption,
     StoreOption,
     StrictDefinitionOption,
     TemperatureOption,
     TimeoutOption,
+    ToolCalling,
+    ToolCallingOption,
     WaitOption,
     check_definition_policy,
     connect_mcp,
@@ -55,6 +60,9 @@ def run(
     timeout: TimeoutOption = 60.0,
     max_retries: MaxRetriesOption = 2,
     temperature: TemperatureOption = None,
+    response_format: ResponseFormatOption = ResponseFormat.auto,
+    max_tokens: MaxTokensOption = None,
+    tool_calling: ToolCallingOption = ToolCalling.auto,
     input: Annotated[
         str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")
     ] = "-",
@@ -88,7 +96,7 @@ def run(
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     connect_mcp(fsm, definition, registry, mcp)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
     llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = ConversationFactory(

@@ -14,9 +14,14 @@ from llm_fsm.cli.options import (
     ApiKeyOption,
     HooksOption,
     MaxRetriesOption,
+    MaxTokensOption,
     Provider,
+    ResponseFormat,
+    ResponseFormatOption,
     TemperatureOption,
     TimeoutOption,
+    ToolCalling,
+    ToolCallingOption,
     check_writable,
     make_client,
     non_empty,
@@ -48,6 +53,9 @@ def test(
     timeout: TimeoutOption = 60.0,
     max_retries: MaxRetriesOption = 2,
     temperature: TemperatureOption = None,
+    response_format: ResponseFormatOption = ResponseFormat.auto,
+    max_tokens: MaxTokensOption = None,
+    tool_calling: ToolCallingOption = ToolCalling.auto,
     hooks: HooksOption = None,
     replay: Annotated[Path | None, typer.Option("--replay", help="Answer unscripted steps from this cassette.")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Run each case this many times (for real models).")] = 1,
@@ -76,7 +84,7 @@ def test(
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature)
+    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
     factory = _model_factory(model, provider, replay)
     # --hooks is loaded only for the files that name no hooks of their own: if it cannot be, their cases fail
     outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
