@@ -302,10 +302,12 @@ def state_reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[
 
 
 def writable_keys(state: State, protected: Collection[str] = ()) -> list[str]:
-    """Keys the model is asked about in ``state``: those to collect and those its conditions read,
-    except internal ``_`` keys and ``protected`` ones (which only code may set)."""
+    """Keys the model is asked about in ``state``: its ``writable_keys`` when it has them, else those to
+    collect and those its conditions read; never internal ``_`` keys or ``protected`` ones (code's)."""
     from llm_fsm.logic import keys_read
 
+    if state.writable_keys is not None:  # said outright: exactly what the engine lets the model write
+        return [k for k in state.writable_keys if not k.startswith("_") and k not in protected]
     keys = dict.fromkeys(state.required_context_keys)
     for transition in state.transitions:
         for condition in transition.conditions:

@@ -124,3 +124,20 @@ def test_deeply_nested_replies_are_refused_not_recursed_into():
     nested = '{"a": ' * 40 + "1" + "}" * 40
     with pytest.raises(ReplyFormatError, match="more than 32 levels"):
         parse_reply('{"transition": {"target_state": "x", "context_update": {"d": ' + nested + '}}, "message": "m"}')
+
+
+def test_explicit_writable_keys_are_what_the_strict_schema_and_the_prompt_offer():
+    import llm_fsm
+    from llm_fsm.contract import state_reply_schemas
+    from llm_fsm.prompt import PromptBuilder
+    from llm_fsm.engine import initial_snapshot
+    from tests.conftest import SIGNUP
+
+    data = json.loads(json.dumps(SIGNUP))
+    data["states"]["ask_name"]["writable_keys"] = ["name", "cancel", "_extra"]
+    definition = llm_fsm.load(data)
+    _, strict = state_reply_schemas(definition, "ask_name")
+    update = strict["properties"]["transition"]["properties"]["context_update"]
+    assert "cancel" in json.dumps(update)
+    prompt = PromptBuilder().system_prompt(definition, initial_snapshot(definition))
+    assert "cancel" in prompt
