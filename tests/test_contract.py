@@ -129,8 +129,8 @@ def test_deeply_nested_replies_are_refused_not_recursed_into():
 def test_explicit_writable_keys_are_what_the_strict_schema_and_the_prompt_offer():
     import llm_fsm
     from llm_fsm.contract import state_reply_schemas
-    from llm_fsm.prompt import PromptBuilder
     from llm_fsm.engine import initial_snapshot
+    from llm_fsm.prompt import PromptBuilder
     from tests.conftest import SIGNUP
 
     data = json.loads(json.dumps(SIGNUP))
