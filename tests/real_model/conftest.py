@@ -35,9 +35,9 @@ from tests.conftest import ROOT
 
 SCRIPT = ROOT / "scripts" / "local-model"
 MODEL = "openai/smollm2"
-# Enough for any example's reply; a small model may also loop until the limit, which this keeps short
-# (a reply cut there is rejected as truncated and retried once with twice the budget).
-MAX_TOKENS = 256
+# Twice the longest reply seen from the examples (about 100 tokens); a small model may also loop until the limit,
+# which this keeps short (a reply cut there is rejected as truncated and retried once with twice the budget).
+MAX_TOKENS = 192
 PROVISION_TIMEOUT = 45 * 60  # a first build on a busy 2-core machine
 DIRECT = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # loopback: never through a proxy
 
@@ -134,6 +134,10 @@ class Recorder:
     def base_url(self) -> str:
         assert self.server is not None
         return f"http://127.0.0.1:{self.server.server_address[1]}/v1"
+
+    def wait(self, count: int) -> None:
+        """Until ``count`` responses are recorded (the client may have its answer before the proxy's thread ends)."""
+        assert wait_for(lambda: len(self.bodies) >= count, 30), f"{len(self.bodies)} responses of {count}"
 
     def replies(self) -> list[dict[str, Any]]:
         """The JSON responses (of requests that were not streamed)."""

@@ -91,3 +91,14 @@ def test_a_broken_source_archive_names_the_step(tmp_path):
     (tmp_path / "downloads" / "llama_cpp_python-0.3.36.tar.gz").write_bytes(b"not a tar file")
     line = one_line_error(run_in(tmp_path, "provision"))
     assert line.startswith("local-model: extract llama_cpp_python-0.3.36.tar.gz failed:")
+
+
+def test_a_model_that_does_not_load_names_the_log(tmp_path, local_model: LocalModel):
+    (tmp_path / "bin").mkdir()
+    (tmp_path / "bin" / "llama-server").symlink_to(local_model_command("path", "server").stdout.strip())
+    (tmp_path / "models").mkdir()
+    (tmp_path / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf").write_bytes(b"not a model")
+    line = one_line_error(run_in(tmp_path, "start"))
+    log = tmp_path / "logs" / "server-default.log"
+    assert line.startswith("local-model: start failed: llama-server exited before it was ready")
+    assert "model loading error" in line and line.endswith(f"(log: {log})")

@@ -38,6 +38,7 @@ def test_a_stream_arrives_in_pieces_with_usage_and_finish_reason(make_client, re
     usage = response.usage
     assert usage.prompt_tokens > 0 and 0 < usage.completion_tokens < 200
     assert usage.total_tokens == usage.prompt_tokens + usage.completion_tokens
+    recorded.wait(1)
     sent = recorded.requests[0]
     assert sent["stream"] is True and sent["stream_options"] == {"include_usage": True}
     events = [line for line in recorded.bodies[0].splitlines() if line.startswith("data: ")]
@@ -129,21 +130,21 @@ STORY = LLMRequest([{"role": "user", "content": "Write a very long story about a
     "generating until max_tokens, or until the garbage collector frees the stream",
 )
 def test_closing_a_sync_stream_early_stops_the_server(make_client, local_model):
-    client = make_client(stream=True, response_format="none", max_tokens=600)
+    client = make_client(stream=True, response_format="none", max_tokens=400)  # over 3 s, even on an idle machine
     gc.disable()  # the point is that closing closes the connection, not that a collection happens to run
     try:
         stream = client.stream_complete(STORY)
         for _delta in itertools.islice(stream, 3):
             pass
         stream.close()
-        assert wait_for(lambda: not generating(local_model.port), 3)
+        assert wait_for(lambda: not generating(local_model.port), 1)
     finally:
         gc.enable()
         wait_for(lambda: not generating(local_model.port), 120)  # the next test gets an idle server
 
 
 def test_cancelling_an_async_stream_early_stops_the_server(make_client, local_model):
-    client = make_client(stream=True, response_format="none", max_tokens=600)
+    client = make_client(stream=True, response_format="none", max_tokens=400)
 
     async def cancel() -> None:
         async def read() -> None:
@@ -155,6 +156,6 @@ def test_cancelling_an_async_stream_early_stops_the_server(make_client, local_mo
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
-        assert await asyncio.to_thread(wait_for, lambda: not generating(local_model.port), 3)
+        assert await asyncio.to_thread(wait_for, lambda: not generating(local_model.port), 1)
 
     asyncio.run(cancel())
