@@ -106,29 +106,30 @@ def test_cancelling_an_async_turn_while_the_model_writes_changes_nothing_and_sto
                 async for _event in events:
                     pass
 
+        cancelled = cancellations(local_model)
         task = asyncio.create_task(read())
         assert await asyncio.to_thread(wait_for, lambda: generating(local_model.port), 60)
         task.cancel()  # the model is still writing: the task stops where it is
         with pytest.raises(asyncio.CancelledError):
             await task
         assert unchanged(conversation, before)
-        # the HTTP stream was closed, and llama-server stopped generating the abandoned reply
+        # the HTTP stream was closed, and llama-server stopped working on the abandoned reply
         assert await asyncio.to_thread(wait_for, lambda: not generating(local_model.port), 3)
+        assert wait_for(lambda: cancellations(local_model) > cancelled, 3)  # the log is written by a thread
         result = await conversation.asend(text)
         check_turn(definition, conversation, before, result)
 
     asyncio.run(cancel_midway())
 
 
+def cancellations(server) -> int:
+    """How many requests llama-server abandoned because their client went away (it logs each)."""
+    return server.log.read_text(errors="replace").count("cancel task")
+
+
 STORY = LLMRequest([{"role": "user", "content": "Write a very long story about a dragon and a knight."}])
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="llm_fsm bug: closing a sync stream early does not close the provider's HTTP response (litellm's "
-    "CustomStreamWrapper has no close(); LiteLLMClient's stream reader never closes it), so the server keeps "
-    "generating until max_tokens, or until the garbage collector frees the stream",
-)
 def test_closing_a_sync_stream_early_stops_the_server(make_client, local_model):
     client = make_client(stream=True, response_format="none", max_tokens=400)  # over 3 s, even on an idle machine
     gc.disable()  # the point is that closing closes the connection, not that a collection happens to run
@@ -136,8 +137,10 @@ def test_closing_a_sync_stream_early_stops_the_server(make_client, local_model):
         stream = client.stream_complete(STORY)
         for _delta in itertools.islice(stream, 3):
             pass
+        cancelled = cancellations(local_model)
         stream.close()
         assert wait_for(lambda: not generating(local_model.port), 1)
+        assert wait_for(lambda: cancellations(local_model) > cancelled, 3)  # the log is written by a thread
     finally:
         gc.enable()
         wait_for(lambda: not generating(local_model.port), 120)  # the next test gets an idle server
@@ -151,11 +154,13 @@ def test_cancelling_an_async_stream_early_stops_the_server(make_client, local_mo
             async for _item in client.astream_complete(STORY):
                 pass
 
+        cancelled = cancellations(local_model)
         task = asyncio.create_task(read())
         assert await asyncio.to_thread(wait_for, lambda: generating(local_model.port), 60)
         task.cancel()
         with pytest.raises(asyncio.CancelledError):
             await task
         assert await asyncio.to_thread(wait_for, lambda: not generating(local_model.port), 1)
+        assert wait_for(lambda: cancellations(local_model) > cancelled, 3)  # the log is written by a thread
 
     asyncio.run(cancel())
