@@ -9,6 +9,7 @@ retry runs under ours, and we retry only what can succeed on a second try.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -215,8 +216,10 @@ class LiteLLMClient:
         """
         for attempt in self._attempts():
             with attempt:
-                for item in _StreamReader(self, self.litellm.completion(**self._params(request, stream=True))):
-                    yield attempt.passed(item)
+                reader = iter(_StreamReader(self, self.litellm.completion(**self._params(request, stream=True))))
+                with contextlib.closing(reader):  # closed now, not when collected, if our caller stops early
+                    for item in reader:
+                        yield attempt.passed(item)
                 return
             time.sleep(attempt.delay)
 
@@ -225,8 +228,10 @@ class LiteLLMClient:
         for attempt in self._attempts():
             with attempt:
                 chunks = await self.litellm.acompletion(**self._params(request, stream=True))
-                async for item in _StreamReader(self, chunks):
-                    yield attempt.passed(item)
+                reader = aiter(_StreamReader(self, chunks))
+                async with contextlib.aclosing(reader):
+                    async for item in reader:
+                        yield attempt.passed(item)
                 return
             await _sleep(attempt.delay)
 
@@ -429,16 +434,22 @@ class _StreamReader:
         self.finish_reason: str | None = None
 
     def __iter__(self) -> Iterator[str | LLMResponse]:
-        for chunk in self.chunks:
-            if text := self._read(chunk):
-                yield text
-        yield self._response()
+        try:
+            for chunk in self.chunks:
+                if text := self._read(chunk):
+                    yield text
+            yield self._response()
+        finally:  # a reader that stops early closes the HTTP response, so the server stops writing
+            _close_stream(self.chunks)
 
     async def __aiter__(self) -> AsyncIterator[str | LLMResponse]:
-        async for chunk in self.chunks:
-            if text := self._read(chunk):
-                yield text
-        yield self._response()
+        try:
+            async for chunk in self.chunks:
+                if text := self._read(chunk):
+                    yield text
+            yield self._response()
+        finally:
+            await _aclose_stream(self.chunks)
 
     def _read(self, chunk: Any) -> str:
         self.usage = self.client._chunk_usage(chunk) or self.usage
@@ -459,6 +470,21 @@ class _StreamReader:
         if calls and finish == "stop":  # what litellm reports for the same reply unstreamed
             finish = "tool_calls"
         return LLMResponse("".join(self.parts), self.usage, self.client.model, finish, calls)
+
+
+def _close_stream(chunks: Any) -> None:
+    """Close a sync provider stream: litellm's wrapper has no ``close()``, the stream it wraps does."""
+    for stream in (chunks, getattr(chunks, "completion_stream", None)):
+        if callable(close := getattr(stream, "close", None)):
+            with contextlib.suppress(Exception):
+                close()
+            return
+
+
+async def _aclose_stream(chunks: Any) -> None:
+    if callable(aclose := getattr(chunks, "aclose", None)):
+        with contextlib.suppress(Exception):
+            await aclose()
 
 
 class _ToolCallParts:
