@@ -92,6 +92,7 @@ class Conversation:
         max_calls_per_turn: int = 8,
         fallback_message: str = DEFAULT_FALLBACK,
         prompt: PromptBuilder | None = None,
+        guided: bool | None = None,
     ) -> None:
         if state is not None and state not in definition.states:
             raise ConversationError(f"unknown state '{state}'", state=state)
@@ -102,6 +103,7 @@ class Conversation:
         self.settings = TurnSettings(
             prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
             tools=tools, tool_mode=lambda: tool_mode(self.llm),
+            guided=bool(getattr(llm, "guided", False)) if guided is None else guided,
         )  # fmt: skip
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
         self._busy = False

@@ -159,9 +159,11 @@ class LiteLLMClient:
         tool_calling: ToolCalling = "auto",
         stream: bool = False,
         quiet: bool = False,
+        guided: bool = False,
         **extra: Any,
     ) -> None:
         self.model = model
+        self.guided = guided  # conversations give this model guided reply schemas (see llm_fsm.guided)
         self.api_base = api_base
         self.api_key = api_key
         self.temperature = temperature

@@ -89,7 +89,7 @@ class PromptBuilder:
         )
         self.env.filters["tojson"] = _to_json
         self._template_error = jinja2.TemplateError
-        self._cache: dict[tuple[str, str], str] = {}
+        self._cache: dict[tuple[str, str, bool], str] = {}
         self._lock = threading.Lock()
 
     def messages(
@@ -100,9 +100,11 @@ class PromptBuilder:
         *,
         tools: Sequence[BoundTool] = (),
         tool_mode: str = "native",
+        guided: bool = False,
     ) -> list[Message]:
-        """The messages of a turn: the system prompt, then the user's text (or the opening request)."""
-        system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode)
+        """The messages of a turn: the system prompt, then the user's text (or the opening request).
+        ``guided``: the reply is held to a guided schema (see ``llm_fsm.guided``), whose key order it states."""
+        system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode, guided=guided)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
 
     def resume_note(self, reason: str, result: dict[str, Any]) -> str:
@@ -126,6 +128,7 @@ class PromptBuilder:
         *,
         tools: Sequence[BoundTool] = (),
         tool_mode: str = "native",
+        guided: bool = False,
     ) -> str:
         """The definition part (cached per state), the state's tools, then the conversation part."""
         conversation = {
@@ -135,11 +138,11 @@ class PromptBuilder:
         }
         volatile = self._render("system_conversation.xml.j2", conversation)
         listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
-        return self.definition_part(definition, snapshot.state) + listed + volatile
+        return self.definition_part(definition, snapshot.state, guided=guided) + listed + volatile
 
-    def definition_part(self, definition: FSMDefinition, state_id: str) -> str:
+    def definition_part(self, definition: FSMDefinition, state_id: str, *, guided: bool = False) -> str:
         """Everything that depends only on the definition and the state: rendered once, then reused."""
-        key = (definition.content_hash, state_id)
+        key = (definition.content_hash, state_id, guided)
         text = self._cache.get(key)
         if text is None:
             state = definition.states[state_id]
@@ -149,6 +152,7 @@ class PromptBuilder:
                 "transitions": state.transitions_by_priority(),
                 "collect": writable_keys(state, definition.code_only_keys),
                 "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
+                "guided": guided,
             }
             text = self._render("system_definition.xml.j2", variables)
             with self._lock:

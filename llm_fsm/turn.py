@@ -40,6 +40,7 @@ from llm_fsm.engine import (
     write,
 )
 from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, ResumeError
+from llm_fsm.guided import guided_schema
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 from llm_fsm.prompt import PromptBuilder
@@ -67,6 +68,7 @@ class TurnSettings:
     fallback_message: str = DEFAULT_FALLBACK
     tools: Mapping[str, BoundTool] = field(default_factory=dict)
     tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
+    guided: bool = False  # a reply schema made per turn, for small models (see llm_fsm.guided)
 
 
 @dataclass(frozen=True)
@@ -357,12 +359,17 @@ class TurnRunner:
 
     def request(self, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
         schema, strict = state_reply_schemas(self.definition, self.base.state)
+        if self.settings.guided:
+            opening = not self.base.history and self.user is None
+            strict = guided_schema(self.definition, self.base.state, self.work.context, opening=opening)
         tools = self.state_tools()
         specs: tuple[dict[str, Any], ...] | None = None
         if tools and self.tool_mode() == "native":
             specs = tuple(tool.spec() for tool in tools)
-        elif tools:  # the JSON form: a reply may be a tool request instead, which a strict schema cannot allow
-            schema, strict = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}, None
+        elif tools:  # the JSON form: a reply may be a tool request instead
+            schema = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}
+            # a grammar-driven server takes the alternatives; a provider's strict mode wants one object
+            strict = {"anyOf": [strict, calling.json_request_schema(tools)]} if self.settings.guided else None
         return LLMRequest(
             messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs
         )
@@ -376,8 +383,9 @@ class TurnRunner:
         tools = self.state_tools()
         mode = self.tool_mode() if tools else "native"
         return self.settings.prompt.messages(
-            self.definition, self.working(), self.user or self.note, tools=tools, tool_mode=mode
-        )
+            self.definition, self.working(), self.user or self.note, tools=tools, tool_mode=mode,
+            guided=self.settings.guided,
+        )  # fmt: skip
 
     # -- tools ----------------------------------------------------------------------------------
 

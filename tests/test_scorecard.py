@@ -41,6 +41,24 @@ def test_a_model_that_never_moves_reaches_only_the_opening_and_its_refusals_are_
     assert figures["rejected"] == {"target": figures["turns"] - 1} and figures["calls_per_turn"] > 1
 
 
+def test_turns_a_course_never_played_count_as_missed(tmp_path):
+    # the model says goodbye at the first line: the three turns after it were never played, and are missed
+    talk = course(EXAMPLES / "small_talk.json")
+    bye = {"transition": {"target_state": "farewell", "context_update": {"user_said_goodbye": True}}, "message": "Bye!"}
+    card = score(talk, ScriptedLLM([replies("small_talk")[0], bye]))
+    figures = summary([card])
+    assert card.end == "farewell" and figures["turns"] == 2 and figures["course_turns"] == len(talk.expected) == 5
+    assert figures["reached"] == 1 and figures["reached_rate"] == pytest.approx(1 / 5)
+    script = tmp_path / "bye.json"
+    script.write_text(json.dumps({"replies": [replies("small_talk")[0], bye]}))
+    result = runner.invoke(
+        app, ["eval", str(EXAMPLES / "small_talk.json"), "-m", f"scripted:{script}"], env={"COLUMNS": "250"}
+    )
+    assert result.exit_code == 0, result.output
+    assert "small_talk: 1/5 turns reached (the conversation ended in farewell after 2 turns)" in result.stdout
+    assert "1.0/5 (20%)" in result.stdout
+
+
 def test_a_failing_model_stops_the_course_with_the_reason():
     card = score(course(EXAMPLES / "quiz.json"), ScriptedLLM([replies("quiz")[0], LLMUnavailableError("down")]))
     assert len(card.turns) == 2 and card.turns[1].error == "down" and summary([card])["errors"] == 1

@@ -28,6 +28,7 @@ from llm_fsm.cli.options import (
     ConversationFactory,
     ConversationOption,
     DefinitionArgument,
+    GuidedOption,
     HooksOption,
     MaxRetriesOption,
     MaxTokensOption,
@@ -518,6 +519,7 @@ def chat(
     response_format: ResponseFormatOption = ResponseFormat.auto,
     max_tokens: MaxTokensOption = None,
     tool_calling: ToolCallingOption = ToolCalling.auto,
+    guided: GuidedOption = False,
     state: Annotated[
         str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
     ] = None,
@@ -543,7 +545,9 @@ def chat(
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
+    provider = Provider(
+        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
+    )
     llm = make_client(model, provider, stream=True, record=record)
     _warm_up(llm)
 

@@ -14,6 +14,7 @@ from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
     ApiBaseOption,
     ApiKeyOption,
+    GuidedOption,
     MaxRetriesOption,
     MaxTokensOption,
     ModelOption,
@@ -49,6 +50,7 @@ def evaluate(
     response_format: ResponseFormatOption = ResponseFormat.auto,
     max_tokens: MaxTokensOption = None,
     tool_calling: ToolCallingOption = ToolCalling.auto,
+    guided: GuidedOption = False,
     scripts: Annotated[
         Path | None, typer.Option("--scripts", help="Folder of NAME.txt and NAME.json (default: scripts/ beside each).")
     ] = None,
@@ -77,15 +79,19 @@ def evaluate(
             courses.append(course(file, scripts))
         except FSMError as exc:
             fail(str(exc).splitlines()[0], 2)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
+    provider = Provider(
+        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
+    )
     make_client(model, provider)  # a bad model or option fails here, before any course starts
 
     def progress(number: int, score: CourseScore) -> None:
         reached = sum(t.reached for t in score.turns)
         failed = next((t.error for t in score.turns if t.error), None)
         note = f" (stopped: {failed})" if failed else ""
+        if not failed and len(score.turns) < score.course_turns:
+            note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
         console.print(
-            f"run {number}: {score.name}: {reached}/{len(score.turns)} turns reached{note}", style="dim", markup=False
+            f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim", markup=False
         )
 
     runs = run(courses, lambda: make_client(model, provider), repeat=repeat, on_score=progress)
@@ -127,7 +133,7 @@ def _cells(figures: list[dict[str, float]]) -> list[str]:
     if errors:
         kinds["model call failed"] = errors
     return [
-        f"{mean('reached'):.1f}/{first['turns']} ({100 * mean('reached_rate'):.0f}%){spread('reached_rate', '.0%')}",
+        f"{mean('reached'):.1f}/{first['course_turns']} ({100 * mean('reached_rate'):.0f}%){spread('reached_rate', '.0%')}",
         f"{mean('finished'):.1f}/{first['courses']}",
         f"{100 * mean('first_valid_rate'):.0f}%",
         f"{mean('calls_per_turn'):.2f}",

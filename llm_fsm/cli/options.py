@@ -160,6 +160,12 @@ ToolCallingOption = Annotated[
     typer.Option("--tool-calling", envvar="LLM_FSM_TOOL_CALLING", show_envvar=True,
                  help="How the model calls tools: auto, native (function calling) or json (the JSON form)."),
 ]  # fmt: skip
+GuidedOption = Annotated[
+    bool,
+    typer.Option("--guided", envvar="LLM_FSM_GUIDED", show_envvar=True,
+                 help="Guided replies for small models: a reply schema made per turn (needs --response-format "
+                      "json_schema on a server that enforces it, such as llama.cpp's)."),
+]  # fmt: skip
 HooksOption = Annotated[
     str | None,
     typer.Option(
@@ -284,7 +290,7 @@ def load_hooks(spec: str | None) -> Hooks:
 @dataclass(frozen=True)
 class Provider:
     """How to reach the model: what ``--api-base``, ``--api-key``, ``--timeout``, ``--max-retries``,
-    ``--temperature``, ``--response-format``, ``--max-tokens`` and ``--tool-calling`` say."""
+    ``--temperature``, ``--response-format``, ``--max-tokens``, ``--tool-calling`` and ``--guided`` say."""
 
     api_base: str | None = None
     api_key: str | None = None
@@ -294,6 +300,7 @@ class Provider:
     response_format: str = "auto"
     max_tokens: int | None = None
     tool_calling: str = "auto"
+    guided: bool = False
 
 
 def make_client(

@@ -18,6 +18,7 @@ from llm_fsm.cli.options import (
     ConversationFactory,
     ConversationOption,
     DefinitionArgument,
+    GuidedOption,
     HooksOption,
     MaxRetriesOption,
     MaxTokensOption,
@@ -63,6 +64,7 @@ def run(
     response_format: ResponseFormatOption = ResponseFormat.auto,
     max_tokens: MaxTokensOption = None,
     tool_calling: ToolCallingOption = ToolCalling.auto,
+    guided: GuidedOption = False,
     input: Annotated[
         str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")
     ] = "-",
@@ -96,7 +98,9 @@ def run(
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     connect_mcp(fsm, definition, registry, mcp)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
+    provider = Provider(
+        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
+    )
     llm = make_client(model, provider, record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = ConversationFactory(

@@ -12,6 +12,7 @@ from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
     ApiBaseOption,
     ApiKeyOption,
+    GuidedOption,
     HooksOption,
     MaxRetriesOption,
     MaxTokensOption,
@@ -56,6 +57,7 @@ def test(
     response_format: ResponseFormatOption = ResponseFormat.auto,
     max_tokens: MaxTokensOption = None,
     tool_calling: ToolCallingOption = ToolCalling.auto,
+    guided: GuidedOption = False,
     hooks: HooksOption = None,
     replay: Annotated[Path | None, typer.Option("--replay", help="Answer unscripted steps from this cassette.")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Run each case this many times (for real models).")] = 1,
@@ -84,7 +86,9 @@ def test(
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
-    provider = Provider(api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling)
+    provider = Provider(
+        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
+    )
     factory = _model_factory(model, provider, replay)
     # --hooks is loaded only for the files that name no hooks of their own: if it cannot be, their cases fail
     outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)

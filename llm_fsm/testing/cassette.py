@@ -41,6 +41,7 @@ class RecordingLLM:
         self.path = Path(path)
         self.interactions: list[dict[str, Any]] = []
         self.mode: Literal["native", "json"] | None = None  # asked of the inner client when a state has tools
+        self.guided = bool(getattr(inner, "guided", False))  # the prompts and schemas depend on it: noted too
         self._write()
 
     def tool_mode(self) -> Literal["native", "json"]:
@@ -97,6 +98,8 @@ class RecordingLLM:
             cassette: dict[str, Any] = {"version": VERSION, "interactions": self.interactions}
             if self.mode is not None:
                 cassette["tool_mode"] = self.mode
+            if self.guided:
+                cassette["guided"] = True
             write_private(self.path, json.dumps(cassette, ensure_ascii=False, indent=1))
         except OSError as exc:
             raise LLMError(f"cannot write the cassette {self.path}: {exc.strerror or exc}") from None
@@ -113,6 +116,7 @@ class ReplayLLM:
         except JSONFileError as exc:
             raise LLMError(str(exc), model="replay") from None
         self.mode: Literal["native", "json"] = "native" if cassette.get("tool_mode") == "native" else "json"
+        self.guided = cassette.get("guided") is True  # recorded with guided replies: replayed with them
         self.position = 0
 
     def tool_mode(self) -> Literal["native", "json"]:

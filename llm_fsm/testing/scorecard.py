@@ -63,6 +63,7 @@ class CourseScore:
     turns: list[TurnScore]
     expected_end: str
     end: str | None
+    course_turns: int = 0  # the course's length: turns not played (it ended or paused early) count as missed
 
     @property
     def finished(self) -> bool:
@@ -113,7 +114,7 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
             turns.append(TurnScore(user, expected, None, False, False, 0, 0, 0, seconds, [], text))
             break
         turns.append(_turn(user, expected, result, time.perf_counter() - started))
-    return CourseScore(course.name, turns, course.expected[-1], conversation.state)
+    return CourseScore(course.name, turns, course.expected[-1], conversation.state, len(course.expected))
 
 
 def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -> TurnScore:
@@ -129,12 +130,14 @@ def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
     scores = list(scores)
     turns = [t for s in scores for t in s.turns]
     count = len(turns) or 1
+    course_turns = sum(max(s.course_turns, len(s.turns)) for s in scores)
     kinds = Counter(kind for t in turns for kind in t.rejected)
     return {
         "courses": len(scores),
-        "turns": len(turns),
+        "course_turns": course_turns,
+        "turns": len(turns),  # played: the means per turn below are over these
         "reached": sum(t.reached for t in turns),
-        "reached_rate": sum(t.reached for t in turns) / count,
+        "reached_rate": sum(t.reached for t in turns) / (course_turns or 1),
         "finished": sum(s.finished for s in scores),
         "first_valid_rate": sum(t.first_valid for t in turns) / count,
         "calls_per_turn": sum(t.calls for t in turns) / count,

@@ -456,6 +456,26 @@ JSON_REQUEST_SCHEMA: dict[str, Any] = {
 }
 
 
+def json_request_schema(tools: Sequence[BoundTool]) -> dict[str, Any]:
+    """:data:`JSON_REQUEST_SCHEMA` narrowed to ``tools``: each call names one of them, with its arguments."""
+    calls = [
+        {
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": [tool.name]}, "arguments": tool.parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+        for tool in tools
+    ]
+    items = calls[0] if len(calls) == 1 else {"anyOf": calls}
+    return {
+        "type": "object",
+        "properties": {"tool_calls": {"type": "array", "minItems": 1, "items": items}},
+        "required": ["tool_calls"],
+        "additionalProperties": False,
+    }
+
+
 def requested_in_text(text: str, round_: int) -> list[ToolCallRequest]:
     """The calls a reply written in the JSON form asks for (none when it is not that form)."""
     from llm_fsm.contract import reply_object

@@ -1,0 +1,283 @@
+"""Guided replies: a reply schema made for each turn, for small models held to it by a grammar.
+
+A small model (SmolLM2-135M, say) held to the plain strict schema writes valid JSON but stays in its
+state nearly every turn: it chooses ``target_state`` before it has written what it learned, from an
+enum that offers every move. The guided schema, built per turn from the state, its transitions and
+the context so far, changes three things (``benchmarks/REAL_MODEL.md`` has the figures):
+
+- ``context_update`` comes before ``target_state``, so the move is chosen after the extraction;
+- the moves are narrowed to those the update can make possible, and tied to it: a move whose
+  conditions read keys the context lacks is offered only together with values for those keys, and
+  staying only while one of them is left null (a branch per move, as ``anyOf``); a move that needs a
+  key this state may not write, or whose conditions already fail on keys it may not change, is not
+  offered at all; and where an earlier (lower ``priority`` number) move holds on the mere presence of
+  its keys, a later move is offered only with one of those left null, as the prompt says priority works;
+- values are typed: from ``context_schema`` when it describes the key, otherwise from how the
+  conditions use it (compared with ``true``/``false``: boolean; with numbers: number; else text), and
+  text is bounded, so a looping model ends its value instead of running to the token limit.
+
+The engine still checks every reply as usual: the schema only makes the likely moves easy to write.
+An opening (no user text yet) offers no keys at all, since there is nothing to extract.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from llm_fsm.contract import writable_keys
+from llm_fsm.definition import FSMDefinition, State, Transition
+
+MAX_TEXT = 80  # characters of a text value
+MAX_MESSAGE = 400  # characters of the message
+MAX_STAY_BRANCHES = 8  # past this, staying is left unconstrained (the schema would grow as a product)
+
+_VALUE_KEYWORDS = ("type", "enum", "const", "minimum", "maximum", "maxLength", "minLength", "pattern")
+_NUMERIC_OPS = frozenset({"<", "<=", ">", ">=", "+", "-", "*", "/", "%", "min", "max"})
+_EQUALITY_OPS = frozenset({"==", "===", "!=", "!=="})
+
+
+def guided_schema(
+    definition: FSMDefinition,
+    state_id: str,
+    context: Mapping[str, Any],
+    *,
+    opening: bool = False,
+    protected: Collection[str] = (),
+    eager: bool = True,
+    narrow: bool = True,
+) -> dict[str, Any]:
+    """The reply schema of one turn in ``state_id`` on ``context`` (see the module's description).
+
+    ``eager=False`` lets the model stay whatever it wrote; ``narrow=False`` leaves out the values the
+    transitions' simple comparisons allow. Both are on in guided mode: the variants exist to measure them.
+    """
+    state = definition.states[state_id]
+    keys = [] if opening else writable_keys(state, protected or definition.code_only_keys)
+    values = {key: value_schema(definition, state, key) for key in keys}
+    moves: list[dict[str, Any]] = []
+    fulfilled: list[list[str]] = []  # per earlier move: keys that, all given, make it hold (presence only)
+    stay_needs: list[list[str]] = []
+    for transition in state.transitions_by_priority():
+        needed = _needed(transition, context, keys)
+        if needed is None:
+            continue
+        narrowed = {key: _narrowed(values[key], transition, key) for key in needed} if narrow else {}
+        own = {**values, **narrowed}
+        # an earlier (higher-priority) move whose keys are all given wins: this one needs one of them left null
+        earlier = [[k for k in keys_ if k not in needed] for keys_ in fulfilled] if eager else []
+        for combo in _combos(earlier):
+            moves.append(_branch(transition.target_state, own, need=needed, null=set(combo)))
+        if needed and eager:
+            stay_needs.append(needed)
+            if all(_narrowed(values[key], transition, key) == values[key] for key in needed):
+                fulfilled.append(needed)
+    stays = [_branch(state.id, values, null=set(combo)) for combo in _combos(stay_needs)]
+    branches = _unique([*moves, *stays])
+    transition = branches[0] if len(branches) == 1 else {"anyOf": branches}
+    return {
+        "type": "object",
+        "properties": {"transition": transition, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
+        "required": ["transition", "message"],
+        "additionalProperties": False,
+    }
+
+
+def _combos(groups: list[list[str]]) -> list[tuple[str, ...]]:
+    """One key from each group (a group left empty cannot be satisfied: no combination); bounded."""
+    if any(not group for group in groups):
+        return []
+    combos = list(itertools.product(*groups))
+    return combos if len(combos) <= MAX_STAY_BRANCHES else [()]
+
+
+def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
+    """What a value of ``key`` may be: its ``context_schema`` (types, enums and bounds), else the type its
+    conditions in ``state`` compare it as; text is bounded to :data:`MAX_TEXT` characters."""
+    declared = (definition.context_schema or {}).get(key)
+    if declared:
+        schema = {k: v for k, v in declared.items() if k in _VALUE_KEYWORDS}
+    else:
+        schema = {"type": _inferred_type(state, key)}
+    types = schema.get("type")
+    if (types == "string" or (isinstance(types, list) and "string" in types)) and "enum" not in schema:
+        schema["maxLength"] = min(int(schema.get("maxLength", MAX_TEXT)), MAX_TEXT)
+    if not schema.get("type") and "enum" not in schema and "const" not in schema:
+        schema = {"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT}
+    return schema
+
+
+def _needed(transition: Transition, context: Mapping[str, Any], writable: list[str]) -> list[str] | None:
+    """The keys an update must give for ``transition`` to be able to hold; None when no update can
+    make it hold (it needs a key this state may not write, or fails on keys it may not change)."""
+    from llm_fsm.engine import unmet_condition
+
+    read = {key.split(".")[0] for condition in transition.conditions for key in _condition_keys(condition)}
+    if not read:  # a judgement call (a description only, or no condition): always offered, never forced
+        return []
+    missing = sorted(key for key in read if context.get(key) is None)
+    if any(key not in writable for key in missing):
+        return None
+    if not missing and not read & set(writable) and unmet_condition(transition, dict(context)) is not None:
+        return None
+    return missing
+
+
+def _narrowed(schema: dict[str, Any], transition: Transition, key: str) -> dict[str, Any]:
+    """``schema`` with what the transition's simple comparisons of ``key`` say (a constant, a list of
+    values, numeric bounds), when they fit its type; anything else is left to the engine to check."""
+    narrowed = dict(schema)
+    for condition in transition.conditions:
+        for rule in _conjuncts(condition.logic):
+            for keyword, value in _comparison(rule, key):
+                if keyword in ("const", "enum"):
+                    values = value if keyword == "enum" else [value]
+                    if all(_fits(schema, v) for v in values):
+                        narrowed.pop("maxLength", None)
+                        narrowed[keyword] = value
+                elif schema.get("type") in ("number", "integer"):
+                    narrowed[keyword] = value
+    return narrowed
+
+
+def _conjuncts(rule: Any) -> list[Any]:
+    if isinstance(rule, dict) and len(rule) == 1 and isinstance(rule.get("and"), list):
+        return [part for item in rule["and"] for part in _conjuncts(item)]
+    return [] if rule is None else [rule]
+
+
+_BOUNDS = {"<": ("exclusiveMinimum", "exclusiveMaximum"), "<=": ("minimum", "maximum")}
+_FLIPPED = {">": "<", ">=": "<="}
+
+
+def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
+    """(keyword, value) pairs for a comparison of ``key`` with constants; [] for anything else."""
+    if not isinstance(rule, dict) or len(rule) != 1:
+        return []
+    ((operator, args),) = rule.items()
+    if not isinstance(args, list):
+        return []
+    if operator in ("==", "===") and len(args) == 2:
+        other = args[1] if _reads(args[0], key) else args[0] if _reads(args[1], key) else None
+        return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
+    if operator == "in" and len(args) == 2 and _reads(args[0], key) and isinstance(args[1], list):
+        return [("enum", args[1])] if args[1] and all(not isinstance(v, dict | list) for v in args[1]) else []
+    if operator in _FLIPPED:
+        operator, args = _FLIPPED[operator], list(reversed(args))
+    if operator not in _BOUNDS or len(args) not in (2, 3):
+        return []
+    low, high = _BOUNDS[operator]
+    if len(args) == 3 and _reads(args[1], key) and _is_number(args[0]) and _is_number(args[2]):
+        return [(low, args[0]), (high, args[2])]
+    if len(args) == 2 and _reads(args[0], key) and _is_number(args[1]):
+        return [(high, args[1])]
+    if len(args) == 2 and _reads(args[1], key) and _is_number(args[0]):
+        return [(low, args[0])]
+    return []
+
+
+def _fits(schema: dict[str, Any], value: Any) -> bool:
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if kind is None:
+        return True
+    names = {bool: "boolean", str: "string", int: "integer", float: "number"}
+    name = names.get(type(value))
+    return (
+        name in kinds
+        or (name == "integer" and "number" in kinds)
+        or (name == "number" and "integer" in kinds and float(value).is_integer())
+    )
+
+
+def _condition_keys(condition: Any) -> list[str]:
+    from llm_fsm.authoring.condition_solver import condition_keys
+
+    return condition_keys(condition)
+
+
+def _branch(
+    target: str, values: Mapping[str, dict[str, Any]], *, need: Collection[str] = (), null: Collection[str] = ()
+) -> dict[str, Any]:
+    def value(key: str) -> dict[str, Any]:
+        if key in need:
+            return values[key]
+        if key in null:
+            return {"type": "null"}
+        return {"anyOf": [values[key], {"type": "null"}]}
+
+    update = {
+        "type": "object",
+        "properties": {key: value(key) for key in values},
+        "required": list(values),
+        "additionalProperties": False,
+    }
+    return {
+        "type": "object",
+        "properties": {"context_update": update, "target_state": {"type": "string", "enum": [target]}},
+        "required": ["context_update", "target_state"],
+        "additionalProperties": False,
+    }
+
+
+def _inferred_type(state: State, key: str) -> str:
+    kinds: set[str] = set()
+    for transition in state.transitions:
+        for condition in transition.conditions:
+            if condition.logic is not None:
+                _collect_kinds(condition.logic, key, kinds)
+    if kinds == {"boolean"}:
+        return "boolean"
+    if kinds == {"number", "integer"}:  # compared as a number, and tested to be whole ({"%": [key, 1]} == 0)
+        return "integer"
+    if kinds <= {"number", "integer"} and kinds:
+        return "number"
+    return "string"
+
+
+def _collect_kinds(rule: Any, key: str, kinds: set[str]) -> None:
+    """How the rule compares ``key``: with booleans, numbers, or anything else (text)."""
+    todo = [rule]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for operator, args in node.items():
+            arguments = args if isinstance(args, list) else [args]
+            todo.extend(arguments)
+            if not any(_reads(argument, key) for argument in arguments):
+                continue
+            constants = [a for a in arguments if not isinstance(a, dict | list)]
+            if operator == "%" and len(arguments) == 2 and arguments[1] == 1 and _reads(arguments[0], key):
+                kinds.update(("number", "integer"))
+            elif operator in _EQUALITY_OPS and constants and all(isinstance(c, bool) for c in constants):
+                kinds.add("boolean")
+            elif operator in _NUMERIC_OPS and all(_is_number(c) for c in constants):
+                kinds.add("number")
+            else:
+                kinds.add("text")
+
+
+def _reads(node: Any, key: str) -> bool:
+    if not isinstance(node, dict) or "var" not in node:
+        return False
+    name = node["var"][0] if isinstance(node["var"], list) and node["var"] else node["var"]
+    return isinstance(name, str) and name.split(".")[0] == key
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def _unique(branches: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    seen: list[dict[str, Any]] = []
+    for branch in branches:
+        if branch not in seen:
+            seen.append(branch)
+    return seen

@@ -1,0 +1,245 @@
+"""Guided replies: the per-turn reply schema for small models (llm_fsm.guided), and how it is reached."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+
+import llm_fsm
+from llm_fsm.cli.options import Provider, make_client
+from llm_fsm.guided import MAX_STAY_BRANCHES, MAX_TEXT, guided_schema, value_schema
+from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing.cassette import RecordingLLM, ReplayLLM
+from tests.conftest import example_hooks
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "fsm_definitions"
+
+
+def example(name: str) -> llm_fsm.FSMDefinition:
+    return llm_fsm.load(EXAMPLES / f"{name}.json")
+
+
+def reply(target: str, update: dict[str, Any], message: str = "ok") -> dict[str, Any]:
+    return {"transition": {"context_update": update, "target_state": target}, "message": message}
+
+
+def valid(schema: dict[str, Any], value: dict[str, Any]) -> bool:
+    return jsonschema.Draft202012Validator(schema).is_valid(value)
+
+
+def branches(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    transition = schema["properties"]["transition"]
+    return transition.get("anyOf", [transition])
+
+
+def test_a_move_is_offered_with_the_values_it_needs_and_staying_only_without_them():
+    schema = guided_schema(example("form_filling"), "collect_name", {})
+    assert valid(schema, reply("collect_email", {"name": "Maya Chen"}))
+    assert valid(schema, reply("collect_name", {"name": None}))
+    assert not valid(schema, reply("collect_name", {"name": "Maya Chen"}))  # the name is there: move on
+    assert not valid(schema, reply("collect_email", {"name": None}))  # no name: this move cannot hold
+
+
+def test_the_update_comes_before_the_target_and_no_reasoning_is_asked_for():
+    schema = guided_schema(example("form_filling"), "confirm", {"name": "A", "email": "a@b.co", "age": 30})
+    assert schema["required"] == ["transition", "message"]
+    for branch in branches(schema):
+        assert list(branch["properties"]) == ["context_update", "target_state"]
+        assert branch["required"] == ["context_update", "target_state"]
+
+
+def test_an_opening_writes_nothing():
+    schema = guided_schema(example("form_filling"), "collect_name", {}, opening=True)
+    assert valid(schema, reply("collect_name", {}))
+    assert not valid(schema, reply("collect_name", {"name": "Jordan Lee"}))
+    assert not valid(schema, reply("collect_email", {}))  # nothing written, so no move that needs a name
+
+
+def test_a_move_that_needs_a_key_this_state_cannot_write_is_not_offered():
+    # date_time goes on once check_availability wrote "availability" (code-only), and to confirm_booking
+    # only when guest_name and phone are known too: the model can write none of them there
+    definition = example("restaurant_booking")
+
+    def offered(context: dict[str, Any]) -> set[str]:
+        return {
+            b["properties"]["target_state"]["enum"][0]
+            for b in branches(guided_schema(definition, "date_time", context))
+        }
+
+    assert offered({}) == {"date_time", "welcome", "not_booked"}
+    availability = {"available": True, "date": "2026-12-01", "time": "19:00", "party_size": 2}
+    assert offered({"availability": availability, "party_size": 2}) == {
+        "date_time",
+        "welcome",
+        "not_booked",
+        "contact_details",
+    }
+    known = {"availability": availability, "party_size": 2, "guest_name": "Maya", "phone": "555-0100"}
+    assert "confirm_booking" in offered(known)
+
+
+def test_a_move_whose_conditions_fail_on_keys_it_cannot_change_is_not_offered():
+    definition = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "gate",
+            "initial_state": "start",
+            "states": {
+                "start": {
+                    "id": "start",
+                    "purpose": "wait",
+                    "writable_keys": ["note"],
+                    "transitions": [
+                        {
+                            "target_state": "vip",
+                            "conditions": [{"description": "vip", "logic": {"==": [{"var": "tier"}, "gold"]}}],
+                        }
+                    ],
+                },
+                "vip": {"id": "vip", "purpose": "done", "transitions": []},
+            },
+        }
+    )
+    offered = lambda context: {  # noqa: E731
+        b["properties"]["target_state"]["enum"][0] for b in branches(guided_schema(definition, "start", context))
+    }
+    assert offered({"tier": "silver"}) == {"start"}
+    assert offered({"tier": "gold"}) == {"start", "vip"}
+
+
+def test_values_are_typed_from_the_context_schema_or_from_how_conditions_use_them():
+    definition = example("form_filling")
+    confirm = definition.states["confirm"]
+    assert value_schema(definition, confirm, "age")["type"] == "integer"  # context_schema
+    assert value_schema(definition, confirm, "confirmed") == {"type": "boolean"}  # compared with true
+    assert value_schema(definition, confirm, "name") == {"type": "string", "maxLength": MAX_TEXT}
+    schema = guided_schema(definition, "collect_age", {"name": "A", "email": "a@b.co"})
+    assert valid(schema, reply("confirm", {"age": 34}))
+    assert not valid(schema, reply("confirm", {"age": "34"}))
+    small_talk = example("small_talk")
+    schema = guided_schema(small_talk, "check_in", {"user_name": "Maya"})
+    assert not valid(schema, reply("check_in", {"mood": None, "user_said_goodbye": "I'm Leo, going to the party"}))
+
+
+def test_text_is_bounded_so_a_looping_model_ends_its_value():
+    schema = guided_schema(example("form_filling"), "collect_name", {})
+    assert not valid(schema, reply("collect_email", {"name": "x" * (MAX_TEXT + 1)}))
+    assert not valid(schema, reply("collect_email", {"name": "Maya"}, message="y" * 10_000))
+
+
+def test_staying_is_left_open_when_its_branches_would_multiply():
+    keys = [f"k{i}" for i in range(4)]
+    transitions = [
+        {"target_state": "end", "conditions": [{"description": f"{a} and {b}", "requires_context_keys": [a, b]}]}
+        for a, b in (("k0", "k1"), ("k2", "k3"), ("k0", "k2"), ("k1", "k3"))
+    ]
+    definition = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "many",
+            "initial_state": "start",
+            "states": {
+                "start": {"id": "start", "purpose": "p", "writable_keys": keys, "transitions": transitions},
+                "end": {"id": "end", "purpose": "done", "transitions": []},
+            },
+        }
+    )
+    schema = guided_schema(definition, "start", {})
+    stays = [b for b in branches(schema) if b["properties"]["target_state"]["enum"] == ["start"]]
+    assert 2**4 > MAX_STAY_BRANCHES and len(stays) == 1
+    assert valid(schema, reply("start", dict.fromkeys(keys, "v")))
+
+
+def scripted_conversation(name: str, replies: list[Any], **options: Any) -> tuple[llm_fsm.Conversation, ScriptedLLM]:
+    llm = ScriptedLLM(replies)
+    return llm_fsm.Conversation(example(name), llm, **options), llm
+
+
+def test_a_guided_conversation_sends_the_guided_schema_and_says_the_order_in_its_prompt():
+    conversation, llm = scripted_conversation(
+        "form_filling",
+        [reply("collect_name", {}, "Hi! Your name?"), reply("collect_email", {"name": "Maya Chen"}, "Thanks! Email?")],
+        guided=True,
+    )
+    conversation.start()
+    assert conversation.send("maya chen").state == "collect_email"
+    opening, turn = llm.requests
+    assert opening.strict_schema == guided_schema(conversation.definition, "collect_name", {}, opening=True)
+    assert turn.strict_schema == guided_schema(conversation.definition, "collect_name", {})
+    system = turn.messages[0]["content"]
+    assert '{"transition": {"context_update": {"key": "value"}, "target_state":' in system
+    assert '"reasoning"' not in system.split("<response>")[1].split("</response>")[0]
+
+
+def test_an_unguided_conversation_is_unchanged():
+    conversation, llm = scripted_conversation("form_filling", [reply("collect_name", {}, "Hi!")])
+    conversation.start()
+    (request,) = llm.requests
+    assert request.strict_schema["required"] == ["transition", "message", "reasoning"]
+    assert '{"transition": {"target_state":' in request.messages[0]["content"]
+
+
+def test_the_client_says_whether_its_conversations_are_guided():
+    client = llm_fsm.LiteLLMClient("openai/smollm2", api_base="http://127.0.0.1:9/v1", guided=True)
+    assert llm_fsm.Conversation(example("quiz"), client).settings.guided
+    assert not llm_fsm.Conversation(example("quiz"), client, guided=False).settings.guided
+    assert not llm_fsm.Conversation(example("quiz"), ScriptedLLM([])).settings.guided
+    made = make_client("openai/smollm2", Provider(api_base="http://127.0.0.1:9/v1", guided=True))
+    assert made.guided is True
+
+
+def test_a_cassette_keeps_guided_so_a_replay_sends_the_same_requests(tmp_path):
+    inner = ScriptedLLM([reply("collect_name", {}, "Hi!")])
+    inner.guided = True
+    recording = RecordingLLM(inner, tmp_path / "c.json")
+    llm_fsm.Conversation(example("form_filling"), recording).start()
+    replay = ReplayLLM(tmp_path / "c.json")
+    assert replay.guided is True
+    assert llm_fsm.Conversation(example("form_filling"), replay).start().message == "Hi!"
+
+
+def test_with_tools_in_the_json_form_the_schema_offers_the_reply_or_a_call_of_a_listed_tool():
+    path = EXAMPLES / "support_triage.json"
+    llm = ScriptedLLM([reply("triage", {}, "Hi, what happened?")], tool_calling="json")
+    conversation = llm_fsm.Conversation(llm_fsm.load(path), llm, hooks=example_hooks(path), guided=True)
+    conversation.start()
+    (request,) = llm.requests
+    answer, call = request.strict_schema["anyOf"]
+    assert answer == guided_schema(conversation.definition, "triage", {}, opening=True)
+    assert valid(request.strict_schema, reply("triage", {}))
+    service = {"service": "login"}
+    assert valid(request.strict_schema, {"tool_calls": [{"name": "service_status", "arguments": service}]})
+    assert not valid(request.strict_schema, {"tool_calls": [{"name": "service_status", "arguments": {}}]})
+    assert not valid(request.strict_schema, {"tool_calls": [{"name": "rm_rf", "arguments": service}]})
+    assert not valid(call, {"tool_calls": []})
+
+
+def test_a_moves_values_are_narrowed_by_its_simple_comparisons():
+    schema = guided_schema(example("restaurant_booking"), "welcome", {})
+    assert valid(schema, reply("date_time", {"party_size": 4, "booking_abandoned": None}))
+    assert not valid(schema, reply("date_time", {"party_size": 10, "booking_abandoned": None}))  # 1 to 8
+    assert valid(schema, reply("large_party", {"party_size": 10, "booking_abandoned": None}))
+    assert not valid(schema, reply("large_party", {"party_size": 8, "booking_abandoned": None}))  # more than 8
+    assert not valid(schema, reply("not_booked", {"party_size": None, "booking_abandoned": False}))  # == true
+    assert valid(schema, reply("not_booked", {"party_size": None, "booking_abandoned": True}))
+    triage = guided_schema(example("order_flow"), "select_product", {})
+    assert not valid(
+        triage, reply("choose_quantity", {"product": "toaster", "unit_price": 10, "customer_cancelled": None})
+    )
+    wide = guided_schema(example("restaurant_booking"), "welcome", {}, narrow=False)
+    assert valid(wide, reply("date_time", {"party_size": 10, "booking_abandoned": None}))  # the engine refuses it
+
+
+def test_without_eagerness_the_model_may_stay_whatever_it_wrote():
+    lazy = guided_schema(example("form_filling"), "collect_name", {}, eager=False)
+    assert valid(lazy, reply("collect_name", {"name": "Maya Chen"}))
+    assert not valid(lazy, reply("collect_email", {"name": None}))
+
+
+def test_a_key_tested_to_be_whole_is_an_integer_so_a_grammar_can_hold_its_bounds():
+    definition = example("restaurant_booking")
+    assert value_schema(definition, definition.states["welcome"], "party_size") == {"type": "integer"}
+    schema = guided_schema(definition, "welcome", {})
+    assert not valid(schema, reply("date_time", {"party_size": 2.5, "booking_abandoned": None}))
+    assert valid(schema, reply("date_time", {"party_size": 2, "booking_abandoned": None}))
