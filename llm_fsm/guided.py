@@ -23,8 +23,8 @@ An opening (no user text yet) offers no keys at all, since there is nothing to e
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Mapping
-from typing import Any
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, TypeVar
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import FSMDefinition, State, Transition
@@ -57,7 +57,8 @@ def guided_schema(
     keys = [] if opening else writable_keys(state, protected or definition.code_only_keys)
     values = {key: value_schema(definition, state, key) for key in keys}
     moves: list[dict[str, Any]] = []
-    fulfilled: list[list[str]] = []  # per earlier move: keys that, all given, make it hold (presence only)
+    # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)
+    fulfilled: list[dict[str, dict[str, Any] | None]] = []
     stay_needs: list[list[str]] = []
     for transition in state.transitions_by_priority():
         needed = _needed(transition, context, keys)
@@ -65,15 +66,17 @@ def guided_schema(
             continue
         narrowed = {key: _narrowed(values[key], transition, key) for key in needed} if narrow else {}
         own = {**values, **narrowed}
-        # an earlier (higher-priority) move whose keys are all given wins: this one needs one of them left null
-        earlier = [[k for k in keys_ if k not in needed] for keys_ in fulfilled] if eager else []
-        for combo in _combos(earlier):
-            moves.append(_branch(transition.target_state, own, need=needed, null=set(combo)))
+        # an earlier (higher-priority) move the update fulfils wins: this one is offered with one of its keys
+        # left null or given a value that breaks it
+        groups = [_breakers(earlier, needed) for earlier in fulfilled] if eager else []
+        for combo in _combos([group for group in groups if group is not None]):
+            moves.append(_branch(transition.target_state, own, need=needed, given=_given(combo)))
         if needed and eager:
             stay_needs.append(needed)
-            if all(_narrowed(values[key], transition, key) == values[key] for key in needed):
-                fulfilled.append(needed)
-    stays = [_branch(state.id, values, null=set(combo)) for combo in _combos(stay_needs)]
+            breaking = {key: _breaking(values[key], own[key]) for key in needed}
+            if all(value is not False for value in breaking.values()):
+                fulfilled.append(breaking)  # type: ignore[arg-type]  (False was ruled out just above)
+    stays = [_branch(state.id, values, given=_given((key, None) for key in combo)) for combo in _combos(stay_needs)]
     branches = _unique([*moves, *stays])
     transition = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return {
@@ -84,12 +87,64 @@ def guided_schema(
     }
 
 
-def _combos(groups: list[list[str]]) -> list[tuple[str, ...]]:
-    """One key from each group (a group left empty cannot be satisfied: no combination); bounded."""
+T = TypeVar("T")
+NULL: dict[str, Any] = {"type": "null"}
+
+
+def _combos(groups: list[list[T]]) -> list[tuple[T, ...]]:
+    """One item from each group (a group left empty cannot be satisfied: no combination); bounded."""
     if any(not group for group in groups):
         return []
     combos = list(itertools.product(*groups))
     return combos if len(combos) <= MAX_STAY_BRANCHES else [()]
+
+
+def _breakers(
+    earlier: Mapping[str, dict[str, Any] | None], needed: Collection[str]
+) -> list[tuple[str, dict[str, Any] | None]] | None:
+    """The ways a move needing ``needed`` can leave an earlier one unfulfilled: one of the earlier move's
+    other keys null or breaking it (an empty list: the earlier move holds whenever this one does). None
+    when the earlier move narrows a key this one needs too: which holds depends on the value (the engine's
+    check decides, as without guidance)."""
+    ways: list[tuple[str, dict[str, Any] | None]] = []
+    for key, breaking in earlier.items():
+        if key not in needed:
+            ways.append((key, breaking))
+        elif breaking is not None:
+            return None  # both narrow it: which one holds depends on the value, left to the engine
+    return ways
+
+
+def _given(combo: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, dict[str, Any]]:
+    """The value schema of each key a combination constrains (null, or null or a breaking value)."""
+    given: dict[str, dict[str, Any]] = {}
+    for key, breaking in combo:
+        schema = NULL if breaking is None else {"anyOf": [breaking, NULL]}
+        given[key] = NULL if key in given and given[key] != schema else schema
+    return given
+
+
+def _breaking(base: dict[str, Any], narrowed: dict[str, Any]) -> dict[str, Any] | None | bool:
+    """A schema of the values ``narrowed`` rules out (within ``base``): None when it narrows nothing
+    (only null breaks it), False when that cannot be said in JSON Schema without ``not``."""
+    if narrowed == base:
+        return None
+    if narrowed.get("type") == "boolean" and isinstance(narrowed.get("const"), bool):
+        return {"type": "boolean", "const": not narrowed["const"]}
+    kind = narrowed.get("type")
+    if kind in ("integer", "number") and not {"const", "enum"} & set(narrowed):
+        outside = []
+        if "minimum" in narrowed:
+            outside.append({"type": kind, "exclusiveMaximum": narrowed["minimum"]})
+        if "exclusiveMinimum" in narrowed:
+            outside.append({"type": kind, "maximum": narrowed["exclusiveMinimum"]})
+        if "maximum" in narrowed:
+            outside.append({"type": kind, "exclusiveMinimum": narrowed["maximum"]})
+        if "exclusiveMaximum" in narrowed:
+            outside.append({"type": kind, "minimum": narrowed["exclusiveMaximum"]})
+        if outside:
+            return outside[0] if len(outside) == 1 else {"anyOf": outside}
+    return False
 
 
 def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
@@ -158,6 +213,14 @@ def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
     ((operator, args),) = rule.items()
     if not isinstance(args, list):
         return []
+    if operator == "or" and args:  # each part names values of the key: any of them
+        values: list[Any] = []
+        for part in args:
+            found = _comparison(part, key)
+            if not found or found[0][0] not in ("const", "enum"):
+                return []
+            values.extend(found[0][1] if found[0][0] == "enum" else [found[0][1]])
+        return [("enum", list(dict.fromkeys(values)))]
     if operator in ("==", "===") and len(args) == 2:
         other = args[1] if _reads(args[0], key) else args[0] if _reads(args[1], key) else None
         return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
@@ -200,14 +263,20 @@ def _condition_keys(condition: Any) -> list[str]:
 
 
 def _branch(
-    target: str, values: Mapping[str, dict[str, Any]], *, need: Collection[str] = (), null: Collection[str] = ()
+    target: str,
+    values: Mapping[str, dict[str, Any]],
+    *,
+    need: Collection[str] = (),
+    given: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
+    given = given or {}
+
     def value(key: str) -> dict[str, Any]:
         if key in need:
             return values[key]
-        if key in null:
-            return {"type": "null"}
-        return {"anyOf": [values[key], {"type": "null"}]}
+        if key in given:
+            return given[key]
+        return {"anyOf": [values[key], NULL]}
 
     update = {
         "type": "object",

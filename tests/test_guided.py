@@ -6,7 +6,6 @@ from pathlib import Path
 from typing import Any
 
 import jsonschema
-import pytest
 
 import llm_fsm
 from llm_fsm.cli.options import Provider, make_client
@@ -147,7 +146,7 @@ def test_staying_is_left_open_when_its_branches_would_multiply():
     )
     schema = guided_schema(definition, "start", {})
     stays = [b for b in branches(schema) if b["properties"]["target_state"]["enum"] == ["start"]]
-    assert 2**4 > MAX_STAY_BRANCHES and len(stays) == 1
+    assert MAX_STAY_BRANCHES < 2**4 and len(stays) == 1
     assert valid(schema, reply("start", dict.fromkeys(keys, "v")))
 
 
@@ -243,3 +242,26 @@ def test_a_key_tested_to_be_whole_is_an_integer_so_a_grammar_can_hold_its_bounds
     schema = guided_schema(definition, "welcome", {})
     assert not valid(schema, reply("date_time", {"party_size": 2.5, "booking_abandoned": None}))
     assert valid(schema, reply("date_time", {"party_size": 2, "booking_abandoned": None}))
+
+
+def test_an_or_of_values_of_one_key_narrows_it_to_those_values():
+    schema = guided_schema(example("support_triage"), "triage", {})
+    update = dict.fromkeys(["category", "issue_summary", "severity", "product_area", "error_message", "invoice_number"])
+    technical = {**update, "category": "technical", "issue_summary": "cannot log in", "severity": "high"}
+    assert valid(schema, reply("technical", technical))
+    assert valid(schema, reply("technical", {**technical, "category": "account_access"}))
+    assert not valid(schema, reply("technical", {**technical, "category": "session_expired"}))
+
+
+def test_an_earlier_move_the_update_fulfils_wins_over_a_later_one():
+    schema = guided_schema(example("restaurant_booking"), "welcome", {})
+    # a party of 4 is a date_time move (priority 10): giving up (not_booked, 90) needs no valid party size
+    assert not valid(schema, reply("not_booked", {"party_size": 4, "booking_abandoned": True}))
+    assert valid(schema, reply("not_booked", {"party_size": None, "booking_abandoned": True}))
+    assert not valid(schema, reply("not_booked", {"party_size": 12, "booking_abandoned": True}))  # large_party
+    assert valid(schema, reply("date_time", {"party_size": 4, "booking_abandoned": True}))
+    # large_party narrows party_size as date_time does: the value tells them apart, and the engine checks it
+    assert valid(schema, reply("large_party", {"party_size": 12, "booking_abandoned": None}))
+    talk = guided_schema(example("small_talk"), "greeting", {})
+    assert not valid(talk, reply("farewell", {"user_name": "Maya", "user_said_goodbye": True}))  # check_in first
+    assert valid(talk, reply("farewell", {"user_name": None, "user_said_goodbye": True}))

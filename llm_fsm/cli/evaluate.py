@@ -132,8 +132,9 @@ def _cells(figures: list[dict[str, float]]) -> list[str]:
     errors = sum(int(f["errors"]) for f in figures)
     if errors:
         kinds["model call failed"] = errors
+    reached = f"{mean('reached'):.1f}/{first['course_turns']} ({100 * mean('reached_rate'):.0f}%)"
     return [
-        f"{mean('reached'):.1f}/{first['course_turns']} ({100 * mean('reached_rate'):.0f}%){spread('reached_rate', '.0%')}",
+        reached + spread("reached_rate", ".0%"),
         f"{mean('finished'):.1f}/{first['courses']}",
         f"{100 * mean('first_valid_rate'):.0f}%",
         f"{mean('calls_per_turn'):.2f}",
