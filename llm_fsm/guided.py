@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import FSMDefinition, State, Transition
 
-MAX_TEXT = 80  # characters of a text value
+MAX_TEXT = 200  # characters of a text value
 MAX_MESSAGE = 400  # characters of the message
 MAX_STAY_BRANCHES = 8  # past this, staying is left unconstrained (the schema would grow as a product)
 
@@ -59,7 +59,6 @@ def guided_schema(
     moves: list[dict[str, Any]] = []
     # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)
     fulfilled: list[dict[str, dict[str, Any] | None]] = []
-    stay_needs: list[list[str]] = []
     for transition in state.transitions_by_priority():
         needed = _needed(transition, context, keys)
         if needed is None:
@@ -71,12 +70,11 @@ def guided_schema(
         groups = [_breakers(earlier, needed) for earlier in fulfilled] if eager else []
         for combo in _combos([group for group in groups if group is not None]):
             moves.append(_branch(transition.target_state, own, need=needed, given=_given(combo)))
-        if needed and eager:
-            stay_needs.append(needed)
-            breaking = {key: _breaking(values[key], own[key]) for key in needed}
-            if all(value is not False for value in breaking.values()):
-                fulfilled.append(breaking)  # type: ignore[arg-type]  (False was ruled out just above)
-    stays = [_branch(state.id, values, given=_given((key, None) for key in combo)) for combo in _combos(stay_needs)]
+        breaking = {key: _breaking(values[key], own[key]) for key in needed}
+        if needed and eager and all(value is not False for value in breaking.values()):
+            # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
+            fulfilled.append(breaking)  # type: ignore[arg-type]  (False was ruled out just above)
+    stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
     branches = _unique([*moves, *stays])
     transition = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return {
@@ -103,16 +101,11 @@ def _breakers(
     earlier: Mapping[str, dict[str, Any] | None], needed: Collection[str]
 ) -> list[tuple[str, dict[str, Any] | None]] | None:
     """The ways a move needing ``needed`` can leave an earlier one unfulfilled: one of the earlier move's
-    other keys null or breaking it (an empty list: the earlier move holds whenever this one does). None
-    when the earlier move narrows a key this one needs too: which holds depends on the value (the engine's
-    check decides, as without guidance)."""
-    ways: list[tuple[str, dict[str, Any] | None]] = []
-    for key, breaking in earlier.items():
-        if key not in needed:
-            ways.append((key, breaking))
-        elif breaking is not None:
-            return None  # both narrow it: which one holds depends on the value, left to the engine
-    return ways
+    keys null or breaking it. None when the two moves need a key in common: then what tells them apart
+    is the value or the description, and the model chooses (the engine checks), as without guidance."""
+    if any(key in needed for key in earlier):
+        return None
+    return list(earlier.items())
 
 
 def _given(combo: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, dict[str, Any]]:
@@ -165,18 +158,72 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
 
 def _needed(transition: Transition, context: Mapping[str, Any], writable: list[str]) -> list[str] | None:
     """The keys an update must give for ``transition`` to be able to hold; None when no update can
-    make it hold (it needs a key this state may not write, or fails on keys it may not change)."""
+    make it hold (it requires a key this state may not write, or fails on keys it may not change).
+
+    Only plain requirements count: ``requires_context_keys`` and conditions made of comparisons of a
+    key with constants (joined by ``and``). A move with any other condition (``or`` of keys, ``!``,
+    ``missing``, ``if``, a default, a nested path, a comparison with null) is offered as it is and never
+    forced: when it holds is the engine's to check."""
     from llm_fsm.engine import unmet_condition
 
-    read = {key.split(".")[0] for condition in transition.conditions for key in _condition_keys(condition)}
-    if not read:  # a judgement call (a description only, or no condition): always offered, never forced
-        return []
-    missing = sorted(key for key in read if context.get(key) is None)
+    required, plain = _required_keys(transition)
+    missing = sorted(key for key in required if context.get(key) is None)
     if any(key not in writable for key in missing):
-        return None
-    if not missing and not read & set(writable) and unmet_condition(transition, dict(context)) is not None:
+        return None  # a plain requirement no update can meet: the conditions cannot all hold
+    if not plain or not required:
+        return []
+    if not missing and not set(required) & set(writable) and unmet_condition(transition, dict(context)) is not None:
         return None
     return missing
+
+
+def _required_keys(transition: Transition) -> tuple[list[str], bool]:
+    """The keys the transition's conditions plainly require (see :func:`_needed`), and whether every
+    part of them is such a plain requirement."""
+    keys: list[str] = []
+    plain = True
+    for condition in transition.conditions:
+        for key in condition.requires_context_keys:
+            if "." in key:
+                plain = False
+            else:
+                keys.append(key)
+        for rule in _conjuncts(condition.logic):
+            key = _compared_key(rule) or _whole_key(rule)
+            if key is None or not (_comparison(rule, key) or _whole_key(rule)):
+                plain = False
+            else:
+                keys.append(key)
+    return list(dict.fromkeys(keys)), plain
+
+
+def _whole_key(rule: Any) -> str | None:
+    """The key of a whole-number test, ``{"==": [{"%": [{"var": key}, 1]}, 0]}``, or None."""
+    if not isinstance(rule, dict) or set(rule) != {"=="} or not isinstance(rule["=="], list):
+        return None
+    args = rule["=="]
+    if len(args) != 2 or args[1] != 0 or not isinstance(args[0], dict) or set(args[0]) != {"%"}:
+        return None
+    modulo = args[0]["%"]
+    if not isinstance(modulo, list) or len(modulo) != 2 or modulo[1] != 1:
+        return None
+    return _compared_key({"==": [modulo[0], 0]})
+
+
+def _compared_key(rule: Any) -> str | None:
+    """The one plain key (no dots, no default) a comparison reads, or None."""
+    if not isinstance(rule, dict) or len(rule) != 1:
+        return None
+    ((operator, args),) = rule.items()
+    if not isinstance(args, list):
+        return None
+    if operator == "or":
+        keys = {_compared_key(part) for part in args}
+        return keys.pop() if len(keys) == 1 else None
+    names = [a["var"] for a in args if isinstance(a, dict) and "var" in a]
+    if len(names) != 1 or not isinstance(names[0], str) or "." in names[0] or not names[0]:
+        return None
+    return names[0]
 
 
 def _narrowed(schema: dict[str, Any], transition: Transition, key: str) -> dict[str, Any]:
@@ -292,7 +339,7 @@ def _branch(
     }
 
 
-def _inferred_type(state: State, key: str) -> str:
+def _inferred_type(state: State, key: str) -> str | None:
     kinds: set[str] = set()
     for transition in state.transitions:
         for condition in transition.conditions:
@@ -304,7 +351,7 @@ def _inferred_type(state: State, key: str) -> str:
         return "integer"
     if kinds <= {"number", "integer"} and kinds:
         return "number"
-    return "string"
+    return "string" if kinds else None
 
 
 def _collect_kinds(rule: Any, key: str, kinds: set[str]) -> None:
@@ -329,7 +376,7 @@ def _collect_kinds(rule: Any, key: str, kinds: set[str]) -> None:
                 kinds.add("boolean")
             elif operator in _NUMERIC_OPS and all(_is_number(c) for c in constants):
                 kinds.add("number")
-            else:
+            elif constants:  # compared with text (or null): text; with an expression: nothing known
                 kinds.add("text")
 
 
@@ -337,7 +384,7 @@ def _reads(node: Any, key: str) -> bool:
     if not isinstance(node, dict) or "var" not in node:
         return False
     name = node["var"][0] if isinstance(node["var"], list) and node["var"] else node["var"]
-    return isinstance(name, str) and name.split(".")[0] == key
+    return isinstance(name, str) and name == key  # "key.part" reads inside an object: not the key's own value
 
 
 def _is_number(value: Any) -> bool:

@@ -113,7 +113,7 @@ def test_values_are_typed_from_the_context_schema_or_from_how_conditions_use_the
     confirm = definition.states["confirm"]
     assert value_schema(definition, confirm, "age")["type"] == "integer"  # context_schema
     assert value_schema(definition, confirm, "confirmed") == {"type": "boolean"}  # compared with true
-    assert value_schema(definition, confirm, "name") == {"type": "string", "maxLength": MAX_TEXT}
+    assert value_schema(definition, confirm, "name") == {"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT}
     schema = guided_schema(definition, "collect_age", {"name": "A", "email": "a@b.co"})
     assert valid(schema, reply("confirm", {"age": 34}))
     assert not valid(schema, reply("confirm", {"age": "34"}))
@@ -222,10 +222,11 @@ def test_a_moves_values_are_narrowed_by_its_simple_comparisons():
     assert not valid(schema, reply("large_party", {"party_size": 8, "booking_abandoned": None}))  # more than 8
     assert not valid(schema, reply("not_booked", {"party_size": None, "booking_abandoned": False}))  # == true
     assert valid(schema, reply("not_booked", {"party_size": None, "booking_abandoned": True}))
-    triage = guided_schema(example("order_flow"), "select_product", {})
-    assert not valid(
-        triage, reply("choose_quantity", {"product": "toaster", "unit_price": 10, "customer_cancelled": None})
-    )
+    triage = guided_schema(example("support_triage"), "triage", {})
+    update = dict.fromkeys(["category", "issue_summary", "severity", "product_area", "error_message", "invoice_number"])
+    billing = {**update, "category": "billing", "issue_summary": "charged twice", "severity": "low"}
+    assert valid(triage, reply("billing", billing))
+    assert not valid(triage, reply("billing", {**billing, "severity": "whenever"}))
     wide = guided_schema(example("restaurant_booking"), "welcome", {}, narrow=False)
     assert valid(wide, reply("date_time", {"party_size": 10, "booking_abandoned": None}))  # the engine refuses it
 
@@ -265,3 +266,66 @@ def test_an_earlier_move_the_update_fulfils_wins_over_a_later_one():
     talk = guided_schema(example("small_talk"), "greeting", {})
     assert not valid(talk, reply("farewell", {"user_name": "Maya", "user_said_goodbye": True}))  # check_in first
     assert valid(talk, reply("farewell", {"user_name": None, "user_said_goodbye": True}))
+
+
+def definition_with(transitions: list[dict[str, Any]], **state: Any) -> llm_fsm.FSMDefinition:
+    return llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "t",
+            "initial_state": "a",
+            "states": {
+                "a": {"id": "a", "purpose": "p", "transitions": transitions, **state},
+                "b": {"id": "b", "purpose": "end", "transitions": []},
+                "c": {"id": "c", "purpose": "end", "transitions": []},
+            },
+        }
+    )
+
+
+def move(target: str, logic: Any = None, keys: list[str] | None = None, priority: int = 100) -> dict[str, Any]:
+    condition: dict[str, Any] = {"description": "c"}
+    if logic is not None:
+        condition["logic"] = logic
+    if keys:
+        condition["requires_context_keys"] = keys
+    return {"target_state": target, "priority": priority, "conditions": [condition]}
+
+
+def test_what_the_user_said_can_be_written_without_making_a_move_hold():
+    # a user of 15: the model records it and stays (it need not invent an 18 to write anything)
+    definition = definition_with([move("b", {">=": [{"var": "age"}, 18]})], writable_keys=["age"])
+    schema = guided_schema(definition, "a", {})
+    assert valid(schema, reply("a", {"age": 15}))
+    assert not valid(schema, reply("a", {"age": 20}))  # a value that makes the move hold: move
+    assert valid(schema, reply("b", {"age": 20}))
+
+
+def test_conditions_the_grammar_cannot_read_are_offered_and_never_forced():
+    for logic, update in [
+        ({"or": [{"var": "x"}, {"var": "y"}]}, {"x": "yes", "y": None}),  # one of two keys
+        ({"==": [{"var": "a.b"}, True]}, {"a": None}),  # a nested path: left to the engine
+        ({"!": {"var": "x"}}, {"x": None}),  # holds when the key is absent
+        ({"==": [{"var": "x"}, None]}, {"x": None}),
+        ({"==": [{"var": ["x", "basic"]}, "basic"]}, {"x": None}),  # a default
+    ]:
+        keys = sorted({k.split(".")[0] for k in llm_fsm.logic.keys_read(logic)})
+        schema = guided_schema(definition_with([move("b", logic)], writable_keys=keys), "a", {})
+        full = {k: update.get(k) for k in keys}
+        assert valid(schema, reply("b", full)), logic
+        assert valid(schema, reply("a", {k: "said" for k in keys})), logic  # never forced to move
+
+
+def test_two_moves_that_need_the_same_key_are_both_reachable():
+    definition = definition_with([move("b", keys=["issue"], priority=1), move("c", keys=["issue"], priority=2)])
+    schema = guided_schema(definition, "a", {})
+    assert valid(schema, reply("b", {"issue": "charged twice"}))
+    assert valid(schema, reply("c", {"issue": "my wifi is broken"}))
+
+
+def test_a_key_compared_with_an_expression_takes_any_scalar():
+    definition = example("order_flow")
+    assert "integer" not in str(value_schema(definition, definition.states["select_product"], "unit_price"))
+    schema = guided_schema(definition, "select_product", {})
+    assert valid(
+        schema, reply("choose_quantity", {"product": "burr_grinder", "unit_price": 129, "customer_cancelled": None})
+    )
