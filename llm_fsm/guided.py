@@ -303,12 +303,6 @@ def _fits(schema: dict[str, Any], value: Any) -> bool:
     )
 
 
-def _condition_keys(condition: Any) -> list[str]:
-    from llm_fsm.authoring.condition_solver import condition_keys
-
-    return condition_keys(condition)
-
-
 def _branch(
     target: str,
     values: Mapping[str, dict[str, Any]],

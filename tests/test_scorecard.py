@@ -93,3 +93,44 @@ def test_eval_with_a_tool_example_uses_its_hooks_and_reports_failures_in_one_lin
     assert "turns reached" in result.stdout and "Traceback" not in result.output
     bare = runner.invoke(app, ["eval", str(EXAMPLES / "quiz.json")], env={"LLM_FSM_MODEL": ""})
     assert bare.exit_code == 2 and "eval needs a model" in bare.stderr
+
+
+def course_dir(tmp_path, lines: bytes | str, replies_json: object):
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "quiz.json").write_text((EXAMPLES / "quiz.json").read_text())
+    target = tmp_path / "scripts" / "quiz.txt"
+    target.write_bytes(lines) if isinstance(lines, bytes) else target.write_text(lines)
+    (tmp_path / "scripts" / "quiz.json").write_text(json.dumps(replies_json))
+    return tmp_path / "quiz.json"
+
+
+@pytest.mark.parametrize(
+    ("lines", "replies_of", "says"),
+    [
+        (b"caf\xe9\n", "quiz", "cannot read the user's lines"),
+        ("\n\n", "quiz", "no user lines"),
+        ("Sure, let's go!\nSydney?\n", "few", "do not match quiz.txt"),
+        ("Sure, let's go!\n", "refused", "the scripted run is refused at line 1 of quiz.txt"),
+    ],
+)
+def test_a_course_that_cannot_be_trusted_is_an_error_naming_its_file(tmp_path, lines, replies_of, says):
+    nowhere = {"transition": {"target_state": "nowhere", "context_update": {}}, "message": "?"}
+    script = {
+        "quiz": replies("quiz"),
+        "few": replies("quiz")[:2],
+        "refused": [replies("quiz")[0], nowhere, nowhere, nowhere],
+    }[replies_of]
+    path = course_dir(tmp_path, lines, {"replies": script})
+    result = runner.invoke(app, ["eval", str(path), "-m", f"scripted:{EXAMPLES / 'scripts' / 'quiz.json'}"])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert says in result.stderr and "quiz" in result.stderr
+
+
+def test_eval_exits_1_when_a_model_call_failed_after_printing_the_card():
+    result = runner.invoke(
+        app, ["eval", str(EXAMPLES / "quiz.json"), "-m", "openai/x", "--api-base", "http://127.0.0.1:9/v1",
+              "--api-key", "none", "--max-retries", "0", "--timeout", "5"],
+        env={"COLUMNS": "250"},
+    )  # fmt: skip
+    assert result.exit_code == 1, result.output
+    assert "model call failed: 1" in result.stdout and "1 model call(s) failed" in result.stderr

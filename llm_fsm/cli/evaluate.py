@@ -78,7 +78,7 @@ def evaluate(
         try:
             courses.append(course(file, scripts))
         except FSMError as exc:
-            fail(str(exc).splitlines()[0], 2)
+            fail(str(exc).strip(), 2)
     provider = Provider(
         api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
     )
@@ -98,6 +98,9 @@ def evaluate(
     _print(runs)
     if json_out is not None:
         write_output(json_out, as_json(runs) + "\n")
+    failed = sum(t.error is not None for scores in runs for score in scores for t in score.turns)
+    if failed:  # the card is printed, but a run the model could not finish is not a score
+        fail(f"{failed} model call(s) failed: see 'stopped:' above", 1)
 
 
 def _print(runs: list[list[CourseScore]]) -> None:
@@ -125,11 +128,11 @@ def _cells(figures: list[dict[str, float]]) -> list[str]:
         low, high = min(float(f[key]) for f in figures), max(float(f[key]) for f in figures)
         return "" if len(figures) == 1 or low == high else f" ({format(low, fmt)}-{format(high, fmt)})"
 
-    kinds: dict[str, int] = {}
-    for f in figures:
+    kinds: dict[str, float] = {}
+    for f in figures:  # per run, like every other column
         for kind, count in dict(f["rejected"]).items():  # type: ignore[call-overload]
-            kinds[kind] = kinds.get(kind, 0) + count
-    errors = sum(int(f["errors"]) for f in figures)
+            kinds[kind] = kinds.get(kind, 0) + count / len(figures)
+    errors = sum(int(f["errors"]) for f in figures) / len(figures)
     if errors:
         kinds["model call failed"] = errors
     reached = f"{mean('reached'):.1f}/{first['course_turns']} ({100 * mean('reached_rate'):.0f}%)"
@@ -141,5 +144,5 @@ def _cells(figures: list[dict[str, float]]) -> list[str]:
         f"{mean('prompt_tokens_per_turn'):.0f}",
         f"{mean('completion_tokens_per_turn'):.0f}",
         f"{mean('seconds_per_turn'):.2f}",
-        ", ".join(f"{k}: {v}" for k, v in sorted(kinds.items())) or "-",
+        ", ".join(f"{k}: {v:g}" for k, v in sorted(kinds.items())) or "-",
     ]

@@ -20,7 +20,7 @@ from typing import Any
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.errors import FSMError
+from llm_fsm.errors import FSMError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
@@ -81,14 +81,30 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     lines_file, replies_file = folder / f"{path.stem}.txt", folder / f"{path.stem}.json"
     if not lines_file.is_file() or not replies_file.is_file():
         raise FSMError(f"{path.name}: no course (needs {lines_file} and {replies_file})")
-    lines = tuple(line for line in lines_file.read_text(encoding="utf-8").splitlines() if line.strip())
-    scripted = ScriptedLLM.from_file(replies_file)
-    conversation = Conversation(definition, scripted, hooks=hooks)
-    expected = [conversation.start().state]
-    for line in lines:
-        if conversation.ended or conversation.paused:
-            break
-        expected.append(conversation.send(line).state)
+    try:
+        text = lines_file.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FSMError(f"{lines_file}: cannot read the user's lines: {exc}") from None
+    lines = tuple(line for line in text.splitlines() if line.strip())
+    if not lines:
+        raise FSMError(f"{lines_file}: no user lines (one per line)")
+    try:
+        scripted = ScriptedLLM.from_file(replies_file)
+        conversation = Conversation(definition, scripted, hooks=hooks)
+        expected = [conversation.start().state]
+        for number, line in enumerate(lines, 1):
+            if conversation.ended or conversation.paused:
+                break
+            result = conversation.send(line)
+            if result.llm_calls and len({r.attempt for r in result.rejected}) >= result.llm_calls:
+                first = result.rejected[-1]
+                raise FSMError(
+                    f"{replies_file}: the scripted run is refused at line {number} of {lines_file.name} "
+                    f"({first.kind}: {first.reason}): the course would expect the wrong states"
+                )
+            expected.append(result.state)
+    except LLMError as exc:
+        raise FSMError(f"{replies_file}: {exc} (the replies do not match {lines_file.name})") from None
     return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks)
 
 
