@@ -317,7 +317,8 @@ class EventStream(Response):
     media_type = "text/event-stream"
 
     def __init__(self, queue: asyncio.Queue[Any], task: asyncio.Task[Any], encode: Callable[[Any], bytes]) -> None:
-        super().__init__(headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        self.status_code, self.background = 200, None
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # no body: no Content-Length
         self.queue, self.task, self.encode = queue, task, encode
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
