@@ -128,40 +128,41 @@ class Service:
                 raise APIError(409, "conversation_conflict", "this conversation id is taken")
             return Conversation(definition, self.llm, state, context, hooks=self.hooks, **self.options)
 
-        return Stored(
-            conversation_id,
-            definition,
-            StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait),
-        )
+        key = _key(client, conversation_id)
+        return Stored(conversation_id, StoredConversation(self.store, key, make, wait=self.wait))
 
-    async def existing(self, client: str, conversation_id: str) -> Stored:
-        """The client's stored conversation; 404 when there is none (or it is another client's)."""
+    def stored(self, client: str, conversation_id: str) -> Stored:
+        """The client's stored conversation, read when its turn holds the lock. 404 when there is none (or
+        it is another client's: its existence is not revealed); 422 when its definition is not served or
+        changed in structure since it began."""
         if not _is_id(conversation_id):
             raise not_found(f"no conversation {conversation_id!r}")
-        key = _key(client, conversation_id)
-        record = await self.store.aload(key)
-        if record is None:
-            raise not_found(f"no conversation {conversation_id!r}")
-        name = record.snapshot.definition_name
-        definition = self.definitions.get(name)
-        if definition is None:
-            raise APIError(
-                422,
-                "definition_error",
-                f"conversation {conversation_id!r} runs definition {name!r}, which this server does not serve",
-            )
 
         def make(snapshot: Snapshot | None) -> Conversation:
-            if snapshot is None:  # deleted since it was looked up: never start a new one in its place
+            if snapshot is None:  # never stored, another client's, or deleted: never start one in its place
                 raise not_found(f"no conversation {conversation_id!r}")
+            definition = self.definitions.get(snapshot.definition_name)
+            if definition is None:
+                name = snapshot.definition_name
+                raise APIError(
+                    422,
+                    "definition_error",
+                    f"conversation {conversation_id!r} runs definition {name!r}, which this server does not serve",
+                )
             try:
                 return Conversation.restore(snapshot, definition, self.llm, hooks=self.hooks, **self.options)
             except ConversationError as exc:  # its definition's structure changed since it began
                 raise APIError(422, "definition_error", str(exc)) from None
 
-        stored = StoredConversation(self.store, key, make, wait=self.wait)
-        stored._take_up(record)  # noqa: SLF001 (the record just read: no second load before the lock)
-        return Stored(conversation_id, definition, stored)
+        return Stored(
+            conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
+        )
+
+    async def loaded(self, client: str, conversation_id: str) -> Stored:
+        """:meth:`stored`, read now (without the lock: to show it)."""
+        item = self.stored(client, conversation_id)
+        item.stored._take_up(await self.store.aload(item.stored.id))  # noqa: SLF001 (load() would block the loop)
+        return item
 
     def mask(self, definition: FSMDefinition) -> Callable[[dict[str, Any]], dict[str, Any]]:
         return (lambda context: context) if self.show_secrets else definition.masked
@@ -170,8 +171,12 @@ class Service:
 @dataclasses.dataclass
 class Stored:
     id: str
-    definition: FSMDefinition
     stored: StoredConversation
+
+    @property
+    def definition(self) -> FSMDefinition:
+        """The conversation's definition (once it was read)."""
+        return self.stored.conversation.definition
 
 
 def _key(client: str, conversation_id: str) -> str:
@@ -256,7 +261,9 @@ def _refusal(conversation: Conversation, text: str | None) -> None:
         raise ConversationError("the opening turn was already made: send a message", state=conversation.state)
 
 
-async def start_stream(item: Stored, text: str | None, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> Response:
+async def start_stream(
+    item: Stored, text: str | None, mask_of: Callable[[FSMDefinition], Callable[[dict[str, Any]], dict[str, Any]]]
+) -> Response:
     """Run the turn in a task of its own; once it holds the lock, answer with its events (else raise its error)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
@@ -276,7 +283,7 @@ async def start_stream(item: Stored, text: str | None, mask: Callable[[dict[str,
     if first is _DONE:
         task.result()  # raises the turn's error: a JSON error response
         raise APIError(500, "internal_error", "the turn ended before it started")  # pragma: no cover
-    return EventStream(queue, task, functools.partial(_encode, mask=mask))
+    return EventStream(queue, task, functools.partial(_encode, mask=mask_of(item.definition)))
 
 
 def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
@@ -562,8 +569,8 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def create_conversation(body: CreateConversation, client: Client, response: Response) -> dict[str, Any]:
         """A new conversation (optionally in ``state`` with ``context``), with its opening turn unless
         ``start`` is false. Nothing is stored when the opening turn fails."""
-        item = service.new(client, service.definition(body.definition), body.state, body.context)
-        mask = service.mask(item.definition)
+        definition = service.definition(body.definition)
+        item, mask = service.new(client, definition, body.state, body.context), service.mask(definition)
 
         async def opening(conversation: Conversation) -> TurnResult | None:
             return await conversation.astart() if body.start else None
@@ -579,13 +586,13 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/conversations/{conversation_id}", tags=["conversations"])
     async def get_conversation(conversation_id: str, client: Client) -> dict[str, Any]:
         """The conversation: state, status, context with each key's provenance, pending event, history."""
-        item = await service.existing(client, conversation_id)
+        item = await service.loaded(client, conversation_id)
         return conversation_view(item, service.mask(item.definition))
 
     @app.post("/conversations/{conversation_id}/messages", tags=["conversations"])
     async def send_message(conversation_id: str, body: SendMessage, client: Client) -> dict[str, Any]:
         """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it)."""
-        item = await service.existing(client, conversation_id)
+        item = service.stored(client, conversation_id)
         result = await item.stored.arun(lambda c: c.asend(body.message))
         return result_view(result, service.mask(item.definition))
 
@@ -599,21 +606,19 @@ def _routes(app: FastAPI, service: Service) -> None:
         ``tool_call`` and ``tool_result``, then ``result`` (the turn's result) or ``error``. A client
         that disconnects cancels the turn: the conversation is left as it was (or, if the turn had
         committed, with the whole turn)."""
-        item = await service.existing(client, conversation_id)
-        return await start_stream(item, body.message, service.mask(item.definition))
+        return await start_stream(service.stored(client, conversation_id), body.message, service.mask)
 
     @app.post("/conversations/{conversation_id}/resume", tags=["conversations"])
     async def resume(conversation_id: str, body: ResumeTurn, client: Client) -> dict[str, Any]:
         """Continue a paused conversation with its pending event's token, exactly once per token."""
-        item = await service.existing(client, conversation_id)
+        item = service.stored(client, conversation_id)
         result = await item.stored.arun(lambda c: c.aresume(body.token, body.result))
         return result_view(result, service.mask(item.definition))
 
     @app.delete("/conversations/{conversation_id}", status_code=204, tags=["conversations"])
     async def delete_conversation(conversation_id: str, client: Client) -> Response:
         """Delete the conversation (after any turn running on it)."""
-        item = await service.existing(client, conversation_id)
-        key = item.stored.id
+        key = service.stored(client, conversation_id).stored.id
         async with service.store.alock(key, timeout=service.wait):
             if not await service.store.adelete(key):
                 raise not_found(f"no conversation {conversation_id!r}")
