@@ -690,35 +690,37 @@ def test_a_client_that_disconnects_after_the_result_keeps_the_whole_turn(sqlite_
     assert [e.user for e in record.snapshot.history] == [None, "Ann"]
 
 
-def concurrent(base: str, cid: str, llm: GatedLLM, bodies: list[dict[str, Any]]) -> list[httpx.Response]:
-    """Send ``bodies`` at once; the model holds the first turn until the others have been sent."""
+class Arrivals:
+    """The app, counting the messages that reached the server."""
 
-    def send(body: dict[str, Any]) -> httpx.Response:
-        with httpx.Client(base_url=base, timeout=30) as http:
-            return http.post(f"/conversations/{cid}/messages", json=body)
+    def __init__(self, app: Any) -> None:
+        self.app, self.count = app, 0
 
-    with ThreadPoolExecutor(len(bodies)) as pool:
-        first = pool.submit(send, bodies[0])
-        wait_for(llm.entered.is_set, "the first turn's model call")
-        rest = [pool.submit(send, body) for body in bodies[1:]]
-        time.sleep(0.3)  # let them reach the server and meet the lock (no assertion depends on this time)
-        llm.gate.set()
-        return [first.result(), *(future.result() for future in rest)]
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] == "http" and scope["path"].endswith("/messages"):
+            self.count += 1
+        await self.app(scope, receive, send)
+
+
+def send_message(base: str, cid: str, text: str) -> httpx.Response:
+    with httpx.Client(base_url=base, timeout=30) as http:
+        return http.post(f"/conversations/{cid}/messages", json={"message": text})
 
 
 def test_under_the_reject_policy_a_second_request_on_a_busy_conversation_is_409(sqlite_url: str):
     llm = GatedLLM([reply("ask_name", "Hi!"), reply("ask_email", "Email?", name="Ann")])
     llm.gate.set()
     app = create_app([signup()], llm, store=sqlite_url, busy="reject")
-    with live(app) as base, httpx.Client(base_url=base) as http:
+    with live(app) as base, httpx.Client(base_url=base) as http, ThreadPoolExecutor(2) as pool:
         cid = http.post("/conversations", json={}).json()["id"]
         llm.gate.clear()
         llm.entered.clear()
-        first, second = concurrent(base, cid, llm, [{"message": "Ann"}, {"message": "Bob"}])
-        assert first.status_code == 200 and first.json()["context"] == {"name": "Ann"}
-        error_of(second, 409, "busy")
-        with http.stream("POST", f"/conversations/{cid}/stream", json={"message": "x"}) as response:
-            assert response.status_code in (200, 409)  # free again (no script left: an error event) or not
+        first = pool.submit(send_message, base, cid, "Ann")
+        wait_for(llm.entered.is_set, "the first turn's model call")  # the first turn holds the conversation
+        error_of(send_message(base, cid, "Bob"), 409, "busy")  # refused at once, while the first runs
+        error_of(http.post(f"/conversations/{cid}/stream", json={"message": "Bob"}), 409, "busy")
+        llm.gate.set()
+        assert first.result().status_code == 200 and first.result().json()["context"] == {"name": "Ann"}
     record = settled(sqlite_url, f"local@{cid}")
     assert record.snapshot.turns == 1 and [e.user for e in record.snapshot.history] == [None, "Ann"]
 
@@ -727,12 +729,19 @@ def test_under_the_queue_policy_requests_on_one_conversation_take_turns(sqlite_u
     replies = [reply("ask_name", "Hi!"), reply("ask_name", "Still your name?"), reply("ask_name", "And?")]
     llm = GatedLLM(replies)
     llm.gate.set()
-    app = create_app([signup()], llm, store=sqlite_url, busy="queue", wait=20)
-    with live(app) as base, httpx.Client(base_url=base) as http:
+    app = Arrivals(create_app([signup()], llm, store=sqlite_url, busy="queue", wait=20))
+    with live(app) as base, httpx.Client(base_url=base) as http, ThreadPoolExecutor(2) as pool:
         cid = http.post("/conversations", json={}).json()["id"]
         llm.gate.clear()
         llm.entered.clear()
-        responses = concurrent(base, cid, llm, [{"message": "one"}, {"message": "two"}])
+        first = pool.submit(send_message, base, cid, "one")
+        wait_for(llm.entered.is_set, "the first turn's model call")  # the first turn holds the conversation
+        second = pool.submit(send_message, base, cid, "two")
+        wait_for(lambda: app.count == 2, "the second message to reach the server")
+        time.sleep(0.1)  # it waits for the lock (a shorter pause only makes the test prove less, never fail)
+        assert not second.done()
+        llm.gate.set()
+        responses = [first.result(), second.result()]
     assert [r.status_code for r in responses] == [200, 200]
     assert sorted(r.json()["turn"] for r in responses) == [1, 2]
     record = settled(sqlite_url, f"local@{cid}")
