@@ -366,7 +366,8 @@ def test_bad_bodies_are_400_and_oversized_ones_413():
     cid = create(http, start=False)["id"]
     url = f"/conversations/{cid}/messages"
     headers = {"Content-Type": "application/json"}
-    error_of(http.post(url, content=b'{"message": ', headers=headers), 400, "invalid_request")
+    error = error_of(http.post(url, content=b'{"message": ', headers=headers), 400, "invalid_request")
+    assert "the body is not valid JSON at character" in error["message"]
     error = error_of(http.post(url, json={"text": "hi"}), 400, "invalid_request")
     assert {e["where"] for e in error["errors"]} == {"body.message", "body.text"}
     error_of(http.post(url, json={"message": 7}), 400, "invalid_request")

@@ -636,8 +636,8 @@ def _error_handlers(app: FastAPI) -> None:
 
     async def on_invalid(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, RequestValidationError)
-        problems = [{"where": ".".join(str(part) for part in e["loc"]), "message": e["msg"]} for e in error.errors()]
-        summary = "; ".join(f"{p['where']}: {p['message']}" for p in problems)
+        problems = [_problem(e) for e in error.errors()]
+        summary = "; ".join(f"{p['where']}: {p['message']}" if p["where"] else p["message"] for p in problems)
         return await on_api_error(
             request, APIError(400, "invalid_request", f"invalid request: {summary}", errors=problems)
         )
@@ -660,3 +660,13 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_invalid)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def _problem(error: Mapping[str, Any]) -> dict[str, str]:
+    """One problem of a request, where it is (``body.message``) and what is wrong; never the value sent."""
+    location = [str(part) for part in error["loc"]]
+    if error.get("type") == "json_invalid":  # ("body", position)
+        reason = (error.get("ctx") or {}).get("error", "")
+        where = f" at character {location[1]}" if len(location) > 1 else ""
+        return {"where": "body", "message": f"the body is not valid JSON{where}" + (f" ({reason})" if reason else "")}
+    return {"where": ".".join(location), "message": str(error["msg"])}
