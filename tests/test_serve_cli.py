@@ -143,3 +143,25 @@ def test_a_real_serve_process_answers_over_http(tmp_path: Path):
         process.terminate()
         output = process.communicate(timeout=10)[0]
     assert "serving form_filling on http://127.0.0.1" in output
+
+
+def test_the_readme_serve_example_works(served: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Serving: `llm-fsm serve`") :]
+    line = re.search(r"^llm-fsm (serve [^\n]+) &$", section, re.MULTILINE)
+    assert line, "the README shows a serve command"
+    bodies = re.findall(r"-d '(\{[^']*\})'", section)
+    monkeypatch.chdir(ROOT)
+    args = [a.replace("sqlite:demo.db", f"sqlite:{tmp_path / 'demo.db'}") for a in shlex.split(line.group(1))]
+    assert runner.invoke(app, args).exit_code == 0
+    http = TestClient(served["app"])
+    cid = http.post("/conversations", json=json.loads(bodies[0])).json()["id"]
+    assert http.post(f"/conversations/{cid}/messages", json=json.loads(bodies[1])).json()["state"] == "collect_email"
+    streamed = http.post(f"/conversations/{cid}/stream", json=json.loads(bodies[2]))
+    assert "event: result" in streamed.text
+    assert http.get(f"/conversations/{cid}").json()["turns"] == 2
+    assert http.post(f"/conversations/{cid}/resume", json=json.loads(bodies[3])).status_code == 409  # not paused
+    assert http.delete(f"/conversations/{cid}").status_code == 204
