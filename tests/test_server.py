@@ -750,3 +750,24 @@ def test_under_the_queue_policy_requests_on_one_conversation_take_turns(sqlite_u
     assert [e.user for e in record.snapshot.history] == [None, "one", "two"]
     # the second turn ran on the first one's result: its prompt holds the first exchange
     assert "one" in json.dumps(llm.script.requests[2].messages)
+
+
+def test_two_servers_on_one_redis_store_share_conversations_and_their_locks(request: pytest.FixtureRequest):
+    url = f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
+    llm = GatedLLM([reply("ask_name", "Hi!"), reply("ask_email", "Email?", name="Ann")])
+    llm.gate.set()
+    one = create_app([signup()], llm, store=url, busy="reject")
+    two = create_app([signup()], ScriptedLLM([reply("ask_email", "Email, please?")]), store=url, busy="reject")
+    with live(one) as first_base, live(two) as second_base, ThreadPoolExecutor(1) as pool:
+        cid = httpx.post(f"{first_base}/conversations", json={}).json()["id"]
+        llm.gate.clear()
+        llm.entered.clear()
+        first = pool.submit(send_message, first_base, cid, "Ann")
+        wait_for(llm.entered.is_set, "the first server's turn")
+        error_of(send_message(second_base, cid, "Bob"), 409, "busy")  # the lock lives in Redis
+        llm.gate.set()
+        assert first.result().status_code == 200
+        second = send_message(second_base, cid, "ann@example.com")
+        assert second.status_code == 200 and second.json()["turn"] == 2  # on the first server's turn
+        got = httpx.get(f"{first_base}/conversations/{cid}").json()
+    assert [e["user"] for e in got["history"]] == [None, "Ann", "ann@example.com"]
