@@ -65,13 +65,14 @@ def serve(
     max_tokens: MaxTokensOption = None,
     tool_calling: ToolCallingOption = ToolCalling.auto,
     guided: GuidedOption = False,
+    history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
     max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
     hooks: HooksOption = None,
     store: StoreOption = None,
     host: Annotated[
         str, typer.Option("--host", envvar="LLM_FSM_HOST", help="Address to listen on (non-loopback needs tokens).")
     ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", envvar="LLM_FSM_PORT", min=0, max=65535)] = 8000,
+    port: Annotated[int, typer.Option("--port", envvar="LLM_FSM_PORT", min=1, max=65535)] = 8000,
     tokens_file: Annotated[
         Path | None,
         typer.Option(
@@ -138,7 +139,10 @@ def serve(
     provider = Provider(
         api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
     )
-    llm = make_client(model, provider, stream=True)
+    llm = make_client(model, provider)  # astream streams whatever it is told: a message's reply comes whole
+    from llm_fsm.prompt import PromptBuilder, PromptSettings
+
+    builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     try:
         application = create_app(
             fsms,
@@ -151,7 +155,7 @@ def serve(
             max_body=max_body,
             cors_origins=cors_origin or (),
             show_secrets=show_secrets,
-            conversation_options={"max_corrections": max_corrections},
+            conversation_options={"max_corrections": max_corrections, "prompt": builder},
         )
     except DefinitionError as exc:
         for problem in exc.problems:
