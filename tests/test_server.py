@@ -720,6 +720,8 @@ def test_under_the_reject_policy_a_second_request_on_a_busy_conversation_is_409(
         wait_for(llm.entered.is_set, "the first turn's model call")  # the first turn holds the conversation
         error_of(send_message(base, cid, "Bob"), 409, "busy")  # refused at once, while the first runs
         error_of(http.post(f"/conversations/{cid}/stream", json={"message": "Bob"}), 409, "busy")
+        error_of(http.delete(f"/conversations/{cid}"), 409, "busy")
+        assert http.get(f"/conversations/{cid}").json()["turns"] == 0  # reading takes no lock
         llm.gate.set()
         assert first.result().status_code == 200 and first.result().json()["context"] == {"name": "Ann"}
     record = settled(sqlite_url, f"local@{cid}")
