@@ -98,7 +98,11 @@ def serve(
     ] = 64 * 1024,
     cors_origin: Annotated[
         list[str] | None,
-        typer.Option("--cors-origin", help="Allow this browser origin (CORS is off without one). Repeatable."),
+        typer.Option(
+            "--cors-origin",
+            callback=lambda values: [_origin(v) for v in values or ()],
+            help="Allow this browser origin, e.g. https://app.example (CORS is off without one). Repeatable.",
+        ),
     ] = None,
     show_secrets: Annotated[
         bool, typer.Option("--show-secrets", help="Return secret-looking context values unmasked.")
@@ -167,6 +171,22 @@ def serve(
     auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
     typer.echo(f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; docs: /docs)", err=True)
     uvicorn.run(application, host=host, port=port, log_level="info", server_header=False)
+
+
+def _origin(value: str) -> str:
+    """A browser origin: ``*``, or ``http(s)://host[:port]`` with nothing after."""
+    from urllib.parse import urlsplit
+
+    if value == "*":
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+        raise typer.BadParameter(f"{value!r} is not an origin: write scheme://host[:port], e.g. https://app.example")
+    return value
 
 
 def _loopback(host: str) -> bool:
