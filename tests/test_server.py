@@ -774,3 +774,12 @@ def test_two_servers_on_one_redis_store_share_conversations_and_their_locks(requ
         assert second.status_code == 200 and second.json()["turn"] == 2  # on the first server's turn
         got = httpx.get(f"{first_base}/conversations/{cid}").json()
     assert [e["user"] for e in got["history"]] == [None, "Ann", "ann@example.com"]
+
+
+def test_create_app_checks_the_tokens_it_is_given():
+    with pytest.raises(TokenError, match="the token of 'alice' is shorter than 16"):
+        create_app([signup()], ScriptedLLM(), store="memory:", tokens={"short": "alice"})
+    with pytest.raises(TokenError, match="client name 'alice smith'"):
+        create_app([signup()], ScriptedLLM(), store="memory:", tokens={ALICE: "alice smith"})
+    with pytest.raises(ValueError, match="busy must be 'queue' or 'reject'"):
+        create_app([signup()], ScriptedLLM(), store="memory:", busy="wait")  # type: ignore[arg-type]

@@ -37,7 +37,7 @@ from llm_fsm.engine import Snapshot
 from llm_fsm.errors import ConversationEnded, ConversationError, ConversationPaused, FSMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
-from llm_fsm.server.auth import client_of
+from llm_fsm.server.auth import client_of, parse_tokens
 from llm_fsm.server.errors import APIError, from_fsm_error, logger, not_found
 from llm_fsm.store import Store, StoredConversation, open_store
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
@@ -469,11 +469,13 @@ def create_app(
     ``conversation_options`` go to each :class:`Conversation` (``max_corrections``, ``prompt``...).
     Raises :class:`~llm_fsm.errors.DefinitionError` when a definition cannot run with ``hooks``
     (a handler, check or tool it names is not registered), and ``ValueError`` for two definitions
-    under one name or an unknown ``busy`` policy.
+    under one name, an unknown ``busy`` policy, or a token shorter than 16 characters or a client
+    name that is not 1-64 letters, digits, ``_ . -`` (``TokenError``).
     """
     if busy not in ("queue", "reject"):
         raise ValueError(f"busy must be 'queue' or 'reject', not {busy!r}")
     served = _by_name([definitions] if isinstance(definitions, FSMDefinition) else definitions)
+    clients = parse_tokens((f"the token of {name!r}", f"{name}:{token}") for token, name in (tokens or {}).items())
     registry = off_the_loop(hooks if hooks is not None else Hooks())
     options = dict(conversation_options or {})
     for definition in served.values():  # every handler, check and tool each names is registered
@@ -484,7 +486,7 @@ def create_app(
         llm,
         registry,
         the_store,
-        tokens=tokens,
+        tokens=clients,
         busy=busy,
         wait=wait,
         show_secrets=show_secrets,
