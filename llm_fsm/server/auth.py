@@ -36,8 +36,8 @@ def parse_tokens(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
         name, colon, token = entry.partition(":")
         if not colon:
             name, token = "token-" + hashlib.sha256(entry.encode()).hexdigest()[:12], entry
-        elif not _NAME.match(name):
-            raise TokenError(f"{where}: client name {name!r} must be 1-64 letters, digits, _ . - (no spaces)")
+        elif not _NAME.match(name) or ".." in name:
+            raise TokenError(f"{where}: client name {name!r} must be 1-64 letters, digits, _ . - (no spaces, no '..')")
         if len(token) < MIN_LENGTH:
             raise TokenError(f"{where}: the token of {name!r} is shorter than {MIN_LENGTH} characters")
         if token in tokens:
