@@ -35,7 +35,7 @@ from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import ConversationEnded, ConversationError, ConversationPaused, FSMError
-from llm_fsm.hooks import Hooks
+from llm_fsm.hooks import Hooks, is_async
 from llm_fsm.llm import LLMClient
 from llm_fsm.server.auth import client_of, parse_tokens
 from llm_fsm.server.errors import APIError, from_fsm_error, logger, not_found
@@ -423,7 +423,7 @@ def off_the_loop(hooks: Hooks) -> Hooks:
         h if h.is_async or "error" in h.timings else dataclasses.replace(h, function=_in_thread(h.function))
         for h in hooks.handlers
     ]
-    copy.checks = {name: f if _is_async(f) else _in_thread(f) for name, f in hooks.checks.items()}
+    copy.checks = {name: f if is_async(f) else _in_thread(f) for name, f in hooks.checks.items()}
     return copy
 
 
@@ -433,12 +433,6 @@ def _in_thread(function: Callable[..., Any]) -> Callable[..., Any]:
         return asyncio.to_thread(function, **arguments)
 
     return in_thread
-
-
-def _is_async(function: Callable[..., Any]) -> bool:
-    from llm_fsm.hooks import is_async
-
-    return is_async(function)
 
 
 # -- the app ---------------------------------------------------------------------------------------
