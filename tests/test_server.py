@@ -783,3 +783,29 @@ def test_create_app_checks_the_tokens_it_is_given():
         create_app([signup()], ScriptedLLM(), store="memory:", tokens={ALICE: "alice smith"})
     with pytest.raises(ValueError, match="busy must be 'queue' or 'reject'"):
         create_app([signup()], ScriptedLLM(), store="memory:", busy="wait")  # type: ignore[arg-type]
+
+
+def test_a_stream_whose_client_is_gone_when_written_to_ends_quietly_after_its_turn():
+    from llm_fsm.server.app import EventStream
+
+    async def scenario() -> tuple[int, bool, bool]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        turn = asyncio.create_task(asyncio.sleep(10))  # a turn still running when the client goes
+        for _ in range(3):
+            queue.put_nowait(object())
+        sent: list[Any] = []
+
+        async def send(message: Any) -> None:
+            sent.append(message)
+            if len(sent) > 1:
+                raise ConnectionResetError("the client is gone")  # what a server raises, an OSError
+
+        async def receive() -> Any:
+            await asyncio.sleep(10)
+            return {"type": "http.disconnect"}
+
+        await EventStream(queue, turn, lambda event: b"data: {}\n\n")({"type": "http"}, receive, send)
+        return len(sent), turn.done(), turn.cancelled()
+
+    sent, done, cancelled = asyncio.run(scenario())
+    assert sent == 2 and done and cancelled  # no error escaped; the turn was cancelled and awaited

@@ -334,7 +334,7 @@ class EventStream(Response):
                 group.start_soon(self._watch, receive, group.cancel_scope)
                 await self._events(send)
                 group.cancel_scope.cancel()
-        except OSError:  # the client went away while we wrote
+        except* OSError:  # the client went away while we wrote (the task group may wrap it)
             pass
         finally:
             if not self.task.done():
