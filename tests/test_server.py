@@ -809,3 +809,32 @@ def test_a_stream_whose_client_is_gone_when_written_to_ends_quietly_after_its_tu
 
     sent, done, cancelled = asyncio.run(scenario())
     assert sent == 2 and done and cancelled  # no error escaped; the turn was cancelled and awaited
+
+
+def test_a_tool_call_waiting_for_approval_runs_once_resumed():
+    hooks = Hooks()
+    ran: list[str] = []
+
+    @hooks.tool()
+    def find_order(order_id: str) -> dict[str, str]:
+        ran.append(order_id)
+        return {"status": "shipped"}
+
+    definition = json.loads(json.dumps(TOOLS))
+    definition["tools"]["find_order"]["approval"] = "always"
+    llm = ScriptedLLM([tool_calls(("find_order", {"order_id": "A-17"})), reply("help", "A-17 has shipped.")])
+    http = client(llm, [llm_fsm.load(definition)], hooks=hooks)
+    cid = create(http, start=False)["id"]
+    paused = http.post(f"/conversations/{cid}/messages", json={"message": "Where is A-17?"}).json()
+    assert paused["status"] == "paused" and paused["pending"]["kind"] == "tool_approval" and ran == []
+    assert paused["pending"]["tool_call"]["arguments"] == {"order_id": "A-17"}
+    token = paused["pending"]["token"]
+    resumed = http.post(f"/conversations/{cid}/resume", json={"token": token, "result": {"approved": True}}).json()
+    assert resumed["message"] == "A-17 has shipped." and ran == ["A-17"]
+    assert resumed["tool_calls"][0]["result"] == {"status": "shipped"}
+    error_of(
+        http.post(f"/conversations/{cid}/resume", json={"token": token, "result": {"approved": True}}),
+        409,
+        "resume_refused",
+    )
+    assert ran == ["A-17"]  # exactly once
