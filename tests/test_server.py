@@ -414,6 +414,8 @@ def test_a_failing_model_call_maps_to_its_status_and_changes_nothing(failure: Ex
     error = error_of(http.post(f"/conversations/{cid}/messages", json={"message": "Ann"}), status, kind)
     if kind == "internal_error":
         assert error["message"] == "internal error" and "secret" not in json.dumps(error)
+    else:  # the provider's own words (hosts, models) stay in the server's log
+        assert "openai/x" not in error["message"] and "provider" in error["message"]
     conversation = http.get(f"/conversations/{cid}").json()
     assert conversation["turns"] == 0 and conversation["version"] == 1  # the failed turn saved nothing
     with http.stream("POST", f"/conversations/{cid}/stream", json={"message": "Ann"}) as response:

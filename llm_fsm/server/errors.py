@@ -41,7 +41,11 @@ from llm_fsm.errors import (
     DefinitionError,
     FSMError,
     HandlerError,
+    LLMAuthError,
+    LLMContextWindowError,
     LLMError,
+    LLMRequestError,
+    LLMUnavailableError,
     RefinementError,
     ResumeError,
     StoreError,
@@ -86,9 +90,8 @@ def from_fsm_error(error: FSMError) -> APIError:
     if isinstance(error, ConversationError):
         return APIError(409, "conversation_conflict", str(error), state=error.state)
     if isinstance(error, LLMError):
-        if is_timeout(error):
-            return APIError(504, "provider_timeout", f"the model did not answer in time: {error}")
-        return APIError(502, "provider_error", f"the model call failed: {error}")
+        logger.warning("model call failed: %s", error)  # the provider's own words, which may name hosts: logged only
+        return _provider_error(error)
     if isinstance(error, RefinementError):
         return APIError(502, "provider_error", f"the model's replies kept failing the state's checks: {error}")
     if isinstance(error, StoreError):
@@ -101,6 +104,24 @@ def from_fsm_error(error: FSMError) -> APIError:
         return APIError(500, "internal_error", f"handler '{error.name}' failed at '{error.timing}'")
     logger.error("unexpected runtime error: %s", error, exc_info=error)
     return APIError(500, "internal_error", "internal error")
+
+
+def _provider_error(error: LLMError) -> APIError:
+    """What a client is told of a failed model call: its kind, not the provider's text (hosts, models, keys)."""
+    tries = f" after {error.attempts} attempt{'s' if error.attempts != 1 else ''}"
+    if is_timeout(error):
+        return APIError(504, "provider_timeout", "the model's provider did not answer in time" + tries)
+    if isinstance(error, LLMAuthError):
+        message = "the model's provider refused the server's credentials"
+    elif isinstance(error, LLMContextWindowError):
+        message = "the conversation's prompt is longer than the model's context window"
+    elif isinstance(error, LLMRequestError):
+        message = "the model's provider refused the request"
+    elif isinstance(error, LLMUnavailableError):
+        message = "the model's provider is unavailable (overloaded, rate-limited or unreachable)" + tries
+    else:
+        message = "the model call failed"
+    return APIError(502, "provider_error", message + "; the server's log has the provider's answer")
 
 
 def is_timeout(error: BaseException) -> bool:
