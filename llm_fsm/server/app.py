@@ -546,6 +546,8 @@ Client = Annotated[str, Depends(_authenticate)]
 
 
 def _routes(app: FastAPI, service: Service) -> None:
+    views = {name: definition_view(definition) for name, definition in service.definitions.items()}  # drawn once
+
     @app.get("/health", tags=["server"])
     async def health() -> dict[str, str]:
         """Whether the server is up (no token needed)."""
@@ -554,12 +556,12 @@ def _routes(app: FastAPI, service: Service) -> None:
     @app.get("/definitions", tags=["definitions"])
     async def list_definitions(client: Client) -> dict[str, Any]:
         """The definitions served, each with its states and its graph (Mermaid ``stateDiagram-v2``)."""
-        return {"definitions": [definition_view(d) for d in service.definitions.values()]}
+        return {"definitions": list(views.values())}
 
     @app.get("/definitions/{name}", tags=["definitions"])
     async def get_definition(name: str, client: Client) -> dict[str, Any]:
         """One definition, with its states and its graph (Mermaid)."""
-        return definition_view(service.definition(name))
+        return views[service.definition(name).name]
 
     @app.post("/conversations", status_code=201, tags=["conversations"])
     async def create_conversation(body: CreateConversation, client: Client, response: Response) -> dict[str, Any]:
