@@ -47,6 +47,7 @@ BASE = {
     "conversations delete": ["conversations", "delete", "{arg}", "--store", "{store}"],
     "conversations unlock": ["conversations", "unlock", "{arg}", "--store", "{store}"],
     "conversations prune": ["conversations", "prune", "--older-than", "30d", "--store", "{store}"],
+    "serve": ["serve", "{arg}", "-m", "scripted:{script}", "--store", "{store}"],
 }
 GOOD_ARG = {
     "test": "{tests}",
@@ -134,6 +135,20 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("conversations unlock", "store"): BAD_STORES,
     ("conversations prune", "older_than"): ["-1d", "soon", ""],
     ("conversations prune", "store"): BAD_STORES,
+    **{("serve", name): values for name, values in PROVIDER.items()},
+    ("serve", "definitions"): NOT_A_DEFINITION,
+    ("serve", "model"): ["", *NOT_A_SCRIPT],
+    ("serve", "hooks"): BAD_HOOKS,
+    ("serve", "store"): BAD_STORES,
+    ("serve", "host"): ["0.0.0.0", "example.com", ""],  # no tokens: loopback only
+    ("serve", "port"): ["0", "70000", "http"],
+    ("serve", "tokens_file"): ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}"],
+    ("serve", "busy"): ["wait", ""],
+    ("serve", "wait"): ["-1", "soon"],
+    ("serve", "max_body"): ["0", "many"],
+    ("serve", "cors_origin"): ["", "app.example", "https://app.example/path", "ftp://app.example"],
+    ("serve", "history_window"): ["-1", "six"],
+    ("serve", "max_corrections"): ["-1"],
 }
 
 
@@ -166,6 +181,13 @@ def files(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     monkeypatch.setenv("LLM_FSM_HOME", str(tmp_path / "home"))
     monkeypatch.delenv("LLM_FSM_MODEL", raising=False)
+    monkeypatch.delenv("LLM_FSM_SERVER_TOKENS", raising=False)
+    import uvicorn
+
+    def serving(*args: object, **kwargs: object) -> None:
+        raise AssertionError("serve accepted a bad value and started a server")
+
+    monkeypatch.setattr(uvicorn, "run", serving)
     (tmp_path / "signup.json").write_text(json.dumps(OPEN))
     (tmp_path / "script.json").write_text(json.dumps([GREETING, NAME]))
     (tmp_path / "inputs.txt").write_text("I'm Ann\n")

@@ -23,7 +23,8 @@ MAY_IMPORT = {
     "store": {"core"},
     "authoring": {"core"},
     "testing": {"core", "authoring"},
-    "cli": {"core", "store", "authoring", "testing"},
+    "server": {"core", "store", "authoring"},
+    "cli": {"core", "store", "authoring", "testing", "server"},
 }
 
 

@@ -1,0 +1,213 @@
+"""``llm-fsm serve``: the HTTP API (:mod:`llm_fsm.server`) on uvicorn, for definitions given as files or folders."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+from enum import StrEnum
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.options import (
+    ApiBaseOption,
+    ApiKeyOption,
+    GuidedOption,
+    HooksOption,
+    MaxRetriesOption,
+    MaxTokensOption,
+    ModelOption,
+    Provider,
+    ResponseFormat,
+    ResponseFormatOption,
+    StoreOption,
+    TemperatureOption,
+    TimeoutOption,
+    ToolCalling,
+    ToolCallingOption,
+    check_readable,
+    complete_definitions,
+    connect_mcp,
+    load_definition,
+    load_hooks,
+    make_client,
+)
+from llm_fsm.errors import DefinitionError, StoreError
+
+if TYPE_CHECKING:
+    import llm_fsm
+
+
+class BusyPolicy(StrEnum):
+    queue = "queue"
+    reject = "reject"
+
+
+@app.command()
+def serve(
+    definitions: Annotated[
+        list[Path],
+        typer.Argument(
+            help="Definition files, or folders: the *.json files in them (*.test.json left out).",
+            show_default=False,
+            autocompletion=complete_definitions,
+        ),
+    ],
+    model: ModelOption = None,
+    api_base: ApiBaseOption = None,
+    api_key: ApiKeyOption = None,
+    timeout: TimeoutOption = 60.0,
+    max_retries: MaxRetriesOption = 2,
+    temperature: TemperatureOption = None,
+    response_format: ResponseFormatOption = ResponseFormat.auto,
+    max_tokens: MaxTokensOption = None,
+    tool_calling: ToolCallingOption = ToolCalling.auto,
+    guided: GuidedOption = False,
+    history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
+    max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
+    hooks: HooksOption = None,
+    store: StoreOption = None,
+    host: Annotated[
+        str, typer.Option("--host", envvar="LLM_FSM_HOST", help="Address to listen on (non-loopback needs tokens).")
+    ] = "127.0.0.1",
+    port: Annotated[int, typer.Option("--port", envvar="LLM_FSM_PORT", min=1, max=65535)] = 8000,
+    tokens_file: Annotated[
+        Path | None,
+        typer.Option(
+            "--tokens-file",
+            envvar="LLM_FSM_TOKENS_FILE",
+            help="Bearer tokens, one per line: TOKEN or NAME:TOKEN (one client each). Also: $LLM_FSM_SERVER_TOKENS.",
+        ),
+    ] = None,
+    busy: Annotated[
+        BusyPolicy,
+        typer.Option(
+            "--busy",
+            envvar="LLM_FSM_BUSY",
+            help="A request on a conversation another turn holds: queue (wait up to --wait s, then 409) or reject "
+            "(409 at once).",
+        ),
+    ] = BusyPolicy.queue,
+    wait: Annotated[
+        float, typer.Option("--wait", min=0, help="Seconds a queued request waits for its conversation.")
+    ] = 30.0,
+    max_body: Annotated[
+        int, typer.Option("--max-body", min=256, help="Largest request body in bytes (larger: 413).")
+    ] = 64 * 1024,
+    cors_origin: Annotated[
+        list[str] | None,
+        typer.Option(
+            "--cors-origin",
+            callback=lambda values: [_origin(v) for v in values or ()],
+            help="Allow this browser origin, e.g. https://app.example (CORS is off without one). Repeatable.",
+        ),
+    ] = None,
+    show_secrets: Annotated[
+        bool, typer.Option("--show-secrets", help="Return secret-looking context values unmasked.")
+    ] = False,
+) -> None:
+    """Serve definitions over HTTP: create conversations, send messages, stream turns (SSE), resume, delete.
+
+    OpenAPI docs at /docs. Without tokens the server listens on the loopback interface only."""
+    try:
+        import uvicorn
+
+        from llm_fsm.server import create_app
+        from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
+    except ImportError as exc:
+        fail(f"serve needs FastAPI and uvicorn ({exc.name} is missing): pip install 'llm-fsm-runtime[server]'", 2)
+
+    try:
+        if tokens_file is not None:
+            tokens = tokens_from_file(tokens_file)
+        else:
+            tokens = tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
+    except TokenError as exc:
+        fail(str(exc), 2)
+    if not tokens and not _loopback(host):
+        fail(
+            f"no tokens configured, so the server listens on the loopback interface only, not {host}: give "
+            f"--tokens-file or set {TOKENS_VARIABLE}",
+            2,
+        )
+
+    files = _definition_files(definitions)
+    registry = load_hooks(hooks)
+    fsms: list[llm_fsm.FSMDefinition] = []
+    for path in files:
+        fsm = load_definition(path)
+        connect_mcp(fsm, path, registry, None)
+        fsms.append(fsm)
+    provider = Provider(
+        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
+    )
+    llm = make_client(model, provider)  # astream streams whatever it is told: a message's reply comes whole
+    from llm_fsm.prompt import PromptBuilder, PromptSettings
+
+    builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
+    try:
+        application = create_app(
+            fsms,
+            llm,
+            hooks=registry,
+            store=store,
+            tokens=tokens,
+            busy=busy.value,
+            wait=wait,
+            max_body=max_body,
+            cors_origins=cors_origin or (),
+            show_secrets=show_secrets,
+            conversation_options={"max_corrections": max_corrections, "prompt": builder},
+        )
+    except DefinitionError as exc:
+        for problem in exc.problems:
+            typer.echo(f"error: {problem}", err=True)
+        raise typer.Exit(2) from None
+    except (StoreError, ValueError) as exc:
+        fail(str(exc), 2)
+    names = ", ".join(f.name for f in fsms)
+    auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
+    typer.echo(f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; docs: /docs)", err=True)
+    uvicorn.run(application, host=host, port=port, log_level="info", server_header=False)
+
+
+def _origin(value: str) -> str:
+    """A browser origin: ``*``, or ``http(s)://host[:port]`` with nothing after."""
+    from urllib.parse import urlsplit
+
+    if value == "*":
+        return value
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 (raises ValueError for a port that is not a number)
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname or parts.path or parts.query:
+        raise typer.BadParameter(f"{value!r} is not an origin: write scheme://host[:port], e.g. https://app.example")
+    return value
+
+
+def _loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _definition_files(paths: list[Path]) -> list[Path]:
+    """The files named, each folder replaced by its ``*.json`` files (not test files); exit 2 if one cannot be read."""
+    files: list[Path] = []
+    for path in paths:
+        if path.is_dir():
+            inside = sorted(p for p in path.glob("*.json") if not p.name.endswith(".test.json"))
+            if not inside:
+                fail(f"{path}: no definition files (*.json) in this folder", 2)
+            files += inside
+        else:
+            files.append(path)
+    check_readable(files)
+    return files

@@ -1,0 +1,138 @@
+"""What the HTTP API answers when a request fails: JSON with a stable ``type``, a message and a status.
+
+Every error body is ``{"error": {"type": ..., "message": ..., "status": ...}}`` (plus ``problems`` for a
+definition error, ``errors`` for a malformed request). Messages name what went wrong and where; they
+never carry a traceback. An error the server did not expect is logged and answered with
+``internal_error`` and no detail.
+
+===========================  ======  ==========================================================
+type                         status  when
+===========================  ======  ==========================================================
+``invalid_request``          400     the body is not JSON, or not the shape the route takes
+``unauthorized``             401     no bearer token, or one the server does not know
+``not_found``                404     no such route, definition or conversation (for this client)
+``method_not_allowed``       405     the route exists, not with this method
+``busy``                     409     another turn holds the conversation (``--busy reject``, or the wait ran out)
+``conversation_paused``      409     a message to a paused conversation: resume it first
+``resume_refused``           409     the token is not the pending one, was used, or nothing is paused
+``conversation_conflict``    409     the conversation cannot take this call now (e.g. started twice)
+``conversation_ended``       410     the conversation reached a terminal state
+``request_too_large``        413     the body is longer than the server's limit
+``definition_error``         422     the definition cannot run (``problems`` lists why), or changed
+                                     since the stored conversation began
+``internal_error``           500     a bug or a handler that failed; the server's log has the details
+``provider_error``           502     the model's provider failed or refused the request
+``provider_timeout``         504     the model's provider did not answer in time
+``store_unavailable``        503     the conversation store cannot be reached or read
+===========================  ======  ==========================================================
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from llm_fsm.errors import (
+    ConflictError,
+    ContextValueError,
+    ConversationEnded,
+    ConversationError,
+    ConversationPaused,
+    DefinitionError,
+    FSMError,
+    HandlerError,
+    LLMAuthError,
+    LLMContextWindowError,
+    LLMError,
+    LLMRequestError,
+    LLMUnavailableError,
+    RefinementError,
+    ResumeError,
+    StoreError,
+)
+
+logger = logging.getLogger("llm_fsm.server")
+
+_TIMEOUT_NAMES = frozenset({"Timeout", "APITimeoutError", "ReadTimeout", "ConnectTimeout", "TimeoutException"})
+
+
+class APIError(Exception):
+    """An error the API answers as JSON: ``status``, a stable ``type`` and a message (and any ``extra`` fields)."""
+
+    def __init__(self, status: int, type: str, message: str, **extra: Any) -> None:
+        super().__init__(message)
+        self.status = status
+        self.type = type
+        self.message = message
+        self.extra = extra
+
+    def body(self) -> dict[str, Any]:
+        return {"error": {"type": self.type, "message": self.message, "status": self.status, **self.extra}}
+
+
+def not_found(what: str) -> APIError:
+    return APIError(404, "not_found", what)
+
+
+def from_fsm_error(error: FSMError) -> APIError:
+    """The API error for an error of the runtime."""
+    if isinstance(error, ConflictError):
+        return APIError(409, "busy", "another turn of this conversation is in progress: try again later")
+    if isinstance(error, ConversationEnded):
+        return APIError(410, "conversation_ended", str(error), state=error.state)
+    if isinstance(error, ConversationPaused):
+        return APIError(409, "conversation_paused", str(error).replace("call resume()", "resume it"), state=error.state)
+    if isinstance(error, ResumeError):
+        return APIError(409, "resume_refused", str(error), state=error.state)
+    if isinstance(error, DefinitionError):
+        problems = [str(problem) for problem in error.problems]
+        return APIError(422, "definition_error", f"the definition cannot run: {'; '.join(problems)}", problems=problems)
+    if isinstance(error, ConversationError):
+        return APIError(409, "conversation_conflict", str(error), state=error.state)
+    if isinstance(error, LLMError):
+        logger.warning("model call failed: %s", error)  # the provider's own words, which may name hosts: logged only
+        return _provider_error(error)
+    if isinstance(error, RefinementError):
+        return APIError(502, "provider_error", f"the model's replies kept failing the state's checks: {error}")
+    if isinstance(error, StoreError):
+        logger.error("store error: %s", error)
+        return APIError(503, "store_unavailable", "the conversation store cannot be used now")
+    if isinstance(error, ContextValueError):
+        return APIError(400, "invalid_request", str(error))
+    if isinstance(error, HandlerError):
+        logger.error("%s", error, exc_info=error)
+        return APIError(500, "internal_error", f"handler '{error.name}' failed at '{error.timing}'")
+    logger.error("unexpected runtime error: %s", error, exc_info=error)
+    return APIError(500, "internal_error", "internal error")
+
+
+def _provider_error(error: LLMError) -> APIError:
+    """What a client is told of a failed model call: its kind, not the provider's text (hosts, models, keys)."""
+    tries = f" after {error.attempts} attempt{'s' if error.attempts != 1 else ''}"
+    if is_timeout(error):
+        return APIError(504, "provider_timeout", "the model's provider did not answer in time" + tries)
+    if isinstance(error, LLMAuthError):
+        message = "the model's provider refused the server's credentials"
+    elif isinstance(error, LLMContextWindowError):
+        message = "the conversation's prompt is longer than the model's context window"
+    elif isinstance(error, LLMRequestError):
+        message = "the model's provider refused the request"
+    elif isinstance(error, LLMUnavailableError):
+        message = "the model's provider is unavailable (overloaded, rate-limited or unreachable)" + tries
+    else:
+        message = "the model call failed"
+    return APIError(502, "provider_error", message + "; the server's log has the provider's answer")
+
+
+def is_timeout(error: BaseException) -> bool:
+    """Whether a model call failed because the provider did not answer in time (its cause, at any depth)."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, TimeoutError) or type(current).__name__ in _TIMEOUT_NAMES:
+            return True
+        if getattr(current, "status_code", None) in (408, 504):
+            return True
+        current = getattr(current, "cause", None) or current.__cause__
+    return False

@@ -1,0 +1,167 @@
+"""``llm-fsm serve``: its options build the app the server runs (uvicorn.run is replaced, so nothing listens),
+and it refuses what it cannot serve with one ``error:`` line; and a real ``llm-fsm serve`` process answers."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import httpx
+import pytest
+from fastapi.testclient import TestClient
+from typer.testing import CliRunner
+
+from llm_fsm.cli import app
+from tests.conftest import ROOT, SIGNUP
+
+runner = CliRunner()
+EXAMPLES = ROOT / "fsm_definitions"
+TOKEN = "cli-token-0123456789abcdef"
+
+
+@pytest.fixture
+def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
+    """What ``serve`` hands to uvicorn, instead of listening."""
+    import uvicorn
+
+    seen: dict[str, Any] = {}
+    monkeypatch.setattr(uvicorn, "run", lambda application, **options: seen.update(app=application, **options))
+    monkeypatch.delenv("LLM_FSM_SERVER_TOKENS", raising=False)
+    return seen
+
+
+def serve(*args: str, env: dict[str, str] | None = None) -> Any:
+    return runner.invoke(app, ["serve", *args], env=env)
+
+
+def test_serve_builds_the_app_for_definitions_in_files_and_folders(served: dict[str, Any], tmp_path: Path):
+    script = EXAMPLES / "scripts" / "form_filling.json"
+    result = serve(
+        str(EXAMPLES / "form_filling.json"), str(EXAMPLES), "--model", f"scripted:{script}",
+        "--hooks", str(EXAMPLES / "hooks" / "restaurant_booking.py") + ":hooks",
+        "--store", f"sqlite:{tmp_path / 'c.db'}", "--port", "8123", "--busy", "reject",
+    )  # fmt: skip
+    assert result.exit_code == 2, result.output  # two files give one definition twice
+    assert "two definitions are named 'form_filling'" in result.output
+    result = serve(
+        str(EXAMPLES / "quiz.json"), str(EXAMPLES / "form_filling.json"),
+        "--model", f"scripted:{script}", "--store", f"sqlite:{tmp_path / 'c.db'}", "--port", "8123",
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert served["host"] == "127.0.0.1" and served["port"] == 8123
+    assert "no tokens: loopback only" in result.output
+    http = TestClient(served["app"])
+    names = [d["name"] for d in http.get("/definitions").json()["definitions"]]
+    assert sorted(names) == ["form_filling", "quiz"]
+    created = http.post("/conversations", json={"definition": "form_filling"})
+    assert created.status_code == 201 and created.json()["result"]["message"]
+
+
+def test_a_folder_serves_every_definition_in_it(served: dict[str, Any], tmp_path: Path):
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    (folder / "signup.json").write_text(json.dumps(SIGNUP), encoding="utf-8")
+    (folder / "signup.test.json").write_text("{}", encoding="utf-8")  # a test file: left out
+    result = serve(str(folder), "--model", "scripted:" + str(EXAMPLES / "scripts" / "quiz.json"), "--store", "memory:")
+    assert result.exit_code == 0, result.output
+    assert [d["name"] for d in TestClient(served["app"]).get("/definitions").json()["definitions"]] == ["signup"]
+
+
+def test_serve_refuses_what_it_cannot_serve(served: dict[str, Any], tmp_path: Path):
+    model = ["--model", "scripted:" + str(EXAMPLES / "scripts" / "quiz.json"), "--store", "memory:"]
+    quiz = str(EXAMPLES / "quiz.json")
+    outside = serve(quiz, *model, "--host", "0.0.0.0")
+    assert outside.exit_code == 2 and "no tokens configured" in outside.output and "0.0.0.0" in outside.output
+    tokens = tmp_path / "tokens"
+    tokens.write_text("alice:short\n", encoding="utf-8")
+    short = serve(quiz, *model, "--tokens-file", str(tokens))
+    assert short.exit_code == 2 and f"{tokens}:1" in short.output and "shorter than 16" in short.output
+    tools = serve(str(EXAMPLES / "restaurant_booking.json"), *model)  # its tools have no code without --hooks
+    assert tools.exit_code == 2 and "error:" in tools.output and "check_availability" in tools.output
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert "no definition files" in serve(str(empty), *model).output
+    assert "no model configured" in serve(quiz, "--store", "memory:").output
+    assert "Traceback" not in "".join(r.output for r in (outside, short, tools))
+    assert served == {}  # nothing was served
+
+
+def test_tokens_from_the_variable_allow_any_host(served: dict[str, Any]):
+    model = ["--model", "scripted:" + str(EXAMPLES / "scripts" / "quiz.json"), "--store", "memory:"]
+    result = serve(str(EXAMPLES / "quiz.json"), *model, "--host", "0.0.0.0", env={"LLM_FSM_SERVER_TOKENS": TOKEN})
+    assert result.exit_code == 0, result.output
+    assert "1 token(s)" in result.output
+    http = TestClient(served["app"])
+    assert http.get("/definitions").status_code == 401
+    assert http.get("/definitions", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_importing_llm_fsm_and_its_cli_loads_no_server_library():
+    heavy = "('fastapi', 'starlette', 'uvicorn')"
+    code = f"import sys, llm_fsm, llm_fsm.cli, llm_fsm.server; print(sorted(m for m in {heavy} if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.slow
+def test_a_real_serve_process_answers_over_http(tmp_path: Path):
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    script = EXAMPLES / "scripts" / "form_filling.json"
+    command = [
+        str(Path(sys.executable).parent / "llm-fsm"), "serve", str(EXAMPLES / "form_filling.json"),
+        "--model", f"scripted:{script}", "--store", f"sqlite:{tmp_path / 'c.db'}", "--port", str(port),
+    ]  # fmt: skip
+    env = {**os.environ, "LLM_FSM_HOME": str(tmp_path)}
+    env.pop("LLM_FSM_SERVER_TOKENS", None)
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(f"{base}/health").status_code == 200:
+                    break
+            except httpx.TransportError:
+                pass
+            assert process.poll() is None and time.monotonic() < deadline, "llm-fsm serve did not start"
+            time.sleep(0.1)
+        created = httpx.post(f"{base}/conversations", json={}).json()
+        cid = created["id"]
+        turn = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "I'm Maya"})
+        assert turn.status_code == 200 and turn.json()["turn"] == 1
+        assert httpx.get(f"{base}/conversations/{cid}").json()["turns"] == 1
+        assert httpx.get(f"{base}/docs").status_code == 200
+    finally:
+        process.terminate()
+        output = process.communicate(timeout=10)[0]
+    assert "serving form_filling on http://127.0.0.1" in output
+
+
+def test_the_readme_serve_example_works(served: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+    import re
+    import shlex
+
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme[readme.index("## Serving: `llm-fsm serve`") :]
+    line = re.search(r"^llm-fsm (serve [^\n]+) &$", section, re.MULTILINE)
+    assert line, "the README shows a serve command"
+    bodies = re.findall(r"-d '(\{[^']*\})'", section)
+    monkeypatch.chdir(ROOT)
+    args = [a.replace("sqlite:demo.db", f"sqlite:{tmp_path / 'demo.db'}") for a in shlex.split(line.group(1))]
+    assert runner.invoke(app, args).exit_code == 0
+    http = TestClient(served["app"])
+    cid = http.post("/conversations", json=json.loads(bodies[0])).json()["id"]
+    assert http.post(f"/conversations/{cid}/messages", json=json.loads(bodies[1])).json()["state"] == "collect_email"
+    streamed = http.post(f"/conversations/{cid}/stream", json=json.loads(bodies[2]))
+    assert "event: result" in streamed.text
+    assert http.get(f"/conversations/{cid}").json()["turns"] == 2
+    assert http.post(f"/conversations/{cid}/resume", json=json.loads(bodies[3])).status_code == 409  # not paused
+    assert http.delete(f"/conversations/{cid}").status_code == 204
