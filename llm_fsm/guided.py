@@ -122,8 +122,11 @@ def _breaking(base: dict[str, Any], narrowed: dict[str, Any]) -> dict[str, Any] 
     (only null breaks it), False when that cannot be said in JSON Schema without ``not``."""
     if narrowed == base:
         return None
-    if narrowed.get("type") == "boolean" and isinstance(narrowed.get("const"), bool):
-        return {"type": "boolean", "const": not narrowed["const"]}
+    allowed = [narrowed["const"]] if "const" in narrowed else narrowed.get("enum")
+    universe = [True, False] if base.get("type") == "boolean" else base.get("enum")
+    if allowed is not None and universe is not None:  # a finite set of values: the others break it
+        rest = [value for value in universe if value not in allowed]
+        return None if not rest else {**base, "enum": rest}
     kind = narrowed.get("type")
     if kind in ("integer", "number") and not {"const", "enum"} & set(narrowed):
         outside = []

@@ -329,3 +329,15 @@ def test_a_key_compared_with_an_expression_takes_any_scalar():
     assert valid(
         schema, reply("choose_quantity", {"product": "burr_grinder", "unit_price": 129, "customer_cancelled": None})
     )
+
+
+def test_a_flag_that_moves_either_way_forces_the_move_once_written_and_an_enum_leaves_its_other_values():
+    quiz = guided_schema(example("quiz"), "q1", {})
+    assert not valid(quiz, reply("q1", {"q1_answer": "Sydney", "q1_correct": False}))  # answered: move on
+    assert valid(quiz, reply("q2", {"q1_answer": "Sydney", "q1_correct": False}))
+    definition = definition_with([move("b", {"==": [{"var": "tier"}, "gold"]})], writable_keys=["tier"]).model_copy(
+        update={"context_schema": {"tier": {"type": "string", "enum": ["gold", "silver", "bronze"]}}}
+    )
+    schema = guided_schema(definition, "a", {})
+    assert valid(schema, reply("a", {"tier": "silver"})) and not valid(schema, reply("a", {"tier": "gold"}))
+    assert valid(schema, reply("b", {"tier": "gold"})) and not valid(schema, reply("b", {"tier": "silver"}))
