@@ -1,5 +1,6 @@
-"""The web page of ``llm-fsm serve`` in a real headless Chromium (Debian's ``chromium``, driven by Playwright):
-a real uvicorn server with a scripted model, the page loaded from it, used as a person would.
+"""The web page of ``llm-fsm serve``: how it is served (headers, files, what it may run), then the page itself in a
+real headless Chromium (Debian's ``chromium``, driven by Playwright) on a real uvicorn server with a scripted
+model, used as a person would.
 
 Screenshots are kept in ``tests/artifacts/browser/`` (``$LLM_FSM_TEST_ARTIFACTS`` moves it), which git ignores.
 """
@@ -20,16 +21,62 @@ from llm_fsm.errors import LLMUnavailableError
 from llm_fsm.server import create_app
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import ROOT, reply
-from tests.test_server import ALICE, TOKENS, GatedLLM, live, pausing_hooks, signup
+from tests.test_server import ALICE, TOKENS, GatedLLM, client, error_of, live, pausing_hooks, signup
 
 CHROMIUM = os.environ.get("LLM_FSM_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("LLM_FSM_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "browser"
 WAIT_MS = 15_000
 
-pytestmark = [
-    pytest.mark.slow,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)"),
-]
+needs_chromium = pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (.ci/run installs it)")
+STATIC = ROOT / "llm_fsm" / "server" / "static"
+
+
+# -- how the page is served ------------------------------------------------------------------------
+
+
+def test_the_page_and_its_files_are_served_without_a_token_with_a_strict_policy():
+    http = client(ScriptedLLM(), tokens=TOKENS)
+    page = http.get("/")
+    assert page.status_code == 200 and page.headers["content-type"] == "text/html; charset=utf-8"
+    policy = dict(part.strip().split(" ", 1) for part in page.headers["content-security-policy"].split(";"))
+    assert policy["default-src"] == "'none'" and policy["script-src"] == "'self'" and policy["connect-src"] == "'self'"
+    assert page.headers["x-content-type-options"] == "nosniff" and page.headers["x-frame-options"] == "DENY"
+    assert 'src="static/app.js"' in page.text and 'src="static/vendor/mermaid/mermaid.min.js"' in page.text
+    for name, kind in [
+        ("app.js", "javascript"),
+        ("app.css", "text/css"),
+        ("vendor/mermaid/mermaid.min.js", "javascript"),
+    ]:
+        response = http.get(f"/static/{name}")
+        assert response.status_code == 200 and kind in response.headers["content-type"], name
+        assert response.headers["x-content-type-options"] == "nosniff"
+    assert "MIT" in http.get("/static/vendor/mermaid/LICENSE").text
+    error_of(http.get("/definitions"), 401, "unauthorized")  # the data still needs the token
+    for path in ("/static/nope.js", "/static/../app.py", "/static/%2e%2e/app.py", "/static/"):
+        error_of(http.get(path), 404, "not_found")
+    assert "/" not in http.get("/openapi.json").json()["paths"]
+
+
+def test_the_page_runs_no_inline_script_and_inserts_no_html_but_mermaids_drawing():
+    html = (STATIC / "index.html").read_text()
+    scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
+    assert len(scripts) == 2 and all("src=" in attributes and not body.strip() for attributes, body in scripts)
+    assert not re.search(r"\son[a-z]+\s*=", html)  # no inline event handlers (the policy would refuse them)
+    script = (STATIC / "app.js").read_text()
+    assert script.count("innerHTML") == 1 and "target.innerHTML = svg;" in script
+    for risky in ("eval(", "new Function", "insertAdjacentHTML", "outerHTML", "document.write", "localStorage"):
+        assert risky not in script, risky
+
+
+def test_definitions_say_which_mermaid_id_draws_each_state():
+    http = client(ScriptedLLM())
+    one = http.get("/definitions/signup").json()
+    assert one["mermaid_ids"] == {"ask_name": "s0", "ask_email": "s1", "done": "s2"}
+    for state, drawn in one["mermaid_ids"].items():
+        assert f'state "{state}" as {drawn}' in one["mermaid"]
+
+
+# -- the page in a browser -------------------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
@@ -105,6 +152,11 @@ def opened(browser: Any) -> Iterator[Any]:
         tab.close()
 
 
+def browser_test(function: Any) -> Any:
+    return pytest.mark.slow(needs_chromium(function))
+
+
+@browser_test
 def test_a_conversation_streams_moves_pauses_for_approval_and_shows_why(opened: Any, tmp_path: Path):
     llm = GatedLLM(
         [
@@ -139,6 +191,7 @@ def test_a_conversation_streams_moves_pauses_for_approval_and_shows_why(opened: 
         assert "staff must approve" in page.text("#pending-reason")
         assert json.loads(page.text("#pending-detail")) == {"name": "Ann"}
         assert page.tab.is_disabled("#message")  # paused: answer the pause first
+        page.screenshot("approval")
         why = page.text("#why li[data-turn='1']")
         assert "context_key" in why and "approved" in why and "may only be set by code" in why
 
@@ -159,7 +212,10 @@ def test_a_conversation_streams_moves_pauses_for_approval_and_shows_why(opened: 
         assert page.tab.locator("#graph path.taken").count() == 4  # start → ask_name → ask_email → done → end
         assert "ended in state done" in page.text("#ended") and page.tab.is_disabled("#message")
 
-        rows = {row.get_attribute("data-key"): row.inner_text().split("\t") for row in page.tab.locator("#context tbody tr").all()}
+        rows = {
+            row.get_attribute("data-key"): row.inner_text().split("\t")
+            for row in page.tab.locator("#context tbody tr").all()
+        }
         assert rows == {
             "name": ["name", "Ann", "llm", "1"],
             "approved": ["approved", "true", "resume", "2"],
@@ -174,6 +230,7 @@ def test_a_conversation_streams_moves_pauses_for_approval_and_shows_why(opened: 
         assert page.problems == []  # no script error, no Content-Security-Policy violation
 
 
+@browser_test
 def test_model_and_user_text_is_shown_as_text_never_run_as_html(opened: Any):
     attack = '<img src=x onerror="document.title=\'owned\'"><script>document.title="owned"</script>'
     llm = ScriptedLLM([reply("ask_name", f"Hello {attack}"), reply("ask_email", f"Thanks {attack}", name=attack)])
@@ -193,6 +250,7 @@ def test_model_and_user_text_is_shown_as_text_never_run_as_html(opened: Any):
         assert page.problems == []
 
 
+@browser_test
 def test_a_token_is_asked_for_refused_readably_and_kept_out_of_the_url(opened: Any):
     with live(create_app([signup()], ScriptedLLM(), store="memory:", tokens=TOKENS)) as base:
         page = opened(base)
@@ -210,8 +268,11 @@ def test_a_token_is_asked_for_refused_readably_and_kept_out_of_the_url(opened: A
         assert ALICE not in page.tab.url and page.tab.url == base + "/"
 
 
+@browser_test
 def test_a_failing_turn_is_shown_readably_and_its_message_kept(opened: Any):
-    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), LLMUnavailableError("upstream 503 at 10.1.2.3", attempts=3)])
+    llm = ScriptedLLM(
+        [reply("ask_name", "Hi! Your name?"), LLMUnavailableError("upstream 503 at 10.1.2.3", attempts=3)]
+    )
     with live(create_app([signup()], llm, store="memory:")) as base:
         page = opened(base)
         page.wait_text("#definition", "signup")
@@ -228,6 +289,7 @@ def test_a_failing_turn_is_shown_readably_and_its_message_kept(opened: Any):
         page.screenshot("failed-turn")
 
 
+@browser_test
 def test_a_reloaded_page_shows_its_conversation_again(opened: Any):
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ann! Email?", name="Ann")])
     with live(create_app([signup()], llm, store="memory:")) as base:
