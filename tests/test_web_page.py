@@ -17,11 +17,13 @@ from typing import Any
 
 import pytest
 
+import llm_fsm
+from llm_fsm import Hooks
 from llm_fsm.errors import LLMUnavailableError
 from llm_fsm.server import create_app
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing import ScriptedLLM, tool_calls
 from tests.conftest import ROOT, reply
-from tests.test_server import ALICE, TOKENS, GatedLLM, client, error_of, live, pausing_hooks, signup
+from tests.test_server import ALICE, TOKENS, TOOLS, GatedLLM, client, error_of, live, pausing_hooks, signup
 
 CHROMIUM = os.environ.get("LLM_FSM_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("LLM_FSM_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "browser"
@@ -276,8 +278,15 @@ def test_a_failing_turn_is_shown_readably_and_its_message_kept(opened: Any):
     with live(create_app([signup()], llm, store="memory:")) as base:
         page = opened(base)
         page.wait_text("#definition", "signup")
+        page.tab.click("#start-form summary")
+        page.tab.fill("#start-context", "{name: Ann}")
+        page.start("signup")
+        page.wait_text("#error-text", "the context is not JSON")
+        assert page.tab.locator("#transcript li").count() == 0 and page.text("#status") == ""
+        page.tab.fill("#start-context", "")
         page.start("signup")
         page.wait_text("#transcript li.assistant .meta", "turn 0")
+        assert page.tab.is_hidden("#error")
         page.send("Ann")
         page.wait_text("#error-text", "provider")
         error = page.text("#error-text")
@@ -287,6 +296,44 @@ def test_a_failing_turn_is_shown_readably_and_its_message_kept(opened: Any):
         assert page.tab.locator("#transcript li.user.failed").count() == 1
         assert page.current_state() == "ask_name" and page.text("#status").endswith("active")
         page.screenshot("failed-turn")
+
+
+@browser_test
+def test_a_tool_call_waiting_for_approval_is_denied_with_a_reason(opened: Any):
+    hooks = Hooks()
+    ran: list[str] = []
+
+    @hooks.tool()
+    def find_order(order_id: str) -> dict[str, str]:
+        ran.append(order_id)
+        return {"status": "shipped"}
+
+    definition = json.loads(json.dumps(TOOLS))
+    definition["tools"]["find_order"]["approval"] = "always"
+    llm = ScriptedLLM(
+        [
+            reply("help", "How can I help?"),
+            tool_calls(("find_order", {"order_id": "A-17"})),
+            reply("help", "I may not look orders up now, sorry."),
+        ]
+    )
+    with live(create_app([llm_fsm.load(definition)], llm, hooks=hooks, store="memory:")) as base:
+        page = opened(base)
+        page.wait_text("#definition", "orders")
+        page.start("orders")
+        page.wait_text("#transcript li.assistant .meta", "turn 0")
+        page.send("Where is A-17?")
+        page.wait_text("#status", "paused")
+        assert page.text("#pending-reason").startswith("The model wants to call the tool find_order")
+        assert json.loads(page.text("#pending-detail")) == {"arguments": {"order_id": "A-17"}}
+        page.tab.fill("#deny-reason", "not during the audit")
+        page.tab.click("#deny")
+        page.wait_text("#status", "active")
+        last = page.text("#transcript li.assistant:last-child")
+        assert "I may not look orders up now, sorry." in last and "tool find_order failed" in last
+        assert "not during the audit" in last
+        assert ran == []  # denied: the tool never ran
+        assert llm.requests[-1].messages[-1]["content"].count("not during the audit") == 1
 
 
 @browser_test

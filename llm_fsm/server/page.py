@@ -48,7 +48,7 @@ class _Static(StaticFiles):
 def add_page(app: FastAPI) -> None:
     """Serve the page at ``/`` and its files under ``/static/``, both left out of the OpenAPI document."""
 
-    @app.get("/", include_in_schema=False)
+    @app.api_route("/", methods=["GET", "HEAD"], include_in_schema=False)
     async def page() -> Any:
         return FileResponse(STATIC / "index.html", media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
 

@@ -77,7 +77,8 @@ async function* events(response) {
     try {
       chunk = await reader.read();
     } catch (error) {
-      throw new ApiError(0, "stream_broken", `the connection broke during the turn (${error.message})`);
+      const outcome = "the conversation holds the whole turn or none of it: reload the page to see which";
+      throw new ApiError(0, "stream_broken", `the connection broke during the turn (${error.message}); ${outcome}`);
     }
     buffer += decoder.decode(chunk.value || new Uint8Array(), { stream: !chunk.done });
     let end;
