@@ -262,6 +262,9 @@ def test_a_token_is_asked_for_refused_readably_and_kept_out_of_the_url(opened: A
         page.tab.click("#token-form button")
         page.wait_text("#token-reason", "refused this token")
         assert "valid bearer token" in page.text("#token-reason")
+        page.tab.fill("#token", "tökén with spaces 0123456789")  # no HTTP header can carry it: said at once
+        page.tab.click("#token-form button")
+        page.wait_text("#token-reason", "visible ASCII characters")
         page.tab.fill("#token", ALICE)
         page.tab.click("#token-form button")
         page.wait_text("#definition", "signup")

@@ -128,6 +128,10 @@ async function useToken(event) {
   event.preventDefault();
   const token = $("token").value.trim();
   if (!token) return;
+  if (!/^[\x21-\x7e]+$/.test(token)) {
+    $("token-reason").textContent = "A token is made of visible ASCII characters, without spaces: check what was pasted.";
+    return;
+  }
   sessionStorage.setItem(TOKEN_KEY, token);
   $("token").value = "";
   $("token-form").hidden = true;
