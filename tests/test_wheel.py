@@ -35,9 +35,14 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
     subprocess.run([*pip, "wheel", "--no-deps", "-w", str(dist), str(source)], check=True, timeout=600)
     (wheel,) = dist.glob("llm_fsm_runtime-*.whl")
     with zipfile.ZipFile(wheel) as archive:
-        packaged = {name for name in archive.namelist() if name.startswith("llm_fsm/prompts/")}
+        names = archive.namelist()
+    packaged = {name for name in names if name.startswith("llm_fsm/prompts/")}
     templates = {f"llm_fsm/prompts/{p.name}" for p in (ROOT / "prompts").glob("*.j2")}
     assert templates and packaged == templates
+    page = {name for name in names if name.startswith("llm_fsm/server/static/")}  # the page of serve, Mermaid's license
+    static = ROOT / "llm_fsm" / "server" / "static"
+    files = {f"llm_fsm/server/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
+    assert "llm_fsm/server/static/vendor/mermaid/LICENSE" in files and page == files
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)

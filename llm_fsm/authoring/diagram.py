@@ -139,7 +139,7 @@ def to_mermaid(definition: FSMDefinition) -> str:
     Every state is drawn under a generated id (``s0``, ``s1``... in the order of the definition) with
     its real id as its label, so no state id, whatever it holds, can be read as Mermaid syntax.
     """
-    ids = {sid: f"s{n}" for n, sid in enumerate(definition.states)}
+    ids = mermaid_ids(definition)
     lines = ["stateDiagram-v2"]
     lines += [f'    state "{_mermaid_name(sid)}" as {ids[sid]}' for sid in definition.states]
     lines += [
@@ -152,6 +152,11 @@ def to_mermaid(definition: FSMDefinition) -> str:
             lines.append(f"    {ids[sid]} --> {ids[transition.target_state]}: {label}")
     lines += [f"    {ids[sid]} --> [*]" for sid, state in definition.states.items() if state.terminal]
     return "\n".join(lines) + "\n"
+
+
+def mermaid_ids(definition: FSMDefinition) -> dict[str, str]:
+    """The id :func:`to_mermaid` draws each state under (``s0``, ``s1``... in the definition's order)."""
+    return {sid: f"s{n}" for n, sid in enumerate(definition.states)}
 
 
 def tools_text(tools: Sequence[str]) -> str:

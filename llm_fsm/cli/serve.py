@@ -110,7 +110,8 @@ def serve(
 ) -> None:
     """Serve definitions over HTTP: create conversations, send messages, stream turns (SSE), resume, delete.
 
-    OpenAPI docs at /docs. Without tokens the server listens on the loopback interface only."""
+    A web page at / (chat, graph, context, approvals), OpenAPI docs at /docs. Without tokens the server
+    listens on the loopback interface only."""
     try:
         import uvicorn
 
@@ -169,7 +170,7 @@ def serve(
         fail(str(exc), 2)
     names = ", ".join(f.name for f in fsms)
     auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
-    typer.echo(f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; docs: /docs)", err=True)
+    typer.echo(f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs)", err=True)
     uvicorn.run(application, host=host, port=port, log_level="info", server_header=False)
 
 

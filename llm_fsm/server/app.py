@@ -39,6 +39,7 @@ from llm_fsm.hooks import Hooks, is_async
 from llm_fsm.llm import LLMClient
 from llm_fsm.server.auth import client_of, parse_tokens
 from llm_fsm.server.errors import APIError, from_fsm_error, logger, not_found
+from llm_fsm.server.page import add_page
 from llm_fsm.store import Store, StoredConversation, open_store
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 from llm_fsm.turn import TurnResult
@@ -223,7 +224,7 @@ def conversation_view(item: Stored, mask: Callable[[dict[str, Any]], dict[str, A
 
 
 def definition_view(definition: FSMDefinition) -> dict[str, Any]:
-    from llm_fsm.authoring.diagram import to_mermaid
+    from llm_fsm.authoring.diagram import mermaid_ids, to_mermaid
 
     return {
         "name": definition.name,
@@ -239,6 +240,7 @@ def definition_view(definition: FSMDefinition) -> dict[str, Any]:
             for sid, state in definition.states.items()
         },
         "mermaid": to_mermaid(definition),
+        "mermaid_ids": mermaid_ids(definition),
     }
 
 
@@ -494,6 +496,7 @@ def create_app(
     )
     app.state.service = service
     _routes(app, service)
+    add_page(app)
     _error_handlers(app)
     app.add_middleware(BodyLimit, limit=max_body)  # type: ignore[arg-type]
     origins = list(cors_origins)
