@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from llm_fsm import telemetry
 from llm_fsm.errors import (
     LLMAuthError,
     LLMContextWindowError,
@@ -420,6 +421,7 @@ class _Attempt:
             raise error from exc
         retries = self.client.max_retries
         logger.warning("%s; retry %d of %d in %.1f s", error, self.number, retries, self.delay)
+        telemetry.retrying(error, self.number, self.delay)
         return True
 
 

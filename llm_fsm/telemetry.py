@@ -1,0 +1,799 @@
+"""OpenTelemetry traces of turns (the optional ``[otel]`` extra: ``pip install 'llm-fsm-runtime[otel]'``).
+
+A turn is one span, ``invoke_agent {definition}``, with a child span per model call (``chat {model}``,
+corrective and judge calls included), per tool call (``execute_tool {tool}``), per acceptance check
+(``check {name}``) and per handler (``handler {name}``). Names and attributes follow the OpenTelemetry
+GenAI semantic conventions (``gen_ai.*``); ours are ``llm_fsm.*``. The spans go to the tracer provider
+the application set up (``opentelemetry.trace.set_tracer_provider``), or to the one given to
+:func:`set_tracer_provider` here.
+
+Nothing here costs anything unless the application uses OpenTelemetry: this module imports it only
+when it is already imported (an application that set a tracer provider has imported it) or a
+provider was given here, and a turn whose span does not record (no provider, or not sampled) is run
+without any tracing. ``import llm_fsm`` never imports opentelemetry.
+
+What spans hold: no message text, no context value, no tool argument or result, unless
+``LLM_FSM_TRACE_CONTENT=1`` is set (read at each turn). Even then, values under secret context keys
+(:mod:`llm_fsm.secrets`, the definition's ``secret_keys``) are masked, and wherever such a value
+appears in recorded text (a user who typed a password) it is replaced by ``[masked]``. API keys,
+headers and tokens are never recorded.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import re
+import sys
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from functools import cache
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from llm_fsm.hooks import Break
+from llm_fsm.secrets import MASK
+
+if TYPE_CHECKING:
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.llm import LLMClient, LLMResponse
+    from llm_fsm.tools.calling import Prepared, ToolRun
+    from llm_fsm.turn import Call, TurnResult, TurnRunner
+
+__all__ = ["CONTENT_VARIABLE", "TRACER_NAME", "set_tracer_provider"]
+
+CONTENT_VARIABLE = "LLM_FSM_TRACE_CONTENT"
+TRACER_NAME = "llm_fsm"
+INSTALL = "pip install 'llm-fsm-runtime[otel]'"
+logger = logging.getLogger("llm_fsm.telemetry")
+
+_ON, _OFF = {"1", "true", "yes", "on"}, {"", "0", "false", "no", "off"}
+# litellm's provider names, as the GenAI conventions name them (others are recorded as litellm names them)
+_PROVIDERS = {
+    "openai": "openai", "text-completion-openai": "openai", "azure": "azure.ai.openai",
+    "azure_ai": "azure.ai.inference", "anthropic": "anthropic", "bedrock": "aws.bedrock",
+    "vertex_ai": "gcp.vertex_ai", "vertex_ai_beta": "gcp.vertex_ai", "gemini": "gcp.gemini", "groq": "groq",
+    "mistral": "mistral_ai", "cohere": "cohere", "cohere_chat": "cohere", "deepseek": "deepseek",
+    "perplexity": "perplexity", "xai": "x_ai", "watsonx": "ibm.watsonx.ai",
+}  # fmt: skip
+
+
+class _Settings:
+    provider: Any = None  # given to set_tracer_provider; None: OpenTelemetry's global one
+    tracer: Any = None
+    warned: set[str] = set()
+
+
+def set_tracer_provider(provider: Any) -> None:
+    """Send llm_fsm's spans to ``provider`` (an OpenTelemetry ``TracerProvider``) instead of the
+    global one; None goes back to the global one."""
+    _Settings.provider, _Settings.tracer = provider, None
+
+
+def content_enabled() -> bool:
+    """Whether ``LLM_FSM_TRACE_CONTENT`` asks for message text and context values in spans."""
+    value = os.environ.get(CONTENT_VARIABLE, "").strip().lower()
+    if value in _ON:
+        return True
+    if value not in _OFF:
+        _warn_once(f"{CONTENT_VARIABLE}={value!r} is not understood: use 1 (record content) or 0; content is off")
+    return False
+
+
+def _warn_once(message: str) -> None:
+    if message not in _Settings.warned:
+        _Settings.warned.add(message)
+        logger.warning(message)
+
+
+def _otel_in_use() -> bool:
+    """Whether the application may be tracing: it imported OpenTelemetry, or gave us a provider."""
+    if _Settings.provider is not None or "opentelemetry.trace" in sys.modules:
+        return True
+    if "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:  # a provider named in the environment, loaded on first use
+        return True
+    if os.environ.get(CONTENT_VARIABLE) and not _installed():
+        _warn_once(f"{CONTENT_VARIABLE} is set but OpenTelemetry is not installed, so no trace is recorded: {INSTALL}")
+    return False
+
+
+@cache
+def _installed() -> bool:
+    from importlib.util import find_spec
+
+    return find_spec("opentelemetry") is not None
+
+
+def _tracer() -> Any:
+    if _Settings.tracer is None:
+        try:
+            from opentelemetry import trace
+        except ImportError:  # pragma: no cover (a provider was given, so it is installed)
+            return None
+        provider = _Settings.provider or trace.get_tracer_provider()
+        _Settings.tracer = provider.get_tracer(TRACER_NAME, _version())
+    return _Settings.tracer
+
+
+@cache
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("llm-fsm-runtime")
+    except PackageNotFoundError:  # pragma: no cover (run from a source tree)
+        return "0"
+
+
+def start_turn(conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace:
+    """The trace of the turn ``runner`` is about to run: its span started (ended by :meth:`TurnTrace.end`)."""
+    if not _otel_in_use() or (tracer := _tracer()) is None:
+        return NO_TRACE
+    return TurnTrace.start(tracer, conversation, runner)
+
+
+def retrying(error: BaseException, attempt: int, delay: float) -> None:
+    """A model call is retried after ``error``: an event on the model call's span, if it is traced."""
+    if "opentelemetry.trace" not in sys.modules:
+        return
+    from opentelemetry import trace
+
+    span = trace.get_current_span()
+    if span.is_recording():
+        span.add_event("llm_fsm.retry", {"error.type": type(error).__name__, "attempt": attempt, "delay_s": delay})
+
+
+# -- what is recorded --------------------------------------------------------------------------------
+
+
+def _scrubbed(text: str) -> str:
+    """``text`` without anything shaped like a key or a URL's user and password."""
+    from llm_fsm.llm import _KEY_SHAPED
+
+    return _KEY_SHAPED.sub("***", _USERINFO.sub(r"\1***@", text))
+
+
+def _error_attributes(error: BaseException, content: Content | None) -> dict[str, Any]:
+    """``error`` as an exception event: its type and stack always; its message only when it cannot hold
+    content (our model-call errors, scrubbed) or content is recorded."""
+    from llm_fsm.errors import LLMError
+
+    attributes: dict[str, Any] = {"exception.type": f"{type(error).__module__}.{type(error).__qualname__}"}
+    if isinstance(error, LLMError) or content is not None:
+        message = _scrubbed(str(error).strip().splitlines()[0] if str(error).strip() else "")
+        attributes["exception.message"] = content.text(message) if content is not None else message
+    attributes["exception.stacktrace"] = "".join(traceback.format_tb(error.__traceback__))
+    return attributes
+
+
+class Content:
+    """Message text and values recorded in spans (``LLM_FSM_TRACE_CONTENT=1``), with secrets masked:
+    values under secret keys are learnt from every context, reply and tool call of the turn, and
+    replaced wherever they appear in what is recorded."""
+
+    def __init__(self, definition: Any) -> None:
+        self.definition = definition
+        self.secrets: set[str] = set()
+
+    def learn(self, data: Any) -> None:
+        if isinstance(data, dict):
+            _hidden(data, self.definition.masked(data), self.secrets)
+
+    def learn_reply(self, text: str) -> None:
+        from llm_fsm.contract import reply_object
+        from llm_fsm.errors import ReplyFormatError
+
+        with contextlib.suppress(ReplyFormatError):  # no object: its text is still scrubbed of the secrets known
+            self.learn(reply_object(text))
+
+    def masked(self, value: Any) -> Any:
+        return self.definition.masked({"value": value})["value"]
+
+    def text(self, value: Any) -> str:
+        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
+        for secret in sorted(self.secrets, key=len, reverse=True):
+            text = text.replace(secret, MASK)
+        return text
+
+
+def _hidden(original: Any, masked: Any, into: set[str]) -> None:
+    """The values ``masked`` hides of ``original``, as text (and as JSON would write them)."""
+    if masked == MASK and original != MASK:
+        for leaf in _leaves(original):
+            if len(leaf) >= 3:
+                into.update((leaf, json.dumps(leaf, ensure_ascii=False)[1:-1]))
+    elif isinstance(original, dict) and isinstance(masked, dict):
+        for key, value in original.items():
+            _hidden(value, masked.get(key), into)
+    elif isinstance(original, list) and isinstance(masked, list):
+        for value, hidden in zip(original, masked, strict=False):
+            _hidden(value, hidden, into)
+
+
+def _leaves(value: Any) -> Iterator[str]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list):
+        for item in value:
+            yield from _leaves(item)
+    elif isinstance(value, str | int | float) and not isinstance(value, bool):
+        yield str(value)
+
+
+def _messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Chat messages in the GenAI conventions' form (``role`` and ``parts``)."""
+    out = []
+    for message in messages:
+        role, parts = message.get("role", "user"), []
+        if message.get("content"):
+            kind = "tool_call_response" if role == "tool" else "text"
+            key = "result" if role == "tool" else "content"
+            part: dict[str, Any] = {"type": kind, key: message["content"]}
+            if role == "tool":
+                part["id"] = message.get("tool_call_id")
+            parts.append(part)
+        for call in message.get("tool_calls") or ():
+            function = call.get("function", {})
+            parts.append({"type": "tool_call", "id": call.get("id"), "name": function.get("name"),
+                          "arguments": function.get("arguments")})  # fmt: skip
+        out.append({"role": role, "parts": parts})
+    return out
+
+
+# -- the model -----------------------------------------------------------------------------------------
+
+
+def describe(llm: LLMClient) -> dict[str, Any]:
+    """The GenAI attributes that describe ``llm``'s requests (provider, model, server, settings)."""
+    from llm_fsm.llm import LiteLLMClient
+
+    if not isinstance(llm, LiteLLMClient):
+        model, provider = getattr(llm, "model", None), getattr(llm, "provider", None)
+        return {
+            "gen_ai.provider.name": provider if isinstance(provider, str) else "_OTHER",
+            **({"gen_ai.request.model": model} if isinstance(model, str) else {}),
+        }
+    provider, model = _litellm_provider(llm.model)
+    attributes: dict[str, Any] = {"gen_ai.provider.name": _PROVIDERS.get(provider, provider)}
+    attributes["gen_ai.request.model"] = model
+    if llm.api_base:
+        where = urlsplit(llm.api_base if "//" in llm.api_base else f"//{llm.api_base}")
+        if where.hostname:  # never the user and password a URL may carry
+            attributes["server.address"] = where.hostname
+            if where.port:
+                attributes["server.port"] = where.port
+    settings = {"temperature": llm.temperature, **llm.extra}
+    for name in ("temperature", "top_p", "max_tokens", "seed"):
+        value = settings.get(name)
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            attributes[f"gen_ai.request.{name}"] = value
+    return attributes
+
+
+@cache
+def _litellm_provider(model: str) -> tuple[str, str]:
+    """(provider, model as the provider names it) for a litellm model name."""
+    prefix, _, rest = model.partition("/")
+    if rest:
+        return prefix, rest
+    try:
+        from llm_fsm.llm import _import_litellm
+
+        _, provider, _, _ = _import_litellm().get_llm_provider(model)
+        return str(provider), model
+    except Exception:  # litellm cannot tell (an unknown model): the conventions' fallback
+        return "_OTHER", model
+
+
+# -- the turn ------------------------------------------------------------------------------------------
+
+
+class TurnTrace:
+    """The spans of one turn. The turn's span is never made current (a turn's generator yields to the
+    caller between steps); each child span is made current only while its own code runs, so spans that
+    code makes (an instrumented HTTP client, a database) nest under it, in threads and tasks alike."""
+
+    def __init__(
+        self, tracer: Any, span: Any, conversation: Conversation, runner: TurnRunner, llm: dict[str, Any]
+    ) -> None:
+        from opentelemetry import context, trace
+
+        self.otel_context, self.otel_trace = context, trace
+        self.tracer = tracer
+        self.span = span
+        self.runner = runner
+        self.llm_attributes = llm
+        self.conversation_id = conversation.id
+        self.content = Content(conversation.definition) if content_enabled() else None
+        if self.content is not None:
+            self.content.learn(runner.base.context)
+        self.parents = [trace.set_span_in_context(span)]
+        self.calls = 0
+        self.deferred: list[tuple[Any, int, dict[str, Any]]] = []
+
+    @classmethod
+    def start(cls, tracer: Any, conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace:
+        from opentelemetry.trace import SpanKind
+
+        definition = conversation.definition
+        kind = "resume" if runner.resuming is not None else "message" if runner.user is not None else "opening"
+        llm = describe(conversation.llm)
+        attributes: dict[str, Any] = {
+            **llm,
+            "gen_ai.operation.name": "invoke_agent",
+            "gen_ai.agent.name": definition.name,
+            "llm_fsm.definition": definition.name,
+            "llm_fsm.definition.version": definition.version,
+            "llm_fsm.turn.kind": kind,
+            "llm_fsm.turn": runner.turn_index,
+            "llm_fsm.state.before": runner.base.state,
+        }
+        if conversation.id is not None:
+            attributes["gen_ai.conversation.id"] = conversation.id
+        if runner.resuming is not None:
+            attributes.update(_resume_attributes(runner))
+        span = tracer.start_span(f"invoke_agent {definition.name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        if not span.is_recording():  # no provider, or not sampled: the turn runs untraced
+            return NO_TRACE
+        return cls(tracer, span, conversation, runner, llm)
+
+    # -- child spans ----------------------------------------------------------------------------
+
+    def child(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> Any:
+        from opentelemetry.trace import SpanKind
+
+        kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
+        return self.tracer.start_span(name, context=self.parents[-1], kind=kind, attributes=attributes)
+
+    def finish(self, span: Any, content: dict[str, Any] | None = None) -> None:
+        """End ``span``; with content, at the turn's end (its end time kept), once every secret of the turn is known."""
+        if self.content is None or not content:
+            span.end()
+        else:
+            self.deferred.append((span, time.time_ns(), content))
+
+    def current(self, span: Any) -> _Current:
+        return _Current(self, span)
+
+    def failed(self, span: Any, error: BaseException) -> None:
+        from opentelemetry.trace import Status, StatusCode
+
+        if span.is_recording():
+            span.set_attribute("error.type", type(error).__qualname__)
+            span.add_event("exception", _error_attributes(error, self.content))
+            span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
+
+    # -- model calls ----------------------------------------------------------------------------
+
+    def call_span(self, call: Call, *, stream: bool) -> Any:
+        self.calls += 1
+        model = self.llm_attributes.get("gen_ai.request.model")
+        attributes = {
+            **self.llm_attributes,
+            "gen_ai.operation.name": "chat",
+            "gen_ai.output.type": "json",
+            "llm_fsm.call.kind": call.kind,
+            "llm_fsm.call.purpose": call.purpose,
+            "llm_fsm.call.number": self.calls,
+            "llm_fsm.state": call.request.state or "",
+            "llm_fsm.stream": stream,
+        }
+        if self.conversation_id is not None:
+            attributes["gen_ai.conversation.id"] = self.conversation_id
+        return self.child(f"chat {model}" if model else "chat", attributes, client=True)
+
+    def responded(self, span: Any, call: Call, response: LLMResponse) -> None:
+        usage = response.usage
+        attributes: dict[str, Any] = {}
+        if response.model:
+            attributes["gen_ai.response.model"] = response.model
+        if response.finish_reason:
+            attributes["gen_ai.response.finish_reasons"] = (response.finish_reason,)
+        if usage.prompt_tokens or usage.completion_tokens:
+            attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
+            attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
+        if usage.cost is not None:
+            attributes["llm_fsm.usage.cost"] = usage.cost
+        if response.tool_calls:
+            attributes["llm_fsm.tool_calls.requested"] = len(response.tool_calls)
+        span.set_attributes(attributes)
+        content = None
+        if self.content is not None:
+            self.content.learn_reply(response.text)
+            asked = [{"role": "assistant", "content": response.text, "tool_calls": [
+                {"id": c.id, "function": {"name": c.name, "arguments": c.arguments}} for c in response.tool_calls
+            ]}]  # fmt: skip
+            output = [{**_messages(asked)[0], "finish_reason": response.finish_reason or "stop"}]
+            content = {"gen_ai.input.messages": _messages(call.request.messages), "gen_ai.output.messages": output}
+        self.finish(span, content)
+
+    def complete(self, llm: LLMClient, call: Call) -> LLMResponse:
+        span = self.call_span(call, stream=False)
+        try:
+            with self.current(span):
+                response = llm.complete(call.request)
+        except BaseException:
+            self.finish(span)
+            raise
+        self.responded(span, call, response)
+        return response
+
+    async def acomplete(self, llm: LLMClient, call: Call) -> LLMResponse:
+        span = self.call_span(call, stream=False)
+        try:
+            with self.current(span):
+                response = await llm.acomplete(call.request)
+        except BaseException:
+            self.finish(span)
+            raise
+        self.responded(span, call, response)
+        return response
+
+    def stream(self, call: Call, items: Iterator[Any]) -> Iterator[Any]:
+        """``items`` (a streamed call's deltas, then its response); its span is current only while the
+        next item is read, never while the caller holds one."""
+        from llm_fsm.llm import LLMResponse
+
+        span = self.call_span(call, stream=True)
+        try:
+            while True:
+                with self.current(span):
+                    item = next(items, None)
+                if item is None:
+                    break
+                if isinstance(item, LLMResponse):
+                    self.responded(span, call, item)
+                    span = None
+                yield item
+        finally:
+            _close(items)
+            if span is not None:  # closed early, or failed: its error is recorded already
+                self.finish(span)
+
+    async def astream(self, call: Call, items: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        from llm_fsm.llm import LLMResponse
+
+        span = self.call_span(call, stream=True)
+        try:
+            while True:
+                with self.current(span):
+                    item = await anext(items, None)
+                if item is None:
+                    break
+                if isinstance(item, LLMResponse):
+                    self.responded(span, call, item)
+                    span = None
+                yield item
+        finally:
+            if callable(aclose := getattr(items, "aclose", None)):
+                await aclose()
+            if span is not None:
+                self.finish(span)
+
+    # -- handlers, checks, tools ----------------------------------------------------------------
+
+    def handler(self, name: str, timing: str, state: str, target: str | None) -> StepSpan:
+        attributes = {"llm_fsm.handler": name, "llm_fsm.handler.timing": timing, "llm_fsm.state": state}
+        if target is not None:
+            attributes["llm_fsm.target"] = target
+        return StepSpan(self, self.child(f"handler {name}", attributes))
+
+    def check(self, name: str, kind: str, state: str) -> StepSpan:
+        attributes = {"llm_fsm.check": name, "llm_fsm.check.kind": kind, "llm_fsm.state": state}
+        return StepSpan(self, self.child(f"check {name}", attributes))
+
+    def tools(self, calls: Sequence[Prepared]) -> list[ToolSpan]:
+        spans = []
+        for prepared in calls:
+            attributes: dict[str, Any] = {
+                "gen_ai.operation.name": "execute_tool",
+                "gen_ai.tool.name": prepared.call.name,
+                "gen_ai.tool.call.id": prepared.call.id,
+                "gen_ai.tool.type": "function",
+                "llm_fsm.tool.round": prepared.round,
+            }
+            if prepared.tool is not None and prepared.tool.description:
+                attributes["gen_ai.tool.description"] = prepared.tool.description
+            spans.append(ToolSpan(self, self.child(f"execute_tool {prepared.call.name}", attributes)))
+        return spans
+
+    # -- the turn's end -------------------------------------------------------------------------
+
+    def note(self, key: str, value: Any) -> None:
+        self.span.set_attribute(key, value)
+
+    def committed(self, result: TurnResult) -> None:
+        moved = result.previous_state is not None and result.previous_state != result.state
+        kinds = [r.kind for r in result.rejected]
+        attributes: dict[str, Any] = {
+            "llm_fsm.state.after": result.state,
+            "llm_fsm.transition": f"{result.previous_state} -> {result.state}" if moved else "stay",
+            "llm_fsm.status": result.status,
+            "llm_fsm.llm_calls": result.llm_calls,
+            "llm_fsm.rejections": len(kinds),
+            "llm_fsm.tool_calls": len(result.tool_calls),
+            "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
+            "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+        }
+        if kinds:
+            attributes["llm_fsm.rejection.kinds"] = kinds
+        if result.usage.cost is not None:
+            attributes["llm_fsm.usage.cost"] = result.usage.cost
+        if result.pending is not None:
+            attributes.update(_pause_attributes(result))
+        self.span.set_attributes(attributes)
+        for rejection in result.rejected:
+            event: dict[str, Any] = {"kind": rejection.kind, "attempt": rejection.attempt}
+            if rejection.key:
+                event["key"] = rejection.key
+            if rejection.target_state:
+                event["target_state"] = rejection.target_state
+            if self.content is not None:
+                event["reason"] = rejection.reason  # scrubbed at the end, with what the turn taught
+            self.span.add_event("llm_fsm.rejection", event)
+        if self.content is not None:
+            self.content.learn(result.context)
+            user = [{"role": "user", "parts": [{"type": "text", "content": result.user}]}] if result.user else []
+            said = {"role": "assistant", "parts": [{"type": "text", "content": result.message}]}
+            self.span.set_attributes({
+                "gen_ai.input.messages": self.content.text(user),
+                "gen_ai.output.messages": self.content.text([{**said, "finish_reason": "stop"}]),
+                "llm_fsm.context_updates": self.content.text(self.content.masked(result.context_updates)),
+                "llm_fsm.context": self.content.text(self.content.masked(result.context)),
+            })  # fmt: skip
+
+    def end(self, error: BaseException | None) -> None:
+        """The turn is over: committed, failed (``error``) or abandoned (a stream closed early)."""
+        if self.content is not None:
+            self.content.learn(self.runner.work.context)
+            for span, end_time, content in self.deferred:
+                span.set_attributes({key: self.content.text(value) for key, value in content.items()})
+                span.end(end_time=end_time)
+            self.deferred.clear()
+        if isinstance(error, Exception):
+            self.failed(self.span, error)
+        elif error is not None:
+            self.span.set_attribute("llm_fsm.turn.abandoned", True)
+        self.span.end()
+
+
+def _resume_attributes(runner: TurnRunner) -> dict[str, Any]:
+    pause = runner.resuming
+    assert pause is not None
+    attributes: dict[str, Any] = {"llm_fsm.resume.kind": pause.kind}
+    if pause.handler:
+        attributes["llm_fsm.resume.handler"] = pause.handler
+    if pause.kind == "tool_approval":
+        decision = runner.decision or {}
+        verdict = "supplied" if "result" in decision else "approved" if decision.get("approved") else "rejected"
+        attributes.update({"llm_fsm.resume.decision": verdict, "llm_fsm.resume.tool": pause.payload.get("tool", "")})
+    return attributes
+
+
+def _pause_attributes(result: TurnResult) -> dict[str, Any]:
+    pending = result.pending
+    assert pending is not None
+    attributes: dict[str, Any] = {"llm_fsm.paused": True, "llm_fsm.pause.kind": pending.kind}
+    if pending.handler:
+        attributes["llm_fsm.pause.handler"] = pending.handler
+    if pending.timing:
+        attributes["llm_fsm.pause.timing"] = pending.timing
+    if pending.kind == "tool_approval":
+        attributes["llm_fsm.pause.tool"] = str(pending.payload.get("tool", ""))
+    return attributes
+
+
+def _close(items: Any) -> None:
+    if callable(close := getattr(items, "close", None)):
+        close()
+
+
+_USERINFO = re.compile(r"(//)[^/@\s]+@")
+
+
+class _Current:
+    """``with``: ``span`` is the current span (and an error raised inside is recorded on it)."""
+
+    def __init__(self, trace: TurnTrace, span: Any) -> None:
+        self.trace, self.span = trace, span
+
+    def __enter__(self) -> None:
+        self.token = self.trace.otel_context.attach(self.trace.otel_trace.set_span_in_context(self.span))
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self.trace.otel_context.detach(self.token)
+        if isinstance(error, Exception):
+            self.trace.failed(self.span, error)
+        elif error is not None and not isinstance(error, GeneratorExit):
+            self.span.set_attribute("llm_fsm.cancelled", True)  # asyncio's CancelledError, KeyboardInterrupt
+
+
+class StepSpan:
+    """The span of a handler or a check: ``with`` it, the step's model calls (a judge's) nest under it;
+    :meth:`run` calls the step's function with the span current."""
+
+    def __init__(self, trace: TurnTrace, span: Any) -> None:
+        self.trace, self.span = trace, span
+        self.content: dict[str, Any] = {}
+        self.recorded = False
+
+    def __enter__(self) -> StepSpan:
+        self.trace.parents.append(self.trace.otel_trace.set_span_in_context(self.span))
+        return self
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self.trace.parents.pop()
+        if isinstance(error, Break):
+            self.span.set_attribute("llm_fsm.handler.break", True)
+        elif isinstance(error, Exception) and not self.recorded:
+            self.trace.failed(self.span, error)
+        elif error is not None and not isinstance(error, Exception):
+            self.span.set_attribute("llm_fsm.abandoned", True)
+        self.trace.finish(self.span, self.content)
+
+    def run(self, function: Callable[..., Any], keywords: dict[str, Any]) -> Any:
+        with self._current():
+            outcome = function(**keywords)
+        return _Within(self, outcome) if _awaitable(outcome) else outcome
+
+    def _current(self) -> _Recorded:
+        return _Recorded(self)
+
+    def verdict(self, why: str | None) -> None:
+        self.span.set_attribute("llm_fsm.check.passed", why is None)
+        if why is not None:
+            self.content["llm_fsm.check.reason"] = why
+
+    def changed(self, delta: dict[str, Any]) -> None:
+        if delta:
+            self.span.set_attribute("llm_fsm.handler.keys", sorted(delta))
+            if self.trace.content is not None:
+                self.content["llm_fsm.handler.delta"] = self.trace.content.masked(delta)
+
+
+class _Recorded:
+    """The step's span current; an error its code raises recorded (a ``Break`` is not an error)."""
+
+    def __init__(self, step: StepSpan) -> None:
+        self.step = step
+
+    def __enter__(self) -> None:
+        trace = self.step.trace
+        self.token = trace.otel_context.attach(trace.otel_trace.set_span_in_context(self.step.span))
+
+    def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
+        self.step.trace.otel_context.detach(self.token)
+        if isinstance(error, Exception) and not isinstance(error, Break):
+            self.step.trace.failed(self.step.span, error)
+            self.step.recorded = True
+
+
+class _Within:
+    """An awaitable whose code runs with a step's span current (in the task that awaits it)."""
+
+    def __init__(self, step: StepSpan, awaitable: Any) -> None:
+        self.step, self.awaitable = step, awaitable
+
+    def __await__(self) -> Any:
+        with self.step._current():
+            return (yield from self.awaitable.__await__())
+
+    def close(self) -> None:
+        if callable(close := getattr(self.awaitable, "close", None)):
+            close()
+
+
+def _awaitable(value: Any) -> bool:
+    import inspect
+
+    return inspect.isawaitable(value)
+
+
+class ToolSpan:
+    """The span of a tool call: :meth:`run` calls the tool with the span current (in its worker thread
+    or task); :meth:`ended` records its outcome."""
+
+    def __init__(self, trace: TurnTrace, span: Any) -> None:
+        self.trace, self.span = trace, span
+        self.step = StepSpan(trace, span)
+
+    def run(self, function: Callable[..., Any], keywords: dict[str, Any]) -> Any:
+        with self.step._current():
+            outcome = function(**keywords)
+        return _coroutine(self.step, outcome) if _awaitable(outcome) else outcome
+
+    def ended(self, run: ToolRun) -> ToolRun:
+        if run.approval:
+            self.span.set_attribute("llm_fsm.tool.approval", run.approval)
+        if run.error is not None and not self.step.recorded:  # not raised by the tool: timed out, or a bad result
+            from opentelemetry.trace import Status, StatusCode
+
+            kind = "timeout" if run.error.startswith(("timed out", "not run")) else "invalid_result"
+            self.span.set_attribute("error.type", kind)
+            self.span.set_status(Status(StatusCode.ERROR, kind))
+        content = None
+        if self.trace.content is not None:
+            self.trace.content.learn({"arguments": run.arguments, "result": run.result})
+            content = {"gen_ai.tool.call.arguments": self.trace.content.masked(run.arguments)}
+            if run.error is None:
+                content["gen_ai.tool.call.result"] = self.trace.content.masked(run.result)
+            else:
+                content["llm_fsm.tool.error"] = run.error
+        self.trace.finish(self.span, content)
+        return run
+
+
+async def _coroutine(step: StepSpan, awaitable: Any) -> Any:
+    """``awaitable`` as a coroutine (``asyncio.run`` takes nothing else) with the step's span current."""
+    with step._current():
+        return await awaitable
+
+
+class NoSpan:
+    """The span of an untraced turn: every method does nothing (but run the code it is given)."""
+
+    def __enter__(self) -> NoSpan:
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        return None
+
+    @staticmethod
+    def run(function: Callable[..., Any], keywords: dict[str, Any]) -> Any:
+        return function(**keywords)
+
+    def verdict(self, why: str | None) -> None:
+        return None
+
+    def changed(self, delta: dict[str, Any]) -> None:
+        return None
+
+    @staticmethod
+    def ended(run: ToolRun) -> ToolRun:
+        return run
+
+
+NO_SPAN = NoSpan()
+
+
+class NoTrace:
+    """The trace of an untraced turn: the same methods as :class:`TurnTrace`, doing nothing."""
+
+    content = None
+
+    def handler(self, name: str, timing: str, state: str, target: str | None) -> NoSpan:
+        return NO_SPAN
+
+    def check(self, name: str, kind: str, state: str) -> NoSpan:
+        return NO_SPAN
+
+    def tools(self, calls: Sequence[Prepared]) -> None:
+        return None
+
+    def complete(self, llm: LLMClient, call: Call) -> LLMResponse:
+        return llm.complete(call.request)
+
+    async def acomplete(self, llm: LLMClient, call: Call) -> LLMResponse:
+        return await llm.acomplete(call.request)
+
+    def stream(self, call: Call, items: Iterator[Any]) -> Iterator[Any]:
+        return items
+
+    def astream(self, call: Call, items: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        return items
+
+    def note(self, key: str, value: Any) -> None:
+        return None
+
+    def committed(self, result: TurnResult) -> None:
+        return None
+
+    def end(self, error: BaseException | None) -> None:
+        return None
+
+
+NO_TRACE = NoTrace()
