@@ -104,7 +104,10 @@ def _otel_in_use() -> bool:
 def _installed() -> bool:
     from importlib.util import find_spec
 
-    return find_spec("opentelemetry") is not None
+    try:
+        return find_spec("opentelemetry") is not None
+    except ImportError:  # an import hook refused it: as good as missing
+        return False
 
 
 def _tracer() -> Any:
@@ -707,8 +710,6 @@ class ToolSpan:
         return _coroutine(self.step, outcome) if _awaitable(outcome) else outcome
 
     def ended(self, run: ToolRun) -> ToolRun:
-        if run.approval:
-            self.span.set_attribute("llm_fsm.tool.approval", run.approval)
         if run.error is not None and not self.step.recorded:  # not raised by the tool: timed out, or a bad result
             from opentelemetry.trace import Status, StatusCode
 
