@@ -570,7 +570,7 @@ def test_with_a_provider_handlers_run_inside_their_span(spans):
     assert seen == [True]
 
 
-BLOCKED = """
+TURNS = """
 import sys, importlib.abc, logging
 
 class Block(importlib.abc.MetaPathFinder):
@@ -579,7 +579,8 @@ class Block(importlib.abc.MetaPathFinder):
             raise ImportError(f"No module named {name!r} (blocked)")
         return None
 
-sys.meta_path.insert(0, Block())
+if sys.argv[2] == "missing":
+    sys.meta_path.insert(0, Block())
 logging.basicConfig(format="%(message)s")
 import llm_fsm
 from llm_fsm.testing import ScriptedLLM, reply
@@ -592,14 +593,16 @@ print(conversation.send("hi").message, [m for m in sys.modules if m.startswith("
 """
 
 
-@pytest.mark.parametrize("content", ["", "1"])
-def test_without_opentelemetry_installed_turns_work_and_content_asks_for_the_extra(content):
+@pytest.mark.parametrize(("otel", "content"), [("missing", ""), ("missing", "1"), ("unused", ""), ("unused", "1")])
+def test_without_opentelemetry_in_use_turns_never_import_it_and_content_asks_for_the_extra(otel, content):
+    """Missing (an import hook refuses it) or installed but unused: turns work, and never import it;
+    asking for content without it installed names the extra to install."""
     env = {**os.environ, telemetry.CONTENT_VARIABLE: content}
     example = str(ROOT / "fsm_definitions" / "small_talk.json")
     done = subprocess.run(
-        [sys.executable, "-c", BLOCKED, example], capture_output=True, text=True, env=env, timeout=60, check=False
+        [sys.executable, "-c", TURNS, example, otel], capture_output=True, text=True, env=env, timeout=60, check=False
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "Again? []"
     said = "pip install 'llm-fsm-runtime[otel]'" in done.stderr
-    assert said == bool(content)
+    assert said == (otel == "missing" and content == "1")
