@@ -26,6 +26,7 @@ _PAIRS = {
     ("social", "security"), ("tax", "id"), ("auth", "token"),
 }  # fmt: skip
 _CARD = re.compile(r"^\d[\d \-]{11,22}\d$")
+KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk|key|api)[-_][A-Za-z0-9_-]{6,}")  # API keys as providers write them
 
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")

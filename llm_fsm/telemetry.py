@@ -31,17 +31,13 @@ import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from functools import cache
-from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
+from typing import Any
 
 from llm_fsm.hooks import Break
-from llm_fsm.secrets import MASK
+from llm_fsm.secrets import KEY_SHAPED, MASK
 
-if TYPE_CHECKING:
-    from llm_fsm.conversation import Conversation
-    from llm_fsm.llm import LLMClient, LLMResponse
-    from llm_fsm.tools.calling import Prepared, ToolRun
-    from llm_fsm.turn import Call, TurnResult, TurnRunner
+# Types of the modules that import this one (their objects are read by duck typing here: no cycle)
+Conversation = LLMClient = LLMResponse = Prepared = ToolRun = Call = TurnResult = TurnRunner = Any
 
 __all__ = ["CONTENT_VARIABLE", "TRACER_NAME", "set_tracer_provider"]
 
@@ -51,14 +47,6 @@ INSTALL = "pip install 'llm-fsm-runtime[otel]'"
 logger = logging.getLogger("llm_fsm.telemetry")
 
 _ON, _OFF = {"1", "true", "yes", "on"}, {"", "0", "false", "no", "off"}
-# litellm's provider names, as the GenAI conventions name them (others are recorded as litellm names them)
-_PROVIDERS = {
-    "openai": "openai", "text-completion-openai": "openai", "azure": "azure.ai.openai",
-    "azure_ai": "azure.ai.inference", "anthropic": "anthropic", "bedrock": "aws.bedrock",
-    "vertex_ai": "gcp.vertex_ai", "vertex_ai_beta": "gcp.vertex_ai", "gemini": "gcp.gemini", "groq": "groq",
-    "mistral": "mistral_ai", "cohere": "cohere", "cohere_chat": "cohere", "deepseek": "deepseek",
-    "perplexity": "perplexity", "xai": "x_ai", "watsonx": "ibm.watsonx.ai",
-}  # fmt: skip
 
 
 class _Settings:
@@ -154,9 +142,7 @@ def retrying(error: BaseException, attempt: int, delay: float) -> None:
 
 def _scrubbed(text: str) -> str:
     """``text`` without anything shaped like a key or a URL's user and password."""
-    from llm_fsm.llm import _KEY_SHAPED
-
-    return _KEY_SHAPED.sub("***", _USERINFO.sub(r"\1***@", text))
+    return KEY_SHAPED.sub("***", _USERINFO.sub(r"\1***@", text))
 
 
 def _error_attributes(error: BaseException, content: Content | None) -> dict[str, Any]:
@@ -250,46 +236,17 @@ def _messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
 # -- the model -----------------------------------------------------------------------------------------
 
 
-def describe(llm: LLMClient) -> dict[str, Any]:
-    """The GenAI attributes that describe ``llm``'s requests (provider, model, server, settings)."""
-    from llm_fsm.llm import LiteLLMClient
-
-    if not isinstance(llm, LiteLLMClient):
-        model, provider = getattr(llm, "model", None), getattr(llm, "provider", None)
-        return {
-            "gen_ai.provider.name": provider if isinstance(provider, str) else "_OTHER",
-            **({"gen_ai.request.model": model} if isinstance(model, str) else {}),
-        }
-    provider, model = _litellm_provider(llm.model)
-    attributes: dict[str, Any] = {"gen_ai.provider.name": _PROVIDERS.get(provider, provider)}
-    attributes["gen_ai.request.model"] = model
-    if llm.api_base:
-        where = urlsplit(llm.api_base if "//" in llm.api_base else f"//{llm.api_base}")
-        if where.hostname:  # never the user and password a URL may carry
-            attributes["server.address"] = where.hostname
-            if where.port:
-                attributes["server.port"] = where.port
-    settings = {"temperature": llm.temperature, **llm.extra}
-    for name in ("temperature", "top_p", "max_tokens", "seed"):
-        value = settings.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            attributes[f"gen_ai.request.{name}"] = value
-    return attributes
-
-
-@cache
-def _litellm_provider(model: str) -> tuple[str, str]:
-    """(provider, model as the provider names it) for a litellm model name."""
-    prefix, _, rest = model.partition("/")
-    if rest:
-        return prefix, rest
-    try:
-        from llm_fsm.llm import _import_litellm
-
-        _, provider, _, _ = _import_litellm().get_llm_provider(model)
-        return str(provider), model
-    except Exception:  # litellm cannot tell (an unknown model): the conventions' fallback
-        return "_OTHER", model
+def describe(llm: Any) -> dict[str, Any]:
+    """The GenAI attributes of ``llm``'s requests: its ``trace_attributes()`` (``LiteLLMClient`` has one),
+    else its ``provider`` and ``model`` attributes if it has them (any client may)."""
+    own = getattr(llm, "trace_attributes", None)
+    if callable(own):
+        return dict(own())
+    model, provider = getattr(llm, "model", None), getattr(llm, "provider", None)
+    return {
+        "gen_ai.provider.name": provider if isinstance(provider, str) else "_OTHER",
+        **({"gen_ai.request.model": model} if isinstance(model, str) else {}),
+    }
 
 
 # -- the turn ------------------------------------------------------------------------------------------
@@ -439,8 +396,6 @@ class TurnTrace:
     def stream(self, call: Call, items: Iterator[Any]) -> Iterator[Any]:
         """``items`` (a streamed call's deltas, then its response); its span is current only while the
         next item is read, never while the caller holds one."""
-        from llm_fsm.llm import LLMResponse
-
         span = self.call_span(call, stream=True)
         try:
             while True:
@@ -448,7 +403,7 @@ class TurnTrace:
                     item = next(items, None)
                 if item is None:
                     break
-                if isinstance(item, LLMResponse):
+                if not isinstance(item, str):  # the response, after the text deltas
                     self.responded(span, call, item)
                     span = None
                 yield item
@@ -458,8 +413,6 @@ class TurnTrace:
                 self.finish(span)
 
     async def astream(self, call: Call, items: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        from llm_fsm.llm import LLMResponse
-
         span = self.call_span(call, stream=True)
         try:
             while True:
@@ -467,7 +420,7 @@ class TurnTrace:
                     item = await anext(items, None)
                 if item is None:
                     break
-                if isinstance(item, LLMResponse):
+                if not isinstance(item, str):
                     self.responded(span, call, item)
                     span = None
                 yield item
