@@ -101,6 +101,8 @@ class Conversation:
     ) -> None:
         if state is not None and state not in definition.states:
             raise ConversationError(f"unknown state '{state}'", state=state)
+        if id is not None and not isinstance(id, str):
+            raise TypeError(f"a conversation's id is a str, not {type(id).__name__} ({id!r:.40})")
         self.id = id  # in traces (gen_ai.conversation.id); a StoredConversation sets it to its id
         self.definition = definition
         self.llm = llm

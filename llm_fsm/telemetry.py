@@ -22,6 +22,7 @@ headers and tokens are never recorded.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -30,7 +31,6 @@ import sys
 import time
 import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from functools import cache
 from typing import Any
 
 from llm_fsm.hooks import Break
@@ -58,6 +58,8 @@ class _Settings:
 def set_tracer_provider(provider: Any) -> None:
     """Send llm_fsm's spans to ``provider`` (an OpenTelemetry ``TracerProvider``) instead of the
     global one; None goes back to the global one."""
+    if provider is not None and not callable(getattr(provider, "get_tracer", None)):
+        raise TypeError(f"set_tracer_provider takes an OpenTelemetry TracerProvider or None, not {provider!r:.80}")
     _Settings.provider, _Settings.tracer = provider, None
 
 
@@ -88,7 +90,7 @@ def _otel_in_use() -> bool:
     return False
 
 
-@cache
+@functools.cache
 def _installed() -> bool:
     from importlib.util import find_spec
 
@@ -109,7 +111,7 @@ def _tracer() -> Any:
     return _Settings.tracer
 
 
-@cache
+@functools.cache
 def _version() -> str:
     from importlib.metadata import PackageNotFoundError, version
 
@@ -119,11 +121,31 @@ def _version() -> str:
         return "0"
 
 
+def _harmless(method: Callable[..., Any]) -> Callable[..., Any]:
+    """A tracing step that must never fail the turn (a provider that raises, a bug here): logged, skipped."""
+
+    @functools.wraps(method)
+    def guarded(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return method(*args, **kwargs)
+        except Exception as exc:  # noqa: BLE001 (traces are best effort: the turn goes on)
+            _warn_once(f"tracing failed, the turn goes on without it: {type(exc).__name__}: {exc}")
+            return None
+
+    return guarded
+
+
 def start_turn(conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace:
     """The trace of the turn ``runner`` is about to run: its span started (ended by :meth:`TurnTrace.end`)."""
-    if not _otel_in_use() or (tracer := _tracer()) is None:
+    if not _otel_in_use():
         return NO_TRACE
-    return TurnTrace.start(tracer, conversation, runner)
+    return _start(conversation, runner) or NO_TRACE
+
+
+@_harmless
+def _start(conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace | None:
+    tracer = _tracer()
+    return None if tracer is None else TurnTrace.start(tracer, conversation, runner)
 
 
 def retrying(error: BaseException, attempt: int, delay: float) -> None:
@@ -462,6 +484,7 @@ class TurnTrace:
     def note(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
 
+    @_harmless
     def committed(self, result: TurnResult) -> None:
         moved = result.previous_state is not None and result.previous_state != result.state
         kinds = [r.kind for r in result.rejected]
@@ -502,6 +525,7 @@ class TurnTrace:
                 "llm_fsm.context": self.content.text(self.content.masked(result.context)),
             })  # fmt: skip
 
+    @_harmless
     def end(self, error: BaseException | None) -> None:
         """The turn is over: committed, failed (``error``) or abandoned (a stream closed early)."""
         if self.content is not None:

@@ -539,6 +539,28 @@ def test_a_content_variable_that_is_not_understood_is_said_once_and_means_off(sp
     assert warnings == ["LLM_FSM_TRACE_CONTENT='please' is not understood: use 1 (record content) or 0; content is off"]
 
 
+def test_a_provider_or_an_id_of_the_wrong_kind_is_refused_at_once():
+    with pytest.raises(TypeError, match="takes an OpenTelemetry TracerProvider or None, not 'console'"):
+        telemetry.set_tracer_provider("console")
+    with pytest.raises(TypeError, match=r"a conversation's id is a str, not int \(42\)"):
+        llm_fsm.Conversation(flow(), ScriptedLLM(), hooks=with_tool(), id=42)
+
+
+def test_a_tracer_provider_that_fails_never_fails_the_turn(caplog):
+    class Broken(TracerProvider):
+        def get_tracer(self, *args: Any, **kwargs: Any) -> Any:
+            raise RuntimeError("the collector is misconfigured")
+
+    telemetry.set_tracer_provider(Broken())
+    try:
+        result = started(flow(), NAMED).send(USER_TEXT)
+    finally:
+        telemetry.set_tracer_provider(None)
+    assert result.state == "ask_password"
+    said = [r.getMessage() for r in caplog.records if r.name == "llm_fsm.telemetry"]
+    assert said == ["tracing failed, the turn goes on without it: RuntimeError: the collector is misconfigured"]
+
+
 # -- tracing off -----------------------------------------------------------------------------------
 
 
