@@ -85,7 +85,7 @@ def _otel_in_use() -> bool:
         return True
     if "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:  # a provider named in the environment, loaded on first use
         return True
-    if os.environ.get(CONTENT_VARIABLE) and not _installed():
+    if os.environ.get(CONTENT_VARIABLE) and content_enabled() and not _installed():
         _warn_once(f"{CONTENT_VARIABLE} is set but OpenTelemetry is not installed, so no trace is recorded: {INSTALL}")
     return False
 
