@@ -19,7 +19,7 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from itertools import chain
 from types import TracebackType
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
@@ -40,7 +40,7 @@ from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
-from llm_fsm.telemetry import NO_TRACE, NoTrace, TurnTrace
+from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolMode, ToolRun
 from llm_fsm.turn import (
@@ -55,6 +55,9 @@ from llm_fsm.turn import (
     resume_turn,
 )
 from llm_fsm.values import as_json_data, clean_text
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.spans import TurnTrace
 
 StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
 # what a step produces: text deltas (when a reply streams), then the response; what an await gave; tool runs

@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm import checks
 from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
@@ -44,10 +44,13 @@ from llm_fsm.guided import guided_schema
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, Run, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 from llm_fsm.prompt import PromptBuilder
-from llm_fsm.telemetry import NO_TRACE, NoTrace, TurnTrace
+from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolMode, ToolRun
 from llm_fsm.values import as_json_data, clean_text
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.spans import TurnTrace
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"

@@ -32,7 +32,8 @@ from llm_fsm.telemetry import NO_SPAN
 from llm_fsm.values import ContextValueError, as_json_data
 
 if TYPE_CHECKING:
-    from llm_fsm.telemetry import NoSpan, ToolSpan
+    from llm_fsm.telemetry import NoSpan
+    from llm_fsm.telemetry.spans import ToolSpan
 
 ToolMode = Literal["native", "json"]
 MAX_RESULT_CHARS = 4000  # what the model reads of one result; the whole result is kept in the ToolRun

@@ -1,277 +1,31 @@
-"""OpenTelemetry traces of turns (the optional ``[otel]`` extra: ``pip install 'llm-fsm-runtime[otel]'``).
-
-A turn is one span, ``invoke_agent {definition}``, with a child span per model call (``chat {model}``,
-corrective and judge calls included), per tool call (``execute_tool {tool}``), per acceptance check
-(``check {name}``) and per handler (``handler {name}``). Names and attributes follow the OpenTelemetry
-GenAI semantic conventions (``gen_ai.*``); ours are ``llm_fsm.*``. The spans go to the tracer provider
-the application set up (``opentelemetry.trace.set_tracer_provider``), or to the one given to
-:func:`set_tracer_provider` here.
-
-Nothing here costs anything unless the application uses OpenTelemetry: this module imports it only
-when it is already imported (an application that set a tracer provider has imported it) or a
-provider was given here, and a turn whose span does not record (no provider, or not sampled) is run
-without any tracing. ``import llm_fsm`` never imports opentelemetry.
-
-What spans hold: no message text, no context value, no tool argument or result, unless
-``LLM_FSM_TRACE_CONTENT=1`` is set (read at each turn). Even then, values under secret context keys
-(:mod:`llm_fsm.secrets`, the definition's ``secret_keys``) are masked, and wherever such a value
-appears in recorded text (a user who typed a password) it is replaced by ``[masked]``. API keys,
-headers and tokens are never recorded.
-"""
+"""The spans of a traced turn (imported only when the application uses OpenTelemetry)."""
 
 from __future__ import annotations
 
-import contextlib
-import functools
-import json
-import logging
-import os
-import re
-import sys
+import inspect
 import time
-import traceback
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
+from opentelemetry import context as otel_context
+from opentelemetry import trace as otel_trace
+from opentelemetry.trace import SpanKind, Status, StatusCode
+
 from llm_fsm.hooks import Break
-from llm_fsm.secrets import KEY_SHAPED, MASK
-
-# Types of the modules that import this one (their objects are read by duck typing here: no cycle)
-Conversation = LLMClient = LLMResponse = Prepared = ToolRun = Call = TurnResult = TurnRunner = Any
-
-__all__ = ["CONTENT_VARIABLE", "TRACER_NAME", "set_tracer_provider"]
-
-CONTENT_VARIABLE = "LLM_FSM_TRACE_CONTENT"
-TRACER_NAME = "llm_fsm"
-INSTALL = "pip install 'llm-fsm-runtime[otel]'"
-logger = logging.getLogger("llm_fsm.telemetry")
-
-_ON, _OFF = {"1", "true", "yes", "on"}, {"", "0", "false", "no", "off"}
-
-
-class _Settings:
-    provider: Any = None  # given to set_tracer_provider; None: OpenTelemetry's global one
-    tracer: Any = None
-    warned: set[str] = set()
-
-
-def set_tracer_provider(provider: Any) -> None:
-    """Send llm_fsm's spans to ``provider`` (an OpenTelemetry ``TracerProvider``) instead of the
-    global one; None goes back to the global one."""
-    if provider is not None and not callable(getattr(provider, "get_tracer", None)):
-        raise TypeError(f"set_tracer_provider takes an OpenTelemetry TracerProvider or None, not {provider!r:.80}")
-    _Settings.provider, _Settings.tracer = provider, None
-
-
-def content_enabled() -> bool:
-    """Whether ``LLM_FSM_TRACE_CONTENT`` asks for message text and context values in spans."""
-    value = os.environ.get(CONTENT_VARIABLE, "").strip().lower()
-    if value in _ON:
-        return True
-    if value not in _OFF:
-        _warn_once(f"{CONTENT_VARIABLE}={value!r} is not understood: use 1 (record content) or 0; content is off")
-    return False
-
-
-def _warn_once(message: str) -> None:
-    if message not in _Settings.warned:
-        _Settings.warned.add(message)
-        logger.warning(message)
-
-
-def _otel_in_use() -> bool:
-    """Whether the application may be tracing: it imported OpenTelemetry, or gave us a provider."""
-    if _Settings.provider is not None or "opentelemetry.trace" in sys.modules:
-        return True
-    if "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:  # a provider named in the environment, loaded on first use
-        return True
-    if os.environ.get(CONTENT_VARIABLE) and content_enabled() and not _installed():
-        _warn_once(f"{CONTENT_VARIABLE} is set but OpenTelemetry is not installed, so no trace is recorded: {INSTALL}")
-    return False
-
-
-@functools.cache
-def _installed() -> bool:
-    from importlib.util import find_spec
-
-    try:
-        return find_spec("opentelemetry") is not None
-    except ImportError:  # an import hook refused it: as good as missing
-        return False
-
-
-def _tracer() -> Any:
-    if _Settings.tracer is None:
-        try:
-            from opentelemetry import trace
-        except ImportError:  # pragma: no cover (a provider was given, so it is installed)
-            return None
-        provider = _Settings.provider or trace.get_tracer_provider()
-        _Settings.tracer = provider.get_tracer(TRACER_NAME, _version())
-    return _Settings.tracer
-
-
-@functools.cache
-def _version() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-
-    try:
-        return version("llm-fsm-runtime")
-    except PackageNotFoundError:  # pragma: no cover (run from a source tree)
-        return "0"
-
-
-def _harmless(method: Callable[..., Any]) -> Callable[..., Any]:
-    """A tracing step that must never fail the turn (a provider that raises, a bug here): logged, skipped."""
-
-    @functools.wraps(method)
-    def guarded(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return method(*args, **kwargs)
-        except Exception as exc:  # noqa: BLE001 (traces are best effort: the turn goes on)
-            _warn_once(f"tracing failed, the turn goes on without it: {type(exc).__name__}: {exc}")
-            return None
-
-    return guarded
-
-
-def start_turn(conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace:
-    """The trace of the turn ``runner`` is about to run: its span started (ended by :meth:`TurnTrace.end`)."""
-    if not _otel_in_use():
-        return NO_TRACE
-    return _start(conversation, runner) or NO_TRACE
-
-
-@_harmless
-def _start(conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace | None:
-    tracer = _tracer()
-    return None if tracer is None else TurnTrace.start(tracer, conversation, runner)
-
-
-def retrying(error: BaseException, attempt: int, delay: float) -> None:
-    """A model call is retried after ``error``: an event on the model call's span, if it is traced."""
-    if "opentelemetry.trace" not in sys.modules:
-        return
-    from opentelemetry import trace
-
-    span = trace.get_current_span()
-    if span.is_recording():
-        span.add_event("llm_fsm.retry", {"error.type": type(error).__name__, "attempt": attempt, "delay_s": delay})
-
-
-# -- what is recorded --------------------------------------------------------------------------------
-
-
-def _scrubbed(text: str) -> str:
-    """``text`` without anything shaped like a key or a URL's user and password."""
-    return KEY_SHAPED.sub("***", _USERINFO.sub(r"\1***@", text))
-
-
-def _error_attributes(error: BaseException, content: Content | None) -> dict[str, Any]:
-    """``error`` as an exception event: its type and stack always; its message only when it cannot hold
-    content (our model-call errors, scrubbed) or content is recorded."""
-    from llm_fsm.errors import LLMError
-
-    attributes: dict[str, Any] = {"exception.type": f"{type(error).__module__}.{type(error).__qualname__}"}
-    if isinstance(error, LLMError) or content is not None:
-        message = _scrubbed(str(error).strip().splitlines()[0] if str(error).strip() else "")
-        attributes["exception.message"] = content.text(message) if content is not None else message
-    attributes["exception.stacktrace"] = "".join(traceback.format_tb(error.__traceback__))
-    return attributes
-
-
-class Content:
-    """Message text and values recorded in spans (``LLM_FSM_TRACE_CONTENT=1``), with secrets masked:
-    values under secret keys are learnt from every context, reply and tool call of the turn, and
-    replaced wherever they appear in what is recorded."""
-
-    def __init__(self, definition: Any) -> None:
-        self.definition = definition
-        self.secrets: set[str] = set()
-
-    def learn(self, data: Any) -> None:
-        if isinstance(data, dict):
-            _hidden(data, self.definition.masked(data), self.secrets)
-
-    def learn_reply(self, text: str) -> None:
-        from llm_fsm.contract import reply_object
-        from llm_fsm.errors import ReplyFormatError
-
-        with contextlib.suppress(ReplyFormatError):  # no object: its text is still scrubbed of the secrets known
-            self.learn(reply_object(text))
-
-    def masked(self, value: Any) -> Any:
-        return self.definition.masked({"value": value})["value"]
-
-    def text(self, value: Any) -> str:
-        text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, default=str)
-        for secret in sorted(self.secrets, key=len, reverse=True):
-            text = text.replace(secret, MASK)
-        return text
-
-
-def _hidden(original: Any, masked: Any, into: set[str]) -> None:
-    """The values ``masked`` hides of ``original``, as text (and as JSON would write them)."""
-    if masked == MASK and original != MASK:
-        for leaf in _leaves(original):
-            if len(leaf) >= 3:
-                into.update((leaf, json.dumps(leaf, ensure_ascii=False)[1:-1]))
-    elif isinstance(original, dict) and isinstance(masked, dict):
-        for key, value in original.items():
-            _hidden(value, masked.get(key), into)
-    elif isinstance(original, list) and isinstance(masked, list):
-        for value, hidden in zip(original, masked, strict=False):
-            _hidden(value, hidden, into)
-
-
-def _leaves(value: Any) -> Iterator[str]:
-    if isinstance(value, dict):
-        for item in value.values():
-            yield from _leaves(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _leaves(item)
-    elif isinstance(value, str | int | float) and not isinstance(value, bool):
-        yield str(value)
-
-
-def _messages(messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Chat messages in the GenAI conventions' form (``role`` and ``parts``)."""
-    out = []
-    for message in messages:
-        role, parts = message.get("role", "user"), []
-        if message.get("content"):
-            kind = "tool_call_response" if role == "tool" else "text"
-            key = "result" if role == "tool" else "content"
-            part: dict[str, Any] = {"type": kind, key: message["content"]}
-            if role == "tool":
-                part["id"] = message.get("tool_call_id")
-            parts.append(part)
-        for call in message.get("tool_calls") or ():
-            function = call.get("function", {})
-            parts.append({"type": "tool_call", "id": call.get("id"), "name": function.get("name"),
-                          "arguments": function.get("arguments")})  # fmt: skip
-        out.append({"role": role, "parts": parts})
-    return out
-
-
-# -- the model -----------------------------------------------------------------------------------------
-
-
-def describe(llm: Any) -> dict[str, Any]:
-    """The GenAI attributes of ``llm``'s requests: its ``trace_attributes()`` (``LiteLLMClient`` has one),
-    else its ``provider`` and ``model`` attributes if it has them (any client may)."""
-    own = getattr(llm, "trace_attributes", None)
-    if callable(own):
-        return dict(own())
-    model, provider = getattr(llm, "model", None), getattr(llm, "provider", None)
-    return {
-        "gen_ai.provider.name": provider if isinstance(provider, str) else "_OTHER",
-        **({"gen_ai.request.model": model} if isinstance(model, str) else {}),
-    }
-
-
-# -- the turn ------------------------------------------------------------------------------------------
+from llm_fsm.telemetry.recording import (
+    Call,
+    Content,
+    Conversation,
+    LLMClient,
+    LLMResponse,
+    Prepared,
+    ToolRun,
+    TurnResult,
+    TurnRunner,
+    error_attributes,
+    harmless,
+    messages,
+)
 
 
 class TurnTrace:
@@ -280,30 +34,28 @@ class TurnTrace:
     code makes (an instrumented HTTP client, a database) nest under it, in threads and tasks alike."""
 
     def __init__(
-        self, tracer: Any, span: Any, conversation: Conversation, runner: TurnRunner, llm: dict[str, Any]
+        self, tracer: Any, span: Any, conversation: Conversation, runner: TurnRunner, llm: dict[str, Any], content: bool
     ) -> None:
-        from opentelemetry import context, trace
-
-        self.otel_context, self.otel_trace = context, trace
         self.tracer = tracer
         self.span = span
         self.runner = runner
         self.llm_attributes = llm
         self.conversation_id = conversation.id
-        self.content = Content(conversation.definition) if content_enabled() else None
+        self.content = Content(conversation.definition) if content else None
         if self.content is not None:
             self.content.learn(runner.base.context)
-        self.parents = [trace.set_span_in_context(span)]
+        self.parents = [otel_trace.set_span_in_context(span)]
         self.calls = 0
         self.deferred: list[tuple[Any, int, dict[str, Any]]] = []
 
     @classmethod
-    def start(cls, tracer: Any, conversation: Conversation, runner: TurnRunner) -> TurnTrace | NoTrace:
-        from opentelemetry.trace import SpanKind
-
+    def start(
+        cls, tracer: Any, conversation: Conversation, runner: TurnRunner, llm: dict[str, Any], content: bool
+    ) -> TurnTrace | None:
+        """The trace of ``runner``'s turn, its span started; None when the span does not record (no
+        provider, or not sampled: the turn then runs untraced)."""
         definition = conversation.definition
         kind = "resume" if runner.resuming is not None else "message" if runner.user is not None else "opening"
-        llm = describe(conversation.llm)
         attributes: dict[str, Any] = {
             **llm,
             "gen_ai.operation.name": "invoke_agent",
@@ -319,15 +71,13 @@ class TurnTrace:
         if runner.resuming is not None:
             attributes.update(_resume_attributes(runner))
         span = tracer.start_span(f"invoke_agent {definition.name}", kind=SpanKind.INTERNAL, attributes=attributes)
-        if not span.is_recording():  # no provider, or not sampled: the turn runs untraced
-            return NO_TRACE
-        return cls(tracer, span, conversation, runner, llm)
+        if not span.is_recording():
+            return None
+        return cls(tracer, span, conversation, runner, llm, content)
 
     # -- child spans ----------------------------------------------------------------------------
 
     def child(self, name: str, attributes: dict[str, Any], *, client: bool = False) -> Any:
-        from opentelemetry.trace import SpanKind
-
         kind = SpanKind.CLIENT if client else SpanKind.INTERNAL
         return self.tracer.start_span(name, context=self.parents[-1], kind=kind, attributes=attributes)
 
@@ -342,11 +92,9 @@ class TurnTrace:
         return _Current(self, span)
 
     def failed(self, span: Any, error: BaseException) -> None:
-        from opentelemetry.trace import Status, StatusCode
-
         if span.is_recording():
             span.set_attribute("error.type", type(error).__qualname__)
-            span.add_event("exception", _error_attributes(error, self.content))
+            span.add_event("exception", error_attributes(error, self.content))
             span.set_status(Status(StatusCode.ERROR, type(error).__qualname__))
 
     # -- model calls ----------------------------------------------------------------------------
@@ -389,8 +137,8 @@ class TurnTrace:
             asked = [{"role": "assistant", "content": response.text, "tool_calls": [
                 {"id": c.id, "function": {"name": c.name, "arguments": c.arguments}} for c in response.tool_calls
             ]}]  # fmt: skip
-            output = [{**_messages(asked)[0], "finish_reason": response.finish_reason or "stop"}]
-            content = {"gen_ai.input.messages": _messages(call.request.messages), "gen_ai.output.messages": output}
+            output = [{**messages(asked)[0], "finish_reason": response.finish_reason or "stop"}]
+            content = {"gen_ai.input.messages": messages(call.request.messages), "gen_ai.output.messages": output}
         self.finish(span, content)
 
     def complete(self, llm: LLMClient, call: Call) -> LLMResponse:
@@ -484,7 +232,7 @@ class TurnTrace:
     def note(self, key: str, value: Any) -> None:
         self.span.set_attribute(key, value)
 
-    @_harmless
+    @harmless
     def committed(self, result: TurnResult) -> None:
         moved = result.previous_state is not None and result.previous_state != result.state
         kinds = [r.kind for r in result.rejected]
@@ -525,7 +273,7 @@ class TurnTrace:
                 "llm_fsm.context": self.content.text(self.content.masked(result.context)),
             })  # fmt: skip
 
-    @_harmless
+    @harmless
     def end(self, error: BaseException | None) -> None:
         """The turn is over: committed, failed (``error``) or abandoned (a stream closed early)."""
         if self.content is not None:
@@ -572,9 +320,6 @@ def _close(items: Any) -> None:
         close()
 
 
-_USERINFO = re.compile(r"(//)[^/@\s]+@")
-
-
 class _Current:
     """``with``: ``span`` is the current span (and an error raised inside is recorded on it)."""
 
@@ -582,10 +327,10 @@ class _Current:
         self.trace, self.span = trace, span
 
     def __enter__(self) -> None:
-        self.token = self.trace.otel_context.attach(self.trace.otel_trace.set_span_in_context(self.span))
+        self.token = otel_context.attach(otel_trace.set_span_in_context(self.span))
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
-        self.trace.otel_context.detach(self.token)
+        otel_context.detach(self.token)
         if isinstance(error, Exception):
             self.trace.failed(self.span, error)
         elif error is not None and not isinstance(error, GeneratorExit):
@@ -602,7 +347,7 @@ class StepSpan:
         self.recorded = False
 
     def __enter__(self) -> StepSpan:
-        self.trace.parents.append(self.trace.otel_trace.set_span_in_context(self.span))
+        self.trace.parents.append(otel_trace.set_span_in_context(self.span))
         return self
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
@@ -642,11 +387,10 @@ class _Recorded:
         self.step = step
 
     def __enter__(self) -> None:
-        trace = self.step.trace
-        self.token = trace.otel_context.attach(trace.otel_trace.set_span_in_context(self.step.span))
+        self.token = otel_context.attach(otel_trace.set_span_in_context(self.step.span))
 
     def __exit__(self, kind: Any, error: BaseException | None, tb: Any) -> None:
-        self.step.trace.otel_context.detach(self.token)
+        otel_context.detach(self.token)
         if isinstance(error, Exception) and not isinstance(error, Break):
             self.step.trace.failed(self.step.span, error)
             self.step.recorded = True
@@ -668,8 +412,6 @@ class _Within:
 
 
 def _awaitable(value: Any) -> bool:
-    import inspect
-
     return inspect.isawaitable(value)
 
 
@@ -688,8 +430,6 @@ class ToolSpan:
 
     def ended(self, run: ToolRun) -> ToolRun:
         if run.error is not None and not self.step.recorded:  # not raised by the tool: timed out, or a bad result
-            from opentelemetry.trace import Status, StatusCode
-
             kind = "timeout" if run.error.startswith(("timed out", "not run")) else "invalid_result"
             self.span.set_attribute("error.type", kind)
             self.span.set_status(Status(StatusCode.ERROR, kind))
@@ -709,69 +449,3 @@ async def _coroutine(step: StepSpan, awaitable: Any) -> Any:
     """``awaitable`` as a coroutine (``asyncio.run`` takes nothing else) with the step's span current."""
     with step._current():
         return await awaitable
-
-
-class NoSpan:
-    """The span of an untraced turn: every method does nothing (but run the code it is given)."""
-
-    def __enter__(self) -> NoSpan:
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        return None
-
-    @staticmethod
-    def run(function: Callable[..., Any], keywords: dict[str, Any]) -> Any:
-        return function(**keywords)
-
-    def verdict(self, why: str | None) -> None:
-        return None
-
-    def changed(self, delta: dict[str, Any]) -> None:
-        return None
-
-    @staticmethod
-    def ended(run: ToolRun) -> ToolRun:
-        return run
-
-
-NO_SPAN = NoSpan()
-
-
-class NoTrace:
-    """The trace of an untraced turn: the same methods as :class:`TurnTrace`, doing nothing."""
-
-    content = None
-
-    def handler(self, name: str, timing: str, state: str, target: str | None) -> NoSpan:
-        return NO_SPAN
-
-    def check(self, name: str, kind: str, state: str) -> NoSpan:
-        return NO_SPAN
-
-    def tools(self, calls: Sequence[Prepared]) -> None:
-        return None
-
-    def complete(self, llm: LLMClient, call: Call) -> LLMResponse:
-        return llm.complete(call.request)
-
-    async def acomplete(self, llm: LLMClient, call: Call) -> LLMResponse:
-        return await llm.acomplete(call.request)
-
-    def stream(self, call: Call, items: Iterator[Any]) -> Iterator[Any]:
-        return items
-
-    def astream(self, call: Call, items: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        return items
-
-    def note(self, key: str, value: Any) -> None:
-        return None
-
-    def committed(self, result: TurnResult) -> None:
-        return None
-
-    def end(self, error: BaseException | None) -> None:
-        return None
-
-
-NO_TRACE = NoTrace()
