@@ -59,7 +59,9 @@ def content_enabled() -> bool:
     if value in _ON:
         return True
     if value not in _OFF:
-        warn_once(f"{CONTENT_VARIABLE}={value!r} is not understood: use 1 (record content) or 0; content is off")
+        warn_once(
+            f"{CONTENT_VARIABLE}={value!r} is not understood: use 1 (record content) or 0; content is off", setting=True
+        )
     return False
 
 
@@ -70,7 +72,10 @@ def _otel_in_use() -> bool:
     if "OTEL_PYTHON_TRACER_PROVIDER" in os.environ:  # a provider named in the environment, loaded on first use
         return True
     if os.environ.get(CONTENT_VARIABLE) and content_enabled() and not _installed():
-        warn_once(f"{CONTENT_VARIABLE} is set but OpenTelemetry is not installed, so no trace is recorded: {INSTALL}")
+        warn_once(
+            f"{CONTENT_VARIABLE} is set but OpenTelemetry is not installed, so no trace is recorded: {INSTALL}",
+            setting=True,
+        )
     return False
 
 

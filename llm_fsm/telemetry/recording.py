@@ -12,6 +12,7 @@ import json
 import logging
 import re
 import traceback
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
@@ -25,10 +26,15 @@ _warned: set[str] = set()
 _USERINFO = re.compile(r"(//)[^/@\s]+@")
 
 
-def warn_once(message: str) -> None:
+def warn_once(message: str, *, setting: bool = False) -> None:
+    """Say ``message`` once per process: a ``setting`` the user got wrong as a warning (shown by default,
+    whether or not the application configured logging), anything else on the ``llm_fsm.telemetry`` log."""
     if message not in _warned:
         _warned.add(message)
-        logger.warning(message)
+        if setting:
+            warnings.warn(message, UserWarning, stacklevel=5)
+        else:
+            logger.warning(message)
 
 
 def harmless(method: Callable[..., Any]) -> Callable[..., Any]:
