@@ -231,6 +231,34 @@ def test_a_stream_closed_early_ends_its_spans_as_abandoned(spans):
     assert [s.name for s in children(spans, turn)] == ["chat"]
 
 
+class InstrumentedLLM(ScriptedLLM):
+    """A client whose HTTP layer makes spans of its own (as an instrumented HTTP client does)."""
+
+    def complete(self, request: Any) -> Any:
+        with App.span("POST /chat/completions"):
+            return super().complete(request)
+
+
+@pytest.mark.parametrize("form", ["sync", "async", "stream", "astream"])
+def test_spans_made_during_a_model_call_nest_under_its_span(spans, form):
+    conversation = llm_fsm.Conversation(flow(), InstrumentedLLM([NAMED]), hooks=with_tool())
+    if form == "sync":
+        conversation.send(USER_TEXT)
+    elif form == "async":
+        asyncio.run(conversation.asend(USER_TEXT))
+    elif form == "stream":
+        list(conversation.stream(USER_TEXT))
+    else:
+
+        async def collect() -> None:
+            async for _ in conversation.astream(USER_TEXT):
+                pass
+
+        asyncio.run(collect())
+    (turn,) = turns(spans)
+    assert tree(spans, turn) == ["invoke_agent signup", ["chat", "POST /chat/completions"]]
+
+
 def test_a_rejected_reply_and_its_correction_are_two_calls_of_one_turn(spans):
     conversation = started(flow(), reply("nowhere", "Off we go!"), NAMED)
     spans.clear()
