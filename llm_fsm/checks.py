@@ -24,7 +24,7 @@ from llm_fsm.definition import (
     SchemaCheck,
     State,
 )
-from llm_fsm.hooks import Await, Awaited, Hooks, resolved
+from llm_fsm.hooks import Await, Awaited, Hooks, Run, resolved
 from llm_fsm.logic import evaluate, truthy
 
 
@@ -81,7 +81,9 @@ def _schema_failure(check: SchemaCheck, proposal: Proposal) -> str | None:
     return f"'{check.key}' is invalid: {problem}" if problem else None
 
 
-def python_failure(check: PythonCheck, proposal: Proposal, hooks: Hooks) -> Generator[Await, Awaited, str | None]:
+def python_failure(
+    check: PythonCheck, proposal: Proposal, hooks: Hooks, run: Run | None = None
+) -> Generator[Await, Awaited, str | None]:
     """Why a registered Python check fails, or None (``yield from`` it: an async check is awaited by the driver)."""
     function = hooks.checks.get(check.name)
     if function is None:
@@ -95,7 +97,9 @@ def python_failure(check: PythonCheck, proposal: Proposal, hooks: Hooks) -> Gene
         "user": proposal.user,
     }
     try:
-        outcome = yield from resolved(function(**_accepted(function, arguments)), f"check '{check.name}'")
+        keywords = _accepted(function, arguments)
+        outcome = function(**keywords) if run is None else run(function, keywords)
+        outcome = yield from resolved(outcome, f"check '{check.name}'")
     except Exception as exc:  # a check that breaks fails; it must not let the turn through
         return f"python check '{check.name}' raised {type(exc).__name__}: {exc}"
     return _interpret(outcome, check.name)

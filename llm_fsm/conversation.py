@@ -19,10 +19,11 @@ import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
 from itertools import chain
 from types import TracebackType
-from typing import Any, Union
+from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
+from llm_fsm import telemetry
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
@@ -39,6 +40,7 @@ from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
+from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolMode, ToolRun
 from llm_fsm.turn import (
@@ -53,6 +55,9 @@ from llm_fsm.turn import (
     resume_turn,
 )
 from llm_fsm.values import as_json_data, clean_text
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.spans import TurnTrace
 
 StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
 # what a step produces: text deltas (when a reply streams), then the response; what an await gave; tool runs
@@ -78,6 +83,8 @@ class Conversation:
     ``hooks`` holds the handlers and named checks (share one :class:`Hooks` between the
     conversations of a runtime); every handler and Python check the definition names must be
     registered there, or construction fails with a :class:`DefinitionError` naming them.
+    ``id`` names the conversation in traces (see :mod:`llm_fsm.telemetry`); a stored conversation
+    gets its store id.
     """
 
     def __init__(
@@ -93,9 +100,13 @@ class Conversation:
         fallback_message: str = DEFAULT_FALLBACK,
         prompt: PromptBuilder | None = None,
         guided: bool | None = None,
+        id: str | None = None,  # the conversation's id, as a store or the caller knows it
     ) -> None:
         if state is not None and state not in definition.states:
             raise ConversationError(f"unknown state '{state}'", state=state)
+        if id is not None and not isinstance(id, str):
+            raise TypeError(f"a conversation's id is a str, not {type(id).__name__} ({id!r:.40})")
+        self.id = id  # in traces (gen_ai.conversation.id); a StoredConversation sets it to its id
         self.definition = definition
         self.llm = llm
         self.hooks = hooks if hooks is not None else Hooks()
@@ -266,7 +277,7 @@ class Conversation:
             try:
                 yield from turn.take(None)
                 while turn.call is not None:
-                    for item in _items(self.llm, turn.call, stream):
+                    for item in _items(self.llm, turn.call, stream, turn.trace):
                         yield from turn.take(item)
             except Exception:
                 yield from turn.withdraw()
@@ -278,7 +289,7 @@ class Conversation:
                 for event in turn.take(None):
                     yield event
                 while turn.call is not None:
-                    async for item in _aitems(self.llm, turn.call, stream):
+                    async for item in _aitems(self.llm, turn.call, stream, turn.trace):
                         for event in turn.take(item):
                             yield event
             except Exception:
@@ -353,9 +364,11 @@ class _Drive:
         self.shown = ""
         self.watcher: MessageWatcher | None = None
         self.call: Step | None = None
+        self.trace: TurnTrace | NoTrace = NO_TRACE
 
     def __enter__(self) -> _Drive:
         self.conversation._busy = True
+        self.trace = self.runner.trace = telemetry.start_turn(self.conversation, self.runner)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
@@ -368,6 +381,7 @@ class _Drive:
         finally:
             self.steps.close()
             conversation._busy = False
+            self.trace.end(error)
 
     def take(self, item: Item | None) -> Iterable[StreamEvent]:
         """Events for one item of the current call; after its response (or at the start: None), for
@@ -397,9 +411,9 @@ class _Drive:
         """Drive the whole turn, making each call in one piece; commit and return its result."""
         llm, outcome = self.conversation.llm, self._advance(None)
         while not isinstance(outcome, tuple):
-            (response,) = _items(llm, outcome, stream=False)
+            (response,) = _items(llm, outcome, False, self.trace)
             outcome = self._advance(response)
-        return self.conversation._commit(outcome)
+        return self._commit(outcome)
 
     def withdraw(self) -> Iterator[MessageReset]:
         """Before a failed turn's error: take back any text shown (the turn changed nothing)."""
@@ -433,35 +447,40 @@ class _Drive:
                 yield MessageReset("the turn ended with another message")
             if rest := result.message[len(self.shown) :]:
                 yield self._show(rest)
-        yield self.conversation._commit((snapshot, result))
+        yield self._commit((snapshot, result))
+
+    def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
+        result = self.conversation._commit(outcome)
+        self.trace.committed(result)
+        return result
 
 
-def _items(llm: LLMClient, step: Step, stream: bool) -> Iterable[Item]:
+def _items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> Iterable[Item]:
     """What the model produces for a call. The model is called here, outside the turn's
     generator: a StopIteration it raises is its own error, not the end of the turn."""
     if isinstance(step, Await):  # the drive refused async hooks already; a sync hook returned an awaitable
         step.close()
         raise ConversationError(f"{step.what} returned an awaitable: use astart/asend/astream/aresume")
     if isinstance(step, RunTools):
-        return (calling.run_batch(step.calls),)
+        return (calling.run_batch(step.calls, trace.tools(step.calls)),)
     if stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
-        return llm.stream_complete(step.request)
-    return (llm.complete(step.request),)
+        return trace.stream(step, llm.stream_complete(step.request))
+    return (trace.complete(llm, step),)
 
 
-async def _aitems(llm: LLMClient, step: Step, stream: bool) -> AsyncIterator[Item]:
+async def _aitems(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> AsyncIterator[Item]:
     if isinstance(step, Await):
         try:
             yield Awaited(await step.awaitable)
         except Exception as exc:  # the turn applies the handler's policy, as for a sync handler
             yield Awaited(error=exc)
     elif isinstance(step, RunTools):
-        yield await calling.arun_batch(step.calls)
+        yield await calling.arun_batch(step.calls, trace.tools(step.calls))
     elif stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
-        async for item in llm.astream_complete(step.request):
+        async for item in trace.astream(step, llm.astream_complete(step.request)):
             yield item
     else:
-        yield await llm.acomplete(step.request)
+        yield await trace.acomplete(llm, step)
 
 
 def _last(events: Iterator[StreamEvent]) -> TurnResult:

@@ -409,11 +409,17 @@ def resolved(outcome: Any, what: str) -> Generator[Await, Awaited, Any]:
     return outcome
 
 
-def call(handler: Handler, arguments: Mapping[str, Any]) -> Generator[Await, Awaited, dict[str, Any]]:
+Run = Callable[[Callable[..., Any], dict[str, Any]], Any]  # calls a function with keywords (a traced turn: in its span)
+
+
+def call(
+    handler: Handler, arguments: Mapping[str, Any], run: Run | None = None
+) -> Generator[Await, Awaited, dict[str, Any]]:
     """Run one handler (``yield from`` it: an async one is awaited by the driver); return its delta as
     JSON data. ``Break`` passes through; other errors follow the policy."""
     try:
-        outcome = handler.function(**handler.wants(arguments))
+        keywords = handler.wants(arguments)
+        outcome = handler.function(**keywords) if run is None else run(handler.function, keywords)
         return _delta(handler, (yield from resolved(outcome, f"handler '{handler.name}'")))
     except Break:
         raise

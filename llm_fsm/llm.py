@@ -21,7 +21,9 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
 from typing import Any, Literal, Protocol, runtime_checkable
+from urllib.parse import urlsplit
 
+from llm_fsm import telemetry
 from llm_fsm.errors import (
     LLMAuthError,
     LLMContextWindowError,
@@ -29,6 +31,7 @@ from llm_fsm.errors import (
     LLMRequestError,
     LLMUnavailableError,
 )
+from llm_fsm.secrets import KEY_SHAPED
 
 Message = dict[str, Any]  # role and content; an assistant's may carry "tool_calls", a tool's "tool_call_id"
 logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
@@ -182,6 +185,26 @@ class LiteLLMClient:
 
     def __repr__(self) -> str:  # never shows the key
         return f"LiteLLMClient(model={self.model!r}, api_base={self.api_base!r})"
+
+    def trace_attributes(self) -> dict[str, Any]:
+        """How traces name this client's requests (GenAI conventions): provider, model, server, settings;
+        never the key, and of ``api_base`` only the host and port."""
+        provider, model = _provider_and_model(self.model)
+        attributes: dict[str, Any] = {"gen_ai.provider.name": _GENAI_PROVIDERS.get(provider, provider)}
+        attributes["gen_ai.request.model"] = model
+        if self.api_base:
+            where = urlsplit(self.api_base if "//" in self.api_base else f"//{self.api_base}")
+            if where.hostname:
+                attributes["server.address"] = where.hostname
+                with contextlib.suppress(ValueError):  # a port that is not a number: none to name
+                    if where.port:
+                        attributes["server.port"] = where.port
+        settings = {"temperature": self.temperature, **self.extra}
+        for name in ("temperature", "top_p", "max_tokens", "seed"):
+            value = settings.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[f"gen_ai.request.{name}"] = value
+        return attributes
 
     @property
     def litellm(self) -> ModuleType:
@@ -384,7 +407,7 @@ class LiteLLMClient:
         """``text`` without the API key (providers quote it back in auth errors) or anything shaped like one."""
         if self.api_key and len(self.api_key) >= 8:  # a shorter "key" is a placeholder; replacing it mangles text
             text = text.replace(self.api_key, "***")
-        return _KEY_SHAPED.sub("***", text)
+        return KEY_SHAPED.sub("***", text)
 
     def _should_retry(self, error: LLMError, attempt: int) -> bool:
         return isinstance(error, LLMUnavailableError) and attempt <= self.max_retries
@@ -420,6 +443,7 @@ class _Attempt:
             raise error from exc
         retries = self.client.max_retries
         logger.warning("%s; retry %d of %d in %.1f s", error, self.number, retries, self.delay)
+        telemetry.retrying(error, self.number, self.delay)
         return True
 
 
@@ -571,7 +595,6 @@ async def _alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMRespons
     return response
 
 
-_KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk|key|api)[-_][A-Za-z0-9_-]{6,}")
 _PREFIXES = re.compile(r"^(?:litellm\.\w+:\s*)?(?:\w+Error:\s*)?(?:\w+Exception\s*-\s*)?")
 
 
@@ -633,6 +656,29 @@ def _text(arguments: Any) -> str:
     if arguments is None or isinstance(arguments, str):
         return arguments or ""
     return json.dumps(arguments, ensure_ascii=False)
+
+
+# litellm's provider names as the GenAI semantic conventions name them (others: as litellm names them)
+_GENAI_PROVIDERS = {
+    "openai": "openai", "text-completion-openai": "openai", "azure": "azure.ai.openai",
+    "azure_ai": "azure.ai.inference", "anthropic": "anthropic", "bedrock": "aws.bedrock",
+    "vertex_ai": "gcp.vertex_ai", "vertex_ai_beta": "gcp.vertex_ai", "gemini": "gcp.gemini", "groq": "groq",
+    "mistral": "mistral_ai", "cohere": "cohere", "cohere_chat": "cohere", "deepseek": "deepseek",
+    "perplexity": "perplexity", "xai": "x_ai", "watsonx": "ibm.watsonx.ai",
+}  # fmt: skip
+
+
+@functools.cache
+def _provider_and_model(model: str) -> tuple[str, str]:
+    """(provider, the model as the provider names it) for a litellm model name."""
+    prefix, _, rest = model.partition("/")
+    if rest:
+        return prefix, rest
+    try:  # no prefix: litellm knows the provider of its models (it is imported for the call anyway)
+        _, provider, _, _ = _import_litellm().get_llm_provider(model)
+        return str(provider), model
+    except Exception:  # a model litellm does not know: the conventions' "other"
+        return "_OTHER", model
 
 
 @functools.cache

@@ -9,6 +9,7 @@ masked whatever its key. A definition turns masking off with ``"mask_secrets": f
 from __future__ import annotations
 
 import fnmatch
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -25,6 +26,7 @@ _PAIRS = {
     ("social", "security"), ("tax", "id"), ("auth", "token"),
 }  # fmt: skip
 _CARD = re.compile(r"^\d[\d \-]{11,22}\d$")
+KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk|key|api)[-_][A-Za-z0-9_-]{6,}")  # API keys as providers write them
 
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")
@@ -37,6 +39,11 @@ def _words(name: str) -> list[str]:
 
 def is_secret_key(name: str, extra: Iterable[str] = ()) -> bool:
     """Whether a context key's name looks secret, or matches one of ``extra`` (exact names or globs)."""
+    return _is_secret_key(name, tuple(extra))
+
+
+@functools.lru_cache(maxsize=4096)  # the same few keys are asked about on every prompt and display
+def _is_secret_key(name: str, extra: tuple[str, ...]) -> bool:
     words = _words(name)
     if any(w in _WORDS for w in words) or any(pair in _PAIRS for pair in zip(words, words[1:], strict=False)):
         return True
@@ -58,7 +65,7 @@ def mask(value: Any, extra: Iterable[str] = ()) -> Any:
     """A copy of ``value`` (a context or part of one) with secret values replaced by ``[masked]``."""
     patterns = tuple(extra)
     if isinstance(value, dict):
-        return {k: MASK if is_secret_key(str(k), patterns) else mask(v, patterns) for k, v in value.items()}
+        return {k: MASK if _is_secret_key(str(k), patterns) else mask(v, patterns) for k, v in value.items()}
     if isinstance(value, list):
         return [mask(v, patterns) for v in value]
     if isinstance(value, str) and looks_like_card(value):

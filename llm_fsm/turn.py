@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm import checks
 from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
@@ -41,12 +41,16 @@ from llm_fsm.engine import (
 )
 from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, ResumeError
 from llm_fsm.guided import guided_schema
-from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, call, logger, may_run, new_token, now, selected
+from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, Run, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 from llm_fsm.prompt import PromptBuilder
+from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolMode, ToolRun
 from llm_fsm.values import as_json_data, clean_text
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.spans import TurnTrace
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
@@ -54,6 +58,7 @@ DEFAULT_APPROVAL_MESSAGE = "One moment, please: a person has to approve this ste
 NO_MORE_TOOLS = "no more tool calls in this turn: give your final reply now, with what you have"
 
 Preview = Callable[[Any], bool]
+Purpose = Literal["reply", "correction", "refinement", "tool_results", "judge"]
 Problems = tuple[Rejection, ...]
 _BEFORE_COMMIT = ("after_reply", "context_update", "before_transition", "state_exit")
 
@@ -84,6 +89,9 @@ class Call:
     kind: Literal["reply", "judge"]
     request: LLMRequest
     preview: Preview | None = field(default=None, repr=False)
+    # why it is made: the turn's first call, a correction of an invalid reply, a retry after failed checks,
+    # the call that reads tool results, or a judge
+    purpose: Purpose = "reply"
 
 
 @dataclass(frozen=True)
@@ -205,6 +213,7 @@ class TurnRunner:
         self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._working: Snapshot | None = None
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
+        self.trace: TurnTrace | NoTrace = NO_TRACE  # the driver's, when the turn is traced
 
     # -- the turn -------------------------------------------------------------------------------
 
@@ -223,12 +232,12 @@ class TurnRunner:
         self.messages = self.prompt_messages()
         return (yield from self.replies(self.request(self.messages)))
 
-    def replies(self, request: LLMRequest) -> Steps:
+    def replies(self, request: LLMRequest, purpose: Purpose = "reply") -> Steps:
         """Model calls until a reply is accepted (tool rounds and corrections in between), or the budgets end."""
         state = self.base.state
         corrections = refinements = 0
         while True:
-            response = yield self.reply_call(request)
+            response = yield self.reply_call(request, purpose)
             self.count(response)
             if calls := self.requested_tools(response):
                 paused = yield from self.use_tools(calls, response)
@@ -236,7 +245,7 @@ class TurnRunner:
                     return paused
                 if not self.budget_left():
                     return (yield from self.exhausted(False))
-                request = self.request(self.messages)
+                request, purpose = self.request(self.messages), "tool_results"
                 continue
             try:
                 decision, reply, problems = yield from self.verdict(response)
@@ -249,7 +258,7 @@ class TurnRunner:
             refinements += refining
             if not self.may_retry(corrections, refinements, refining):
                 return (yield from self.exhausted(refining))
-            request = self.correction(response.text, problems)
+            request, purpose = self.correction(response.text, problems), "refinement" if refining else "correction"
 
     def verdict(self, response: LLMResponse) -> Generator[Step, Any, tuple[Decision | None, Reply | None, Problems]]:
         """Parse and check one reply; the problems that call for another try (none: accepted)."""
@@ -283,27 +292,32 @@ class TurnRunner:
         for index, check in enumerate(state.checks):
             if check not in checks.applicable(state, proposal):
                 continue
-            why: str | None
-            if isinstance(check, checks.JudgeCheck):
-                if failures:
-                    continue  # the turn is asked again anyway: do not pay for a judge
-                if not self.budget_left():
-                    why = "no LLM calls left in this turn to run the judge"
-                else:
-                    messages = self.settings.prompt.judge_messages(self.definition, check.rubric, proposal)
-                    response = yield Call("judge", LLMRequest(messages, kind="judge", state=state.id))
-                    self.count(response)
-                    why = checks.judge_failure(response.text)
-            elif isinstance(check, checks.PythonCheck):
-                why = yield from checks.python_failure(check, proposal, self.hooks)
-            else:
-                why = checks.failure(check, proposal)
+            if isinstance(check, checks.JudgeCheck) and failures:
+                continue  # the turn is asked again anyway: do not pay for a judge
+            name = checks.name_of(check, index)
+            with self.trace.check(name, check.kind, state.id) as span:
+                why = yield from self.check_failure(check, proposal, span.run)
+                span.verdict(why)
             if why:
-                name = checks.name_of(check, index)
                 key = check.key if isinstance(check, checks.SchemaCheck) else None
                 reason = f"check '{name}' failed: {why}"
                 failures.append(Rejection(kind="check", reason=reason, key=key, attempt=self.calls))
         return failures
+
+    def check_failure(
+        self, check: checks.Check, proposal: checks.Proposal, run: Run
+    ) -> Generator[Step, Any, str | None]:
+        """Why ``check`` fails on ``proposal`` (None: it passes); a judge is a model call of the turn."""
+        if isinstance(check, checks.JudgeCheck):
+            if not self.budget_left():
+                return "no LLM calls left in this turn to run the judge"
+            messages = self.settings.prompt.judge_messages(self.definition, check.rubric, proposal)
+            response = yield Call("judge", LLMRequest(messages, kind="judge", state=proposal.state), purpose="judge")
+            self.count(response)
+            return checks.judge_failure(response.text)
+        if isinstance(check, checks.PythonCheck):
+            return (yield from checks.python_failure(check, proposal, self.hooks, run))
+        return checks.failure(check, proposal)
 
     def accept(self, decision: Decision, message: str) -> Generator[Step, Any, tuple[Snapshot, TurnResult]]:
         """Commit an accepted reply, running the handlers around the commit."""
@@ -338,6 +352,7 @@ class TurnRunner:
             failures = tuple(r for r in self.rejected if r.kind in ("check", "context_value"))
             message = f"state '{state.id}': checks still failing after {state.max_retries} retries"
             raise RefinementError(message, state=state.id, failures=failures)
+        self.trace.note("llm_fsm.fallback", True)
         target = state.id
         if refining and state.on_exhausted == "fallback_state" and state.fallback_state:
             target = state.fallback_state
@@ -504,7 +519,7 @@ class TurnRunner:
         for number in sorted({run.round for run in [*earlier, decided]}):
             runs = [run for run in [*earlier, decided] if run.round == number]
             self.messages = [*self.messages, *self.tool_exchange(runs, None)]
-        return (yield from self.replies(self.request(self.messages)))
+        return (yield from self.replies(self.request(self.messages), "tool_results"))
 
     def decide_call(self, held: ToolRun, pause: PendingEvent) -> Generator[Step, Any, ToolRun]:
         """``held`` as the person decided: run (then checkpointed: never run twice), given a result, or refused."""
@@ -535,8 +550,8 @@ class TurnRunner:
             self._working = self.base.model_copy(update={"context": self.work.context})
         return self._working
 
-    def reply_call(self, request: LLMRequest) -> Call:
-        return Call("reply", request, self.preview())
+    def reply_call(self, request: LLMRequest, purpose: Purpose = "reply") -> Call:
+        return Call("reply", request, self.preview(), purpose)
 
     def preview(self) -> Preview | None:
         """Whether a streamed reply's move will be accepted, judged on this turn's working context.
@@ -593,11 +608,13 @@ class TurnRunner:
                 "message": extra.get("message"),
                 "error": None,
             }
-            try:
-                delta = yield from call(handler, arguments)
-            except Break as pause:
-                pause.handler, pause.timing = handler.name, timing
-                raise
+            with self.trace.handler(handler.name, timing, state, target) as span:
+                try:
+                    delta = yield from call(handler, arguments, span.run)
+                except Break as pause:
+                    pause.handler, pause.timing = handler.name, timing
+                    raise
+                span.changed(delta)
             if delta:
                 by = f"handler:{handler.name}"
                 self.work.context, self.work.provenance = write(

@@ -101,7 +101,7 @@ def test_scripted_llm_implements_the_protocol():
 
 
 def test_import_is_light():
-    heavy = "('litellm', 'openai', 'typer', 'rich', 'json_repair', 'pydantic', 'jinja2')"
+    heavy = "('litellm', 'openai', 'typer', 'rich', 'json_repair', 'pydantic', 'jinja2', 'opentelemetry')"
     code = f"import sys, llm_fsm; print(sorted(m for m in {heavy} if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"

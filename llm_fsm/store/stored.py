@@ -83,6 +83,8 @@ class StoredConversation:
 
     def replace(self, conversation: Conversation) -> None:
         """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one."""
+        if conversation.id is None:
+            conversation.id = self.id
         with self.store.lock(self.id, timeout=self.wait):
             record = self.store.load(self.id)
             self._conversation, self.version = conversation, record.version if record else 0
@@ -93,7 +95,10 @@ class StoredConversation:
             self._take_up(record)  # first use, or another process took a turn since
 
     def _take_up(self, record: Record | None) -> None:
-        self._conversation = self.make(None if record is None else record.snapshot)
+        conversation = self.make(None if record is None else record.snapshot)
+        if conversation.id is None:  # its traces name it by its store id
+            conversation.id = self.id
+        self._conversation = conversation
         self.version = record.version if record is not None else 0
 
 

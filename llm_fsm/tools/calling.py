@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,7 +28,12 @@ from llm_fsm.definition import Approval, FSMDefinition, State
 from llm_fsm.errors import Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.llm import ToolCallRequest
+from llm_fsm.telemetry import NO_SPAN
 from llm_fsm.values import ContextValueError, as_json_data
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry import NoSpan
+    from llm_fsm.telemetry.spans import ToolSpan
 
 ToolMode = Literal["native", "json"]
 MAX_RESULT_CHARS = 4000  # what the model reads of one result; the whole result is kept in the ToolRun
@@ -292,7 +297,7 @@ def _retire_pool(pool: ThreadPoolExecutor) -> None:
     pool.shutdown(wait=False, cancel_futures=False)
 
 
-def run_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
+def run_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None) -> list[ToolRun]:
     """Run ``calls`` (each without an error) at once, in worker threads, each within its timeout.
 
     A call that has not started when its time is up is cancelled and never runs. One that started
@@ -302,21 +307,24 @@ def run_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
     if not calls:
         return []
     pool = _pool()
-    futures = [(p, time.perf_counter(), pool.submit(_call_sync, p)) for p in calls]
-    return [_outcome(p, started, future, pool) for p, started, future in futures]
+    traced = spans or [NO_SPAN] * len(calls)
+    futures = [(p, s, time.perf_counter(), pool.submit(_call_sync, p, s)) for p, s in zip(calls, traced, strict=True)]
+    return [span.ended(_outcome(p, started, future, pool)) for p, span, started, future in futures]
 
 
-async def arun_batch(calls: Sequence[Prepared]) -> list[ToolRun]:
+async def arun_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None) -> list[ToolRun]:
     """Run ``calls`` concurrently on the running loop (plain functions in threads), each within its timeout."""
-    return list(await asyncio.gather(*(_arun(p) for p in calls)))
+    traced = spans or [NO_SPAN] * len(calls)
+    runs = await asyncio.gather(*(_arun(p, span) for p, span in zip(calls, traced, strict=True)))
+    return [span.ended(run) for span, run in zip(traced, runs, strict=True)]
 
 
-def _call_sync(prepared: Prepared) -> Any:
+def _call_sync(prepared: Prepared, span: ToolSpan | NoSpan) -> Any:
     tool = _tool(prepared)
     keywords = tool.keywords(prepared.arguments)
     if tool.function.is_async:  # in this worker thread, on a loop of its own
-        return asyncio.run(tool.function.function(**keywords))
-    return tool.function.function(**keywords)
+        return asyncio.run(span.run(tool.function.function, keywords))
+    return span.run(tool.function.function, keywords)
 
 
 def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolExecutor) -> ToolRun:
@@ -334,15 +342,15 @@ def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolEx
     return _succeeded(prepared, value, started)
 
 
-async def _arun(prepared: Prepared) -> ToolRun:
+async def _arun(prepared: Prepared, span: ToolSpan | NoSpan) -> ToolRun:
     tool, started = _tool(prepared), time.perf_counter()
     function = tool.function.function
     try:
         keywords = tool.keywords(prepared.arguments)
         if tool.function.is_async:
-            value = await asyncio.wait_for(function(**keywords), tool.timeout)
+            value = await asyncio.wait_for(span.run(function, keywords), tool.timeout)
         else:
-            value = await asyncio.wait_for(asyncio.to_thread(function, **keywords), tool.timeout)
+            value = await asyncio.wait_for(asyncio.to_thread(span.run, function, keywords), tool.timeout)
     except TimeoutError:
         return _failed(prepared, f"timed out after {tool.timeout:g} s", started)
     except Exception as exc:
