@@ -514,6 +514,26 @@ def test_a_stored_conversation_is_traced_under_its_store_id(spans):
     assert [t.attributes["gen_ai.conversation.id"] for t in turns(spans)] == ["customer-42", "customer-42"]
 
 
+def test_a_served_conversation_is_traced_under_the_id_its_client_sees(spans):
+    from fastapi.testclient import TestClient
+
+    from llm_fsm.server import create_app
+
+    app = create_app(
+        [flow()],
+        ScriptedLLM([OPENING, NAMED]),
+        store="memory:",
+        hooks=with_tool(),
+        tokens={"t-1-0123456789abcdef": "alice"},
+    )
+    with TestClient(app) as http:
+        headers = {"Authorization": "Bearer t-1-0123456789abcdef"}
+        created = http.post("/conversations", json={"definition": "signup"}, headers=headers).json()
+        sent = http.post(f"/conversations/{created['id']}/messages", json={"message": USER_TEXT}, headers=headers)
+        assert sent.status_code == 200, sent.text
+    assert [t.attributes["gen_ai.conversation.id"] for t in turns(spans)] == [created["id"]] * 2
+
+
 # -- content ---------------------------------------------------------------------------------------
 
 

@@ -127,7 +127,9 @@ class Service:
         def make(snapshot: Snapshot | None) -> Conversation:
             if snapshot is not None:  # 128 random bits do not collide; refuse rather than take another's
                 raise APIError(409, "conversation_conflict", "this conversation id is taken")
-            return Conversation(definition, self.llm, state, context, hooks=self.hooks, **self.options)
+            return Conversation(
+                definition, self.llm, state, context, hooks=self.hooks, id=conversation_id, **self.options
+            )
 
         key = _key(client, conversation_id)
         return Stored(conversation_id, StoredConversation(self.store, key, make, wait=self.wait))
@@ -151,7 +153,9 @@ class Service:
                     f"conversation {conversation_id!r} runs definition {name!r}, which this server does not serve",
                 )
             try:
-                return Conversation.restore(snapshot, definition, self.llm, hooks=self.hooks, **self.options)
+                return Conversation.restore(
+                    snapshot, definition, self.llm, hooks=self.hooks, id=conversation_id, **self.options
+                )
             except ConversationError as exc:  # its definition's structure changed since it began
                 raise APIError(422, "definition_error", str(exc)) from None
 
@@ -471,7 +475,9 @@ def create_app(
     if busy not in ("queue", "reject"):
         raise ValueError(f"busy must be 'queue' or 'reject', not {busy!r}")
     served = _by_name([definitions] if isinstance(definitions, FSMDefinition) else definitions)
-    clients = parse_tokens((f"the token of {name!r}", f"{name}:{token}") for token, name in (tokens or {}).items())
+    clients = parse_tokens(
+        (f"create_app(tokens=...) entry {name!r}", f"{name}:{token}") for token, name in (tokens or {}).items()
+    )
     registry = off_the_loop(hooks if hooks is not None else Hooks())
     options = dict(conversation_options or {})
     for definition in served.values():  # every handler, check and tool each names is registered
