@@ -15,6 +15,9 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from llm_fsm.memory import MemorySpec
+from llm_fsm.summaries import StateSummaries, SummarySpec
+
 JSONLogic = dict[str, Any] | StrictBool  # strict: the text "yes" is not a rule that always holds
 T = TypeVar("T")
 
@@ -205,6 +208,9 @@ class State(_Frozen):
     transitions: tuple[Transition, ...] = Field(
         (), description="Where the conversation may go next. No transitions: a terminal state."
     )
+    summaries: StateSummaries | None = Field(
+        None, description="This state's summary triggers (on_overflow, on_leave), over the definition's."
+    )
 
     @field_validator("example_dialogue", mode="before")
     @classmethod
@@ -261,6 +267,12 @@ class FSMDefinition(_Frozen):
     )
     max_tool_calls: int = Field(
         8, ge=1, le=100, strict=True, description="Tool calls the model may ask for at once (in one round)."
+    )
+    memory: MemorySpec | None = Field(
+        None, description="Working memory: named text slots (background, slots) the model and code keep up to date."
+    )
+    summaries: SummarySpec | None = Field(
+        None, description="Running summaries of what leaves the history window, or of a state's exchanges."
     )
 
     @cached_property
@@ -411,8 +423,8 @@ def _changes(
 
 # Fields added after definitions were first hashed: left out of the hashes while they hold their
 # default, so that conversations stored before they existed still restore onto the same definition.
-_ADDED_TOP = {"tools": {}, "mcp_servers": {}, "max_tool_rounds": 3, "max_tool_calls": 8}
-_ADDED_STATE = {"tools": [], "max_tool_rounds": None}
+_ADDED_TOP = {"tools": {}, "mcp_servers": {}, "max_tool_rounds": 3, "max_tool_calls": 8, "memory": None, "summaries": None}
+_ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:

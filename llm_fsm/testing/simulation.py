@@ -57,6 +57,8 @@ class SimulatedLLM:
         self.requests.append(request)
         if request.kind == "judge":
             return _response({"pass": True, "reason": "simulated"})
+        if request.kind == "summary":  # the user's words, folded: enough for a prompt to carry them on
+            return _response({"summary": _folded(request)})
         state = request.state or self.definition.initial_state
         calls = self.tool_calls(state, request)
         if calls:
@@ -374,3 +376,14 @@ def _tool_response(calls: list[dict[str, Any]], request: int, *, native: bool) -
 
 
 __all__ = ["SimulatedLLM", "arguments_for", "sample_value", "schema_value"]
+
+
+def _folded(request: LLMRequest) -> str:
+    """A simulated summary: the previous one and the users' lines of the exchanges, as the prompt shows them."""
+    import re
+
+    system = str(request.messages[0].get("content") or "")
+    previous = re.search(r"<previous_summary>(.*?)</previous_summary>", system, re.DOTALL)
+    said = re.findall(r"<user>(.*?)</user>", system, re.DOTALL)
+    parts = [previous.group(1)] if previous and not previous.group(1).startswith("(none yet") else []
+    return " ".join([*parts, *(f"User: {line}" for line in said)])[-1000:]
