@@ -80,7 +80,7 @@ class Slot(_Spec):
 
 
 class MemorySpec(_Spec):
-    """A definition's working memory: ``background`` and ``slots``, each a slot name -> :class:`Slot`."""
+    """A definition's working memory: `background` and `slots`, each a map of slot names to slots."""
 
     background: dict[str, Slot] = Field(
         default_factory=dict, description="Slots shown first, as the background: vision, goals, a to-do list."
@@ -254,7 +254,9 @@ def with_memory_update(schema: dict[str, Any] | None, definition: FSMDefinition,
     update: dict[str, Any] = {"type": "object"}
     if strict:
         names = spec.model_slots
-        update.update(properties={name: text(name) for name in names}, required=names, additionalProperties=False)
+        update.update(properties={name: text(name) for name in names}, additionalProperties=False)
+        if not guided:
+            update["required"] = names
     return _patched(schema, update, required=strict and not guided)
 
 
