@@ -423,7 +423,14 @@ def _changes(
 
 # Fields added after definitions were first hashed: left out of the hashes while they hold their
 # default, so that conversations stored before they existed still restore onto the same definition.
-_ADDED_TOP = {"tools": {}, "mcp_servers": {}, "max_tool_rounds": 3, "max_tool_calls": 8, "memory": None, "summaries": None}
+_ADDED_TOP = {
+    "tools": {},
+    "mcp_servers": {},
+    "max_tool_rounds": 3,
+    "max_tool_calls": 8,
+    "memory": None,
+    "summaries": None,
+}
 _ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None}
 
 

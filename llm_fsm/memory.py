@@ -237,14 +237,16 @@ class MemoryAccess(MutableMapping[str, str]):
 # -- the reply schema ------------------------------------------------------------------------------
 
 
-def with_memory_update(schema: dict[str, Any] | None, definition: FSMDefinition, *, strict: bool, guided: bool = False):
+def with_memory_update(
+    schema: dict[str, Any], definition: FSMDefinition, *, strict: bool, guided: bool = False
+) -> dict[str, Any]:
     """``schema`` (a reply schema) allowing ``transition.memory_update`` for the slots the model writes.
 
     Strict (every property required, every object closed): each slot is text or null. Guided: the
     update is optional and each text bounded by its slot's ``max_chars`` (a grammar holds the model to it).
     """
     spec = definition.memory
-    if schema is None or spec is None or not spec.model_slots:
+    if spec is None or not spec.model_slots:
         return schema
 
     def text(name: str) -> dict[str, Any]:

@@ -60,18 +60,14 @@ class _Spec(BaseModel):
 class SummarySpec(_Spec):
     """When the conversation is summarised, and the bounds of each summary call."""
 
-    on_overflow: bool = Field(
-        True, strict=True, description="Summarise the exchanges that leave the history window."
-    )
+    on_overflow: bool = Field(True, strict=True, description="Summarise the exchanges that leave the history window.")
     on_leave: bool = Field(
         False, strict=True, description="Summarise a state's exchanges when the conversation leaves it."
     )
     max_chars: int = Field(
         1500, ge=50, le=20000, strict=True, description="Longest running summary, in characters (longer is cut)."
     )
-    max_tokens: int = Field(
-        600, ge=16, le=16384, strict=True, description="Completion tokens a summary call may use."
-    )
+    max_tokens: int = Field(600, ge=16, le=16384, strict=True, description="Completion tokens a summary call may use.")
     batch: int = Field(
         4, ge=1, le=50, strict=True, description="Exchanges beyond the window before a summary call folds them."
     )

@@ -402,19 +402,24 @@ class TurnRunner:
             messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs
         )
 
-    def reply_schemas(self) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    def reply_schemas(self) -> tuple[dict[str, Any], dict[str, Any]]:
         """The loose and strict reply schemas of this turn (guided: made for it), with the memory's update."""
-        schema, strict = state_reply_schemas(self.definition, self.base.state)
+        definition, state = self.definition, self.base.state
+        if definition.memory is None:
+            schema, strict = state_reply_schemas(definition, state)
+        else:  # the state's schemas with the memory's update, made once per state
+
+            def compute(_: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+                loose, closed = state_reply_schemas(definition, state)
+                loose = with_memory_update(loose, definition, strict=False)
+                return loose, with_memory_update(closed, definition, strict=True)
+
+            schema, strict = definition.derived("memory_reply_schemas", state, compute)
         if self.settings.guided:
             opening = not self.base.history and self.user is None
-            strict = guided_schema(self.definition, self.base.state, self.work.context, opening=opening)
-        if self.definition.memory is None:
-            return schema, strict
-        guided = self.settings.guided
-        return (
-            with_memory_update(schema, self.definition, strict=False),
-            with_memory_update(strict, self.definition, strict=True, guided=guided),
-        )
+            guided = guided_schema(definition, state, self.work.context, opening=opening)
+            strict = with_memory_update(guided, definition, strict=True, guided=True)
+        return schema, strict
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.settings.prompt.correction(problems, self.base.state)

@@ -13,7 +13,7 @@ import llm_fsm
 from llm_fsm import summaries
 from llm_fsm.cli import app
 from llm_fsm.errors import ConversationError, LLMUnavailableError, ReplyFormatError
-from llm_fsm.llm import LLMRequest, LiteLLMClient
+from llm_fsm.llm import LiteLLMClient, LLMRequest
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import reply
 
@@ -73,9 +73,10 @@ def test_exchanges_leaving_the_window_are_folded_every_batch_turns():
     assert conversation.summary == "u0 | u1 | u2" and conversation.snapshot().summary.through == 4
     request = llm.requests[kinds(llm).index("summary")]
     assert request.max_tokens == 600 and request.strict_schema["required"] == ["summary"]
-    assert "<user>u0</user>" in request.messages[0]["content"] and "<user>u1</user>" not in request.messages[0][
-        "content"
-    ].split("</exchanges>")[1]
+    assert (
+        "<user>u0</user>" in request.messages[0]["content"]
+        and "<user>u1</user>" not in request.messages[0]["content"].split("</exchanges>")[1]
+    )
 
 
 def test_the_prompt_carries_the_summary_and_only_what_it_does_not_cover():
@@ -119,7 +120,7 @@ def test_a_failed_summary_never_fails_the_turn_and_is_retried_next_turn():
     assert [r.message for r in results] == [f"r{i}" for i in range(5)]
     assert "provider down" in results[2].summary.error and "provider down" in states[2].error
     assert (states[2].failures, states[2].through, states[2].due) == (1, 0, 2), "still due"
-    assert not results[3].summary.ok and "no \"summary\" text" in results[3].summary.error and states[3].failures == 2
+    assert not results[3].summary.ok and 'no "summary" text' in results[3].summary.error and states[3].failures == 2
     assert results[4].summary.ok and (results[4].summary.start, results[4].summary.end) == (0, 4), "all that is due"
     assert states[4].error is None and states[4].failures == 0 and states[4].calls == 3
     assert conversation.summary == "u0 | u1 | u2"
@@ -144,7 +145,9 @@ def test_a_backlog_is_folded_max_exchanges_at_a_time():
     def summary(request):
         return next(failing, None) or echo_summary(request)
 
-    conversation, llm = conversation_with([reply("chat", f"r{i}") for i in range(8)], summary=summary, definition_=backlog)
+    conversation, llm = conversation_with(
+        [reply("chat", f"r{i}") for i in range(8)], summary=summary, definition_=backlog
+    )
     runs = [conversation.send(f"u{i}").summary for i in range(8)]
     spans = [(run.start, run.end) for run in runs if run is not None and run.ok]
     assert spans and all(end - start <= 3 for start, end in spans)
