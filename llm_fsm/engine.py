@@ -16,7 +16,7 @@ from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
-from llm_fsm.summaries import RunningSummary
+from llm_fsm.memory_spec import RunningSummary
 from llm_fsm.values import as_json_data
 
 SCHEMA_VERSION = 1

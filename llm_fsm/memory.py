@@ -40,81 +40,17 @@ its ``initial`` text. Snapshots from before memory existed load with no slot wri
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
-
 from llm_fsm.errors import MemoryValueError
+from llm_fsm.memory_spec import MAX_SLOTS, MemorySpec, Slot
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Rejection, Snapshot
 
-MAX_SLOTS = 32  # slots and background together: every one is in every prompt
-_IDENTIFIER = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class Slot(_Spec):
-    """One named text the model (and code) keeps up to date; shown in every prompt."""
-
-    description: str = Field("", description="What the slot holds, shown to the model.")
-    max_chars: int = Field(
-        500, ge=1, le=20000, strict=True, description="Longest text the slot holds; a longer model write is cut."
-    )
-    initial: str = Field("", description="The slot's text until something writes it.")
-    model_writes: bool = Field(
-        True, strict=True, description="false: only code (handlers, Conversation.update_memory) writes it."
-    )
-
-    @model_validator(mode="after")
-    def _initial_fits(self) -> Slot:
-        if len(self.initial) > self.max_chars:
-            raise ValueError(f"initial is {len(self.initial)} characters long, more than max_chars ({self.max_chars})")
-        return self
-
-
-class MemorySpec(_Spec):
-    """A definition's working memory: `background` and `slots`, each a map of slot names to slots."""
-
-    background: dict[str, Slot] = Field(
-        default_factory=dict, description="Slots shown first, as the background: vision, goals, a to-do list."
-    )
-    slots: dict[str, Slot] = Field(default_factory=dict, description="The working notes (named slots).")
-
-    @field_validator("background", "slots")
-    @classmethod
-    def _names(cls, value: dict[str, Slot]) -> dict[str, Slot]:
-        bad = [name for name in value if not _IDENTIFIER.match(name)]
-        if bad:
-            raise ValueError(f"slot name '{bad[0]}' is not an identifier (letters, digits and _, not first a digit)")
-        return value
-
-    @model_validator(mode="after")
-    def _unique_and_bounded(self) -> MemorySpec:
-        both = set(self.background) & set(self.slots)
-        if both:
-            raise ValueError(f"slot '{sorted(both)[0]}' is declared both in background and in slots")
-        count = len(self.background) + len(self.slots)
-        if count == 0:
-            raise ValueError("a memory declares at least one slot (in background or slots)")
-        if count > MAX_SLOTS:
-            raise ValueError(f"a memory holds at most {MAX_SLOTS} slots (background and slots), not {count}")
-        return self
-
-    @property
-    def all(self) -> dict[str, Slot]:
-        return {**self.background, **self.slots}
-
-    @property
-    def model_slots(self) -> list[str]:
-        return [name for name, slot in self.all.items() if slot.model_writes]
-
+__all__ = ["MAX_SLOTS", "MemoryAccess", "MemorySpec", "Slot", "current", "code_update", "with_memory_update"]
 
 # -- reading ---------------------------------------------------------------------------------------
 

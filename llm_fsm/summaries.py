@@ -44,71 +44,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from llm_fsm.memory_spec import RunningSummary, StateSummaries, SummarySpec
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Exchange, Snapshot
     from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, Usage
-    from llm_fsm.prompt import PromptBuilder
 
-
-class _Spec(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-
-class SummarySpec(_Spec):
-    """When the conversation is summarised, and the bounds of each summary call."""
-
-    on_overflow: bool = Field(True, strict=True, description="Summarise the exchanges that leave the history window.")
-    on_leave: bool = Field(
-        False, strict=True, description="Summarise a state's exchanges when the conversation leaves it."
-    )
-    max_chars: int = Field(
-        1500, ge=50, le=20000, strict=True, description="Longest running summary, in characters (longer is cut)."
-    )
-    max_tokens: int = Field(600, ge=16, le=16384, strict=True, description="Completion tokens a summary call may use.")
-    batch: int = Field(
-        4, ge=1, le=50, strict=True, description="Exchanges beyond the window before a summary call folds them."
-    )
-    max_exchanges: int = Field(
-        24, ge=1, le=200, strict=True, description="Exchanges one summary call folds at most (its input bound)."
-    )
-    instructions: str = Field("", description="What the summary must keep, for the model that writes it.")
-
-    @model_validator(mode="after")
-    def _batch_fits(self) -> SummarySpec:
-        if self.max_exchanges < self.batch:
-            raise ValueError(f"max_exchanges ({self.max_exchanges}) is smaller than batch ({self.batch})")
-        return self
-
-
-class StateSummaries(_Spec):
-    """A state's own choice of summary triggers (unset: the definition's)."""
-
-    on_overflow: bool | None = Field(
-        None, strict=True, description="Summarise what leaves the history window while in this state."
-    )
-    on_leave: bool | None = Field(
-        None, strict=True, description="Summarise this state's exchanges when the conversation leaves it."
-    )
-
-
-class RunningSummary(BaseModel):
-    """The summary part of a snapshot: the text, what it covers, what is due, the last failure."""
-
-    model_config = ConfigDict(frozen=True)
-
-    text: str = ""
-    through: int = Field(0, description="history[:through] is folded into text.")
-    due: int = Field(0, description="history[:due] should be folded; due > through: a summary is pending.")
-    calls: int = Field(0, description="Summary calls made so far (failed ones included).")
-    failures: int = Field(0, description="Summary calls failed in a row.")
-    error: str | None = Field(None, description="Why the last summary call failed (None: it did not).")
-
-    @property
-    def pending(self) -> bool:
-        return self.due > self.through
+__all__ = ["RunningSummary", "StateSummaries", "SummaryRun", "SummarySpec", "job", "mark_due", "parse", "visible"]
 
 
 @dataclass(frozen=True)
@@ -230,8 +173,9 @@ def job(definition: FSMDefinition, snapshot: Snapshot) -> Job | None:
 # -- the call ------------------------------------------------------------------------------------
 
 
-def request(definition: FSMDefinition, work: Job, prompt: PromptBuilder) -> LLMRequest:
-    """The summary call: the previous summary and the exchanges to fold, bounded in and out."""
+def request(definition: FSMDefinition, work: Job, prompt: Any) -> LLMRequest:
+    """The summary call: the previous summary and the exchanges to fold, bounded in and out.
+    ``prompt`` is the conversation's ``PromptBuilder`` (not imported here: it imports this module)."""
     from llm_fsm.llm import LLMRequest
 
     bounds = spec(definition)
