@@ -15,6 +15,7 @@ from llm_fsm.cli import app
 from llm_fsm.errors import ConversationError, LLMUnavailableError, ReplyFormatError
 from llm_fsm.llm import LiteLLMClient, LLMRequest
 from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing.conversation_tests import run_files
 from tests.conftest import reply
 
 TALK = {
@@ -387,3 +388,19 @@ def test_chat_context_shows_memory_and_summary(tmp_path):
     shown = result.stdout.split("/context")[-1] if "/context" in result.stdout else result.stdout
     assert "facts: owns a red bike" in shown
     assert "They talked bikes." in shown and "summarised" in shown
+
+
+def test_test_files_script_replies_and_summaries_get_a_stand_in(tmp_path):
+    (tmp_path / "talk.json").write_text(json.dumps(TALK))
+    steps = [{"user": None, "reply": reply("chat", "Hello!")}]
+    steps += [
+        {"user": f"line {i}", "reply": reply("chat", f"r{i}"), "expect": {"state": "chat", "max_llm_calls": 1}}
+        for i in range(8)
+    ]
+    case = {"name": "long", "definition": "talk.json", "steps": steps}
+    (tmp_path / "talk.test.json").write_text(json.dumps({"cases": [case]}))
+    result = CliRunner().invoke(app, ["test", str(tmp_path / "talk.test.json")])
+    assert result.exit_code == 0, result.output
+    (outcome,) = run_files([tmp_path / "talk.test.json"])
+    made = [step.result.summary for step in outcome.steps if step.result.summary is not None]
+    assert made and all(run.ok for run in made), [run.error for run in made]

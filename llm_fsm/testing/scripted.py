@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator
@@ -16,7 +17,7 @@ from llm_fsm.errors import LLMError, ScriptExhausted
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 
-__all__ = ["ScriptedLLM", "reply", "tool_calls"]
+__all__ = ["ScriptedLLM", "folded_summary", "reply", "tool_calls"]
 
 
 def reply(target_state: str, message: str, **context_update: Any) -> dict[str, Any]:
@@ -29,6 +30,17 @@ def tool_calls(*calls: tuple[str, dict[str, Any]] | str) -> dict[str, Any]:
     (a bare name calls the tool with no arguments)."""
     items = [(c, {}) if isinstance(c, str) else c for c in calls]
     return {"tool_calls": [{"name": name, "arguments": arguments} for name, arguments in items]}
+
+
+def folded_summary(request: LLMRequest) -> dict[str, str]:
+    """A stand-in summary for a summary call (``request.kind == "summary"``): the previous summary and
+    the user's lines of the exchanges it is shown, the last 1,000 characters of them. For scripted runs,
+    where no model writes summaries."""
+    system = str(request.messages[0].get("content") or "") if request.messages else ""
+    previous = re.search(r"<previous_summary>(.*?)</previous_summary>", system, re.DOTALL)
+    said = re.findall(r"<user>(.*?)</user>", system, re.DOTALL)
+    parts = [previous.group(1)] if previous and not previous.group(1).startswith("(none yet") else []
+    return {"summary": " ".join([*parts, *(f"User: {line}" for line in said)])[-1000:] or "(nothing said yet)"}
 
 
 class ScriptedLLM:

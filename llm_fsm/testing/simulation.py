@@ -25,6 +25,7 @@ from llm_fsm.definition import FSMDefinition, Transition
 from llm_fsm.engine import check_values, model_writable_keys
 from llm_fsm.llm import LLMRequest, LLMResponse, Message, ToolCallRequest, Usage
 from llm_fsm.prompt import OPENING_REQUEST
+from llm_fsm.testing.scripted import folded_summary
 from llm_fsm.tools.calling import tool_request
 
 
@@ -58,7 +59,7 @@ class SimulatedLLM:
         if request.kind == "judge":
             return _response({"pass": True, "reason": "simulated"})
         if request.kind == "summary":  # the user's words, folded: enough for a prompt to carry them on
-            return _response({"summary": _folded(request)})
+            return _response(folded_summary(request))
         state = request.state or self.definition.initial_state
         calls = self.tool_calls(state, request)
         if calls:
@@ -376,14 +377,3 @@ def _tool_response(calls: list[dict[str, Any]], request: int, *, native: bool) -
 
 
 __all__ = ["SimulatedLLM", "arguments_for", "sample_value", "schema_value"]
-
-
-def _folded(request: LLMRequest) -> str:
-    """A simulated summary: the previous one and the users' lines of the exchanges, as the prompt shows them."""
-    import re
-
-    system = str(request.messages[0].get("content") or "")
-    previous = re.search(r"<previous_summary>(.*?)</previous_summary>", system, re.DOTALL)
-    said = re.findall(r"<user>(.*?)</user>", system, re.DOTALL)
-    parts = [previous.group(1)] if previous and not previous.group(1).startswith("(none yet") else []
-    return " ".join([*parts, *(f"User: {line}" for line in said)])[-1000:]
