@@ -398,3 +398,22 @@ def test_old_snapshots_in_a_store_still_load(kind, notes, tmp_path):
     finally:
         store.close()
     assert loaded.memory == {} and loaded.summary.through == 0 and loaded.state == "talk"
+
+
+def test_the_terminal_shows_memory_with_secret_looking_values_masked(notes, tmp_path):
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    conversation, _ = started(notes, remember("talk", "ok", {"facts": "4111 1111 1111 1111"}))
+    conversation.send("my card")
+    url = f"sqlite:///{tmp_path / 'c.db'}"
+    store = open_store(url)
+    store.save("c1", conversation.snapshot())
+    store.close()
+    shown = CliRunner().invoke(app, ["conversations", "show", "c1", "--store", url])
+    assert shown.exit_code == 0, shown.output
+    memory = json.loads(shown.stdout)["memory"]
+    assert memory == {"facts": "[masked]"}
+    unmasked = CliRunner().invoke(app, ["conversations", "show", "c1", "--store", url, "--show-secrets"])
+    assert json.loads(unmasked.stdout)["memory"] == {"facts": "4111 1111 1111 1111"}
