@@ -215,13 +215,19 @@ class SlowSummaries(ScriptedLLM):
             self.running -= 1
 
 
+async def three_turns_in_the_background(replies: int) -> tuple[llm_fsm.Conversation, SlowSummaries, object]:
+    """A conversation with background summaries after its opening and 3 turns (which make a summary due)."""
+    llm = SlowSummaries([reply("chat", "Hello!"), *[reply("chat", f"r{i}") for i in range(replies)]])
+    conversation = llm_fsm.Conversation(definition(), llm, prompt=window(2), background_summaries=True)
+    await conversation.astart()
+    for i in range(3):
+        result = await conversation.asend(f"u{i}")
+    return conversation, llm, result
+
+
 def test_background_async_summaries_run_after_the_reply_one_at_a_time():
     async def scenario():
-        llm = SlowSummaries([reply("chat", "Hello!"), *[reply("chat", f"r{i}") for i in range(6)]])
-        conversation = llm_fsm.Conversation(definition(), llm, prompt=window(2), background_summaries=True)
-        await conversation.astart()
-        for i in range(3):
-            result = await conversation.asend(f"u{i}")
+        conversation, llm, result = await three_turns_in_the_background(6)
         assert result.summary is None and llm.running == 0
         await asyncio.sleep(0.01)
         assert llm.running == 1, "the summary call runs after the turn returned"
@@ -244,11 +250,7 @@ def test_background_async_summaries_run_after_the_reply_one_at_a_time():
 
 def test_a_sync_turn_refuses_to_run_under_a_background_summary():
     async def scenario():
-        llm = SlowSummaries([reply("chat", "Hello!"), *[reply("chat", f"r{i}") for i in range(4)]])
-        conversation = llm_fsm.Conversation(definition(), llm, prompt=window(2), background_summaries=True)
-        await conversation.astart()
-        for i in range(3):
-            await conversation.asend(f"u{i}")
+        conversation, llm, _ = await three_turns_in_the_background(4)
         await asyncio.sleep(0)
         with pytest.raises(ConversationError, match="await asummarize_pending"):
             conversation.send("now")
