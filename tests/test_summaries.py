@@ -406,3 +406,22 @@ def test_test_files_script_replies_and_summaries_get_a_stand_in(tmp_path):
     (outcome,) = run_files([tmp_path / "talk.test.json"])
     made = [step.result.summary for step in outcome.steps if step.result.summary is not None]
     assert made and all(run.ok for run in made), [run.error for run in made]
+
+
+def test_a_summary_call_over_http_asks_for_its_schema_and_token_bound(fake_openai):
+    replies = [reply("chat", "Hello!"), *[reply("chat", f"r{i}") for i in range(3)]]
+    for i, answer in enumerate(replies):
+        fake_openai.add(json.dumps(answer))
+        if i == 3:  # the third turn makes the summary due: its call comes right after the reply
+            fake_openai.add('{"summary": "Said u0."}')
+    llm = LiteLLMClient(
+        "openai/test-model", api_base=fake_openai.url, api_key="sk-test", timeout=5.0,
+        response_format="json_schema", max_tokens=256,
+    )  # fmt: skip
+    conversation = llm_fsm.Conversation(definition(), llm, prompt=window(2))
+    conversation.start()
+    results = [conversation.send(f"u{i}") for i in range(3)]
+    assert results[2].summary.ok and conversation.summary == "Said u0."
+    sent = fake_openai.requests[-1]
+    assert sent["max_tokens"] == 256, "the client's budget is lower than the summary's 600"
+    assert sent["response_format"]["json_schema"]["schema"]["required"] == ["summary"]
