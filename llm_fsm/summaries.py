@@ -15,7 +15,8 @@ due to be folded (``Snapshot.summary.due``: the exchanges ``history[:due]``):
   summarised, between ``history_window`` and ``history_window + batch - 1`` of them, so a summary call
   is needed once every ``batch`` turns, not every turn;
 - ``on_leave`` (in the state the turn leaves): when a turn moves out of the state, its exchanges are
-  due: every exchange but the last (the reply that made the move speaks for the new state).
+  due, with any earlier ones not yet summarised: every exchange but the last (the reply that made the
+  move speaks for the new state).
 
 A summary call folds the due exchanges (``max_exchanges`` at most per call; the rest at the next one)
 into the running summary: its input is the previous summary and those exchanges (each message cut to
