@@ -82,6 +82,10 @@ class Conversation:
     ``hooks`` holds the handlers and named checks (share one :class:`Hooks` between the
     conversations of a runtime); every handler and Python check the definition names must be
     registered there, or construction fails with a :class:`DefinitionError` naming them.
+
+    Summaries (:mod:`llm_fsm.summaries`, when the definition asks for them) are written by
+    ``summary_llm`` (default: ``llm``), at the end of the turn that made them due, or with
+    ``background_summaries=True`` after it returned (:meth:`summarize_pending`, or a task ``asend`` starts).
     """
 
     def __init__(
