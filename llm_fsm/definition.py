@@ -297,6 +297,7 @@ class FSMDefinition(_Frozen):
         """
         top_prose: dict[str, Any] = dict.fromkeys(_TOP_PROSE, True)
         tool_prose = {"tools": {"__all__": {"description": True}}} if self.tools else {}
+        tool_prose |= _memory_prose(self)
         parts: dict[str, Any] = {
             _TOP_STRUCTURE: _canonical(
                 self.model_dump(mode="json", exclude={"schema_": True, "states": True, **top_prose, **tool_prose})
@@ -399,6 +400,17 @@ _TOP_PARTS = {_TOP_STRUCTURE: "top-level fields changed (name, initial state, ke
 _TOP_PROSE_PARTS = {_TOP_PROSE_PART: "top-level description, persona or version changed"}
 _STATE_PARTS_BEFORE_PROSE = {"transitions": "transitions of state", "text": "purpose or instructions of state"}
 _TOP_PARTS_BEFORE_PROSE = {"fsm": "top-level fields changed (name, persona, initial state, schemas...)"}
+
+
+def _memory_prose(definition: FSMDefinition) -> dict[str, Any]:
+    """The prose of the working memory and the summaries: slot descriptions and summary instructions."""
+    prose: dict[str, Any] = {}
+    if definition.memory is not None:
+        described = {"__all__": {"description": True}}
+        prose["memory"] = {group: described for group in ("background", "slots") if getattr(definition.memory, group)}
+    if definition.summaries is not None:
+        prose["summaries"] = {"instructions": True}
+    return prose
 
 
 def _changes(

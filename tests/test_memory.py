@@ -417,3 +417,15 @@ def test_the_terminal_shows_memory_with_secret_looking_values_masked(notes, tmp_
     assert memory == {"facts": "[masked]"}
     unmasked = CliRunner().invoke(app, ["conversations", "show", "c1", "--store", url, "--show-secrets"])
     assert json.loads(unmasked.stdout)["memory"] == {"facts": "4111 1111 1111 1111"}
+
+
+def test_editing_a_slot_description_is_prose_changing_a_bound_is_structure(notes):
+    conversation, _ = started(notes)
+    saved = conversation.snapshot()
+    edited = json.loads(json.dumps(NOTES))
+    edited["memory"]["slots"]["facts"]["description"] = "What the user told us"
+    edited["summaries"] = None
+    llm_fsm.Conversation.restore(saved, llm_fsm.load(edited), ScriptedLLM([]))  # prose: restores
+    edited["memory"]["slots"]["facts"]["max_chars"] = 41
+    with pytest.raises(llm_fsm.ConversationError, match="top-level fields changed"):
+        llm_fsm.Conversation.restore(saved, llm_fsm.load(edited), ScriptedLLM([]))
