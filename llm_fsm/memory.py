@@ -243,7 +243,10 @@ def sections(definition: FSMDefinition, snapshot: Snapshot) -> dict[str, list[di
     spec = definition.memory
     if spec is None:
         return {"background": [], "memory": []}
-    texts = definition.masked(current(definition, snapshot))
+    # cut to the bounds the definition sets now (a snapshot may come from a version with looser ones)
+    texts = definition.masked(
+        {name: text[: spec.all[name].max_chars] for name, text in current(definition, snapshot).items()}
+    )
     return {
         "background": [{"name": name, "text": texts[name]} for name in spec.background],
         "memory": [{"name": name, "text": texts[name]} for name in spec.slots],

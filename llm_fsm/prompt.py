@@ -139,7 +139,7 @@ class PromptBuilder:
             "history": self._window(window),
             "opening": not snapshot.history,
             **memory.sections(definition, snapshot),
-            "summary": snapshot.summary.text,
+            "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
         }
         volatile = self._render("system_conversation.xml.j2", conversation)
         listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""

@@ -429,3 +429,12 @@ def test_editing_a_slot_description_is_prose_changing_a_bound_is_structure(notes
     edited["memory"]["slots"]["facts"]["max_chars"] = 41
     with pytest.raises(llm_fsm.ConversationError, match="top-level fields changed"):
         llm_fsm.Conversation.restore(saved, llm_fsm.load(edited), ScriptedLLM([]))
+
+
+def test_a_snapshot_from_a_looser_definition_is_shown_within_todays_bounds(notes):
+    conversation, _ = started(notes)
+    snapshot = conversation.snapshot().model_copy(update={"memory": {"facts": "f" * 500}})
+    llm = ScriptedLLM([reply("talk", "ok")])
+    restored = llm_fsm.Conversation.restore(snapshot, notes, llm)
+    restored.send("hi")
+    assert f'<slot name="facts">{"f" * 40}</slot>' in system(llm.requests[-1])
