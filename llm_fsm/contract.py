@@ -29,8 +29,9 @@ class TransitionDecision(BaseModel):
 
     target_state: str
     context_update: dict[str, Any] = Field(default_factory=dict)
+    memory_update: dict[str, Any] = Field(default_factory=dict)  # working-memory slots (llm_fsm.memory)
 
-    @field_validator("context_update", mode="before")
+    @field_validator("context_update", "memory_update", mode="before")
     @classmethod
     def _none_is_empty(cls, value: Any) -> Any:
         return {} if value is None else value
@@ -111,7 +112,7 @@ _SHAPE = (
 
 def _misshapen(data: dict[str, Any]) -> str | None:
     """What is wrong with the reply's shape, in words the model can act on; None if it is right."""
-    misplaced = [k for k in ("target_state", "context_update") if k in data]
+    misplaced = [k for k in ("target_state", "context_update", "memory_update") if k in data]
     if misplaced:
         where = "inside" if "transition" in data else 'inside a "transition" object, not'
         return f"{', '.join(misplaced)} belong{'s' if len(misplaced) == 1 else ''} {where} at the top level: {_SHAPE}"

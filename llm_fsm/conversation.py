@@ -14,16 +14,18 @@ the pending event's token continues it, exactly once.
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from functools import partial
 from itertools import chain
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
-from llm_fsm import telemetry
+from llm_fsm import memory, summaries, telemetry
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
@@ -45,6 +47,7 @@ from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolMode, ToolRun
 from llm_fsm.turn import (
     DEFAULT_FALLBACK,
+    Call,
     Checkpoint,
     RunTools,
     Step,
@@ -53,6 +56,7 @@ from llm_fsm.turn import (
     TurnSettings,
     fire_error,
     resume_turn,
+    summary_steps,
 )
 from llm_fsm.values import as_json_data, clean_text
 
@@ -85,6 +89,10 @@ class Conversation:
     registered there, or construction fails with a :class:`DefinitionError` naming them.
     ``id`` names the conversation in traces (see :mod:`llm_fsm.telemetry`); a stored conversation
     gets its store id.
+
+    Summaries (:mod:`llm_fsm.summaries`, when the definition asks for them) are written by
+    ``summary_llm`` (default: ``llm``), at the end of the turn that made them due, or with
+    ``background_summaries=True`` after it returned (:meth:`summarize_pending`, or a task ``asend`` starts).
     """
 
     def __init__(
@@ -101,6 +109,8 @@ class Conversation:
         prompt: PromptBuilder | None = None,
         guided: bool | None = None,
         id: str | None = None,  # the conversation's id, as a store or the caller knows it
+        summary_llm: LLMClient | None = None,
+        background_summaries: bool = False,
     ) -> None:
         if state is not None and state not in definition.states:
             raise ConversationError(f"unknown state '{state}'", state=state)
@@ -115,9 +125,12 @@ class Conversation:
             prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
             tools=tools, tool_mode=lambda: tool_mode(self.llm),
             guided=bool(getattr(llm, "guided", False)) if guided is None else guided,
+            summary_llm=summary_llm, background_summaries=background_summaries,
         )  # fmt: skip
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
         self._busy = False
+        self._summary_task: asyncio.Task[summaries.SummaryRun | None] | None = None
+        self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
 
     @property
     def prompt(self) -> PromptBuilder:
@@ -169,6 +182,21 @@ class Conversation:
     def snapshot(self) -> Snapshot:
         """The whole conversation as an immutable, JSON-serialisable model."""
         return self._snapshot
+
+    @property
+    def memory(self) -> dict[str, str]:
+        """Every working-memory slot's text (a copy; see :mod:`llm_fsm.memory`)."""
+        return memory.current(self.definition, self._snapshot)
+
+    @property
+    def summary(self) -> str:
+        """The running summary of the exchanges summarised so far ("" before the first)."""
+        return self._snapshot.summary.text
+
+    @property
+    def summary_pending(self) -> bool:
+        """Whether exchanges are due to be summarised (see :meth:`summarize_pending`)."""
+        return self._snapshot.summary.pending
 
     @classmethod
     def restore(
@@ -223,6 +251,80 @@ class Conversation:
         values = as_json_data(delta, source="update_context")
         context, provenance = write(snap.context, snap.provenance, values, by="user_code", turn=snap.turns)
         self._snapshot = snap.model_copy(update={"context": context, "provenance": provenance})
+
+    def update_memory(self, delta: Mapping[str, Any]) -> None:
+        """Write working-memory slots from code, outside any turn (None: back to the slot's initial text).
+
+        Each slot must be declared and the value text within its ``max_chars``, or
+        :class:`~llm_fsm.errors.MemoryValueError` names the slot and nothing is written."""
+        if self._busy:
+            raise ConversationError("a turn of this conversation is in progress", state=self.state)
+        written = memory.code_update(self.definition, self._snapshot.memory, delta)
+        self._snapshot = self._snapshot.model_copy(update={"memory": written})
+
+    # -- summaries ------------------------------------------------------------------------------
+
+    def summarize_pending(self) -> summaries.SummaryRun | None:
+        """Make the summary call that is due, now (one call: a backlog longer than ``max_exchanges`` takes
+        several); None when nothing is due. A failed call is reported in the result, never raised.
+
+        With ``background_summaries=True``, call it once the turn's reply is shown: the next turn makes
+        it otherwise, before its own model call."""
+        self._no_summary_running("summarize_pending()")
+        if self._busy:
+            raise ConversationError("a turn of this conversation is in progress", state=self.state)
+        before = self._snapshot
+        after, run = _drive_summary(self.llm, summary_steps(self.definition, before, self.settings))
+        return self._apply_summary(before, after, run)
+
+    async def asummarize_pending(self) -> summaries.SummaryRun | None:
+        """Wait for the summary ``asend`` started in the background; if none runs, make the one that is due."""
+        if self._summary_task is not None:
+            task, self._summary_task = self._summary_task, None
+            return await task
+        if self._busy:
+            raise ConversationError("a turn of this conversation is in progress", state=self.state)
+        before = self._snapshot
+        after, run = await _adrive_summary(self.llm, summary_steps(self.definition, before, self.settings))
+        return self._apply_summary(before, after, run)
+
+    async def aclose(self) -> None:
+        """Wait for a summary running in the background (call it before the event loop ends)."""
+        if self._summary_task is not None:
+            task, self._summary_task = self._summary_task, None
+            await task
+
+    def _apply_summary(
+        self, before: Snapshot, after: Snapshot, run: summaries.SummaryRun | None
+    ) -> summaries.SummaryRun | None:
+        if run is not None:
+            self.last_summary = run
+            merged = summaries.applied(self._snapshot, before, after)
+            if merged is not None:
+                self._snapshot = merged
+        return run
+
+    def _no_summary_running(self, what: str) -> None:
+        if self._summary_task is not None and not self._summary_task.done():
+            raise ConversationError(
+                f"a summary is being written in the background: await asummarize_pending() before {what}",
+                state=self.state,
+            )
+
+    async def _background_summary(self) -> summaries.SummaryRun | None:
+        before = self._snapshot
+        try:
+            after, run = await _adrive_summary(self.llm, summary_steps(self.definition, before, self.settings))
+        except Exception:  # a bug, not the call (whose failures are reported): the next turn tries again
+            logger.exception("the background summary failed")
+            return None
+        return self._apply_summary(before, after, run)
+
+    async def _settle_summary(self) -> None:
+        """Before a turn: the background summary finishes first (never two at once, none lost)."""
+        if self._summary_task is not None:
+            task, self._summary_task = self._summary_task, None
+            await task
 
     # -- turns ----------------------------------------------------------------------------------
 
@@ -284,6 +386,7 @@ class Conversation:
                 raise
 
     async def _arun(self, steps: Callable[[], TurnRunner], *, stream: bool) -> AsyncIterator[StreamEvent]:
+        await self._settle_summary()
         with _Drive(self, steps(), stream, sync=False) as turn:
             try:
                 for event in turn.take(None):
@@ -302,6 +405,7 @@ class Conversation:
 
         def steps() -> TurnRunner:
             self._may_take(user)
+            self._no_summary_running("a sync turn")
             text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
             return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self)
 
@@ -310,6 +414,7 @@ class Conversation:
     def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], TurnRunner]:
         def steps() -> TurnRunner:
             self._may_take(None, resuming=True)
+            self._no_summary_running("a sync turn")
             args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
             return resume_turn(*args, handle=self)
 
@@ -333,8 +438,13 @@ class Conversation:
         if user is not None and not isinstance(user, str):
             raise TypeError(f"send() takes a str, not {type(user).__name__}")
 
-    def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
+    def _commit(self, outcome: tuple[Snapshot, TurnResult], *, running: bool = False) -> TurnResult:
+        """Hold the turn's snapshot; ``running``: in an event loop, where a summary may start in the background."""
         self._snapshot, result = outcome
+        if result.summary is not None:
+            self.last_summary = result.summary
+        if running and self.settings.background_summaries and self._snapshot.summary.pending:
+            self._summary_task = asyncio.get_running_loop().create_task(self._background_summary())
         if logger.isEnabledFor(logging.DEBUG):
             logger.debug(
                 "turn %d: %s -> %s, %d call(s), %d rejected, context %s",
@@ -359,6 +469,7 @@ class _Drive:
             )
         self.conversation = conversation
         self.runner = runner
+        self.sync = sync
         self.steps = runner.run()
         self.stream = stream
         self.shown = ""
@@ -450,7 +561,7 @@ class _Drive:
         yield self._commit((snapshot, result))
 
     def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
-        result = self.conversation._commit(outcome)
+        result = self.conversation._commit(outcome, running=not self.sync)
         self.trace.committed(result)
         return result
 
@@ -463,6 +574,8 @@ def _items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace)
         raise ConversationError(f"{step.what} returned an awaitable: use astart/asend/astream/aresume")
     if isinstance(step, RunTools):
         return (calling.run_batch(step.calls, trace.tools(step.calls)),)
+    if isinstance(step, Call) and step.kind == "summary":  # a failure comes back as summaries.CallFailed
+        return (summaries.complete(lambda: trace.complete(step.llm or llm, step)),)
     if stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
         return trace.stream(step, llm.stream_complete(step.request))
     return (trace.complete(llm, step),)
@@ -476,6 +589,8 @@ async def _aitems(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | N
             yield Awaited(error=exc)
     elif isinstance(step, RunTools):
         yield await calling.arun_batch(step.calls, trace.tools(step.calls))
+    elif isinstance(step, Call) and step.kind == "summary":
+        yield await summaries.acomplete(trace.acomplete(step.llm or llm, step))
     elif stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
         async for item in trace.astream(step, llm.astream_complete(step.request)):
             yield item
@@ -501,6 +616,25 @@ def _result(event: StreamEvent | None) -> TurnResult:
     if not isinstance(event, TurnResult):
         raise LLMError("the model's stream ended without a response")
     return event
+
+
+def _drive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summaries.SummaryRun | None]:
+    """Run :func:`~llm_fsm.turn.summary_steps` outside a turn, sync."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(summaries.complete(partial((step.llm or llm).complete, step.request)))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _adrive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summaries.SummaryRun | None]:
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await summaries.acomplete((step.llm or llm).acomplete(step.request)))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
 
 
 def tool_mode(llm: LLMClient) -> ToolMode:

@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from llm_fsm.memory_spec import MemorySpec, StateSummaries, SummarySpec
+
 JSONLogic = dict[str, Any] | StrictBool  # strict: the text "yes" is not a rule that always holds
 T = TypeVar("T")
 
@@ -205,6 +207,9 @@ class State(_Frozen):
     transitions: tuple[Transition, ...] = Field(
         (), description="Where the conversation may go next. No transitions: a terminal state."
     )
+    summaries: StateSummaries | None = Field(
+        None, description="This state's summary triggers (on_overflow, on_leave), over the definition's."
+    )
 
     @field_validator("example_dialogue", mode="before")
     @classmethod
@@ -262,6 +267,12 @@ class FSMDefinition(_Frozen):
     max_tool_calls: int = Field(
         8, ge=1, le=100, strict=True, description="Tool calls the model may ask for at once (in one round)."
     )
+    memory: MemorySpec | None = Field(
+        None, description="Working memory: named text slots (background, slots) the model and code keep up to date."
+    )
+    summaries: SummarySpec | None = Field(
+        None, description="Running summaries of what leaves the history window, or of a state's exchanges."
+    )
 
     @cached_property
     def code_only_keys(self) -> tuple[str, ...]:
@@ -286,6 +297,7 @@ class FSMDefinition(_Frozen):
         """
         top_prose: dict[str, Any] = dict.fromkeys(_TOP_PROSE, True)
         tool_prose = {"tools": {"__all__": {"description": True}}} if self.tools else {}
+        tool_prose |= _memory_prose(self)
         parts: dict[str, Any] = {
             _TOP_STRUCTURE: _canonical(
                 self.model_dump(mode="json", exclude={"schema_": True, "states": True, **top_prose, **tool_prose})
@@ -390,6 +402,17 @@ _STATE_PARTS_BEFORE_PROSE = {"transitions": "transitions of state", "text": "pur
 _TOP_PARTS_BEFORE_PROSE = {"fsm": "top-level fields changed (name, persona, initial state, schemas...)"}
 
 
+def _memory_prose(definition: FSMDefinition) -> dict[str, Any]:
+    """The prose of the working memory and the summaries: slot descriptions and summary instructions."""
+    prose: dict[str, Any] = {}
+    if definition.memory is not None:
+        described = {"__all__": {"description": True}}
+        prose["memory"] = {group: described for group in ("background", "slots") if getattr(definition.memory, group)}
+    if definition.summaries is not None:
+        prose["summaries"] = {"instructions": True}
+    return prose
+
+
 def _changes(
     old: dict[str, str], new: dict[str, str], state_parts: dict[str, str], top_parts: dict[str, str]
 ) -> list[str]:
@@ -411,8 +434,15 @@ def _changes(
 
 # Fields added after definitions were first hashed: left out of the hashes while they hold their
 # default, so that conversations stored before they existed still restore onto the same definition.
-_ADDED_TOP = {"tools": {}, "mcp_servers": {}, "max_tool_rounds": 3, "max_tool_calls": 8}
-_ADDED_STATE = {"tools": [], "max_tool_rounds": None}
+_ADDED_TOP = {
+    "tools": {},
+    "mcp_servers": {},
+    "max_tool_rounds": 3,
+    "max_tool_calls": 8,
+    "memory": None,
+    "summaries": None,
+}
+_ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:

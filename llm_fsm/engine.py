@@ -16,6 +16,7 @@ from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
+from llm_fsm.memory_spec import RunningSummary
 from llm_fsm.values import as_json_data
 
 SCHEMA_VERSION = 1
@@ -81,9 +82,13 @@ class Snapshot(BaseModel):
     status: Status = "new"
     pending: PendingEvent | None = None
     used_tokens: tuple[str, ...] = Field((), description="Resume tokens already used (each works once).")
+    memory: dict[str, str] = Field(default_factory=dict, description="Working-memory slots written (llm_fsm.memory).")
+    summary: RunningSummary = Field(default_factory=RunningSummary, description="The running summary (summaries).")
 
 
-RejectionKind = Literal["format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool"]
+RejectionKind = Literal[
+    "format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool", "memory"
+]
 
 
 class Rejection(BaseModel):

@@ -19,6 +19,7 @@
     ├── HandlerError           a handler with the "raise" policy failed (the turn was rolled back)
     ├── RefinementError        a state's checks kept failing and its policy is "raise"
     ├── ContextValueError      code wrote a context value that is not JSON data (also a TypeError)
+    ├── MemoryValueError       code wrote a memory slot that is not declared, not text, or too long (a ValueError)
     ├── StoreError             a conversation store cannot be opened or used
     │   └── ConflictError          another writer holds the conversation, or saved it first
     └── ConversationError      the conversation cannot take this call in its current status
@@ -190,6 +191,10 @@ class ContextValueError(FSMError, TypeError):
     def __init__(self, message: str, key: str) -> None:
         super().__init__(message)
         self.key = key
+
+
+class MemoryValueError(FSMError, ValueError):
+    """Code wrote a working-memory slot that is not declared, a value that is not text, or one too long."""
 
 
 class StoreError(FSMError):

@@ -70,8 +70,10 @@ class ToolCallRequest:
 class LLMRequest:
     """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
 
-    ``kind``, ``state`` and ``context`` describe the call for test doubles and recorders (the
-    simulated model reads them); they are never sent to a provider. ``longer``: the previous reply
+    ``kind`` (``reply``, ``judge``, or ``summary``: see ``llm_fsm.summaries``), ``state`` and ``context``
+    describe the call for test doubles and recorders (the simulated model reads them); they are never
+    sent to a provider. ``max_tokens`` bounds this call's completion (never above the client's own
+    ``max_tokens``). ``longer``: the previous reply
     was cut off at the token limit, so a client with a ``max_tokens`` budget doubles it for this call.
     ``tools``: OpenAI function-tool specs (``{"type": "function", "function": {"name", "description",
     "parameters"}}``) and ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``), sent to the provider
@@ -81,12 +83,13 @@ class LLMRequest:
     messages: list[Message]
     schema: dict[str, Any] | None = None
     strict_schema: dict[str, Any] | None = None
-    kind: Literal["reply", "judge"] = "reply"
+    kind: Literal["reply", "judge", "summary"] = "reply"
     state: str | None = None
     context: dict[str, Any] | None = field(default=None, repr=False)
     longer: bool = False
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | None = None
+    max_tokens: int | None = None  # a bound of this call's own (a summary's), under the client's
 
 
 @dataclass(frozen=True)
@@ -278,6 +281,9 @@ class LiteLLMClient:
             for budget in ("max_tokens", "max_completion_tokens"):
                 if isinstance(params.get(budget), int):
                     params[budget] *= 2
+        if request.max_tokens is not None:  # never above the client's own budget
+            budget = params.get("max_tokens")
+            params["max_tokens"] = min(budget, request.max_tokens) if isinstance(budget, int) else request.max_tokens
         response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format

@@ -32,6 +32,7 @@ from llm_fsm.definition import Check, Condition, Example, FSMDefinition, JSONLog
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
+from llm_fsm.memory_spec import MemorySpec, Slot, StateSummaries, SummarySpec
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
 from llm_fsm.wording import what as _what
 
@@ -525,7 +526,10 @@ def _says_nothing(value: Any, default: object) -> bool:
 
 # ---------------------------------------------------------------- field problems, in plain words
 
-_NOUNS: dict[Any, str] = {State: "state", Transition: "transition", Condition: "condition", Example: "example line"}
+_NOUNS: dict[Any, str] = {
+    State: "state", Transition: "transition", Condition: "condition", Example: "example line",
+    MemorySpec: "memory", Slot: "memory slot", SummarySpec: "summaries setting", StateSummaries: "summaries setting",
+}  # fmt: skip
 _WORDS = Vocabulary(
     FSMDefinition,
     nouns=(*_NOUNS.items(), (Check, "check")),

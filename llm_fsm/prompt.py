@@ -131,10 +131,15 @@ class PromptBuilder:
         guided: bool = False,
     ) -> str:
         """The definition part (cached per state), the state's tools, then the conversation part."""
+        from llm_fsm import memory, summaries
+
+        window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
         conversation = {
             "context": self._visible_context(definition.masked(snapshot.context)),
-            "history": self._window(snapshot.history),
+            "history": self._window(window),
             "opening": not snapshot.history,
+            **memory.sections(definition, snapshot),
+            "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
         }
         volatile = self._render("system_conversation.xml.j2", conversation)
         listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
@@ -153,6 +158,7 @@ class PromptBuilder:
                 "collect": writable_keys(state, definition.code_only_keys),
                 "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
                 "guided": guided,
+                **memory_rules(definition),
             }
             text = self._render("system_definition.xml.j2", variables)
             with self._lock:
@@ -196,14 +202,36 @@ class PromptBuilder:
             return [self._bounded(v) for v in value[:50]]
         return value
 
-    def _window(self, history: Sequence[Any]) -> list[dict[str, Any]]:
-        size = self.settings.history_window
-        recent = history[-size:] if size > 0 else []
+    def _window(self, recent: Sequence[Any]) -> list[dict[str, Any]]:
+        """The exchanges shown (see ``summaries.visible``: the last ``history_window`` by default), cut to size."""
         limit = self.settings.max_message_chars
         return [
             {"user": None if h.user is None else _truncate(h.user, limit), "assistant": _truncate(h.assistant, limit)}
             for h in recent
         ]
+
+    def summary_messages(
+        self, definition: FSMDefinition, previous: str, exchanges: Sequence[Any], bounds: Any, *, left: str | None
+    ) -> list[Message]:
+        """The messages of a summary call: the previous summary and the exchanges to fold into it."""
+        variables = {
+            "fsm": definition,
+            "previous": previous,
+            "exchanges": [{**self._window([e])[0], "state": e.state} for e in exchanges],
+            "max_chars": bounds.max_chars,
+            "instructions": bounds.instructions,
+            "left": left,
+        }
+        system = self._render("summary.xml.j2", variables)
+        return [{"role": "system", "content": system}, {"role": "user", "content": "Write the updated summary."}]
+
+
+def memory_rules(definition: FSMDefinition) -> dict[str, Any]:
+    """What the definition part says about working memory and summaries (nothing when it has neither)."""
+    from llm_fsm.memory import rules
+    from llm_fsm.summaries import enabled
+
+    return {"memory_rules": rules(definition), "summarized": any(enabled(definition))}
 
 
 def _truncate(text: str, limit: int) -> str:

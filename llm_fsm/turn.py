@@ -19,11 +19,11 @@ from __future__ import annotations
 import copy
 import time
 from collections.abc import Callable, Generator, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from llm_fsm import checks
+from llm_fsm import checks, summaries
 from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import (
@@ -43,6 +43,7 @@ from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, Re
 from llm_fsm.guided import guided_schema
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, Run, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
+from llm_fsm.memory import MemoryAccess, apply_model_update, with_memory_update
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
@@ -58,7 +59,7 @@ DEFAULT_APPROVAL_MESSAGE = "One moment, please: a person has to approve this ste
 NO_MORE_TOOLS = "no more tool calls in this turn: give your final reply now, with what you have"
 
 Preview = Callable[[Any], bool]
-Purpose = Literal["reply", "correction", "refinement", "tool_results", "judge"]
+Purpose = Literal["reply", "correction", "refinement", "tool_results", "judge", "summary"]
 Problems = tuple[Rejection, ...]
 _BEFORE_COMMIT = ("after_reply", "context_update", "before_transition", "state_exit")
 
@@ -74,11 +75,15 @@ class TurnSettings:
     tools: Mapping[str, BoundTool] = field(default_factory=dict)
     tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
     guided: bool = False  # a reply schema made per turn, for small models (see llm_fsm.guided)
+    summary_llm: Any = None  # the client of summary calls (None: the conversation's own)
+    background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.summaries)
 
 
 @dataclass(frozen=True)
 class Call:
-    """A model call the turn needs: the reply itself, or a judge grading a proposed reply.
+    """A model call the turn needs: the reply itself, a judge grading a proposed reply, or a summary
+    (see :mod:`llm_fsm.summaries`; made with ``llm`` when it is set, and whose failure the driver sends
+    back as a ``summaries.CallFailed`` instead of raising it).
 
     ``preview(partial_object)`` says whether a reply with that transition would be accepted, decided on
     the very context the turn decides on; a driver may show the reply's message as it streams once
@@ -86,12 +91,13 @@ class Call:
     with checks, and states whose ``after_reply`` handlers may change the context).
     """
 
-    kind: Literal["reply", "judge"]
+    kind: Literal["reply", "judge", "summary"]
     request: LLMRequest
     preview: Preview | None = field(default=None, repr=False)
     # why it is made: the turn's first call, a correction of an invalid reply, a retry after failed checks,
-    # the call that reads tool results, or a judge
+    # the call that reads tool results, a judge, or a summary of the history
     purpose: Purpose = "reply"
+    llm: Any = field(default=None, repr=False)  # another client than the conversation's (a summary's)
 
 
 @dataclass(frozen=True)
@@ -133,6 +139,8 @@ class TurnResult:
     status: str = "active"
     pending: PendingEvent | None = None
     tool_calls: tuple[ToolRun, ...] = ()
+    memory_updates: dict[str, str] = field(default_factory=dict)  # slots written in the turn (model or handlers)
+    summary: summaries.SummaryRun | None = None  # the summary call made in the turn (not in llm_calls)
 
     @property
     def transitioned(self) -> bool:
@@ -160,6 +168,8 @@ class TurnResult:
             "status": self.status,
             "pending": self.pending.model_dump() if self.pending else None,
             "tool_calls": [run.model_dump() for run in self.tool_calls],
+            "memory_updates": self.memory_updates,
+            "summary": self.summary.to_dict() if self.summary else None,
         }
 
 
@@ -206,6 +216,8 @@ class TurnRunner:
         self.usage = Usage()
         self.rejected: list[Rejection] = []
         self.work = _Working(dict(base.context), dict(base.provenance))
+        self.memory = MemoryAccess(definition, base.memory)  # handlers' ``memory``: the turn's working memory
+        self.memory_proposal: dict[str, Any] = {}  # the memory_update of the last reply read
         self.last_decision: Decision | None = None
         self.messages: list[dict[str, Any]] = []
         self.tool_runs: list[ToolRun] = []
@@ -218,6 +230,19 @@ class TurnRunner:
     # -- the turn -------------------------------------------------------------------------------
 
     def run(self) -> Steps:
+        """The turn, with the summary calls around it: a summary still due first (background mode),
+        or, once the turn is decided, the one it made due."""
+        caught_up = None
+        if self.settings.background_summaries and self.base.summary.pending:
+            self.base, caught_up = yield from summary_steps(self.definition, self.base, self.settings)
+        snapshot, result = yield from self.turn()
+        snapshot = summaries.mark_due(self.definition, snapshot, self.settings.prompt.settings.history_window)
+        made = caught_up
+        if not self.settings.background_summaries and snapshot.summary.pending:
+            snapshot, made = yield from summary_steps(self.definition, snapshot, self.settings)
+        return snapshot, replace(result, summary=made) if made is not None else result
+
+    def turn(self) -> Steps:
         state = self.base.state
         if self.resuming is not None and self.resuming.kind == "tool_approval":
             return (yield from self.continue_after_approval())
@@ -277,6 +302,9 @@ class TurnRunner:
         yield from self.fire("after_reply", self.base.state, reply=reply, message=reply.message)
         decision = decide(self.definition, self.working(), reply, attempt=self.calls)
         self.rejected.extend(decision.rejected)
+        self.memory_proposal = reply.transition.memory_update
+        if self.memory_proposal:  # reported now; applied with the reply the turn settles on
+            self.rejected.extend(self.memory_written(attempt=self.calls)[2])
         self.last_decision = decision
         problems = tuple(r for r in decision.rejected if r.kind != "context_key")
         if problems:
@@ -323,6 +351,9 @@ class TurnRunner:
         """Commit an accepted reply, running the handlers around the commit."""
         current, target = self.base.state, decision.state
         self.set(decision.context, decision.applied, "llm")
+        if self.memory_proposal:
+            self.memory.written, applied, _ = self.memory_written()
+            self.memory.changed.update(applied)
         try:
             if decision.applied:
                 keys = frozenset(decision.applied)
@@ -373,10 +404,7 @@ class TurnRunner:
         return self.calls < self.settings.max_calls_per_turn
 
     def request(self, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
-        schema, strict = state_reply_schemas(self.definition, self.base.state)
-        if self.settings.guided:
-            opening = not self.base.history and self.user is None
-            strict = guided_schema(self.definition, self.base.state, self.work.context, opening=opening)
+        schema, strict = self.reply_schemas()
         tools = self.state_tools()
         specs: tuple[dict[str, Any], ...] | None = None
         if tools and self.tool_mode() == "native":
@@ -388,6 +416,25 @@ class TurnRunner:
         return LLMRequest(
             messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs
         )
+
+    def reply_schemas(self) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The loose and strict reply schemas of this turn (guided: made for it), with the memory's update."""
+        definition, state = self.definition, self.base.state
+        if definition.memory is None:
+            schema, strict = state_reply_schemas(definition, state)
+        else:  # the state's schemas with the memory's update, made once per state
+
+            def compute(_: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+                loose, closed = state_reply_schemas(definition, state)
+                loose = with_memory_update(loose, definition, strict=False)
+                return loose, with_memory_update(closed, definition, strict=True)
+
+            schema, strict = definition.derived("memory_reply_schemas", state, compute)
+        if self.settings.guided:
+            opening = not self.base.history and self.user is None
+            guided = guided_schema(definition, state, self.work.context, opening=opening)
+            strict = with_memory_update(guided, definition, strict=True, guided=True)
+        return schema, strict
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.settings.prompt.correction(problems, self.base.state)
@@ -573,6 +620,10 @@ class TurnRunner:
 
         return accepts
 
+    def memory_written(self, *, attempt: int = 1) -> tuple[dict[str, str], dict[str, str], list[Rejection]]:
+        """The working memory with the last reply's ``memory_update``: the slots, those applied, those refused."""
+        return apply_model_update(self.definition, self.memory.written, self.memory_proposal, attempt=attempt)
+
     def count(self, response: LLMResponse) -> None:
         self.calls += 1
         self.usage += response.usage
@@ -607,6 +658,7 @@ class TurnRunner:
                 "reply": extra.get("reply"),
                 "message": extra.get("message"),
                 "error": None,
+                "memory": self.memory,
             }
             with self.trace.handler(handler.name, timing, state, target) as span:
                 try:
@@ -668,6 +720,8 @@ class TurnRunner:
             message=message,
             pending=pending,
         )
+        if self.memory.written != self.base.memory:
+            snapshot = snapshot.model_copy(update={"memory": dict(self.memory.written)})
         result = TurnResult(
             message=message,
             state=state,
@@ -684,8 +738,25 @@ class TurnRunner:
             status=snapshot.status,
             pending=pending,
             tool_calls=tuple(self.tool_runs),
+            memory_updates=dict(self.memory.changed),
         )
         return snapshot, result
+
+
+def summary_steps(
+    definition: FSMDefinition, snapshot: Snapshot, settings: TurnSettings
+) -> Generator[Step, Any, tuple[Snapshot, summaries.SummaryRun | None]]:
+    """One summary call for what is due in ``snapshot``: the snapshot after it, and its report (None:
+    nothing was due). It never raises for the call: a failure is in the report and the snapshot."""
+    work = summaries.job(definition, snapshot)
+    if work is None:
+        return snapshot, None
+    try:
+        request = summaries.request(definition, work, settings.prompt)
+    except Exception as exc:  # noqa: BLE001 (a template that fails must not fail the turn either)
+        return summaries.outcome(definition, snapshot, work, summaries.CallFailed(exc))
+    answer = yield Call("summary", request, purpose="summary", llm=settings.summary_llm)
+    return summaries.outcome(definition, snapshot, work, answer)
 
 
 def resume_turn(

@@ -35,6 +35,7 @@ PUBLIC = [
     "LLMUnavailableError",
     "LiteLLMClient",
     "LogicError",
+    "MemoryValueError",
     "Origin",
     "PendingEvent",
     "Problem",

@@ -72,6 +72,8 @@ def test_run_prints_one_json_line_per_turn_and_stops_at_the_terminal_state(files
         "status": "active",
         "pending": None,
         "tool_calls": [],
+        "memory_updates": {},
+        "summary": None,
     }
     assert turns[2]["ended"] is True and turns[2]["context"] == {"name": "Ann", "email": "ann@example.com"}
     assert set(turns[1]["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "cost"}

@@ -534,6 +534,41 @@ def test_a_served_conversation_is_traced_under_the_id_its_client_sees(spans):
     assert [t.attributes["gen_ai.conversation.id"] for t in turns(spans)] == [created["id"]] * 2
 
 
+@pytest.mark.parametrize("mode", ["sync", "async"])
+def test_a_summary_call_is_a_model_call_span_of_its_turn(spans, mode):
+    talk = llm_fsm.load(
+        {
+            "name": "talk",
+            "initial_state": "chat",
+            "summaries": {"batch": 1},
+            "states": {
+                "chat": {"purpose": "Chat", "transitions": [{"target_state": "bye"}]},
+                "bye": {"purpose": "Bye"},
+            },
+        }
+    )
+    replies = [reply("chat", f"r{i}") for i in range(4)]
+    llm = ScriptedLLM(replies, summaries=lambda request: {"summary": "they said hello"})
+    window = llm_fsm.PromptBuilder(settings=llm_fsm.PromptSettings(history_window=1))
+    conversation = llm_fsm.Conversation(talk, llm, prompt=window)
+
+    async def play() -> list[Any]:
+        return [await conversation.astart(), *[await conversation.asend(f"u{i}") for i in range(3)]]
+
+    results = (
+        asyncio.run(play())
+        if mode == "async"
+        else [conversation.start()] + [conversation.send(f"u{i}") for i in range(3)]
+    )
+    summarised = [i for i, r in enumerate(results) if r.summary is not None]
+    assert summarised, "the window of 1 overflows: some turn writes a summary"
+    turn = turns(spans)[summarised[0]]
+    calls = [s for s in spans.get_finished_spans() if s.parent and s.parent.span_id == turn.context.span_id]
+    purposes = [c.attributes["llm_fsm.call.purpose"] for c in calls if c.name.split()[0] == "chat"]
+    assert purposes == ["reply", "summary"]
+    assert "they said hello" not in recorded(spans)
+
+
 # -- content ---------------------------------------------------------------------------------------
 
 

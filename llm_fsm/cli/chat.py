@@ -70,7 +70,7 @@ errors = Console(stderr=True, highlight=False)
 # name: (argument, what it does). A command without an argument refuses one; "[JSON]" is optional.
 COMMANDS = {
     "/state": ("", "the current state, its purpose and where it can go"),
-    "/context": ("", "the collected context"),
+    "/context": ("", "the collected context, the working memory and the running summary"),
     "/history": ("", "the conversation so far"),
     "/why": ("", "what the last turn rejected, and why"),
     "/save": ("FILE", "save the conversation to a JSON file (readable only by you)"),
@@ -255,6 +255,27 @@ class ChatSession:
         console.print(JSON(json.dumps(self.mask(self.conversation.context), ensure_ascii=False, default=str)))
         for key, origin in self.conversation.provenance.items():
             console.print(f"  [dim]{escape(key)}: set by {escape(origin['by'])} on turn {origin['turn']}[/]")
+        self.show_memory()
+
+    def show_memory(self) -> None:
+        """The working memory's slots and the running summary, when the definition has them."""
+        from llm_fsm.summaries import enabled
+
+        conversation = self.conversation
+        definition = conversation.definition
+        if definition.memory is not None:
+            console.print("[bold]memory[/]")
+            for name, text in self.mask(conversation.memory).items():
+                console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
+        if any(enabled(definition)):
+            summary = conversation.snapshot().summary
+            told = f"{summary.through} of {len(conversation.history)} exchanges summarised"
+            if summary.pending:
+                told += f", {summary.due - summary.through} due"
+            if summary.error:
+                told += f"; the last summary call failed: {summary.error}"
+            console.print(f"[bold]summary[/] [dim]({escape(told)})[/]")
+            console.print(f"  {escape(summary.text)}" if summary.text else "  [dim](none yet)[/]")
 
     def show_history(self, _: str) -> None:
         for exchange in self.conversation.history:

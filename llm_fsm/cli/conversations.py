@@ -84,7 +84,7 @@ def show(
     store: StoreOption = None,
     show_secrets: ShowSecretsOption = False,
 ) -> None:
-    """One conversation as JSON: state, context, provenance, history, pending event."""
+    """One conversation as JSON: state, context, provenance, history, pending event, memory, summary."""
     with _opened(store, conversation_id) as opened:
         record = opened.load(conversation_id)
     if record is None:
@@ -95,11 +95,12 @@ def show(
 
 
 def _masked(document: dict[str, Any]) -> dict[str, Any]:
-    """Secret-looking values of the context and of a pause's payload masked (with the default rules:
-    the definition, and so its ``secret_keys``, is not at hand here)."""
+    """Secret-looking values of the context, the working memory and a pause's payload masked (with the
+    default rules: the definition, and so its ``secret_keys``, is not at hand here)."""
     from llm_fsm.secrets import mask, mask_pending
 
-    return {**document, "context": mask(document["context"]), "pending": mask_pending(document["pending"], mask)}
+    masked = {"context": mask(document["context"]), "pending": mask_pending(document["pending"], mask)}
+    return {**document, **masked, "memory": mask(document.get("memory") or {})}
 
 
 @group.command()

@@ -34,7 +34,7 @@ from llm_fsm.hooks import Hooks
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
 from llm_fsm.loader import _dotted, _json_pointer, _positions, did_you_mean, load
-from llm_fsm.testing.scripted import ScriptedLLM
+from llm_fsm.testing.scripted import ScriptedLLM, folded_summary
 from llm_fsm.testing.tool_scripts import (
     STUBS_DESCRIPTION,
     ApprovalExpectation,
@@ -380,7 +380,8 @@ def _run_step(
     if unusable:  # the step cannot be judged: fail it before it runs
         return StepOutcome(index, step.user, unusable)
     scripted = step.scripted()
-    llm.script = ScriptedLLM(scripted) if scripted is not None else None
+    # summary calls get a stand-in: a test file scripts the replies, not the summaries
+    llm.script = ScriptedLLM(scripted, summaries=folded_summary) if scripted is not None else None
     before = conversation.state
     try:
         if step.resume is not None:

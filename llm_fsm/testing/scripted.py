@@ -6,9 +6,10 @@
 from __future__ import annotations
 
 import json
+import re
 import threading
 from collections import deque
-from collections.abc import AsyncIterator, Iterable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any, Literal
 
@@ -16,7 +17,7 @@ from llm_fsm.errors import LLMError, ScriptExhausted
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 
-__all__ = ["ScriptedLLM", "reply", "tool_calls"]
+__all__ = ["ScriptedLLM", "folded_summary", "reply", "tool_calls"]
 
 
 def reply(target_state: str, message: str, **context_update: Any) -> dict[str, Any]:
@@ -31,6 +32,17 @@ def tool_calls(*calls: tuple[str, dict[str, Any]] | str) -> dict[str, Any]:
     return {"tool_calls": [{"name": name, "arguments": arguments} for name, arguments in items]}
 
 
+def folded_summary(request: LLMRequest) -> dict[str, str]:
+    """A stand-in summary for a summary call (``request.kind == "summary"``): the previous summary and
+    the user's lines of the exchanges it is shown, the last 1,000 characters of them. For scripted runs,
+    where no model writes summaries."""
+    system = str(request.messages[0].get("content") or "") if request.messages else ""
+    previous = re.search(r"<previous_summary>(.*?)</previous_summary>", system, re.DOTALL)
+    said = re.findall(r"<user>(.*?)</user>", system, re.DOTALL)
+    parts = [previous.group(1)] if previous and not previous.group(1).startswith("(none yet") else []
+    return {"summary": " ".join([*parts, *(f"User: {line}" for line in said)])[-1000:] or "(nothing said yet)"}
+
+
 class ScriptedLLM:
     """Answers each call with the next scripted reply and records every request in ``requests``.
 
@@ -38,6 +50,10 @@ class ScriptedLLM:
     exception instance (raised, to script provider failures). Usage counts characters / 4.
     A dict ``{"tool_calls": [{"name", "arguments"}]}`` (see :func:`tool_calls`) asks for tool calls:
     as native function calls (``tool_calling="native"``, the default), or as that JSON text (``"json"``).
+
+    ``summaries`` answers the summary calls (``request.kind == "summary"``, see ``llm_fsm.summaries``)
+    apart from the script: a function of the request returning the reply (text, a dict, or an exception
+    to raise), or a list of such replies used in turn. Without it, summary calls take the next scripted reply.
     """
 
     def __init__(
@@ -46,8 +62,12 @@ class ScriptedLLM:
         *,
         chunk_size: int = 8,
         tool_calling: Literal["native", "json"] = "native",
+        summaries: Callable[[LLMRequest], Any] | Iterable[dict[str, Any] | str | BaseException] | None = None,
     ) -> None:
         self.chunk_size = max(1, chunk_size)
+        self._summaries: Callable[[LLMRequest], Any] | deque[Any] | None = (
+            summaries if summaries is None or callable(summaries) else deque(summaries)
+        )
         self.tool_calling = tool_calling
         self._replies: deque[dict[str, Any] | str | BaseException] = deque(replies)
         self._lock = threading.Lock()
@@ -86,9 +106,12 @@ class ScriptedLLM:
     def complete(self, request: LLMRequest) -> LLMResponse:
         with self._lock:
             self.requests.append(request)
-            if not self._replies:
+            if request.kind == "summary" and self._summaries is not None:
+                item = self._summary(request)
+            elif not self._replies:
                 raise ScriptExhausted(f"ScriptedLLM has no reply left for call {len(self.requests)}", model="scripted")
-            item = self._replies.popleft()
+            else:
+                item = self._replies.popleft()
         if isinstance(item, BaseException):
             raise item
         prompt = sum(len(str(m.get("content") or "")) for m in request.messages) // 4
@@ -102,6 +125,14 @@ class ScriptedLLM:
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         return self.complete(request)
+
+    def _summary(self, request: LLMRequest) -> Any:
+        if callable(self._summaries):
+            return self._summaries(request)
+        assert self._summaries is not None
+        if not self._summaries:
+            raise ScriptExhausted(f"ScriptedLLM has no summary left for call {len(self.requests)}", model="scripted")
+        return self._summaries.popleft()
 
     def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
         """The reply in pieces of ``chunk_size`` characters, then the whole response."""

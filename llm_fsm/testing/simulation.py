@@ -25,6 +25,7 @@ from llm_fsm.definition import FSMDefinition, Transition
 from llm_fsm.engine import check_values, model_writable_keys
 from llm_fsm.llm import LLMRequest, LLMResponse, Message, ToolCallRequest, Usage
 from llm_fsm.prompt import OPENING_REQUEST
+from llm_fsm.testing.scripted import folded_summary
 from llm_fsm.tools.calling import tool_request
 
 
@@ -57,6 +58,8 @@ class SimulatedLLM:
         self.requests.append(request)
         if request.kind == "judge":
             return _response({"pass": True, "reason": "simulated"})
+        if request.kind == "summary":  # the user's words, folded: enough for a prompt to carry them on
+            return _response(folded_summary(request))
         state = request.state or self.definition.initial_state
         calls = self.tool_calls(state, request)
         if calls:
