@@ -166,6 +166,28 @@ def test_create_send_get_and_delete_a_conversation():
     error_of(http.delete(f"/conversations/{cid}"), 404, "not_found")
 
 
+def test_a_conversation_shows_its_working_memory_and_running_summary():
+    notes = {
+        "name": "notes",
+        "initial_state": "talk",
+        "summaries": {"batch": 1},
+        "memory": {"slots": {"facts": {"description": "Facts the user gave", "max_chars": 80}}},
+        "states": {"talk": {"purpose": "Talk", "transitions": [{"target_state": "bye"}]}, "bye": {"purpose": "Bye"}},
+    }
+    remembered = reply("talk", "Noted: you fly on Friday.")
+    remembered["transition"]["memory_update"] = {"facts": "flies Friday"}
+    llm = ScriptedLLM([reply("talk", "Hi!"), remembered, reply("talk", "Sure.")], summaries=lambda _: {"summary": "S"})
+    window = llm_fsm.PromptBuilder(settings=llm_fsm.PromptSettings(history_window=1))
+    http = client(llm, [llm_fsm.load(notes)], conversation_options={"prompt": window})
+    cid = create(http, definition="notes")["id"]
+    assert http.get(f"/conversations/{cid}").json()["memory"] == {"facts": ""}
+    for text in ("I fly on Friday", "Thanks"):
+        assert http.post(f"/conversations/{cid}/messages", json={"message": text}).status_code == 200
+    got = http.get(f"/conversations/{cid}").json()
+    assert got["memory"] == {"facts": "flies Friday"}
+    assert got["summary"]["text"] == "S" and got["summary"]["through"] >= 1 and got["summary"]["error"] is None
+
+
 def test_a_conversation_starts_at_a_state_with_a_context_and_without_an_opening():
     llm = ScriptedLLM([reply("done", "All done, Ann.", email="ann@example.com")])
     http = client(llm)

@@ -211,6 +211,7 @@ def conversation_view(item: Stored, mask: Callable[[dict[str, Any]], dict[str, A
     from llm_fsm.secrets import mask_pending
 
     conversation = item.stored.conversation
+    snapshot = conversation.snapshot()
     pending = conversation.pending.model_dump() if conversation.pending else None
     return {
         "id": item.id,
@@ -218,10 +219,12 @@ def conversation_view(item: Stored, mask: Callable[[dict[str, Any]], dict[str, A
         "state": conversation.state,
         "status": conversation.status,
         "ended": conversation.ended,
-        "turns": conversation.snapshot().turns,
+        "turns": snapshot.turns,
         "version": item.stored.version,
         "context": mask(conversation.context),
         "provenance": conversation.provenance,
+        "memory": mask(conversation.memory),
+        "summary": snapshot.summary.model_dump(),
         "pending": mask_pending(pending, mask),
         "history": [exchange.model_dump() for exchange in conversation.history],
     }
