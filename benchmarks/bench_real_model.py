@@ -22,6 +22,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -91,6 +92,23 @@ def short_prompt(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
     return dataclasses.replace(request, messages=[system, *request.messages[1:]])
 
 
+_TEMPLATE = re.compile(r'^\{"transition": \{"context_update".*\n', re.M)
+_EXAMPLES = re.compile(r"<example_dialogue>.*?</example_dialogue>\n", re.S)
+
+
+def without(*patterns: re.Pattern[str]) -> Rewrite:
+    """The guided prompt with parts cut out of its system message (the model copies text it sees there)."""
+
+    def rewrite(request: LLMRequest, _definition: FSMDefinition) -> LLMRequest:
+        system, *rest = request.messages
+        text = system["content"]
+        for pattern in patterns:
+            text = pattern.sub("", text)
+        return dataclasses.replace(request, messages=[{**system, "content": text}, *rest])
+
+    return rewrite
+
+
 VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request, guided conversation)
     "plain": (None, False),
     "plain-update-first": (update_first, False),
@@ -98,6 +116,8 @@ VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request
     "guided-wide": (guided_with(narrow=False), True),
     "guided-plain-prompt": (guided_with(), False),
     "guided-short-prompt": (short_prompt, True),
+    "guided-no-template": (without(_TEMPLATE), True),
+    "guided-no-examples": (without(_TEMPLATE, _EXAMPLES), True),
     "guided": (None, True),
 }
 
@@ -105,8 +125,9 @@ VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request
 class Client(LiteLLMClient):
     """The local model, with each request rewritten as the variant says."""
 
-    def __init__(self, url: str, rewrite: Rewrite | None, definition: FSMDefinition, guided: bool) -> None:
-        super().__init__("openai/smollm2", api_base=url, api_key="none", temperature=0,
+    def __init__(self, url: str, rewrite: Rewrite | None, definition: FSMDefinition, guided: bool,
+                 timeout: float = 60.0) -> None:  # fmt: skip
+        super().__init__("openai/smollm2", api_base=url, api_key="none", temperature=0, timeout=timeout,
                          response_format="json_schema", max_tokens=256, guided=guided)  # fmt: skip
         self.rewrite = rewrite
         self.definition = definition
@@ -117,12 +138,12 @@ class Client(LiteLLMClient):
         return super().complete(request)
 
 
-def play(url: str, name: str, repeat: int) -> dict[str, Any]:
+def play(url: str, name: str, repeat: int, timeout: float = 60.0) -> dict[str, Any]:
     rewrite, guided = VARIANTS[name]
     courses = [scorecard.course(ROOT / "fsm_definitions" / f"{example}.json") for example in EXAMPLES]
     runs = []
     for _ in range(repeat):
-        scores = [scorecard.score(c, Client(url, rewrite, c.definition, guided)) for c in courses]
+        scores = [scorecard.score(c, Client(url, rewrite, c.definition, guided, timeout)) for c in courses]
         runs.append({"overall": scorecard.summary(scores), "courses": {s.name: scorecard.summary([s]) for s in scores}})
     return {"variant": name, "runs": runs}
 
@@ -150,6 +171,7 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per model call")
     args = parser.parse_args()
     names = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]
@@ -163,7 +185,7 @@ def main() -> None:
     try:
         for name in names:
             started = time.perf_counter()
-            results.append(play(url, name, args.repeat))
+            results.append(play(url, name, args.repeat, args.timeout))
             print(line(results[-1]), f"({time.perf_counter() - started:.0f} s)", flush=True)
     finally:
         subprocess.run([*script, "stop", "--name", "bench"], check=False, capture_output=True)
