@@ -358,10 +358,13 @@ class TurnRunner:
         return self.calls < self.settings.max_calls_per_turn
 
     def request(self, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
-        schema, strict = state_reply_schemas(self.definition, self.base.state)
+        back_to = self.definition.return_target(self.base.state, self.base.came_from)  # where "$return" goes
+        schema, strict = state_reply_schemas(self.definition, self.base.state, back_to)
         if self.settings.guided:
             opening = not self.base.history and self.user is None
-            strict = guided_schema(self.definition, self.base.state, self.work.context, opening=opening)
+            strict = guided_schema(
+                self.definition, self.base.state, self.work.context, opening=opening, back_to=back_to
+            )
         tools = self.state_tools()
         specs: tuple[dict[str, Any], ...] | None = None
         if tools and self.tool_mode() == "native":
@@ -371,8 +374,9 @@ class TurnRunner:
             # a grammar-driven server takes the alternatives; a provider's strict mode wants one object
             strict = {"anyOf": [strict, calling.json_request_schema(tools)]} if self.settings.guided else None
         return LLMRequest(
-            messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs
-        )
+            messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs,
+            back_to=back_to,
+        )  # fmt: skip
 
     def correction(self, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
         feedback = self.settings.prompt.correction(problems, self.base.state)
