@@ -295,10 +295,12 @@ class _Review:
         )
 
     @cached_property
-    def global_targets(self) -> str:
-        """The targets of the global transitions that can be taken, in words: ``to 'cancelled', 'human'``."""
+    def global_endings(self) -> str:
+        """The global transitions that can be taken to a state that ends by its own transitions, in words:
+        ``to 'cancelled', 'human'``."""
         moves = self.definition.global_transitions
-        targets = dict.fromkeys(m.target_state for j, m in enumerate(moves) if (GLOBAL, j) not in self.dead)
+        live = [m.target_state for j, m in enumerate(moves) if (GLOBAL, j) not in self.dead]
+        targets = dict.fromkeys(t for t in live if t in self.own_finishing) or dict.fromkeys(live)
         return "to " + ", ".join(f"'{t}'" if t != RETURN else f'"{t}"' for t in targets)
 
     @cached_property
@@ -559,7 +561,7 @@ def _states_ending_only_by_global_moves(review: _Review) -> Iterator[Finding]:
             ("states", sid),
             "ends_only_by_global_move",
             f"no path of the states' own transitions leads from state '{sid}' to a terminal state: only the global "
-            f"transitions ({review.global_targets}) end a conversation that enters it",
+            f"transitions ({review.global_endings}) end a conversation that enters it",
             "add a transition towards a terminal state; fine if only a global move is meant to end the conversation "
             "from here",
         )
