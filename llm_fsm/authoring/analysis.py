@@ -15,13 +15,21 @@ Warnings are about definitions that load but probably do not do what their autho
     (a number with a string key: it holds only for strings that spell numbers).
 ``unreachable_state``
     no path leads from the initial state to the state, or every path takes a transition that can never
-    be taken.
+    be taken. Global transitions are edges from every state they apply in; ``"$return"`` reaches nothing
+    new (it goes back to a state visited before).
 ``no_path_to_terminal``
-    a reachable state from which no terminal state can be reached: once there, the conversation never ends.
+    a reachable state from which no terminal state can be reached: once there, the conversation never
+    ends. A state that goes back (``"$return"``) can end where it goes back to: it is reported only when
+    a state it is entered from cannot end either (see :func:`llm_fsm.graph.stuck`).
 ``self_loop_no_exit``
-    a state whose only transitions lead back to itself.
+    a state whose own transitions only lead back to itself (the global moves that still lead out are named).
+``ends_only_by_global_move``
+    a reachable state from which no path of the states' own transitions reaches a terminal state: only a
+    global move (cancel, a person) ends the conversation there, so a dead end cannot hide behind them.
+``nowhere_to_return``
+    the initial state has a ``"$return"`` transition: a conversation starts there with nowhere to go back to.
 ``state_never_left``
-    a reachable state none of whose transitions to other states can ever be taken: each never holds, or
+    a reachable state none of whose own transitions to other states can ever be taken: each never holds, or
     needs a key that the model may not write there (``writable_keys``, ``handler_only_keys``) and that
     no handler named there, nor any state on the way to it, can set. Each transition is named
     (``transitions[1]``) and the hint follows the causes found.
