@@ -299,15 +299,18 @@ class FSMDefinition(_Frozen):
     def global_moves(self, state_id: str) -> tuple[GlobalTransition, ...]:
         """The global transitions that apply in ``state_id``: none in a terminal state; else each one
         whose ``except_states`` and target are not this state."""
+        return tuple(self.global_transitions[j] for j in self.global_indices(state_id))
 
-        def compute(state: State) -> tuple[GlobalTransition, ...]:
+    def global_indices(self, state_id: str) -> tuple[int, ...]:
+        """The positions in ``global_transitions`` of those that apply in ``state_id`` (see :meth:`global_moves`)."""
+
+        def compute(state: State) -> tuple[int, ...]:
             if state.terminal:
                 return ()
-            return tuple(
-                g for g in self.global_transitions if state_id not in g.except_states and g.target_state != state_id
-            )
+            moves = enumerate(self.global_transitions)
+            return tuple(j for j, g in moves if state_id not in g.except_states and g.target_state != state_id)
 
-        return self.derived("global_moves", state_id, compute)
+        return self.derived("global_indices", state_id, compute)
 
     def moves(self, state_id: str, back_to: str | None = None) -> tuple[Transition, ...]:
         """Every move of ``state_id`` by priority: its own transitions and the global ones that apply

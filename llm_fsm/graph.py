@@ -53,12 +53,8 @@ def _targets(
 ) -> list[str]:
     targets = [t.target_state for i, t in enumerate(state.transitions) if (sid, i) not in skip]
     if global_moves:
-        applying = definition.global_moves(sid)
-        targets += [
-            g.target_state
-            for j, g in enumerate(definition.global_transitions)
-            if (GLOBAL, j) not in skip and any(g is a for a in applying)
-        ]
+        moves = definition.global_transitions
+        targets += [moves[j].target_state for j in definition.global_indices(sid) if (GLOBAL, j) not in skip]
     if fallbacks and state.fallback_state:
         targets.append(state.fallback_state)
     return [target for target in dict.fromkeys(targets) if target != RETURN]

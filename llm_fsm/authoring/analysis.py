@@ -280,15 +280,13 @@ class _Review:
         """The transitions of ``sid`` and the global ones that apply there, each with its place."""
         for i, transition in enumerate(self.definition.states[sid].transitions):
             yield (sid, i), transition
-        applying = self.definition.global_moves(sid)
-        for j, move in enumerate(self.definition.global_transitions):
-            if any(move is a for a in applying):
-                yield (GLOBAL, j), move
+        for j in self.definition.global_indices(sid):
+            yield (GLOBAL, j), self.definition.global_transitions[j]
 
-    def applies_somewhere(self, index: int) -> bool:
-        """Whether global transition ``index`` applies in a reachable state."""
-        move = self.definition.global_transitions[index]
-        return any(any(move is a for a in self.definition.global_moves(sid)) for sid in self.reachable)
+    @cached_property
+    def applying_somewhere(self) -> set[int]:
+        """The positions of the global transitions that apply in a reachable state."""
+        return {j for sid in self.reachable for j in self.definition.global_indices(sid)}
 
     def transition_at(self, place: Place) -> Transition:
         sid, i = place
@@ -422,7 +420,7 @@ def _unreachable_states(review: _Review) -> Iterator[Finding]:
     dead_into: dict[str, list[Place]] = {}  # state -> the dead transitions to it from reachable states
     for place in review.requirements:  # in the file's order: the states' transitions, then the global ones
         if place in review.dead and (
-            place[0] in review.reachable or (place[0] == GLOBAL and review.applies_somewhere(place[1]))
+            place[0] in review.reachable or (place[0] == GLOBAL and place[1] in review.applying_somewhere)
         ):
             dead_into.setdefault(review.transition_at(place).target_state, []).append(place)
     for sid in review.definition.states:

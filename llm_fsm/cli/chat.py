@@ -248,8 +248,7 @@ class ChatSession:
         for transition in definition.moves(state.id, back_to):
             kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
             console.print(
-                f"  → {transition.target_state}{kind} (priority {transition.priority}) "
-                f"{escape(transition.description)}"
+                f"  → {transition.target_state}{kind} (priority {transition.priority}) {escape(transition.description)}"
             )
         if state.terminal:
             console.print("  (terminal state)")
