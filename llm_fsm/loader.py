@@ -388,7 +388,9 @@ class _Reader:
                 ("states", sid, "fallback_state"),
                 f"unknown state '{fallback}'",
                 code="unknown_state",
-                hint=did_you_mean(fallback, states),
+                hint=f'a fallback is a state; "{RETURN}" is a transition target only'
+                if fallback == RETURN
+                else did_you_mean(fallback, states),
             )
         if _get(state, "on_exhausted") == "fallback_state" and not fallback:
             self.error(
@@ -494,11 +496,14 @@ class _Reader:
             return
         edges = {sid: _known_targets(sid, state, states, moves) for sid, state in states.items()}
         if not any(not _get(states[s], "transitions") for s in reachable([initial], edges)):
+            hint = "add a final state with no transitions and a transition leading to it"
+            if moves:
+                hint += " (a global transition does not apply in the states its except_states lists)"
             self.error(
                 ("initial_state",),
                 "no terminal state (a state without transitions) is reachable from the initial state",
                 code="no_terminal",
-                hint="add a final state with no transitions and a transition leading to it",
+                hint=hint,
             )
 
 
