@@ -272,16 +272,15 @@ def _check_target(
     def reject(kind: Literal["target", "condition"], reason: str) -> list[Rejection]:
         return [Rejection(kind=kind, reason=reason, target_state=target, attempt=attempt)]
 
-    moves = definition.moves(current, back_to)
     if target == RETURN:
-        allowed = ", ".join(f"'{s}'" for s in _targets(moves)) or "none"
+        allowed = _allowed(definition, current, back_to)
         why = "has no such move" if not definition.returns(current) else "came from nowhere: there is no way back"
         return reject("target", f"transition to '{target}' rejected: '{current}' {why} (allowed: {allowed})")
     if target not in definition.states:
         return reject("target", f"transition to '{target}' rejected: there is no state '{target}'")
-    candidates = [t for t in moves if t.target_state == target]
+    candidates = [t for t in definition.moves(current, back_to) if t.target_state == target]
     if not candidates:
-        allowed = ", ".join(f"'{s}'" for s in _targets(moves)) or "none"
+        allowed = _allowed(definition, current, back_to)
         return reject(
             "target", f"transition to '{target}' rejected: '{current}' has no transition to it (allowed: {allowed})"
         )
@@ -291,8 +290,11 @@ def _check_target(
     return reject("condition", f"transition to '{target}' rejected: {failures[0]}")
 
 
-def _targets(moves: tuple[Transition, ...]) -> list[str]:
-    return list(dict.fromkeys(t.target_state for t in moves))
+def _allowed(definition: FSMDefinition, state: str, back_to: str | None) -> str:
+    """The targets ``state`` may move to, in words, as its transitions are written (then the global ones)."""
+    written = (*definition.states[state].transitions, *definition.global_moves(state))
+    targets = [back_to if t.target_state == RETURN else t.target_state for t in written]
+    return ", ".join(f"'{t}'" for t in dict.fromkeys(targets) if t is not None) or "none"
 
 
 def unmet_condition(transition: Transition, context: dict[str, Any]) -> str | None:
