@@ -485,3 +485,32 @@ def test_coverage_counts_each_global_move_once_and_going_back():
 
 def test_snapshot_model_documents_the_way_back():
     assert "came_from" in Snapshot.model_fields
+
+
+def test_the_served_definition_lists_its_global_transitions():
+    from llm_fsm.server.app import definition_view
+
+    view = definition_view(form())
+    assert view["global_transitions"] == [
+        {"target_state": "cancelled", "except_states": ["confirm"]},
+        {"target_state": "help", "except_states": []},
+    ]
+    assert view["states"]["help"]["transitions"] == [RETURN] and "anywhere -->" in view["mermaid"]
+
+
+def test_chat_state_shows_the_global_moves_and_where_return_goes(tmp_path):
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    definition = tmp_path / "form.json"
+    definition.write_text(json.dumps(FORM))
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([reply("ask_name", "Hi"), reply("help", "It is free")]))
+    args = ["chat", str(definition), "--model", f"scripted:{script}"]
+    result = CliRunner().invoke(app, args, input="/state\ncost?\n/state\n", env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    first, second = result.stdout.split("It is free")
+    assert "→ cancelled (from anywhere) (priority 5) The user wants to stop" in first
+    assert "→ ask_email (priority 100)" in first
+    assert "→ ask_name (priority 100) The question is answered" in second  # "$return": back to ask_name
