@@ -61,7 +61,8 @@ def guided_with(**options: Any) -> Rewrite:
         if request.strict_schema is None or request.state is None:
             return request
         opening = request.messages[-1]["content"] == OPENING_REQUEST
-        schema = guided_schema(definition, request.state, request.context or {}, opening=opening, **options)
+        context = request.context or {}
+        schema = guided_schema(definition, request.state, context, opening=opening, back_to=request.back_to, **options)
         if "anyOf" in request.strict_schema:  # a state with tools, in the JSON form: keep the tool request
             schema = {"anyOf": [schema, request.strict_schema["anyOf"][1]]}
         return dataclasses.replace(request, strict_schema=schema)
@@ -78,7 +79,7 @@ def short_prompt(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
     if keys:
         lines.append(f"Take from the user's message: {', '.join(keys)} (null for what the user did not say).")
     lines.append("Moves (target_state):")
-    for transition in state.transitions_by_priority():
+    for transition in definition.moves(state.id, request.back_to):  # global ones too, "$return" resolved
         when = "; ".join(c.description for c in transition.conditions) or "any time"
         lines.append(f"- {transition.target_state}: {transition.description or ''} (when: {when})")
     lines.append(f"- {state.id}: stay, when none of the above holds")

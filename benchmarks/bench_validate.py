@@ -8,7 +8,9 @@ transition and one target state per item, priority 10), one in ten transitions r
 nothing warns. *two keys*: a `pick` state routes on `row == i // 100 and seat == i % 100`; nothing
 warns. *a key each*: a `form` state collects one key per transition and each transition needs its own
 key; any two can hold together, so each transition gets an `ambiguous_priority` warning, with the
-context the solver found. Every check runs (graph, keys, conditions that never hold, ambiguous
+context the solver found. *from anywhere*: a chain of states, one transition each, with cancel, a
+person and help (going back) as global transitions: the size counts them once per state they apply in;
+nothing warns. Every check runs (graph, keys, conditions that never hold, ambiguous
 priorities). Figures are medians of `--runs` runs of `analyze(definition)`, the dict already in memory
 (loading it is part of the time), then the same with Python's cyclic garbage collector paused.
 """
@@ -77,7 +79,35 @@ def grid(transitions: int) -> dict[str, Any]:
     return {"name": f"seats_{transitions}", "initial_state": "pick", "states": {"pick": pick, **items}}
 
 
-SHAPES = {"router": definition, "two keys": grid, "a key each": keyed}
+def anywhere(transitions: int) -> dict[str, Any]:
+    """A chain of states (``transitions`` in all: the chain's own and three global ones per state), each
+    leading to the next on its key, with cancel, a person and help (which goes back, ``"$return"``)
+    declared once as global transitions, cancel excepted in the last step."""
+    steps = max(1, transitions // 4)
+    names = [f"step_{i}" for i in range(steps)] + ["done"]
+    states: dict[str, Any] = {
+        names[i]: {
+            "purpose": f"Collect field_{i}.",
+            "required_context_keys": [f"field_{i}"],
+            "transitions": [{"target_state": names[i + 1], "conditions": [{"requires_context_keys": [f"field_{i}"]}]}],
+        }
+        for i in range(steps)
+    }
+    states |= {
+        "help": {"purpose": "Answer.", "transitions": [{"target_state": "$return", "description": "Answered."}]},
+        "cancelled": {"purpose": "Bye."},
+        "person": {"purpose": "A person takes over."},
+        "done": {"purpose": "Done."},
+    }
+    moves = [
+        {"target_state": "cancelled", "description": "Stop.", "priority": 5, "except_states": [names[steps - 1]]},
+        {"target_state": "person", "description": "Ask for a person.", "priority": 20},
+        {"target_state": "help", "description": "A question.", "priority": 50},
+    ]
+    return {"name": f"chain_{steps}", "initial_state": names[0], "states": states, "global_transitions": moves}
+
+
+SHAPES = {"router": definition, "two keys": grid, "a key each": keyed, "from anywhere": anywhere}
 
 
 def _route(item: int | str, priority: int, condition: dict[str, Any]) -> dict[str, Any]:

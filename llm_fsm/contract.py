@@ -14,12 +14,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llm_fsm.definition import FSMDefinition, State
+from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.values import clean_text
 
@@ -261,17 +261,27 @@ def _describe(exc: ValidationError) -> str:
     return "the reply does not follow the format: " + "; ".join(parts)
 
 
-def reply_schema(state: State, *, strict: bool, protected: Collection[str] = ()) -> dict[str, Any]:
+def reply_schema(
+    state: State,
+    *,
+    strict: bool,
+    protected: Collection[str] = (),
+    moves: Sequence[Transition] | None = None,
+    keys: Sequence[str] | None = None,
+) -> dict[str, Any]:
     """JSON Schema of a valid reply in ``state``: ``target_state`` is an enum of the allowed moves.
 
-    With ``strict`` (OpenAI-style structured outputs) every object is closed and every property
-    required, so ``context_update`` lists the keys this state may write; the model writes null for
-    keys it did not learn, and nulls are ignored by the merge.
+    ``moves``: the state's moves as the runtime offers them (``FSMDefinition.moves``: global ones
+    included, ``"$return"`` resolved); by default its own transitions. With ``strict`` (OpenAI-style
+    structured outputs) every object is closed and every property required, so ``context_update``
+    lists the keys this state may write (``keys``, by default :func:`writable_keys`); the model writes
+    null for keys it did not learn, and nulls are ignored by the merge.
     """
-    targets = sorted({state.id, *(t.target_state for t in state.transitions)})
+    moves = state.transitions if moves is None else moves
+    targets = sorted({state.id, *(t.target_state for t in moves)})
     update: dict[str, Any] = {"type": "object"}
     if strict:
-        keys = writable_keys(state, protected)
+        keys = list(writable_keys(state, protected) if keys is None else keys)
         scalar = {"type": ["string", "number", "boolean", "null"]}
         update.update(properties={k: scalar for k in keys}, required=keys, additionalProperties=False)
     transition = {
@@ -292,25 +302,32 @@ def reply_schema(state: State, *, strict: bool, protected: Collection[str] = ())
     }
 
 
-def state_reply_schemas(definition: FSMDefinition, state_id: str) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The loose and strict reply schemas of a state, computed once per definition and state."""
+def state_reply_schemas(
+    definition: FSMDefinition, state_id: str, back_to: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loose and strict reply schemas of a state, computed once per definition, state and
+    ``back_to`` (where its ``"$return"`` moves go: ``FSMDefinition.return_target``)."""
 
     def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
-        strict = reply_schema(state, strict=True, protected=definition.code_only_keys)
-        return reply_schema(state, strict=False), strict
+        moves = definition.moves(state_id, back_to)
+        keys = writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN))
+        return reply_schema(state, strict=False, moves=moves), reply_schema(state, strict=True, moves=moves, keys=keys)
 
-    return definition.derived("reply_schemas", state_id, compute)
+    return definition.derived(f"reply_schemas:{back_to or ''}", state_id, compute)
 
 
-def writable_keys(state: State, protected: Collection[str] = ()) -> list[str]:
+def writable_keys(
+    state: State, protected: Collection[str] = (), moves: Sequence[Transition] | None = None
+) -> list[str]:
     """Keys the model is asked about in ``state``: its ``writable_keys`` when it has them, else those to
-    collect and those its conditions read; never internal ``_`` keys or ``protected`` ones (code's)."""
+    collect and those the conditions of its ``moves`` read (by default its own transitions; pass
+    ``FSMDefinition.moves`` to count the global ones); never internal ``_`` keys or ``protected`` ones."""
     from llm_fsm.logic import keys_read
 
     if state.writable_keys is not None:  # said outright: exactly what the engine lets the model write
         return [k for k in state.writable_keys if not k.startswith("_") and k not in protected]
     keys = dict.fromkeys(state.required_context_keys)
-    for transition in state.transitions:
+    for transition in state.transitions if moves is None else moves:
         for condition in transition.conditions:
             keys.update(dict.fromkeys(condition.requires_context_keys))
             if condition.logic is not None:

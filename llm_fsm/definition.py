@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from functools import cache, cached_property
 from typing import Annotated, Any, Literal, TypeVar, cast
 
@@ -53,10 +53,24 @@ class Condition(_Frozen):
 
 
 class Transition(_Frozen):
-    target_state: str = Field(description="Id of the state this transition leads to.")
+    target_state: str = Field(
+        description='Id of the state this transition leads to, or "$return": back to the state the '
+        "conversation came from before it entered this one."
+    )
     description: str = Field("", description="When to take this transition, shown to the model.")
     priority: int = Field(100, strict=True, description="Lower is preferred when several transitions apply.")
     conditions: tuple[Condition, ...] = Field((), description="All must hold for the move.")
+
+
+RETURN = "$return"  # a target that goes back where the conversation came from ("$" is never in a state id)
+
+
+class GlobalTransition(Transition):
+    """A move that applies in every non-terminal state but those listed in ``except_states`` (and its
+    own target): cancel, help, talk to a human. It joins each state's own transitions in one priority
+    order; on equal priorities the state's own transitions come first."""
+
+    except_states: tuple[str, ...] = Field((), description="States where this move does not apply.")
 
 
 class _Check(_Frozen):
@@ -246,6 +260,11 @@ class FSMDefinition(_Frozen):
     initial_state: str = Field(description="Id of the state the conversation starts in.")
     persona: str = Field("", description="Who the assistant is and how it speaks.")
     states: dict[str, State] = Field(description="States keyed by id (a list of states also loads).")
+    global_transitions: tuple[GlobalTransition, ...] = Field(
+        (),
+        description="Moves from anywhere (cancel, help, talk to a human): each applies in every non-terminal "
+        "state except those in its except_states and its own target, with the state's own transitions.",
+    )
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
     mask_secrets: bool = Field(
         True,
@@ -288,6 +307,48 @@ class FSMDefinition(_Frozen):
     def state(self, state_id: str) -> State:
         return self.states[state_id]
 
+    def global_moves(self, state_id: str) -> tuple[GlobalTransition, ...]:
+        """The global transitions that apply in ``state_id``: none in a terminal state; else each one
+        whose ``except_states`` and target are not this state."""
+        return tuple(self.global_transitions[j] for j in self.global_indices(state_id))
+
+    def global_indices(self, state_id: str) -> tuple[int, ...]:
+        """The positions in ``global_transitions`` of those that apply in ``state_id`` (see :meth:`global_moves`)."""
+
+        def compute(state: State) -> tuple[int, ...]:
+            if state.terminal:
+                return ()
+            moves = enumerate(self.global_transitions)
+            return tuple(j for j, g in moves if state_id not in g.except_states and g.target_state != state_id)
+
+        return self.derived("global_indices", state_id, compute)
+
+    def moves(self, state_id: str, back_to: str | None = None) -> tuple[Transition, ...]:
+        """Every move of ``state_id`` by priority: its own transitions and the global ones that apply
+        (on equal priorities its own first). ``"$return"`` targets become ``back_to``, the state the
+        conversation came from (see :meth:`return_target`); without one, those moves are left out."""
+
+        def compute(state: State) -> tuple[Transition, ...]:
+            every = sorted((*state.transitions, *self.global_moves(state_id)), key=lambda t: t.priority)
+            if back_to is None:
+                return tuple(t for t in every if t.target_state != RETURN)
+            return tuple(
+                t.model_copy(update={"target_state": back_to}) if t.target_state == RETURN else t for t in every
+            )
+
+        return self.derived(f"moves:{back_to or ''}", state_id, compute)
+
+    def return_target(self, state_id: str, came_from: Sequence[str]) -> str | None:
+        """Where a ``"$return"`` move of ``state_id`` goes: the state the conversation came from (the last
+        of ``came_from``, see ``Snapshot.came_from``); None when there is none, or ``state_id`` has no such move."""
+        if not came_from or came_from[-1] not in self.states or not self.returns(state_id):
+            return None
+        return came_from[-1]
+
+    def returns(self, state_id: str) -> bool:
+        """Whether ``state_id`` has a ``"$return"`` move (its own or a global one)."""
+        return any(t.target_state == RETURN for t in (*self.states[state_id].transitions, *self.global_moves(state_id)))
+
     @cached_property
     def outline(self) -> dict[str, str]:
         """Short hashes of the parts of the definition, to name what changed between two versions.
@@ -298,12 +359,16 @@ class FSMDefinition(_Frozen):
         top_prose: dict[str, Any] = dict.fromkeys(_TOP_PROSE, True)
         tool_prose = {"tools": {"__all__": {"description": True}}} if self.tools else {}
         tool_prose |= _memory_prose(self)
+        global_prose = {"global_transitions": {"__all__": _TRANSITION_PROSE}} if self.global_transitions else {}
+        structure = {"schema_": True, "states": True, "global_transitions": True, **top_prose, **tool_prose}
         parts: dict[str, Any] = {
-            _TOP_STRUCTURE: _canonical(
-                self.model_dump(mode="json", exclude={"schema_": True, "states": True, **top_prose, **tool_prose})
-            ),
-            _TOP_PROSE_PART: self.model_dump(mode="json", include={**top_prose, **tool_prose}),
+            _TOP_STRUCTURE: _canonical(self.model_dump(mode="json", exclude=structure)),
+            _TOP_PROSE_PART: self.model_dump(mode="json", include={**top_prose, **tool_prose, **global_prose}),
         }
+        if self.global_transitions:  # absent when there are none: outlines from before they existed still match
+            parts[_GLOBAL_PART] = [
+                g.model_dump(mode="json", exclude=_TRANSITION_PROSE) for g in self.global_transitions
+            ]
         for sid, state in self.states.items():
             parts[f"{sid}.transitions"] = [
                 t.model_dump(mode="json", exclude=_TRANSITION_PROSE) for t in state.transitions
@@ -396,7 +461,11 @@ _STATE_PARTS = {"transitions": "transitions of state", "structure": "keys, check
 _STATE_PROSE_PART = {"prose": "descriptions or instructions of state"}
 _TOP_STRUCTURE = "$definition.structure"  # "$" is not allowed in a state id: these never clash with a state's
 _TOP_PROSE_PART = "$definition.prose"
-_TOP_PARTS = {_TOP_STRUCTURE: "top-level fields changed (name, initial state, keys, schemas...)"}
+_GLOBAL_PART = "$definition.global_transitions"
+_TOP_PARTS = {
+    _TOP_STRUCTURE: "top-level fields changed (name, initial state, keys, schemas...)",
+    _GLOBAL_PART: "global transitions changed",
+}
 _TOP_PROSE_PARTS = {_TOP_PROSE_PART: "top-level description, persona or version changed"}
 _STATE_PARTS_BEFORE_PROSE = {"transitions": "transitions of state", "text": "purpose or instructions of state"}
 _TOP_PARTS_BEFORE_PROSE = {"fsm": "top-level fields changed (name, persona, initial state, schemas...)"}
@@ -418,7 +487,7 @@ def _changes(
 ) -> list[str]:
     """The differences between two outlines of one kind, in words, for the parts named in ``state_parts``
     (each state's) and ``top_parts``."""
-    top = {key for key in new if key.startswith("$") or key == "fsm"}
+    top = {key for key in (*old, *new) if key.startswith("$") or key == "fsm"}
     old_states = {key.rsplit(".", 1)[0] for key in old if key not in top}
     new_states = {key.rsplit(".", 1)[0] for key in new if key not in top}
     changes = [f"state '{s}' removed" for s in sorted(old_states - new_states)]
@@ -428,7 +497,7 @@ def _changes(
         changes += [
             f"{words} '{sid}' changed" for part, words in parts if old.get(f"{sid}.{part}") != new[f"{sid}.{part}"]
         ]
-    changes += [words for key, words in top_parts.items() if old.get(key) != new[key]]
+    changes += [words for key, words in top_parts.items() if old.get(key) != new.get(key)]
     return changes
 
 
@@ -441,6 +510,7 @@ _ADDED_TOP = {
     "max_tool_calls": 8,
     "memory": None,
     "summaries": None,
+    "global_transitions": [],
 }
 _ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None}
 

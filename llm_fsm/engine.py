@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
-from llm_fsm.definition import Condition, FSMDefinition, State, Transition
+from llm_fsm.definition import RETURN, Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
 from llm_fsm.memory_spec import RunningSummary
 from llm_fsm.values import as_json_data
@@ -84,6 +84,11 @@ class Snapshot(BaseModel):
     used_tokens: tuple[str, ...] = Field((), description="Resume tokens already used (each works once).")
     memory: dict[str, str] = Field(default_factory=dict, description="Working-memory slots written (llm_fsm.memory).")
     summary: RunningSummary = Field(default_factory=RunningSummary, description="The running summary (summaries).")
+    came_from: tuple[str, ...] = Field(
+        (),
+        description='The way back: the states the conversation came from, the last one most recent. A "$return" '
+        "move goes to the last; a move to a state on it cuts it there; any other move adds the state it leaves.",
+    )
 
 
 RejectionKind = Literal[
@@ -122,7 +127,10 @@ def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attem
     applied, invalid = check_values(definition, applied, attempt=attempt)
     context = merge(snapshot.context, applied)
     target = reply.transition.target_state
-    problems = _check_target(definition, snapshot.state, target, context, attempt)
+    back_to = definition.return_target(snapshot.state, snapshot.came_from)
+    if target == RETURN and back_to is not None:  # the model named the move instead of where it leads
+        target = back_to
+    problems = _check_target(definition, snapshot.state, target, context, attempt, back_to)
     state = snapshot.state if problems else target
     accepted = not problems and not invalid
     return Decision(accepted, state, context, applied, (*refused, *invalid, *problems))
@@ -135,7 +143,7 @@ def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[s
     def compute(state: State) -> frozenset[str]:
         if state.writable_keys is not None:
             return frozenset(state.writable_keys)
-        return frozenset([*writable_keys(state), EXTRA_KEY])
+        return frozenset([*writable_keys(state, moves=definition.moves(state_id, RETURN)), EXTRA_KEY])
 
     return definition.derived("writable_keys", state_id, compute)
 
@@ -261,7 +269,7 @@ def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 
 def _check_target(
-    definition: FSMDefinition, current: str, target: str, context: dict[str, Any], attempt: int
+    definition: FSMDefinition, current: str, target: str, context: dict[str, Any], attempt: int, back_to: str | None
 ) -> list[Rejection]:
     if target == current:
         return []
@@ -269,11 +277,15 @@ def _check_target(
     def reject(kind: Literal["target", "condition"], reason: str) -> list[Rejection]:
         return [Rejection(kind=kind, reason=reason, target_state=target, attempt=attempt)]
 
+    if target == RETURN:
+        allowed = _allowed(definition, current, back_to)
+        why = "has no such move" if not definition.returns(current) else "came from nowhere: there is no way back"
+        return reject("target", f"transition to '{target}' rejected: '{current}' {why} (allowed: {allowed})")
     if target not in definition.states:
         return reject("target", f"transition to '{target}' rejected: there is no state '{target}'")
-    candidates = [t for t in definition.states[current].transitions_by_priority() if t.target_state == target]
+    candidates = [t for t in definition.moves(current, back_to) if t.target_state == target]
     if not candidates:
-        allowed = ", ".join(f"'{s}'" for s in _targets(definition, current)) or "none"
+        allowed = _allowed(definition, current, back_to)
         return reject(
             "target", f"transition to '{target}' rejected: '{current}' has no transition to it (allowed: {allowed})"
         )
@@ -283,8 +295,11 @@ def _check_target(
     return reject("condition", f"transition to '{target}' rejected: {failures[0]}")
 
 
-def _targets(definition: FSMDefinition, state: str) -> list[str]:
-    return list(dict.fromkeys(t.target_state for t in definition.states[state].transitions))
+def _allowed(definition: FSMDefinition, state: str, back_to: str | None) -> str:
+    """The targets ``state`` may move to, in words, as its transitions are written (then the global ones)."""
+    written = (*definition.states[state].transitions, *definition.global_moves(state))
+    targets = [back_to if t.target_state == RETURN else t.target_state for t in written]
+    return ", ".join(f"'{t}'" for t in dict.fromkeys(targets) if t is not None) or "none"
 
 
 def unmet_condition(transition: Transition, context: dict[str, Any]) -> str | None:
@@ -334,6 +349,7 @@ def commit(
     return snapshot.model_copy(
         update={
             "state": state,
+            "came_from": way_back(snapshot.came_from, snapshot.state, state),
             "context": context,
             "provenance": provenance,
             "history": (*snapshot.history, exchange),
@@ -342,6 +358,17 @@ def commit(
             "pending": pending,
         }
     )
+
+
+def way_back(came_from: tuple[str, ...], left: str, entered: str) -> tuple[str, ...]:
+    """The way back after a move from ``left`` to ``entered``: unchanged when the conversation stays; cut
+    before ``entered`` when it is on the way back (going back, by ``"$return"`` or any move there);
+    else with ``left`` added. No state is on it twice, so it holds fewer states than the definition."""
+    if entered == left:
+        return came_from
+    if entered in came_from:
+        return came_from[: came_from.index(entered)]
+    return (*came_from, left)
 
 
 def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: Mapping[str, Any]) -> Snapshot:

@@ -13,27 +13,51 @@ from collections import deque
 from collections.abc import Collection, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING
 
+from llm_fsm.definition import RETURN
+
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition, State
 
 Edges = Mapping[str, Iterable[str]]
 
 
+GLOBAL = "$global"  # where a global transition is, in a place: (GLOBAL, index in global_transitions)
+
+
 def successors(
-    definition: FSMDefinition, *, fallbacks: bool = False, skip: Collection[tuple[str, int]] = ()
+    definition: FSMDefinition,
+    *,
+    fallbacks: bool = False,
+    skip: Collection[tuple[str, int]] = (),
+    global_moves: bool = True,
 ) -> dict[str, list[str]]:
-    """Each state's distinct targets in the order written; with ``fallbacks``, its ``fallback_state`` too.
+    """Each state's distinct targets in the order written, then those of the global transitions that
+    apply there (unless ``global_moves`` is false); with ``fallbacks``, its ``fallback_state`` too.
 
-    ``skip``: transitions to leave out, as (state id, index in its ``transitions``).
+    ``"$return"`` is no edge: it goes back to a state the conversation was in before, so it reaches
+    nothing new (:func:`stuck` follows where it leads). ``skip``: transitions to leave out, as (state id,
+    index in its ``transitions``), or (:data:`GLOBAL`, index in ``global_transitions``).
     """
-    return {sid: _targets(sid, state, fallbacks, skip) for sid, state in definition.states.items()}
+    return {
+        sid: _targets(definition, sid, state, fallbacks, skip, global_moves) for sid, state in definition.states.items()
+    }
 
 
-def _targets(sid: str, state: State, fallbacks: bool, skip: Collection[tuple[str, int]]) -> list[str]:
+def _targets(
+    definition: FSMDefinition,
+    sid: str,
+    state: State,
+    fallbacks: bool,
+    skip: Collection[tuple[str, int]],
+    global_moves: bool,
+) -> list[str]:
     targets = [t.target_state for i, t in enumerate(state.transitions) if (sid, i) not in skip]
+    if global_moves:
+        moves = definition.global_transitions
+        targets += [moves[j].target_state for j in definition.global_indices(sid) if (GLOBAL, j) not in skip]
     if fallbacks and state.fallback_state:
         targets.append(state.fallback_state)
-    return list(dict.fromkeys(targets))
+    return [target for target in dict.fromkeys(targets) if target != RETURN]
 
 
 def predecessors(edges: Edges) -> dict[str, list[str]]:
@@ -140,3 +164,33 @@ def carry(marks: Mapping[str, int], edges: Edges) -> Iterator[tuple[list[str], i
         for successor in {owner[target] for state in component for target in edges[state]} - {n}:
             before = arriving.get(successor, 0)
             arriving[successor] = before | union if before else union
+
+
+def stuck(
+    edges: Edges, terminals: Collection[str], returning: Collection[str], start: str, seen: Collection[str]
+) -> dict[str, list[tuple[str, str | None]]]:
+    """The reachable states (``seen``) where some conversation can no longer reach a terminal state,
+    each with the ways in that doom it: (state entered, state it came from; None at the start).
+
+    A conversation ends when a path of ``edges`` leads to a terminal state, or when it goes back
+    (``"$return"``, from a state of ``returning``) to the state it came from and can end from there.
+    Within a strongly connected component every state leads to every other, so the component's fate
+    is decided where the conversation entered it: from there, going back leads below it only from the
+    state it entered by. One pass over the components, the upstream ones first: linear in the edges.
+    """
+    finishing = reachable(terminals, predecessors(edges))
+    order = components(edges)
+    owner = {state: n for n, component in enumerate(order) for state in component}
+    into = predecessors(edges)
+    doomed: dict[int, list[tuple[str, str | None]]] = {}
+    found: dict[str, list[tuple[str, str | None]]] = {}
+    for n, component in enumerate(order):
+        if component[0] not in seen or component[0] in finishing:
+            continue
+        entries: list[tuple[str, str | None]] = [(start, None)] if start in component else []
+        entries += [(e, p) for e in component for p in into[e] if p in seen and owner[p] != n]
+        bad = [(e, p) for e, p in entries if e not in returning or p is None or owner[p] in doomed]
+        if bad:
+            doomed[n] = bad
+            found.update((state, bad) for state in component)
+    return found

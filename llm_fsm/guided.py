@@ -27,7 +27,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from llm_fsm.contract import writable_keys
-from llm_fsm.definition import FSMDefinition, State, Transition
+from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
 
 MAX_TEXT = 200  # characters of a text value
 MAX_MESSAGE = 400  # characters of the message
@@ -47,19 +47,23 @@ def guided_schema(
     protected: Collection[str] = (),
     eager: bool = True,
     narrow: bool = True,
+    back_to: str | None = None,
 ) -> dict[str, Any]:
     """The reply schema of one turn in ``state_id`` on ``context`` (see the module's description).
 
-    ``eager=False`` lets the model stay whatever it wrote; ``narrow=False`` leaves out the values the
-    transitions' simple comparisons allow. Both are on in guided mode: the variants exist to measure them.
+    The moves are the state's own and the global ones that apply (``FSMDefinition.moves``), a
+    ``"$return"`` one going to ``back_to`` (left out without it). ``eager=False`` lets the model stay
+    whatever it wrote; ``narrow=False`` leaves out the values the transitions' simple comparisons
+    allow. Both are on in guided mode: the variants exist to measure them.
     """
     state = definition.states[state_id]
-    keys = [] if opening else writable_keys(state, protected or definition.code_only_keys)
+    every = definition.moves(state_id, RETURN)
+    keys = [] if opening else writable_keys(state, protected or definition.code_only_keys, every)
     values = {key: value_schema(definition, state, key) for key in keys}
     moves: list[dict[str, Any]] = []
     # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)
     fulfilled: list[dict[str, dict[str, Any] | None]] = []
-    for transition in state.transitions_by_priority():
+    for transition in definition.moves(state_id, back_to):
         needed = _needed(transition, context, keys)
         if needed is None:
             continue
@@ -150,7 +154,7 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
     if declared:
         schema = {k: v for k, v in declared.items() if k in _VALUE_KEYWORDS}
     else:
-        schema = {"type": _inferred_type(state, key)}
+        schema = {"type": _inferred_type(definition.moves(state.id, RETURN), key)}
     types = schema.get("type")
     if (types == "string" or (isinstance(types, list) and "string" in types)) and "enum" not in schema:
         schema["maxLength"] = min(int(schema.get("maxLength", MAX_TEXT)), MAX_TEXT)
@@ -336,9 +340,9 @@ def _branch(
     }
 
 
-def _inferred_type(state: State, key: str) -> str | None:
+def _inferred_type(moves: Iterable[Transition], key: str) -> str | None:
     kinds: set[str] = set()
-    for transition in state.transitions:
+    for transition in moves:
         for condition in transition.conditions:
             if condition.logic is not None:
                 _collect_kinds(condition.logic, key, kinds)

@@ -77,7 +77,8 @@ class LLMRequest:
     was cut off at the token limit, so a client with a ``max_tokens`` budget doubles it for this call.
     ``tools``: OpenAI function-tool specs (``{"type": "function", "function": {"name", "description",
     "parameters"}}``) and ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``), sent to the provider
-    only when the client calls tools natively (see ``LiteLLMClient.tool_mode``).
+    only when the client calls tools natively (see ``LiteLLMClient.tool_mode``). ``back_to``: where a
+    ``"$return"`` move of this state goes (the state the conversation came from), for test doubles too.
     """
 
     messages: list[Message]
@@ -90,6 +91,7 @@ class LLMRequest:
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | None = None
     max_tokens: int | None = None  # a bound of this call's own (a summary's), under the client's
+    back_to: str | None = None
 
 
 @dataclass(frozen=True)

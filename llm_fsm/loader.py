@@ -28,7 +28,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from llm_fsm import logic
-from llm_fsm.definition import Check, Condition, Example, FSMDefinition, JSONLogic, State, Transition
+from llm_fsm.definition import (
+    RETURN,
+    Check,
+    Condition,
+    Example,
+    FSMDefinition,
+    GlobalTransition,
+    JSONLogic,
+    State,
+    Transition,
+)
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
@@ -65,12 +75,14 @@ _IGNORED: dict[str, dict[str, _LlmFsmField]] = {
         "response_type": _LlmFsmField("4.1", "conversational"),
     },
     "transition": {"llm_description": _LlmFsmField("4.1"), "is_deterministic": _LlmFsmField("4.1", True)},
+    "global_transition": {},  # not in the llm-fsm format
     "condition": {"evaluation_priority": _LlmFsmField("4.1", 100)},
 }
 _KNOWN: dict[str, frozenset[str]] = {
     "fsm": frozenset(f.alias or n for n, f in FSMDefinition.model_fields.items()),
     "state": frozenset(State.model_fields),
     "transition": frozenset(Transition.model_fields),
+    "global_transition": frozenset(GlobalTransition.model_fields),
     "condition": frozenset(Condition.model_fields),
 }
 
@@ -270,11 +282,16 @@ class _Reader:
                 ]
         if isinstance(data.get("states"), dict):
             data["states"] = states
+        moves = data.get("global_transitions")
+        if isinstance(moves, list):
+            data["global_transitions"] = [
+                self._transition(t, ("global_transitions", i), "global_transition") for i, t in enumerate(moves)
+            ]
         self._report_fields()
         return data
 
-    def _transition(self, transition: Any, loc: tuple[Any, ...]) -> Any:
-        transition = self._known_fields(transition, loc, "transition")
+    def _transition(self, transition: Any, loc: tuple[Any, ...], kind: str = "transition") -> Any:
+        transition = self._known_fields(transition, loc, kind)
         conditions = _get(transition, "conditions")
         if isinstance(conditions, list):
             transition["conditions"] = [
@@ -347,11 +364,21 @@ class _Reader:
                 hint=did_you_mean(initial, states),
             )
         for sid, state in _dict_items(states):
-            self._check_transitions(sid, state, known)
+            self._check_transitions(("states", sid, "transitions"), _get(state, "transitions"), known)
             self._check_refinement(sid, state, known)
+        self._check_global_transitions(data.get("global_transitions"), known)
         if known is not None and isinstance(initial, str) and initial in states:
-            self._check_terminal_reachable(initial, states)
+            self._check_terminal_reachable(initial, states, data.get("global_transitions"))
         self._check_schemas(("context_schema",), data.get("context_schema"), per_key=True)
+
+    def _check_global_transitions(self, moves: Any, states: dict[str, Any] | None) -> None:
+        """Global transitions: targets and conditions as a state's; each state they except exists."""
+        self._check_transitions(("global_transitions",), moves, states)
+        for i, move in _list_items(moves):
+            for j, sid in _list_items(_get(move, "except_states")):
+                if states is not None and isinstance(sid, str) and sid not in states:
+                    loc = ("global_transitions", i, "except_states", j)
+                    self.error(loc, f"unknown state '{sid}'", code="unknown_state", hint=did_you_mean(sid, states))
 
     def _check_refinement(self, sid: str, state: Any, states: dict[str, Any] | None) -> None:
         """A fallback state must exist; patterns must compile; schemas must be valid JSON Schemas.
@@ -362,7 +389,9 @@ class _Reader:
                 ("states", sid, "fallback_state"),
                 f"unknown state '{fallback}'",
                 code="unknown_state",
-                hint=did_you_mean(fallback, states),
+                hint=f'a fallback is a state; "{RETURN}" is a transition target only'
+                if fallback == RETURN
+                else did_you_mean(fallback, states),
             )
         if _get(state, "on_exhausted") == "fallback_state" and not fallback:
             self.error(
@@ -393,17 +422,17 @@ class _Reader:
             if problem:
                 self.error(where, f"invalid JSON Schema: {problem}", code="bad_schema")
 
-    def _check_transitions(self, sid: str, state: Any, states: dict[str, Any] | None) -> None:
-        for i, transition in _list_items(_get(state, "transitions")):
+    def _check_transitions(self, where: tuple[Any, ...], transitions: Any, states: dict[str, Any] | None) -> None:
+        """The transitions listed at ``where`` (a state's, or the global ones) lead to states or to
+        ``"$return"``, and their conditions are valid JsonLogic."""
+        for i, transition in _list_items(transitions):
             target = _get(transition, "target_state")
-            loc = ("states", sid, "transitions", i)
-            if states is not None and isinstance(target, str) and target not in states:
-                self.error(
-                    (*loc, "target_state"),
-                    f"unknown state '{target}'",
-                    code="unknown_state",
-                    hint=did_you_mean(target, states),
-                )
+            loc = (*where, i)
+            if states is not None and isinstance(target, str) and target not in states and target != RETURN:
+                hint = did_you_mean(target, [*states, RETURN])
+                if hint is None and target.lower().lstrip("$") in ("return", "back", "previous"):
+                    hint = f'write "{RETURN}" to go back to the state the conversation came from'
+                self.error((*loc, "target_state"), f"unknown state '{target}'", code="unknown_state", hint=hint)
             for j, condition in _list_items(_get(transition, "conditions")):
                 rule = _get(condition, "logic")
                 for where, message in logic.check_rule(rule) if rule is not None else ():
@@ -463,16 +492,19 @@ class _Reader:
                 message = f"'{path}': the tool has no argument '{argument}'"
                 self.error(loc, message, code="approval_var", hint=did_you_mean(argument, properties))
 
-    def _check_terminal_reachable(self, initial: str, states: dict[str, Any]) -> None:
-        if not _graph_is_known(states):  # a malformed transition is reported: what it would change is not known
+    def _check_terminal_reachable(self, initial: str, states: dict[str, Any], moves: Any) -> None:
+        if not _graph_is_known(states, moves):  # a malformed transition is reported: what it would change is unknown
             return
-        edges = {sid: _known_targets(state, states) for sid, state in states.items()}
+        edges = {sid: _known_targets(sid, state, states, moves) for sid, state in states.items()}
         if not any(not _get(states[s], "transitions") for s in reachable([initial], edges)):
+            hint = "add a final state with no transitions and a transition leading to it"
+            if moves:
+                hint += " (a global transition does not apply in the states its except_states lists)"
             self.error(
                 ("initial_state",),
                 "no terminal state (a state without transitions) is reachable from the initial state",
                 code="no_terminal",
-                hint="add a final state with no transitions and a transition leading to it",
+                hint=hint,
             )
 
 
@@ -481,20 +513,27 @@ def _printable(text: str) -> str:
     return text.encode("utf-8", "backslashreplace").decode("utf-8")
 
 
-def _graph_is_known(states: dict[str, Any]) -> bool:
-    """Every state's transitions are a list (or unset) of objects that name a target."""
-    for state in states.values():
-        transitions = _get(state, "transitions")
+def _graph_is_known(states: dict[str, Any], moves: Any) -> bool:
+    """Every state's transitions, and the global ones, are a list (or unset) of objects that name a target
+    (a global one's except_states a list of text)."""
+    for transitions in [*(_get(state, "transitions") for state in states.values()), moves]:
         if transitions is not None and not isinstance(transitions, list):
             return False
         if not all(isinstance(_get(t, "target_state"), str) for t in transitions or ()):
             return False
-    return True
+    excepted = [_get(move, "except_states") for move in moves or ()]
+    return all(e is None or (isinstance(e, list) and all(isinstance(s, str) for s in e)) for e in excepted)
 
 
-def _known_targets(state: Any, states: dict[str, Any]) -> list[str]:
-    """The states a raw state's transitions lead to, leaving out targets that name no state."""
-    targets = [_get(t, "target_state") for _, t in _list_items(_get(state, "transitions"))]
+def _known_targets(sid: str, state: Any, states: dict[str, Any], moves: Any) -> list[str]:
+    """The states a raw state's transitions lead to, and the global ones that apply there (not in a
+    terminal state, nor its except_states, nor to itself), leaving out targets that name no state.
+    ``"$return"`` leads back to a state visited before: it reaches nothing new."""
+    own = [_get(t, "target_state") for _, t in _list_items(_get(state, "transitions"))]
+    anywhere = [
+        _get(move, "target_state") for _, move in _list_items(moves) if sid not in (_get(move, "except_states") or ())
+    ]
+    targets = [*own, *anywhere] if own else []
     return [target for target in targets if isinstance(target, str) and target in states]
 
 
@@ -527,8 +566,9 @@ def _says_nothing(value: Any, default: object) -> bool:
 # ---------------------------------------------------------------- field problems, in plain words
 
 _NOUNS: dict[Any, str] = {
-    State: "state", Transition: "transition", Condition: "condition", Example: "example line",
-    MemorySpec: "memory", Slot: "memory slot", SummarySpec: "summaries setting", StateSummaries: "summaries setting",
+    State: "state", Transition: "transition", GlobalTransition: "global transition", Condition: "condition",
+    Example: "example line", MemorySpec: "memory", Slot: "memory slot", SummarySpec: "summaries setting",
+    StateSummaries: "summaries setting",
 }  # fmt: skip
 _WORDS = Vocabulary(
     FSMDefinition,

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.contract import writable_keys
+from llm_fsm.definition import RETURN
 from llm_fsm.errors import PromptError
 
 if TYPE_CHECKING:
@@ -89,7 +90,7 @@ class PromptBuilder:
         )
         self.env.filters["tojson"] = _to_json
         self._template_error = jinja2.TemplateError
-        self._cache: dict[tuple[str, str, bool], str] = {}
+        self._cache: dict[tuple[str, str, bool, str | None], str] = {}
         self._lock = threading.Lock()
 
     def messages(
@@ -143,20 +144,25 @@ class PromptBuilder:
         }
         volatile = self._render("system_conversation.xml.j2", conversation)
         listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
-        return self.definition_part(definition, snapshot.state, guided=guided) + listed + volatile
+        back_to = definition.return_target(snapshot.state, snapshot.came_from)
+        return self.definition_part(definition, snapshot.state, guided=guided, back_to=back_to) + listed + volatile
 
-    def definition_part(self, definition: FSMDefinition, state_id: str, *, guided: bool = False) -> str:
-        """Everything that depends only on the definition and the state: rendered once, then reused."""
-        key = (definition.content_hash, state_id, guided)
+    def definition_part(
+        self, definition: FSMDefinition, state_id: str, *, guided: bool = False, back_to: str | None = None
+    ) -> str:
+        """Everything that depends only on the definition and the state (and, in a state with a
+        ``"$return"`` move, where it goes back to: ``back_to``): rendered once, then reused."""
+        key = (definition.content_hash, state_id, guided, back_to)
         text = self._cache.get(key)
         if text is None:
             state = definition.states[state_id]
+            moves = definition.moves(state_id, back_to)  # the global moves included, "$return" resolved
             variables = {
                 "fsm": definition,
                 "state": state,
-                "transitions": state.transitions_by_priority(),
-                "collect": writable_keys(state, definition.code_only_keys),
-                "valid_states": [state.id, *dict.fromkeys(t.target_state for t in state.transitions_by_priority())],
+                "transitions": moves,
+                "collect": writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN)),
+                "valid_states": [state.id, *dict.fromkeys(t.target_state for t in moves)],
                 "guided": guided,
                 **memory_rules(definition),
             }

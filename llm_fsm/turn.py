@@ -404,7 +404,8 @@ class TurnRunner:
         return self.calls < self.settings.max_calls_per_turn
 
     def request(self, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
-        schema, strict = self.reply_schemas()
+        back_to = self.definition.return_target(self.base.state, self.base.came_from)  # where "$return" goes
+        schema, strict = self.reply_schemas(back_to)
         tools = self.state_tools()
         specs: tuple[dict[str, Any], ...] | None = None
         if tools and self.tool_mode() == "native":
@@ -414,25 +415,27 @@ class TurnRunner:
             # a grammar-driven server takes the alternatives; a provider's strict mode wants one object
             strict = {"anyOf": [strict, calling.json_request_schema(tools)]} if self.settings.guided else None
         return LLMRequest(
-            messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs
-        )
+            messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs,
+            back_to=back_to,
+        )  # fmt: skip
 
-    def reply_schemas(self) -> tuple[dict[str, Any], dict[str, Any]]:
-        """The loose and strict reply schemas of this turn (guided: made for it), with the memory's update."""
+    def reply_schemas(self, back_to: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+        """The loose and strict reply schemas of this turn (guided: made for it), with the memory's update;
+        ``back_to``: where a ``"$return"`` move leads from here (None: nowhere)."""
         definition, state = self.definition, self.base.state
         if definition.memory is None:
-            schema, strict = state_reply_schemas(definition, state)
-        else:  # the state's schemas with the memory's update, made once per state
+            schema, strict = state_reply_schemas(definition, state, back_to)
+        else:  # the state's schemas with the memory's update, made once per state and way back
 
             def compute(_: Any) -> tuple[dict[str, Any], dict[str, Any]]:
-                loose, closed = state_reply_schemas(definition, state)
+                loose, closed = state_reply_schemas(definition, state, back_to)
                 loose = with_memory_update(loose, definition, strict=False)
                 return loose, with_memory_update(closed, definition, strict=True)
 
-            schema, strict = definition.derived("memory_reply_schemas", state, compute)
+            schema, strict = definition.derived(f"memory_reply_schemas:{back_to}", state, compute)
         if self.settings.guided:
             opening = not self.base.history and self.user is None
-            guided = guided_schema(definition, state, self.work.context, opening=opening)
+            guided = guided_schema(definition, state, self.work.context, opening=opening, back_to=back_to)
             strict = with_memory_update(guided, definition, strict=True, guided=True)
         return schema, strict
 

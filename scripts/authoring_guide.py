@@ -23,6 +23,7 @@ SECTIONS = [
     ("The definition (top level)", None),
     ("A state", "State"),
     ("A transition", "Transition"),
+    ("A global transition", "GlobalTransition"),
     ("A condition", "Condition"),
     ("An example line", "Example"),
     ("A tool", "Tool"),

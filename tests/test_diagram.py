@@ -168,6 +168,7 @@ def test_every_example_exports(path):
     definition = llm_fsm.load(path)
     mermaid, dot = to_mermaid(definition), to_dot(definition)
     transitions = sum(len(s.transitions) for s in definition.states.values())
+    transitions += len(definition.global_transitions)  # each drawn once, from "anywhere"
     assert sum(" --> " in line and "[*]" not in line for line in mermaid.splitlines()) == transitions
     labels = [t[4:] for t in dot_tokens(dot) if t.startswith("STR:")]
     assert all(len(label) <= LABEL_LIMIT for label in labels)

@@ -24,8 +24,8 @@ import pytest
 from filelock import FileLock
 
 import llm_fsm
-from llm_fsm.authoring.diagram import edge_label, to_mermaid, tools_text
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.authoring.diagram import edge_label, extra_nodes, global_label, to_mermaid, tools_text
+from llm_fsm.definition import RETURN, FSMDefinition
 from tests.conftest import EXAMPLES
 
 PACKAGES = {"mermaid": "11.17.2", "jsdom": "24.1.3"}  # both run on node 18 and later
@@ -113,15 +113,19 @@ def shown(text: str) -> str:
 
 
 def expected(definition: FSMDefinition) -> tuple[dict[str, str], Counter[tuple[str, str, str]]]:
-    """The labels of the states (by the ids the export gives them) and the edges the diagram must hold."""
+    """The labels of the states (by the ids the export gives them) and the edges the diagram must hold:
+    global transitions once each, from the "from anywhere" node; "$return" to the "back" node."""
     ids = {sid: f"s{n}" for n, sid in enumerate(definition.states)}
+    ids[RETURN] = "back"
     labels = {
         ids[sid]: shown(sid + (" " + tools_text(s.tools) if s.tools else "")) for sid, s in definition.states.items()
     }
+    labels.update({node: shown(label) for node, label in extra_nodes(definition).items()})
     edges = Counter([("root_start", ids[definition.initial_state], "")])
     for sid, state in definition.states.items():
         edges.update((ids[sid], ids[t.target_state], shown(edge_label(t))) for t in state.transitions)
         edges.update([(ids[sid], "root_end", "")] if state.terminal else [])
+    edges.update(("anywhere", ids[g.target_state], shown(global_label(g))) for g in definition.global_transitions)
     return labels, edges
 
 
@@ -147,6 +151,25 @@ def check_all(mermaid: Parse, definitions: list[FSMDefinition]) -> None:
 
 def test_every_example_is_read_back_as_drawn(mermaid):
     check_all(mermaid, [llm_fsm.load(path) for path in EXAMPLES])
+
+
+def test_global_transitions_and_going_back_are_read_back_as_drawn(mermaid):
+    states = {
+        "ask": {"transitions": [{"target_state": "done", "conditions": [{"requires_context_keys": ["x"]}]}]},
+        "help": {"transitions": [{"target_state": RETURN, "description": "answered: back; to it"}]},
+        "more": {"transitions": [{"target_state": "help"}, {"target_state": RETURN}]},
+        "cancelled": {},
+        "done": {},
+    }
+    moves = [
+        {"target_state": "cancelled", "description": "stop #now", "priority": 1, "except_states": ["more", "help"]},
+        {"target_state": "help", "conditions": [{"logic": {"==": [{"var": "q"}, "a:b"]}}]},
+        {"target_state": RETURN, "description": "back"},
+    ]
+    definition = llm_fsm.load({"name": "g", "initial_state": "ask", "states": states, "global_transitions": moves})
+    text = to_mermaid(definition)
+    assert text.count("anywhere -->") == 3 and "class anywhere, back moves" in text
+    check_all(mermaid, [definition])
 
 
 def test_the_tools_of_a_state_are_read_back_as_drawn(mermaid):

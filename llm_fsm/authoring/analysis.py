@@ -15,13 +15,21 @@ Warnings are about definitions that load but probably do not do what their autho
     (a number with a string key: it holds only for strings that spell numbers).
 ``unreachable_state``
     no path leads from the initial state to the state, or every path takes a transition that can never
-    be taken.
+    be taken. Global transitions are edges from every state they apply in; ``"$return"`` reaches nothing
+    new (it goes back to a state visited before).
 ``no_path_to_terminal``
-    a reachable state from which no terminal state can be reached: once there, the conversation never ends.
+    a reachable state from which no terminal state can be reached: once there, the conversation never
+    ends. A state that goes back (``"$return"``) can end where it goes back to: it is reported only when
+    a state it is entered from cannot end either (see :func:`llm_fsm.graph.stuck`).
 ``self_loop_no_exit``
-    a state whose only transitions lead back to itself.
+    a state whose own transitions only lead back to itself (the global moves that still lead out are named).
+``ends_only_by_global_move``
+    a reachable state from which no path of the states' own transitions reaches a terminal state: only a
+    global move (cancel, a person) ends the conversation there, so a dead end cannot hide behind them.
+``nowhere_to_return``
+    the initial state has a ``"$return"`` transition: a conversation starts there with nowhere to go back to.
 ``state_never_left``
-    a reachable state none of whose transitions to other states can ever be taken: each never holds, or
+    a reachable state none of whose own transitions to other states can ever be taken: each never holds, or
     needs a key that the model may not write there (``writable_keys``, ``handler_only_keys``) and that
     no handler named there, nor any state on the way to it, can set. Each transition is named
     (``transitions[1]``) and the hint follows the causes found.
@@ -67,10 +75,10 @@ from typing import Any, Literal, NamedTuple
 
 from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.authoring.requirements import Requirements, requirements
-from llm_fsm.definition import FSMDefinition, State, Transition
+from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
 from llm_fsm.engine import EXTRA_KEY, model_writable_keys
 from llm_fsm.errors import Problem
-from llm_fsm.graph import carry, predecessors, reachable, successors
+from llm_fsm.graph import GLOBAL, carry, predecessors, reachable, stuck, successors
 from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
 
 Severity = Literal["error", "warning"]
@@ -203,6 +211,8 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *_self_loops_without_exit(review),
         *_states_never_left(review),
         *_states_without_path_to_terminal(review),
+        *_states_ending_only_by_global_moves(review),
+        *_returns_at_start(review),
         *_keys_never_set(review),
         *_keys_unused(definition),
         *_keys_not_writable(definition),
@@ -245,11 +255,65 @@ class _Review:
             for sid, state in definition.states.items()
             for i, transition in enumerate(state.transitions)
         }
+        self.requirements.update(
+            {(GLOBAL, j): requirements(move, schema) for j, move in enumerate(definition.global_transitions)}
+        )
         self.dead = {place for place, found in self.requirements.items() if found.never}
-        # A fallback state (where failed checks lead) is reached from its state like a transition target.
+        # A fallback state (where failed checks lead) is reached from its state like a transition target;
+        # a global transition from each state it applies in.
         self.edges = successors(definition, fallbacks=True, skip=self.dead)
         self.reachable = reachable([definition.initial_state], self.edges)
-        self.finishing = reachable(self.terminals, predecessors(self.edges))
+
+    @cached_property
+    def stuck(self) -> dict[str, list[tuple[str, str | None]]]:
+        """Reachable states where some conversation can no longer end, with the ways in that doom it."""
+        returning = {sid for sid in self.definition.states if self.live_return(sid)}
+        return stuck(self.edges, self.terminals, returning, self.definition.initial_state, self.reachable)
+
+    def live_return(self, sid: str) -> bool:
+        """Whether ``sid`` has a ``"$return"`` move that can be taken (its own or a global one)."""
+        return any(
+            transition.target_state == RETURN and place not in self.dead for place, transition in self.moves(sid)
+        )
+
+    def moves(self, sid: str) -> Iterator[tuple[Place, Transition]]:
+        """The transitions of ``sid`` and the global ones that apply there, each with its place."""
+        for i, transition in enumerate(self.definition.states[sid].transitions):
+            yield (sid, i), transition
+        for j in self.definition.global_indices(sid):
+            yield (GLOBAL, j), self.definition.global_transitions[j]
+
+    @cached_property
+    def applying_somewhere(self) -> set[int]:
+        """The positions of the global transitions that apply in a reachable state."""
+        return {j for sid in self.reachable for j in self.definition.global_indices(sid)}
+
+    def transition_at(self, place: Place) -> Transition:
+        sid, i = place
+        return self.definition.global_transitions[i] if sid == GLOBAL else self.definition.states[sid].transitions[i]
+
+    def global_exits(self, sid: str) -> list[str]:
+        """The targets of the global moves that can take the conversation out of ``sid``."""
+        return list(
+            dict.fromkeys(
+                t.target_state for place, t in self.moves(sid) if place[0] == GLOBAL and place not in self.dead
+            )
+        )
+
+    @cached_property
+    def global_endings(self) -> str:
+        """The global transitions that can be taken to a state that ends by its own transitions, in words:
+        ``to 'cancelled', 'human'``."""
+        moves = self.definition.global_transitions
+        live = [m.target_state for j, m in enumerate(moves) if (GLOBAL, j) not in self.dead]
+        targets = dict.fromkeys(t for t in live if t in self.own_finishing) or dict.fromkeys(live)
+        return "to " + ", ".join(f"'{t}'" if t != RETURN else f'"{t}"' for t in targets)
+
+    @cached_property
+    def own_finishing(self) -> set[str]:
+        """The states a path of their own transitions (and fallbacks) leads from to a terminal state."""
+        edges = successors(self.definition, fallbacks=True, skip=self.dead, global_moves=False)
+        return reachable(self.terminals, predecessors(edges))
 
     @cached_property
     def terminals(self) -> list[str]:
@@ -274,7 +338,13 @@ class _Review:
         return _exits_closed(self)
 
     def self_loop_only(self, sid: str) -> bool:
-        return self.declared[sid] == [sid]
+        """Whether every transition of the state's own (and its fallback) leads back to it."""
+        state = self.definition.states[sid]
+        return (
+            bool(state.transitions)
+            and all(t.target_state == sid for t in state.transitions)
+            and (state.fallback_state in (None, sid))
+        )
 
     def transitions(self, sid: str) -> Iterator[tuple[int, Transition, Requirements]]:
         for i, transition in enumerate(self.definition.states[sid].transitions):
@@ -316,17 +386,22 @@ def _ones(bits: int) -> Iterator[int]:
 
 
 def _transition_loc(sid: str, i: int, loc: tuple[str | int, ...] = ()) -> tuple[str | int, ...]:
+    if sid == GLOBAL:
+        return ("global_transitions", i, *loc)
     return ("states", sid, "transitions", i, *loc)
 
 
 def _conditions_never_holding(review: _Review) -> Iterator[Finding]:
     for (sid, i), found in review.requirements.items():
-        target = review.definition.states[sid].transitions[i].target_state
+        target = review.transition_at((sid, i)).target_state
+        which = (
+            f"the global transition to '{target}'" if sid == GLOBAL else f"the transition from '{sid}' to '{target}'"
+        )
         for reason in found.never:
             yield Finding(
                 _transition_loc(sid, i, reason.loc),
                 "condition_never_holds",
-                f"{reason.message}: the transition from '{sid}' to '{target}' can never be taken",
+                f"{reason.message}: {which} can never be taken",
                 reason.hint or "fix the condition, or remove the transition",
             )
 
@@ -343,9 +418,11 @@ def _type_mismatches(review: _Review) -> Iterator[Finding]:
 def _unreachable_states(review: _Review) -> Iterator[Finding]:
     initial = review.definition.initial_state
     dead_into: dict[str, list[Place]] = {}  # state -> the dead transitions to it from reachable states
-    for sid, i in review.requirements:
-        if (sid, i) in review.dead and sid in review.reachable:
-            dead_into.setdefault(review.definition.states[sid].transitions[i].target_state, []).append((sid, i))
+    for place in review.requirements:  # in the file's order: the states' transitions, then the global ones
+        if place in review.dead and (
+            place[0] in review.reachable or (place[0] == GLOBAL and place[1] in review.applying_somewhere)
+        ):
+            dead_into.setdefault(review.transition_at(place).target_state, []).append(place)
     for sid in review.definition.states:
         if sid in review.reachable:
             continue
@@ -362,12 +439,21 @@ def _unreachable_states(review: _Review) -> Iterator[Finding]:
 def _self_loops_without_exit(review: _Review) -> Iterator[Finding]:
     for sid in review.definition.states:
         if review.self_loop_only(sid):
+            left = _only_by(review.global_exits(sid)) or "it can never be left"
             yield Finding(
                 ("states", sid, "transitions"),
                 "self_loop_no_exit",
-                f"state '{sid}' only has transitions back to itself: once entered, it can never be left",
+                f"state '{sid}' only has transitions back to itself: once entered, {left}",
                 "add a transition to another state, or remove the transitions to make it terminal",
             )
+
+
+def _only_by(targets: Sequence[str]) -> str:
+    """How a state whose own transitions never lead out is still left: by its global moves (or "")."""
+    if not targets:
+        return ""
+    listed = ", ".join(f"'{t}'" if t != RETURN else f'"{RETURN}"' for t in targets)
+    return f"it can be left only by the global transitions (to {listed})"
 
 
 def _states_never_left(review: _Review) -> Iterator[Finding]:
@@ -378,9 +464,10 @@ def _states_never_left(review: _Review) -> Iterator[Finding]:
         hint = "; ".join(_NEVER_LEFT_HINTS[cause] for cause in causes)
         if causes.keys() - {"never_holds"}:  # a key the model cannot set: code might
             hint += "; code that sets the key with update_context can ignore this"
-        yield Finding(
-            ("states", sid, "transitions"), "state_never_left", f"state '{sid}' can never be left: {listed}", hint
-        )
+        left = "can never be left"
+        if by := _only_by(review.global_exits(sid)):
+            left = f"can never be left by its own transitions ({by.removeprefix('it ')})"
+        yield Finding(("states", sid, "transitions"), "state_never_left", f"state '{sid}' {left}: {listed}", hint)
 
 
 # What to do about each cause of a state that is never left.
@@ -440,14 +527,18 @@ def _unwritable(name: str, key: str, by_code: Collection[str], sid: str) -> tupl
 
 def _states_without_path_to_terminal(review: _Review) -> Iterator[Finding]:
     for sid in review.definition.states:
-        if (
-            sid not in review.reachable
-            or sid in review.finishing
-            or sid in review.never_left
-            or review.self_loop_only(sid)
-        ):
+        ways_in = review.stuck.get(sid)
+        if ways_in is None or sid in review.never_left or review.self_loop_only(sid):
             continue
-        message = f"no path leads from state '{sid}' to a terminal state: a conversation that enters it never ends"
+        back = sorted({came for entered, came in ways_in if came is not None and review.live_return(entered)})
+        if back:  # it ends only by going back, and where it came from does not end either
+            places = ", ".join(f"'{came}'" for came in back[:3]) + (" ..." if len(back) > 3 else "")
+            message = (
+                f"no path leads from state '{sid}' to a terminal state when the conversation comes from {places}: "
+                f'going back ("{RETURN}") leads there, and no path leads from there to one either'
+            )
+        else:
+            message = f"no path leads from state '{sid}' to a terminal state: a conversation that enters it never ends"
         if sid in review.declared_finishing:
             message += " (every path to one takes a transition that can never be taken)"
         yield Finding(
@@ -456,6 +547,43 @@ def _states_without_path_to_terminal(review: _Review) -> Iterator[Finding]:
             message,
             "add a transition towards a terminal state (a state without transitions)",
         )
+
+
+def _states_ending_only_by_global_moves(review: _Review) -> Iterator[Finding]:
+    """States whose own transitions never lead to an end: only a global move (cancel...) ends the
+    conversation there. A state that goes back ("$return") ends where it goes back to: not judged here."""
+    for sid, state in review.definition.states.items():
+        if (
+            sid not in review.reachable
+            or state.terminal
+            or sid in review.own_finishing
+            or sid in review.stuck
+            or sid in review.never_left
+            or review.self_loop_only(sid)
+            or any(t.target_state == RETURN for t in state.transitions)
+        ):
+            continue
+        yield Finding(
+            ("states", sid),
+            "ends_only_by_global_move",
+            f"no path of the states' own transitions leads from state '{sid}' to a terminal state: only the global "
+            f"transitions ({review.global_endings}) end a conversation that enters it",
+            "add a transition towards a terminal state; fine if only a global move is meant to end the conversation "
+            "from here",
+        )
+
+
+def _returns_at_start(review: _Review) -> Iterator[Finding]:
+    initial = review.definition.initial_state
+    for i, transition in enumerate(review.definition.states[initial].transitions):
+        if transition.target_state == RETURN:
+            yield Finding(
+                ("states", initial, "transitions", i, "target_state"),
+                "nowhere_to_return",
+                f"the initial state '{initial}' goes back (\"{RETURN}\"), but a conversation starts there with "
+                "nowhere to go back to: the move is not offered until it came back from another state",
+                "lead to a state by its id, or start the conversation elsewhere",
+            )
 
 
 # ---------------------------------------------------------------- context keys
@@ -620,8 +748,8 @@ def _keys_unused(definition: FSMDefinition) -> Iterator[Finding]:
     """Collected keys that no condition reads and no instruction refers to (collecting one is not using it)."""
     read = {
         _root(key)
-        for state in definition.states.values()
-        for transition in state.transitions
+        for transitions in (*(state.transitions for state in definition.states.values()), definition.global_transitions)
+        for transition in transitions
         for condition in transition.conditions
         for key in condition_keys(condition)
     }

@@ -2,7 +2,10 @@
 
 Both draw the same picture: an arrow from the start to the initial state, one edge per transition
 labelled ``description (p10) [has email; age >= 18]``, and terminal states marked (an arrow to the
-end in Mermaid, a double circle in DOT). :func:`short_logic` writes a JsonLogic rule as a formula.
+end in Mermaid, a double circle in DOT). Global transitions are drawn once each, from one "from
+anywhere" node (dashed), their ``except_states`` in the label (``not in: confirm``), rather than an
+edge from every state; transitions to ``"$return"`` lead to one "back where it came from" node.
+:func:`short_logic` writes a JsonLogic rule as a formula.
 Mermaid reads many words and characters as syntax, so its states are drawn under generated ids with
 their real ids as labels, and labels code what it would misread (``tests/test_mermaid_parser.py``
 reads the output back with Mermaid's own parser).
@@ -15,7 +18,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 
-from llm_fsm.definition import Condition, FSMDefinition, Transition
+from llm_fsm.definition import RETURN, Condition, FSMDefinition, GlobalTransition, Transition
 
 LABEL_LIMIT = 80
 ELLIPSIS = "…"
@@ -39,6 +42,13 @@ _MERMAID_ESCAPES = {
 # word is written with its last letter coded.
 _MERMAID_DIRECTION = re.compile("(directio)(n)", re.IGNORECASE)
 _DOT_START = "[start]"  # state ids are identifiers, so this node name never collides with one
+_DOT_ANYWHERE = "[anywhere]"
+_DOT_BACK = "[back]"
+ANYWHERE_LABEL = "from anywhere"
+BACK_LABEL = f"back where it came from ({RETURN})"
+# Mermaid ids of the two extra nodes: states are drawn as s0, s1..., so these never clash with one.
+MERMAID_ANYWHERE = "anywhere"
+MERMAID_BACK = "back"
 
 
 # ---------------------------------------------------------------- labels
@@ -123,6 +133,14 @@ def edge_label(transition: Transition, limit: int = LABEL_LIMIT) -> str:
     return f"{description} {priority}" if description else priority
 
 
+def global_label(move: GlobalTransition, limit: int = LABEL_LIMIT) -> str:
+    """A global transition's label: :func:`edge_label`, then the states it does not apply in."""
+    if not move.except_states:
+        return edge_label(move, limit)
+    excepted = "(" + _shorten("not in: " + ", ".join(move.except_states), max(limit // 2, 12) - 2) + ")"
+    return f"{edge_label(move, limit - len(excepted) - 1)} {excepted}"
+
+
 def _shorten(text: str, limit: int) -> str:
     text = " ".join(text.split())  # newlines and runs of blanks become single spaces
     if len(text) <= limit:
@@ -139,9 +157,11 @@ def to_mermaid(definition: FSMDefinition) -> str:
     Every state is drawn under a generated id (``s0``, ``s1``... in the order of the definition) with
     its real id as its label, so no state id, whatever it holds, can be read as Mermaid syntax.
     """
-    ids = mermaid_ids(definition)
+    ids = {**mermaid_ids(definition), RETURN: MERMAID_BACK}
     lines = ["stateDiagram-v2"]
     lines += [f'    state "{_mermaid_name(sid)}" as {ids[sid]}' for sid in definition.states]
+    extra = extra_nodes(definition)
+    lines += [f'    state "{mermaid_text(label)}" as {node}' for node, label in extra.items()]
     lines += [
         f"    {ids[sid]} : {mermaid_text(tools_text(st.tools))}" for sid, st in definition.states.items() if st.tools
     ]
@@ -150,13 +170,27 @@ def to_mermaid(definition: FSMDefinition) -> str:
         for transition in state.transitions:
             label = mermaid_text(edge_label(transition))
             lines.append(f"    {ids[sid]} --> {ids[transition.target_state]}: {label}")
+    for move in definition.global_transitions:
+        lines.append(f"    {MERMAID_ANYWHERE} --> {ids[move.target_state]}: {mermaid_text(global_label(move))}")
     lines += [f"    {ids[sid]} --> [*]" for sid, state in definition.states.items() if state.terminal]
+    if extra:  # dashed outlines: not states of the conversation
+        lines += ["    classDef moves stroke-dasharray: 5 5", f"    class {', '.join(extra)} moves"]
     return "\n".join(lines) + "\n"
 
 
 def mermaid_ids(definition: FSMDefinition) -> dict[str, str]:
     """The id :func:`to_mermaid` draws each state under (``s0``, ``s1``... in the definition's order)."""
     return {sid: f"s{n}" for n, sid in enumerate(definition.states)}
+
+
+def extra_nodes(definition: FSMDefinition) -> dict[str, str]:
+    """The Mermaid nodes drawn besides the states, by id: "from anywhere" when there are global
+    transitions, "back where it came from" when a transition goes to ``"$return"``."""
+    moves = [*definition.global_transitions, *(t for s in definition.states.values() for t in s.transitions)]
+    nodes = {MERMAID_ANYWHERE: ANYWHERE_LABEL} if definition.global_transitions else {}
+    if any(t.target_state == RETURN for t in moves):
+        nodes[MERMAID_BACK] = BACK_LABEL
+    return nodes
 
 
 def tools_text(tools: Sequence[str]) -> str:
@@ -200,13 +234,26 @@ def to_dot(definition: FSMDefinition) -> str:
         for sid, s in definition.states.items()
         if s.tools
     ]
+    extra = extra_nodes(definition)
+    if MERMAID_ANYWHERE in extra:
+        lines.append(f"    {_dot_quote(_DOT_ANYWHERE)} [shape=note, style=dashed, label={_dot_quote(ANYWHERE_LABEL)}];")
+    if MERMAID_BACK in extra:
+        lines.append(f"    {_dot_quote(_DOT_BACK)} [shape=plaintext, label={_dot_quote(BACK_LABEL)}];")
     lines.append(f"    {_dot_quote(_DOT_START)} -> {_dot_quote(definition.initial_state)};")
     for sid, state in definition.states.items():
         for transition in state.transitions:
-            target, label = _dot_quote(transition.target_state), _dot_quote(edge_label(transition))
-            lines.append(f"    {_dot_quote(sid)} -> {target} [label={label}];")
+            target, label = _dot_node(transition.target_state), _dot_quote(edge_label(transition))
+            style = ", style=dashed" if transition.target_state == RETURN else ""
+            lines.append(f"    {_dot_quote(sid)} -> {target} [label={label}{style}];")
+    for move in definition.global_transitions:
+        target, label = _dot_node(move.target_state), _dot_quote(global_label(move))
+        lines.append(f"    {_dot_quote(_DOT_ANYWHERE)} -> {target} [label={label}, style=dashed];")
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _dot_node(target: str) -> str:
+    return _dot_quote(_DOT_BACK if target == RETURN else target)
 
 
 def _dot_quote(text: str) -> str:

@@ -1,7 +1,8 @@
 """Paths through a definition: the shortest ones that, together, visit every reachable state.
 
 ``covering_paths`` returns the shortest path from the initial state to each terminal state, plus,
-for every state those paths miss, the shortest path through it to a terminal state.
+for every state those paths miss, the shortest path through it to a terminal state (a state that goes
+back, ``"$return"``, goes back to the state before it on the path, and on from there).
 :mod:`llm_fsm.testing.skeleton` turns them into a test file.
 """
 
@@ -21,6 +22,9 @@ def covering_paths(definition: FSMDefinition) -> list[list[str]]:
         if any(state in p for p in paths):
             continue
         there, onward = shortest_path(initial, {state}, edges), shortest_path(state, terminals, edges)
+        if there and len(there) > 1 and definition.returns(state):  # back where it came from, then on from there
+            back = shortest_path(there[-2], terminals, edges)
+            onward = [state, *back] if back else onward
         if there and onward:
             paths.append(there + onward[1:])
     return paths

@@ -55,6 +55,7 @@ from llm_fsm.cli.options import (
     masker,
     open_conversation,
 )
+from llm_fsm.definition import GlobalTransition
 from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
@@ -240,11 +241,14 @@ class ChatSession:
         return handler(argument) is not False
 
     def show_state(self, _: str) -> None:
-        state = self.conversation.definition.states[self.conversation.state]
+        definition = self.conversation.definition
+        state = definition.states[self.conversation.state]
         console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
-        for transition in state.transitions_by_priority():
+        back_to = definition.return_target(state.id, self.conversation.snapshot().came_from)
+        for transition in definition.moves(state.id, back_to):
+            kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
             console.print(
-                f"  → {transition.target_state} (priority {transition.priority}) {escape(transition.description)}"
+                f"  → {transition.target_state}{kind} (priority {transition.priority}) {escape(transition.description)}"
             )
         if state.terminal:
             console.print("  (terminal state)")

@@ -246,6 +246,10 @@ def definition_view(definition: FSMDefinition) -> dict[str, Any]:
             }
             for sid, state in definition.states.items()
         },
+        "global_transitions": [
+            {"target_state": g.target_state, "except_states": list(g.except_states)}
+            for g in definition.global_transitions
+        ],
         "mermaid": to_mermaid(definition),
         "mermaid_ids": mermaid_ids(definition),
     }

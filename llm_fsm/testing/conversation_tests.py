@@ -27,7 +27,7 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition import RETURN, FSMDefinition
 from llm_fsm.engine import RejectionKind
 from llm_fsm.errors import DefinitionError, FSMError, HooksLoadError, Problem
 from llm_fsm.hooks import Hooks
@@ -535,6 +535,26 @@ class Coverage:
     covered_transitions: frozenset[tuple[str, str]]
 
 
+ANYWHERE = "*"  # the source of a global transition, in coverage: it is covered once taken from any state
+
+
+def _edge(definition: FSMDefinition, move: tuple[str, str]) -> tuple[str, str]:
+    """The transition a move between two states took: the state's own to that state, else a global one
+    to it, else one going back (``"$return"``)."""
+    source, target = move
+    if source not in definition.states:
+        return move
+    own = {t.target_state for t in definition.states[source].transitions}
+    anywhere = {g.target_state for g in definition.global_moves(source)}
+    if target in own:
+        return move
+    if target in anywhere:
+        return (ANYWHERE, target)
+    if RETURN in own:
+        return (source, RETURN)
+    return (ANYWHERE, RETURN) if RETURN in anywhere else move
+
+
 def coverage(outcomes: Iterable[CaseOutcome]) -> list[Coverage]:
     """State and transition coverage of each definition by the cases that ran it."""
     by_definition: dict[Path, list[CaseOutcome]] = {}
@@ -548,8 +568,10 @@ def coverage(outcomes: Iterable[CaseOutcome]) -> list[Coverage]:
         except FSMError:
             continue
         edges = {(sid, t.target_state) for sid, s in definition.states.items() for t in s.transitions}
+        edges |= {(ANYWHERE, g.target_state) for g in definition.global_transitions}  # each counted once
         states = frozenset().union(*(c.states for c in cases)) & set(definition.states)
-        taken = frozenset().union(*(c.transitions for c in cases)) & edges
+        taken = frozenset(_edge(definition, move) for move in frozenset().union(*(c.transitions for c in cases)))
+        taken &= edges
         report.append(
             Coverage(path, frozenset(definition.states), frozenset(states), frozenset(edges), frozenset(taken))
         )

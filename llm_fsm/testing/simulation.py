@@ -108,7 +108,7 @@ class SimulatedLLM:
     def reply(self, state: str, context: dict[str, Any], request: LLMRequest) -> dict[str, Any]:
         users = [m for m in request.messages if m.get("role") == "user"]
         opening = bool(users) and users[0].get("content") == OPENING_REQUEST
-        moves = [] if opening else self.moves(state, context)
+        moves = [] if opening else self.moves(state, context, request.back_to)
         wanted = self.next_in_path(state)
         if wanted is not None:
             moves = [m for m in moves if m[0] == wanted]
@@ -134,10 +134,13 @@ class SimulatedLLM:
             return self.path[1] if len(self.path) > 1 else None
         return None
 
-    def moves(self, state: str, context: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-        """Every (target, update) the model could propose and the runtime would accept."""
+    def moves(
+        self, state: str, context: dict[str, Any], back_to: str | None = None
+    ) -> list[tuple[str, dict[str, Any]]]:
+        """Every (target, update) the model could propose and the runtime would accept: the state's own
+        moves and the global ones, a ``"$return"`` one going to ``back_to`` (the request's)."""
         moves = []
-        for transition in self.definition.states[state].transitions_by_priority():
+        for transition in self.definition.moves(state, back_to):
             if transition.target_state == state:
                 continue
             update = self.satisfy(state, transition, context)
@@ -162,10 +165,10 @@ class SimulatedLLM:
             return None
         return {k: v for k, v in witness.items() if context.get(k) != v}
 
-    def unsatisfied(self, state: str, target: str, context: dict[str, Any]) -> str | None:
+    def unsatisfied(self, state: str, target: str, context: dict[str, Any], back_to: str | None = None) -> str | None:
         """Why no move from ``state`` to ``target`` can be proposed on ``context`` (the first condition
         that no acceptable update satisfies), or None when one can."""
-        transitions = [t for t in self.definition.states[state].transitions if t.target_state == target]
+        transitions = [t for t in self.definition.moves(state, back_to) if t.target_state == target]
         if not transitions:
             return f"no transition from {state} to {target}"
         if any(self.satisfy(state, t, context) is not None for t in transitions):

@@ -125,9 +125,10 @@ def _stuck(llm: SimulatedLLM, path: list[str], conversation: Conversation) -> st
     if state not in path:
         return f"left the path for {state}"
     wanted = path[path.index(state) + 1]
-    return (
-        llm.unsatisfied(state, wanted, dict(conversation.context)) or f"stayed in {state} instead of moving to {wanted}"
-    )
+    snapshot = conversation.snapshot()
+    back_to = conversation.definition.return_target(state, snapshot.came_from)
+    why = llm.unsatisfied(state, wanted, dict(conversation.context), back_to)
+    return why or f"stayed in {state} instead of moving to {wanted}"
 
 
 def _walk(conversation: Conversation, turn: Turn, llm: SimulatedLLM, path: list[str]) -> list[dict[str, Any]]:
@@ -181,7 +182,7 @@ def _code_keys(definition: FSMDefinition, path: list[str], start: int) -> dict[s
     protected = set(definition.handler_only_keys)
     needed: dict[str, Any] = {}
     for source, target in zip(path[start:], path[start + 1 :], strict=False):
-        for transition in definition.states[source].transitions:
+        for transition in definition.moves(source, target):  # a "$return" on a path goes to the next state
             keys = {k.split(".")[0] for c in transition.conditions for k in condition_keys(c)}
             if transition.target_state != target or not keys & protected:
                 continue

@@ -230,8 +230,9 @@ def check_turn(
     assert 1 <= result.llm_calls <= 8
     assert result.usage.prompt_tokens > 0 and result.usage.completion_tokens > 0
     previous = before.state
-    if state != previous:
-        moves = [t for t in definition.states[previous].transitions if t.target_state == state]
+    if state != previous:  # the state's own transitions or a global one, "$return" going where it came from
+        back_to = definition.return_target(previous, before.came_from)
+        moves = [t for t in definition.moves(previous, back_to) if t.target_state == state]
         assert moves, f"{previous} → {state} is not a declared transition"
         assert any(unmet_condition(t, conversation.context) is None for t in moves), f"{previous} → {state}"
     writable = model_writable_keys(definition, previous)
