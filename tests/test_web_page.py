@@ -355,3 +355,42 @@ def test_a_reloaded_page_shows_its_conversation_again(opened: Any):
         assert texts == ["Hi! Your name?", "Ann", "Thanks Ann! Email?"]
         assert page.text("#path") == "ask_name → ask_email" and page.current_state() == "ask_email"
         assert re.search(r"\bAnn\b", page.text("#context"))
+
+
+@browser_test
+def test_the_working_memory_and_the_running_summary_are_shown(opened: Any):
+    notes = {
+        "name": "notes",
+        "initial_state": "talk",
+        "summaries": {"batch": 1},
+        "memory": {"slots": {"facts": {"description": "Facts the user gave"}, "plans": {"description": "Plans"}}},
+        "states": {"talk": {"purpose": "Talk", "transitions": [{"target_state": "bye"}]}, "bye": {"purpose": "Bye"}},
+    }
+    noted = reply("talk", "Noted.")
+    noted["transition"]["memory_update"] = {"facts": "<b>flies</b> on Friday"}
+    llm = ScriptedLLM([reply("talk", "Hi!"), noted, reply("talk", "Sure.")], summaries=lambda _: {"summary": "Talked."})
+    window = llm_fsm.PromptBuilder(settings=llm_fsm.PromptSettings(history_window=1))
+    app = create_app([llm_fsm.load(notes)], llm, store="memory:", conversation_options={"prompt": window})
+    with live(app) as base:
+        page = opened(base)
+        page.wait_text("#definition", "notes")
+        page.start("notes")
+        page.wait_text("#transcript li.assistant .meta", "turn 0")
+        assert page.tab.locator("#memory-section").is_visible() and page.text("#summary") == "none yet"
+        page.send("I fly on Friday")
+        page.wait_text("#memory", "on Friday")
+        assert page.text('#memory tr[data-slot="facts"] td.value') == "<b>flies</b> on Friday"  # text, not HTML
+        assert page.text('#memory tr[data-slot="plans"] td.value') == "(empty)"
+        page.send("Thanks")
+        page.wait_text("#summary", "Talked.")
+
+
+@browser_test
+def test_a_definition_without_memory_shows_no_memory_panel(opened: Any):
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?")])
+    with live(create_app([signup()], llm, store="memory:")) as base:
+        page = opened(base)
+        page.wait_text("#definition", "signup")
+        page.start("signup")
+        page.wait_text("#transcript li.assistant .meta", "turn 0")
+        assert not page.tab.locator("#memory-section").is_visible()

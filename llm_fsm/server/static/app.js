@@ -382,6 +382,7 @@ function showConversation(conversation) {
   const id = conversation.id.slice(0, 8);
   $("status").textContent = `${conversation.definition} · conversation ${id} · state ${conversation.state} · ${conversation.status}`;
   showContext(conversation);
+  showMemory(conversation);
   showPending(conversation.pending);
   $("ended").hidden = !conversation.ended;
   $("ended").textContent = `The conversation has ended in state ${conversation.state}.`;
@@ -406,6 +407,22 @@ function showContext(conversation) {
     rows[0].append(empty);
   }
   $("context").tBodies[0].replaceChildren(...rows);
+}
+
+// The working memory's slots and the running summary (absent from servers older than this page).
+function showMemory(conversation) {
+  const memory = conversation.memory || {};
+  const summary = conversation.summary || { text: "" };
+  $("memory-section").hidden = !Object.keys(memory).length && !summary.text;
+  const rows = Object.entries(memory).map(([slot, text]) => {
+    const row = el("tr");
+    row.dataset.slot = slot;
+    row.append(el("td", "", slot), el("td", "value", text || "(empty)"));
+    return row;
+  });
+  $("memory").tBodies[0].replaceChildren(...rows);
+  const failed = summary.error ? ` (the last summary call failed: ${summary.error})` : "";
+  $("summary").textContent = (summary.text || "none yet") + failed;
 }
 
 function showPending(pending) {
