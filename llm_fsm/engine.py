@@ -84,7 +84,24 @@ class Snapshot(BaseModel):
     used_tokens: tuple[str, ...] = Field((), description="Resume tokens already used (each works once).")
     memory: dict[str, str] = Field(default_factory=dict, description="Working-memory slots written (llm_fsm.memory).")
     summary: RunningSummary = Field(default_factory=RunningSummary, description="The running summary (summaries).")
+    stack: tuple[Frame, ...] = Field(
+        (), description="Sub-conversations under way (llm_fsm.subflows), outermost first; the last one talks."
+    )
 
+
+class Frame(BaseModel):
+    """A sub-conversation under way: the definition it runs, the state of the level below that runs
+    it, and its own snapshot (whose ``stack`` is empty: the frames are listed in the root's)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    definition: str = Field(description="The sub-definition's name.")
+    reference: str = Field(description="The state's subflow.definition that names it.")
+    state: str = Field(description="The state of the level below that runs it.")
+    snapshot: Snapshot
+
+
+Snapshot.model_rebuild()
 
 RejectionKind = Literal[
     "format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool", "memory"
