@@ -242,6 +242,13 @@ def frames(definition: FSMDefinition, snapshot: Snapshot) -> list[dict[str, Any]
     return [{"definition": name, "state": state} for name, state in zip(names, states, strict=True)]
 
 
+def innermost(definition: FSMDefinition, snapshot: Snapshot) -> tuple[FSMDefinition, Snapshot]:
+    """The definition and snapshot of the level that talks: the last sub-conversation, or the root."""
+    if not snapshot.stack:
+        return definition, snapshot
+    return levels(definition, snapshot)[-1], snapshot.stack[-1].snapshot
+
+
 def breadcrumb(definition: FSMDefinition, snapshot: Snapshot) -> str:
     """``claim › identity_check: ask_dob`` (the root's state left out when a sub-conversation talks)."""
     where = frames(definition, snapshot)
