@@ -252,7 +252,9 @@ class Conversation:
             )
         conversation = cls(definition, llm, **options)
         strict = strict_definition
-        conversation._snapshot = subflows.check_restore(definition, snap, allow_changed=allow_changed_definition, strict=strict)
+        conversation._snapshot = subflows.check_restore(
+            definition, snap, allow_changed=allow_changed_definition, strict=strict
+        )
         return conversation
 
     def update_context(self, delta: Mapping[str, Any]) -> None:

@@ -58,7 +58,7 @@ from llm_fsm.wording import did_you_mean
 
 if TYPE_CHECKING:
     from llm_fsm.hooks import Hooks
-    from llm_fsm.turn import Steps, TurnResult, TurnRunner, TurnSettings
+    from llm_fsm.turn import Steps, TurnResult, TurnSettings
 
 MAX_DEPTH = 4
 _MISSING = object()
@@ -80,7 +80,9 @@ def attach(definition: FSMDefinition, subflows: Mapping[str, FSMDefinition]) -> 
     return definition
 
 
-def resolve(definition: FSMDefinition, source: str | None, *, strict: bool = False) -> tuple[list[Report], list[Problem]]:
+def resolve(
+    definition: FSMDefinition, source: str | None, *, strict: bool = False
+) -> tuple[list[Report], list[Problem]]:
     """Load the sub-definitions ``definition`` names (relative to ``source``'s folder) and attach them.
 
     Returns the problems at our paths (errors first marked by code; warnings have code ``subflow_input``)
@@ -207,7 +209,9 @@ def unattached(definition: FSMDefinition) -> list[Problem]:
             if state.subflow is not None and state.subflow.definition not in parent.subflow_definitions:
                 ref = state.subflow.definition
                 message = f"state '{sid}' runs subflow '{ref}', which is not loaded"
-                hint = "load the definition from its file (llm_fsm.load), or attach it: subflows.attach(definition, {...})"
+                hint = (
+                    "load the definition from its file (llm_fsm.load), or attach it: subflows.attach(definition, {...})"
+                )
                 problems.append(Problem(f"states.{sid}.subflow.definition", message, hint=hint,
                                         code="subflow_unloaded", source=parent.name))  # fmt: skip
     return problems
@@ -255,9 +259,7 @@ def breadcrumb(definition: FSMDefinition, snapshot: Snapshot) -> str:
     return " › ".join(f["definition"] for f in where) + f": {where[-1]['state']}"
 
 
-def check_restore(
-    definition: FSMDefinition, snapshot: Snapshot, *, allow_changed: bool, strict: bool
-) -> Snapshot:
+def check_restore(definition: FSMDefinition, snapshot: Snapshot, *, allow_changed: bool, strict: bool) -> Snapshot:
     """``snapshot``'s stack checked against ``definition``'s subflows; the frames' hashes brought up to date."""
     if not snapshot.stack:
         return snapshot
@@ -265,7 +267,9 @@ def check_restore(
     updated = []
     for frame, sub in zip(snapshot.stack, found[1:], strict=True):
         snap = frame.snapshot
-        changes = sub.blocking_changes(snap.definition_hash, snap.definition_outline, strict=strict, name=snap.definition_name)
+        changes = sub.blocking_changes(
+            snap.definition_hash, snap.definition_outline, strict=strict, name=snap.definition_name
+        )
         if changes and not allow_changed:
             raise ConversationError(
                 f"the subflow definition '{sub.name}' changed since this snapshot was taken: {'; '.join(changes)} "
@@ -364,8 +368,12 @@ class StackTurn:
         else:
             token, result = resume
             if token in snapshot.used_tokens:
-                raise ResumeError("this resume token was already used: a pause is resumed exactly once", state=snapshot.state)
-            self.inner = resume_turn(top, top_snapshot, runtime.hooks, settings, token, dict(result), handle=runtime.handle)
+                raise ResumeError(
+                    "this resume token was already used: a pause is resumed exactly once", state=snapshot.state
+                )
+            self.inner = resume_turn(
+                top, top_snapshot, runtime.hooks, settings, token, dict(result), handle=runtime.handle
+            )
         self.token = resume[0] if resume is not None else None
         self.turn_index = snapshot.turns + (1 if user is not None or snapshot.history else 0)
         self.base = snapshot
@@ -444,7 +452,9 @@ class StackTurn:
                                     turn=snapshot.turns + 1)  # fmt: skip
         base = snapshot.model_copy(update={"context": context, "provenance": provenance})
         target = next(
-            t.target_state for t in parent.states[base.state].transitions_by_priority() if unmet_condition(t, context) is None
+            t.target_state
+            for t in parent.states[base.state].transitions_by_priority()
+            if unmet_condition(t, context) is None
         )  # validate requires a transition without conditions: one always holds
         runner = TurnRunner(parent, base, self.runtime.hooks, self.runtime.settings(parent), user=self.user,
                             handle=self.runtime.handle)  # fmt: skip

@@ -126,7 +126,9 @@ def test_a_terminal_subflow_state_is_an_error(folder: Path) -> None:
     def change(d: dict[str, Any]) -> None:
         d["states"]["done"]["subflow"] = {"definition": "identity_check.json"}
 
-    assert ("states.done.subflow", "subflow_terminal") in [(p, c) for p, c, _ in errors(edit(folder, "claim.json", change))]
+    assert ("states.done.subflow", "subflow_terminal") in [
+        (p, c) for p, c, _ in errors(edit(folder, "claim.json", change))
+    ]
 
 
 def test_a_cycle_of_subflows_is_an_error(folder: Path) -> None:
@@ -212,7 +214,9 @@ def test_turns_run_in_the_sub_definition(folder: Path) -> None:
 @pytest.mark.parametrize(
     ("verified", "target"), [(True, "describe_loss"), (False, "refused")], ids=["verified", "not verified"]
 )
-def test_the_end_pops_with_the_output_and_the_move_its_results_choose(folder: Path, verified: bool, target: str) -> None:
+def test_the_end_pops_with_the_output_and_the_move_its_results_choose(
+    folder: Path, verified: bool, target: str
+) -> None:
     end = reply("ok" if verified else "failed", "Identity confirmed." if verified else "Sorry.", verified=verified)
     conversation, llm = in_identity(folder, DOB, end)
     conversation.send("1 Jan 1990")
@@ -244,8 +248,18 @@ def test_handlers_of_the_move_after_a_pop_run(folder: Path) -> None:
 
 def nested(folder: Path) -> Path:
     """outer -> middle (subflow inner) -> inner; inner's answer comes back through both."""
-    write(folder, "inner.json", {"name": "inner", "initial_state": "ask", "states": {
-        "ask": {"required_context_keys": ["answer"], "transitions": [{"target_state": "end"}]}, "end": {}}})
+    write(
+        folder,
+        "inner.json",
+        {
+            "name": "inner",
+            "initial_state": "ask",
+            "states": {
+                "ask": {"required_context_keys": ["answer"], "transitions": [{"target_state": "end"}]},
+                "end": {},
+            },
+        },
+    )
     write(folder, "middle.json", {"name": "middle", "initial_state": "run", "states": {
         "run": {"subflow": {"definition": "inner", "output": {"got": "answer"}},
                 "transitions": [{"target_state": "end"}]},
@@ -412,7 +426,10 @@ def test_restore_refuses_a_changed_sub_definition_unless_allowed(folder: Path) -
     changed = llm_fsm.load(folder / "claim.json")
     with pytest.raises(ConversationError, match="'identity_check' changed"):
         Conversation.restore(saved, changed, ScriptedLLM())
-    assert Conversation.restore(saved, changed, ScriptedLLM(), allow_changed_definition=True).frames[-1]["state"] == "ask_dob"
+    assert (
+        Conversation.restore(saved, changed, ScriptedLLM(), allow_changed_definition=True).frames[-1]["state"]
+        == "ask_dob"
+    )
 
 
 # -- views --------------------------------------------------------------------------------------

@@ -143,7 +143,9 @@ def to_mermaid(definition: FSMDefinition) -> str:
     lines = ["stateDiagram-v2"]
     lines += [f'    state "{_mermaid_name(sid)}" as {ids[sid]}' for sid in definition.states]
     lines += [
-        f"    {ids[sid]} : {mermaid_text(line)}" for sid, st in definition.states.items() for line in _notes(definition, st)
+        f"    {ids[sid]} : {mermaid_text(line)}"
+        for sid, st in definition.states.items()
+        for line in _notes(definition, st)
     ]
     lines.append(f"    [*] --> {ids[definition.initial_state]}")
     for sid, state in definition.states.items():

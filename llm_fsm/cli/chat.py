@@ -244,7 +244,9 @@ class ChatSession:
 
         definition, snapshot = subflows.innermost(self.conversation.definition, self.conversation.snapshot())
         if snapshot is not self.conversation.snapshot():  # a sub-conversation talks: where in the stack
-            console.print(f"[dim]in {escape(subflows.breadcrumb(self.conversation.definition, self.conversation.snapshot()))}[/]")
+            console.print(
+                f"[dim]in {escape(subflows.breadcrumb(self.conversation.definition, self.conversation.snapshot()))}[/]"
+            )
         state = definition.states[snapshot.state]
         console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
         for transition in state.transitions_by_priority():
