@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
-from llm_fsm import memory, subflows, summaries, telemetry
+from llm_fsm import memory, subflow_turns, subflows, summaries, telemetry
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
@@ -132,7 +132,7 @@ class Conversation:
         self._stacked = subflows.has_subflows(definition)
         if self._stacked:
             self._frame_settings = _bind_subflows(definition, self.hooks, self.settings)
-            self._snapshot = subflows.entered(definition, self._snapshot)
+            self._snapshot = subflow_turns.entered(definition, self._snapshot)
         self._busy = False
         self._summary_task: asyncio.Task[summaries.SummaryRun | None] | None = None
         self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
@@ -252,7 +252,7 @@ class Conversation:
             )
         conversation = cls(definition, llm, **options)
         strict = strict_definition
-        conversation._snapshot = subflows.check_restore(
+        conversation._snapshot = subflow_turns.check_restore(
             definition, snap, allow_changed=allow_changed_definition, strict=strict
         )
         return conversation
@@ -422,7 +422,7 @@ class Conversation:
             self._no_summary_running("a sync turn")
             text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
             if self._stacked:
-                return subflows.StackTurn(self.definition, self._snapshot, self._runtime(), user=text)  # type: ignore[return-value]
+                return subflow_turns.StackTurn(self.definition, self._snapshot, self._runtime(), user=text)  # type: ignore[return-value]
             return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self)
 
         return steps
@@ -433,15 +433,15 @@ class Conversation:
             self._no_summary_running("a sync turn")
             if self._stacked:
                 runtime, resume = self._runtime(), (token, {} if result is None else result)
-                return subflows.StackTurn(self.definition, self._snapshot, runtime, user=None, resume=resume)  # type: ignore[return-value]
+                return subflow_turns.StackTurn(self.definition, self._snapshot, runtime, user=None, resume=resume)  # type: ignore[return-value]
             args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
             return resume_turn(*args, handle=self)
 
         return steps
 
-    def _runtime(self) -> subflows.Runtime:
+    def _runtime(self) -> subflow_turns.Runtime:
         settings = self._frame_settings
-        return subflows.Runtime(self.hooks, lambda d: settings.get(id(d), self.settings), self)
+        return subflow_turns.Runtime(self.hooks, lambda d: settings.get(id(d), self.settings), self)
 
     def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
         """Raise unless the conversation can take this turn now."""

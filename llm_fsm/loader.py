@@ -193,7 +193,7 @@ class _Reader:
 
     def _check_subflows(self, definition: FSMDefinition) -> None:
         """Load the sub-definitions the states run, and check their mappings (see :mod:`llm_fsm.subflows`)."""
-        reports, inner = subflows.resolve(definition, self.source, strict=self.strict)
+        reports, inner = subflows.resolve(definition, self.source, inspect, strict=self.strict)
         for loc, message, code, hint in reports:
             (self.warn if code == "subflow_input" else self.error)(loc, message, code=code, hint=hint)
         self.errors += inner
