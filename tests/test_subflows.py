@@ -490,3 +490,21 @@ def test_the_turn_span_names_the_frame(folder: Path) -> None:
     assert turns[0].attributes["llm_fsm.frame.depth"] == 0
     calls = [s for s in exporter.get_finished_spans() if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert len(calls) == 3 and calls[-1].parent.span_id == turns[-1].context.span_id
+
+
+def test_chat_state_and_why_show_the_stack(folder: Path, tmp_path: Path) -> None:
+    from tests.test_chat import chat
+
+    result = chat(folder / "claim.json", tmp_path, [OPEN, TO_IDENTITY, DOB], "P1, Ann\n1990\n/state\n/why\n/quit\n")
+    assert result.exit_code == 0, result.output
+    assert "in claim › identity_check: check" in result.output
+    assert "check: Ask the security answer." in result.output
+    assert "The last turn ran in the sub-conversation identity_check › ask_dob." in result.output
+
+
+def test_validate_does_not_warn_about_keys_a_subflow_sets_or_reads(folder: Path) -> None:
+    from llm_fsm.authoring.analysis import analyze
+
+    assert analyze(folder / "claim.json") == []
+    edit(folder, "claim.json", lambda d: d["states"]["identity"].pop("subflow"))  # now nothing sets it
+    assert "key_never_set" in [d.code for d in analyze(folder / "claim.json")]
