@@ -18,6 +18,7 @@ import asyncio
 import copy
 import logging
 from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from dataclasses import replace
 from functools import partial
 from itertools import chain
 from types import TracebackType
@@ -25,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Union
 
 from pydantic import ValidationError
 
-from llm_fsm import memory, summaries, telemetry
+from llm_fsm import memory, subflow_turns, subflows, summaries, telemetry
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
@@ -128,6 +129,10 @@ class Conversation:
             summary_llm=summary_llm, background_summaries=background_summaries,
         )  # fmt: skip
         self._snapshot = initial_snapshot(definition, state, dict(context or {}))
+        self._stacked = subflows.has_subflows(definition)
+        if self._stacked:
+            self._frame_settings = _bind_subflows(definition, self.hooks, self.settings)
+            self._snapshot = subflow_turns.entered(definition, self._snapshot)
         self._busy = False
         self._summary_task: asyncio.Task[summaries.SummaryRun | None] | None = None
         self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
@@ -178,6 +183,12 @@ class Conversation:
     @property
     def status(self) -> str:
         return self._snapshot.status
+
+    @property
+    def frames(self) -> list[dict[str, Any]]:
+        """Where the conversation is: ``{"definition", "state"}`` of the root, then of each
+        sub-conversation under way (the last one talks; see :mod:`llm_fsm.subflows`)."""
+        return subflows.frames(self.definition, self._snapshot)
 
     def snapshot(self) -> Snapshot:
         """The whole conversation as an immutable, JSON-serialisable model."""
@@ -240,7 +251,10 @@ class Conversation:
                 update={"definition_hash": definition.content_hash, "definition_outline": definition.outline}
             )
         conversation = cls(definition, llm, **options)
-        conversation._snapshot = snap
+        strict = strict_definition
+        conversation._snapshot = subflow_turns.check_restore(
+            definition, snap, allow_changed=allow_changed_definition, strict=strict
+        )
         return conversation
 
     def update_context(self, delta: Mapping[str, Any]) -> None:
@@ -407,6 +421,8 @@ class Conversation:
             self._may_take(user)
             self._no_summary_running("a sync turn")
             text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
+            if self._stacked:
+                return subflow_turns.StackTurn(self.definition, self._snapshot, self._runtime(), user=text)  # type: ignore[return-value]
             return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self)
 
         return steps
@@ -415,10 +431,17 @@ class Conversation:
         def steps() -> TurnRunner:
             self._may_take(None, resuming=True)
             self._no_summary_running("a sync turn")
+            if self._stacked:
+                runtime, resume = self._runtime(), (token, {} if result is None else result)
+                return subflow_turns.StackTurn(self.definition, self._snapshot, runtime, user=None, resume=resume)  # type: ignore[return-value]
             args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
             return resume_turn(*args, handle=self)
 
         return steps
+
+    def _runtime(self) -> subflow_turns.Runtime:
+        settings = self._frame_settings
+        return subflow_turns.Runtime(self.hooks, lambda d: settings.get(id(d), self.settings), self)
 
     def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
         """Raise unless the conversation can take this turn now."""
@@ -664,6 +687,13 @@ def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> dict[str, callin
     if problems:
         raise DefinitionError(problems, source=definition.name)
     return tools
+
+
+def _bind_subflows(definition: FSMDefinition, hooks: Hooks, settings: TurnSettings) -> dict[int, TurnSettings]:
+    """The turn settings of each sub-definition (its own tools), once each is known to load and be bound."""
+    if problems := subflows.unattached(definition):
+        raise DefinitionError(problems, source=definition.name)
+    return {id(sub): replace(settings, tools=_check_bindings(sub, hooks)) for sub in subflows.tree(definition)}
 
 
 def _lists_tools(definition: FSMDefinition) -> bool:

@@ -191,6 +191,20 @@ class MCPServerSpec(_Frozen):
     cwd: str | None = Field(None, description="Working folder of the command (relative to the definition's).")
 
 
+class Subflow(_Frozen):
+    """Another definition this state runs as a sub-conversation (see :mod:`llm_fsm.subflows`)."""
+
+    definition: str = Field(
+        description="The sub-definition: a path relative to this file, or a name (<name>.json in this file's folder)."
+    )
+    input: dict[str, str] = Field(
+        default_factory=dict, description="Its initial context: its key -> our key (or dotted path) read from ours."
+    )
+    output: dict[str, str] = Field(
+        default_factory=dict, description="On its end: our key -> its key (or dotted path) written into ours."
+    )
+
+
 class State(_Frozen):
     id: str = Field(description="Unique identifier: letters, digits and underscores.")
     description: str = Field("", description="A short summary of the state, shown to the model.")
@@ -223,6 +237,9 @@ class State(_Frozen):
     )
     summaries: StateSummaries | None = Field(
         None, description="This state's summary triggers (on_overflow, on_leave), over the definition's."
+    )
+    subflow: Subflow | None = Field(
+        None, description="Run another definition as a sub-conversation on entering this state (llm_fsm.subflows)."
     )
 
     @field_validator("example_dialogue", mode="before")
@@ -418,6 +435,11 @@ class FSMDefinition(_Frozen):
         return self.changes_since(outline, prose=strict)
 
     @cached_property
+    def subflow_definitions(self) -> dict[str, FSMDefinition]:
+        """The definitions its states' ``subflow`` name, by reference, as the loader attached them."""
+        return {}
+
+    @cached_property
     def _derived(self) -> dict[tuple[str, str], Any]:
         return {}
 
@@ -512,7 +534,7 @@ _ADDED_TOP = {
     "summaries": None,
     "global_transitions": [],
 }
-_ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None}
+_ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:

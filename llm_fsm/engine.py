@@ -89,7 +89,24 @@ class Snapshot(BaseModel):
         description='The way back: the states the conversation came from, the last one most recent. A "$return" '
         "move goes to the last; a move to a state on it cuts it there; any other move adds the state it leaves.",
     )
+    stack: tuple[Frame, ...] = Field(
+        (), description="Sub-conversations under way (llm_fsm.subflows), outermost first; the last one talks."
+    )
 
+
+class Frame(BaseModel):
+    """A sub-conversation under way: the definition it runs, the state of the level below that runs
+    it, and its own snapshot (whose ``stack`` is empty: the frames are listed in the root's)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    definition: str = Field(description="The sub-definition's name.")
+    reference: str = Field(description="The state's subflow.definition that names it.")
+    state: str = Field(description="The state of the level below that runs it.")
+    snapshot: Snapshot
+
+
+Snapshot.model_rebuild()
 
 RejectionKind = Literal[
     "format", "truncated", "target", "condition", "context_key", "context_value", "check", "tool", "memory"

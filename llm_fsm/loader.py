@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llm_fsm import logic
+from llm_fsm import logic, subflows
 from llm_fsm.definition import (
     RETURN,
     Check,
@@ -197,9 +197,18 @@ class _Reader:
         definition = self._validate(data)
         self._check_graph(data)
         self._check_tools(data)
+        if definition is not None and not self.errors and subflows.has_subflows(definition):
+            self._check_subflows(definition)
         if self.errors:
             definition = None
         return LoadReport(definition, self.errors, self.warnings, self.source)
+
+    def _check_subflows(self, definition: FSMDefinition) -> None:
+        """Load the sub-definitions the states run, and check their mappings (see :mod:`llm_fsm.subflows`)."""
+        reports, inner = subflows.resolve(definition, self.source, inspect, strict=self.strict)
+        for loc, message, code, hint in reports:
+            (self.warn if code == "subflow_input" else self.error)(loc, message, code=code, hint=hint)
+        self.errors += inner
 
     # -- reporting ------------------------------------------------------------------------------
 

@@ -141,6 +141,10 @@ class TurnResult:
     tool_calls: tuple[ToolRun, ...] = ()
     memory_updates: dict[str, str] = field(default_factory=dict)  # slots written in the turn (model or handlers)
     summary: summaries.SummaryRun | None = None  # the summary call made in the turn (not in llm_calls)
+    # with subflows (llm_fsm.subflows): (definition, state) of the root and each sub-conversation after the
+    # turn, and the (definition, state) of the sub-conversation the turn ran in (None: the root's)
+    frames: tuple[tuple[str, str], ...] = ()
+    ran_in: tuple[str, str] | None = None
 
     @property
     def transitioned(self) -> bool:
@@ -170,6 +174,7 @@ class TurnResult:
             "tool_calls": [run.model_dump() for run in self.tool_calls],
             "memory_updates": self.memory_updates,
             "summary": self.summary.to_dict() if self.summary else None,
+            **({"frames": [list(f) for f in self.frames], "ran_in": self.ran_in} if self.frames else {}),
         }
 
 

@@ -33,6 +33,7 @@ SECTIONS = [
     ("A memory slot", "Slot"),
     ("Summaries (the definition's)", "SummarySpec"),
     ("Summaries (a state's)", "StateSummaries"),
+    ("A subflow (a state's sub-conversation)", "Subflow"),
     ('A check of kind "required_keys"', "RequiredKeysCheck"),
     ('A check of kind "schema"', "SchemaCheck"),
     ('A check of kind "regex"', "RegexCheck"),

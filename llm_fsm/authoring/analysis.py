@@ -75,7 +75,7 @@ from typing import Any, Literal, NamedTuple
 
 from llm_fsm.authoring.condition_solver import condition_keys, find_witness
 from llm_fsm.authoring.requirements import Requirements, requirements
-from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
+from llm_fsm.definition import RETURN, FSMDefinition, State, Subflow, Transition
 from llm_fsm.engine import EXTRA_KEY, model_writable_keys
 from llm_fsm.errors import Problem
 from llm_fsm.graph import GLOBAL, carry, predecessors, reachable, stuck, successors
@@ -650,7 +650,9 @@ def _keys_never_set(review: _Review) -> Iterator[Finding]:
     words = {key for key in wanted if _word(key)}
     others = wanted - words
     collected = {
-        sid: _collected(definition.states[sid], words, others) | tool_keys(definition, definition.states[sid])
+        sid: _collected(definition.states[sid], words, others)
+        | tool_keys(definition, definition.states[sid])
+        | set(_subflow(definition.states[sid]).output)  # a sub-conversation's results (llm_fsm.subflows)
         for sid in review.reachable
     }
     # A key is collected on a path to a state when a reachable state upstream (or the state) collects it.
@@ -744,6 +746,11 @@ def _needed_keys(transition: Transition) -> Iterator[tuple[str, tuple[str | int,
                 yield _root(key), ("conditions", j, "logic")
 
 
+def _subflow(state: State) -> Subflow:
+    """The state's subflow, or an empty one (no keys in or out)."""
+    return state.subflow or Subflow(definition="")
+
+
 def _keys_unused(definition: FSMDefinition) -> Iterator[Finding]:
     """Collected keys that no condition reads and no instruction refers to (collecting one is not using it)."""
     read = {
@@ -752,7 +759,7 @@ def _keys_unused(definition: FSMDefinition) -> Iterator[Finding]:
         for transition in transitions
         for condition in transition.conditions
         for key in condition_keys(condition)
-    }
+    } | {_root(key) for state in definition.states.values() for key in _subflow(state).input.values()}
     mentioned = _Words(
         text
         for state in definition.states.values()

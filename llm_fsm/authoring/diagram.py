@@ -18,7 +18,7 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 
-from llm_fsm.definition import RETURN, Condition, FSMDefinition, GlobalTransition, Transition
+from llm_fsm.definition import RETURN, Condition, FSMDefinition, GlobalTransition, State, Transition
 
 LABEL_LIMIT = 80
 ELLIPSIS = "…"
@@ -163,7 +163,9 @@ def to_mermaid(definition: FSMDefinition) -> str:
     extra = extra_nodes(definition)
     lines += [f'    state "{mermaid_text(label)}" as {node}' for node, label in extra.items()]
     lines += [
-        f"    {ids[sid]} : {mermaid_text(tools_text(st.tools))}" for sid, st in definition.states.items() if st.tools
+        f"    {ids[sid]} : {mermaid_text(line)}"
+        for sid, st in definition.states.items()
+        for line in _notes(definition, st)
     ]
     lines.append(f"    [*] --> {ids[definition.initial_state]}")
     for sid, state in definition.states.items():
@@ -191,6 +193,21 @@ def extra_nodes(definition: FSMDefinition) -> dict[str, str]:
     if any(t.target_state == RETURN for t in moves):
         nodes[MERMAID_BACK] = BACK_LABEL
     return nodes
+
+
+def _notes(definition: FSMDefinition, state: State) -> list[str]:
+    """What a state's box says besides its id: the tools, the sub-definition it runs."""
+    notes = [tools_text(state.tools)] if state.tools else []
+    if state.subflow is not None:
+        notes.append(subflow_text(definition, state))
+    return notes
+
+
+def subflow_text(definition: FSMDefinition, state: State) -> str:
+    """``runs subflow identity_check`` (the attached definition's name, else the reference)."""
+    assert state.subflow is not None
+    sub = definition.subflow_definitions.get(state.subflow.definition)
+    return f"runs subflow {sub.name if sub is not None else state.subflow.definition}"
 
 
 def tools_text(tools: Sequence[str]) -> str:
@@ -230,9 +247,9 @@ def to_dot(definition: FSMDefinition) -> str:
     ]
     lines += [f"    {_dot_quote(sid)} [shape=doublecircle];" for sid, s in definition.states.items() if s.terminal]
     lines += [
-        f"    {_dot_quote(sid)} [label={_dot_quote(sid + chr(10) + tools_text(s.tools))}];"
+        f"    {_dot_quote(sid)} [label={_dot_quote(chr(10).join([sid, *notes]))}{', peripheries=2' * bool(s.subflow)}];"
         for sid, s in definition.states.items()
-        if s.tools
+        if (notes := _notes(definition, s))
     ]
     extra = extra_nodes(definition)
     if MERMAID_ANYWHERE in extra:

@@ -241,10 +241,16 @@ class ChatSession:
         return handler(argument) is not False
 
     def show_state(self, _: str) -> None:
-        definition = self.conversation.definition
-        state = definition.states[self.conversation.state]
+        from llm_fsm import subflows
+
+        definition, snapshot = subflows.innermost(self.conversation.definition, self.conversation.snapshot())
+        if snapshot is not self.conversation.snapshot():  # a sub-conversation talks: where in the stack
+            console.print(
+                f"[dim]in {escape(subflows.breadcrumb(self.conversation.definition, self.conversation.snapshot()))}[/]"
+            )
+        state = definition.states[snapshot.state]
         console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
-        back_to = definition.return_target(state.id, self.conversation.snapshot().came_from)
+        back_to = definition.return_target(state.id, snapshot.came_from)
         for transition in definition.moves(state.id, back_to):
             kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
             console.print(
@@ -289,6 +295,11 @@ class ChatSession:
 
     def show_why(self, _: str) -> None:
         last = self.last
+        if last is not None and last.ran_in is not None:
+            console.print(f"The last turn ran in the sub-conversation {escape(' › '.join(last.ran_in))}.")
+        if last is not None and len(last.frames) > 1:
+            path = " › ".join(definition for definition, _ in last.frames)
+            console.print(f"Now in {escape(path)}: {escape(last.frames[-1][1])}.")
         if last is not None and last.tool_calls:
             console.print("Tool calls of the last turn:")
             for run in last.tool_calls:

@@ -217,6 +217,7 @@ def conversation_view(item: Stored, mask: Callable[[dict[str, Any]], dict[str, A
         "id": item.id,
         "definition": item.definition.name,
         "state": conversation.state,
+        "stack": conversation.frames,  # root first; the last one talks (subflows)
         "status": conversation.status,
         "ended": conversation.ended,
         "turns": snapshot.turns,

@@ -68,6 +68,7 @@ class TurnTrace:
         }
         if conversation.id is not None:
             attributes["gen_ai.conversation.id"] = conversation.id
+        attributes.update(getattr(runner, "frame_attributes", {}))  # a turn inside a sub-conversation (subflows)
         if runner.resuming is not None:
             attributes.update(_resume_attributes(runner))
         span = tracer.start_span(f"invoke_agent {definition.name}", kind=SpanKind.INTERNAL, attributes=attributes)

@@ -380,7 +380,7 @@ function addWhy(result) {
 function showConversation(conversation) {
   page.conversation = conversation;
   const id = conversation.id.slice(0, 8);
-  $("status").textContent = `${conversation.definition} · conversation ${id} · state ${conversation.state} · ${conversation.status}`;
+  $("status").textContent = `${conversation.definition} · conversation ${id} · ${whereIn(conversation)} · ${conversation.status}`;
   showContext(conversation);
   showMemory(conversation);
   showPending(conversation.pending);
@@ -389,6 +389,13 @@ function showConversation(conversation) {
   showPath();
   drawGraph();
   setBusy(page.busy);
+}
+
+// "state ask_policy", or inside sub-conversations "claim › identity_check: ask_dob" (the stack, root first)
+function whereIn(conversation) {
+  const stack = conversation.stack || [];
+  if (stack.length < 2) return `state ${conversation.state}`;
+  return `${stack.map((frame) => frame.definition).join(" › ")}: ${stack[stack.length - 1].state}`;
 }
 
 function showContext(conversation) {

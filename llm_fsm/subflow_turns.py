@@ -1,0 +1,224 @@
+"""The turns of a conversation whose definition has subflows: push, run in the innermost, pop.
+
+What they do is described in :mod:`llm_fsm.subflows`; this module is the runtime part.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.engine import Decision, Exchange, Frame, Snapshot, initial_snapshot, record, unmet_condition, write
+from llm_fsm.errors import ConversationError, ResumeError
+from llm_fsm.hooks import Hooks
+from llm_fsm.subflows import MAX_DEPTH, frames, levels
+from llm_fsm.turn import Checkpoint, Steps, TurnResult, TurnRunner, TurnSettings, resume_turn
+
+_MISSING = object()
+
+
+def check_restore(definition: FSMDefinition, snapshot: Snapshot, *, allow_changed: bool, strict: bool) -> Snapshot:
+    """``snapshot``'s stack checked against ``definition``'s subflows; the frames' hashes brought up to date."""
+    if not snapshot.stack:
+        return snapshot
+    found = levels(definition, snapshot)
+    updated = []
+    for frame, sub in zip(snapshot.stack, found[1:], strict=True):
+        snap = frame.snapshot
+        changes = sub.blocking_changes(
+            snap.definition_hash, snap.definition_outline, strict=strict, name=snap.definition_name
+        )
+        if changes and not allow_changed:
+            raise ConversationError(
+                f"the subflow definition '{sub.name}' changed since this snapshot was taken: {'; '.join(changes)} "
+                "(pass allow_changed_definition=True to restore anyway)",
+                state=snapshot.state,
+            )
+        snap = snap.model_copy(update={"definition_hash": sub.content_hash, "definition_outline": sub.outline})
+        updated.append(frame.model_copy(update={"snapshot": snap}))
+    return snapshot.model_copy(update={"stack": tuple(updated)})
+
+
+def entered(definition: FSMDefinition, snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with the sub-conversations its current state (and theirs) run pushed, if any."""
+    defs = levels(definition, snapshot)
+    snaps = [snapshot, *(frame.snapshot for frame in snapshot.stack)]
+    _push(defs, snaps)
+    return _rooted(defs, snaps)
+
+
+def _push(defs: list[FSMDefinition], snaps: list[Snapshot]) -> list[FSMDefinition]:
+    """Push the sub-conversations the innermost level's state runs (changes the lists); the definitions."""
+    while (spec := defs[-1].states[snaps[-1].state].subflow) is not None and snaps[-1].status in ("new", "active"):
+        if len(defs) > MAX_DEPTH:
+            raise ConversationError(f"subflows nest more than {MAX_DEPTH} deep", state=snaps[0].state)
+        parent, sub = defs[-1], defs[-1].subflow_definitions[spec.definition]
+        values = {their: v for their, our in spec.input.items() if (v := _read(snaps[-1].context, our)) is not _MISSING}
+        child = initial_snapshot(sub, None, values)
+        child = child.model_copy(update={"provenance": record({}, values, f"parent:{parent.name}", 0)})
+        defs.append(sub)
+        snaps.append(child)
+    return defs
+
+
+def _rooted(defs: list[FSMDefinition], snaps: list[Snapshot]) -> Snapshot:
+    """The root snapshot holding ``snaps[1:]`` as its stack, paused when the innermost level is."""
+    root, top = snaps[0], snaps[-1]
+    stack = tuple(
+        Frame(
+            definition=defs[i].name,
+            reference=defs[i - 1].states[snaps[i - 1].state].subflow.definition,  # type: ignore[union-attr]
+            state=snaps[i - 1].state,
+            snapshot=snaps[i],
+        )
+        for i in range(1, len(snaps))
+    )
+    update: dict[str, Any] = {"stack": stack}
+    if stack:
+        status = {"paused": "paused", "new": root.status}.get(top.status, "active")
+        update |= {"status": status, "pending": top.pending}
+    return root.model_copy(update=update)
+
+
+def _read(context: Mapping[str, Any], path: str) -> Any:
+    value: Any = context
+    for part in path.split("."):
+        if not isinstance(value, Mapping) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
+
+
+# -- turns --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """What a stacked turn needs besides its snapshot: the hooks and each definition's settings."""
+
+    hooks: Hooks
+    settings: Callable[[FSMDefinition], TurnSettings]
+    handle: Any = None
+
+
+class StackTurn:
+    """A turn of a conversation with sub-conversations under way (or that may start one): it runs as
+    the innermost level's :class:`~llm_fsm.turn.TurnRunner`, then pops and pushes (see the module)."""
+
+    def __init__(
+        self,
+        definition: FSMDefinition,
+        snapshot: Snapshot,
+        runtime: Runtime,
+        *,
+        user: str | None,
+        resume: tuple[str, Mapping[str, Any]] | None = None,
+    ) -> None:
+        self.defs = levels(definition, snapshot)
+        self.snaps = [snapshot, *(frame.snapshot for frame in snapshot.stack)]
+        self.root, self.runtime, self.user = snapshot, runtime, user
+        top, top_snapshot = self.defs[-1], self.snaps[-1]
+        settings = runtime.settings(top)
+        if resume is None:
+            self.inner = TurnRunner(top, top_snapshot, runtime.hooks, settings, user=user, handle=runtime.handle)
+        else:
+            token, result = resume
+            if token in snapshot.used_tokens:
+                raise ResumeError(
+                    "this resume token was already used: a pause is resumed exactly once", state=snapshot.state
+                )
+            self.inner = resume_turn(
+                top, top_snapshot, runtime.hooks, settings, token, dict(result), handle=runtime.handle
+            )
+        self.token = resume[0] if resume is not None else None
+        self.turn_index = snapshot.turns + (1 if user is not None or snapshot.history else 0)
+        self.base = snapshot
+
+    def __getattr__(self, name: str) -> Any:  # resuming, decision, work, tool_runs: the inner turn's
+        return getattr(self.__dict__["inner"], name)
+
+    @property
+    def trace(self) -> Any:
+        return self.inner.trace
+
+    @trace.setter
+    def trace(self, value: Any) -> None:
+        self.inner.trace = value
+
+    @property
+    def frame_attributes(self) -> dict[str, Any]:
+        """Span attributes: which definition and state the turn runs in, how deep."""
+        return {
+            "llm_fsm.frame.definition": self.defs[-1].name,
+            "llm_fsm.frame.state": self.snaps[-1].state,
+            "llm_fsm.frame.depth": len(self.defs) - 1,
+        }
+
+    def run(self) -> Steps:
+        steps = self.inner.run()
+        sent: Any = None
+        try:
+            while True:
+                step = steps.send(sent)
+                if isinstance(step, Checkpoint):  # a frame's snapshot: held as the root's
+                    step = Checkpoint(_rooted(self.defs, [*self.snaps[:-1], step.snapshot]))
+                sent = yield step
+        except StopIteration as done:
+            snapshot, result = done.value
+        return (yield from self.settle(snapshot, result))
+
+    def settle(self, snapshot: Snapshot, result: TurnResult) -> Steps:
+        defs, snaps = list(self.defs), [*self.snaps[:-1], snapshot]
+        while len(snaps) > 1 and snaps[-1].status == "ended":
+            child = snaps.pop()
+            sub = defs.pop()
+            snaps[-1] = yield from self.pop_into(defs[-1], snaps[-1], sub, child, result.message)
+        for i in range(len(snaps) - 1):  # the levels below the one that committed the turn hear it too
+            snaps[i] = _heard(snaps[i], self.user, result.message)
+        _push(defs, snaps)
+        root = _rooted(defs, snaps)
+        if self.token is not None:
+            root = root.model_copy(update={"used_tokens": (*root.used_tokens, self.token)})
+        opening = self.user is None and not self.root.history
+        return root, replace(
+            result,
+            state=root.state,
+            previous_state=None if opening else self.root.state,
+            turn=root.turns,
+            ended=root.status == "ended",
+            status=root.status,
+            pending=root.pending,
+            context=dict(root.context),
+            frames=tuple((f["definition"], f["state"]) for f in frames(defs[0], root)),
+            ran_in=(self.defs[-1].name, self.snaps[-1].state) if len(self.defs) > 1 else None,
+        )
+
+    def pop_into(
+        self, parent: FSMDefinition, snapshot: Snapshot, sub: FSMDefinition, child: Snapshot, message: str
+    ) -> Steps:
+        """``snapshot`` after its sub-conversation ended: the results written, the move made (with its handlers)."""
+        spec = parent.states[snapshot.state].subflow
+        assert spec is not None
+        values = {our: v for our, their in spec.output.items() if (v := _read(child.context, their)) is not _MISSING}
+        context, provenance = write(snapshot.context, snapshot.provenance, values, by=f"subflow:{sub.name}",
+                                    turn=snapshot.turns + 1)  # fmt: skip
+        base = snapshot.model_copy(update={"context": context, "provenance": provenance})
+        target = next(
+            t.target_state
+            for t in parent.states[base.state].transitions_by_priority()
+            if unmet_condition(t, context) is None
+        )  # validate requires a transition without conditions: one always holds
+        runner = TurnRunner(parent, base, self.runtime.hooks, self.runtime.settings(parent), user=self.user,
+                            handle=self.runtime.handle)  # fmt: skip
+        runner.trace = self.inner.trace
+        popped, _ = yield from runner.accept(Decision(True, target, context, {}, ()), message)
+        return popped
+
+
+def _heard(snapshot: Snapshot, user: str | None, message: str) -> Snapshot:
+    """A level below the one that talked: the exchange in its history, counted as one of its turns."""
+    exchange = Exchange(user=user, assistant=message, state=snapshot.state)
+    turns = snapshot.turns + (0 if user is None and not snapshot.history else 1)
+    return snapshot.model_copy(update={"history": (*snapshot.history, exchange), "turns": turns})
