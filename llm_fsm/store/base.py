@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import ConflictError, StoreError
@@ -306,7 +307,8 @@ class Store(ABC):
             return
         import asyncio
 
-        beat = asyncio.ensure_future(self._abeat(conversation_id, token))
+        name = f"llm-fsm lease {conversation_id}"  # as the sync heartbeat's thread
+        beat = asyncio.get_running_loop().create_task(self._abeat(conversation_id, token), name=name)
         try:
             yield
         finally:
@@ -410,6 +412,18 @@ def private_directory(path: Path) -> None:
 def private_file(path: Path) -> None:
     """Create ``path`` empty with mode 0600 unless it exists, before a library creates it with its own mode."""
     os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+def public_url(url: str) -> str:
+    """``url`` with its password (in the user part or the query) replaced by ``***``: for messages."""
+    parts = urlsplit(url)
+    netloc = parts.netloc
+    if "@" in netloc:
+        user, _, host = netloc.rpartition("@")
+        name, colon, _ = user.partition(":")
+        netloc = f"{name}:***@{host}" if colon else netloc
+    query = [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*/")))
 
 
 def info_of(conversation_id: str, snapshot: Snapshot, version: int, updated_at: float) -> Info:
