@@ -25,10 +25,12 @@ renewing and releasing a lock then costs no WAL flush, and after a server crash 
 empty, which frees every lock at the moment every holder lost its connection anyway (a turn that
 still saves is checked by the version, as always).
 
-Connections come from psycopg_pool pools: one for the sync methods (opened on first use) and one
-per event loop for the async ones, which use psycopg's native async connections. A connection that
-fails (refused, lost, a server restart) raises :class:`~llm_fsm.errors.StoreError` naming the URL
-without its password; the pool replaces a broken connection on the next use.
+Connections come from small pools (``pool_size`` connections in use at most): one for the sync
+methods and one per event loop for the async ones, which use psycopg's native async connections. An
+idle connection is checked before it is reused (an empty statement), so one the server dropped while
+it was idle (a restart, a failover, an idle timeout) is replaced instead of failing a turn. A server
+that cannot be used raises :class:`~llm_fsm.errors.StoreError` at once, naming the URL without its
+password and giving libpq's reason.
 """
 
 from __future__ import annotations
@@ -38,15 +40,14 @@ import itertools
 import re
 import threading
 import uuid
-from collections.abc import Callable, Generator
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
 from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 import psycopg
 from psycopg import sql
-from psycopg_pool import AsyncConnectionPool, ConnectionPool, PoolTimeout
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
@@ -66,9 +67,9 @@ from llm_fsm.store.base import (
 
 LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
 SCHEMA = "llm_fsm"
-POOL_SIZE = 10  # connections per pool at most: one pool for sync calls, one per event loop
+POOL_SIZE = 10  # connections in use at most per pool: one pool for the sync calls, one per event loop
 CONNECT_TIMEOUT = 10  # seconds to reach the server, unless the URL says (libpq alone would wait for TCP)
-WAIT_FOR_CONNECTION = 30.0  # seconds a call waits for a free pooled connection before StoreError
+WAIT_FOR_CONNECTION = 30.0  # seconds a call waits while all of its pool's connections are in use
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 T = TypeVar("T")
 
@@ -177,8 +178,8 @@ class PostgresStore(Store):
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
         self._conninfo = psycopg.conninfo.make_conninfo(**options)
         self._pool_size = pool_size
-        self._pool: ConnectionPool | None = None
-        self._apools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool] = {}
+        self._pool = _Pool(self._conninfo, pool_size)
+        self._apools: dict[asyncio.AbstractEventLoop, _AsyncPool] = {}
         self._guard = threading.Lock()
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as connection:
@@ -293,39 +294,25 @@ class PostgresStore(Store):
         """Carry out a plan on a pooled connection (in one transaction if asked); StoreError if the server fails."""
         for attempt in itertools.count():
             try:
-                with self._sync_pool().connection(timeout=WAIT_FOR_CONNECTION) as connection:
+                with self._pool.connection() as connection:
                     scope: AbstractContextManager[Any] = connection.transaction() if transaction else nullcontext()
                     with scope, connection.cursor() as cursor:
                         return _carry_out(plan(), cursor, self._sql)
             except psycopg.errors.UniqueViolation as exc:
                 if attempt >= 2:  # two first saves met on the primary key: the loser reads again
                     raise self._failure(exc) from exc
-            except (psycopg.Error, PoolTimeout) as exc:
+            except (psycopg.Error, _Busy) as exc:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _sync_pool(self) -> ConnectionPool:
-        with self._guard:
-            if self._pool is None:
-                self._pool = ConnectionPool(self._conninfo, **self._pool_options())
-                self._pool.open()
-            return self._pool
-
-    def _pool_options(self) -> dict[str, Any]:
-        name = f"llm-fsm {self.url}"
-        return {"min_size": 1, "max_size": self._pool_size, "kwargs": {"autocommit": True}, "open": False, "name": name}
-
     def _failure(self, exc: Exception) -> StoreError:
-        if isinstance(exc, PoolTimeout):
-            return StoreError(f"PostgreSQL at {self.url}: no connection within {WAIT_FOR_CONNECTION:g} s ({exc})")
+        if isinstance(exc, _Busy):
+            return StoreError(f"PostgreSQL at {self.url}: {exc}")
         return StoreError(f"PostgreSQL at {self.url} failed: {_first_line(exc)}")
 
     def close(self) -> None:
-        with self._guard:
-            if self._pool is not None:
-                self._pool.close()
-                self._pool = None
-            # Pools of event loops that have ended cannot be closed from here: their connections go with them.
+        self._pool.close()
+        with self._guard:  # the connections of event loops that have ended go with them
             self._apools = {loop: pool for loop, pool in self._apools.items() if not loop.is_closed()}
 
     # -- async (psycopg's AsyncConnection, one pool per event loop) ----------------------------
@@ -362,7 +349,7 @@ class PostgresStore(Store):
     async def _arun(self, plan: Callable[[], Plan[T]], *, transaction: bool = False) -> T:
         for attempt in itertools.count():
             try:
-                async with (await self._async_pool()).connection(timeout=WAIT_FOR_CONNECTION) as connection:
+                async with self._async_pool().connection() as connection:
                     if not transaction:
                         async with connection.cursor() as cursor:
                             return await _acarry_out(plan(), cursor, self._sql)
@@ -371,18 +358,17 @@ class PostgresStore(Store):
             except psycopg.errors.UniqueViolation as exc:
                 if attempt >= 2:
                     raise self._failure(exc) from exc
-            except (psycopg.Error, PoolTimeout) as exc:
+            except (psycopg.Error, _Busy) as exc:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    async def _async_pool(self) -> AsyncConnectionPool:
+    def _async_pool(self) -> _AsyncPool:
         loop = asyncio.get_running_loop()
         pool = self._apools.get(loop)
         if pool is None:
             with self._guard:
                 self._apools = {done: p for done, p in self._apools.items() if not done.is_closed()}
-                pool = self._apools[loop] = AsyncConnectionPool(self._conninfo, **self._pool_options())
-            await pool.open()  # safe to call again: another task of this loop may be opening it too
+                pool = self._apools[loop] = _AsyncPool(self._conninfo, self._pool_size)
         return pool
 
     async def aclose(self) -> None:
@@ -391,6 +377,115 @@ class PostgresStore(Store):
             pool = self._apools.pop(asyncio.get_running_loop(), None)
         if pool is not None:
             await pool.close()
+
+
+# -- connection pools -------------------------------------------------------------------------------
+# Ours rather than psycopg_pool's: a server that is down fails the call at once with libpq's reason
+# (psycopg_pool's callers wait for its background reconnection, then get a timeout without a cause),
+# and no background thread or task outlives its use.
+
+
+class _Busy(Exception):
+    """Every connection of a pool stayed in use for ``WAIT_FOR_CONNECTION`` seconds."""
+
+
+def _reusable(connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a connection given back may serve the next call (not closed, broken or inside a transaction)."""
+    return not connection.closed and connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+class _Pool:
+    """Connections for the sync methods: at most ``size`` in use; idle ones are reused, checked first."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self._conninfo, self._size = conninfo, size
+        self._idle: list[psycopg.Connection[Any]] = []
+        self._slots = threading.BoundedSemaphore(size)
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if not self._slots.acquire(timeout=WAIT_FOR_CONNECTION):
+            raise _Busy(f"all {self._size} connections stayed in use for {WAIT_FOR_CONNECTION:g} s")
+        try:
+            connection = self._reuse() or psycopg.connect(self._conninfo, autocommit=True)
+            try:
+                yield connection
+            finally:
+                self._give_back(connection)
+        finally:
+            self._slots.release()
+
+    def _reuse(self) -> psycopg.Connection[Any] | None:
+        while True:
+            with self._guard:
+                if not self._idle:
+                    return None
+                connection = self._idle.pop()
+            try:  # one the server dropped while it was idle (a restart, a timeout) fails here, not in a turn
+                connection.execute("")
+                return connection
+            except psycopg.Error:
+                connection.close()
+
+    def _give_back(self, connection: psycopg.Connection[Any]) -> None:
+        if not _reusable(connection):
+            connection.close()
+            return
+        with self._guard:
+            self._idle.append(connection)
+
+    def close(self) -> None:
+        with self._guard:
+            idle, self._idle = self._idle, []
+        for connection in idle:
+            connection.close()
+
+
+class _AsyncPool:
+    """:class:`_Pool` for one event loop, of psycopg's async connections."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self._conninfo, self._size = conninfo, size
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._slots = asyncio.Semaphore(size)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        try:
+            async with asyncio.timeout(WAIT_FOR_CONNECTION):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise _Busy(f"all {self._size} connections stayed in use for {WAIT_FOR_CONNECTION:g} s") from None
+        try:
+            connection = await self._reuse() or await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            try:
+                yield connection
+            finally:
+                await self._give_back(connection)
+        finally:
+            self._slots.release()
+
+    async def _reuse(self) -> psycopg.AsyncConnection[Any] | None:
+        while self._idle:
+            connection = self._idle.pop()
+            try:
+                await connection.execute("")
+                return connection
+            except psycopg.Error:
+                await connection.close()
+        return None
+
+    async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if _reusable(connection):
+            self._idle.append(connection)
+        else:
+            await connection.close()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection in idle:
+            await connection.close()
 
 
 def _carry_out(plan: Plan[T], cursor: psycopg.Cursor[Any], statements: dict[str, str]) -> T:
