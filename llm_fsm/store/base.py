@@ -143,6 +143,8 @@ class Store(ABC):
     url: str
     lease: float | None = None
     """Seconds a turn lock lasts unless its heartbeat renews it; None: the lock dies with its holder."""
+    shared: bool = True
+    """Whether other processes see the same conversations (``serve --workers`` needs it; ``memory:`` is not)."""
 
     def __init__(self) -> None:
         self._gates = _Gates()
