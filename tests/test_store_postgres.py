@@ -77,6 +77,8 @@ def test_text_with_a_nul_character_is_stored(schema_url):
 
 
 def test_a_connection_the_server_dropped_is_replaced(postgres_url, schema_url):
+    from llm_fsm.store.postgres import CHECK_IDLE
+
     store = open_store(schema_url)
     store.save("c", snapshot_after(1))
 
@@ -91,6 +93,7 @@ def test_a_connection_the_server_dropped_is_replaced(postgres_url, schema_url):
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE pid <> pg_backend_pid() "
                 "AND backend_type = 'client backend' AND datname = current_database()"
             )
+        await asyncio.sleep(CHECK_IDLE + 0.1)  # a connection idle this long is checked before it is used
         assert await turn() == 1
         await store.aclose()
 

@@ -26,9 +26,10 @@ empty, which frees every lock at the moment every holder lost its connection any
 still saves is checked by the version, as always).
 
 Connections come from small pools (``pool_size`` connections in use at most): one for the sync
-methods and one per event loop for the async ones, which use psycopg's native async connections. An
-idle connection is checked before it is reused (an empty statement), so one the server dropped while
-it was idle (a restart, a failover, an idle timeout) is replaced instead of failing a turn. A server
+methods and one per event loop for the async ones, which use psycopg's native async connections. A
+connection that sat idle for over a second is checked before it is reused (an empty statement), so
+one the server dropped meanwhile (a restart, a failover, an idle timeout) is replaced instead of
+failing a turn; busy connections skip the round trip. A server
 that cannot be used raises :class:`~llm_fsm.errors.StoreError` at once, naming the URL without its
 password and giving libpq's reason.
 """
@@ -39,6 +40,7 @@ import asyncio
 import itertools
 import re
 import threading
+import time
 import uuid
 from collections.abc import AsyncIterator, Callable, Generator, Iterator
 from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
@@ -69,6 +71,7 @@ LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a k
 SCHEMA = "llm_fsm"
 POOL_SIZE = 10  # connections in use at most per pool: one pool for the sync calls, one per event loop
 CONNECT_TIMEOUT = 10  # seconds to reach the server, unless the URL says (libpq alone would wait for TCP)
+CHECK_IDLE = 1.0  # seconds idle after which a pooled connection is checked (one round trip) before it is reused
 WAIT_FOR_CONNECTION = 30.0  # seconds a call waits while all of its pool's connections are in use
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 T = TypeVar("T")
@@ -399,7 +402,7 @@ class _Pool:
 
     def __init__(self, conninfo: str, size: int) -> None:
         self._conninfo, self._size = conninfo, size
-        self._idle: list[psycopg.Connection[Any]] = []
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # and when each was given back
         self._slots = threading.BoundedSemaphore(size)
         self._guard = threading.Lock()
 
@@ -421,9 +424,10 @@ class _Pool:
             with self._guard:
                 if not self._idle:
                     return None
-                connection = self._idle.pop()
+                connection, since = self._idle.pop()
             try:  # one the server dropped while it was idle (a restart, a timeout) fails here, not in a turn
-                connection.execute("")
+                if time.monotonic() - since > CHECK_IDLE:
+                    connection.execute("")
                 return connection
             except psycopg.Error:
                 connection.close()
@@ -433,12 +437,12 @@ class _Pool:
             connection.close()
             return
         with self._guard:
-            self._idle.append(connection)
+            self._idle.append((connection, time.monotonic()))
 
     def close(self) -> None:
         with self._guard:
             idle, self._idle = self._idle, []
-        for connection in idle:
+        for connection, _ in idle:
             connection.close()
 
 
@@ -447,7 +451,7 @@ class _AsyncPool:
 
     def __init__(self, conninfo: str, size: int) -> None:
         self._conninfo, self._size = conninfo, size
-        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._idle: list[tuple[psycopg.AsyncConnection[Any], float]] = []
         self._slots = asyncio.Semaphore(size)
 
     @asynccontextmanager
@@ -468,9 +472,10 @@ class _AsyncPool:
 
     async def _reuse(self) -> psycopg.AsyncConnection[Any] | None:
         while self._idle:
-            connection = self._idle.pop()
+            connection, since = self._idle.pop()
             try:
-                await connection.execute("")
+                if time.monotonic() - since > CHECK_IDLE:
+                    await connection.execute("")
                 return connection
             except psycopg.Error:
                 await connection.close()
@@ -478,13 +483,13 @@ class _AsyncPool:
 
     async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
         if _reusable(connection):
-            self._idle.append(connection)
+            self._idle.append((connection, time.monotonic()))
         else:
             await connection.close()
 
     async def close(self) -> None:
         idle, self._idle = self._idle, []
-        for connection in idle:
+        for connection, _ in idle:
             await connection.close()
 
 
