@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import faulthandler
 import json
 import os
 import signal
@@ -32,7 +33,8 @@ import sys
 import tempfile
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -179,7 +181,11 @@ async def library_run(store_url: str, store_name: str, model_url: str, clients: 
 # -- llm-fsm serve --workers N ------------------------------------------------------------------------
 
 
-def start_serve(definition: Path, model_url: str, store_url: str, workers: int) -> tuple[subprocess.Popen[bytes], str]:
+@contextmanager
+def serving(
+    definition: Path, model_url: str, store_url: str, workers: int
+) -> Iterator[tuple[subprocess.Popen[bytes], str]]:
+    """``llm-fsm serve --workers N`` on a free port, once it answers; stopped (its workers too) afterwards."""
     port = postgres_server.free_port()
     command = [
         str(Path(sys.executable).parent / "llm-fsm"), "serve", str(definition), "--model", "openai/bench",
@@ -187,24 +193,25 @@ def start_serve(definition: Path, model_url: str, store_url: str, workers: int) 
         "--timeout", "120", "--store", store_url, "--port", str(port), "--workers", str(workers), "--wait", "60",
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
-    base = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline:
-        try:
-            if httpx.get(f"{base}/health").status_code == 200:
-                return process, base
-        except httpx.TransportError:
+    try:
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 120
+        while not answers(base):
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"llm-fsm serve --workers {workers} --store {store_url} did not start")
             time.sleep(0.1)
-        if process.poll() is not None:
-            break
-    stop(process)
-    raise RuntimeError(f"llm-fsm serve --workers {workers} --store {store_url} did not start")
+        yield process, base
+    finally:
+        if process.poll() is None:
+            os.killpg(process.pid, signal.SIGTERM)  # the supervisor and its workers
+            process.wait(timeout=30)
 
 
-def stop(process: subprocess.Popen[bytes]) -> None:
-    if process.poll() is None:
-        os.killpg(process.pid, signal.SIGTERM)  # the supervisor and its workers
-        process.wait(timeout=30)
+def answers(base: str) -> bool:
+    try:
+        return httpx.get(f"{base}/health").status_code == 200
+    except httpx.TransportError:
+        return False
 
 
 async def serve_run(base: str, pids: list[int], store_name: str, workers: int, clients: int, turns: int) -> Run:
@@ -246,38 +253,36 @@ async def warm_up(http: httpx.AsyncClient, workers: int) -> None:
 
 
 def measure(workers: int, clients: int, turns: int) -> list[Run]:
-    redis_process, redis_url = start_redis()
-    if redis_url is None:
-        raise SystemExit("redis-server is not installed (.ci/run installs it)")
-    postgres = postgres_server.start(durable=True)
-    model, model_url = start_server(MODEL_DELAY)
     runs: list[Run] = []
-    try:
-        with tempfile.TemporaryDirectory() as folder:
-            definition = Path(folder) / "chat.json"
-            definition.write_text(json.dumps(CHAT), encoding="utf-8")
-            stores = {
-                "redis": lambda: f"{redis_url}?prefix=bench-{uuid.uuid4().hex[:8]}",
-                "postgres": lambda: f"{postgres.url}?schema=bench_{uuid.uuid4().hex[:8]}",
-            }
-            for name, fresh in stores.items():
-                runs.append(asyncio.run(library_run(fresh(), name, model_url, clients, turns)))
-                print(row(runs[-1]), flush=True)
-                process, base = start_serve(definition, model_url, fresh(), workers)
-                try:
-                    pids = [process.pid, *children(process.pid)]
-                    runs.append(asyncio.run(serve_run(base, pids, name, workers, clients, turns)))
-                finally:
-                    stop(process)
-                print(row(runs[-1]), flush=True)
-    finally:
-        model.terminate()
-        model.wait()
-        postgres.stop()
-        if redis_process is not None:
-            redis_process.terminate()
-            redis_process.wait()
+    with ExitStack() as servers:  # each server is stopped, whatever happens after it started
+        redis_process, redis_url = start_redis()
+        if redis_process is None or redis_url is None:
+            raise SystemExit("redis-server is not installed (.ci/run installs it)")
+        servers.callback(ended, redis_process)
+        postgres = postgres_server.start(durable=True)
+        servers.callback(postgres.stop)
+        model, model_url = start_server(MODEL_DELAY)
+        servers.callback(ended, model)
+        folder = Path(servers.enter_context(tempfile.TemporaryDirectory()))
+        definition = folder / "chat.json"
+        definition.write_text(json.dumps(CHAT), encoding="utf-8")
+        stores = {
+            "redis": lambda: f"{redis_url}?prefix=bench-{uuid.uuid4().hex[:8]}",
+            "postgres": lambda: f"{postgres.url}?schema=bench_{uuid.uuid4().hex[:8]}",
+        }
+        for name, fresh in stores.items():
+            runs.append(asyncio.run(library_run(fresh(), name, model_url, clients, turns)))
+            print(row(runs[-1]), flush=True)
+            with serving(definition, model_url, fresh(), workers) as (process, base):
+                pids = [process.pid, *children(process.pid)]
+                runs.append(asyncio.run(serve_run(base, pids, name, workers, clients, turns)))
+            print(row(runs[-1]), flush=True)
     return runs
+
+
+def ended(process: subprocess.Popen[bytes]) -> None:
+    process.terminate()
+    process.wait(timeout=30)
 
 
 HEADER = f"{'path':<8} {'store':<9} {'workers':>7} {'turns':>6} {'turns/s':>8} {'p50 ms':>7} {'p99 ms':>7} " \
@@ -290,13 +295,21 @@ def row(run: Run) -> str:
             f"{run.duplicated:>4}")  # fmt: skip
 
 
+def too_long(signum: int, frame: object) -> None:
+    faulthandler.dump_traceback()
+    raise TimeoutError("the benchmark ran past its --time-limit")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=32)
     parser.add_argument("--turns", type=int, default=5, help="turns per client's conversation")
     parser.add_argument("--json", type=Path, help="also write the figures here")
+    parser.add_argument("--time-limit", type=float, default=600, help="seconds, then print every stack and stop")
     args = parser.parse_args()
+    signal.signal(signal.SIGALRM, too_long)  # a hang shows where it is, then the servers are stopped
+    signal.alarm(round(args.time_limit))
     load = os.getloadavg()[0]
     print(f"{args.clients} clients x {args.turns} turns, model latency {MODEL_DELAY * 1000:.0f} ms, "
           f"{os.cpu_count()} CPUs, load average {load:.1f}")  # fmt: skip

@@ -155,3 +155,48 @@ def test_two_worker_processes_serialise_the_turns_of_one_conversation(
         assert statuses == {200, 409} and answered, outcomes  # refused at once while another turn held it
     assert sorted(saved) == sorted(answered), "every answered turn saved once, no refused one saved"
     assert conversation["turns"] == len(answered) + 1 and conversation["version"] == len(answered) + 2
+
+
+@pytest.mark.slow
+def test_workers_killed_mid_turn_are_replaced_and_the_conversation_goes_on(definition, tmp_path, request, fake_openai):
+    import signal
+
+    fake_openai.default = json.dumps(reply("chat", "ok"))
+    fake_openai.delay = 1.0  # the turn is still waiting for the model when its worker dies
+    store = url_for("postgres", tmp_path, request)
+    process, base = start_workers(definition, fake_openai.url, store, "queue", tmp_path)
+    try:
+        cid = httpx.post(f"{base}/conversations", json={}, timeout=60).json()["id"]
+        workers = [
+            int(pid) for pid in re.findall(r"Started server process \[(\d+)\]", (tmp_path / "serve.log").read_text())
+        ]
+
+        async def killed_turn() -> BaseException | int:
+            async with httpx.AsyncClient(timeout=60) as client:
+                pending = asyncio.ensure_future(
+                    client.post(f"{base}/conversations/{cid}/messages", json={"message": "lost"})
+                )
+                await asyncio.sleep(0.5)
+                for pid in workers:
+                    os.kill(pid, signal.SIGKILL)
+                try:
+                    return (await pending).status_code
+                except httpx.HTTPError as exc:
+                    return exc
+
+        outcome = asyncio.run(killed_turn())
+        deadline = time.monotonic() + 60
+        while True:  # the supervisor starts new workers
+            try:
+                after = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "after"}, timeout=60)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline, "no worker came back"
+                time.sleep(0.2)
+        history = [e["user"] for e in httpx.get(f"{base}/conversations/{cid}").json()["history"]]
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert isinstance(outcome, httpx.HTTPError), f"the killed turn was answered: {outcome}"
+    assert after.status_code == 200, after.text  # within the lease the killed turn's lock held (5 s), then free
+    assert history == [None, "after"], "the killed turn left nothing behind"
