@@ -1,6 +1,6 @@
 """Scale-out: ``llm-fsm serve --workers N`` on Redis and on PostgreSQL under many clients, against the library.
 
-    python benchmarks/bench_serve_load.py [--workers 2] [--clients 32] [--turns 5] [--json out.json]
+    python benchmarks/bench_serve_load.py [--workers 2] [--clients 32] [--turns 4] [--rounds 3] [--json out.json]
 
 Each of ``--clients`` clients runs a conversation of ``--turns`` turns, all clients at once, against a
 model that answers every call after 100 ms (``slow_server.py``, in its own process, reached through
@@ -14,7 +14,8 @@ binaries with its default durability (fsync on), both started by this script on 
 gets a key prefix or schema of its own. Turns/s is the turns answered over the wall time of the run;
 latency is each turn's, as its client saw it. Afterwards every conversation's history is read back:
 a lost turn is an answered message missing from it, a duplicated turn a message found in it twice.
-Worker processes are warmed up first (litellm is imported on each one's first model call). CPU
+Each store gets one ``serve`` (its workers warmed up first: litellm is imported on each one's first
+model call), then ``--rounds`` rounds of each path, interleaved; figures are medians over them. CPU
 ms/turn is the CPU time of the processes running the turns (this one for the library, the serve
 workers and their supervisor for serve) over the turns: on a shared machine, where turns/s follows
 whatever CPU the other tenants leave, it is the steadier figure; the load average is printed too.
@@ -28,6 +29,7 @@ import faulthandler
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,6 +62,7 @@ class Run:
     path: str
     store: str
     workers: int
+    rounds: int
     turns: int
     seconds: float
     turns_per_s: float
@@ -122,7 +125,7 @@ def summary(
     turns = len(latencies)
     p50, p99 = percentile(latencies, 0.5) * 1000, percentile(latencies, 0.99) * 1000
     cpu = cpu_seconds * 1000 / max(turns, 1)
-    return Run(path, store, workers, turns, seconds, turns / seconds, p50, p99, errors, lost, duplicated, cpu)
+    return Run(path, store, workers, 1, turns, seconds, turns / seconds, p50, p99, errors, lost, duplicated, cpu)
 
 
 def cpu_seconds(pids: list[int]) -> float:
@@ -217,7 +220,6 @@ def answers(base: str) -> bool:
 async def serve_run(base: str, pids: list[int], store_name: str, workers: int, clients: int, turns: int) -> Run:
     limits = httpx.Limits(max_connections=clients + 8, max_keepalive_connections=clients + 8)
     async with httpx.AsyncClient(base_url=base, timeout=120, limits=limits) as http:
-        await warm_up(http, workers)
         created = await asyncio.gather(*(http.post("/conversations", json={"start": False}) for _ in range(clients)))
         ids = [response.json()["id"] for response in created]
 
@@ -239,20 +241,21 @@ async def serve_run(base: str, pids: list[int], store_name: str, workers: int, c
     return summary("serve", store_name, workers, outcome, histories, cpu)
 
 
-async def warm_up(http: httpx.AsyncClient, workers: int) -> None:
+async def warm_up(base: str, workers: int) -> None:
     """Turns on every worker until none is slow (each imports litellm on its first model call)."""
-    for _ in range(10):
-        start = time.perf_counter()
-        ids = [(await http.post("/conversations", json={"start": False})).json()["id"] for _ in range(4 * workers)]
-        await asyncio.gather(*(http.post(f"/conversations/{cid}/messages", json={"message": "hi"}) for cid in ids))
-        if time.perf_counter() - start < 1.0:
-            return
+    async with httpx.AsyncClient(base_url=base, timeout=120) as http:
+        for _ in range(10):
+            start = time.perf_counter()
+            ids = [(await http.post("/conversations", json={"start": False})).json()["id"] for _ in range(4 * workers)]
+            await asyncio.gather(*(http.post(f"/conversations/{c}/messages", json={"message": "hi"}) for c in ids))
+            if time.perf_counter() - start < 1.0:
+                return
 
 
 # -- the whole run --------------------------------------------------------------------------------------
 
 
-def measure(workers: int, clients: int, turns: int) -> list[Run]:
+def measure(workers: int, clients: int, turns: int, rounds: int) -> list[Run]:
     runs: list[Run] = []
     with ExitStack() as servers:  # each server is stopped, whatever happens after it started
         redis_process, redis_url = start_redis()
@@ -271,13 +274,25 @@ def measure(workers: int, clients: int, turns: int) -> list[Run]:
             "postgres": lambda: f"{postgres.url}?schema=bench_{uuid.uuid4().hex[:8]}",
         }
         for name, fresh in stores.items():
-            runs.append(asyncio.run(library_run(fresh(), name, model_url, clients, turns)))
-            print(row(runs[-1]), flush=True)
+            library, serve = [], []
             with serving(definition, model_url, fresh(), workers) as (process, base):
                 pids = [process.pid, *children(process.pid)]
-                runs.append(asyncio.run(serve_run(base, pids, name, workers, clients, turns)))
-            print(row(runs[-1]), flush=True)
+                asyncio.run(warm_up(base, workers))
+                for _ in range(rounds):  # interleaved, so that both paths see the same machine
+                    library.append(asyncio.run(library_run(fresh(), name, model_url, clients, turns)))
+                    serve.append(asyncio.run(serve_run(base, pids, name, workers, clients, turns)))
+            runs += [median(library), median(serve)]
+            print(row(runs[-2]), row(runs[-1]), sep="\n", flush=True)
     return runs
+
+
+def median(runs: list[Run]) -> Run:
+    """The median of each figure over the rounds; turns, errors, lost and duplicated turns added up."""
+    first = runs[0]
+    middle = {f: statistics.median(getattr(r, f) for r in runs) for f in ("seconds", "turns_per_s", "p50_ms", "p99_ms",
+                                                                          "cpu_ms_per_turn")}  # fmt: skip
+    total = {f: sum(getattr(r, f) for r in runs) for f in ("turns", "errors", "lost", "duplicated")}
+    return Run(first.path, first.store, first.workers, rounds=len(runs), **middle, **total)
 
 
 def ended(process: subprocess.Popen[bytes]) -> None:
@@ -304,7 +319,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--clients", type=int, default=32)
-    parser.add_argument("--turns", type=int, default=5, help="turns per client's conversation")
+    parser.add_argument("--turns", type=int, default=4, help="turns per client's conversation")
+    parser.add_argument("--rounds", type=int, default=3, help="rounds of each path (figures: medians)")
     parser.add_argument("--json", type=Path, help="also write the figures here")
     parser.add_argument("--time-limit", type=float, default=600, help="seconds, then print every stack and stop")
     args = parser.parse_args()
@@ -315,8 +331,9 @@ def main() -> None:
           f"{os.cpu_count()} CPUs, load average {load:.1f}")  # fmt: skip
     print(HEADER)
     started = time.perf_counter()
-    runs = measure(args.workers, args.clients, args.turns)
-    print(f"{time.perf_counter() - started:.0f} s in all; load average now {os.getloadavg()[0]:.1f}")
+    runs = measure(args.workers, args.clients, args.turns, args.rounds)
+    elapsed, load_after = time.perf_counter() - started, os.getloadavg()[0]
+    print(f"medians of {args.rounds} rounds; {elapsed:.0f} s in all; load average now {load_after:.1f}")
     for store in ("redis", "postgres"):
         library, serve = (next(r for r in runs if r.store == store and r.path == p) for p in ("library", "serve"))
         print(f"{store}: serve x{serve.workers} / library = {serve.turns_per_s / library.turns_per_s:.2f} (turns/s)")
@@ -325,7 +342,7 @@ def main() -> None:
     if args.json:
         figures = {
             "clients": args.clients, "turns_per_client": args.turns, "model_delay_ms": MODEL_DELAY * 1000,
-            "cpus": os.cpu_count(), "load_average_before": load, "load_average_after": os.getloadavg()[0],
+            "cpus": os.cpu_count(), "load_average_before": load, "load_average_after": load_after,
             "runs": [asdict(r) for r in runs],
         }  # fmt: skip
         args.json.write_text(json.dumps(figures, indent=1) + "\n", encoding="utf-8")
