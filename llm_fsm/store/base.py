@@ -417,14 +417,17 @@ def private_file(path: Path) -> None:
 
 
 def public_url(url: str) -> str:
-    """``url`` with its password (in the user part or the query) replaced by ``***``: for messages."""
+    """``url`` with its password (in the user part or the query) replaced by ``***``: for messages.
+
+    A URL without a password comes back as it was written."""
     parts = urlsplit(url)
-    netloc = parts.netloc
-    if "@" in netloc:
-        user, _, host = netloc.rpartition("@")
-        name, colon, _ = user.partition(":")
-        netloc = f"{name}:***@{host}" if colon else netloc
-    query = [(k, "***" if k == "password" else v) for k, v in parse_qsl(parts.query, keep_blank_values=True)]
+    user, at, host = parts.netloc.rpartition("@")
+    name, colon, _ = user.partition(":")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if not (at and colon) and all(k != "password" for k, _ in query):
+        return url
+    netloc = f"{name}:***@{host}" if at and colon else parts.netloc
+    query = [(k, "***" if k == "password" else v) for k, v in query]
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*/")))
 
 
