@@ -21,17 +21,17 @@ the session that holds them: that would pin a pooled connection to each turn for
 keep its lock as long as its connection lives, a holder cut off by the network would keep it until
 TCP keepalive notices (hours by default), ``unlock`` would have to kill another session, and behind
 a transaction-mode pooler (PgBouncer) session locks do not work at all. ``locks`` is UNLOGGED: taking,
-renewing and releasing a lock then costs no WAL flush, and after a server crash the table comes back
-empty, which frees every lock at the moment every holder lost its connection anyway (a turn that
-still saves is checked by the version, as always).
+renewing and releasing a lock then costs no WAL flush. After a server crash the table comes back
+empty, which frees every lock as a lapsed lease would: a holder still running finds at its next
+renewal that its lock is gone, and its save is checked by the version, as always.
 
 Connections come from small pools (``pool_size`` connections in use at most): one for the sync
 methods and one per event loop for the async ones, which use psycopg's native async connections. A
 connection that sat idle for over a second is checked before it is reused (an empty statement), so
 one the server dropped meanwhile (a restart, a failover, an idle timeout) is replaced instead of
-failing a turn; busy connections skip the round trip. A server
-that cannot be used raises :class:`~llm_fsm.errors.StoreError` at once, naming the URL without its
-password and giving libpq's reason.
+failing a turn; busy connections skip the round trip. A server that cannot be used raises
+:class:`~llm_fsm.errors.StoreError` at once, naming the URL without its password and giving libpq's
+reason.
 """
 
 from __future__ import annotations
