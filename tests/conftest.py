@@ -133,3 +133,17 @@ def redis_url() -> Iterator[str]:
     yield f"redis://127.0.0.1:{port}/0"
     process.terminate()
     process.wait(timeout=10)
+
+
+@pytest.fixture(scope="session")
+def postgres_url() -> Iterator[str]:
+    """A real PostgreSQL server (the Debian package's binaries) on 127.0.0.1 and a free port, for this session."""
+    from tests import postgres_server
+
+    why = postgres_server.missing()
+    if why:
+        pytest.skip(why)
+    pytest.importorskip("psycopg", reason="psycopg is not installed (pip install -e '.[test]')")
+    server = postgres_server.start()
+    yield server.url
+    server.stop()

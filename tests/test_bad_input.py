@@ -62,7 +62,8 @@ NOT_A_CASSETTE = [*NO_FILE, "{definition}"]
 NOT_A_SCRIPT = [f"scripted:{name}" for name in NOT_A_CASSETTE]
 NOT_WRITABLE = ["{folder}", "{binary}/under/a/file.json"]
 BAD_STORES = ["nosuch://x", "redis://localhost:notaport/0", "redis://localhost:6379/abc", "file://relative/dir",
-              "sqlite://rel.db", "sqlite:", "memory:x", "conversations.db", ""]  # fmt: skip
+              "sqlite://rel.db", "sqlite:", "memory:x", "conversations.db", "",
+              "postgresql://127.0.0.1:1/db"]  # fmt: skip
 BAD_IDS = ["../x", "", "x" * 1000]
 PROVIDER = {
     "api_base": ["not a url", "ftp://host/v1", "http://", "http://host:notaport/v1", ""],
@@ -145,6 +146,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("serve", "tokens_file"): ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}"],
     ("serve", "busy"): ["wait", ""],
     ("serve", "wait"): ["-1", "soon"],
+    ("serve", "workers"): ["0", "two"],
     ("serve", "max_body"): ["0", "many"],
     ("serve", "cors_origin"): ["", "app.example", "https://app.example/path", "ftp://app.example"],
     ("serve", "history_window"): ["-1", "six"],
@@ -303,7 +305,8 @@ def test_a_misused_slash_command_is_one_error_line_and_the_chat_goes_on(chat_fil
     "url",
     ["redis://localhost:notaport/0", "redis://localhost:99999/0", "redis://", "redis://host/db0", "unix://",
      "file://relative/dir", "sqlite://rel.db", "sqlite:", "file:", "memory:x", "nosuch://x", "x.db", "",
-     "sqlite:///tmp/x.db?mode=ro", "redis://localhost:6379/0?nosuch=1"],
+     "sqlite:///tmp/x.db?mode=ro", "redis://localhost:6379/0?nosuch=1", "postgresql://localhost:notaport/db",
+     "postgres://127.0.0.1:9/db?nosuch=1", "postgresql://127.0.0.1:9/db?schema=a;b"],
 )  # fmt: skip
 def test_open_store_refuses_a_bad_url_with_a_store_error(url, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

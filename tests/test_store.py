@@ -41,10 +41,12 @@ def url_for(kind: str, tmp_path, request) -> str:
         return f"file://{tmp_path / 'conversations'}"
     if kind == "sqlite":
         return f"sqlite://{tmp_path / 'conversations.db'}"
+    if kind == "postgres":  # a schema of its own in the session's database
+        return f"{request.getfixturevalue('postgres_url')}?schema=test_{uuid.uuid4().hex}"
     return f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(params=["memory", "file", "sqlite", "redis"])
+@pytest.fixture(params=["memory", "file", "sqlite", "redis", "postgres"])
 def store_url(request, tmp_path):
     return url_for(request.param, tmp_path, request)
 
@@ -223,7 +225,7 @@ def test_restore_names_what_changed_in_the_definition():
 
 def test_open_store_errors(tmp_path):
     with pytest.raises(StoreError, match="unknown store URL"):
-        open_store("postgres://x")
+        open_store("mysql://x")
     blocker = tmp_path / "file"
     blocker.write_text("")
     with pytest.raises(StoreError, match="cannot"):
@@ -258,7 +260,7 @@ for n in range({turns}):
 """
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite", "redis"])
+@pytest.mark.parametrize("kind", ["file", "sqlite", "redis", "postgres"])
 def test_four_processes_advance_one_conversation_without_losing_a_turn(kind, tmp_path, request):
     url = url_for(kind, tmp_path, request)
     workers, turns = 4, 25
@@ -326,7 +328,7 @@ def crash_rounds(url: str, kills: int, seed: int = 0) -> int:
     return committed
 
 
-@pytest.mark.parametrize("kind", ["file", "sqlite"])
-def test_a_killed_writer_leaves_the_last_committed_turn_intact(kind, tmp_path):
-    url = f"file://{tmp_path / 'c'}" if kind == "file" else f"sqlite://{tmp_path / 'c.db'}"
+@pytest.mark.parametrize("kind", ["file", "sqlite", "postgres"])
+def test_a_killed_writer_leaves_the_last_committed_turn_intact(kind, tmp_path, request):
+    url = url_for(kind, tmp_path, request)
     assert crash_rounds(url, kills=8) > 8, "the child did save turns between kills"

@@ -11,6 +11,7 @@ from llm_fsm.cli import app
 from llm_fsm.store import open_store
 from tests.conftest import reply
 from tests.test_chat import OPEN
+from tests.test_store import url_for
 
 runner = CliRunner()
 GREETING = reply("ask_name", "Hello! Name?")
@@ -164,10 +165,10 @@ def test_conversations_show_masks_the_payload_of_a_pause(setup, tmp_path):
     assert pending["payload"] == {"card_number": "[masked]", "who": "Ann"}
 
 
-@pytest.mark.parametrize("kind", ["sqlite", "file"])
-def test_conversations_unlock_frees_a_conversation_left_locked(setup, tmp_path, kind):
+@pytest.mark.parametrize("kind", ["sqlite", "file", "postgres"])
+def test_conversations_unlock_frees_a_conversation_left_locked(setup, tmp_path, kind, request):
     definition, _ = setup
-    store = f"sqlite://{tmp_path / 'u.db'}" if kind == "sqlite" else f"file://{tmp_path / 'files'}"
+    store = url_for(kind, tmp_path, request)
     held = open_store(store)
     lock = held.lock("stuck", timeout=1)
     lock.__enter__()  # a holder that never lets go (the SIGKILL case is in test_store_locks.py)
@@ -177,6 +178,8 @@ def test_conversations_unlock_frees_a_conversation_left_locked(setup, tmp_path, 
     assert again.stdout == "stuck was not locked\n"
     turn, lines = run(definition, tmp_path, [GREETING], "", "--store", store, "-c", "stuck", "--wait", "0.5")
     assert turn.exit_code == 0 and lines[0]["message"] == "Hello! Name?"
+    lock.__exit__(None, None, None)  # the stuck holder goes away at last (its release finds another turn's lock)
+    held.close()
 
 
 def _edit_definition(definition, edit):

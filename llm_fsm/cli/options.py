@@ -186,7 +186,7 @@ StoreOption = Annotated[
     str | None,
     typer.Option("--store", envvar="LLM_FSM_STORE", callback=non_empty, help="Where conversations are kept: "
                  "sqlite:PATH.db (relative to this folder) or sqlite:///ABSOLUTE/PATH.db, file:DIR or file:///DIR, "
-                 "redis://host:port/db (default: SQLite under $LLM_FSM_HOME)."),
+                 "redis://host:port/db, postgresql://user@host:port/db (default: SQLite under $LLM_FSM_HOME)."),
 ]  # fmt: skip
 ConversationOption = Annotated[
     str | None, typer.Option("--conversation", "-c", help="Continue (or start) the stored conversation with this id.")

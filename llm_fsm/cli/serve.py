@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import ipaddress
 import os
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
+import pydantic
 import typer
 
 from llm_fsm.cli.main import app, fail
@@ -47,6 +50,7 @@ class BusyPolicy(StrEnum):
 
 @app.command()
 def serve(
+    ctx: typer.Context,
     definitions: Annotated[
         list[Path],
         typer.Argument(
@@ -107,6 +111,16 @@ def serve(
     show_secrets: Annotated[
         bool, typer.Option("--show-secrets", help="Return secret-looking context values unmasked.")
     ] = False,
+    workers: Annotated[
+        int,
+        typer.Option(
+            "--workers",
+            envvar="LLM_FSM_WORKERS",
+            min=1,
+            help="Worker processes sharing the port (each a copy of the app). More than one needs a store they "
+            "share: sqlite: on one host, redis:// or postgresql:// across hosts.",
+        ),
+    ] = 1,
 ) -> None:
     """Serve definitions over HTTP: create conversations, send messages, stream turns (SSE), resume, delete.
 
@@ -114,53 +128,110 @@ def serve(
     listens on the loopback interface only."""
     try:
         import uvicorn
+    except ImportError:
+        fail("serve needs FastAPI and uvicorn (uvicorn is missing): pip install 'llm-fsm-runtime[server]'", 2)
+    settings = ServeSettings(**{field.name: ctx.params[field.name] for field in dataclasses.fields(ServeSettings)})
+    application, tokens, names = build(settings)
+    from llm_fsm.server.auth import TOKENS_VARIABLE
 
-        from llm_fsm.server import create_app
-        from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
-    except ImportError as exc:
-        fail(f"serve needs FastAPI and uvicorn ({exc.name} is missing): pip install 'llm-fsm-runtime[server]'", 2)
-
-    try:
-        if tokens_file is not None:
-            tokens = tokens_from_file(tokens_file)
-        else:
-            tokens = tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
-    except TokenError as exc:
-        fail(str(exc), 2)
     if not tokens and not _loopback(host):
         fail(
             f"no tokens configured, so the server listens on the loopback interface only, not {host}: give "
             f"--tokens-file or set {TOKENS_VARIABLE}",
             2,
         )
+    auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
+    served = f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
+    options = {"host": host, "port": port, "log_level": "info", "server_header": False}
+    if workers == 1:
+        typer.echo(f"{served})", err=True)
+        uvicorn.run(application, **options)
+        return
+    store_in_use = application.state.service.store
+    store_in_use.close()  # the workers open their own
+    if not store_in_use.shared:
+        fail(
+            f"--workers {workers} needs a store the worker processes share, and {store_in_use.url} keeps "
+            "conversations inside one process: give --store sqlite:PATH (one host), redis://... or postgresql://...",
+            2,
+        )
+    os.environ[SETTINGS_VARIABLE] = _settings_json().dump_json(settings).decode()  # each worker's app is built from it
+    typer.echo(f"{served}; {workers} worker processes)", err=True)
+    uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **options)
 
-    files = _definition_files(definitions)
-    registry = load_hooks(hooks)
+
+SETTINGS_VARIABLE = "LLM_FSM_SERVE_SETTINGS"
+
+
+@dataclasses.dataclass
+class ServeSettings:
+    """Every option of ``serve`` that shapes the app (not where it listens): a worker process rebuilds it from them."""
+
+    definitions: list[Path]
+    model: str | None
+    api_base: str | None
+    api_key: str | None
+    timeout: float
+    max_retries: int
+    temperature: float | None
+    response_format: ResponseFormat
+    max_tokens: int | None
+    tool_calling: ToolCalling
+    guided: bool
+    history_window: int
+    max_corrections: int
+    hooks: str | None
+    store: str | None
+    tokens_file: Path | None
+    busy: BusyPolicy
+    wait: float
+    max_body: int
+    cors_origin: list[str] | None
+    show_secrets: bool
+
+
+def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
+    """The app, its tokens and the names of the definitions it serves; exit 2 with ``error:`` lines if it cannot."""
+    try:
+        from llm_fsm.server import create_app
+        from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
+    except ImportError as exc:
+        fail(f"serve needs FastAPI and uvicorn ({exc.name} is missing): pip install 'llm-fsm-runtime[server]'", 2)
+    s = settings
+    try:
+        tokens = (
+            tokens_from_file(s.tokens_file) if s.tokens_file else tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
+        )
+    except TokenError as exc:
+        fail(str(exc), 2)
+    files = _definition_files(s.definitions)
+    registry = load_hooks(s.hooks)
     fsms: list[llm_fsm.FSMDefinition] = []
     for path in files:
         fsm = load_definition(path)
         connect_mcp(fsm, path, registry, None)
         fsms.append(fsm)
     provider = Provider(
-        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
-    )
-    llm = make_client(model, provider)  # astream streams whatever it is told: a message's reply comes whole
+        s.api_base, s.api_key, s.timeout, s.max_retries, s.temperature, s.response_format, s.max_tokens,
+        s.tool_calling, s.guided,
+    )  # fmt: skip
+    llm = make_client(s.model, provider)  # astream streams whatever it is told: a message's reply comes whole
     from llm_fsm.prompt import PromptBuilder, PromptSettings
 
-    builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
+    builder = PromptBuilder(settings=PromptSettings(history_window=s.history_window))
     try:
         application = create_app(
             fsms,
             llm,
             hooks=registry,
-            store=store,
+            store=s.store,
             tokens=tokens,
-            busy=busy.value,
-            wait=wait,
-            max_body=max_body,
-            cors_origins=cors_origin or (),
-            show_secrets=show_secrets,
-            conversation_options={"max_corrections": max_corrections, "prompt": builder},
+            busy=s.busy.value,
+            wait=s.wait,
+            max_body=s.max_body,
+            cors_origins=s.cors_origin or (),
+            show_secrets=s.show_secrets,
+            conversation_options={"max_corrections": s.max_corrections, "prompt": builder},
         )
     except DefinitionError as exc:
         for problem in exc.problems:
@@ -168,10 +239,21 @@ def serve(
         raise typer.Exit(2) from None
     except (StoreError, ValueError) as exc:
         fail(str(exc), 2)
-    names = ", ".join(f.name for f in fsms)
-    auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
-    typer.echo(f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs)", err=True)
-    uvicorn.run(application, host=host, port=port, log_level="info", server_header=False)
+    return application, tokens, ", ".join(f.name for f in fsms)
+
+
+def worker_app() -> Any:
+    """The app of one ``serve --workers N`` process (uvicorn calls it in each): as the command built it."""
+    try:
+        settings = _settings_json().validate_json(os.environ[SETTINGS_VARIABLE])
+    except (KeyError, pydantic.ValidationError) as exc:
+        raise RuntimeError(f"${SETTINGS_VARIABLE} does not hold the settings of llm-fsm serve: {exc}") from None
+    return build(settings)[0]
+
+
+@functools.cache
+def _settings_json() -> pydantic.TypeAdapter[ServeSettings]:
+    return pydantic.TypeAdapter(ServeSettings)
 
 
 def _origin(value: str) -> str:

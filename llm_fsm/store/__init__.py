@@ -7,6 +7,8 @@ URL                                    store
 ``file:DIR``, ``file:///DIR``          one JSON file per conversation, atomic writes, file locks
 ``sqlite:PATH``, ``sqlite:///PATH``    the default (``$LLM_FSM_HOME/conversations.db``): WAL, append-only turns
 ``redis://host:port/db``               many stateless workers, one Redis server (``pip install llm-fsm-runtime[redis]``)
+``postgresql://user@host:port/db``     many stateless workers, one PostgreSQL database (also ``postgres://``;
+                                       ``pip install llm-fsm-runtime[postgres]``)
 =====================================  ==========================================================
 
 Paths in ``sqlite:`` and ``file:`` URLs follow one rule. After three slashes the path is absolute,
@@ -26,10 +28,10 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from urllib.parse import unquote, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit
 
 from llm_fsm.errors import StoreError
-from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, check_id
+from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, check_id, public_url
 from llm_fsm.store.stored import StoredConversation, aadvance, advance
 
 __all__ = [
@@ -57,7 +59,10 @@ def default_url() -> str:
     return "sqlite:" + (home() / "conversations.db").absolute().as_uri().removeprefix("file:")
 
 
-_FORMS = "memory:, sqlite:PATH.db, sqlite:///ABSOLUTE/PATH.db, file:DIR, file:///ABSOLUTE/DIR or redis://host:port/db"
+_FORMS = (
+    "memory:, sqlite:PATH.db, sqlite:///ABSOLUTE/PATH.db, file:DIR, file:///ABSOLUTE/DIR, redis://host:port/db "
+    "or postgresql://user@host:port/db"
+)
 
 
 def open_store(url: str | None = None) -> Store:
@@ -80,6 +85,8 @@ def open_store(url: str | None = None) -> Store:
         return SQLiteStore(_local_path(url))
     if scheme in ("redis", "rediss", "unix"):
         return _redis(url)
+    if scheme in ("postgresql", "postgres"):
+        return _postgres(url)
     raise StoreError(f"unknown store URL {url!r}: use {_FORMS}")
 
 
@@ -113,21 +120,38 @@ def _redis(url: str) -> Store:
     try:
         return RedisStore(url)
     except (ValueError, TypeError) as exc:  # what redis-py itself refuses in a URL
-        raise StoreError(f"store URL {url!r} is not a Redis URL: {exc}") from None
+        raise StoreError(f"store URL {public_url(url)!r} is not a Redis URL: {exc}") from None
 
 
-def _check_redis_url(url: str) -> None:
-    """Refuse, in words that name the fault, what redis-py would refuse with a bare ValueError or read wrongly."""
+def _postgres(url: str) -> Store:
+    """A PostgreSQL store; :class:`StoreError` for a bad URL or a server that cannot be used."""
+    _check_port(url)
+    try:
+        from llm_fsm.store.postgres import PostgresStore
+    except ImportError:
+        raise StoreError("the PostgreSQL store needs psycopg: pip install 'llm-fsm-runtime[postgres]'") from None
+    return PostgresStore(url)
+
+
+def _check_port(url: str) -> SplitResult:
     parts = urlsplit(url)
     try:
         parts.port  # noqa: B018 (raises ValueError for a port that is not a number from 0 to 65535)
     except ValueError:
-        raise StoreError(f"store URL {url!r}: the port is not a number from 0 to 65535") from None
+        raise StoreError(f"store URL {public_url(url)!r}: the port is not a number from 0 to 65535") from None
+    return parts
+
+
+def _check_redis_url(url: str) -> None:
+    """Refuse, in words that name the fault, what redis-py would refuse with a bare ValueError or read wrongly."""
+    parts = _check_port(url)
     if parts.scheme == "unix":
         if not parts.path:
-            raise StoreError(f"store URL {url!r} names no socket: write unix:///PATH/TO/redis.sock")
+            raise StoreError(f"store URL {public_url(url)!r} names no socket: write unix:///PATH/TO/redis.sock")
         return
     if not parts.hostname:
-        raise StoreError(f"store URL {url!r} names no host: write {parts.scheme}://HOST:PORT/DB")
+        raise StoreError(f"store URL {public_url(url)!r} names no host: write {parts.scheme}://HOST:PORT/DB")
     if parts.path.strip("/") and not parts.path.strip("/").isdigit():
-        raise StoreError(f"store URL {url!r}: the database must be a number, as in {parts.scheme}://HOST:6379/0")
+        raise StoreError(
+            f"store URL {public_url(url)!r}: the database must be a number, as in {parts.scheme}://HOST:6379/0"
+        )

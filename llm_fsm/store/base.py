@@ -44,6 +44,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import ConflictError, StoreError
@@ -142,6 +143,8 @@ class Store(ABC):
     url: str
     lease: float | None = None
     """Seconds a turn lock lasts unless its heartbeat renews it; None: the lock dies with its holder."""
+    shared: bool = True
+    """Whether other processes see the same conversations (``serve --workers`` needs it; ``memory:`` is not)."""
 
     def __init__(self) -> None:
         self._gates = _Gates()
@@ -306,7 +309,8 @@ class Store(ABC):
             return
         import asyncio
 
-        beat = asyncio.ensure_future(self._abeat(conversation_id, token))
+        name = f"llm-fsm lease {conversation_id}"  # as the sync heartbeat's thread
+        beat = asyncio.get_running_loop().create_task(self._abeat(conversation_id, token), name=name)
         try:
             yield
         finally:
@@ -410,6 +414,21 @@ def private_directory(path: Path) -> None:
 def private_file(path: Path) -> None:
     """Create ``path`` empty with mode 0600 unless it exists, before a library creates it with its own mode."""
     os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
+
+
+def public_url(url: str) -> str:
+    """``url`` with its password (in the user part or the query) replaced by ``***``: for messages.
+
+    A URL without a password comes back as it was written."""
+    parts = urlsplit(url)
+    user, at, host = parts.netloc.rpartition("@")
+    name, colon, _ = user.partition(":")
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    if not (at and colon) and all(k != "password" for k, _ in query):
+        return url
+    netloc = f"{name}:***@{host}" if at and colon else parts.netloc
+    query = [(k, "***" if k == "password" else v) for k, v in query]
+    return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*/")))
 
 
 def info_of(conversation_id: str, snapshot: Snapshot, version: int, updated_at: float) -> Info:

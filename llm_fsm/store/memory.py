@@ -14,6 +14,8 @@ from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of,
 class MemoryStore(Store):
     """Turn locks are tokens in a dict: they die with the process, so they need no lease."""
 
+    shared = False
+
     def __init__(self) -> None:
         super().__init__()
         self.url = "memory:"

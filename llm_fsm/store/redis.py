@@ -29,6 +29,7 @@ from llm_fsm.store.base import (
     check_id,
     exchange_json,
     head_json,
+    public_url,
     seconds,
 )
 
@@ -115,7 +116,7 @@ class RedisStore(Store):
         try:
             self.client.ping()
         except redis.RedisError as exc:
-            raise StoreError(f"cannot reach Redis at {url}: {exc}") from exc
+            raise StoreError(f"cannot reach Redis at {public_url(url)}: {exc}") from exc
 
     # -- sync -----------------------------------------------------------------------------------
 

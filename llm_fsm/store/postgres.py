@@ -1,0 +1,522 @@
+"""``postgresql://user:password@host:port/db[?schema=name]``: many workers on many hosts share one PostgreSQL.
+
+Needs psycopg 3 (``pip install 'llm-fsm-runtime[postgres]'``). The layout mirrors the SQLite store:
+a row per conversation (its head, version, history length and last exchange) and a row per turn in
+``turns``, which a save only appends to, so a save costs the same at turn 5 and at turn 500. Tables
+live in the schema ``llm_fsm`` (``?schema=`` picks another: several apps or test runs, one
+database) and are created on first use when missing, under a transaction-scoped advisory lock so
+that workers starting together do not race; when they all exist nothing is created, so the role
+the workers use needs no CREATE right once they do. JSON is kept as ``text``, not ``jsonb``: the
+last exchange is compared byte for byte, and ``jsonb`` refuses ``\\u0000`` where ``text`` keeps it.
+
+Saves are one transaction that reads the version with ``SELECT ... FOR UPDATE`` and refuses a stale
+one (:class:`~llm_fsm.errors.ConflictError`); two first saves of one id meet on the primary key and
+the loser reads again. A load is one statement, so it sees one committed version of both tables.
+
+Turn locks are rows of ``locks`` (id, token, expiry): leases of ``LEASE`` seconds that the holder's
+heartbeat renews, as in :mod:`llm_fsm.store.base`. Expiries use the server's clock, so workers whose
+clocks disagree still agree on them. We chose rows over PostgreSQL's advisory locks, which die with
+the session that holds them: that would pin a pooled connection to each turn for its whole length
+(a model call: one connection per turn in flight, against ``max_connections``), a hung holder would
+keep its lock as long as its connection lives, a holder cut off by the network would keep it until
+TCP keepalive notices (hours by default), ``unlock`` would have to kill another session, and behind
+a transaction-mode pooler (PgBouncer) session locks do not work at all. ``locks`` is UNLOGGED: taking,
+renewing and releasing a lock then costs no WAL flush. After a server crash the table comes back
+empty, which frees every lock as a lapsed lease would: a holder still running finds at its next
+renewal that its lock is gone, and its save is checked by the version, as always.
+
+Connections come from small pools (``pool_size`` connections in use at most): one for the sync
+methods and one per event loop for the async ones, which use psycopg's native async connections. A
+connection that sat idle for over a second is checked before it is reused (an empty statement), so
+one the server dropped meanwhile (a restart, a failover, an idle timeout) is replaced instead of
+failing a turn; busy connections skip the round trip. A server that cannot be used raises
+:class:`~llm_fsm.errors.StoreError` at once, naming the URL without its password and giving libpq's
+reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import re
+import threading
+import time
+import uuid
+from collections.abc import AsyncIterator, Callable, Generator, Iterator
+from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from datetime import timedelta
+from typing import Any, TypeVar
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+import psycopg
+from psycopg import sql
+
+from llm_fsm.engine import Snapshot
+from llm_fsm.errors import StoreError
+from llm_fsm.store.base import (
+    Info,
+    Record,
+    Store,
+    appended,
+    assemble,
+    check_id,
+    conflict,
+    exchange_json,
+    head_json,
+    public_url,
+    seconds,
+)
+
+LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
+SCHEMA = "llm_fsm"
+POOL_SIZE = 10  # connections in use at most per pool: one pool for the sync calls, one per event loop
+CONNECT_TIMEOUT = 10  # seconds to reach the server, unless the URL says (libpq alone would wait for TCP)
+CHECK_IDLE = 1.0  # seconds idle after which a pooled connection is checked (one round trip) before it is reused
+WAIT_FOR_CONNECTION = 30.0  # seconds a call waits while all of its pool's connections are in use
+_SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
+T = TypeVar("T")
+
+DDL = """
+CREATE SCHEMA IF NOT EXISTS {s};
+CREATE TABLE IF NOT EXISTS {s}.conversations (
+    id text PRIMARY KEY,
+    version bigint NOT NULL,
+    definition_name text NOT NULL,
+    state text NOT NULL,
+    status text NOT NULL,
+    turns integer NOT NULL,
+    head text NOT NULL,
+    history_len integer NOT NULL,
+    last_exchange text,
+    updated_at timestamptz NOT NULL
+);
+CREATE INDEX IF NOT EXISTS conversations_updated ON {s}.conversations (updated_at);
+CREATE TABLE IF NOT EXISTS {s}.turns (
+    conversation_id text NOT NULL,
+    idx integer NOT NULL,
+    exchange text NOT NULL,
+    PRIMARY KEY (conversation_id, idx)
+);
+CREATE UNLOGGED TABLE IF NOT EXISTS {s}.locks (
+    id text PRIMARY KEY,
+    token text NOT NULL,
+    expires_at timestamptz NOT NULL
+);
+"""
+TABLES = ("conversations", "turns", "locks")
+
+STATEMENTS = {
+    "read_for_save": "SELECT version, history_len, last_exchange FROM {s}.conversations WHERE id = %s FOR UPDATE",
+    "delete_turns": "DELETE FROM {s}.turns WHERE conversation_id = %s",
+    "append_turns": "INSERT INTO {s}.turns SELECT %s, %s + n - 1, e FROM unnest(%s::text[]) WITH ORDINALITY AS t(e, n)",
+    "write": """
+        INSERT INTO {s}.conversations VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now())
+        ON CONFLICT (id) DO UPDATE SET version = excluded.version, definition_name = excluded.definition_name,
+            state = excluded.state, status = excluded.status, turns = excluded.turns, head = excluded.head,
+            history_len = excluded.history_len, last_exchange = excluded.last_exchange, updated_at = now()
+    """,
+    "load": """
+        SELECT head, version, extract(epoch FROM updated_at)::float8,
+            ARRAY(SELECT exchange FROM {s}.turns WHERE conversation_id = c.id ORDER BY idx)
+        FROM {s}.conversations c WHERE id = %s
+    """,
+    "delete": "DELETE FROM {s}.conversations WHERE id = %s",
+    "drop_lock": "DELETE FROM {s}.locks WHERE id = %s",
+    "list": """
+        SELECT id, definition_name, state, status, turns, version, extract(epoch FROM updated_at)::float8
+        FROM {s}.conversations ORDER BY updated_at DESC
+    """,
+    "prune": """
+        WITH old AS (DELETE FROM {s}.conversations WHERE updated_at < now() - make_interval(secs => %s) RETURNING id),
+            old_turns AS (DELETE FROM {s}.turns WHERE conversation_id IN (SELECT id FROM old)),
+            old_locks AS (DELETE FROM {s}.locks WHERE id IN (SELECT id FROM old))
+        SELECT count(*) FROM old
+    """,
+    "unlock": "DELETE FROM {s}.locks WHERE id = %s RETURNING expires_at > clock_timestamp()",
+    "try_lock": """
+        INSERT INTO {s}.locks AS held VALUES (%s, %s, clock_timestamp() + make_interval(secs => %s))
+        ON CONFLICT (id) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at
+        WHERE held.expires_at <= clock_timestamp()
+    """,
+    "renew": """
+        UPDATE {s}.locks SET expires_at = clock_timestamp() + make_interval(secs => %s) WHERE id = %s AND token = %s
+    """,
+    "release": "DELETE FROM {s}.locks WHERE id = %s AND token = %s",
+}
+
+# An operation is a generator of statements: it yields (name, parameters), receives the rows and row
+# count of each, and returns its result. One plan serves the sync and the async methods alike.
+Rows = tuple[list[tuple[Any, ...]], int]
+Plan = Generator[tuple[str, tuple[Any, ...]], Rows, T]
+
+
+def _split_schema(url: str) -> tuple[str, str | None]:
+    """``postgresql://host/db?schema=app`` → the libpq URL and the schema (libpq knows no ``schema``)."""
+    parts = urlsplit(url)
+    query = parse_qsl(parts.query, keep_blank_values=True)
+    schema = next((v for k, v in query if k == "schema"), None)
+    rest = urlencode([(k, v) for k, v in query if k != "schema"])
+    return urlunsplit(parts._replace(query=rest)), schema
+
+
+class PostgresStore(Store):
+    lease: float
+
+    def __init__(
+        self, url: str, *, schema: str | None = None, lease: float = LEASE, pool_size: int = POOL_SIZE
+    ) -> None:
+        super().__init__()
+        self.url = public_url(url)
+        self.lease = lease
+        conninfo, from_url = _split_schema(url)
+        self.schema = schema or from_url or SCHEMA
+        if not _SCHEMA_NAME.match(self.schema):
+            raise StoreError(
+                f"store URL {self.url!r}: schema {self.schema!r} is not a plain name (letters, digits, _; at most 63)"
+            )
+        try:
+            options = psycopg.conninfo.conninfo_to_dict(conninfo)
+        except psycopg.ProgrammingError as exc:
+            raise StoreError(f"store URL {self.url!r} is not a PostgreSQL URL: {_first_line(exc)}") from None
+        options.setdefault("connect_timeout", CONNECT_TIMEOUT)
+        self._conninfo = psycopg.conninfo.make_conninfo(**options)
+        self._pool_size = pool_size
+        self._pool = _Pool(self._conninfo, pool_size)
+        self._apools: dict[asyncio.AbstractEventLoop, _AsyncPool] = {}
+        self._guard = threading.Lock()
+        try:
+            with psycopg.connect(self._conninfo, autocommit=True) as connection:
+                self._sql = {name: self._render(connection, text) for name, text in STATEMENTS.items()}
+                self._create_tables(connection)
+        except psycopg.OperationalError as exc:
+            raise StoreError(f"cannot reach PostgreSQL at {self.url}: {_first_line(exc)}") from None
+        except psycopg.Error as exc:
+            raise StoreError(f"cannot use PostgreSQL at {self.url}: {_first_line(exc)}") from None
+
+    def _render(self, connection: psycopg.Connection[Any], text: str) -> str:
+        return sql.SQL(text).format(s=sql.Identifier(self.schema)).as_string(connection)
+
+    def _create_tables(self, connection: psycopg.Connection[Any]) -> None:
+        """Create what is missing; nothing (and no CREATE right needed) when every table exists."""
+        names = [f"{sql.Identifier(self.schema).as_string(connection)}.{table}" for table in TABLES]
+        found = connection.execute("SELECT " + ", ".join(["to_regclass(%s)"] * len(names)), names).fetchone()
+        if found is not None and all(found):
+            return
+        with connection.transaction():
+            connection.execute("SELECT pg_advisory_xact_lock(hashtext(%s))", (f"llm_fsm tables {self.schema}",))
+            connection.execute(sql.SQL(DDL).format(s=sql.Identifier(self.schema)))
+
+    # -- the operations, as plans -----------------------------------------------------------------
+
+    def _save(self, cid: str, snapshot: Snapshot, expected: int | None) -> Plan[int]:
+        rows, _ = yield "read_for_save", (cid,)
+        found, stored_len, stored_last = rows[0] if rows else (0, 0, None)
+        if expected is not None and expected != found:
+            raise conflict(cid, expected, found)
+        new = appended(stored_len, stored_last, snapshot.history)
+        start = stored_len
+        if new is None:  # the history was rewound (undo) or replaced: rewrite it
+            yield "delete_turns", (cid,)
+            new, start = [exchange_json(e) for e in snapshot.history], 0
+        if new:
+            yield "append_turns", (cid, start, new)
+        last = exchange_json(snapshot.history[-1]) if snapshot.history else None
+        yield "write", (cid, found + 1, snapshot.definition_name, snapshot.state, snapshot.status, snapshot.turns,
+                        head_json(snapshot), len(snapshot.history), last)  # fmt: skip
+        return int(found) + 1
+
+    def _load(self, cid: str) -> Plan[Record | None]:
+        rows, _ = yield "load", (cid,)
+        if not rows:
+            return None
+        head, version, updated_at, exchanges = rows[0]
+        return Record(cid, assemble(head, exchanges), int(version), float(updated_at))
+
+    def _delete(self, cid: str) -> Plan[bool]:
+        yield "delete_turns", (cid,)
+        yield "drop_lock", (cid,)
+        _, deleted = yield "delete", (cid,)
+        return deleted > 0
+
+    def _list(self) -> Plan[list[Info]]:
+        rows, _ = yield "list", ()
+        return [Info(*row) for row in rows]
+
+    def _prune(self, older_than: float | timedelta) -> Plan[int]:
+        rows, _ = yield "prune", (seconds(older_than),)
+        return int(rows[0][0])
+
+    def _unlock(self, cid: str) -> Plan[bool]:
+        rows, _ = yield "unlock", (cid,)
+        return any(row[0] for row in rows)
+
+    def _take(self, cid: str) -> Plan[str | None]:
+        token = uuid.uuid4().hex
+        _, taken = yield "try_lock", (cid, token, float(self.lease))
+        return token if taken else None
+
+    def _extend(self, cid: str, token: str) -> Plan[bool]:
+        _, renewed = yield "renew", (float(self.lease), cid, token)
+        return renewed == 1
+
+    def _give_back(self, cid: str, token: str) -> Plan[None]:
+        yield "release", (cid, token)
+
+    # -- sync -----------------------------------------------------------------------------------
+
+    def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        cid = check_id(conversation_id)
+        return self._run(lambda: self._save(cid, snapshot, expected_version), transaction=True)
+
+    def load(self, conversation_id: str) -> Record | None:
+        return self._run(lambda: self._load(check_id(conversation_id)))
+
+    def delete(self, conversation_id: str) -> bool:
+        cid = check_id(conversation_id)
+        return self._run(lambda: self._delete(cid), transaction=True)
+
+    def list(self) -> list[Info]:
+        return self._run(self._list)
+
+    def prune(self, older_than: float | timedelta) -> int:
+        return self._run(lambda: self._prune(older_than))
+
+    def unlock(self, conversation_id: str) -> bool:
+        return self._run(lambda: self._unlock(check_id(conversation_id)))
+
+    def _try_lock(self, conversation_id: str) -> str | None:
+        return self._run(lambda: self._take(conversation_id))
+
+    def _renew(self, conversation_id: str, token: str) -> bool:
+        return self._run(lambda: self._extend(conversation_id, token))
+
+    def _release(self, conversation_id: str, token: str) -> None:
+        self._run(lambda: self._give_back(conversation_id, token))
+
+    def _run(self, plan: Callable[[], Plan[T]], *, transaction: bool = False) -> T:
+        """Carry out a plan on a pooled connection (in one transaction if asked); StoreError if the server fails."""
+        for attempt in itertools.count():
+            try:
+                with self._pool.connection() as connection:
+                    scope: AbstractContextManager[Any] = connection.transaction() if transaction else nullcontext()
+                    with scope, connection.cursor() as cursor:
+                        return _carry_out(plan(), cursor, self._sql)
+            except psycopg.errors.UniqueViolation as exc:
+                if attempt >= 2:  # two first saves met on the primary key: the loser reads again
+                    raise self._failure(exc) from exc
+            except (psycopg.Error, _Busy) as exc:
+                raise self._failure(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _failure(self, exc: Exception) -> StoreError:
+        if isinstance(exc, _Busy):
+            return StoreError(f"PostgreSQL at {self.url}: {exc}")
+        return StoreError(f"PostgreSQL at {self.url} failed: {_first_line(exc)}")
+
+    def close(self) -> None:
+        self._pool.close()
+        with self._guard:  # the connections of event loops that have ended go with them
+            self._apools = {loop: pool for loop, pool in self._apools.items() if not loop.is_closed()}
+
+    # -- async (psycopg's AsyncConnection, one pool per event loop) ----------------------------
+
+    async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
+        cid = check_id(conversation_id)
+        return await self._arun(lambda: self._save(cid, snapshot, expected_version), transaction=True)
+
+    async def aload(self, conversation_id: str) -> Record | None:
+        return await self._arun(lambda: self._load(check_id(conversation_id)))
+
+    async def adelete(self, conversation_id: str) -> bool:
+        cid = check_id(conversation_id)
+        return await self._arun(lambda: self._delete(cid), transaction=True)
+
+    async def alist(self) -> list[Info]:
+        return await self._arun(self._list)
+
+    async def aprune(self, older_than: float | timedelta) -> int:
+        return await self._arun(lambda: self._prune(older_than))
+
+    async def aunlock(self, conversation_id: str) -> bool:
+        return await self._arun(lambda: self._unlock(check_id(conversation_id)))
+
+    async def _atry_lock(self, conversation_id: str) -> str | None:
+        return await self._arun(lambda: self._take(conversation_id))
+
+    async def _arenew(self, conversation_id: str, token: str) -> bool:
+        return await self._arun(lambda: self._extend(conversation_id, token))
+
+    async def _arelease(self, conversation_id: str, token: str) -> None:
+        await self._arun(lambda: self._give_back(conversation_id, token))
+
+    async def _arun(self, plan: Callable[[], Plan[T]], *, transaction: bool = False) -> T:
+        for attempt in itertools.count():
+            try:
+                async with self._async_pool().connection() as connection:
+                    if not transaction:
+                        async with connection.cursor() as cursor:
+                            return await _acarry_out(plan(), cursor, self._sql)
+                    async with connection.transaction(), connection.cursor() as cursor:
+                        return await _acarry_out(plan(), cursor, self._sql)
+            except psycopg.errors.UniqueViolation as exc:
+                if attempt >= 2:
+                    raise self._failure(exc) from exc
+            except (psycopg.Error, _Busy) as exc:
+                raise self._failure(exc) from exc
+        raise AssertionError("unreachable")  # pragma: no cover
+
+    def _async_pool(self) -> _AsyncPool:
+        loop = asyncio.get_running_loop()
+        pool = self._apools.get(loop)
+        if pool is None:
+            with self._guard:
+                self._apools = {done: p for done, p in self._apools.items() if not done.is_closed()}
+                pool = self._apools[loop] = _AsyncPool(self._conninfo, self._pool_size)
+        return pool
+
+    async def aclose(self) -> None:
+        """Close this event loop's connections (the sync ones: :meth:`close`)."""
+        with self._guard:
+            pool = self._apools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.close()
+
+
+# -- connection pools -------------------------------------------------------------------------------
+# Ours rather than psycopg_pool's: a server that is down fails the call at once with libpq's reason
+# (psycopg_pool's callers wait for its background reconnection, then get a timeout without a cause),
+# and no background thread or task outlives its use.
+
+
+class _Busy(Exception):
+    """Every connection of a pool stayed in use for ``WAIT_FOR_CONNECTION`` seconds."""
+
+
+def _reusable(connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
+    """Whether a connection given back may serve the next call (not closed, broken or inside a transaction)."""
+    return not connection.closed and connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+
+
+class _Pool:
+    """Connections for the sync methods: at most ``size`` in use; idle ones are reused, checked first."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self._conninfo, self._size = conninfo, size
+        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # and when each was given back
+        self._slots = threading.BoundedSemaphore(size)
+        self._guard = threading.Lock()
+
+    @contextmanager
+    def connection(self) -> Iterator[psycopg.Connection[Any]]:
+        if not self._slots.acquire(timeout=WAIT_FOR_CONNECTION):
+            raise _Busy(f"all {self._size} connections stayed in use for {WAIT_FOR_CONNECTION:g} s")
+        try:
+            connection = self._reuse() or psycopg.connect(self._conninfo, autocommit=True)
+            try:
+                yield connection
+            finally:
+                self._give_back(connection)
+        finally:
+            self._slots.release()
+
+    def _reuse(self) -> psycopg.Connection[Any] | None:
+        while True:
+            with self._guard:
+                if not self._idle:
+                    return None
+                connection, since = self._idle.pop()
+            try:  # one the server dropped while it was idle (a restart, a timeout) fails here, not in a turn
+                if time.monotonic() - since > CHECK_IDLE:
+                    connection.execute("")
+                return connection
+            except psycopg.Error:
+                connection.close()
+
+    def _give_back(self, connection: psycopg.Connection[Any]) -> None:
+        if not _reusable(connection):
+            connection.close()
+            return
+        with self._guard:
+            self._idle.append((connection, time.monotonic()))
+
+    def close(self) -> None:
+        with self._guard:
+            idle, self._idle = self._idle, []
+        for connection, _ in idle:
+            connection.close()
+
+
+class _AsyncPool:
+    """:class:`_Pool` for one event loop, of psycopg's async connections."""
+
+    def __init__(self, conninfo: str, size: int) -> None:
+        self._conninfo, self._size = conninfo, size
+        self._idle: list[tuple[psycopg.AsyncConnection[Any], float]] = []
+        self._slots = asyncio.Semaphore(size)
+
+    @asynccontextmanager
+    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        try:
+            async with asyncio.timeout(WAIT_FOR_CONNECTION):
+                await self._slots.acquire()
+        except TimeoutError:
+            raise _Busy(f"all {self._size} connections stayed in use for {WAIT_FOR_CONNECTION:g} s") from None
+        try:
+            connection = await self._reuse() or await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
+            try:
+                yield connection
+            finally:
+                await self._give_back(connection)
+        finally:
+            self._slots.release()
+
+    async def _reuse(self) -> psycopg.AsyncConnection[Any] | None:
+        while self._idle:
+            connection, since = self._idle.pop()
+            try:
+                if time.monotonic() - since > CHECK_IDLE:
+                    await connection.execute("")
+                return connection
+            except psycopg.Error:
+                await connection.close()
+        return None
+
+    async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
+        if _reusable(connection):
+            self._idle.append((connection, time.monotonic()))
+        else:
+            await connection.close()
+
+    async def close(self) -> None:
+        idle, self._idle = self._idle, []
+        for connection, _ in idle:
+            await connection.close()
+
+
+def _carry_out(plan: Plan[T], cursor: psycopg.Cursor[Any], statements: dict[str, str]) -> T:
+    rows: Rows | None = None
+    while True:
+        try:
+            name, parameters = plan.send(rows)  # type: ignore[arg-type] (the first send is None)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        cursor.execute(statements[name], parameters)
+        rows = (cursor.fetchall() if cursor.description else [], cursor.rowcount)
+
+
+async def _acarry_out(plan: Plan[T], cursor: psycopg.AsyncCursor[Any], statements: dict[str, str]) -> T:
+    rows: Rows | None = None
+    while True:
+        try:
+            name, parameters = plan.send(rows)  # type: ignore[arg-type]
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+        await cursor.execute(statements[name], parameters)
+        rows = (await cursor.fetchall() if cursor.description else [], cursor.rowcount)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).strip().splitlines() or [type(exc).__name__])[0]
+
+
+__all__ = ["PostgresStore"]
