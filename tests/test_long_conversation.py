@@ -41,7 +41,7 @@ def script() -> list[tuple[str, dict]]:
         (f"It's HM-204518. Also {FACT}.", move("identity", "Noted. The policy holder's full name?" + padding,
                                                 {"policy_number": "HM-204518"}, {"injuries": f"Caller: {FACT}"})),
         ("Daniel Okafor", move("ask_dob", "Your date of birth?", {"full_name": "Daniel Okafor"})),
-        ("12 March 1985", move("read_back", "HM-204518, Daniel Okafor, 1985-03-12: right?", {"date_of_birth": "1985-03-12"})),
+        ("12 March 1985", move("read_back", "HM-204518, Daniel Okafor, 1985-03-12?", {"date_of_birth": "1985-03-12"})),
         ("Yes", move("verified", "Confirmed. What happened, and when?", {"verified": True})),
         ("A van hit my car on 14 May 2024.", move("damage", "How much is the damage, roughly?",
                                                   {"incident_date": "2024-05-14", "incident_kind": "car",
@@ -50,10 +50,11 @@ def script() -> list[tuple[str, dict]]:
     turns = list(early)
     for turn in range(len(early) + 1, TURNS + 1):
         if turn % 2 == 0:
-            turns.append((f"Question {turn:04d}: how long will the repair take?" + padding,
-                          move("help", f"Answer {turn:04d}: usually about a week once the assessor has seen it." + padding)))  # fmt: skip
+            answer = f"Answer {turn:04d}: usually about a week once the assessor has seen it."
+            turns.append((f"Question {turn:04d}: how long will the repair take?" + padding, move("help", answer + padding)))
         else:
-            turns.append((f"Thanks, noted ({turn:04d}).", move("$return", f"Back to the damage ({turn:04d}): roughly how much?" + padding)))  # fmt: skip
+            back = f"Back to the damage ({turn:04d}): roughly how much?"
+            turns.append((f"Thanks, noted ({turn:04d}).", move("$return", back + padding)))
     return turns
 
 
