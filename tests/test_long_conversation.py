@@ -51,7 +51,8 @@ def script() -> list[tuple[str, dict]]:
     for turn in range(len(early) + 1, TURNS + 1):
         if turn % 2 == 0:
             answer = f"Answer {turn:04d}: usually about a week once the assessor has seen it."
-            turns.append((f"Question {turn:04d}: how long will the repair take?" + padding, move("help", answer + padding)))
+            question = f"Question {turn:04d}: how long will the repair take?"
+            turns.append((question + padding, move("help", answer + padding)))
         else:
             back = f"Back to the damage ({turn:04d}): roughly how much?"
             turns.append((f"Thanks, noted ({turn:04d}).", move("$return", back + padding)))
