@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition import RETURN, FSMDefinition, GlobalTransition, State
 from llm_fsm.engine import Decision, Exchange, Frame, Snapshot, initial_snapshot, record, unmet_condition, write
 from llm_fsm.errors import ConversationError, ResumeError
 from llm_fsm.hooks import Hooks
@@ -91,6 +91,53 @@ def _read(context: Mapping[str, Any], path: str) -> Any:
     return value
 
 
+# -- moves from anywhere, while a sub-conversation talks -----------------------------------------
+
+
+def outer_moves(defs: list[FSMDefinition], snaps: list[Snapshot]) -> dict[str, tuple[int, GlobalTransition]]:
+    """The global transitions of the levels below the one that talks that apply where they are, by the
+    state each leads to: ``{target: (level, move)}`` (``"$return"`` resolved). Each is judged at its own
+    level: its ``except_states`` against that level's state, its conditions on that level's context. An
+    inner level's move shadows an outer one's to a state of the same name, and the talking level's own
+    states shadow them all (its own ``help`` state is used, not its parent's)."""
+    found: dict[str, tuple[int, GlobalTransition]] = {}
+    for level in range(len(defs) - 2, -1, -1):
+        definition, snapshot = defs[level], snaps[level]
+        back_to = definition.return_target(snapshot.state, snapshot.came_from)
+        for move in definition.global_moves(snapshot.state):
+            target = back_to if move.target_state == RETURN else move.target_state
+            if target is None or target in defs[-1].states or target in found:
+                continue
+            if unmet_condition(move, snapshot.context) is None:
+                found[target] = (level, move)
+    return found
+
+
+def offering(defs: list[FSMDefinition], moves: Mapping[str, tuple[int, GlobalTransition]]) -> FSMDefinition:
+    """The talking level's definition with ``moves`` as global transitions of its own, each to a
+    terminal stand-in state of that name (the turn that reaches one leaves the level; see ``StackTurn``).
+    Made once per definition and set of moves."""
+    sub = defs[-1]
+    if not moves:
+        return sub
+    key = "outer_moves:" + "|".join(f"{t}@{level}#{id(m)}" for t, (level, m) in sorted(moves.items()))
+
+    def compute(_: State) -> FSMDefinition:
+        states, added = dict(sub.states), list(sub.global_transitions)
+        for target, (level, move) in moves.items():
+            owner = defs[level]
+            purpose = f"{owner.states[target].purpose} (this ends '{sub.name}' and goes on in '{owner.name}')"
+            states[target] = State(id=target, purpose=purpose.strip())
+            fields = {"target_state": target, "description": move.description, "priority": move.priority}
+            added.append(GlobalTransition(**fields))
+        copy = sub.model_copy(update={"states": states, "global_transitions": tuple(added)})
+        for name in ("_derived", "content_hash", "outline", "_outline_before_prose", "code_only_keys"):
+            copy.__dict__.pop(name, None)  # computed again for the copy (the prompt cache keys on the hash)
+        return copy
+
+    return sub.derived(key, sub.initial_state, compute)
+
+
 # -- turns --------------------------------------------------------------------------------------
 
 
@@ -121,6 +168,8 @@ class StackTurn:
         self.root, self.runtime, self.user = snapshot, runtime, user
         top, top_snapshot = self.defs[-1], self.snaps[-1]
         settings = runtime.settings(top)
+        self.outer = outer_moves(self.defs, self.snaps) if len(self.defs) > 1 else {}
+        top = offering(self.defs, self.outer)
         if resume is None:
             self.inner = TurnRunner(top, top_snapshot, runtime.hooks, settings, user=user, handle=runtime.handle)
         else:
@@ -132,6 +181,7 @@ class StackTurn:
             self.inner = resume_turn(
                 top, top_snapshot, runtime.hooks, settings, token, dict(result), handle=runtime.handle
             )
+        self.inner.exits = frozenset(self.outer)
         self.token = resume[0] if resume is not None else None
         self.turn_index = snapshot.turns + (1 if user is not None or snapshot.history else 0)
         self.base = snapshot
@@ -171,6 +221,10 @@ class StackTurn:
 
     def settle(self, snapshot: Snapshot, result: TurnResult) -> Steps:
         defs, snaps = list(self.defs), [*self.snaps[:-1], snapshot]
+        if snapshot.state in self.outer:  # a move of a level below: the levels above it are dropped
+            level, _ = self.outer[snapshot.state]
+            del defs[level + 1 :], snaps[level + 1 :]
+            snaps[-1] = yield from self.move(defs[-1], snaps[-1], snapshot.state, result.message)
         while len(snaps) > 1 and snaps[-1].status == "ended":
             child = snaps.pop()
             sub = defs.pop()
@@ -210,11 +264,15 @@ class StackTurn:
             for t in parent.states[base.state].transitions_by_priority()
             if unmet_condition(t, context) is None
         )  # validate requires a transition without conditions: one always holds
-        runner = TurnRunner(parent, base, self.runtime.hooks, self.runtime.settings(parent), user=self.user,
-                            handle=self.runtime.handle)  # fmt: skip
+        return (yield from self.move(parent, base, target, message))
+
+    def move(self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str) -> Steps:
+        """``snapshot`` moved to ``target`` with ``message``, the handlers of the move run as for any move."""
+        runner = TurnRunner(definition, snapshot, self.runtime.hooks, self.runtime.settings(definition),
+                            user=self.user, handle=self.runtime.handle)  # fmt: skip
         runner.trace = self.inner.trace
-        popped, _ = yield from runner.accept(Decision(True, target, context, {}, ()), message)
-        return popped
+        moved, _ = yield from runner.accept(Decision(True, target, snapshot.context, {}, ()), message)
+        return moved
 
 
 def _heard(snapshot: Snapshot, user: str | None, message: str) -> Snapshot:

@@ -31,6 +31,9 @@ How it runs (the runtime decides; no extra model call):
   user sees the sub-definition's terminal message. A move back to the state itself runs the
   sub-definition again; a move into another subflow state pushes that one; a move into our own terminal
   state ends us, which may pop the level below in turn.
+- **Moves from anywhere.** A sub-conversation's turn also offers the global transitions of the levels
+  below it that apply where they are (judged there); its own states shadow theirs by name. Taking one
+  drops the sub-conversations above that level (no ``output``) and moves it, handlers and all.
 - **Pauses.** A ``Break`` or a tool approval inside a sub-conversation pauses the whole conversation:
   the root snapshot is ``paused`` with the same pending event, and ``resume`` with its token continues
   the sub-conversation, exactly once (the token is also spent in the root).

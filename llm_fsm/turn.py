@@ -231,6 +231,9 @@ class TurnRunner:
         self._working: Snapshot | None = None
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
         self.trace: TurnTrace | NoTrace = NO_TRACE  # the driver's, when the turn is traced
+        # states that leave this level for a level below it (llm_fsm.subflow_turns): reached without
+        # this level's handlers or summaries, since the level is dropped at once
+        self.exits: frozenset[str] = frozenset()
 
     # -- the turn -------------------------------------------------------------------------------
 
@@ -241,6 +244,8 @@ class TurnRunner:
         if self.settings.background_summaries and self.base.summary.pending:
             self.base, caught_up = yield from summary_steps(self.definition, self.base, self.settings)
         snapshot, result = yield from self.turn()
+        if snapshot.state in self.exits:
+            return snapshot, result
         snapshot = summaries.mark_due(self.definition, snapshot, self.settings.prompt.settings.history_window)
         made = caught_up
         if not self.settings.background_summaries and snapshot.summary.pending:
@@ -356,6 +361,8 @@ class TurnRunner:
         """Commit an accepted reply, running the handlers around the commit."""
         current, target = self.base.state, decision.state
         self.set(decision.context, decision.applied, "llm")
+        if target in self.exits:
+            return self.finish(target, message, decision.applied)
         if self.memory_proposal:
             self.memory.written, applied, _ = self.memory_written()
             self.memory.changed.update(applied)
