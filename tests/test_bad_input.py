@@ -316,6 +316,19 @@ def test_open_store_refuses_a_bad_url_with_a_store_error(url, tmp_path, monkeypa
     assert list(tmp_path.iterdir()) == [], "nothing was created"
 
 
+@pytest.mark.parametrize(
+    "url",
+    ["mysql://bob:PW-7f3a9c@db.internal/bots", "sqlite://bob:PW-7f3a9c@host/x.db", "file://bob:PW-7f3a9c@host/dir",
+     "sqlite://bob:PW-7f3a9c@host/x.db?mode=ro", "sqlite://bob:PW-7f3a9c@", "redis://bob:PW-7f3a9c@host:port/0",
+     "redis://:PW-7f3a9c@host/db0", "postgresql://bob:PW-7f3a9c@localhost:notaport/db"],
+)  # fmt: skip
+def test_a_bad_store_url_is_refused_without_its_password(url, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(StoreError) as info:
+        open_store(url)
+    assert "PW-7f3a9c" not in str(info.value) and ":***@" in str(info.value)
+
+
 def test_a_relative_store_path_is_relative_to_the_current_folder_and_three_slashes_are_absolute(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     assert open_store("sqlite:rel.db").url == f"sqlite://{tmp_path / 'rel.db'}"
