@@ -65,6 +65,12 @@ def test_serve_builds_the_app_for_definitions_in_files_and_folders(served: dict[
     assert created.status_code == 201 and created.json()["result"]["message"]
 
 
+def test_serve_imports_litellm_before_it_listens(served: dict[str, Any]):
+    """litellm takes seconds to import: at start, not in the first turn of the first user (while /health said ok)."""
+    assert serve(str(EXAMPLES / "form_filling.json"), "-m", "openai/x", "--api-key", "k").exit_code == 0
+    assert served["app"].state.service.llm._litellm is not None
+
+
 def test_a_folder_serves_every_definition_in_it(served: dict[str, Any], tmp_path: Path):
     folder = tmp_path / "defs"
     folder.mkdir()
@@ -102,6 +108,13 @@ def test_tokens_from_the_variable_allow_any_host(served: dict[str, Any]):
     http = TestClient(served["app"])
     assert http.get("/definitions").status_code == 401
     assert http.get("/definitions", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
+
+
+def test_an_ipv6_address_is_shown_as_a_url_writes_it(served: dict[str, Any]):
+    model = ["--model", "scripted:" + str(EXAMPLES / "scripts" / "quiz.json"), "--store", "memory:"]
+    result = serve(str(EXAMPLES / "quiz.json"), *model, "--host", "::1", "--port", "8123")
+    assert result.exit_code == 0 and "on http://[::1]:8123 (" in result.output, result.output
+    assert served["host"] == "::1"
 
 
 def test_importing_llm_fsm_and_its_cli_loads_no_server_library():

@@ -141,7 +141,8 @@ def serve(
             2,
         )
     auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
-    served = f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    served = f"serving {names} on http://{shown}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
     options = {"host": host, "port": port, "log_level": "info", "server_header": False, "log_config": log_config()}
     if workers == 1:
         typer.echo(f"{served})", err=True)
@@ -229,6 +230,10 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
         s.tool_calling, s.guided,
     )  # fmt: skip
     llm = make_client(s.model, provider)  # astream streams whatever it is told: a message's reply comes whole
+    from llm_fsm.llm import LiteLLMClient
+
+    if isinstance(llm, LiteLLMClient):
+        llm.litellm  # noqa: B018 (imports litellm now, seconds, before /health answers: not in a user's first turn)
     from llm_fsm.prompt import PromptBuilder, PromptSettings
 
     builder = PromptBuilder(settings=PromptSettings(history_window=s.history_window))
