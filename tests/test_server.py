@@ -922,14 +922,30 @@ def test_a_store_that_fails_while_serving_answers_503_and_names_it_without_its_p
             call()
 
 
-def test_a_sqlite_store_that_breaks_after_opening_answers_503(tmp_path: Path):
+def _drop_the_table(path: Path) -> None:
     import sqlite3
 
-    path = tmp_path / "c.db"
-    http = client(ScriptedLLM([reply("ask_name", "Hi!")] * 2), store=f"sqlite:{path}")
-    cid = create(http)["id"]
     with sqlite3.connect(path) as other:  # another process drops the table under the server's feet
         other.execute("DROP TABLE conversations")
+
+
+def _put_a_file_in_its_place(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
+    path.write_text("not a folder")
+
+
+@pytest.mark.parametrize(
+    ("scheme", "name", "breaking"),
+    [("sqlite", "c.db", _drop_the_table), ("file", "conversations", _put_a_file_in_its_place)],
+)
+def test_a_local_store_that_breaks_after_opening_answers_503(tmp_path: Path, scheme: str, name: str, breaking: Any):
+    path = tmp_path / name
+    http = client(ScriptedLLM([reply("ask_name", "Hi!")] * 2), store=f"{scheme}:{path}")
+    cid = create(http)["id"]
+    breaking(path)
     error_of(http.get(f"/conversations/{cid}"), 503, "store_unavailable")
     error_of(http.post(f"/conversations/{cid}/messages", json={"message": "Ann"}), 503, "store_unavailable")
+    error_of(http.delete(f"/conversations/{cid}"), 503, "store_unavailable")
     error_of(http.post("/conversations", json={}), 503, "store_unavailable")
