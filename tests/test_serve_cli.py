@@ -126,13 +126,16 @@ def test_importing_llm_fsm_and_its_cli_loads_no_server_library():
 
 @pytest.mark.slow
 @contextlib.contextmanager
-def serving(tmp_path: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
-    """A real ``llm-fsm serve`` process on a free port: its base URL, and a list that holds its output (stdout and
-    stderr) once it has stopped."""
+def serving(tmp_path: Path, script: Path) -> Iterator[tuple[str, list[str]]]:
+    """A real ``llm-fsm serve`` process of form_filling on ``script`` and a free port: its base URL, and a list that
+    holds its output (stdout and stderr) once it has stopped."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    command = [str(Path(sys.executable).parent / "llm-fsm"), "serve", *args, "--port", str(port)]
+    command = [
+        str(Path(sys.executable).parent / "llm-fsm"), "serve", str(EXAMPLES / "form_filling.json"),
+        "--model", f"scripted:{script}", "--store", f"sqlite:{tmp_path / 'c.db'}", "--port", str(port),
+    ]  # fmt: skip
     env = {**os.environ, "LLM_FSM_HOME": str(tmp_path)}
     env.pop("LLM_FSM_SERVER_TOKENS", None)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
@@ -156,14 +159,7 @@ def serving(tmp_path: Path, *args: str) -> Iterator[tuple[str, list[str]]]:
 
 def test_a_real_serve_process_answers_over_http(tmp_path: Path):
     script = EXAMPLES / "scripts" / "form_filling.json"
-    args = [
-        str(EXAMPLES / "form_filling.json"),
-        "--model",
-        f"scripted:{script}",
-        "--store",
-        f"sqlite:{tmp_path / 'c.db'}",
-    ]
-    with serving(tmp_path, *args) as (base, output):
+    with serving(tmp_path, script) as (base, output):
         created = httpx.post(f"{base}/conversations", json={}).json()
         cid = created["id"]
         turn = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "I'm Maya"})
@@ -177,14 +173,7 @@ def test_what_the_api_tells_only_in_kind_is_in_the_servers_log(tmp_path: Path):
     """The API says "the server's log has the provider's answer": the log of ``serve`` must have it."""
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"transition": {"target_state": "collect_name"}, "message": "Hi!"}]))
-    args = [
-        str(EXAMPLES / "form_filling.json"),
-        "--model",
-        f"scripted:{script}",
-        "--store",
-        f"sqlite:{tmp_path / 'c.db'}",
-    ]
-    with serving(tmp_path, *args) as (base, output):
+    with serving(tmp_path, script) as (base, output):
         cid = httpx.post(f"{base}/conversations", json={}).json()["id"]
         failed = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "I'm Maya"})  # no reply left
         assert failed.status_code == 502 and "the server's log has" in failed.json()["error"]["message"]
