@@ -31,7 +31,7 @@ from llm_fsm.errors import (
     LLMRequestError,
     LLMUnavailableError,
 )
-from llm_fsm.secrets import KEY_SHAPED
+from llm_fsm.secrets import KEY_SHAPED, without_url_passwords
 
 Message = dict[str, Any]  # role and content; an assistant's may carry "tool_calls", a tool's "tool_call_id"
 logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
@@ -189,7 +189,8 @@ class LiteLLMClient:
         self._tool_mode: Literal["native", "json"] | None = None
 
     def __repr__(self) -> str:  # never shows the key
-        return f"LiteLLMClient(model={self.model!r}, api_base={self.api_base!r})"
+        api_base = without_url_passwords(self.api_base) if self.api_base else None
+        return f"LiteLLMClient(model={self.model!r}, api_base={api_base!r})"
 
     def trace_attributes(self) -> dict[str, Any]:
         """How traces name this client's requests (GenAI conventions): provider, model, server, settings;
@@ -412,7 +413,9 @@ class LiteLLMClient:
         return LLMRequestError(message, **kwargs)
 
     def _scrubbed(self, text: str) -> str:
-        """``text`` without the API key (providers quote it back in auth errors) or anything shaped like one."""
+        """``text`` without the API key (providers quote it back in auth errors) or anything shaped like one, nor
+        the password of a URL (an ``api_base`` of ``https://user:PASSWORD@host``, or one an error quotes)."""
+        text = without_url_passwords(text)
         if self.api_key and len(self.api_key) >= 8:  # a shorter "key" is a placeholder; replacing it mangles text
             text = text.replace(self.api_key, "***")
         return KEY_SHAPED.sub("***", text)

@@ -27,6 +27,12 @@ _PAIRS = {
 }  # fmt: skip
 _CARD = re.compile(r"^\d[\d \-]{11,22}\d$")
 KEY_SHAPED = re.compile(r"\b(?:sk|pk|rk|key|api)[-_][A-Za-z0-9_-]{6,}")  # API keys as providers write them
+URL_PASSWORD = re.compile(r"(?<=://)([^/\s:@]*):[^/\s@]+@")  # the password of https://user:PASSWORD@host/...
+
+
+def without_url_passwords(text: str) -> str:
+    """``text`` with the password of every URL in it (``scheme://user:PASSWORD@host``) replaced by ``***``."""
+    return URL_PASSWORD.sub(r"\1:***@", text)
 
 
 _WORD = re.compile(r"[A-Z]+(?=[A-Z][a-z])|[A-Z]?[a-z]+|[A-Z]+|[0-9]+")

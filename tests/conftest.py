@@ -105,9 +105,8 @@ def signup() -> llm_fsm.FSMDefinition:
     return llm_fsm.load(json.loads(json.dumps(SIGNUP)))
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> Iterator[str]:
-    """A real redis-server on 127.0.0.1 and a free port, for this test session."""
+def start_redis(*options: str) -> tuple[Any, int]:
+    """A redis-server on 127.0.0.1 and a free port (extra ``options``, e.g. ``--requirepass``): the process and port."""
     import shutil
     import subprocess
     import time
@@ -118,7 +117,7 @@ def redis_url() -> Iterator[str]:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+    args = [server, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", *options]
     process = subprocess.Popen(args, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 10
     while time.monotonic() < deadline:
@@ -130,6 +129,13 @@ def redis_url() -> Iterator[str]:
     else:
         process.kill()
         pytest.fail("redis-server did not start")
+    return process, port
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server on 127.0.0.1 and a free port, for this test session."""
+    process, port = start_redis()
     yield f"redis://127.0.0.1:{port}/0"
     process.terminate()
     process.wait(timeout=10)

@@ -21,6 +21,7 @@ from llm_fsm.cli import app
 from llm_fsm.cli.chat import COMMANDS
 from llm_fsm.errors import ConversationError, DefinitionError, LLMError, StoreError
 from llm_fsm.store import open_store
+from llm_fsm.store.base import public_url
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.testing.cassette import ReplayLLM
 from llm_fsm.testing.conversation_tests import read
@@ -306,13 +307,18 @@ def test_a_misused_slash_command_is_one_error_line_and_the_chat_goes_on(chat_fil
     ["redis://localhost:notaport/0", "redis://localhost:99999/0", "redis://", "redis://host/db0", "unix://",
      "file://relative/dir", "sqlite://rel.db", "sqlite:", "file:", "memory:x", "nosuch://x", "x.db", "",
      "sqlite:///tmp/x.db?mode=ro", "redis://localhost:6379/0?nosuch=1", "postgresql://localhost:notaport/db",
-     "postgres://127.0.0.1:9/db?nosuch=1", "postgresql://127.0.0.1:9/db?schema=a;b"],
+     "postgres://127.0.0.1:9/db?nosuch=1", "postgresql://127.0.0.1:9/db?schema=a;b",
+     # with a password, which no message may show
+     "mysql://bob:PW-7f3a9c@db.internal/bots", "sqlite://bob:PW-7f3a9c@host/x.db", "file://bob:PW-7f3a9c@host/dir",
+     "sqlite://bob:PW-7f3a9c@host/x.db?mode=ro", "sqlite://bob:PW-7f3a9c@", "redis://bob:PW-7f3a9c@host:port/0",
+     "redis://:PW-7f3a9c@host/db0", "postgresql://bob:PW-7f3a9c@localhost:notaport/db"],
 )  # fmt: skip
 def test_open_store_refuses_a_bad_url_with_a_store_error(url, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     with pytest.raises(StoreError) as info:
         open_store(url)
-    assert repr(url) in str(info.value) and "\n" not in str(info.value)
+    assert repr(public_url(url)) in str(info.value) and "\n" not in str(info.value)
+    assert "PW-7f3a9c" not in str(info.value)
     assert list(tmp_path.iterdir()) == [], "nothing was created"
 
 

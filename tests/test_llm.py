@@ -127,6 +127,19 @@ def test_connection_refused_is_a_library_error():
     assert info.value.attempts == 2
 
 
+def test_a_password_in_the_api_base_stays_out_of_errors_and_repr(fake_openai):
+    dead = llm_fsm.LiteLLMClient("openai/x", api_base="http://ann:PW-91c2e7@127.0.0.1:9/v1", api_key="k", max_retries=0)
+    with pytest.raises(LLMUnavailableError) as info:
+        dead.complete(REQUEST)
+    assert "PW-91c2e7" not in str(info.value) and "ann:***@127.0.0.1:9" in str(info.value)
+    assert "PW-91c2e7" not in repr(dead)
+    base = fake_openai.url.replace("http://", "http://ann:PW-91c2e7@")
+    fake_openai.add(HTTPError(400, {"error": {"message": f"no model x at {base}", "type": "invalid_request_error"}}))
+    with pytest.raises(LLMRequestError) as info:
+        llm_fsm.LiteLLMClient("openai/x", api_base=base, api_key="k", max_retries=0).complete(REQUEST)
+    assert "PW-91c2e7" not in str(info.value)
+
+
 def test_strict_schema_is_requested_when_asked(fake_openai, signup):
     fake_openai.add(json.dumps(reply("ask_name", "Hi")))
     conv = llm_fsm.Conversation(signup, client(fake_openai, response_format="json_schema"))

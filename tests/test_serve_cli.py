@@ -3,12 +3,14 @@ and it refuses what it cannot serve with one ``error:`` line; and a real ``llm-f
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -63,6 +65,12 @@ def test_serve_builds_the_app_for_definitions_in_files_and_folders(served: dict[
     assert created.status_code == 201 and created.json()["result"]["message"]
 
 
+def test_serve_imports_litellm_before_it_listens(served: dict[str, Any]):
+    """litellm takes seconds to import: at start, not in the first turn of the first user (while /health said ok)."""
+    assert serve(str(EXAMPLES / "form_filling.json"), "-m", "openai/x", "--api-key", "k").exit_code == 0
+    assert served["app"].state.service.llm._litellm is not None
+
+
 def test_a_folder_serves_every_definition_in_it(served: dict[str, Any], tmp_path: Path):
     folder = tmp_path / "defs"
     folder.mkdir()
@@ -102,6 +110,13 @@ def test_tokens_from_the_variable_allow_any_host(served: dict[str, Any]):
     assert http.get("/definitions", headers={"Authorization": f"Bearer {TOKEN}"}).status_code == 200
 
 
+def test_an_ipv6_address_is_shown_as_a_url_writes_it(served: dict[str, Any]):
+    model = ["--model", "scripted:" + str(EXAMPLES / "scripts" / "quiz.json"), "--store", "memory:"]
+    result = serve(str(EXAMPLES / "quiz.json"), *model, "--host", "::1", "--port", "8123")
+    assert result.exit_code == 0 and "on http://[::1]:8123 (" in result.output, result.output
+    assert served["host"] == "::1"
+
+
 def test_importing_llm_fsm_and_its_cli_loads_no_server_library():
     heavy = "('fastapi', 'starlette', 'uvicorn')"
     code = f"import sys, llm_fsm, llm_fsm.cli, llm_fsm.server; print(sorted(m for m in {heavy} if m in sys.modules))"
@@ -110,11 +125,13 @@ def test_importing_llm_fsm_and_its_cli_loads_no_server_library():
 
 
 @pytest.mark.slow
-def test_a_real_serve_process_answers_over_http(tmp_path: Path):
+@contextlib.contextmanager
+def serving(tmp_path: Path, script: Path) -> Iterator[tuple[str, list[str]]]:
+    """A real ``llm-fsm serve`` process of form_filling on ``script`` and a free port: its base URL, and a list that
+    holds its output (stdout and stderr) once it has stopped."""
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    script = EXAMPLES / "scripts" / "form_filling.json"
     command = [
         str(Path(sys.executable).parent / "llm-fsm"), "serve", str(EXAMPLES / "form_filling.json"),
         "--model", f"scripted:{script}", "--store", f"sqlite:{tmp_path / 'c.db'}", "--port", str(port),
@@ -122,6 +139,7 @@ def test_a_real_serve_process_answers_over_http(tmp_path: Path):
     env = {**os.environ, "LLM_FSM_HOME": str(tmp_path)}
     env.pop("LLM_FSM_SERVER_TOKENS", None)
     process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    output: list[str] = []
     try:
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 30
@@ -133,16 +151,34 @@ def test_a_real_serve_process_answers_over_http(tmp_path: Path):
                 pass
             assert process.poll() is None and time.monotonic() < deadline, "llm-fsm serve did not start"
             time.sleep(0.1)
+        yield base, output
+    finally:
+        process.terminate()
+        output.append(process.communicate(timeout=10)[0])
+
+
+def test_a_real_serve_process_answers_over_http(tmp_path: Path):
+    script = EXAMPLES / "scripts" / "form_filling.json"
+    with serving(tmp_path, script) as (base, output):
         created = httpx.post(f"{base}/conversations", json={}).json()
         cid = created["id"]
         turn = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "I'm Maya"})
         assert turn.status_code == 200 and turn.json()["turn"] == 1
         assert httpx.get(f"{base}/conversations/{cid}").json()["turns"] == 1
         assert httpx.get(f"{base}/docs").status_code == 200
-    finally:
-        process.terminate()
-        output = process.communicate(timeout=10)[0]
-    assert "serving form_filling on http://127.0.0.1" in output
+    assert "serving form_filling on http://127.0.0.1" in output[0]
+
+
+def test_what_the_api_tells_only_in_kind_is_in_the_servers_log(tmp_path: Path):
+    """The API says "the server's log has the provider's answer": the log of ``serve`` must have it."""
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"transition": {"target_state": "collect_name"}, "message": "Hi!"}]))
+    with serving(tmp_path, script) as (base, output):
+        cid = httpx.post(f"{base}/conversations", json={}).json()["id"]
+        failed = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "I'm Maya"})  # no reply left
+        assert failed.status_code == 502 and "the server's log has" in failed.json()["error"]["message"]
+    log = [line for line in output[0].splitlines() if "model call failed" in line]
+    assert len(log) == 1 and log[0].startswith("WARNING:") and "no reply left" in log[0], output[0]
 
 
 def test_the_readme_serve_example_works(served: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):

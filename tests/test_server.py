@@ -23,13 +23,13 @@ from fastapi.testclient import TestClient
 
 import llm_fsm
 from llm_fsm import Break, Hooks
-from llm_fsm.errors import DefinitionError, LLMAuthError, LLMUnavailableError
+from llm_fsm.errors import DefinitionError, LLMAuthError, LLMUnavailableError, StoreError
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.server import create_app
 from llm_fsm.server.auth import TokenError, tokens_from_file, tokens_from_text
 from llm_fsm.store import open_store
 from llm_fsm.testing import ScriptedLLM, tool_calls
-from tests.conftest import SIGNUP, reply
+from tests.conftest import SIGNUP, reply, start_redis
 
 ALICE, BOB = "alice-token-0123456789abcdef", "bob-token-0123456789abcdef00"
 TOKENS = {ALICE: "alice", BOB: "bob"}
@@ -481,6 +481,8 @@ def test_a_definition_that_cannot_run_is_refused_at_once_and_a_changed_one_is_42
     second = client(ScriptedLLM(), [llm_fsm.load(changed)], store=store)
     error = error_of(second.get(f"/conversations/{cid}"), 422, "definition_error")
     assert "changed" in error["message"] and "ask_name" in error["message"]
+    # advice a client of the API can follow, not the Python API's keyword argument
+    assert "allow_changed_definition" not in error["message"] and "serve the version" in error["message"]
     error_of(second.post(f"/conversations/{cid}/messages", json={"message": "x"}), 422, "definition_error")
     other = client(ScriptedLLM(), [llm_fsm.load({**SIGNUP, "name": "other"})], store=store)
     assert "does not serve" in error_of(other.get(f"/conversations/{cid}"), 422, "definition_error")["message"]
@@ -862,3 +864,88 @@ def test_a_tool_call_waiting_for_approval_runs_once_resumed():
         "resume_refused",
     )
     assert ran == ["A-17"]  # exactly once
+
+
+# -- what the audit of issue 16 found ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"definition": "signup", "context": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}",  # nested too deeply
+        b'{"definition": "signup", "context": {"x": ' + b"9" * 5000 + b"}}",  # an integer too long for Python
+    ],
+    ids=["deep", "long-number"],
+)
+def test_a_body_that_cannot_be_parsed_is_an_invalid_request(body: bytes):
+    http = client(ScriptedLLM([reply("ask_name", "Hi!")]), max_body=64 * 1024)
+    response = http.post("/conversations", content=body, headers={"content-type": "application/json"})
+    error = error_of(response, 400, "invalid_request")
+    assert error["errors"][0]["where"] == "body" and "JSON" in error["message"]
+
+
+@pytest.mark.parametrize("start", ["yes", 1, "true", "false"])
+def test_fields_are_not_coerced_from_other_types(start: Any):
+    http = client(ScriptedLLM([reply("ask_name", "Hi!")]))
+    error = error_of(http.post("/conversations", json={"start": start}), 400, "invalid_request")
+    assert error["errors"][0]["where"] == "body.start"
+
+
+def test_a_store_that_fails_while_serving_answers_503_and_names_it_without_its_password(
+    caplog: pytest.LogCaptureFixture,
+):
+    process, port = start_redis("--requirepass", "REDIS-PASSWORD-42")
+    url = f"redis://:REDIS-PASSWORD-42@127.0.0.1:{port}/0"
+    store = open_store(url)
+    app = create_app([signup()], ScriptedLLM([reply("ask_name", "Hi!")] * 3), store=store)
+    with TestClient(app, raise_server_exceptions=False) as http:  # one event loop: Redis' async client is bound to it
+        try:
+            cid = create(http)["id"]
+        finally:
+            process.kill()
+            process.wait(timeout=10)
+        with caplog.at_level("ERROR", logger="llm_fsm.server"):
+            for response in (
+                http.get(f"/conversations/{cid}"),
+                http.post(f"/conversations/{cid}/messages", json={"message": "Ann"}),
+                http.post(f"/conversations/{cid}/stream", json={"message": "Ann"}),
+                http.post(f"/conversations/{cid}/resume", json={"token": "x"}),
+                http.delete(f"/conversations/{cid}"),
+                http.post("/conversations", json={}),
+            ):
+                error_of(response, 503, "store_unavailable")
+    logged = [r.getMessage() for r in caplog.records if r.name == "llm_fsm.server"]
+    assert logged and all(f"redis://:***@127.0.0.1:{port}/0" in line for line in logged)
+    assert "REDIS-PASSWORD-42" not in caplog.text
+    for call in (lambda: store.load(cid), store.list, lambda: store.delete(cid), lambda: store.unlock(cid)):
+        with pytest.raises(StoreError, match=r"redis://:\*\*\*@"):
+            call()
+
+
+def _drop_the_table(path: Path) -> None:
+    import sqlite3
+
+    with sqlite3.connect(path) as other:  # another process drops the table under the server's feet
+        other.execute("DROP TABLE conversations")
+
+
+def _put_a_file_in_its_place(path: Path) -> None:
+    import shutil
+
+    shutil.rmtree(path)
+    path.write_text("not a folder")
+
+
+@pytest.mark.parametrize(
+    ("scheme", "name", "breaking"),
+    [("sqlite", "c.db", _drop_the_table), ("file", "conversations", _put_a_file_in_its_place)],
+)
+def test_a_local_store_that_breaks_after_opening_answers_503(tmp_path: Path, scheme: str, name: str, breaking: Any):
+    path = tmp_path / name
+    http = client(ScriptedLLM([reply("ask_name", "Hi!")] * 2), store=f"{scheme}:{path}")
+    cid = create(http)["id"]
+    breaking(path)
+    error_of(http.get(f"/conversations/{cid}"), 503, "store_unavailable")
+    error_of(http.post(f"/conversations/{cid}/messages", json={"message": "Ann"}), 503, "store_unavailable")
+    error_of(http.delete(f"/conversations/{cid}"), 503, "store_unavailable")
+    error_of(http.post("/conversations", json={}), 503, "store_unavailable")

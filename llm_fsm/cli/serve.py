@@ -141,8 +141,9 @@ def serve(
             2,
         )
     auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
-    served = f"serving {names} on http://{host}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
-    options = {"host": host, "port": port, "log_level": "info", "server_header": False}
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    served = f"serving {names} on http://{shown}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
+    options = {"host": host, "port": port, "log_level": "info", "server_header": False, "log_config": log_config()}
     if workers == 1:
         typer.echo(f"{served})", err=True)
         uvicorn.run(application, **options)
@@ -161,6 +162,19 @@ def serve(
 
 
 SETTINGS_VARIABLE = "LLM_FSM_SERVE_SETTINGS"
+
+
+def log_config() -> dict[str, Any]:
+    """uvicorn's logging, plus the runtime's own loggers (``llm_fsm``, warnings and up) on the same stderr: what
+    the API tells a client only in kind (a provider's answer, a store failure, a handler's traceback) is here.
+    Without it they would go nowhere: the package gives its logger a NullHandler, as a library should."""
+    import copy
+
+    from uvicorn.config import LOGGING_CONFIG
+
+    config = copy.deepcopy(LOGGING_CONFIG)
+    config["loggers"]["llm_fsm"] = {"handlers": ["default"], "level": "WARNING", "propagate": False}
+    return config
 
 
 @dataclasses.dataclass
@@ -216,6 +230,10 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
         s.tool_calling, s.guided,
     )  # fmt: skip
     llm = make_client(s.model, provider)  # astream streams whatever it is told: a message's reply comes whole
+    from llm_fsm.llm import LiteLLMClient
+
+    if isinstance(llm, LiteLLMClient):
+        llm.litellm  # noqa: B018 (imports litellm now, seconds, before /health answers: not in a user's first turn)
     from llm_fsm.prompt import PromptBuilder, PromptSettings
 
     builder = PromptBuilder(settings=PromptSettings(history_window=s.history_window))

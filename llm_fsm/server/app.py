@@ -18,6 +18,7 @@ import asyncio
 import dataclasses
 import functools
 import json
+import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
@@ -54,7 +55,7 @@ PING_SECONDS = 15.0
 
 
 class _Body(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", strict=True)  # strict: "start": "yes" is refused, not read as true
 
 
 class CreateConversation(_Body):
@@ -157,7 +158,8 @@ class Service:
                     snapshot, definition, self.llm, hooks=self.hooks, id=conversation_id, **self.options
                 )
             except ConversationError as exc:  # its definition's structure changed since it began
-                raise APIError(422, "definition_error", str(exc)) from None
+                advice = "serve the version of the definition it began with, or delete the conversation"
+                raise APIError(422, "definition_error", f"{_without_api_advice(str(exc))}: {advice}") from None
 
         return Stored(
             conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
@@ -659,9 +661,14 @@ def _error_handlers(app: FastAPI) -> None:
 
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
+        status = error.status_code
+        if status == 400:  # a body FastAPI could not parse: JSON nested too deeply, a number too long...
+            problem = {"where": "body", "message": "the body cannot be read as JSON (nested too deeply, or a number "
+                       "too long?)"}  # fmt: skip
+            invalid = APIError(400, "invalid_request", f"invalid request: body: {problem['message']}", errors=[problem])
+            return await on_api_error(request, invalid)
         kinds = {404: "not_found", 405: "method_not_allowed"}
         message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
-        status = error.status_code
         return await on_api_error(
             request, APIError(status, kinds.get(status, "http_error"), message.get(status, str(error.detail)))
         )
@@ -675,6 +682,14 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_invalid)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def _without_api_advice(message: str) -> str:
+    """A runtime message without its advice to Python callers (``pass allow_changed_definition=True``), which
+    a client of the HTTP API cannot follow."""
+    return re.sub(
+        r" \((?:pass allow_changed_definition=True|refused because of strict_definition=True)[^)]*\)", "", message
+    )
 
 
 def _problem(error: Mapping[str, Any]) -> dict[str, str]:

@@ -70,7 +70,7 @@ def open_store(url: str | None = None) -> Store:
     url = default_url() if url is None else url
     scheme, colon, rest = url.partition(":")
     if not colon or not scheme:
-        raise StoreError(f"{url!r} is not a store URL: use {_FORMS}")
+        raise StoreError(f"{public_url(url)!r} is not a store URL: use {_FORMS}")
     if scheme == "memory" and not rest:
         from llm_fsm.store.memory import MemoryStore
 
@@ -87,7 +87,7 @@ def open_store(url: str | None = None) -> Store:
         return _redis(url)
     if scheme in ("postgresql", "postgres"):
         return _postgres(url)
-    raise StoreError(f"unknown store URL {url!r}: use {_FORMS}")
+    raise StoreError(f"unknown store URL {public_url(url)!r}: use {_FORMS}")
 
 
 def _local_path(url: str) -> str:
@@ -95,18 +95,23 @@ def _local_path(url: str) -> str:
     scheme, _, rest = url.partition(":")
     if "?" in rest or "#" in rest:
         raise StoreError(
-            f"store URL {url!r} has a query or a fragment: a {scheme}: URL is a path (write ? as %3F, # as %23)"
+            f"store URL {public_url(url)!r} has a query or a fragment: a {scheme}: URL is a path "
+            "(write ? as %3F, # as %23)"
         )
     if rest.startswith("//"):
         rest = rest[2:]
         host = rest.partition("/")[0]
         if host:  # "file://data/x": the standard reads "data" as a host, which a store on this machine cannot be
+            shown = public_url(url).partition(":")[2][2:]  # the rest, with any password masked
             raise StoreError(
-                f"store URL {url!r} names a host, {host!r}: write {scheme}:{rest} for a path relative to the "
-                f"current folder, or {scheme}://{Path.cwd() / unquote(rest)} for an absolute one"
+                f"store URL {public_url(url)!r} names a host, {shown.partition('/')[0]!r}: write {scheme}:{shown} for "
+                f"a path relative to the current folder, or {scheme}://{Path.cwd() / unquote(shown)} for an "
+                "absolute one"
             )
     if not rest:
-        raise StoreError(f"store URL {url!r} has no path: write {scheme}:PATH (relative) or {scheme}:///ABSOLUTE/PATH")
+        raise StoreError(
+            f"store URL {public_url(url)!r} has no path: write {scheme}:PATH (relative) or {scheme}:///ABSOLUTE/PATH"
+        )
     return unquote(rest)
 
 

@@ -416,6 +416,48 @@ def private_file(path: Path) -> None:
     os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
 
 
+STORE_METHODS = (
+    "save", "load", "delete", "list", "prune", "unlock", "_try_lock", "_renew", "_release",
+    "asave", "aload", "adelete", "alist", "aprune", "aunlock", "_atry_lock", "_arenew", "_arelease",
+)  # fmt: skip
+
+
+def failures_as_store_errors(cls: type[Store], errors: tuple[type[BaseException], ...]) -> None:
+    """Make the backend's own ``errors`` (a server gone, a broken file) raised by any method of ``cls`` that
+    reads or writes a :class:`StoreError` naming the store (its URL without a password) and the reason:
+    what callers (``serve``: 503 ``store_unavailable``) handle, instead of a driver's exception."""
+    import functools
+    import inspect
+
+    def failure(store: Store, exc: BaseException) -> StoreError:
+        where = public_url(str(getattr(store, "url", type(store).__name__)))
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        return StoreError(f"the store {where} failed: {reason}")
+
+    def guard(method: Any) -> Any:
+        if inspect.iscoroutinefunction(method):
+
+            async def guarded_async(self: Any, *args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await method(self, *args, **kwargs)
+                except errors as exc:
+                    raise failure(self, exc) from exc
+
+            return functools.wraps(method)(guarded_async)
+
+        def guarded(self: Any, *args: Any, **kwargs: Any) -> Any:
+            try:
+                return method(self, *args, **kwargs)
+            except errors as exc:
+                raise failure(self, exc) from exc
+
+        return functools.wraps(method)(guarded)
+
+    for name in STORE_METHODS:
+        if name in cls.__dict__:
+            setattr(cls, name, guard(cls.__dict__[name]))
+
+
 def public_url(url: str) -> str:
     """``url`` with its password (in the user part or the query) replaced by ``***``: for messages.
 

@@ -27,6 +27,7 @@ from llm_fsm.store.base import (
     Store,
     check_id,
     conflict,
+    failures_as_store_errors,
     info_of,
     private_directory,
     seconds,
@@ -144,3 +145,6 @@ class FileStore(Store):
 
     def _release(self, conversation_id: str, token: str) -> None:
         self._held.pop(token).release()  # after unlock or delete: of a file no one opens any more, harmless
+
+
+failures_as_store_errors(FileStore, (OSError,))  # a folder gone or unwritable: StoreError, never a bare OSError

@@ -28,6 +28,7 @@ from llm_fsm.store.base import (
     assemble,
     check_id,
     exchange_json,
+    failures_as_store_errors,
     head_json,
     public_url,
     seconds,
@@ -247,3 +248,12 @@ class RedisStore(Store):
         if self._async is not None:
             await self._async.aclose()
             self._async = None
+
+
+def _redis_errors() -> tuple[type[BaseException], ...]:
+    import redis  # this module is imported only when a redis:// store is opened
+
+    return (redis.RedisError,)
+
+
+failures_as_store_errors(RedisStore, _redis_errors())  # a Redis gone mid-turn: StoreError, never redis' own error

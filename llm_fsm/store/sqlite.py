@@ -31,6 +31,7 @@ from llm_fsm.store.base import (
     check_id,
     conflict,
     exchange_json,
+    failures_as_store_errors,
     head_json,
     private_directory,
     private_file,
@@ -217,3 +218,6 @@ class SQLiteStore(Store):
         if db is not None:
             db.close()
             self._local.db = None
+
+
+failures_as_store_errors(SQLiteStore, (sqlite3.Error,))  # a file gone bad: StoreError, never sqlite3's own error
