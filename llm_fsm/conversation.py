@@ -693,7 +693,15 @@ def _bind_subflows(definition: FSMDefinition, hooks: Hooks, settings: TurnSettin
     """The turn settings of each sub-definition (its own tools), once each is known to load and be bound."""
     if problems := subflows.unattached(definition):
         raise DefinitionError(problems, source=definition.name)
-    return {id(sub): replace(settings, tools=_check_bindings(sub, hooks)) for sub in subflows.tree(definition)}
+    bound, problems = {}, []
+    for sub in subflows.tree(definition):
+        try:
+            bound[id(sub)] = replace(settings, tools=_check_bindings(sub, hooks))
+        except DefinitionError as exc:  # name the sub-definition: its paths are not the root's
+            problems += [replace(p, source=p.source or f"subflow '{sub.name}'") for p in exc.problems]
+    if problems:
+        raise DefinitionError(problems, source=definition.name)
+    return bound
 
 
 def _lists_tools(definition: FSMDefinition) -> bool:

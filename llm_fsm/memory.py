@@ -95,12 +95,24 @@ def apply_model_update(
         if not slot.model_writes:
             refuse(key, f"memory slot '{key}' is written only by code; the model may not write it: dropped")
             continue
-        text = clean_text(value if isinstance(value, str) else json.dumps(value, ensure_ascii=False))
+        text = value
+        if not isinstance(value, str):  # kept, as its JSON text, and said
+            text = json.dumps(value, ensure_ascii=False)
+            refuse(key, f"memory slot '{key}' takes text, got {_json_kind(value)}: written as its JSON text")
+        text = clean_text(text)
         if len(text) > slot.max_chars:
             refuse(key, f"memory slot '{key}' holds at most {slot.max_chars} characters: {len(text)} were cut to fit")
             text = text[: slot.max_chars]
         result[key] = applied[key] = text
     return result, applied, rejected
+
+
+def _json_kind(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true or false"
+    if isinstance(value, int | float):
+        return "a number"
+    return "a list" if isinstance(value, list) else "an object"
 
 
 # -- writes by code --------------------------------------------------------------------------------

@@ -23,22 +23,35 @@ def check_restore(definition: FSMDefinition, snapshot: Snapshot, *, allow_change
     """``snapshot``'s stack checked against ``definition``'s subflows; the frames' hashes brought up to date."""
     if not snapshot.stack:
         return snapshot
-    found = levels(definition, snapshot)
-    updated = []
-    for frame, sub in zip(snapshot.stack, found[1:], strict=True):
-        snap = frame.snapshot
-        changes = sub.blocking_changes(
-            snap.definition_hash, snap.definition_outline, strict=strict, name=snap.definition_name
+    changed = changed_subflows(definition, snapshot, strict=strict)
+    if changed and not allow_changed:
+        name, changes = changed[0]
+        raise ConversationError(
+            f"the subflow definition '{name}' changed since this snapshot was taken: {'; '.join(changes)} "
+            "(pass allow_changed_definition=True to restore anyway)",
+            state=snapshot.state,
         )
-        if changes and not allow_changed:
-            raise ConversationError(
-                f"the subflow definition '{sub.name}' changed since this snapshot was taken: {'; '.join(changes)} "
-                "(pass allow_changed_definition=True to restore anyway)",
-                state=snapshot.state,
-            )
-        snap = snap.model_copy(update={"definition_hash": sub.content_hash, "definition_outline": sub.outline})
+    updated = []
+    for frame, sub in zip(snapshot.stack, levels(definition, snapshot)[1:], strict=True):
+        snap = frame.snapshot.model_copy(
+            update={"definition_hash": sub.content_hash, "definition_outline": sub.outline}
+        )
         updated.append(frame.model_copy(update={"snapshot": snap}))
     return snapshot.model_copy(update={"stack": tuple(updated)})
+
+
+def changed_subflows(definition: FSMDefinition, snapshot: Snapshot, *, strict: bool) -> list[tuple[str, list[str]]]:
+    """``(name, changes)`` for each sub-definition of ``snapshot``'s stack whose structure changed since it
+    was saved (any change, with ``strict``); ConversationError if the stack no longer fits at all."""
+    found = []
+    for frame, sub in zip(snapshot.stack, levels(definition, snapshot)[1:], strict=True):
+        saved = frame.snapshot
+        changes = sub.blocking_changes(
+            saved.definition_hash, saved.definition_outline, strict=strict, name=saved.definition_name
+        )
+        if changes:
+            found.append((sub.name, changes))
+    return found
 
 
 def entered(definition: FSMDefinition, snapshot: Snapshot) -> Snapshot:

@@ -232,13 +232,19 @@ def levels(definition: FSMDefinition, snapshot: Snapshot) -> list[FSMDefinition]
         state = parent.states.get(frame.state)
         spec = state.subflow if state is not None else None
         sub = parent.subflow_definitions.get(spec.definition) if spec is not None else None
-        if sub is None or sub.name != frame.definition or frame.snapshot.state not in sub.states:
-            raise ConversationError(
-                f"the snapshot's sub-conversation #{depth} ('{frame.definition}' in state '{frame.state}') does not "
-                f"match the definition '{parent.name}'",
-                state=snapshot.state,
-            )
-        found.append(sub)
+        where = f"the snapshot's sub-conversation #{depth} ('{frame.definition}' in state '{frame.state}')"
+        if state is None:
+            why = f"state '{frame.state}' is no longer in the definition '{parent.name}'"
+        elif sub is None:
+            why = f"state '{frame.state}' of '{parent.name}' no longer runs a subflow"
+        elif sub.name != frame.definition:
+            why = f"state '{frame.state}' of '{parent.name}' now runs '{sub.name}', not '{frame.definition}'"
+        elif frame.snapshot.state not in sub.states:
+            why = f"its state '{frame.snapshot.state}' is no longer in the subflow definition '{sub.name}'"
+        else:
+            found.append(sub)
+            continue
+        raise ConversationError(f"{where} cannot continue: {why}", state=snapshot.state)
     return found
 
 

@@ -137,6 +137,7 @@ def test_bounds_unknown_and_code_only_slots_are_reported_not_lost(notes):
     assert "at most 40 characters: 50 were cut" in reasons["facts"]
     assert "'mood' is not declared (slots: goals, facts)" in reasons["mood"]
     assert "written only by code" in reasons["budget"]
+    assert "takes text, got a list" in reasons["goals"]
     assert conversation.memory["budget"] == ""
 
 
@@ -438,3 +439,12 @@ def test_a_snapshot_from_a_looser_definition_is_shown_within_todays_bounds(notes
     restored = llm_fsm.Conversation.restore(snapshot, notes, llm)
     restored.send("hi")
     assert f'<slot name="facts">{"f" * 40}</slot>' in system(llm.requests[-1])
+
+
+@pytest.mark.parametrize(("value", "kind", "text"), [(5, "a number", "5"), (["a", "b"], "a list", '["a", "b"]')])
+def test_a_model_write_that_is_not_text_is_kept_as_json_text_and_reported(notes, value, kind, text):
+    conversation, _ = started(notes, remember("talk", "Noted.", {"facts": value}))
+    result = conversation.send("x")
+    assert result.memory_updates == {"facts": text} and conversation.memory["facts"] == text
+    assert [(r.kind, r.key) for r in result.rejected] == [("memory", "facts")]
+    assert f"takes text, got {kind}: written as its JSON text" in result.rejected[0].reason

@@ -508,3 +508,80 @@ def test_validate_does_not_warn_about_keys_a_subflow_sets_or_reads(folder: Path)
     assert analyze(folder / "claim.json") == []
     edit(folder, "claim.json", lambda d: d["states"]["identity"].pop("subflow"))  # now nothing sets it
     assert "key_never_set" in [d.code for d in analyze(folder / "claim.json")]
+
+
+# -- found by a stranger's audit ------------------------------------------------------------------
+
+
+def _run_cli(folder: Path, replies: list[Any], text: str, *extra: str) -> Any:
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    script = folder / "replies.json"
+    script.write_text(json.dumps(replies))
+    args = ["run", str(folder / "claim.json"), "-m", f"scripted:{script}", *extra]
+    return CliRunner().invoke(app, args, input=text)
+
+
+def test_run_continuing_a_stored_conversation_refuses_a_changed_sub_definition(folder: Path) -> None:
+    store = ["--store", f"sqlite://{folder / 'store.db'}", "-c", "c1"]
+    first = _run_cli(folder, [OPEN, TO_IDENTITY], "P1, I'm Ann\n", *store)
+    assert first.exit_code == 0, first.output
+    edit(folder, "identity_check.json", lambda d: d["states"]["ask_dob"]["required_context_keys"].append("place"))
+    refused = _run_cli(folder, [DOB], "1990\n", *store)
+    assert refused.exit_code == 2, refused.output
+    assert "'identity_check' changed" in refused.stderr and "state 'ask_dob'" in refused.stderr
+    assert "--allow-changed-definition" in refused.stderr and "allow_changed_definition=True" not in refused.stderr
+    assert "Traceback" not in refused.output
+    strict = _run_cli(folder, [DOB], "1990\n", *store, "--strict-definition")
+    assert strict.exit_code == 2 and "'identity_check' changed" in strict.stderr
+    allowed = _run_cli(folder, [DOB], "1990\n", *store, "--allow-changed-definition")
+    assert allowed.exit_code == 0, allowed.output
+    assert json.loads(allowed.stdout.splitlines()[0])["frames"][-1] == ["identity_check", "check"]
+
+
+def test_restore_names_the_state_a_changed_sub_definition_lost(folder: Path) -> None:
+    conversation, _ = in_identity(folder)
+    saved = conversation.snapshot()
+
+    def rename(data: dict[str, Any]) -> None:
+        data["states"]["ask_birth_date"] = data["states"].pop("ask_dob")
+        data["initial_state"] = "ask_birth_date"
+
+    edit(folder, "identity_check.json", rename)
+    changed = llm_fsm.load(folder / "claim.json")
+    for allow in (False, True):
+        with pytest.raises(ConversationError) as caught:
+            Conversation.restore(saved, changed, ScriptedLLM(), allow_changed_definition=allow)
+        assert "state 'ask_dob'" in str(caught.value) and "'identity_check'" in str(caught.value)
+
+
+def test_an_unregistered_handler_in_a_sub_definition_names_the_sub_definition(folder: Path) -> None:
+    edit(folder, "identity_check.json", lambda d: d["states"]["check"].update(handlers=["verify"]))
+    with pytest.raises(DefinitionError) as caught:
+        Conversation(llm_fsm.load(folder / "claim.json"), ScriptedLLM())
+    assert [str(p) for p in caught.value.problems] == [
+        "subflow 'identity_check': states.check.handlers[0]: state 'check' names handler 'verify', "
+        "which is not registered"
+    ]
+
+
+def test_chat_state_inside_a_subflow_lists_the_parents_moves_from_anywhere(folder: Path, tmp_path: Path) -> None:
+    from tests.test_chat import chat
+
+    cancel = {"target_state": "refused", "description": "The caller wants to stop", "priority": 5}
+    edit(folder, "claim.json", lambda d: d.update(global_transitions=[cancel]))
+    result = chat(folder / "claim.json", tmp_path, [OPEN, TO_IDENTITY], "P1, Ann\n/state\n/quit\n")
+    assert result.exit_code == 0, result.output
+    assert "→ refused (from anywhere in 'claim') (priority 5) The caller wants to stop" in result.output
+    assert result.output.index("→ refused") < result.output.index("→ check")
+
+
+def test_chat_context_inside_a_subflow_shows_what_the_sub_conversation_holds(folder: Path, tmp_path: Path) -> None:
+    from tests.test_chat import chat
+
+    result = chat(folder / "claim.json", tmp_path, [OPEN, TO_IDENTITY, DOB], "P1, Ann\n1990\n/context\n/quit\n")
+    assert result.exit_code == 0, result.output
+    shown = result.output.split("/context", 1)[-1] if "/context" in result.output else result.output
+    assert "in identity_check" in shown and '"dob": "1990-01-01"' in shown

@@ -100,10 +100,12 @@ class ChatSession:
         tracked: StoredConversation,
         make: ConversationFactory,
         mask: Callable[[dict[str, Any]], dict[str, Any]] = lambda context: context,
+        show_secrets: bool = False,
     ) -> None:
         self.tracked = tracked
         self.make = make
         self.mask = mask
+        self.show_secrets = show_secrets  # for the sub-definitions' own masks
         self.undo: list[llm_fsm.Snapshot] = []
         self.last: TurnResult | None = None
 
@@ -242,17 +244,22 @@ class ChatSession:
 
     def show_state(self, _: str) -> None:
         from llm_fsm import subflows
+        from llm_fsm.subflow_turns import offering, outer_moves
 
-        definition, snapshot = subflows.innermost(self.conversation.definition, self.conversation.snapshot())
-        if snapshot is not self.conversation.snapshot():  # a sub-conversation talks: where in the stack
-            console.print(
-                f"[dim]in {escape(subflows.breadcrumb(self.conversation.definition, self.conversation.snapshot()))}[/]"
-            )
+        root = self.conversation.snapshot()
+        defs = subflows.levels(self.conversation.definition, root)
+        snaps = [root, *(frame.snapshot for frame in root.stack)]
+        outer = outer_moves(defs, snaps) if root.stack else {}  # the lower levels' moves from anywhere
+        definition, snapshot = offering(defs, outer), snaps[-1]
+        if root.stack:  # a sub-conversation talks: where in the stack
+            console.print(f"[dim]in {escape(subflows.breadcrumb(self.conversation.definition, root))}[/]")
         state = definition.states[snapshot.state]
         console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
         back_to = definition.return_target(state.id, snapshot.came_from)
         for transition in definition.moves(state.id, back_to):
             kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
+            if transition.target_state in outer:
+                kind = f" (from anywhere in '{escape(defs[outer[transition.target_state][0]].name)}')"
             console.print(
                 f"  → {transition.target_state}{kind} (priority {transition.priority}) {escape(transition.description)}"
             )
@@ -266,6 +273,23 @@ class ChatSession:
         for key, origin in self.conversation.provenance.items():
             console.print(f"  [dim]{escape(key)}: set by {escape(origin['by'])} on turn {origin['turn']}[/]")
         self.show_memory()
+        self.show_sub_conversations()
+
+    def show_sub_conversations(self) -> None:
+        """What each sub-conversation under way holds: its context and its working memory."""
+        from rich.json import JSON
+
+        from llm_fsm import memory, subflows
+
+        root = self.conversation.snapshot()
+        for sub, frame in zip(subflows.levels(self.conversation.definition, root)[1:], root.stack, strict=True):
+            mask = masker(sub, self.show_secrets)
+            where = f"(sub-conversation, state {escape(frame.snapshot.state)})"
+            console.print(f"[bold]in {escape(sub.name)}[/] [dim]{where}[/]")
+            console.print(JSON(json.dumps(mask(dict(frame.snapshot.context)), ensure_ascii=False, default=str)))
+            if sub.memory is not None:
+                for name, text in mask(memory.current(sub, frame.snapshot)).items():
+                    console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
 
     def show_memory(self) -> None:
         """The working memory's slots and the running summary, when the definition has them."""
@@ -596,7 +620,8 @@ def chat(
         allow_changed_definition=allow_changed_definition,
         strict_definition=strict_definition,
     )
-    session = ChatSession(open_conversation(make, store, conversation, wait), make, masker(fsm, show_secrets))
+    tracked = open_conversation(make, store, conversation, wait)
+    session = ChatSession(tracked, make, masker(fsm, show_secrets), show_secrets)
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model))} · /help for commands, Ctrl-D to leave")

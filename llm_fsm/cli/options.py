@@ -409,7 +409,7 @@ class ConversationFactory:
         name = snapshot.definition_name
         changes = self.fsm.blocking_changes(*saved, strict=self.strict_definition, name=name)
         if not changes:
-            return None
+            return self._subflow_refusal(snapshot)
         if name != self.fsm.name:
             return (
                 f"this conversation was saved with another definition ('{name}'), not '{self.fsm.name}' "
@@ -423,6 +423,20 @@ class ConversationFactory:
             why = "refused because of --strict-definition, which refuses an edit to prose too"
         changed = "; ".join(changes)
         return f"the definition '{self.fsm.name}' changed since this conversation was saved: {changed} ({why})"
+
+    def _subflow_refusal(self, snapshot: Snapshot) -> str | None:
+        """Why ``snapshot``'s sub-conversations may not continue on the sub-definitions now on disk."""
+        from llm_fsm.subflow_turns import changed_subflows
+
+        changed = changed_subflows(self.fsm, snapshot, strict=self.strict_definition) if snapshot.stack else []
+        if not changed:
+            return None
+        name, changes = changed[0]
+        why = "refused because of --strict-definition"
+        if not self.strict_definition:
+            why = "run with --allow-changed-definition to continue it anyway"
+        changed_text = "; ".join(changes)
+        return f"the subflow definition '{name}' changed since this conversation was saved: {changed_text} ({why})"
 
     def __call__(self, snapshot: Snapshot | None) -> Conversation:
         """:meth:`build`, exiting 2 with each problem on a line of its own when it fails."""
