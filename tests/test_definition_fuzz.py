@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import random
+import shutil
 import string
 import sys
 import time
@@ -530,6 +531,9 @@ def check(mutation: Mutation, directory: Path, runner: Any = None, *, cli: bool 
     """Write ``mutation`` to a file, load it and validate it; collect every broken promise in ``failures``."""
     path = directory / f"{mutation.kind}.json"
     path.write_bytes(mutation.data)
+    shared = ROOT / "fsm_definitions" / "subflows"  # the sub-definitions the examples name, relative to them
+    if shared.is_dir() and not (directory / shared.name).exists():
+        shutil.copytree(shared, directory / shared.name)
     outcome = Outcome(mutation)
     started = time.perf_counter()
     try:
