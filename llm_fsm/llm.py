@@ -79,6 +79,7 @@ class LLMRequest:
     "parameters"}}``) and ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``), sent to the provider
     only when the client calls tools natively (see ``LiteLLMClient.tool_mode``). ``back_to``: where a
     ``"$return"`` move of this state goes (the state the conversation came from), for test doubles too.
+    ``definition``: the name of the definition ``state`` belongs to (a sub-conversation's, inside one).
     """
 
     messages: list[Message]
@@ -90,6 +91,7 @@ class LLMRequest:
     longer: bool = False
     tools: tuple[dict[str, Any], ...] | None = None
     tool_choice: str | None = None
+    definition: str | None = None
     max_tokens: int | None = None  # a bound of this call's own (a summary's), under the client's
     back_to: str | None = None
 

@@ -428,7 +428,7 @@ class TurnRunner:
             strict = {"anyOf": [strict, calling.json_request_schema(tools)]} if self.settings.guided else None
         return LLMRequest(
             messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs,
-            back_to=back_to,
+            back_to=back_to, definition=self.definition.name,
         )  # fmt: skip
 
     def reply_schemas(self, back_to: str | None) -> tuple[dict[str, Any], dict[str, Any]]:

@@ -24,8 +24,8 @@ import pytest
 from filelock import FileLock
 
 import llm_fsm
-from llm_fsm.authoring.diagram import edge_label, extra_nodes, global_label, to_mermaid, tools_text
-from llm_fsm.definition import RETURN, FSMDefinition
+from llm_fsm.authoring.diagram import edge_label, extra_nodes, global_label, subflow_text, to_mermaid, tools_text
+from llm_fsm.definition import RETURN, FSMDefinition, State
 from tests.conftest import EXAMPLES
 
 PACKAGES = {"mermaid": "11.17.2", "jsdom": "24.1.3"}  # both run on node 18 and later
@@ -117,9 +117,12 @@ def expected(definition: FSMDefinition) -> tuple[dict[str, str], Counter[tuple[s
     global transitions once each, from the "from anywhere" node; "$return" to the "back" node."""
     ids = {sid: f"s{n}" for n, sid in enumerate(definition.states)}
     ids[RETURN] = "back"
-    labels = {
-        ids[sid]: shown(sid + (" " + tools_text(s.tools) if s.tools else "")) for sid, s in definition.states.items()
-    }
+
+    def notes(state: State) -> str:  # what the state's box says besides its id (Mermaid appends it to the label)
+        tools = f" {tools_text(state.tools)}" if state.tools else ""
+        return tools + (f" {subflow_text(definition, state)}" if state.subflow else "")
+
+    labels = {ids[sid]: shown(sid + notes(s)) for sid, s in definition.states.items()}
     labels.update({node: shown(label) for node, label in extra_nodes(definition).items()})
     edges = Counter([("root_start", ids[definition.initial_state], "")])
     for sid, state in definition.states.items():

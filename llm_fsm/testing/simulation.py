@@ -50,11 +50,18 @@ class SimulatedLLM:
         self.tool_calling = tool_calling
         self.requests: list[LLMRequest] = []
         self.replies: list[dict[str, Any]] = []
+        self.inners: dict[str, SimulatedLLM] = {}
 
     def tool_mode(self) -> Literal["native", "json"]:
         return self.tool_calling
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        inner = self.inner(request)
+        if inner is not None:  # a sub-conversation talks: answer as a model of its definition would
+            response = inner.complete(request)
+            self.requests.append(request)
+            self.replies.append(inner.replies[-1])
+            return response
         self.requests.append(request)
         if request.kind == "judge":
             return _response({"pass": True, "reason": "simulated"})
@@ -71,6 +78,20 @@ class SimulatedLLM:
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         return self.complete(request)
+
+    def inner(self, request: LLMRequest) -> SimulatedLLM | None:
+        """The simulated model of the sub-definition ``request`` is for (None: it is for ours). It walks no
+        path and shares our random numbers."""
+        if request.kind != "reply" or request.definition in (None, self.definition.name):
+            return None
+        found = _sub_definition(self.definition, request.definition)
+        if found is None:
+            return None
+        if request.definition not in self.inners:
+            model = SimulatedLLM(found, tool_calling=self.tool_calling)
+            model.random = self.random
+            self.inners[request.definition] = model
+        return self.inners[request.definition]
 
     def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
         response = self.complete(request)
@@ -380,3 +401,12 @@ def _tool_response(calls: list[dict[str, Any]], request: int, *, native: bool) -
 
 
 __all__ = ["SimulatedLLM", "arguments_for", "sample_value", "schema_value"]
+
+
+def _sub_definition(definition: FSMDefinition, name: str) -> FSMDefinition | None:
+    """The sub-definition named ``name`` that ``definition`` runs, at any depth."""
+    for sub in definition.subflow_definitions.values():
+        found = sub if sub.name == name else _sub_definition(sub, name)
+        if found is not None:
+            return found
+    return None
