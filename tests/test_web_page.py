@@ -394,3 +394,21 @@ def test_a_definition_without_memory_shows_no_memory_panel(opened: Any):
         page.start("signup")
         page.wait_text("#transcript li.assistant .meta", "turn 0")
         assert not page.tab.locator("#memory-section").is_visible()
+
+
+@browser_test
+def test_the_status_line_says_where_in_the_stack_a_sub_conversation_talks(opened: Any):
+    from tests.test_subflows import DATA, OPEN, TO_IDENTITY
+
+    llm = ScriptedLLM([OPEN, TO_IDENTITY])
+    with live(create_app([llm_fsm.load(DATA / "claim.json")], llm, store="memory:")) as base:
+        page = opened(base)
+        page.wait_text("#definition", "claim")
+        page.start("claim")
+        page.wait_text("#transcript li.assistant .meta", "turn 0")
+        assert "state " in page.text("#status") and "›" not in page.text("#status")
+        page.send("P1, Ann")
+        page.wait_text("#status", "claim › identity_check: ask_dob")
+        # the graph is the root's: its current state is the one running the subflow (its box notes which)
+        page.tab.wait_for_selector("#graph[data-current='identity'] g.node.current")
+        assert page.current_state() == "identityruns subflow identity_check"
