@@ -13,6 +13,9 @@ strict JSON schema, prints one line per variant, and stops the server. The varia
 - ``guided-wide``: the guided schema without the values the conditions' comparisons allow;
 - ``guided-plain-prompt``: the guided schema with the default prompt (which shows the other key order);
 - ``guided-short-prompt``: the guided schema with a prompt cut to the state, its moves and the context;
+- ``guided-no-template``: the guided prompt without its reply template line (the model copied its text);
+- ``guided-no-examples``: that, and without the states' ``example_dialogue`` (the model copied its values);
+- ``guided-capped``: ``guided-no-examples`` with text values bounded to 80 characters and the message to 240;
 - ``guided``: what ``--guided`` / ``LiteLLMClient(guided=True)`` does.
 """
 
@@ -110,6 +113,27 @@ def without(*patterns: re.Pattern[str]) -> Rewrite:
     return rewrite
 
 
+def capped(rewrite: Rewrite, text: int, message: int) -> Rewrite:
+    """``rewrite``, then every text value of the guided schema bounded to ``text`` characters and the message
+    to ``message`` (shorter bounds than :data:`llm_fsm.guided.MAX_TEXT`: a looping value never reaches the cap)."""
+
+    def cap(node: Any) -> Any:
+        if isinstance(node, dict):
+            node = {key: cap(value) for key, value in node.items()}
+            if "maxLength" in node:
+                node["maxLength"] = min(node["maxLength"], text)
+            if isinstance(node.get("properties"), dict) and "message" in node["properties"]:
+                node["properties"]["message"] = {**node["properties"]["message"], "maxLength": message}
+            return node
+        return [cap(item) for item in node] if isinstance(node, list) else node
+
+    def rewritten(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
+        request = rewrite(request, definition)
+        return dataclasses.replace(request, strict_schema=cap(request.strict_schema))
+
+    return rewritten
+
+
 VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request, guided conversation)
     "plain": (None, False),
     "plain-update-first": (update_first, False),
@@ -119,6 +143,7 @@ VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request
     "guided-short-prompt": (short_prompt, True),
     "guided-no-template": (without(_TEMPLATE), True),
     "guided-no-examples": (without(_TEMPLATE, _EXAMPLES), True),
+    "guided-capped": (capped(without(_TEMPLATE, _EXAMPLES), text=80, message=240), True),
     "guided": (None, True),
 }
 
