@@ -74,7 +74,7 @@ def guided_schema(
         groups = [_breakers(earlier, needed) for earlier in fulfilled] if eager else []
         for combo in _combos([group for group in groups if group is not None]):
             moves.append(_branch(transition.target_state, own, need=needed, given=_given(combo)))
-        breaking = {key: _breaking(values[key], own[key]) for key in needed}
+        breaking = {key: _breaking(values[key], own[key], _contained(transition, key)) for key in needed}
         if needed and eager and all(value is not False for value in breaking.values()):
             # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
             fulfilled.append(breaking)  # type: ignore[arg-type]  (False was ruled out just above)
@@ -121,9 +121,17 @@ def _given(combo: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, dict
     return given
 
 
-def _breaking(base: dict[str, Any], narrowed: dict[str, Any]) -> dict[str, Any] | None | bool:
+def _breaking(base: dict[str, Any], narrowed: dict[str, Any], parts: list[str]) -> dict[str, Any] | None | bool:
     """A schema of the values ``narrowed`` rules out (within ``base``): None when it narrows nothing
-    (only null breaks it), False when that cannot be said in JSON Schema without ``not``."""
+    (only null breaks it), False when that cannot be said in JSON Schema without ``not``. ``parts``: the
+    text the value must contain (a value breaks the move by lacking one; said only for single characters)."""
+    if parts:
+        changed = {k for k in {*base, *narrowed} if base.get(k) != narrowed.get(k)}
+        if changed != {"pattern"} or any(len(part) != 1 for part in parts):
+            return False
+        limit = int(base.get("maxLength", MAX_TEXT))
+        lacking = [{**base, "pattern": f"^[^{_TEXT_EXCLUDED}{_in_class(part)}]{{0,{limit}}}$"} for part in parts]
+        return lacking[0] if len(lacking) == 1 else {"anyOf": lacking}
     if narrowed == base:
         return None
     allowed = [narrowed["const"]] if "const" in narrowed else narrowed.get("enum")
@@ -237,9 +245,15 @@ def _narrowed(schema: dict[str, Any], transition: Transition, key: str) -> dict[
     """``schema`` with what the transition's simple comparisons of ``key`` say (a constant, a list of
     values, numeric bounds), when they fit its type; anything else is left to the engine to check."""
     narrowed = dict(schema)
+    parts = _contained(transition, key)
+    pattern = _containing(parts, int(schema.get("maxLength", MAX_TEXT))) if schema.get("type") == "string" else None
+    if pattern is not None:
+        narrowed["pattern"] = pattern
     for condition in transition.conditions:
         for rule in _conjuncts(condition.logic):
             for keyword, value in _comparison(rule, key):
+                if keyword == "contains":
+                    continue
                 if keyword in ("const", "enum"):
                     values = value if keyword == "enum" else [value]
                     if all(_fits(schema, v) for v in values):
@@ -254,6 +268,48 @@ def _conjuncts(rule: Any) -> list[Any]:
     if isinstance(rule, dict) and len(rule) == 1 and isinstance(rule.get("and"), list):
         return [part for item in rule["and"] for part in _conjuncts(item)]
     return [] if rule is None else [rule]
+
+
+def _contained(transition: Transition, key: str) -> list[str]:
+    """The text the transition's conditions require ``key``'s value to contain (``{"in": ["@", key]}``)."""
+    return [
+        value
+        for condition in transition.conditions
+        for rule in _conjuncts(condition.logic)
+        for keyword, value in _comparison(rule, key)
+        if keyword == "contains"
+    ]
+
+
+# what a value's characters may be in a pattern: any but the quote, the backslash and control characters, so
+# a grammar held to the pattern writes valid JSON (llama.cpp's "." would let a raw quote through)
+_TEXT_EXCLUDED = r'"\\\x7F\x00-\x1F'
+_REGEX_SPECIAL = frozenset("^$.[]()|{}*+?")
+
+
+def _literal(text: str) -> str | None:
+    """``text`` as a regular expression that both Python and llama.cpp's patterns read; None for text a
+    JSON value cannot hold unescaped (quotes, backslashes, control characters)."""
+    if not text or any(c in '"\\' or ord(c) < 0x20 or c == "\x7f" for c in text):
+        return None
+    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
+
+
+def _in_class(char: str) -> str:
+    return "\\" + char if char in "[]-^" else char
+
+
+def _containing(parts: list[str], limit: int) -> str | None:
+    """A bounded pattern of text holding every one of ``parts`` (in any order): one part, or up to three
+    distinct single characters (longer parts could overlap, which the orders below would miss)."""
+    parts = list(dict.fromkeys(parts))
+    literals = [_literal(part) for part in parts]
+    if not parts or len(parts) > 3 or (len(parts) > 1 and any(len(p) != 1 for p in parts)) or None in literals:
+        return None
+    free = max(0, limit - sum(map(len, parts))) // (len(parts) + 1)
+    gap = f"[^{_TEXT_EXCLUDED}]{{0,{free}}}"
+    orders = [gap + gap.join(order) + gap for order in itertools.permutations(literals)]  # type: ignore[arg-type]
+    return "^" + (orders[0] if len(orders) == 1 else "(?:" + "|".join(orders) + ")") + "$"
 
 
 _BOUNDS = {"<": ("exclusiveMinimum", "exclusiveMaximum"), "<=": ("minimum", "maximum")}
@@ -278,6 +334,8 @@ def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
     if operator in ("==", "===") and len(args) == 2:
         other = args[1] if _reads(args[0], key) else args[0] if _reads(args[1], key) else None
         return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
+    if operator == "in" and len(args) == 2 and _reads(args[1], key) and isinstance(args[0], str):  # text in text
+        return [("contains", args[0])] if _literal(args[0]) is not None else []
     if operator == "in" and len(args) == 2 and _reads(args[0], key) and isinstance(args[1], list):
         return [("enum", args[1])] if args[1] and all(not isinstance(v, dict | list) for v in args[1]) else []
     if operator in _FLIPPED:
@@ -398,3 +456,49 @@ def _unique(branches: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if branch not in seen:
             seen.append(branch)
     return seen
+
+
+# shorthand classes llama.cpp's patterns lack (it then accepts any text): the same classes in ASCII
+_SHORTHANDS = {"d": "0-9", "w": "A-Za-z0-9_", "s": r" \t\n\r"}
+
+
+def portable_patterns(node: Any) -> Any:
+    """``node`` (a schema) with every ``pattern``'s ``\\d``, ``\\w`` and ``\\s`` (and, outside brackets, their
+    negations) written as bracket classes, which grammar-driven servers read; other patterns are unchanged."""
+    if isinstance(node, list):
+        return [portable_patterns(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: portable_patterns(value) for key, value in node.items()}
+    if isinstance(node.get("pattern"), str):
+        out["pattern"] = portable_pattern(node["pattern"])
+    return out
+
+
+def portable_pattern(pattern: str) -> str:
+    out: list[str] = []
+    in_class = False
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            escaped = pattern[i + 1]
+            if escaped in _SHORTHANDS:
+                out.append(_SHORTHANDS[escaped] if in_class else f"[{_SHORTHANDS[escaped]}]")
+            elif escaped.lower() in _SHORTHANDS and not in_class:
+                out.append(f"[^{_SHORTHANDS[escaped.lower()]}]")
+            else:
+                out.append(c + escaped)
+            i += 2
+            continue
+        if c == "[" and not in_class:
+            in_class = True
+            if pattern[i + 1 : i + 2] == "^":  # [^ ...: the caret belongs to the class's opening
+                out.append("[^")
+                i += 2
+                continue
+        elif c == "]" and in_class and out[-1] not in ("[", "[^"):
+            in_class = False
+        out.append(c)
+        i += 1
+    return "".join(out)

@@ -40,7 +40,7 @@ from llm_fsm.engine import (
     write,
 )
 from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, ResumeError
-from llm_fsm.guided import guided_schema
+from llm_fsm.guided import guided_schema, portable_patterns
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, Run, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
 from llm_fsm.memory import MemoryAccess, apply_model_update, with_memory_update
@@ -422,10 +422,15 @@ class TurnRunner:
         specs: tuple[dict[str, Any], ...] | None = None
         if tools and self.tool_mode() == "native":
             specs = tuple(tool.spec() for tool in tools)
-        elif tools:  # the JSON form: a reply may be a tool request instead
+        elif tools and self.rounds < self.tool_round_limit():  # the JSON form: a reply may be a tool request
+            # instead, while rounds are left (after them the schema, and a grammar held to it, asks for the answer)
             schema = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}
-            # a grammar-driven server takes the alternatives; a provider's strict mode wants one object
-            strict = {"anyOf": [strict, calling.json_request_schema(tools)]} if self.settings.guided else None
+            # a grammar-driven server takes the alternatives; a provider's strict mode wants one object.
+            # Guided (a small model): a round asks for at most as many calls as there are tools
+            most = min(self.definition.max_tool_calls, len(tools))
+            strict = {"anyOf": [strict, calling.json_request_schema(tools, most)]} if self.settings.guided else None
+        if self.settings.guided and strict is not None:  # for a grammar: patterns in the classes servers read
+            strict = portable_patterns(strict)
         return LLMRequest(
             messages, schema, strict, state=self.base.state, context=self.work.context, longer=longer, tools=specs,
             back_to=back_to, definition=self.definition.name,

@@ -10,7 +10,7 @@ import jsonschema
 import llm_fsm
 from llm_fsm.cli.options import Provider, make_client
 from llm_fsm.guided import MAX_STAY_BRANCHES, MAX_TEXT, guided_schema, value_schema
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing import ScriptedLLM, tool_calls
 from llm_fsm.testing.cassette import RecordingLLM, ReplayLLM
 from tests.conftest import example_hooks
 
@@ -212,6 +212,8 @@ def test_with_tools_in_the_json_form_the_schema_offers_the_reply_or_a_call_of_a_
     assert not valid(request.strict_schema, {"tool_calls": [{"name": "service_status", "arguments": {}}]})
     assert not valid(request.strict_schema, {"tool_calls": [{"name": "rm_rf", "arguments": service}]})
     assert not valid(call, {"tool_calls": []})
+    # one tool: one call per round (a small model repeats a call until its reply is cut off)
+    assert not valid(call, {"tool_calls": [{"name": "service_status", "arguments": service}] * 2})
 
 
 def test_a_moves_values_are_narrowed_by_its_simple_comparisons():
@@ -341,3 +343,80 @@ def test_a_flag_that_moves_either_way_forces_the_move_once_written_and_an_enum_l
     schema = guided_schema(definition, "a", {})
     assert valid(schema, reply("a", {"tier": "silver"})) and not valid(schema, reply("a", {"tier": "gold"}))
     assert valid(schema, reply("b", {"tier": "gold"})) and not valid(schema, reply("b", {"tier": "silver"}))
+
+
+def test_text_a_value_must_contain_is_a_pattern_and_lacking_it_lets_the_model_stay():
+    # form_filling moves on once the email holds an "@" and a "."
+    schema = guided_schema(example("form_filling"), "collect_email", {"name": "Maya"})
+    assert valid(schema, reply("collect_age", {"email": "maya.chen@example.com"}))
+    assert not valid(schema, reply("collect_email", {"email": "maya.chen@example.com"}))  # it holds: move on
+    assert not valid(schema, reply("collect_age", {"email": "maya at home"}))  # the move cannot hold
+    assert valid(schema, reply("collect_email", {"email": "maya at home"}))  # what was said can be written
+    assert valid(schema, reply("collect_email", {"email": "maya@home"}))
+    assert valid(schema, reply("collect_email", {"email": None}))
+    # a raw quote would end the JSON string early: the pattern never lets one through
+    assert not valid(schema, reply("collect_age", {"email": 'maya"@example.com'}))
+    long = "a" * 150 + "@" + "b" * 150 + ".com"
+    assert not valid(schema, reply("collect_age", {"email": long}))  # bounded like any text value
+
+
+def test_containing_longer_text_narrows_a_move_without_forcing_it():
+    logic = {"in": ["yes please", {"var": "answer"}]}
+    schema = guided_schema(definition_with([move("b", logic)], writable_keys=["answer"]), "a", {})
+    assert valid(schema, reply("b", {"answer": "oh yes please!"}))
+    assert not valid(schema, reply("b", {"answer": "no"}))
+    assert valid(schema, reply("a", {"answer": "oh yes please!"}))  # lacking it cannot be said: never forced
+    for text in ['say "yes"', "", "a\\b"]:  # text no pattern can hold unescaped: left to the engine
+        logic = {"in": [text, {"var": "answer"}]}
+        schema = guided_schema(definition_with([move("b", logic)], writable_keys=["answer"]), "a", {})
+        assert valid(schema, reply("b", {"answer": "anything"})), text
+        assert valid(schema, reply("a", {"answer": "anything"})), text
+
+
+def test_once_the_tool_rounds_are_used_the_schema_asks_for_the_answer():
+    from tests.test_tools import OPENING, SUPPORT, make_hooks
+
+    calls = tool_calls(("lookup_order", {"order_id": "A-1"}))
+    llm = ScriptedLLM([OPENING, *[calls] * 3, reply("found", {"order_id": "A-1"}, "Done.")], tool_calling="json")
+    conversation = llm_fsm.Conversation(llm_fsm.load(SUPPORT), llm, hooks=make_hooks(), guided=True)
+    conversation.start()
+    assert conversation.send("loop").state == "found"
+    *rounds, last = llm.requests[1:]
+    assert len(rounds) == 3
+    for request in rounds:  # while rounds are left: the answer or at most one call of each of the five tools
+        answer, call = request.strict_schema["anyOf"]
+        assert call["properties"]["tool_calls"]["maxItems"] == 5
+        assert valid(request.strict_schema, calls)
+    assert not valid(last.strict_schema, calls)  # the rounds are used (max_tool_rounds 3): only the answer
+    assert valid(last.strict_schema, reply("found", {"order_id": "A-1"}))
+
+
+def test_patterns_are_sent_in_classes_a_grammar_server_reads():
+    from llm_fsm.guided import portable_pattern
+
+    # llama.cpp's patterns lack \d, \w and \s (it then accepts any text): the tool's time and date were free
+    path = EXAMPLES / "restaurant_booking.json"
+    script = [reply("welcome", {}, "Hi!"), reply("date_time", {"party_size": 2}), reply("date_time", {}, "When?")]
+    llm = ScriptedLLM(script, tool_calling="json")
+    conversation = llm_fsm.Conversation(llm_fsm.load(path), llm, hooks=example_hooks(path), guided=True)
+    conversation.start()
+    conversation.send("a table for two")
+    conversation.send("friday at 7")
+    sent = str(llm.requests[-1].strict_schema)
+    assert "[0-9]{4}-[0-9]{2}-[0-9]{2}" in sent and "\\\\d" not in sent
+    call = {"name": "check_availability", "arguments": {"date": "2026-12-04", "time": "19:00", "party_size": 2}}
+    assert valid(llm.requests[-1].strict_schema, {"tool_calls": [call]})
+    late = {**call, "arguments": {**call["arguments"], "time": "19:00:00"}}
+    assert not valid(llm.requests[-1].strict_schema, {"tool_calls": [late]})
+    for pattern, same, other in [
+        (r"^\d{2}$", "42", "4x"),
+        (r"^[\w.+-]+@\w+$", "a.b+c@host", "a b@host"),
+        (r"^\D\S\s$", "a- ", "1- "),
+        (r"^[^\s]+$", "x", "x y"),
+        (r"^\\d$", "\\d", "1"),  # an escaped backslash and a "d": unchanged
+    ]:
+        import re
+
+        portable = portable_pattern(pattern)
+        assert "\\d" not in portable.replace("\\\\d", "") and bool(re.fullmatch(portable, same)), pattern
+        assert not re.fullmatch(portable, other), pattern

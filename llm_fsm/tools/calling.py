@@ -464,8 +464,9 @@ JSON_REQUEST_SCHEMA: dict[str, Any] = {
 }
 
 
-def json_request_schema(tools: Sequence[BoundTool]) -> dict[str, Any]:
-    """:data:`JSON_REQUEST_SCHEMA` narrowed to ``tools``: each call names one of them, with its arguments."""
+def json_request_schema(tools: Sequence[BoundTool], most: int) -> dict[str, Any]:
+    """:data:`JSON_REQUEST_SCHEMA` narrowed to ``tools``: each call names one of them, with its arguments,
+    and at most ``most`` calls (a grammar then ends the list: a looping model repeats a call to the token limit)."""
     calls = [
         {
             "type": "object",
@@ -478,7 +479,7 @@ def json_request_schema(tools: Sequence[BoundTool]) -> dict[str, Any]:
     items = calls[0] if len(calls) == 1 else {"anyOf": calls}
     return {
         "type": "object",
-        "properties": {"tool_calls": {"type": "array", "minItems": 1, "items": items}},
+        "properties": {"tool_calls": {"type": "array", "minItems": 1, "maxItems": most, "items": items}},
         "required": ["tool_calls"],
         "additionalProperties": False,
     }
