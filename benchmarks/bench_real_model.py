@@ -13,10 +13,11 @@ strict JSON schema, prints one line per variant, and stops the server. The varia
 - ``guided-wide``: the guided schema without the values the conditions' comparisons allow;
 - ``guided-plain-prompt``: the guided schema with the default prompt (which shows the other key order);
 - ``guided-short-prompt``: the guided schema with a prompt cut to the state, its moves and the context;
-- ``guided-no-template``: the guided prompt without its reply template line (the model copied its text);
-- ``guided-no-examples``: that, and without the states' ``example_dialogue`` (the model copied its values);
-- ``guided-capped``: ``guided-no-examples`` with text values bounded to 80 characters and the message to 240;
 - ``guided``: what ``--guided`` / ``LiteLLMClient(guided=True)`` does.
+
+Rounds 4 to 6 of ``REAL_MODEL.md`` measured three more (``guided-no-template``, ``guided-no-examples``,
+``guided-capped``): ``guided`` now is ``guided-capped``; ``git show a15b8e2:benchmarks/bench_real_model.py``
+has them.
 """
 
 from __future__ import annotations
@@ -25,7 +26,6 @@ import argparse
 import copy
 import dataclasses
 import json
-import re
 import statistics
 import subprocess
 import sys
@@ -96,44 +96,6 @@ def short_prompt(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
     return dataclasses.replace(request, messages=[system, *request.messages[1:]])
 
 
-_TEMPLATE = re.compile(r'^\{"transition": \{"context_update".*\n', re.M)
-_EXAMPLES = re.compile(r"<example_dialogue>.*?</example_dialogue>\n", re.S)
-
-
-def without(*patterns: re.Pattern[str]) -> Rewrite:
-    """The guided prompt with parts cut out of its system message (the model copies text it sees there)."""
-
-    def rewrite(request: LLMRequest, _definition: FSMDefinition) -> LLMRequest:
-        system, *rest = request.messages
-        text = system["content"]
-        for pattern in patterns:
-            text = pattern.sub("", text)
-        return dataclasses.replace(request, messages=[{**system, "content": text}, *rest])
-
-    return rewrite
-
-
-def capped(rewrite: Rewrite, text: int, message: int) -> Rewrite:
-    """``rewrite``, then every text value of the guided schema bounded to ``text`` characters and the message
-    to ``message`` (shorter bounds than :data:`llm_fsm.guided.MAX_TEXT`: a looping value never reaches the cap)."""
-
-    def cap(node: Any) -> Any:
-        if isinstance(node, dict):
-            node = {key: cap(value) for key, value in node.items()}
-            if "maxLength" in node:
-                node["maxLength"] = min(node["maxLength"], text)
-            if isinstance(node.get("properties"), dict) and "message" in node["properties"]:
-                node["properties"]["message"] = {**node["properties"]["message"], "maxLength": message}
-            return node
-        return [cap(item) for item in node] if isinstance(node, list) else node
-
-    def rewritten(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
-        request = rewrite(request, definition)
-        return dataclasses.replace(request, strict_schema=cap(request.strict_schema))
-
-    return rewritten
-
-
 VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request, guided conversation)
     "plain": (None, False),
     "plain-update-first": (update_first, False),
@@ -141,9 +103,6 @@ VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request
     "guided-wide": (guided_with(narrow=False), True),
     "guided-plain-prompt": (guided_with(), False),
     "guided-short-prompt": (short_prompt, True),
-    "guided-no-template": (without(_TEMPLATE), True),
-    "guided-no-examples": (without(_TEMPLATE, _EXAMPLES), True),
-    "guided-capped": (capped(without(_TEMPLATE, _EXAMPLES), text=80, message=240), True),
     "guided": (None, True),
 }
 

@@ -29,8 +29,8 @@ from typing import Any, TypeVar
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
 
-MAX_TEXT = 200  # characters of a text value
-MAX_MESSAGE = 400  # characters of the message
+MAX_TEXT = 80  # characters of a text value (a small model loops: "I'm going to the mountains, I'm going...")
+MAX_MESSAGE = 240  # characters of the message
 MAX_STAY_BRANCHES = 8  # past this, staying is left unconstrained (the schema would grow as a product)
 
 _VALUE_KEYWORDS = ("type", "enum", "const", "minimum", "maximum", "maxLength", "minLength", "pattern")
@@ -67,14 +67,18 @@ def guided_schema(
         needed = _needed(transition, context, keys)
         if needed is None:
             continue
-        narrowed = {key: _narrowed(values[key], transition, key) for key in needed} if narrow else {}
+        narrowed = {key: _narrowed(values[key], transition, key, _format_parts(definition, key)) for key in needed}
+        narrowed = narrowed if narrow else {}
         own = {**values, **narrowed}
         # an earlier (higher-priority) move the update fulfils wins: this one is offered with one of its keys
         # left null or given a value that breaks it
         groups = [_breakers(earlier, needed) for earlier in fulfilled] if eager else []
         for combo in _combos([group for group in groups if group is not None]):
             moves.append(_branch(transition.target_state, own, need=needed, given=_given(combo)))
-        breaking = {key: _breaking(values[key], own[key], _contained(transition, key)) for key in needed}
+        breaking = {
+            key: _breaking(values[key], own[key], _contained(transition, key), _format_parts(definition, key))
+            for key in needed
+        }
         if needed and eager and all(value is not False for value in breaking.values()):
             # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
             fulfilled.append(breaking)  # type: ignore[arg-type]  (False was ruled out just above)
@@ -121,17 +125,24 @@ def _given(combo: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, dict
     return given
 
 
-def _breaking(base: dict[str, Any], narrowed: dict[str, Any], parts: list[str]) -> dict[str, Any] | None | bool:
+def _breaking(
+    base: dict[str, Any], narrowed: dict[str, Any], parts: list[str], given: list[str]
+) -> dict[str, Any] | None | bool:
     """A schema of the values ``narrowed`` rules out (within ``base``): None when it narrows nothing
     (only null breaks it), False when that cannot be said in JSON Schema without ``not``. ``parts``: the
-    text the value must contain (a value breaks the move by lacking one; said only for single characters)."""
+    text the move needs the value to contain, ``given``: what its format already makes it contain; a value
+    breaks the move by lacking one of the others (said only for single characters)."""
+    parts = [part for part in parts if part not in given]
     if parts:
         changed = {k for k in {*base, *narrowed} if base.get(k) != narrowed.get(k)}
         if changed != {"pattern"} or any(len(part) != 1 for part in parts):
             return False
         limit = int(base.get("maxLength", MAX_TEXT))
-        lacking = [{**base, "pattern": f"^[^{_TEXT_EXCLUDED}{_in_class(part)}]{{0,{limit}}}$"} for part in parts]
-        return lacking[0] if len(lacking) == 1 else {"anyOf": lacking}
+        lacking = [_containing(given, limit, without=part) for part in parts]
+        if None in lacking:
+            return False
+        branches = [{**base, "pattern": pattern} for pattern in lacking]
+        return branches[0] if len(branches) == 1 else {"anyOf": branches}
     if narrowed == base:
         return None
     allowed = [narrowed["const"]] if "const" in narrowed else narrowed.get("enum")
@@ -166,9 +177,24 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
     types = schema.get("type")
     if (types == "string" or (isinstance(types, list) and "string" in types)) and "enum" not in schema:
         schema["maxLength"] = min(int(schema.get("maxLength", MAX_TEXT)), MAX_TEXT)
+    parts = _format_parts(definition, key)
+    if parts and types == "string" and "pattern" not in schema:
+        schema["pattern"] = _containing(parts, schema["maxLength"])
+    elif declared and declared.get("format") in _GRAMMAR_FORMATS:
+        schema["format"] = declared["format"]
     if not schema.get("type") and "enum" not in schema and "const" not in schema:
         schema = {"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT}
     return schema
+
+
+# the formats llama.cpp's grammars hold; an email (all jsonschema checks of one: an "@") becomes a pattern
+_GRAMMAR_FORMATS = frozenset({"date", "time", "date-time", "uuid"})
+
+
+def _format_parts(definition: FSMDefinition, key: str) -> list[str]:
+    """The text ``key``'s declared format makes its value contain (an email's "@")."""
+    declared = (definition.context_schema or {}).get(key) or {}
+    return ["@"] if declared.get("format") in ("email", "idn-email") and "pattern" not in declared else []
 
 
 def _needed(transition: Transition, context: Mapping[str, Any], writable: list[str]) -> list[str] | None:
@@ -241,12 +267,13 @@ def _compared_key(rule: Any) -> str | None:
     return names[0]
 
 
-def _narrowed(schema: dict[str, Any], transition: Transition, key: str) -> dict[str, Any]:
+def _narrowed(schema: dict[str, Any], transition: Transition, key: str, given: list[str]) -> dict[str, Any]:
     """``schema`` with what the transition's simple comparisons of ``key`` say (a constant, a list of
     values, numeric bounds), when they fit its type; anything else is left to the engine to check."""
     narrowed = dict(schema)
     parts = _contained(transition, key)
-    pattern = _containing(parts, int(schema.get("maxLength", MAX_TEXT))) if schema.get("type") == "string" else None
+    limit = int(schema.get("maxLength", MAX_TEXT))
+    pattern = _containing([*given, *parts], limit) if parts and schema.get("type") == "string" else None
     if pattern is not None:
         narrowed["pattern"] = pattern
     for condition in transition.conditions:
@@ -299,15 +326,18 @@ def _in_class(char: str) -> str:
     return "\\" + char if char in "[]-^" else char
 
 
-def _containing(parts: list[str], limit: int) -> str | None:
-    """A bounded pattern of text holding every one of ``parts`` (in any order): one part, or up to three
-    distinct single characters (longer parts could overlap, which the orders below would miss)."""
+def _containing(parts: list[str], limit: int, without: str = "") -> str | None:
+    """A bounded pattern of text holding every one of ``parts`` (in any order) and never the character
+    ``without``: one part, or up to three distinct single characters (longer parts could overlap, which the
+    orders below would miss)."""
     parts = list(dict.fromkeys(parts))
     literals = [_literal(part) for part in parts]
-    if not parts or len(parts) > 3 or (len(parts) > 1 and any(len(p) != 1 for p in parts)) or None in literals:
+    if len(parts) > 3 or (len(parts) > 1 and any(len(p) != 1 for p in parts)) or None in literals:
+        return None
+    if without and (_literal(without) is None or any(without in part for part in parts)):
         return None
     free = max(0, limit - sum(map(len, parts))) // (len(parts) + 1)
-    gap = f"[^{_TEXT_EXCLUDED}]{{0,{free}}}"
+    gap = f"[^{_TEXT_EXCLUDED}{_in_class(without) if without else ''}]{{0,{free}}}"
     orders = [gap + gap.join(order) + gap for order in itertools.permutations(literals)]  # type: ignore[arg-type]
     return "^" + (orders[0] if len(orders) == 1 else "(?:" + "|".join(orders) + ")") + "$"
 

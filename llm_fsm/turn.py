@@ -426,9 +426,14 @@ class TurnRunner:
             # instead, while rounds are left (after them the schema, and a grammar held to it, asks for the answer)
             schema = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}
             # a grammar-driven server takes the alternatives; a provider's strict mode wants one object.
-            # Guided (a small model): a round asks for at most as many calls as there are tools
-            most = min(self.definition.max_tool_calls, len(tools))
-            strict = {"anyOf": [strict, calling.json_request_schema(tools, most)]} if self.settings.guided else None
+            # Guided (a small model, which repeats a call it has the answer of): each tool once per turn
+            ran = {run.name for run in self.tool_runs if run.error is None}
+            fresh = [tool for tool in tools if tool.name not in ran]
+            if not self.settings.guided:
+                strict = None
+            elif fresh:
+                most = min(self.definition.max_tool_calls, len(fresh))
+                strict = {"anyOf": [strict, calling.json_request_schema(fresh, most)]}
         if self.settings.guided and strict is not None:  # for a grammar: patterns in the classes servers read
             strict = portable_patterns(strict)
         return LLMRequest(

@@ -167,8 +167,13 @@ def test_a_guided_conversation_sends_the_guided_schema_and_says_the_order_in_its
     assert opening.strict_schema == guided_schema(conversation.definition, "collect_name", {}, opening=True)
     assert turn.strict_schema == guided_schema(conversation.definition, "collect_name", {})
     system = turn.messages[0]["content"]
-    assert '{"transition": {"context_update": {"key": "value"}, "target_state":' in system
-    assert '"reasoning"' not in system.split("<response>")[1].split("</response>")[0]
+    response = system.split("<response>")[1].split("</response>")[0]
+    assert '"transition" (its "context_update", then its "target_state"), then "message"' in response
+    assert '"reasoning"' not in response
+    # no reply template and no example dialogue: SmolLM2-135M copied both ("what the user sees", "jordan lee")
+    assert "what the user sees" not in system.lower() and "<example_dialogue>" not in system
+    unguided, _ = scripted_conversation("form_filling", [reply("collect_name", {}, "Hi!")])
+    assert "<example_dialogue>" in unguided.settings.prompt.system_prompt(unguided.definition, unguided.snapshot())
 
 
 def test_an_unguided_conversation_is_unchanged():
@@ -350,9 +355,14 @@ def test_text_a_value_must_contain_is_a_pattern_and_lacking_it_lets_the_model_st
     schema = guided_schema(example("form_filling"), "collect_email", {"name": "Maya"})
     assert valid(schema, reply("collect_age", {"email": "maya.chen@example.com"}))
     assert not valid(schema, reply("collect_email", {"email": "maya.chen@example.com"}))  # it holds: move on
-    assert not valid(schema, reply("collect_age", {"email": "maya at home"}))  # the move cannot hold
-    assert valid(schema, reply("collect_email", {"email": "maya at home"}))  # what was said can be written
-    assert valid(schema, reply("collect_email", {"email": "maya@home"}))
+    assert not valid(schema, reply("collect_age", {"email": "maya@home"}))  # the move cannot hold
+    assert valid(schema, reply("collect_email", {"email": "maya@home"}))  # what was said can be written
+    # an email (context_schema format) holds an "@" wherever it is written: the engine refuses one without
+    assert not valid(schema, reply("collect_email", {"email": "maya at home"}))
+    confirm = guided_schema(example("form_filling"), "confirm", {"name": "Maya", "email": "m@x.io", "age": 34})
+    update = {"confirmed": None, "name": None, "age": None, "field_to_correct": None, "cancelled": None}
+    assert valid(confirm, reply("confirm", {**update, "email": "maya@example.com"}))
+    assert not valid(confirm, reply("confirm", {**update, "email": "I'm sorry, I cannot help"}))
     assert valid(schema, reply("collect_email", {"email": None}))
     # a raw quote would end the JSON string early: the pattern never lets one through
     assert not valid(schema, reply("collect_age", {"email": 'maya"@example.com'}))
@@ -373,22 +383,46 @@ def test_containing_longer_text_narrows_a_move_without_forcing_it():
         assert valid(schema, reply("a", {"answer": "anything"})), text
 
 
-def test_once_the_tool_rounds_are_used_the_schema_asks_for_the_answer():
+def tool_names(request: Any) -> set[str]:
+    """The tools the strict schema of a request lets the model call."""
+    if "anyOf" not in request.strict_schema or "tool_calls" not in str(request.strict_schema["anyOf"][-1]):
+        return set()
+    items = request.strict_schema["anyOf"][-1]["properties"]["tool_calls"]["items"]
+    return {call["properties"]["name"]["enum"][0] for call in items.get("anyOf", [items])}
+
+
+def support_conversation(script: list[Any]) -> tuple[llm_fsm.Conversation, ScriptedLLM]:
     from tests.test_tools import OPENING, SUPPORT, make_hooks
 
-    calls = tool_calls(("lookup_order", {"order_id": "A-1"}))
-    llm = ScriptedLLM([OPENING, *[calls] * 3, reply("found", {"order_id": "A-1"}, "Done.")], tool_calling="json")
+    llm = ScriptedLLM([OPENING, *script], tool_calling="json")
     conversation = llm_fsm.Conversation(llm_fsm.load(SUPPORT), llm, hooks=make_hooks(), guided=True)
     conversation.start()
-    assert conversation.send("loop").state == "found"
+    return conversation, llm
+
+
+def test_once_the_tool_rounds_are_used_the_schema_asks_for_the_answer():
+    calls = tool_calls(("broken", {}))  # fails every time, so it stays on offer
+    conversation, llm = support_conversation([*[calls] * 3, reply("ask", {"order_id": None}, "Sorry.")])
+    assert conversation.send("loop").state == "ask"
     *rounds, last = llm.requests[1:]
     assert len(rounds) == 3
-    for request in rounds:  # while rounds are left: the answer or at most one call of each of the five tools
-        answer, call = request.strict_schema["anyOf"]
-        assert call["properties"]["tool_calls"]["maxItems"] == 5
+    five = {"lookup_order", "refund", "big_refund", "slow", "broken"}
+    for request in rounds:  # while rounds are left: the answer, or at most one call of each tool
+        assert tool_names(request) == five
+        assert request.strict_schema["anyOf"][-1]["properties"]["tool_calls"]["maxItems"] == 5
         assert valid(request.strict_schema, calls)
-    assert not valid(last.strict_schema, calls)  # the rounds are used (max_tool_rounds 3): only the answer
-    assert valid(last.strict_schema, reply("found", {"order_id": "A-1"}))
+    assert tool_names(last) == set() and not valid(last.strict_schema, calls)  # max_tool_rounds 3: the answer
+    assert valid(last.strict_schema, reply("ask", {"order_id": None}))
+
+
+def test_a_tool_that_answered_is_not_offered_again_in_the_turn():
+    # SmolLM2-135M asked check_availability the same question three rounds running
+    calls = tool_calls(("lookup_order", {"order_id": "A-1"}))
+    conversation, llm = support_conversation([calls, reply("found", {"order_id": "A-1"}, "It shipped.")])
+    assert conversation.send("A-1").state == "found"
+    first, second = llm.requests[1:]
+    assert "lookup_order" in tool_names(first) and tool_names(second) == tool_names(first) - {"lookup_order"}
+    assert not valid(second.strict_schema, calls)
 
 
 def test_patterns_are_sent_in_classes_a_grammar_server_reads():
@@ -420,3 +454,27 @@ def test_patterns_are_sent_in_classes_a_grammar_server_reads():
         portable = portable_pattern(pattern)
         assert "\\d" not in portable.replace("\\\\d", "") and bool(re.fullmatch(portable, same)), pattern
         assert not re.fullmatch(portable, other), pattern
+
+
+def test_formats_a_grammar_holds_are_sent_and_an_email_holds_an_at_sign():
+    import re
+
+    definition = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "t",
+            "initial_state": "a",
+            "context_schema": {
+                "day": {"type": "string", "format": "date"},
+                "mail": {"type": "string", "format": "email"},
+                "host": {"type": "string", "format": "ipv4"},
+            },
+            "states": {"a": {"id": "a", "purpose": "p", "writable_keys": ["day", "mail", "host"]}},
+        }
+    )
+    state = definition.states["a"]
+    assert value_schema(definition, state, "day")["format"] == "date"  # llama.cpp has a grammar for it
+    assert "format" not in value_schema(definition, state, "host") and "pattern" not in value_schema(
+        definition, state, "host"
+    )
+    mail = value_schema(definition, state, "mail")
+    assert re.fullmatch(mail["pattern"], "a@b") and not re.fullmatch(mail["pattern"], "ab")
