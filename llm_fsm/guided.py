@@ -23,6 +23,7 @@ An opening (no user text yet) offers no keys at all, since there is nothing to e
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -488,47 +489,98 @@ def _unique(branches: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return seen
 
 
-# shorthand classes llama.cpp's patterns lack (it then accepts any text): the same classes in ASCII
-_SHORTHANDS = {"d": "0-9", "w": "A-Za-z0-9_", "s": r" \t\n\r"}
+# shorthand classes llama.cpp's patterns lack (it then accepts any text); in a JSON string a space is the only
+# whitespace written as itself, so \s is a space
+_SHORTHANDS = {"d": "0-9", "w": "A-Za-z0-9_", "s": " "}
 
 
 def portable_patterns(node: Any) -> Any:
-    """``node`` (a schema) with every ``pattern``'s ``\\d``, ``\\w`` and ``\\s`` (and, outside brackets, their
-    negations) written as bracket classes, which grammar-driven servers read; other patterns are unchanged."""
+    """``node`` (a schema) with every ``pattern`` made fit for a grammar (see :func:`portable_pattern`), bounded
+    by the node's ``maxLength`` (else :data:`MAX_TEXT`)."""
     if isinstance(node, list):
         return [portable_patterns(item) for item in node]
     if not isinstance(node, dict):
         return node
     out = {key: portable_patterns(value) for key, value in node.items()}
     if isinstance(node.get("pattern"), str):
-        out["pattern"] = portable_pattern(node["pattern"])
+        limit = node.get("maxLength")
+        out["pattern"] = portable_pattern(node["pattern"], limit if isinstance(limit, int) and limit > 0 else MAX_TEXT)
     return out
 
 
-def portable_pattern(pattern: str) -> str:
+def portable_pattern(pattern: str, limit: int = MAX_TEXT) -> str:
+    """``pattern`` as a grammar-driven server (llama.cpp) holds it, matching no more than it did:
+
+    - ``\\d``, ``\\w``, ``\\s`` and (outside brackets) their negations as bracket classes, which llama.cpp reads;
+    - ``.`` and negated classes never match a quote, a backslash or a control character: the grammar writes
+      the value's characters as they are, and a raw one of those ends the JSON string or breaks it (llama.cpp
+      then answers 500);
+    - ``+``, ``*`` and ``{n,}`` bounded by ``limit``: a grammar ignores ``maxLength`` next to a pattern, and a
+      small model loops until the token limit (they share ``limit``, so the whole stays near it)."""
     out: list[str] = []
-    in_class = False
-    i = 0
-    while i < len(pattern):
+    i, n = 0, len(pattern)
+    negated = in_class = False
+    limit = max(1, limit // max(1, _open_repeats(pattern)))  # the repeats share the length
+    while i < n:
         c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
+        if c == "\\" and i + 1 < n:
             escaped = pattern[i + 1]
             if escaped in _SHORTHANDS:
                 out.append(_SHORTHANDS[escaped] if in_class else f"[{_SHORTHANDS[escaped]}]")
             elif escaped.lower() in _SHORTHANDS and not in_class:
-                out.append(f"[^{_SHORTHANDS[escaped.lower()]}]")
+                out.append(f"[^{_SHORTHANDS[escaped.lower()]}{_TEXT_EXCLUDED}]")
             else:
                 out.append(c + escaped)
             i += 2
-            continue
-        if c == "[" and not in_class:
+        elif in_class:
+            if c == "]":
+                in_class = False
+                out.append(_TEXT_EXCLUDED if negated and not "".join(out).endswith(_TEXT_EXCLUDED) else "")
+            out.append(c)
+            i += 1
+        elif c == "[":
+            negated = pattern[i + 1 : i + 2] == "^"
             in_class = True
-            if pattern[i + 1 : i + 2] == "^":  # [^ ...: the caret belongs to the class's opening
-                out.append("[^")
-                i += 2
-                continue
-        elif c == "]" and in_class and out[-1] not in ("[", "[^"):
-            in_class = False
-        out.append(c)
-        i += 1
+            i += 2 if negated else 1
+            out.append("[^" if negated else "[")
+            if pattern[i : i + 1] == "]":  # a bracket right after the opening is a character of the class
+                out.append("]")
+                i += 1
+        elif c == ".":
+            out.append(f"[^{_TEXT_EXCLUDED}]")
+            i += 1
+        elif c in "+*":
+            out.append(f"{{{1 if c == '+' else 0},{limit}}}")
+            i += 1
+        elif c == "{" and (m := _OPEN_REPEAT.match(pattern, i)):
+            least = int(m.group(1))
+            out.append(f"{{{least},{max(least, limit)}}}")
+            i = m.end()
+        else:
+            out.append(c)
+            i += 1
     return "".join(out)
+
+
+_OPEN_REPEAT = re.compile(r"\{(\d+),\}")
+
+
+def _open_repeats(pattern: str) -> int:
+    """How many ``+``, ``*`` and ``{n,}`` repeat something in ``pattern`` (outside brackets and escapes)."""
+    count, i, in_class = 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":  # "^" and a "]" right after the opening belong to the class
+            in_class = True
+            i += 1 + (pattern[i + 1 : i + 2] == "^")
+            i += pattern[i : i + 1] == "]"
+            continue
+        elif c in "+*" or (c == "{" and _OPEN_REPEAT.match(pattern, i)):
+            count += 1
+        i += 1
+    return count

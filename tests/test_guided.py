@@ -448,6 +448,14 @@ def test_patterns_are_sent_in_classes_a_grammar_server_reads():
         (r"^\D\S\s$", "a- ", "1- "),
         (r"^[^\s]+$", "x", "x y"),
         (r"^\\d$", "\\d", "1"),  # an escaped backslash and a "d": unchanged
+        # a raw quote, backslash or control character would break the JSON string (llama.cpp answers 500)
+        (r"^[^@\s]+@[^@\s]+$", "a@b", "a\n@b"),
+        (r"^[^@]+@.+$", "a@b", 'a@b"'),
+        (r"^\S+$", "ab", "a\tb"),
+        # unbounded repeats are bounded (the grammar ignores maxLength next to a pattern)
+        (r"^a+$", "a" * 80, "a" * 81),
+        (r"^a{2,}b*$", "aa" + "b" * 40, "a" * 41),  # repeats share the length: 80 in all
+        (r"^[^@\s]+@[^@\s]+\.[^@\s]+$", "m" * 26 + "@" + "e" * 26 + ".com", "m" * 27 + "@e.com"),
     ]:
         import re
 

@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.guided import guided_schema
+from llm_fsm.guided import guided_schema, portable_patterns
 from tests.conftest import ROOT
 from tests.real_model.conftest import check_turn
 
@@ -24,13 +24,13 @@ def test_guided_replies_obey_the_schema_of_each_turn_and_the_model_moves(make_cl
     conversation = llm_fsm.Conversation(definition, make_client(api_base=recorded.base_url, guided=True))
     expected = []  # the schema each call should carry: made from the state and context before the turn
     before = conversation.snapshot()
-    expected.append(guided_schema(definition, before.state, before.context, opening=True))
+    expected.append(portable_patterns(guided_schema(definition, before.state, before.context, opening=True)))
     check_turn(definition, conversation, before, conversation.start())
     for line in LINES:
         before = conversation.snapshot()
         result = conversation.send(line)
         check_turn(definition, conversation, before, result)
-        expected.append(guided_schema(definition, before.state, before.context))
+        expected.append(portable_patterns(guided_schema(definition, before.state, before.context)))
     recorded.wait(len(recorded.requests))
     assert set(recorded.statuses) == {200}
     replies = recorded.replies()
