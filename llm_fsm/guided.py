@@ -14,7 +14,14 @@ the context so far, changes three things (``benchmarks/REAL_MODEL.md`` has the f
   its keys, a later move is offered only with one of those left null, as the prompt says priority works;
 - values are typed: from ``context_schema`` when it describes the key, otherwise from how the
   conditions use it (compared with ``true``/``false``: boolean; with numbers: number; else text), and
-  text is bounded, so a looping model ends its value instead of running to the token limit.
+  text is bounded, so a looping model ends its value instead of running to the token limit; text a
+  condition needs a value to contain (``{"in": ["@", {"var": "email"}]}``) is a pattern, and a declared
+  email holds an "@";
+- patterns are written as a grammar holds them (:func:`portable_pattern`).
+
+The turn (``llm_fsm.turn``) adds the JSON tool form's request, bounded to one call of each tool that has
+not answered yet in the turn, and only while tool rounds are left; the prompt of a guided turn has no reply
+template and no example dialogue (a 135M model copied both).
 
 The engine still checks every reply as usual: the schema only makes the likely moves easy to write.
 An opening (no user text yet) offers no keys at all, since there is nothing to extract.
