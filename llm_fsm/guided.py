@@ -19,9 +19,9 @@ the context so far, changes three things (``benchmarks/REAL_MODEL.md`` has the f
   email holds an "@";
 - patterns are written as a grammar holds them (:func:`portable_pattern`).
 
-The turn (``llm_fsm.turn``) adds the JSON tool form's request, bounded to one call of each tool that has
-not answered yet in the turn, and only while tool rounds are left; the prompt of a guided turn has no reply
-template and no example dialogue (a 135M model copied both).
+The turn (``llm_fsm.turn``) adds the JSON tool form's request, bounded to as many calls as there are
+tools that have not answered yet in the turn, and only while tool rounds are left; the prompt of a guided
+turn has no reply template and no example dialogue (a 135M model copied both).
 
 The engine still checks every reply as usual: the schema only makes the likely moves easy to write.
 An opening (no user text yet) offers no keys at all, since there is nothing to extract.
@@ -156,6 +156,7 @@ def _breaking(
     allowed = [narrowed["const"]] if "const" in narrowed else narrowed.get("enum")
     universe = [True, False] if base.get("type") == "boolean" else base.get("enum")
     if allowed is not None and universe is not None:  # a finite set of values: the others break it
+        allowed = [value for value in allowed if _within(narrowed, value)]
         rest = [value for value in universe if value not in allowed]
         return None if not rest else {**base, "enum": rest}
     kind = narrowed.get("type")
@@ -172,6 +173,18 @@ def _breaking(
         if outside:
             return outside[0] if len(outside) == 1 else {"anyOf": outside}
     return False
+
+
+def _within(schema: dict[str, Any], value: Any) -> bool:
+    """Whether ``value`` keeps the numeric bounds of ``schema`` (a value that is not a number keeps none)."""
+    if not _is_number(value):
+        return not {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum"} & set(schema)
+    return (
+        value >= schema.get("minimum", value)
+        and value <= schema.get("maximum", value)
+        and ("exclusiveMinimum" not in schema or value > schema["exclusiveMinimum"])
+        and ("exclusiveMaximum" not in schema or value < schema["exclusiveMaximum"])
+    )
 
 
 def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
@@ -294,8 +307,9 @@ def _narrowed(schema: dict[str, Any], transition: Transition, key: str, given: l
                     if all(_fits(schema, v) for v in values):
                         narrowed.pop("maxLength", None)
                         narrowed[keyword] = value
-                elif schema.get("type") in ("number", "integer"):
-                    narrowed[keyword] = value
+                elif schema.get("type") in ("number", "integer"):  # the tightest of several bounds
+                    tighter = max if keyword in ("minimum", "exclusiveMinimum") else min
+                    narrowed[keyword] = tighter(narrowed[keyword], value) if keyword in narrowed else value
     return narrowed
 
 
@@ -471,8 +485,10 @@ def _collect_kinds(rule: Any, key: str, kinds: set[str]) -> None:
                 kinds.update(("number", "integer"))
             elif operator in _EQUALITY_OPS and constants and all(isinstance(c, bool) for c in constants):
                 kinds.add("boolean")
-            elif operator in _NUMERIC_OPS and all(_is_number(c) for c in constants):
-                kinds.add("number")
+            elif all(_is_number(c) for c in constants) and (
+                operator in _NUMERIC_OPS or constants and operator in _EQUALITY_OPS
+            ):
+                kinds.add("number")  # compared with numbers, or tested equal to one
             elif constants:  # compared with text (or null): text; with an expression: nothing known
                 kinds.add("text")
 
@@ -540,9 +556,7 @@ def portable_pattern(pattern: str, limit: int = MAX_TEXT) -> str:
                 out.append(c + escaped)
             i += 2
         elif in_class:
-            if c == "]":
-                in_class = False
-                out.append(_TEXT_EXCLUDED if negated and not "".join(out).endswith(_TEXT_EXCLUDED) else "")
+            in_class = c != "]"
             out.append(c)
             i += 1
         elif c == "[":
@@ -550,8 +564,10 @@ def portable_pattern(pattern: str, limit: int = MAX_TEXT) -> str:
             in_class = True
             i += 2 if negated else 1
             out.append("[^" if negated else "[")
-            if pattern[i : i + 1] == "]":  # a bracket right after the opening is a character of the class
-                out.append("]")
+            if negated and not pattern.startswith(_TEXT_EXCLUDED, i):  # first, so nothing after makes it a range
+                out.append(_TEXT_EXCLUDED)
+            if pattern[i : i + 1] in ("]", "-"):  # a character of the class where it stands: escaped after ours
+                out.append("\\" + pattern[i])
                 i += 1
         elif c == ".":
             out.append(f"[^{_TEXT_EXCLUDED}]")

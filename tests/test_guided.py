@@ -407,7 +407,7 @@ def test_once_the_tool_rounds_are_used_the_schema_asks_for_the_answer():
     *rounds, last = llm.requests[1:]
     assert len(rounds) == 3
     five = {"lookup_order", "refund", "big_refund", "slow", "broken"}
-    for request in rounds:  # while rounds are left: the answer, or at most one call of each tool
+    for request in rounds:  # while rounds are left: the answer, or as many calls as there are tools
         assert tool_names(request) == five
         assert request.strict_schema["anyOf"][-1]["properties"]["tool_calls"]["maxItems"] == 5
         assert valid(request.strict_schema, calls)
@@ -452,6 +452,9 @@ def test_patterns_are_sent_in_classes_a_grammar_server_reads():
         (r"^[^@\s]+@[^@\s]+$", "a@b", "a\n@b"),
         (r"^[^@]+@.+$", "a@b", 'a@b"'),
         (r"^\S+$", "ab", "a\tb"),
+        (r"^[^\s-]+$", "ab", "a-b"),  # the characters we exclude come first: no "-" becomes a range
+        (r"^[^,-]+$", "ab", "a,b"),
+        (r"^[^-a]+$", "bc", "b-c"),
         # unbounded repeats are bounded (the grammar ignores maxLength next to a pattern)
         (r"^a+$", "a" * 80, "a" * 81),
         (r"^a{2,}b*$", "aa" + "b" * 40, "a" * 41),  # repeats share the length: 80 in all
@@ -486,3 +489,32 @@ def test_formats_a_grammar_holds_are_sent_and_an_email_holds_an_at_sign():
     )
     mail = value_schema(definition, state, "mail")
     assert re.fullmatch(mail["pattern"], "a@b") and not re.fullmatch(mail["pattern"], "ab")
+
+
+def test_several_bounds_on_one_key_all_hold_and_a_number_compared_for_equality_is_a_number():
+    logic = {"and": [{">=": [{"var": "age"}, 21]}, {">=": [{"var": "age"}, 18]}]}
+    schema = guided_schema(definition_with([move("b", logic)], writable_keys=["age"]), "a", {})
+    assert not valid(schema, reply("b", {"age": 19})) and valid(schema, reply("b", {"age": 21}))
+    assert valid(schema, reply("a", {"age": 19}))  # what the user said can be written: stay
+    schema = guided_schema(
+        definition_with([move("b", {"==": [{"var": "guests"}, 2]})], writable_keys=["guests"]), "a", {}
+    )
+    assert valid(schema, reply("b", {"guests": 2})) and valid(schema, reply("a", {"guests": 3}))
+    assert not valid(schema, reply("b", {"guests": "two"}))
+
+
+def test_an_enum_with_a_bound_leaves_the_values_outside_it_to_stay_with():
+    definition = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "t",
+            "initial_state": "a",
+            "context_schema": {"n": {"type": "integer", "enum": [1, 2, 3, 4]}},
+            "states": {
+                "a": {"id": "a", "purpose": "p", "transitions": [move("b", {">": [{"var": "n"}, 2]})]},
+                "b": {"id": "b", "purpose": "end", "transitions": []},
+            },
+        }
+    )
+    schema = guided_schema(definition, "a", {})
+    assert valid(schema, reply("b", {"n": 3})) and not valid(schema, reply("b", {"n": 1}))
+    assert valid(schema, reply("a", {"n": 1})) and not valid(schema, reply("a", {"n": 3}))
