@@ -52,6 +52,10 @@ from llm_fsm.errors import ConflictError, StoreError
 if TYPE_CHECKING:
     import asyncio
 
+
+# seconds a lock (SQLite, Redis, Postgres) outlives its holder's last heartbeat: how long a killed turn blocks its
+# conversation
+LEASE = 5.0
 T = TypeVar("T")
 logger = logging.getLogger("llm_fsm")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")

@@ -54,6 +54,7 @@ from psycopg import sql
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
+    LEASE,
     Info,
     Record,
     Store,
@@ -67,7 +68,6 @@ from llm_fsm.store.base import (
     seconds,
 )
 
-LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
 SCHEMA = "llm_fsm"
 POOL_SIZE = 10  # connections in use at most per pool: one pool for the sync calls, one per event loop
 CONNECT_TIMEOUT = 10  # seconds to reach the server, unless the URL says (libpq alone would wait for TCP)

@@ -21,6 +21,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
+    LEASE,
     Info,
     Record,
     Store,
@@ -34,7 +35,6 @@ from llm_fsm.store.base import (
     seconds,
 )
 
-LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
+    LEASE,
     Info,
     Record,
     Store,
@@ -38,7 +39,6 @@ from llm_fsm.store.base import (
     seconds,
 )
 
-LEASE = 5.0  # seconds a lock outlives its holder's last heartbeat: how long a killed turn blocks its conversation
 TAKE_LOCK = """
 INSERT INTO locks VALUES (?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at WHERE locks.expires_at <= ?
