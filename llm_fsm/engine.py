@@ -63,6 +63,17 @@ class PendingEvent(BaseModel):
 Status = Literal["new", "active", "paused", "ended"]
 
 
+class KeyedResult(BaseModel):
+    """The answer to a request sent with an idempotency key, kept so that the request sent again gets it
+    (see :mod:`llm_fsm.store.idempotency`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    key: str
+    fingerprint: str | None = Field(None, description="What the request asked (None: not compared).")
+    result: dict[str, Any] | None = Field(None, description="The turn's TurnResult.to_dict() (None: no turn ran).")
+
+
 class Snapshot(BaseModel):
     """Everything a conversation is, as plain JSON-serialisable data."""
 
@@ -91,6 +102,11 @@ class Snapshot(BaseModel):
     )
     stack: tuple[Frame, ...] = Field(
         (), description="Sub-conversations under way (llm_fsm.subflows), outermost first; the last one talks."
+    )
+    idempotency: tuple[KeyedResult, ...] = Field(
+        (),
+        description="The answers to the last requests sent with an idempotency key, oldest first; saved in the "
+        "very write that saves their turn (llm_fsm.store.idempotency). Never shown to the model.",
     )
 
 

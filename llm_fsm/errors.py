@@ -25,7 +25,8 @@
     └── ConversationError      the conversation cannot take this call in its current status
         ├── ConversationEnded      the conversation reached a terminal state
         ├── ConversationPaused     a handler paused it: resume() with the pending event's token first
-        └── ResumeError            the resume token is wrong or was already used
+        ├── ResumeError            the resume token is wrong or was already used
+        └── IdempotencyKeyReused   an idempotency key sent again with another request
 
 Setup errors (``DefinitionError``, ``LogicError``, ``PromptError``) are raised while loading or
 rendering; run errors (``LLMError``, ``ConversationError``) while a conversation runs. A failed turn
@@ -157,6 +158,11 @@ class ConversationPaused(ConversationError):
 
 class ResumeError(ConversationError):
     """``resume()`` was called with a token that is not the pending one, or that was already used."""
+
+
+class IdempotencyKeyReused(ConversationError):
+    """An idempotency key came again with another request than the one it was first sent with (a new
+    request needs a new key); nothing ran. See :mod:`llm_fsm.store.idempotency`."""
 
 
 class HandlerError(FSMError):

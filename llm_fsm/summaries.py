@@ -78,6 +78,14 @@ class SummaryRun:
             "chars": self.chars, "usage": asdict(self.usage),
         }  # fmt: skip
 
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SummaryRun:
+        """The run :meth:`to_dict` gave."""
+        from llm_fsm.llm import Usage
+
+        start, end = data["folded"]
+        return cls(start, end, Usage(**data["usage"]), data["error"], data["cut"], data["chars"])
+
 
 @dataclass(frozen=True)
 class Job:

@@ -177,6 +177,25 @@ class TurnResult:
             **({"frames": [list(f) for f in self.frames], "ran_in": self.ran_in} if self.frames else {}),
         }
 
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TurnResult:
+        """The result :meth:`to_dict` gave: ``TurnResult.from_dict(r.to_dict()).to_dict() == r.to_dict()``
+        (how a stored answer is given again, see :mod:`llm_fsm.store.idempotency`)."""
+        pending, summary, ran_in = data["pending"], data["summary"], data.get("ran_in")
+        return cls(
+            message=data["message"], state=data["state"], previous_state=data["previous_state"], user=data["user"],
+            turn=data["turn"], context_updates=data["context_updates"],
+            rejected=tuple(Rejection.model_validate(r) for r in data["rejected"]), llm_calls=data["llm_calls"],
+            usage=Usage(**data["usage"]), latency=data["latency_ms"] / 1000, ended=data["ended"],
+            context=data["context"], status=data["status"],
+            pending=None if pending is None else PendingEvent.model_validate(pending),
+            tool_calls=tuple(ToolRun.model_validate(run) for run in data["tool_calls"]),
+            memory_updates=data["memory_updates"],
+            summary=None if summary is None else summaries.SummaryRun.from_dict(summary),
+            frames=tuple((f[0], f[1]) for f in data.get("frames", ())),
+            ran_in=None if ran_in is None else (ran_in[0], ran_in[1]),
+        )  # fmt: skip
+
 
 @dataclass
 class _Working:

@@ -25,6 +25,7 @@ PUBLIC = [
     "HandlerError",
     "Hooks",
     "HooksLoadError",
+    "IdempotencyKeyReused",
     "LLMAuthError",
     "LLMClient",
     "LLMContextWindowError",

@@ -10,12 +10,13 @@ except a checkpoint it made (a tool call a person approved ran: a retry must fin
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Snapshot
+from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.llm import LLMClient
+from llm_fsm.store import idempotency
 from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
 from llm_fsm.turn import TurnResult
 
@@ -32,6 +33,7 @@ class StoredConversation:
         self.make = make
         self.wait = wait
         self.version = 0  # of the stored snapshot the conversation continues; 0: nothing stored yet
+        self.replayed = False  # whether the last run returned a kept answer (an idempotency key sent again)
         self._conversation: Conversation | None = None
 
     @property
@@ -52,10 +54,21 @@ class StoredConversation:
         self._take_up(self.store.load(self.id))
         return self.conversation
 
-    def run(self, action: Callable[[Conversation], T]) -> T:
-        """``action`` on the newest stored version, under the conversation's lock, then a version-checked save."""
+    def run(
+        self, action: Callable[[Conversation], T], *, idempotency_key: str | None = None, fingerprint: str | None = None
+    ) -> T:
+        """``action`` on the newest stored version, under the conversation's lock, then a version-checked save.
+
+        ``idempotency_key``: a request sent again with the key of one whose turn was saved returns that
+        turn's result (a :class:`TurnResult`, or None) and runs nothing; :class:`IdempotencyKeyReused` when
+        its ``fingerprint`` (see :func:`~llm_fsm.store.idempotency.fingerprint`; None: not compared)
+        differs from the first one's. ``replayed`` says whether it did. With a key, ``action`` returns a
+        :class:`TurnResult` or None.
+        """
         with self.store.lock(self.id, timeout=self.wait):
             self._catch_up(self.store.load(self.id))
+            if (kept := self._answered(idempotency_key, fingerprint)) is not None:
+                return cast(T, idempotency.replayed(kept))
             before = self.conversation.snapshot()
             try:
                 result = action(self.conversation)
@@ -63,13 +76,22 @@ class StoredConversation:
                 if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
                     self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
                 raise
+            self._remember(idempotency_key, fingerprint, result)
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 
-    async def arun(self, action: Callable[[Conversation], Awaitable[T]]) -> T:
+    async def arun(
+        self,
+        action: Callable[[Conversation], Awaitable[T]],
+        *,
+        idempotency_key: str | None = None,
+        fingerprint: str | None = None,
+    ) -> T:
         """The async form of :meth:`run`: ``action`` returns an awaitable (``lambda c: c.asend(text)``)."""
         async with self.store.alock(self.id, timeout=self.wait):
             self._catch_up(await self.store.aload(self.id))
+            if (kept := self._answered(idempotency_key, fingerprint)) is not None:
+                return cast(T, idempotency.replayed(kept))
             before = self.conversation.snapshot()
             try:
                 result = await action(self.conversation)
@@ -78,6 +100,7 @@ class StoredConversation:
                     snapshot = self.conversation.snapshot()
                     self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
                 raise
+            self._remember(idempotency_key, fingerprint, result)
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 
@@ -89,6 +112,22 @@ class StoredConversation:
             record = self.store.load(self.id)
             self._conversation, self.version = conversation, record.version if record else 0
             self.version = self.store.save(self.id, conversation.snapshot(), expected_version=self.version)
+
+    def _answered(self, key: str | None, fingerprint: str | None) -> KeyedResult | None:
+        """The kept answer to ``key`` in the newest version (read under the lock), if any."""
+        self.replayed = False
+        if key is None:
+            return None
+        kept = idempotency.answered(self.conversation.snapshot(), idempotency.check_key(key), fingerprint)
+        self.replayed = kept is not None
+        return kept
+
+    def _remember(self, key: str | None, fingerprint: str | None, result: object) -> None:
+        """Keep the answer to ``key`` in the snapshot about to be saved: the key is saved with its turn or not
+        at all. The conversation holds that snapshot, so that its next save keeps the key too."""
+        if key is not None:
+            conversation = self.conversation
+            conversation._snapshot = idempotency.remembered(conversation.snapshot(), key, fingerprint, result)
 
     def _catch_up(self, record: Record | None) -> None:
         if self._conversation is None or (record is not None and record.version != self.version):
@@ -111,6 +150,8 @@ def advance(
     *,
     wait: float = DEFAULT_WAIT,
     action: Callable[[Conversation], TurnResult] | None = None,
+    idempotency_key: str | None = None,
+    fingerprint: str | None = None,
     **options: Any,
 ) -> TurnResult:
     """One turn of a stored conversation: lock, load or create, send ``text`` (None: start), save.
@@ -119,21 +160,35 @@ def advance(
     go to the conversation (``hooks=``, ``max_corrections=``...) and, for a stored one, to
     :meth:`Conversation.restore` (``allow_changed_definition=``, ``strict_definition=``). A turn that
     fails saves nothing. :class:`ConflictError` if the conversation stays locked for ``wait`` seconds.
+
+    ``idempotency_key``: sent again, the key of a turn that was saved returns that turn's result and runs
+    nothing (see :meth:`StoredConversation.run`); the ``fingerprint`` compared is ``text``'s unless given
+    (with ``action``, give one: ``fingerprint("resume", [token, result])``).
     """
     stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
-    return stored.run(action or (lambda c: c.start() if text is None else c.send(text)))
+    key = {"idempotency_key": idempotency_key, "fingerprint": _fingerprint(text, action, fingerprint)}
+    return stored.run(action or (lambda c: c.start() if text is None else c.send(text)), **key)
 
 
 async def aadvance(
     store: Store, conversation_id: str, definition: FSMDefinition, llm: LLMClient, text: str | None, *,
-    wait: float = DEFAULT_WAIT, action: Callable[[Conversation], Awaitable[TurnResult]] | None = None, **options: Any,
+    wait: float = DEFAULT_WAIT, action: Callable[[Conversation], Awaitable[TurnResult]] | None = None,
+    idempotency_key: str | None = None, fingerprint: str | None = None, **options: Any,
 ) -> TurnResult:  # fmt: skip
     """The async form of :func:`advance` (``action``, if given, returns an awaitable: ``lambda c: c.aresume(...)``).
 
     Waiting for the lock takes no thread: many tasks on one conversation take their turns one after another.
     """
     stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
-    return await stored.arun(action or (lambda c: c.astart() if text is None else c.asend(text)))
+    key = {"idempotency_key": idempotency_key, "fingerprint": _fingerprint(text, action, fingerprint)}
+    return await stored.arun(action or (lambda c: c.astart() if text is None else c.asend(text)), **key)
+
+
+def _fingerprint(text: str | None, action: object, given: str | None) -> str | None:
+    """What a turn of :func:`advance` asks: ``given``, else ``text`` when no ``action`` replaces the turn."""
+    if given is not None or action is not None:
+        return given
+    return idempotency.fingerprint("start") if text is None else idempotency.fingerprint("send", text)
 
 
 _RESTORE_ONLY = ("allow_changed_definition", "strict_definition")
