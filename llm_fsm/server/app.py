@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import hashlib
 import json
 import re
 import secrets
@@ -24,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import Depends, FastAPI, Request
+from fastapi import Depends, FastAPI, Header, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -42,6 +43,7 @@ from llm_fsm.server.auth import client_of, parse_tokens
 from llm_fsm.server.errors import APIError, from_fsm_error, logger, not_found
 from llm_fsm.server.page import add_page
 from llm_fsm.store import Store, StoredConversation, open_store
+from llm_fsm.store.idempotency import MAX_KEY, fingerprint
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 from llm_fsm.turn import TurnResult
 
@@ -49,6 +51,7 @@ Busy = Literal["queue", "reject"]
 DEFAULT_MAX_BODY = 64 * 1024
 DEFAULT_WAIT = 30.0
 PING_SECONDS = 15.0
+REPLAYED = "Idempotent-Replayed"  # a response header: "true" when the answer is the one kept for the request's key
 
 
 # -- request bodies ----------------------------------------------------------------------------------
@@ -118,14 +121,19 @@ class Service:
             raise not_found(f"no definition named {name!r} (served: {', '.join(sorted(self.definitions))})")
         return found
 
-    def new(self, client: str, definition: FSMDefinition, state: str | None, context: dict[str, Any]) -> Stored:
-        """A conversation under a fresh id (128 random bits), built when its first turn runs."""
+    def new(
+        self, client: str, definition: FSMDefinition, state: str | None, context: dict[str, Any], key: str | None
+    ) -> Stored:
+        """A conversation under a fresh id (128 random bits), built when its first turn runs. With an
+        idempotency ``key`` the id is the key's: a creation sent again finds the conversation it made."""
         if state is not None and state not in definition.states:
             known = ", ".join(definition.states)
             raise APIError(400, "invalid_request", f"definition {definition.name!r} has no state {state!r} ({known})")
-        conversation_id = secrets.token_hex(16)
+        conversation_id = secrets.token_hex(16) if key is None else _id_of(key)
 
         def make(snapshot: Snapshot | None) -> Conversation:
+            if snapshot is not None and key is not None:  # made by this key before: its answer is in it
+                return self._restored(conversation_id, snapshot)
             if snapshot is not None:  # 128 random bits do not collide; refuse rather than take another's
                 raise APIError(409, "conversation_conflict", "this conversation id is taken")
             return Conversation(
@@ -145,25 +153,29 @@ class Service:
         def make(snapshot: Snapshot | None) -> Conversation:
             if snapshot is None:  # never stored, another client's, or deleted: never start one in its place
                 raise not_found(f"no conversation {conversation_id!r}")
-            definition = self.definitions.get(snapshot.definition_name)
-            if definition is None:
-                name = snapshot.definition_name
-                raise APIError(
-                    422,
-                    "definition_error",
-                    f"conversation {conversation_id!r} runs definition {name!r}, which this server does not serve",
-                )
-            try:
-                return Conversation.restore(
-                    snapshot, definition, self.llm, hooks=self.hooks, id=conversation_id, **self.options
-                )
-            except ConversationError as exc:  # its definition's structure changed since it began
-                advice = "serve the version of the definition it began with, or delete the conversation"
-                raise APIError(422, "definition_error", f"{_without_api_advice(str(exc))}: {advice}") from None
+            return self._restored(conversation_id, snapshot)
 
         return Stored(
             conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
         )
+
+    def _restored(self, conversation_id: str, snapshot: Snapshot) -> Conversation:
+        """The stored conversation; 422 when its definition is not served or changed in structure."""
+        definition = self.definitions.get(snapshot.definition_name)
+        if definition is None:
+            name = snapshot.definition_name
+            raise APIError(
+                422,
+                "definition_error",
+                f"conversation {conversation_id!r} runs definition {name!r}, which this server does not serve",
+            )
+        try:
+            return Conversation.restore(
+                snapshot, definition, self.llm, hooks=self.hooks, id=conversation_id, **self.options
+            )
+        except ConversationError as exc:  # its definition's structure changed since it began
+            advice = "serve the version of the definition it began with, or delete the conversation"
+            raise APIError(422, "definition_error", f"{_without_api_advice(str(exc))}: {advice}") from None
 
     async def loaded(self, client: str, conversation_id: str) -> Stored:
         """:meth:`stored`, read now (without the lock: to show it)."""
@@ -189,6 +201,12 @@ class Stored:
 def _key(client: str, conversation_id: str) -> str:
     """Where a client's conversation is stored: another client's key for the same id is another key."""
     return f"{client}@{conversation_id}"
+
+
+def _id_of(key: str) -> str:
+    """The id of the conversation a creation with this idempotency key makes: the same in every process (the
+    stored key also names the client, so two clients' equal keys make two conversations)."""
+    return hashlib.sha256(f"llm-fsm conversation {key}".encode()).hexdigest()[:32]
 
 
 def _is_id(text: str) -> bool:
@@ -278,28 +296,57 @@ def _refusal(conversation: Conversation, text: str | None) -> None:
 
 
 async def start_stream(
-    item: Stored, text: str | None, mask_of: Callable[[FSMDefinition], Callable[[dict[str, Any]], dict[str, Any]]]
+    item: Stored,
+    text: str | None,
+    mask_of: Callable[[FSMDefinition], Callable[[dict[str, Any]], dict[str, Any]]],
+    key: str | None = None,
 ) -> Response:
-    """Run the turn in a task of its own; once it holds the lock, answer with its events (else raise its error)."""
+    """Run the turn in a task of its own; once it holds the lock, answer with its events (else raise its error).
+    A ``key`` sent before answers with the kept result (see :func:`_replay`)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
-    async def turn(conversation: Conversation) -> None:
+    async def turn(conversation: Conversation) -> TurnResult | None:
         _refusal(conversation, text)
         queue.put_nowait(_STARTED)
+        last = None
         async for event in conversation.astream(text):
             queue.put_nowait(event)
+            last = event
+        return last if isinstance(last, TurnResult) else None  # the result, kept for the key
 
-    task = asyncio.create_task(item.stored.arun(turn))
+    task = asyncio.create_task(item.stored.arun(turn, **_keyed(key, *_asked(text))))
     task.add_done_callback(lambda _: queue.put_nowait(_DONE))
     try:
         first = await queue.get()
     except BaseException:
         task.cancel()
         raise
+    encode = functools.partial(_encode, mask=mask_of(item.definition))
     if first is _DONE:
-        task.result()  # raises the turn's error: a JSON error response
+        kept = task.result()  # raises the turn's error: a JSON error response
+        if item.stored.replayed and isinstance(kept, TurnResult):
+            return _replay(kept, task, encode)
         raise APIError(500, "internal_error", "the turn ended before it started")  # pragma: no cover
-    return EventStream(queue, task, functools.partial(_encode, mask=mask_of(item.definition)))
+    return EventStream(queue, task, encode)
+
+
+def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], bytes]) -> Response:
+    """A kept turn as a stream: its whole message as one ``delta`` (the deltas still add up to the message),
+    then its ``result``; the tool calls it made are in the result (they ran once, in the first attempt)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    for event in (MessageDelta(kept.message), kept, _DONE):
+        queue.put_nowait(event)
+    return EventStream(queue, task, encode, headers={REPLAYED: "true"})
+
+
+def _asked(text: str | None) -> tuple[str, str | None]:
+    """What a turn asks, for its fingerprint: a message and its stream are the same turn."""
+    return ("start", None) if text is None else ("send", text)
+
+
+def _keyed(key: str | None, kind: str, payload: Any = None) -> dict[str, Any]:
+    """The idempotency arguments of :meth:`StoredConversation.arun` for a request."""
+    return {"idempotency_key": key, "fingerprint": fingerprint(kind, payload)}
 
 
 def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
@@ -339,9 +386,16 @@ class EventStream(Response):
 
     media_type = "text/event-stream"
 
-    def __init__(self, queue: asyncio.Queue[Any], task: asyncio.Task[Any], encode: Callable[[Any], bytes]) -> None:
+    def __init__(
+        self,
+        queue: asyncio.Queue[Any],
+        task: asyncio.Task[Any],
+        encode: Callable[[Any], bytes],
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.status_code, self.background = 200, None
-        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})  # no body: no Content-Length
+        # no body: no Content-Length
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
         self.queue, self.task, self.encode = queue, task, encode
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
@@ -523,7 +577,8 @@ def create_app(
             CORSMiddleware,  # type: ignore[arg-type]
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
+            expose_headers=[REPLAYED, "Location"],
         )
     return app
 
@@ -564,6 +619,37 @@ def _authenticate(
 Client = Annotated[str, Depends(_authenticate)]
 
 
+def _idempotency_key(
+    header: Annotated[
+        str | None,
+        Header(
+            alias="Idempotency-Key",
+            description="Sent again with the same request, the answer the first attempt got, without running the "
+            'turn again (a UUID, quoted as the IETF draft writes it, "...", or not).',
+        ),
+    ] = None,
+) -> str | None:
+    """The request's idempotency key; 400 when it cannot be one."""
+    if header is None:
+        return None
+    key = header.strip()
+    if len(key) >= 2 and key[0] == key[-1] == '"':  # a structured-field string, as the draft writes it
+        key = re.sub(r"\\(.)", r"\1", key[1:-1])
+    if not 0 < len(key) <= MAX_KEY or not all(" " <= c <= "~" for c in key):
+        raise APIError(
+            400, "invalid_request", f"the Idempotency-Key header must be 1-{MAX_KEY} printable ASCII characters"
+        )
+    return key
+
+
+Key = Annotated[str | None, Depends(_idempotency_key)]
+
+
+def _mark_replayed(response: Response, item: Stored) -> None:
+    if item.stored.replayed:
+        response.headers[REPLAYED] = "true"
+
+
 def _routes(app: FastAPI, service: Service) -> None:
     views = {name: definition_view(definition) for name, definition in service.definitions.items()}  # drawn once
 
@@ -583,16 +669,24 @@ def _routes(app: FastAPI, service: Service) -> None:
         return views[service.definition(name).name]
 
     @app.post("/conversations", status_code=201, tags=["conversations"])
-    async def create_conversation(body: CreateConversation, client: Client, response: Response) -> dict[str, Any]:
+    async def create_conversation(
+        body: CreateConversation, client: Client, response: Response, key: Key
+    ) -> dict[str, Any]:
         """A new conversation (optionally in ``state`` with ``context``), with its opening turn unless
-        ``start`` is false. Nothing is stored when the opening turn fails."""
+        ``start`` is false. Nothing is stored when the opening turn fails. With an ``Idempotency-Key``
+        the conversation's id is the key's: sent again, the request gets the same conversation and result."""
         definition = service.definition(body.definition)
-        item, mask = service.new(client, definition, body.state, body.context), service.mask(definition)
+        item, mask = service.new(client, definition, body.state, body.context, key), service.mask(definition)
 
         async def opening(conversation: Conversation) -> TurnResult | None:
+            if not item.stored.is_new:  # the key's conversation, whose answer is no longer kept
+                raise APIError(
+                    409, "conversation_conflict", "a conversation was made with this Idempotency-Key: use a new key"
+                )
             return await conversation.astart() if body.start else None
 
-        result = await item.stored.arun(opening)
+        result = await item.stored.arun(opening, **_keyed(key, "create", body.model_dump()))
+        _mark_replayed(response, item)
         response.headers["Location"] = f"/conversations/{item.id}"
         return {
             "id": item.id,
@@ -607,10 +701,13 @@ def _routes(app: FastAPI, service: Service) -> None:
         return conversation_view(item, service.mask(item.definition))
 
     @app.post("/conversations/{conversation_id}/messages", tags=["conversations"])
-    async def send_message(conversation_id: str, body: SendMessage, client: Client) -> dict[str, Any]:
+    async def send_message(
+        conversation_id: str, body: SendMessage, client: Client, response: Response, key: Key
+    ) -> dict[str, Any]:
         """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it)."""
         item = service.stored(client, conversation_id)
-        result = await item.stored.arun(lambda c: c.asend(body.message))
+        result = await item.stored.arun(lambda c: c.asend(body.message), **_keyed(key, *_asked(body.message)))
+        _mark_replayed(response, item)
         return result_view(result, service.mask(item.definition))
 
     @app.post(
@@ -618,18 +715,22 @@ def _routes(app: FastAPI, service: Service) -> None:
         tags=["conversations"],
         responses={200: {"content": {"text/event-stream": {}}, "description": "Server-Sent Events of the turn."}},
     )
-    async def stream_turn(conversation_id: str, body: StreamTurn, client: Client) -> Response:
+    async def stream_turn(conversation_id: str, body: StreamTurn, client: Client, key: Key) -> Response:
         """One turn as Server-Sent Events: ``delta`` (message text), ``reset`` (discard the text shown),
         ``tool_call`` and ``tool_result``, then ``result`` (the turn's result) or ``error``. A client
         that disconnects cancels the turn: the conversation is left as it was (or, if the turn had
         committed, with the whole turn)."""
-        return await start_stream(service.stored(client, conversation_id), body.message, service.mask)
+        return await start_stream(service.stored(client, conversation_id), body.message, service.mask, key)
 
     @app.post("/conversations/{conversation_id}/resume", tags=["conversations"])
-    async def resume(conversation_id: str, body: ResumeTurn, client: Client) -> dict[str, Any]:
+    async def resume(
+        conversation_id: str, body: ResumeTurn, client: Client, response: Response, key: Key
+    ) -> dict[str, Any]:
         """Continue a paused conversation with its pending event's token, exactly once per token."""
         item = service.stored(client, conversation_id)
-        result = await item.stored.arun(lambda c: c.aresume(body.token, body.result))
+        asked = _keyed(key, "resume", body.model_dump())
+        result = await item.stored.arun(lambda c: c.aresume(body.token, body.result), **asked)
+        _mark_replayed(response, item)
         return result_view(result, service.mask(item.definition))
 
     @app.delete("/conversations/{conversation_id}", status_code=204, tags=["conversations"])

@@ -20,6 +20,7 @@ type                         status  when
 ``request_too_large``        413     the body is longer than the server's limit
 ``definition_error``         422     the definition cannot run (``problems`` lists why), or changed
                                      since the stored conversation began
+``idempotency_key_reused``   422     the ``Idempotency-Key`` came before with another request
 ``internal_error``           500     a bug or a handler that failed; the server's log has the details
 ``provider_error``           502     the model's provider failed or refused the request
 ``provider_timeout``         504     the model's provider did not answer in time
@@ -41,6 +42,7 @@ from llm_fsm.errors import (
     DefinitionError,
     FSMError,
     HandlerError,
+    IdempotencyKeyReused,
     LLMAuthError,
     LLMContextWindowError,
     LLMError,
@@ -87,6 +89,8 @@ def from_fsm_error(error: FSMError) -> APIError:
     if isinstance(error, DefinitionError):
         problems = [str(problem) for problem in error.problems]
         return APIError(422, "definition_error", f"the definition cannot run: {'; '.join(problems)}", problems=problems)
+    if isinstance(error, IdempotencyKeyReused):  # as the IETF draft on the Idempotency-Key header says
+        return APIError(422, "idempotency_key_reused", str(error).replace("idempotency key", "Idempotency-Key"))
     if isinstance(error, ConversationError):
         return APIError(409, "conversation_conflict", str(error), state=error.state)
     if isinstance(error, LLMError):
