@@ -34,6 +34,7 @@ from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn import TurnResult
 from tests.conftest import reply
 from tests.postgres_server import free_port
+from tests.test_serve_cli import wait_until_serving
 from tests.test_server import create, error_of, pausing_hooks, signup, sse
 from tests.test_store import CHAT, url_for
 
@@ -302,15 +303,7 @@ def serving(definition: Path, script: Path, store: str, log: Path) -> Iterator[t
     process = subprocess.Popen(command, stdout=log.open("w"), stderr=subprocess.STDOUT, text=True, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                if httpx.get(f"{base}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.1)
+        wait_until_serving(process, base, 60)
         yield process, base
     finally:
         if process.poll() is None:

@@ -142,19 +142,24 @@ def serving(tmp_path: Path, script: Path) -> Iterator[tuple[str, list[str]]]:
     output: list[str] = []
     try:
         base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                if httpx.get(f"{base}/health").status_code == 200:
-                    break
-            except httpx.TransportError:
-                pass
-            assert process.poll() is None and time.monotonic() < deadline, "llm-fsm serve did not start"
-            time.sleep(0.1)
+        wait_until_serving(process, base)
         yield base, output
     finally:
         process.terminate()
         output.append(process.communicate(timeout=10)[0])
+
+
+def wait_until_serving(process: subprocess.Popen[str], base: str, seconds: float = 30.0) -> None:
+    """Until the ``llm-fsm serve`` process answers ``/health`` at ``base``; fails if it exits or ``seconds`` pass."""
+    deadline = time.monotonic() + seconds
+    while True:
+        try:
+            if httpx.get(f"{base}/health").status_code == 200:
+                return
+        except httpx.TransportError:
+            pass
+        assert process.poll() is None and time.monotonic() < deadline, "llm-fsm serve did not start"
+        time.sleep(0.1)
 
 
 def test_a_real_serve_process_answers_over_http(tmp_path: Path):

@@ -6,7 +6,8 @@ saves with a version check. A failed turn saves nothing. Two requests on one con
 serialised (``busy="queue"``: the second waits up to ``wait`` seconds for the lock, then 409) or
 refused at once (``busy="reject"``: 409). A client that disconnects while a turn streams cancels the
 turn: the conversation stays as it was, or, when the disconnect comes after the turn committed,
-holds the whole turn; never half of one.
+holds the whole turn; never half of one. A request sent again with the ``Idempotency-Key`` of one whose
+turn was saved gets that turn's answer, and nothing runs (see :mod:`llm_fsm.store.idempotency`).
 
 Sync handlers and Python checks run in worker threads (the turn awaits them), so a slow one does not
 hold the event loop; ``error`` handlers run where the error happens, as everywhere.

@@ -5,6 +5,8 @@ someone else, run the turn, save with a version check. :func:`advance` (one call
 servers) and the terminal commands' ``--conversation`` both go through :class:`StoredConversation`,
 so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing,
 except a checkpoint it made (a tool call a person approved ran: a retry must find its result).
+A turn run with an idempotency key keeps its result in the snapshot it saves, so the same request sent
+again, from any process, gets that result and runs nothing (:mod:`llm_fsm.store.idempotency`).
 """
 
 from __future__ import annotations
