@@ -37,6 +37,8 @@ from tests.postgres_server import free_port
 from tests.test_serve_cli import wait_until_serving
 from tests.test_server import create, error_of, pausing_hooks, signup, sse
 from tests.test_store import CHAT, url_for
+from tests.test_subflows import DATA as SUBFLOWS
+from tests.test_subflows import DOB, OPEN, TO_IDENTITY
 
 
 @pytest.fixture(params=["memory", "file", "sqlite", "redis", "postgres"])
@@ -180,6 +182,33 @@ def test_kept_keys_survive_snapshot_and_restore_and_never_reach_the_model(store_
     assert restored.snapshot() == snapshot
     prompt = json.dumps([message for request in llm.requests for message in request.messages])
     assert "secret-key-4711" not in prompt and "idempotency" not in prompt and "noted" in prompt
+    store.close()
+
+
+def test_keys_are_kept_through_sub_conversations():
+    claim = llm_fsm.load(SUBFLOWS / "claim.json")
+    store, llm = open_store("memory:"), ScriptedLLM([OPEN, TO_IDENTITY, DOB])
+    stored = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation(claim, llm))
+    stored.run(lambda c: c.start(), idempotency_key="a")
+    pushed = stored.run(lambda c: c.send("P1, I'm Ann"), idempotency_key="b")
+    stored.run(lambda c: c.send("1990-01-01"), idempotency_key="c")
+    snapshot = store.load("c1").snapshot
+    assert [kept.key for kept in snapshot.idempotency] == ["a", "b", "c"] and snapshot.stack
+    assert all(frame.snapshot.idempotency == () for frame in snapshot.stack), "kept by the root only"
+    again = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation.restore(snap, claim, ScriptedLLM([])))
+    assert same(again.run(lambda c: c.send("P1, I'm Ann"), idempotency_key="b"), pushed) and pushed.frames
+
+
+def test_two_requests_with_one_key_at_once_run_one_turn(store_url: str):
+    async def both() -> tuple[list[TurnResult], Store]:
+        chat, store = llm_fsm.load(CHAT), open_store(store_url)
+        await aadvance(store, "c1", chat, chat_llm("hello"), None)
+        llm = chat_llm("noted")  # one reply: a second turn would fail
+        sent = [aadvance(store, "c1", chat, llm, "tea", idempotency_key="k", wait=60) for _ in range(2)]
+        return list(await asyncio.gather(*sent)), store
+
+    (first, second), store = asyncio.run(both())
+    assert same(first, second) and store.load("c1").snapshot.turns == 1
     store.close()
 
 
