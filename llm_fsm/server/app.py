@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
-import hashlib
 import json
 import re
 import secrets
@@ -26,7 +25,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Annotated, Any, Literal
 
 import anyio
-from fastapi import Depends, FastAPI, Header, Request
+from fastapi import Depends, FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
@@ -43,8 +42,8 @@ from llm_fsm.llm import LLMClient
 from llm_fsm.server.auth import client_of, parse_tokens
 from llm_fsm.server.errors import APIError, from_fsm_error, logger, not_found
 from llm_fsm.server.page import add_page
+from llm_fsm.server.retries import REPLAYED, Key, asked, id_of, keyed, mark_replayed
 from llm_fsm.store import Store, StoredConversation, open_store
-from llm_fsm.store.idempotency import MAX_KEY, fingerprint
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 from llm_fsm.turn import TurnResult
 
@@ -52,7 +51,6 @@ Busy = Literal["queue", "reject"]
 DEFAULT_MAX_BODY = 64 * 1024
 DEFAULT_WAIT = 30.0
 PING_SECONDS = 15.0
-REPLAYED = "Idempotent-Replayed"  # a response header: "true" when the answer is the one kept for the request's key
 
 
 # -- request bodies ----------------------------------------------------------------------------------
@@ -130,7 +128,7 @@ class Service:
         if state is not None and state not in definition.states:
             known = ", ".join(definition.states)
             raise APIError(400, "invalid_request", f"definition {definition.name!r} has no state {state!r} ({known})")
-        conversation_id = secrets.token_hex(16) if key is None else _id_of(key)
+        conversation_id = secrets.token_hex(16) if key is None else id_of(key)
 
         def make(snapshot: Snapshot | None) -> Conversation:
             if snapshot is not None and key is not None:  # made by this key before: its answer is in it
@@ -202,12 +200,6 @@ class Stored:
 def _key(client: str, conversation_id: str) -> str:
     """Where a client's conversation is stored: another client's key for the same id is another key."""
     return f"{client}@{conversation_id}"
-
-
-def _id_of(key: str) -> str:
-    """The id of the conversation a creation with this idempotency key makes: the same in every process (the
-    stored key also names the client, so two clients' equal keys make two conversations)."""
-    return hashlib.sha256(f"llm-fsm conversation {key}".encode()).hexdigest()[:32]
 
 
 def _is_id(text: str) -> bool:
@@ -315,7 +307,7 @@ async def start_stream(
             last = event
         return last if isinstance(last, TurnResult) else None  # the result, kept for the key
 
-    task = asyncio.create_task(item.stored.arun(turn, **_keyed(key, *_asked(text))))
+    task = asyncio.create_task(item.stored.arun(turn, **keyed(key, *asked(text))))
     task.add_done_callback(lambda _: queue.put_nowait(_DONE))
     try:
         first = await queue.get()
@@ -338,16 +330,6 @@ def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], b
     for event in (MessageDelta(kept.message), kept, _DONE):
         queue.put_nowait(event)
     return EventStream(queue, task, encode, headers={REPLAYED: "true"})
-
-
-def _asked(text: str | None) -> tuple[str, str | None]:
-    """What a turn asks, for its fingerprint: a message and its stream are the same turn."""
-    return ("start", None) if text is None else ("send", text)
-
-
-def _keyed(key: str | None, kind: str, payload: Any = None) -> dict[str, Any]:
-    """The idempotency arguments of :meth:`StoredConversation.arun` for a request."""
-    return {"idempotency_key": key, "fingerprint": fingerprint(kind, payload)}
 
 
 def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
@@ -620,37 +602,6 @@ def _authenticate(
 Client = Annotated[str, Depends(_authenticate)]
 
 
-def _idempotency_key(
-    header: Annotated[
-        str | None,
-        Header(
-            alias="Idempotency-Key",
-            description="Sent again with the same request, the answer the first attempt got, without running the "
-            'turn again (a UUID, quoted as the IETF draft writes it, "...", or not).',
-        ),
-    ] = None,
-) -> str | None:
-    """The request's idempotency key; 400 when it cannot be one."""
-    if header is None:
-        return None
-    key = header.strip()
-    if len(key) >= 2 and key[0] == key[-1] == '"':  # a structured-field string, as the draft writes it
-        key = re.sub(r"\\(.)", r"\1", key[1:-1])
-    if not 0 < len(key) <= MAX_KEY or not all(" " <= c <= "~" for c in key):
-        raise APIError(
-            400, "invalid_request", f"the Idempotency-Key header must be 1-{MAX_KEY} printable ASCII characters"
-        )
-    return key
-
-
-Key = Annotated[str | None, Depends(_idempotency_key)]
-
-
-def _mark_replayed(response: Response, item: Stored) -> None:
-    if item.stored.replayed:
-        response.headers[REPLAYED] = "true"
-
-
 def _routes(app: FastAPI, service: Service) -> None:
     views = {name: definition_view(definition) for name, definition in service.definitions.items()}  # drawn once
 
@@ -686,8 +637,8 @@ def _routes(app: FastAPI, service: Service) -> None:
                 )
             return await conversation.astart() if body.start else None
 
-        result = await item.stored.arun(opening, **_keyed(key, "create", body.model_dump()))
-        _mark_replayed(response, item)
+        result = await item.stored.arun(opening, **keyed(key, "create", body.model_dump()))
+        mark_replayed(response, item.stored)
         response.headers["Location"] = f"/conversations/{item.id}"
         return {
             "id": item.id,
@@ -707,8 +658,8 @@ def _routes(app: FastAPI, service: Service) -> None:
     ) -> dict[str, Any]:
         """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it)."""
         item = service.stored(client, conversation_id)
-        result = await item.stored.arun(lambda c: c.asend(body.message), **_keyed(key, *_asked(body.message)))
-        _mark_replayed(response, item)
+        result = await item.stored.arun(lambda c: c.asend(body.message), **keyed(key, *asked(body.message)))
+        mark_replayed(response, item.stored)
         return result_view(result, service.mask(item.definition))
 
     @app.post(
@@ -729,9 +680,9 @@ def _routes(app: FastAPI, service: Service) -> None:
     ) -> dict[str, Any]:
         """Continue a paused conversation with its pending event's token, exactly once per token."""
         item = service.stored(client, conversation_id)
-        asked = _keyed(key, "resume", body.model_dump())
+        asked = keyed(key, "resume", body.model_dump())
         result = await item.stored.arun(lambda c: c.aresume(body.token, body.result), **asked)
-        _mark_replayed(response, item)
+        mark_replayed(response, item.stored)
         return result_view(result, service.mask(item.definition))
 
     @app.delete("/conversations/{conversation_id}", status_code=204, tags=["conversations"])
