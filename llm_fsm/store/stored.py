@@ -3,13 +3,16 @@
 This is the one place a stored turn is written: lock, load, take up a newer version saved by
 someone else, run the turn, save with a version check. :func:`advance` (one call per turn, for
 servers) and the terminal commands' ``--conversation`` both go through :class:`StoredConversation`,
-so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing,
-except a checkpoint it made (a tool call a person approved ran: a retry must find its result).
+so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing
+but its checkpoints: a checkpoint (a tool call a person approved is about to run, or ran) is saved, with the
+version check, the moment the turn makes it and before the turn goes on, so a process that dies at any point
+leaves a retry what it needs to run that call at most once.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar
 
 from llm_fsm.conversation import Conversation
@@ -56,13 +59,8 @@ class StoredConversation:
         """``action`` on the newest stored version, under the conversation's lock, then a version-checked save."""
         with self.store.lock(self.id, timeout=self.wait):
             self._catch_up(self.store.load(self.id))
-            before = self.conversation.snapshot()
-            try:
+            with self._holding():  # the turn's checkpoints are saved as they come
                 result = action(self.conversation)
-            except BaseException:
-                if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
-                    self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
-                raise
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 
@@ -70,16 +68,26 @@ class StoredConversation:
         """The async form of :meth:`run`: ``action`` returns an awaitable (``lambda c: c.asend(text)``)."""
         async with self.store.alock(self.id, timeout=self.wait):
             self._catch_up(await self.store.aload(self.id))
-            before = self.conversation.snapshot()
-            try:
+            with self._holding():
                 result = await action(self.conversation)
-            except BaseException:
-                if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
-                    snapshot = self.conversation.snapshot()
-                    self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
-                raise
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
+
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        """While the lock is held: the conversation's checkpoints are saved here (never without the lock)."""
+        self.conversation.checkpoints = self
+        try:
+            yield
+        finally:
+            self.conversation.checkpoints = None
+
+    def hold(self, snapshot: Snapshot) -> None:
+        """Save a checkpoint of the turn running under the lock, before the turn goes on."""
+        self.version = self.store.save(self.id, snapshot, expected_version=self.version)
+
+    async def ahold(self, snapshot: Snapshot) -> None:
+        self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
 
     def replace(self, conversation: Conversation) -> None:
         """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one."""
