@@ -435,7 +435,7 @@ def initial_snapshot(
     return Snapshot(
         definition_name=definition.name,
         definition_hash=definition.content_hash,
-        uid=uid or secrets.token_hex(12),
+        uid=uid or secrets.token_bytes(12).hex(),
         definition_outline=definition.outline,
         state=state or definition.initial_state,
         turns=0,
