@@ -17,18 +17,18 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import replace
 from functools import partial
 from itertools import chain
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from pydantic import ValidationError
 
 from llm_fsm import memory, subflow_turns, subflows, summaries, telemetry
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
+from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, with_uid, write
 from llm_fsm.errors import (
     ConversationEnded,
     ConversationError,
@@ -66,7 +66,7 @@ if TYPE_CHECKING:
 
 StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
 # what a step produces: text deltas (when a reply streams), then the response; what an await gave; tool runs
-Item = str | LLMResponse | Awaited | list[ToolRun]
+Item = str | LLMResponse | Awaited | list[ToolRun] | None  # None: a checkpoint was saved
 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
@@ -134,6 +134,8 @@ class Conversation:
             self._frame_settings = _bind_subflows(definition, self.hooks, self.settings)
             self._snapshot = subflow_turns.entered(definition, self._snapshot)
         self._busy = False
+        # where a checkpoint a turn makes is saved before the turn goes on (a StoredConversation sets it)
+        self.checkpoints: CheckpointSink | None = None
         self._summary_task: asyncio.Task[summaries.SummaryRun | None] | None = None
         self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
 
@@ -227,7 +229,7 @@ class Conversation:
         transitions, conditions, keys, checks) raises :class:`ConversationError` naming what changed,
         unless ``allow_changed_definition``. ``strict_definition``: any change raises.
         """
-        snap = _as_snapshot(snapshot)
+        snap = with_uid(_as_snapshot(snapshot))
         if snap.state not in definition.states:
             raise ConversationError(
                 f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state
@@ -406,6 +408,8 @@ class Conversation:
                 for event in turn.take(None):
                     yield event
                 while turn.call is not None:
+                    if isinstance(turn.call, Checkpoint):  # saved, awaited, before the turn goes on
+                        await turn.hold_async(turn.call)
                     async for item in _aitems(self.llm, turn.call, stream, turn.trace):
                         for event in turn.take(item):
                             yield event
@@ -536,7 +540,7 @@ class _Drive:
         if isinstance(call, RunTools):
             if self.stream:
                 events += [ToolCall(p.call.id, p.call.name, p.arguments) for p in call.calls]
-        elif self.shown and call.kind == "reply":
+        elif self.shown and isinstance(call, Call) and call.kind == "reply":
             self.shown = ""
             events.append(MessageReset("the reply was not accepted"))
         return events
@@ -555,12 +559,26 @@ class _Drive:
             self.shown = ""
             yield MessageReset("the turn failed")
 
+    def hold_async(self, checkpoint: Checkpoint) -> Awaitable[None]:
+        """Save ``checkpoint`` in the async drive (the turn takes it on when the driver next asks for a step)."""
+        sink = self.conversation.checkpoints
+        assert sink is not None  # _advance hands a checkpoint to the driver only when there is a sink
+        return sink.ahold(checkpoint.snapshot)
+
     def _advance(self, response: LLMResponse | Awaited | None) -> Any:
-        """The turn's next step (a reply call is watched when its message may stream), or its outcome."""
+        """The turn's next step (a reply call is watched when its message may stream), or its outcome.
+
+        A checkpoint is held from now on, whatever the rest of the turn does, and saved by the sink before
+        the turn goes on: here (sync), or by the async driver, to which it is handed as a step."""
         try:
             call = next(self.steps) if response is None else self.steps.send(response)
-            while isinstance(call, Checkpoint):  # held from now on, whatever the rest of the turn does
+            while isinstance(call, Checkpoint):
                 self.conversation._snapshot = call.snapshot
+                sink = self.conversation.checkpoints
+                if sink is not None and not self.sync:
+                    return call
+                if sink is not None:
+                    sink.hold(call.snapshot)
                 call = self.steps.send(None)
         except StopIteration as done:
             return done.value  # (snapshot, result): committed by _end, as the result is handed over
@@ -605,7 +623,9 @@ def _items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace)
 
 
 async def _aitems(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> AsyncIterator[Item]:
-    if isinstance(step, Await):
+    if isinstance(step, Checkpoint):  # saved by the driver already: the turn goes on
+        yield None
+    elif isinstance(step, Await):
         try:
             yield Awaited(await step.awaitable)
         except Exception as exc:  # the turn applies the handler's policy, as for a sync handler
@@ -619,6 +639,14 @@ async def _aitems(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | N
             yield item
     else:
         yield await trace.acomplete(llm, step)
+
+
+class CheckpointSink(Protocol):
+    """Where a conversation's checkpoints are saved as they are made (see :class:`~llm_fsm.turn.Checkpoint`)."""
+
+    def hold(self, snapshot: Snapshot) -> None: ...
+
+    async def ahold(self, snapshot: Snapshot) -> None: ...
 
 
 def _last(events: Iterator[StreamEvent]) -> TurnResult:

@@ -6,6 +6,8 @@ Nothing here does I/O or mutates its inputs. ``decide`` checks a reply against t
 
 from __future__ import annotations
 
+import hashlib
+import secrets
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -82,6 +84,11 @@ class Snapshot(BaseModel):
     schema_version: int = SCHEMA_VERSION
     definition_name: str
     definition_hash: str
+    uid: str = Field(
+        "",
+        description="The conversation's own random id, kept for its life: what tool calls' idempotency keys are "
+        "made from ('' in snapshots made before it existed: one is derived on restore).",
+    )
     definition_outline: dict[str, str] = Field(
         default_factory=dict, description="Hashes of the definition's parts, to say what changed on restore."
     )
@@ -436,13 +443,15 @@ def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: M
 
 
 def initial_snapshot(
-    definition: FSMDefinition, state: str | None = None, context: dict[str, Any] | None = None
+    definition: FSMDefinition, state: str | None = None, context: dict[str, Any] | None = None, *, uid: str = ""
 ) -> Snapshot:
-    """A conversation that has not started yet, in ``state`` (default: the initial state)."""
+    """A conversation that has not started yet, in ``state`` (default: the initial state); ``uid``: its id
+    (default: a new random one)."""
     initial = merge({}, as_json_data(context or {}, source="initial context"))
     return Snapshot(
         definition_name=definition.name,
         definition_hash=definition.content_hash,
+        uid=uid or secrets.token_bytes(12).hex(),
         definition_outline=definition.outline,
         state=state or definition.initial_state,
         turns=0,
@@ -450,3 +459,14 @@ def initial_snapshot(
         provenance=record({}, initial, "user_code", 0),
         used_tokens=(),
     )
+
+
+def derived_uid(*parts: object) -> str:
+    """A uid made from ``parts``: the same parts give the same uid in any process (a sub-conversation's, from
+    its parent's; an old snapshot's, from its content), so the keys made from it survive a retry."""
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:24]
+
+
+def with_uid(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with a uid: its own, or (made before uids existed) one derived from its content."""
+    return snapshot if snapshot.uid else snapshot.model_copy(update={"uid": derived_uid(snapshot.model_dump_json())})

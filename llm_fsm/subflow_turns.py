@@ -10,7 +10,17 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from llm_fsm.definition import RETURN, FSMDefinition, GlobalTransition, State
-from llm_fsm.engine import Decision, Exchange, Frame, Snapshot, initial_snapshot, record, unmet_condition, write
+from llm_fsm.engine import (
+    Decision,
+    Exchange,
+    Frame,
+    Snapshot,
+    derived_uid,
+    initial_snapshot,
+    record,
+    unmet_condition,
+    write,
+)
 from llm_fsm.errors import ConversationError, ResumeError
 from llm_fsm.hooks import Hooks
 from llm_fsm.subflows import MAX_DEPTH, frames, levels
@@ -69,7 +79,9 @@ def _push(defs: list[FSMDefinition], snaps: list[Snapshot]) -> list[FSMDefinitio
             raise ConversationError(f"subflows nest more than {MAX_DEPTH} deep", state=snaps[0].state)
         parent, sub = defs[-1], defs[-1].subflow_definitions[spec.definition]
         values = {their: v for their, our in spec.input.items() if (v := _read(snaps[-1].context, our)) is not _MISSING}
-        child = initial_snapshot(sub, None, values)
+        # its uid is derived, not random: a retry of this turn pushes the same frame, with the same tool keys
+        uid = derived_uid(snaps[-1].uid, snaps[-1].turns, snaps[-1].state, len(snaps), sub.name)
+        child = initial_snapshot(sub, None, values, uid=uid)
         child = child.model_copy(update={"provenance": record({}, values, f"parent:{parent.name}", 0)})
         defs.append(sub)
         snaps.append(child)

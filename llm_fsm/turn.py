@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import copy
 import time
+from collections import Counter
 from collections.abc import Callable, Generator, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
@@ -57,6 +58,10 @@ DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we 
 DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
 DEFAULT_APPROVAL_MESSAGE = "One moment, please: a person has to approve this step before I can go on."
 NO_MORE_TOOLS = "no more tool calls in this turn: give your final reply now, with what you have"
+INTERRUPTED = (
+    "the process running this approved call stopped before its result was saved: it may have run, so it is "
+    "not run again (a tool that takes an idempotency_key would be, with the same key)"
+)
 
 Preview = Callable[[Any], bool]
 Purpose = Literal["reply", "correction", "refinement", "tool_results", "judge", "summary"]
@@ -109,8 +114,9 @@ class RunTools:
 
 @dataclass(frozen=True)
 class Checkpoint:
-    """A snapshot the conversation must hold from now on, whatever happens to the rest of the turn:
-    a person approved a tool call and it ran, so a retry must not run it again."""
+    """A snapshot the conversation must hold from now on, whatever happens to the rest of the turn: a
+    person approved a tool call, which is about to run or has run, so a retry must not run it again.
+    A driver with a store saves it (version-checked) before it takes the turn on."""
 
     snapshot: Snapshot
 
@@ -246,6 +252,7 @@ class TurnRunner:
         self.messages: list[dict[str, Any]] = []
         self.tool_runs: list[ToolRun] = []
         self.rounds = 0  # rounds of tool calls made in this turn
+        self.keyed: Counter[str] = Counter()  # calls of each tool given an idempotency key in this turn
         self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._working: Snapshot | None = None
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
@@ -535,6 +542,7 @@ class TurnRunner:
         if len(prepared) > most:  # the first ones run; the rest are refused, and the model is told why
             extra = f"too many calls at once: at most {most} per round"
             prepared[most:] = [calling.Prepared(p.call, None, p.arguments, self.rounds, extra) for p in prepared[most:]]
+        prepared = [self.keyed_call(p) for p in prepared]
         held = next((p for p in prepared if p.error is None and p.needs_approval), None)
         ready = tuple(p for p in prepared if p.error is None and not p.needs_approval)
         ran = iter((yield RunTools(ready)) if ready else ())
@@ -555,6 +563,15 @@ class TurnRunner:
         self.messages = [*self.messages, *self.corrected, *self.tool_exchange(runs, response.text)]
         self.corrected = []
         return None
+
+    def keyed_call(self, prepared: Prepared) -> Prepared:
+        """``prepared`` with its idempotency key, if it may run: that of the n-th call of its tool in this turn."""
+        if prepared.error is not None:
+            return prepared
+        name = prepared.call.name
+        key = calling.call_key(self.base.uid, self.turn_index, name, self.keyed[name])
+        self.keyed[name] += 1
+        return replace(prepared, key=key)
 
     def apply_tools(self, runs: list[ToolRun]) -> None:
         """Record the runs: a rejection for each error, each result under its tool's ``result_key``."""
@@ -584,7 +601,9 @@ class TurnRunner:
     def pause_for_approval(self, held: Prepared) -> tuple[Snapshot, TurnResult]:
         """Pause before ``held`` runs: the pending event carries the call and the turn's earlier calls."""
         state = self.base.state
-        waiting = ToolRun(id=held.call.id, name=held.call.name, arguments=held.arguments, round=held.round)
+        waiting = ToolRun(
+            id=held.call.id, name=held.call.name, arguments=held.arguments, round=held.round, idempotency_key=held.key
+        )
         event = PendingEvent(
             reason=f"tool '{held.call.name}' needs approval",
             payload={"tool": held.call.name, "arguments": held.arguments},
@@ -603,7 +622,8 @@ class TurnRunner:
         assert pause is not None and pause.tool_call is not None
         earlier = [ToolRun.model_validate(run) for run in pause.tool_runs]
         held = ToolRun.model_validate(pause.tool_call)
-        decided = held if held.approval is not None else (yield from self.decide_call(held, pause))
+        self.keyed.update(run.name for run in [*earlier, held] if run.idempotency_key)  # keys already given
+        decided = held if held.approval not in (None, "running") else (yield from self.decide_call(held, pause))
         self.rounds = held.round
         self.apply_tools([decided])
         self.messages = self.prompt_messages()
@@ -613,8 +633,15 @@ class TurnRunner:
         return (yield from self.replies(self.request(self.messages), "tool_results"))
 
     def decide_call(self, held: ToolRun, pause: PendingEvent) -> Generator[Step, Any, ToolRun]:
-        """``held`` as the person decided: run (then checkpointed: never run twice), given a result, or refused."""
+        """``held`` as the person decided: run (checkpointed before and after: never run twice), given a
+        result, or refused. A call found ``running`` was approved and its process died while it ran."""
         decision = self.decision or {}
+        if held.approval == "running":
+            tool = self.settings.tools.get(held.name)
+            if tool is None or not tool.takes_key:  # it may have run: at most once, so not again
+                logger.warning("tool '%s' (key %s): %s", held.name, held.idempotency_key, INTERRUPTED)
+                return held.model_copy(update={"error": INTERRUPTED, "approval": "approved"})
+            return (yield from self.run_approved(held, pause, tool))  # the same key: the tool has its effect once
         if "result" in decision:
             result = as_json_data({"result": decision["result"]}, source="the supplied tool result")["result"]
             return held.model_copy(update={"result": result, "approval": "supplied"})
@@ -625,13 +652,25 @@ class TurnRunner:
         tool = self.settings.tools.get(held.name)
         if tool is None:
             return held.model_copy(update={"error": "this tool is no longer available", "approval": "approved"})
+        return (yield from self.run_approved(held, pause, tool))
+
+    def run_approved(self, held: ToolRun, pause: PendingEvent, tool: BoundTool) -> Generator[Step, Any, ToolRun]:
+        """Run an approved call between two checkpoints: ``running`` before (a retry after a crash then
+        knows it may have run), its result after (a retry finds the result and does not run it)."""
+        key = held.idempotency_key or calling.call_key(self.base.uid, pause.token, held.name, 0)  # older pauses
+        held = held.model_copy(update={"idempotency_key": key})
+        yield from self.checkpoint(pause, held.model_copy(update={"approval": "running"}))
         call = ToolCallRequest(held.id, held.name, calling.arguments_text(held.arguments))
-        (ran,) = yield RunTools((calling.Prepared(call, tool, held.arguments, held.round),))
+        (ran,) = yield RunTools((calling.Prepared(call, tool, held.arguments, held.round, key=key),))
         ran = ran.model_copy(update={"approval": "approved"})
-        if self.paused is not None:  # from now on a retry of this resume must find the result, not run it again
-            recorded = pause.model_copy(update={"tool_call": ran.model_dump()})
-            yield Checkpoint(self.paused.model_copy(update={"pending": recorded}))
+        yield from self.checkpoint(pause, ran)
         return ran
+
+    def checkpoint(self, pause: PendingEvent, call: ToolRun) -> Generator[Step, Any, None]:
+        """Hold the pause with ``call`` as its tool call, from now on (nothing to hold without a paused snapshot)."""
+        if self.paused is not None:
+            recorded = pause.model_copy(update={"tool_call": call.model_dump()})
+            yield Checkpoint(self.paused.model_copy(update={"pending": recorded}))
 
     def working(self) -> Snapshot:
         """The snapshot every decision of this turn is made on: the base with the working context."""

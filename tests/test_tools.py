@@ -392,6 +392,128 @@ def test_an_approval_in_a_stored_conversation_survives_a_failed_resume(support, 
     assert ran == ["refund:A-3"] and result.message == "Ok."
 
 
+class _Watching(ScriptedLLM):
+    """A scripted model that reads the store at each call: what a process killed right then would leave."""
+
+    def __init__(self, store, replies):
+        super().__init__(replies)
+        self.store, self.seen = store, []
+
+    def complete(self, request):
+        record = self.store.load("c")
+        self.seen.append(record.snapshot.pending.tool_call if record and record.snapshot.pending else None)
+        return super().complete(request)
+
+    async def acomplete(self, request):
+        return self.complete(request)
+
+
+@pytest.mark.parametrize("run", ["sync", "async"])
+def test_an_approved_call_is_saved_as_running_before_it_runs_and_with_its_result_before_the_model(
+    support, tmp_path, run
+):
+    from llm_fsm.store import aadvance, advance, open_store
+
+    store = open_store(f"sqlite://{tmp_path}/c.db")
+    llm = _Watching(store, [OPENING, tool_calls(("refund", {"order_id": "A-4"})), reply("ask", "Refunded.")])
+    hooks, stored_while_running = make_hooks(), []
+
+    @hooks.tool("refund")
+    def refund(order_id: str) -> dict:
+        stored_while_running.append(store.load("c").snapshot.pending.tool_call)
+        return {"refunded": order_id}
+
+    advance(store, "c", support, llm, None, hooks=hooks)
+    token = advance(store, "c", support, llm, "refund A-4", hooks=hooks).pending.token
+    if run == "sync":
+        result = advance(store, "c", support, llm, None, hooks=hooks, action=lambda c: c.resume(token, {"approved": True}))
+    else:
+        resume = lambda c: c.aresume(token, {"approved": True})  # noqa: E731
+        result = asyncio.run(aadvance(store, "c", support, llm, None, hooks=hooks, action=resume))
+    assert result.message == "Refunded." and not result.paused
+    assert stored_while_running[0]["approval"] == "running" and stored_while_running[0]["result"] is None
+    after = llm.seen[-1]  # read by the model call that followed the run
+    assert after["approval"] == "approved" and after["result"] == {"refunded": "A-4"}
+    assert after["idempotency_key"] == stored_while_running[0]["idempotency_key"].strip() != ""
+    assert store.load("c").snapshot.pending is None and store.load("c").version == 5  # 2 turns, 2 checkpoints, 1 turn
+
+
+def _interrupted(support, tmp_path, hooks, ran):
+    """A stored pause whose approved call was marked running when its process died."""
+    from llm_fsm.store import advance, open_store
+
+    store = open_store(f"sqlite://{tmp_path}/c.db")
+    llm = ScriptedLLM([OPENING, tool_calls(("refund", {"order_id": "A-9"})), reply("ask", "Sorted.")])
+    advance(store, "c", support, llm, None, hooks=hooks)
+    token = advance(store, "c", support, llm, "refund A-9", hooks=hooks).pending.token
+    record = store.load("c")
+    pending = record.snapshot.pending
+    running = pending.model_copy(update={"tool_call": {**pending.tool_call, "approval": "running"}})
+    store.save("c", record.snapshot.model_copy(update={"pending": running}), expected_version=record.version)
+    resume = lambda c: c.resume(token, {"approved": True})  # noqa: E731
+    return advance(store, "c", support, llm, None, hooks=hooks, action=resume), llm, pending.tool_call
+
+
+def test_an_approved_call_found_running_after_a_crash_is_not_run_again_and_the_model_is_told(support, tmp_path):
+    ran: list[str] = []
+    result, llm, _ = _interrupted(support, tmp_path, make_hooks(ran), ran)
+    assert ran == [] and result.message == "Sorted."
+    (call,) = result.tool_calls
+    assert call.approval == "approved" and "it may have run, so it is not run again" in call.error
+    assert "it may have run" in llm.requests[-1].messages[-1]["content"]
+    assert any(r.kind == "tool" and "may have run" in r.reason for r in result.rejected)
+
+
+def test_an_approved_call_found_running_is_run_again_with_its_key_when_the_tool_takes_one(support, tmp_path):
+    keys: list[str] = []
+    hooks = make_hooks()
+
+    @hooks.tool("refund")
+    def refund(order_id: str, idempotency_key: str) -> dict:
+        keys.append(idempotency_key)
+        return {"refunded": order_id}
+
+    result, _, held = _interrupted(support, tmp_path, hooks, keys)
+    assert keys == [held["idempotency_key"]] and result.tool_calls[0].result == {"refunded": "A-9"}
+
+
+def test_a_tool_call_key_is_the_same_in_every_retry_of_a_turn_and_different_for_any_other_call(support):
+    from llm_fsm.tools.calling import KEY_PARAMETER
+
+    keys: list[tuple[str, str]] = []
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def lookup(order_id: str, idempotency_key: str) -> dict:
+        keys.append((order_id, idempotency_key))
+        return {"id": order_id, "status": "shipped"}
+
+    twice = tool_calls(("lookup_order", {"order_id": "A"}), ("lookup_order", {"order_id": "B"}))
+    script = [twice, LLMUnavailableError("down"), twice, reply("found", "Both shipped.", order_id="A")]
+    conversation, llm = started(support, script, hooks)
+    with pytest.raises(LLMUnavailableError):
+        conversation.send("A and B?")
+    conversation.send("A and B?")  # the retry of the same turn
+    (a1, k1), (b1, k2), (a2, k3), (b2, k4) = keys
+    assert (a1, b1, a2, b2) == ("A", "B", "A", "B") and (k1, k2) == (k3, k4) and k1 != k2
+    other, _ = started(support, [twice, reply("ask", "Hm.")], hooks)  # another conversation, same turn: other keys
+    other.send("A and B?")
+    assert not {k1, k2} & {key for _, key in keys[4:]}
+    assert KEY_PARAMETER not in json.dumps(llm.requests[1].tools)  # the model never sees it
+    forge = tool_calls(("lookup_order", {"order_id": "C", KEY_PARAMETER: "x"}))
+    forged, _ = started(support, [forge, reply("ask", "Hm.")], hooks)
+    assert "unexpected argument" in forged.send("C?").tool_calls[0].error  # nor writes it
+
+
+def test_a_key_survives_a_restore_of_a_snapshot_made_before_uids(support):
+    conversation, llm = started(support, [])
+    old = conversation.snapshot().model_dump()
+    old.pop("uid")
+    first = llm_fsm.Conversation.restore(old, support, llm, hooks=make_hooks())
+    again = llm_fsm.Conversation.restore(old, support, llm, hooks=make_hooks())
+    assert first.snapshot().uid == again.snapshot().uid != "" != conversation.snapshot().uid
+
+
 # -- streaming ----------------------------------------------------------------------------------
 
 

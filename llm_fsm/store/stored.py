@@ -3,15 +3,18 @@
 This is the one place a stored turn is written: lock, load, take up a newer version saved by
 someone else, run the turn, save with a version check. :func:`advance` (one call per turn, for
 servers) and the terminal commands' ``--conversation`` both go through :class:`StoredConversation`,
-so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing,
-except a checkpoint it made (a tool call a person approved ran: a retry must find its result).
+so two turns of one conversation never interleave and no turn is lost. A turn that fails saves nothing
+but its checkpoints: a checkpoint (a tool call a person approved is about to run, or ran) is saved, with the
+version check, the moment the turn makes it and before the turn goes on, so a process that dies at any point
+leaves a retry what it needs to run that call at most once.
 A turn run with an idempotency key keeps its result in the snapshot it saves, so the same request sent
 again, from any process, gets that result and runs nothing (:mod:`llm_fsm.store.idempotency`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
+from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from llm_fsm.conversation import Conversation
@@ -71,13 +74,8 @@ class StoredConversation:
             self._catch_up(self.store.load(self.id))
             if (kept := self._answered(idempotency_key, fingerprint)) is not None:
                 return cast(T, idempotency.replayed(kept))
-            before = self.conversation.snapshot()
-            try:
+            with self._holding():  # the turn's checkpoints are saved as they come
                 result = action(self.conversation)
-            except BaseException:
-                if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
-                    self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
-                raise
             self._remember(idempotency_key, fingerprint, result)
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
@@ -94,17 +92,27 @@ class StoredConversation:
             self._catch_up(await self.store.aload(self.id))
             if (kept := self._answered(idempotency_key, fingerprint)) is not None:
                 return cast(T, idempotency.replayed(kept))
-            before = self.conversation.snapshot()
-            try:
+            with self._holding():
                 result = await action(self.conversation)
-            except BaseException:
-                if self.conversation.snapshot() is not before:  # a checkpoint: an approved tool call ran
-                    snapshot = self.conversation.snapshot()
-                    self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
-                raise
             self._remember(idempotency_key, fingerprint, result)
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
+
+    @contextmanager
+    def _holding(self) -> Iterator[None]:
+        """While the lock is held: the conversation's checkpoints are saved here (never without the lock)."""
+        self.conversation.checkpoints = self
+        try:
+            yield
+        finally:
+            self.conversation.checkpoints = None
+
+    def hold(self, snapshot: Snapshot) -> None:
+        """Save a checkpoint of the turn running under the lock, before the turn goes on."""
+        self.version = self.store.save(self.id, snapshot, expected_version=self.version)
+
+    async def ahold(self, snapshot: Snapshot) -> None:
+        self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
 
     def replace(self, conversation: Conversation) -> None:
         """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one."""

@@ -6,6 +6,13 @@ rule says whether a person must agree before it runs. Only a prepared call witho
 reaches code; everything else becomes an error result the model reads. Running (:func:`run_batch`,
 :func:`arun_batch`) is done by the conversation's driver, several calls at once, each within the
 tool's ``timeout``. Every call ends as a :class:`ToolRun`: what ran, with what, and what came back.
+
+Every call that may run has an *idempotency key* (:func:`call_key`), the same in every retry of the
+turn: the conversation's uid, the turn's number, the tool, and how many calls of that tool the turn
+made before. A tool function that takes an ``idempotency_key`` keyword gets it (the model never sees
+or writes it); MCP calls carry it in their request's ``_meta``. A process that dies after a call ran
+but before its turn was saved runs the turn again on retry, and with it the call, with the same key:
+a tool that passes the key on (payment APIs take one) or remembers it has its effect once.
 """
 
 from __future__ import annotations
@@ -38,12 +45,14 @@ if TYPE_CHECKING:
 ToolMode = Literal["native", "json"]
 MAX_RESULT_CHARS = 4000  # what the model reads of one result; the whole result is kept in the ToolRun
 MAX_ERROR_CHARS = 500
+KEY_PARAMETER = "idempotency_key"  # a tool function taking a keyword of this name is given its call's key
 
 
 class ToolRun(BaseModel):
     """One tool call of a turn: its arguments (an object, or the raw text when it was not JSON),
     and its ``result`` or ``error``; ``duration`` in seconds (0 for a call that never ran);
-    ``approval``: ``approved``, ``rejected`` or ``supplied`` when a person decided."""
+    ``approval``: ``approved``, ``rejected`` or ``supplied`` when a person decided (``running`` only in a
+    stored pause, while an approved call runs); ``idempotency_key``: the key the call ran with."""
 
     model_config = ConfigDict(frozen=True)
 
@@ -55,6 +64,7 @@ class ToolRun(BaseModel):
     duration: float = 0.0
     round: int = 1
     approval: str | None = None
+    idempotency_key: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -73,6 +83,7 @@ class BoundTool:
     approval: Literal["none", "always"] | Approval = "none"
     result_key: str | None = None
     model: type[BaseModel] | None = None  # the function's typed arguments: what the JSON becomes before the call
+    takes_key: bool = False  # the function takes an ``idempotency_key`` keyword
 
     def keywords(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """``arguments`` as the function takes them: converted to its type hints (pydantic models,
@@ -107,6 +118,7 @@ class Prepared:
     round: int
     error: str | None = None
     needs_approval: bool = False
+    key: str | None = None  # the idempotency key it runs with (see call_key)
 
     def refused(self, error: str, approval: str | None = None) -> ToolRun:
         return ToolRun(
@@ -150,9 +162,26 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             timeout=declared.timeout if declared else 30.0,
             approval=declared.approval if declared else "none",
             result_key=declared.result_key if declared else None,
-            model=model,
+            model=model, takes_key=takes_key(function.function),
         )  # fmt: skip
     return bound, problems
+
+
+def takes_key(function: Any) -> bool:
+    """Whether ``function`` names an ``idempotency_key`` parameter (a ``**kwargs`` alone does not ask for it)."""
+    try:
+        parameter = inspect.signature(function).parameters.get(KEY_PARAMETER)
+    except (TypeError, ValueError):
+        return False
+    return parameter is not None and parameter.kind in (parameter.KEYWORD_ONLY, parameter.POSITIONAL_OR_KEYWORD)
+
+
+def call_key(uid: str, turn: int | str, tool: str, ordinal: int) -> str:
+    """The idempotency key of the ``ordinal``-th call (from 0) of ``tool`` in turn ``turn`` of the conversation
+    ``uid``: the same in every retry of that turn, in any process; different for any other call."""
+    from llm_fsm.engine import derived_uid
+
+    return "llmfsm-" + derived_uid("tool-call", uid, turn, tool, ordinal)
 
 
 def _parameters_problem(function: ToolFunction, parameters: dict[str, Any] | None) -> str | None:
@@ -199,6 +228,8 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
     except Exception:  # a hint that names something undefined: read the signature's own
         hints = {}
     for name, parameter in signature.parameters.items():
+        if name == KEY_PARAMETER:  # the runtime's to give, never the model's to write
+            continue
         if parameter.kind is parameter.VAR_KEYWORD:
             open_ended = True
         elif parameter.kind is not parameter.VAR_POSITIONAL:
@@ -321,7 +352,7 @@ async def arun_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None
 
 def _call_sync(prepared: Prepared, span: ToolSpan | NoSpan) -> Any:
     tool = _tool(prepared)
-    keywords = tool.keywords(prepared.arguments)
+    keywords = _keywords(tool, prepared)
     if tool.function.is_async:  # in this worker thread, on a loop of its own
         return asyncio.run(span.run(tool.function.function, keywords))
     return span.run(tool.function.function, keywords)
@@ -346,7 +377,7 @@ async def _arun(prepared: Prepared, span: ToolSpan | NoSpan) -> ToolRun:
     tool, started = _tool(prepared), time.perf_counter()
     function = tool.function.function
     try:
-        keywords = tool.keywords(prepared.arguments)
+        keywords = _keywords(tool, prepared)
         if tool.function.is_async:
             value = await asyncio.wait_for(span.run(function, keywords), tool.timeout)
         else:
@@ -356,6 +387,13 @@ async def _arun(prepared: Prepared, span: ToolSpan | NoSpan) -> ToolRun:
     except Exception as exc:
         return _failed(prepared, _describe(exc), started)
     return _succeeded(prepared, value, started)
+
+
+def _keywords(tool: BoundTool, prepared: Prepared) -> dict[str, Any]:
+    keywords = tool.keywords(prepared.arguments)
+    if tool.takes_key:
+        keywords[KEY_PARAMETER] = prepared.key
+    return keywords
 
 
 def _tool(prepared: Prepared) -> BoundTool:
@@ -371,7 +409,7 @@ def _succeeded(prepared: Prepared, value: Any, started: float) -> ToolRun:
         return _failed(prepared, str(exc), started)
     return ToolRun(
         id=prepared.call.id, name=prepared.call.name, arguments=prepared.arguments, result=result,
-        duration=time.perf_counter() - started, round=prepared.round,
+        duration=time.perf_counter() - started, round=prepared.round, idempotency_key=prepared.key,
     )  # fmt: skip
 
 
@@ -379,6 +417,7 @@ def _failed(prepared: Prepared, error: str, started: float) -> ToolRun:
     return ToolRun(
         id=prepared.call.id, name=prepared.call.name, arguments=prepared.arguments,
         error=_bounded(error, MAX_ERROR_CHARS), duration=time.perf_counter() - started, round=prepared.round,
+        idempotency_key=prepared.key,
     )  # fmt: skip
 
 
