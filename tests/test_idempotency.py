@@ -294,6 +294,17 @@ def test_a_creation_sent_again_gets_the_same_conversation():
     assert made["id"] != first.json()["id"] and made["result"] is None
 
 
+def test_a_creation_whose_answer_is_no_longer_kept_is_a_conflict():
+    client = http(ScriptedLLM([reply("ask_name", f"Name? {n}") for n in range(KEPT + 1)]))
+    key = {"Idempotency-Key": "create-old"}
+    cid = client.post("/conversations", json={}, headers=key).json()["id"]
+    for n in range(KEPT):  # the conversation's later keyed turns push the creation's answer out
+        client.post(f"/conversations/{cid}/messages", json={"message": f"m{n}"}, headers={"Idempotency-Key": f"k{n}"})
+    again = client.post("/conversations", json={}, headers=key)
+    assert "made with this Idempotency-Key: use a new key" in error_of(again, 409, "conversation_conflict")["message"]
+    assert client.get(f"/conversations/{cid}").json()["turns"] == KEPT
+
+
 def test_a_resume_sent_again_gets_its_answer():
     llm = ScriptedLLM([reply("ask_name", "Name?"), reply("ask_email", "Email?", name="Ann"), reply("ask_email", "OK")])
     client = http(llm, hooks=pausing_hooks())
