@@ -156,13 +156,15 @@ class Boundaries:
 
     def __init__(self, log: Path, kill_at: int | None) -> None:
         self.log, self.kill_at, self.passed = log, kill_at, 0
+        self.lock = threading.Lock()  # tools of one round run at once, in threads: one boundary at a time
 
     def __call__(self, name: str) -> None:
-        self.passed += 1
-        with self.log.open("a") as f:
-            f.write(name + "\n")
-        if self.passed == self.kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        with self.lock:
+            self.passed += 1
+            with self.log.open("a") as f:
+                f.write(name + "\n")
+            if self.passed == self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Watched(ScriptedLLM):
