@@ -6,7 +6,6 @@ Nothing here does I/O or mutates its inputs. ``decide`` checks a reply against t
 
 from __future__ import annotations
 
-import hashlib
 import secrets
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
@@ -19,7 +18,7 @@ from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import RETURN, Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
 from llm_fsm.memory_spec import RunningSummary
-from llm_fsm.values import as_json_data
+from llm_fsm.values import as_json_data, derived_uid
 
 SCHEMA_VERSION = 1
 EXTRA_KEY = "_extra"
@@ -459,12 +458,6 @@ def initial_snapshot(
         provenance=record({}, initial, "user_code", 0),
         used_tokens=(),
     )
-
-
-def derived_uid(*parts: object) -> str:
-    """A uid made from ``parts``: the same parts give the same uid in any process (a sub-conversation's, from
-    its parent's; an old snapshot's, from its content), so the keys made from it survive a retry."""
-    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:24]
 
 
 def with_uid(snapshot: Snapshot) -> Snapshot:

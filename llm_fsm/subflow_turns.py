@@ -15,7 +15,6 @@ from llm_fsm.engine import (
     Exchange,
     Frame,
     Snapshot,
-    derived_uid,
     initial_snapshot,
     record,
     unmet_condition,
@@ -25,6 +24,7 @@ from llm_fsm.errors import ConversationError, ResumeError
 from llm_fsm.hooks import Hooks
 from llm_fsm.subflows import MAX_DEPTH, frames, levels
 from llm_fsm.turn import Checkpoint, Steps, TurnResult, TurnRunner, TurnSettings, resume_turn
+from llm_fsm.values import derived_uid
 
 _MISSING = object()
 

@@ -28,6 +28,7 @@ import dataclasses
 import datetime
 import decimal
 import enum
+import hashlib
 import math
 import re
 import uuid
@@ -105,3 +106,9 @@ def clean_text(text: str) -> str:
     if not _SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def derived_uid(*parts: object) -> str:
+    """A uid made from ``parts``: the same parts give the same uid in any process (a sub-conversation's, from
+    its parent's; an old snapshot's, from its content; a tool call's key), so what is made from it survives a retry."""
+    return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:24]

@@ -22,6 +22,7 @@ import json
 import os
 import shutil
 import signal
+import sys
 import threading
 import traceback
 import uuid
@@ -155,13 +156,15 @@ class Boundaries:
 
     def __init__(self, log: Path, kill_at: int | None) -> None:
         self.log, self.kill_at, self.passed = log, kill_at, 0
+        self.lock = threading.Lock()  # tools of one round run at once, in threads: one boundary at a time
 
     def __call__(self, name: str) -> None:
-        self.passed += 1
-        with self.log.open("a") as f:
-            f.write(name + "\n")
-        if self.passed == self.kill_at:
-            os.kill(os.getpid(), signal.SIGKILL)
+        with self.lock:
+            self.passed += 1
+            with self.log.open("a") as f:
+                f.write(name + "\n")
+            if self.passed == self.kill_at:
+                os.kill(os.getpid(), signal.SIGKILL)
 
 
 class Watched(ScriptedLLM):
@@ -397,3 +400,81 @@ def table() -> Any:
     path = os.environ.get("LLM_FSM_CRASH_TABLE")
     if path and CASES:
         Path(path).write_text(json.dumps([case.__dict__ for case in CASES], indent=1))
+
+
+# -- the same through llm-fsm serve: kill -9 the server while the model call after the tool is in flight ------
+
+
+HOOKS = """
+import os
+from llm_fsm import Hooks
+
+hooks = Hooks()
+
+
+@hooks.tool("refund")
+def refund(order_id: str) -> dict:
+    with open(os.environ["REFUNDS"], "a") as f:
+        f.write(order_id + "\\n")
+    return {"refunded": order_id}
+"""
+
+
+@pytest.mark.slow
+def test_serve_killed_after_an_approved_call_ran_does_not_run_it_again_on_resume(
+    tmp_path: Path, fake_openai: Any, monkeypatch: pytest.MonkeyPatch
+):
+    import subprocess
+    import time
+
+    import httpx
+
+    from tests.fake_openai import Hang
+    from tests.test_serve_workers import start_workers
+
+    definition = {**SHOP, "summaries": None, "tools": {"refund": SHOP["tools"]["refund_unkeyed"]}}
+    definition["states"] = {**SHOP["states"], "ask": {**SHOP["states"]["ask"], "tools": ["refund"]}}
+    (tmp_path / "shop.json").write_text(json.dumps({k: v for k, v in definition.items() if v is not None}))
+    (tmp_path / "shop_hooks.py").write_text(HOOKS)
+    refunds = tmp_path / "refunds"
+    monkeypatch.setenv("REFUNDS", str(refunds))  # the servers' environment: start_workers copies os.environ
+    extra = ["--hooks", f"{tmp_path / 'shop_hooks.py'}:hooks", "--workers", "1"]
+    store = f"sqlite://{tmp_path / 'c.db'}"
+    fake_openai.add(OPEN, {"tool_calls": [{"name": "refund", "arguments": {"order_id": "A-1"}}]})
+    process, base = start_workers(tmp_path / "shop.json", fake_openai.url, store, "queue", tmp_path, extra=extra)
+    try:
+        cid = httpx.post(f"{base}/conversations", json={}, timeout=60).json()["id"]
+        token = httpx.post(f"{base}/conversations/{cid}/messages", json={"message": "refund A-1"}, timeout=60)
+        token = token.json()["pending"]["token"]
+        fake_openai.add(Hang(60))  # the model call after the refund: still in flight when the server dies
+        resume = {"token": token, "result": {"approved": True}}
+        with subprocess.Popen([sys.executable, "-c", RESUME, f"{base}/conversations/{cid}/resume", json.dumps(resume)]):
+            deadline = time.monotonic() + 60
+            while not refunds.exists() and time.monotonic() < deadline:
+                time.sleep(0.05)
+            time.sleep(0.2)
+            os.killpg(process.pid, signal.SIGKILL)  # the server and its worker, at once
+        process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+    fake_openai.queue.clear()
+    fake_openai.add(reply("ask", "Refunded."))
+    again, base = start_workers(tmp_path / "shop.json", fake_openai.url, store, "queue", tmp_path, extra=extra)
+    try:
+        answer = httpx.post(f"{base}/conversations/{cid}/resume", json=resume, timeout=60)
+    finally:
+        again.terminate()
+        again.wait(timeout=30)
+    assert answer.status_code == 200, answer.text
+    assert answer.json()["message"] == "Refunded." and answer.json()["tool_calls"][0]["approval"] == "approved"
+    assert refunds.read_text().split() == ["A-1"]  # ran once, before the kill; the resume found its result
+
+
+RESUME = """
+import httpx, json, sys
+try:
+    httpx.post(sys.argv[1], json=json.loads(sys.argv[2]), timeout=120)
+except httpx.HTTPError:
+    pass  # the server died
+"""

@@ -92,17 +92,23 @@ def test_a_worker_without_the_commands_settings_says_so(monkeypatch):
 # -- real worker processes ------------------------------------------------------------------------------
 
 
-def start_workers(definition: Path, model_url: str, store: str, busy: str, tmp_path: Path) -> tuple[Any, str]:
+def start_workers(
+    definition: Path, model_url: str, store: str, busy: str, tmp_path: Path, *, extra: list[str] | None = None
+) -> tuple[Any, str]:
+    """``llm-fsm serve`` with 2 workers (``extra`` options after the others, e.g. ``--workers 1``), in a process
+    group of its own; the process and its base URL, once it answers."""
     port = free_port()
     command = [
         str(Path(sys.executable).parent / "llm-fsm"), "serve", str(definition), "--model", "openai/x",
         "--api-base", model_url, "--api-key", "k", "--store", store, "--port", str(port), "--workers", "2",
-        "--busy", busy, "--wait", "60", "--max-retries", "0",
+        "--busy", busy, "--wait", "60", "--max-retries", "0", *(extra or []),
     ]  # fmt: skip
     env = {**os.environ, "LLM_FSM_HOME": str(tmp_path), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     env.pop("LLM_FSM_SERVER_TOKENS", None)
     log = (tmp_path / "serve.log").open("w")
-    process = subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env)
+    process = subprocess.Popen(
+        command, stdout=log, stderr=subprocess.STDOUT, text=True, env=env, start_new_session=True
+    )
     base = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 60
     while True:

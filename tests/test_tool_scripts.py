@@ -462,7 +462,9 @@ SCRIPT = [
 
 
 def without_durations(turns):
-    return [{**t, "tool_calls": [{**c, "duration": 0} for c in t["tool_calls"]]} for t in turns]
+    """The turns without what differs between two conversations: durations, and keys (made from each one's uid)."""
+    same = {"duration": 0, "idempotency_key": None}
+    return [{**t, "tool_calls": [{**c, **same} for c in t["tool_calls"]]} for t in turns]
 
 
 @pytest.mark.parametrize("mode", ["native", "json"])

@@ -425,10 +425,11 @@ def test_an_approved_call_is_saved_as_running_before_it_runs_and_with_its_result
 
     advance(store, "c", support, llm, None, hooks=hooks)
     token = advance(store, "c", support, llm, "refund A-4", hooks=hooks).pending.token
+    yes = {"approved": True}
     if run == "sync":
-        result = advance(store, "c", support, llm, None, hooks=hooks, action=lambda c: c.resume(token, {"approved": True}))
+        result = advance(store, "c", support, llm, None, hooks=hooks, action=lambda c: c.resume(token, yes))
     else:
-        resume = lambda c: c.aresume(token, {"approved": True})  # noqa: E731
+        resume = lambda c: c.aresume(token, yes)  # noqa: E731
         result = asyncio.run(aadvance(store, "c", support, llm, None, hooks=hooks, action=resume))
     assert result.message == "Refunded." and not result.paused
     assert stored_while_running[0]["approval"] == "running" and stored_while_running[0]["result"] is None

@@ -36,7 +36,7 @@ from llm_fsm.errors import Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.llm import ToolCallRequest
 from llm_fsm.telemetry import NO_SPAN
-from llm_fsm.values import ContextValueError, as_json_data
+from llm_fsm.values import ContextValueError, as_json_data, derived_uid
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoSpan
@@ -179,8 +179,6 @@ def takes_key(function: Any) -> bool:
 def call_key(uid: str, turn: int | str, tool: str, ordinal: int) -> str:
     """The idempotency key of the ``ordinal``-th call (from 0) of ``tool`` in turn ``turn`` of the conversation
     ``uid``: the same in every retry of that turn, in any process; different for any other call."""
-    from llm_fsm.engine import derived_uid
-
     return "llmfsm-" + derived_uid("tool-call", uid, turn, tool, ordinal)
 
 
