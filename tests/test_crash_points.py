@@ -3,7 +3,8 @@
 Each case forks a child that runs one turn of a stored conversation and kills itself at its n-th boundary:
 before and after each model call, each tool run, each store save (checkpoints and the final save) and each
 summary call. The parent then reads what the store holds and retries the turn as a client would (the same
-message, or the same resume token), and checks the promises of the README's "Exactly once" section:
+message or resume token, with the same idempotency key), and checks the promises of the README's "Exactly
+once" section:
 
 - the stored conversation is the state before the turn or the state after it, never a mix;
 - every side effect ran at most once (tools append to a file; keyed tools skip a key they have seen, as a
@@ -252,11 +253,13 @@ def effect_hooks(effects: Path, boundary: Boundaries | None = None) -> Hooks:
 
 
 def take_turn(scenario: Scenario, store: Any, cid: str, folder: Path, llm: Any, hooks: Hooks, token: str | None) -> Any:
+    """The killed turn (or its retry), with one idempotency key: the retry of a turn that was saved gets its answer."""
     definition = scenario.definition(folder)
+    options: dict[str, Any] = {"hooks": hooks, "wait": WAIT, "idempotency_key": f"{cid}-turn"}
     if scenario.is_async:
         action = lambda c: scenario.turn(c, token)  # noqa: E731
-        return asyncio.run(aadvance(store, cid, definition, llm, None, hooks=hooks, wait=WAIT, action=action))
-    return advance(store, cid, definition, llm, None, hooks=hooks, wait=WAIT, action=lambda c: scenario.turn(c, token))
+        return asyncio.run(aadvance(store, cid, definition, llm, None, action=action, **options))
+    return advance(store, cid, definition, llm, None, action=lambda c: scenario.turn(c, token), **options)
 
 
 def child(scenario: Scenario, url: str, cid: str, folder: Path, kill_at: int | None, token: str | None) -> None:
@@ -291,12 +294,15 @@ def forked(work: Callable[[], None], errors: Path) -> int:
 # -- the parent: set up, kill, look, retry, compare ---------------------------------------------
 
 
+IN_EACH_RUN = ("uid", "used_tokens", "pending", "created_at", "idempotency")  # differ between two runs of a turn
+
+
 def core(snapshot: Any) -> Any:
     """What the conversation is, without what differs between two runs of it (uids, tokens, the pause's record)."""
 
     def strip(value: Any) -> Any:
         if isinstance(value, dict):
-            return {k: strip(v) for k, v in value.items() if k not in ("uid", "used_tokens", "pending", "created_at")}
+            return {k: strip(v) for k, v in value.items() if k not in IN_EACH_RUN}
         if isinstance(value, list):
             return [strip(v) for v in value]
         return value
@@ -338,11 +344,12 @@ def run_case(scenario: Scenario, url: str, folder: Path, kill_at: int | None) ->
         return Case(scenario.name, "", "", "after", 0, 0), points, (before, core(store.load(cid).snapshot))
     held = core(store.load(cid).snapshot)
     mid = "before" if held == before else "after"
-    if mid == "before":  # the client got no answer: it sends the turn again, which takes the lock within a lease
-        hooks = effect_hooks(folder / f"{cid}.effects")
-        take_turn(
-            scenario, store, cid, folder, ScriptedLLM(list(scenario.replies), summaries=folded_summary), hooks, token
-        )
+    # the client got no answer: it sends the turn again with its key, and takes the lock within a lease
+    llm = ScriptedLLM(list(scenario.replies), summaries=folded_summary)
+    answer = take_turn(scenario, store, cid, folder, llm, effect_hooks(folder / f"{cid}.effects"), token)
+    assert answer.message == scenario.replies[-1]["message"]
+    if mid == "after":  # saved whole before the kill: the retry is answered from the store, without a model call
+        assert llm.requests == [], f"killed {points[kill_at - 1]}: the saved turn ran again"
     effects, calls = lines(folder / f"{cid}.effects"), lines(folder / f"{cid}.effects.calls")
     most = max(Counter((e["tool"], e["order"]) for e in effects).values(), default=0)
     made = max(Counter((e["tool"], e["order"]) for e in calls).values(), default=0)
