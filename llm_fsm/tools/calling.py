@@ -491,7 +491,7 @@ def requested_in_text(text: str, round_: int) -> list[ToolCallRequest]:
     from llm_fsm.errors import ReplyFormatError
 
     try:
-        data = reply_object(text)
+        data = reply_object(text, exact=True)  # a key given twice is refused as a reply would be
     except ReplyFormatError:
         return []
     return tool_request(data, round_) or []
