@@ -211,6 +211,22 @@ def test_a_bad_call_becomes_an_error_result_and_a_rejection_and_the_turn_goes_on
     assert json.loads(told)["error"] == run.error and result.message == "Sorry, try again?"
 
 
+@pytest.mark.parametrize("mode", ["native", "json"])
+def test_a_tool_listed_only_by_another_state_is_refused_and_never_runs(mode):
+    # refund is declared, bound and listed, but by "found" only: in "ask" it must not run.
+    data = json.loads(json.dumps(SUPPORT))
+    data["states"]["ask"]["tools"] = ["lookup_order"]
+    data["states"]["found"]["tools"] = ["refund"]
+    ran: list[str] = []
+    script = [tool_calls(("refund", {"order_id": "A-1"})), reply("ask", "I cannot refund here.")]
+    conversation, llm = started(llm_fsm.load(data), script, make_hooks(ran), tool_calling=mode)
+    result = conversation.send("refund A-1")
+    (run,) = result.tool_calls
+    assert ran == [] and run.result is None
+    assert run.error == "tool 'refund' is not available in state 'ask' (available: lookup_order)"
+    assert [r.kind for r in result.rejected] == ["tool"]
+
+
 def test_tool_rounds_are_bounded_and_the_model_is_told_to_reply(support):
     calls = tool_calls(("lookup_order", {"order_id": "A-1"}))
     conversation, llm = started(support, [calls] * 4 + [reply("found", "Done.", order_id="A-1")])
