@@ -145,6 +145,9 @@ class Approval(_Frozen):
     when: JSONLogic = Field(description='JsonLogic on {"args": the call\'s arguments, "context": the context}.')
 
 
+ToolErrorDetail = Literal["message", "type"]
+
+
 class Tool(_Frozen):
     """A function the model may call in the states that list it; its code is registered with
     ``@hooks.tool(name)`` or served by an MCP server."""
@@ -180,6 +183,12 @@ class Tool(_Frozen):
         raise ValueError(f'approval is "none", "always" or {{"when": JsonLogic}}, not {json.dumps(value)}')
 
     mcp_server: str | None = Field(None, description="Name of the MCP server (in mcp_servers) that serves it.")
+    error_detail: ToolErrorDetail | None = Field(
+        None,
+        description='What the model reads when the tool raises: "message" (the exception\'s type and first line, '
+        'secret-looking values masked, bounded) or "type" (its type only). Default: the definition\'s '
+        "tool_error_detail.",
+    )
 
 
 class MCPServerSpec(_Frozen):
@@ -296,6 +305,11 @@ class FSMDefinition(_Frozen):
     tools: dict[str, Tool] = Field(default_factory=dict, description="Tools keyed by name; states list them by name.")
     mcp_servers: dict[str, MCPServerSpec] = Field(
         default_factory=dict, description="MCP servers keyed by name, whose tools states may list."
+    )
+    tool_error_detail: ToolErrorDetail = Field(
+        "message",
+        description='What the model reads when a tool raises: "message" (the exception\'s type and first line, '
+        'secret-looking values masked, bounded) or "type" (its type only). A tool\'s error_detail overrides it.',
     )
     max_tool_rounds: int = Field(
         3, ge=0, le=20, strict=True, description="Rounds of tool calls the model may make per turn."
