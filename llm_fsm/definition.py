@@ -547,8 +547,10 @@ _ADDED_TOP = {
     "memory": None,
     "summaries": None,
     "global_transitions": [],
+    "tool_error_detail": "message",
 }
 _ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None}
+_ADDED_TOOL = {"error_detail": None}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
@@ -556,11 +558,17 @@ def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
     top = {key: value for key, value in dumped.items() if key not in _ADDED_TOP or value != _ADDED_TOP[key]}
     if isinstance(top.get("states"), dict):
         top["states"] = {sid: _canonical_state(state) for sid, state in top["states"].items()}
+    if isinstance(top.get("tools"), dict):  # tools gained fields too: a definition's hash must not move
+        top["tools"] = {name: _without_added(tool, _ADDED_TOOL) for name, tool in top["tools"].items()}
     return top
 
 
 def _canonical_state(dumped: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in dumped.items() if key not in _ADDED_STATE or value != _ADDED_STATE[key]}
+    return _without_added(dumped, _ADDED_STATE)
+
+
+def _without_added(dumped: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in dumped.items() if key not in added or value != added[key]}
 
 
 def _digest(value: Any) -> str:

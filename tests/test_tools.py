@@ -301,6 +301,14 @@ def test_with_masking_off_the_exception_text_is_passed_as_it_is():
     assert "pa55word!" in result.tool_calls[0].error and "secret=hunter2" in result.tool_calls[0].error
 
 
+def test_the_error_detail_settings_leave_the_hash_of_definitions_that_do_not_use_them(support):
+    # The hash identifies what a stored conversation ran on: new fields at their default must not move it.
+    assert support.content_hash == "020399de8c317e8e43846bf1bb94d746497d45f67d4f109a96f2dcec1d885136"
+    data = json.loads(json.dumps(SUPPORT))
+    data["tools"]["broken"]["error_detail"] = "type"
+    assert llm_fsm.load(data).content_hash != support.content_hash
+
+
 def test_tool_rounds_are_bounded_and_the_model_is_told_to_reply(support):
     calls = tool_calls(("lookup_order", {"order_id": "A-1"}))
     conversation, llm = started(support, [calls] * 4 + [reply("found", "Done.", order_id="A-1")])
