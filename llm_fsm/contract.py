@@ -6,7 +6,9 @@ shows any text. Parsing is tolerant of how models wrap a reply (code fences, pro
 ``<think>`` blocks) and of small syntax slips (quoting and commas, repaired with json-repair), but
 not of a different shape: a reply without its ``transition`` object, with ``transition: null``, or
 with the transition's fields outside it is refused, so a message is never taken for a "stay" it
-did not ask for. Nor is a reply that stops short: repair never invents the end of a reply.
+did not ask for. So are a reply wrapped in a list, one that gives a key twice (which of the two
+counts would be a guess), and a message of only whitespace (the user would read nothing). Nor is a
+reply that stops short: repair never invents the end of a reply.
 """
 
 from __future__ import annotations
@@ -46,6 +48,13 @@ class Reply(BaseModel):
     message: str = Field(min_length=1)
     reasoning: str | None = None
 
+    @field_validator("message")
+    @classmethod
+    def _visible(cls, value: str) -> str:
+        if not value.strip():  # "   \n" passes min_length, but the user would read nothing
+            raise ValueError("the message is only whitespace: write the text the user reads")
+        return value
+
     @field_validator("reasoning", mode="before")
     @classmethod
     def _reasoning_as_text(cls, value: Any) -> Any:
@@ -74,7 +83,7 @@ MAX_NESTING = 32  # levels of objects and lists a reply may hold; deeper is refu
 def parse_reply(text: str) -> Reply:
     """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none
     (:class:`ReplyTruncated` if it stops before its end)."""
-    data, repaired = _extract_object(text)
+    data, repaired = _extract_object(text, exact=True)
     if _depth(data) > MAX_NESTING:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     if problem := _misshapen(data):
@@ -87,9 +96,13 @@ def parse_reply(text: str) -> Reply:
         raise ReplyFormatError(_describe(exc)) from None
 
 
-def reply_object(text: str) -> dict[str, Any]:
-    """The JSON object in ``text`` (as :func:`parse_reply` finds it), unchecked; ReplyFormatError if none."""
-    return _extract_object(text)[0]
+def reply_object(text: str, *, exact: bool = False) -> dict[str, Any]:
+    """The JSON object in ``text`` (as :func:`parse_reply` finds it), unchecked; ReplyFormatError if none.
+
+    ``exact``: also refuse, as :func:`parse_reply` does, an object wrapped in a list or one that gives
+    a key twice (without it, the last of the two counts: enough to read a summary or scrub a trace).
+    """
+    return _extract_object(text, exact=exact)[0]
 
 
 def partial_reply(data: dict[str, Any]) -> Reply | None:
@@ -127,14 +140,20 @@ def _misshapen(data: dict[str, Any]) -> str | None:
     return None
 
 
-def _extract_object(text: str) -> tuple[dict[str, Any], bool]:
-    """The reply's object, and whether json-repair produced it (its parser lets NaN through)."""
+def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], bool]:
+    """The reply's object, and whether json-repair produced it (its parser lets NaN through).
+
+    ``exact``: a list around the object, or a key given twice, is refused rather than read past.
+    """
     text = strip_thinking(text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
+    if exact and wrapped_in_list(text):  # the object inside would be found and taken: refuse the shape instead
+        raise ReplyFormatError(f"the reply is a JSON list; answer with one JSON object, not a list of them: {_SHAPE}")
     candidates = _candidates(text)
+    decoder = _EXACT_DECODER if exact else _DECODER
     for candidate in candidates:  # exact JSON anywhere beats a repair
-        data = _strict(candidate)
+        data = _strict(candidate, decoder)
         if isinstance(data, dict) and data:
             return data, False
     if cut := _cut_short(text):
@@ -142,8 +161,16 @@ def _extract_object(text: str) -> tuple[dict[str, Any], bool]:
     for candidate in candidates:
         data = _repaired(candidate)
         if isinstance(data, dict) and data:
+            if exact and (twice := repeated_key(candidate)):  # json-repair keeps the last silently
+                raise ReplyFormatError(_twice(*twice))
             return data, True
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
+
+
+def wrapped_in_list(text: str) -> bool:
+    """Whether the reply's first object opens inside a list (``[{...}]``, fenced or not)."""
+    start = text.find("{")
+    return start > 0 and text[:start].rstrip().endswith("[")
 
 
 def _cut_short(text: str) -> str | None:
@@ -193,9 +220,9 @@ def _candidates(text: str) -> list[str]:
     return found
 
 
-def _strict(candidate: str) -> Any:
+def _strict(candidate: str, decoder: json.JSONDecoder) -> Any:
     try:
-        return _DECODER.decode(candidate)
+        return decoder.decode(candidate)
     except ReplyFormatError:
         raise
     except (ValueError, RecursionError):  # RecursionError: nesting deeper than the parser's stack
@@ -213,8 +240,71 @@ def _finite(text: str) -> float:
     return number
 
 
-# one decoder, made once: json.loads with hooks would build a new one per reply
+def _once_each(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """An object's pairs as a dict; ReplyFormatError if a key comes twice (json keeps the last silently)."""
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        for key, _ in pairs:
+            if key in seen:
+                raise ReplyFormatError(_twice(key, list(data)))
+            seen.add(key)
+    return data
+
+
+def _twice(key: str, siblings: Sequence[str]) -> str:
+    if {"transition", "message"} & set(siblings):
+        where = "at the top level"
+    elif {"target_state", "context_update"} & set(siblings):
+        where = 'inside "transition"'
+    else:
+        where = "in one object"
+    return f'the reply gives the key "{key}" twice {where}; give each key once (which one counts would be a guess)'
+
+
+# decoders made once: json.loads with hooks would build a new one per reply
 _DECODER = json.JSONDecoder(parse_constant=_not_a_number, parse_float=_finite)
+_EXACT_DECODER = json.JSONDecoder(parse_constant=_not_a_number, parse_float=_finite, object_pairs_hook=_once_each)
+
+
+def repeated_key(text: str) -> tuple[str, list[str]] | None:
+    """The first key that an object in ``text`` (JSON, or the loose JSON json-repair reads) gives twice,
+    with that object's keys; None if none does. A scan, not a parse: strings in either quote, and
+    bare words, are keys when a ``:`` follows them inside an object."""
+    frames: list[list[str] | None] = []  # per open bracket: an object's keys so far, or None for a list
+    token, index = None, 0
+    while index < len(text):
+        char = text[index]
+        if char in "\"'":
+            end = _string_end(text, index)
+            token, index = text[index + 1 : end - 1], end
+            continue
+        if char.isalnum() or char in "_$-":
+            end = index
+            while end < len(text) and (text[end].isalnum() or text[end] in "_$-"):
+                end += 1
+            token, index = text[index:end], end
+            continue
+        if char == ":" and frames and frames[-1] is not None and token is not None:
+            keys = frames[-1]
+            if token in keys:
+                return token, keys
+            keys.append(token)
+        elif char in "{[":
+            frames.append([] if char == "{" else None)
+        elif char in "}]" and frames:
+            frames.pop()
+        token = None if not char.isspace() else token
+        index += 1
+    return None
+
+
+def _string_end(text: str, start: int) -> int:
+    """Just past the string that opens at ``start`` (or the end of ``text``), escapes skipped."""
+    quote, index = text[start], start + 1
+    while index < len(text) and text[index] != quote:
+        index += 2 if text[index] == "\\" else 1
+    return min(index + 1, len(text) + 1)
 
 
 def _repaired(candidate: str) -> Any:
@@ -257,7 +347,9 @@ def _describe(exc: ValidationError) -> str:
     parts = []
     for err in exc.errors(include_url=False):
         where = ".".join(str(p) for p in err["loc"]) or "reply"
-        parts.append(f"{where}: {err['msg'].lower()}")
+        # our own validators' words as written, without pydantic's "Value error, " in front
+        text = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"].lower()
+        parts.append(f"{where}: {text}")
     return "the reply does not follow the format: " + "; ".join(parts)
 
 

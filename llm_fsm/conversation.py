@@ -34,6 +34,7 @@ from llm_fsm.errors import (
     ConversationError,
     ConversationPaused,
     DefinitionError,
+    EmptyMessageError,
     LLMError,
     Problem,
 )
@@ -71,6 +72,14 @@ Item = str | LLMResponse | Awaited | list[ToolRun] | None  # None: a checkpoint 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
 _default_builder: PromptBuilder | None = None
+
+
+def refuse_empty(user: str) -> None:
+    """Raise :class:`EmptyMessageError` for a message with no text: its turn would show the model an
+    empty user turn, which reads as the conversation's beginning."""
+    if not user.strip():
+        what = "empty" if not user else "only whitespace"
+        raise EmptyMessageError(f"the user's message is {what}: there is nothing to answer")
 
 
 def _shared_builder() -> PromptBuilder:
@@ -464,6 +473,8 @@ class Conversation:
             raise ConversationError("start() was already called; use send()", state=self.state)
         if user is not None and not isinstance(user, str):
             raise TypeError(f"send() takes a str, not {type(user).__name__}")
+        if user is not None:
+            refuse_empty(user)
 
     def _commit(self, outcome: tuple[Snapshot, TurnResult], *, running: bool = False) -> TurnResult:
         """Hold the turn's snapshot; ``running``: in an event loop, where a summary may start in the background."""

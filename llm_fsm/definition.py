@@ -145,6 +145,9 @@ class Approval(_Frozen):
     when: JSONLogic = Field(description='JsonLogic on {"args": the call\'s arguments, "context": the context}.')
 
 
+ToolErrorDetail = Literal["message", "type"]
+
+
 class Tool(_Frozen):
     """A function the model may call in the states that list it; its code is registered with
     ``@hooks.tool(name)`` or served by an MCP server."""
@@ -180,6 +183,12 @@ class Tool(_Frozen):
         raise ValueError(f'approval is "none", "always" or {{"when": JsonLogic}}, not {json.dumps(value)}')
 
     mcp_server: str | None = Field(None, description="Name of the MCP server (in mcp_servers) that serves it.")
+    error_detail: ToolErrorDetail | None = Field(
+        None,
+        description='What the model reads when the tool raises: "message" (the exception\'s type and first line, '
+        'secret-looking values masked, bounded) or "type" (its type only). Default: the definition\'s '
+        "tool_error_detail.",
+    )
 
 
 class MCPServerSpec(_Frozen):
@@ -296,6 +305,11 @@ class FSMDefinition(_Frozen):
     tools: dict[str, Tool] = Field(default_factory=dict, description="Tools keyed by name; states list them by name.")
     mcp_servers: dict[str, MCPServerSpec] = Field(
         default_factory=dict, description="MCP servers keyed by name, whose tools states may list."
+    )
+    tool_error_detail: ToolErrorDetail = Field(
+        "message",
+        description='What the model reads when a tool raises: "message" (the exception\'s type and first line, '
+        'secret-looking values masked, bounded) or "type" (its type only). A tool\'s error_detail overrides it.',
     )
     max_tool_rounds: int = Field(
         3, ge=0, le=20, strict=True, description="Rounds of tool calls the model may make per turn."
@@ -533,8 +547,10 @@ _ADDED_TOP = {
     "memory": None,
     "summaries": None,
     "global_transitions": [],
+    "tool_error_detail": "message",
 }
 _ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None}
+_ADDED_TOOL = {"error_detail": None}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
@@ -542,11 +558,17 @@ def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
     top = {key: value for key, value in dumped.items() if key not in _ADDED_TOP or value != _ADDED_TOP[key]}
     if isinstance(top.get("states"), dict):
         top["states"] = {sid: _canonical_state(state) for sid, state in top["states"].items()}
+    if isinstance(top.get("tools"), dict):  # tools gained fields too: a definition's hash must not move
+        top["tools"] = {name: _without_added(tool, _ADDED_TOOL) for name, tool in top["tools"].items()}
     return top
 
 
 def _canonical_state(dumped: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in dumped.items() if key not in _ADDED_STATE or value != _ADDED_STATE[key]}
+    return _without_added(dumped, _ADDED_STATE)
+
+
+def _without_added(dumped: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
+    return {key: value for key, value in dumped.items() if key not in added or value != added[key]}
 
 
 def _digest(value: Any) -> str:

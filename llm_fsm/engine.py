@@ -197,7 +197,9 @@ def filter_update(
     """Split a model's context update into what it may write and what is refused.
 
     Refused: keys starting with ``_`` (the runtime's, except ``_extra``), ``protected`` keys, and
-    keys outside ``writable`` (when given). ``None`` values are dropped (they mean "not learned").
+    keys outside ``writable`` (when given). ``None`` values are dropped (they mean "not learned"), at
+    any depth: an object of nulls writes nothing, so no ``context_update`` handler fires for it and no
+    provenance says the model set it.
     """
     applied: dict[str, Any] = {}
     refused: list[Rejection] = []
@@ -213,9 +215,18 @@ def filter_update(
             if found:
                 reason = f"context key '{path}' may only be set by code; the model may not write it"
                 refused.append(Rejection(kind="context_key", reason=reason, key=path, attempt=attempt))
+        value = _without_nulls(value)
         if value is not None:
             applied[key] = value
     return applied, refused
+
+
+def _without_nulls(value: Any) -> Any:
+    """``value`` without the nulls of its objects (None if it held nothing else); lists are kept whole."""
+    if not isinstance(value, dict) or not value:  # an empty object is written as the model gave it
+        return value
+    kept = {k: v for k, v in ((k, _without_nulls(v)) for k, v in value.items()) if v is not None}
+    return kept or None
 
 
 def _without(value: Any, path: list[str]) -> tuple[Any, bool]:

@@ -20,6 +20,7 @@
     ├── RefinementError        a state's checks kept failing and its policy is "raise"
     ├── ContextValueError      code wrote a context value that is not JSON data (also a TypeError)
     ├── MemoryValueError       code wrote a memory slot that is not declared, not text, or too long (a ValueError)
+    ├── EmptyMessageError      send() was given no text: empty, or only whitespace (a ValueError; nothing changed)
     ├── StoreError             a conversation store cannot be opened or used
     │   └── ConflictError          another writer holds the conversation, or saved it first
     └── ConversationError      the conversation cannot take this call in its current status
@@ -201,6 +202,13 @@ class ContextValueError(FSMError, TypeError):
 
 class MemoryValueError(FSMError, ValueError):
     """Code wrote a working-memory slot that is not declared, a value that is not text, or one too long."""
+
+
+class EmptyMessageError(FSMError, ValueError):
+    """The user's message is empty or only whitespace: there is nothing to answer, so no turn runs.
+
+    The opening turn takes no message: it is ``start()`` (``None`` in :meth:`Conversation.stream`).
+    """
 
 
 class StoreError(FSMError):

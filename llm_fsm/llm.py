@@ -16,6 +16,7 @@ import logging
 import os
 import random
 import re
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -136,9 +137,51 @@ ToolCalling = Literal["auto", "native", "json"]
 
 def _import_litellm() -> ModuleType:
     os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
-    import litellm
+    with _no_import_chatter():
+        import litellm
 
+    _keep_quiet(litellm)
     return litellm
+
+
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+@contextlib.contextmanager
+def _no_import_chatter() -> Iterator[None]:
+    """While litellm imports, its loggers drop records below WARNING: it logs DEBUG lines as it loads,
+    through its own handler, which writes them to stdout before :func:`_keep_quiet` can remove it.
+    A level the application set on those loggers is left alone."""
+    if "litellm" in sys.modules:
+        yield
+        return
+    held = [log for log in map(logging.getLogger, _LITELLM_LOGGERS) if log.level == logging.NOTSET]
+    for log in held:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for log in held:
+            log.setLevel(logging.NOTSET)
+
+
+def _keep_quiet(litellm: ModuleType) -> None:
+    """A library prints nothing: stop litellm's own output, so that what it says goes through ``logging``.
+
+    litellm prints a coloured "Give Feedback / Get Help" banner on stdout for every failed call unless
+    ``suppress_debug_info`` is set, and its loggers carry a handler of their own that writes to stdout
+    (below WARNING) and stderr whatever the application configured. That handler is swapped for a
+    ``NullHandler``, as llm_fsm's own logger has: records still reach the application's handlers.
+    Both are process-wide settings of litellm's; idempotent.
+    """
+    setattr(litellm, "suppress_debug_info", True)  # noqa: B010 (a module global)
+    own = getattr(getattr(litellm, "_logging", None), "handler", None)
+    for name in _LITELLM_LOGGERS:
+        log = logging.getLogger(name)
+        if own is not None and own in log.handlers:
+            log.removeHandler(own)
+        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+            log.addHandler(logging.NullHandler())
 
 
 class LiteLLMClient:
@@ -148,10 +191,9 @@ class LiteLLMClient:
     429 and 5xx, with exponential backoff from ``backoff`` seconds, capped at ``max_backoff``.
     ``response_format``: ``auto`` asks for a strict JSON schema where litellm says the model
     supports one, else JSON mode where supported, else nothing. ``stream`` streams each call (with
-    usage). ``tool_calling``: how tools reach the model (see :meth:`tool_mode`). ``quiet`` sets
-    litellm's process-wide ``suppress_debug_info``, which stops the help banners litellm prints to
-    stdout on errors (off by default: it is a global of litellm's). Further keyword arguments go to
-    ``litellm.completion`` unchanged.
+    usage). ``tool_calling``: how tools reach the model (see :meth:`tool_mode`). litellm is kept
+    quiet (no banners on stdout, its log records through ``logging`` only): ``quiet`` is accepted for
+    compatibility and changes nothing. Further keyword arguments go to ``litellm.completion`` unchanged.
     """
 
     def __init__(
@@ -168,7 +210,7 @@ class LiteLLMClient:
         response_format: ResponseFormat = "auto",
         tool_calling: ToolCalling = "auto",
         stream: bool = False,
-        quiet: bool = False,
+        quiet: bool = True,
         guided: bool = False,
         **extra: Any,
     ) -> None:
@@ -218,8 +260,6 @@ class LiteLLMClient:
     def litellm(self) -> ModuleType:
         if self._litellm is None:
             self._litellm = _import_litellm()
-            if self.quiet:  # litellm prints help banners to stdout on errors; a CLI cannot have that
-                setattr(self._litellm, "suppress_debug_info", True)  # noqa: B010 (a module global)
         return self._litellm
 
     # -- calls: each form is a short driver over the same attempts and the same stream reader ----

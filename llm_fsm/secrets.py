@@ -79,6 +79,57 @@ def mask(value: Any, extra: Iterable[str] = ()) -> Any:
     return value
 
 
+# key=value, key: value, "key": "value" in free text (an exception's message): the key as a word
+_KEY_THEN = re.compile(r"""(?P<key>[A-Za-z_][\w.-]*)["']?\s*[:=]\s*""")
+_VALUE = re.compile(r""""(?:[^"\\]|\\.)*"|'(?:[^'\\]|\\.)*'|[^\s,;&)}\]]+""")
+_BEARER = re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{6,}")
+_DIGITS = re.compile(r"(?<![\d-])\d[\d \-]{11,22}\d(?![\d-])")
+
+
+def mask_text(text: str, extra: Iterable[str] = (), values: Iterable[str] = ()) -> str:
+    """``text`` (free text, such as an exception's message) with what looks secret replaced by ``[masked]``.
+
+    Masked: the value of each ``key=value`` / ``key: value`` / ``"key": "value"`` whose key looks secret
+    (as context keys are judged, ``extra`` included), card numbers (Luhn), API keys as providers write
+    them (``sk-...``), bearer and basic credentials, URL passwords, and each of ``values`` (the secrets
+    known to the caller, e.g. a tool's secret-looking arguments) wherever it appears.
+    """
+    for value in sorted({v for v in values if len(v) >= 4}, key=len, reverse=True):  # shorter: too many hits
+        text = text.replace(value, MASK)
+    text = _masked_pairs(without_url_passwords(text), tuple(extra))
+    text = _BEARER.sub(lambda m: f"{m[1]} {MASK}", KEY_SHAPED.sub(MASK, text))
+    return _DIGITS.sub(lambda m: MASK if looks_like_card(m[0]) else m[0], text)
+
+
+def _masked_pairs(text: str, patterns: tuple[str, ...]) -> str:
+    """``text`` with the value after each secret-looking ``key:`` or ``key=`` masked (quotes kept)."""
+    parts, done = [], 0
+    for match in _KEY_THEN.finditer(text):
+        value = _VALUE.match(text, match.end())
+        if match.start() < done or value is None or not _is_secret_key(match["key"], patterns):
+            continue  # a key inside a value already masked, or not a secret's
+        quote = value[0][0] if value[0][0] in "\"'" else ""
+        parts += [text[done : match.end()], f"{quote}{MASK}{quote}"]
+        done = value.end()
+    return "".join(parts) + text[done:]
+
+
+def secret_values(value: Any, extra: Iterable[str] = ()) -> list[str]:
+    """The text of every value under a secret-looking key in ``value`` (an object, at any depth)."""
+    patterns, found, todo = tuple(extra), [], [value]
+    while todo:
+        item = todo.pop()
+        if isinstance(item, dict):
+            for key, child in item.items():
+                if _is_secret_key(str(key), patterns) and isinstance(child, str | int) and not isinstance(child, bool):
+                    found.append(str(child))
+                else:
+                    todo.append(child)
+        elif isinstance(item, list):
+            todo.extend(item)
+    return found
+
+
 Mask = Callable[[dict[str, Any]], dict[str, Any]]
 
 

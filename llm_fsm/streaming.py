@@ -16,7 +16,7 @@ from typing import Any
 
 from pydantic_core import from_json
 
-from llm_fsm.contract import strip_thinking
+from llm_fsm.contract import strip_thinking, wrapped_in_list
 
 
 @dataclass(frozen=True)
@@ -99,7 +99,7 @@ def _complete(data: dict[str, Any], key: str) -> bool:
 def _partial_object(text: str) -> dict[str, Any] | None:
     text = strip_thinking(text)
     start = text.find("{")
-    if start < 0:
+    if start < 0 or wrapped_in_list(text):  # a reply in a list is refused whole: show none of it
         return None
     try:
         data = from_json(text[start:], allow_partial="trailing-strings")

@@ -19,6 +19,7 @@ PUBLIC = [
     "ConversationPaused",
     "DefinitionError",
     "DefinitionWarning",
+    "EmptyMessageError",
     "Exchange",
     "FSMDefinition",
     "FSMError",

@@ -71,6 +71,14 @@ def test_state_context_history_why(definition, tmp_path):
     assert "you> skip" in out and "bot> Your name first, please. (ask_name)" in out
 
 
+def test_a_blank_line_is_not_sent_and_says_so(definition, tmp_path):
+    # Only the greeting and one answer are scripted: a blank line sent as a turn would run out of replies.
+    result = chat(definition, tmp_path, [GREETING, NAME], "\n   \nI'm Ann\n")
+    assert result.exit_code == 0, result.output
+    assert result.stdout.count("(nothing sent: type a message, or /help for commands)") == 2
+    assert "Thanks Ann! Your email?" in result.stdout and "error" not in result.output.lower()
+
+
 def test_back_undoes_the_last_turn(definition, tmp_path):
     result = chat(definition, tmp_path, [GREETING, NAME], "I'm Ann\n/back\n/state\n/context\n/back\n/back\n")
     out = result.stdout

@@ -6,7 +6,7 @@ import json
 import pytest
 
 import llm_fsm
-from llm_fsm.errors import ConversationEnded, ConversationError, LLMUnavailableError
+from llm_fsm.errors import ConversationEnded, ConversationError, EmptyMessageError, LLMUnavailableError
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import reply
 
@@ -22,6 +22,23 @@ def test_a_valid_turn_makes_exactly_one_call(signup):
     assert result.context_updates == {"name": "Ann"} and conv.context == {"name": "Ann"}
     assert result.usage.total_tokens > 0 and result.latency >= 0
     assert [h.user for h in conv.history] == [None, "I'm Ann"]
+
+
+@pytest.mark.parametrize("text", ["", " \n\t "], ids=["empty", "whitespace"])
+def test_an_empty_message_is_refused_and_changes_nothing(signup, text):
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?")])
+    conv = llm_fsm.Conversation(signup, llm)
+    conv.start()
+    before = conv.snapshot()
+
+    async def asend() -> None:
+        await conv.asend(text)
+
+    for attempt in (lambda: conv.send(text), lambda: list(conv.stream(text)), lambda: asyncio.run(asend())):
+        with pytest.raises(EmptyMessageError, match="nothing to answer") as refused:
+            attempt()
+        assert isinstance(refused.value, ValueError)
+    assert conv.snapshot() == before and llm.calls == 1, "no turn ran, no model call was made"
 
 
 def test_the_user_message_is_sent_once_as_the_user_turn(signup):

@@ -117,6 +117,39 @@ def test_filters_by_state_target_and_keys():
     assert calls == ["email"]
 
 
+ADDRESS_BOOK = {
+    "name": "address",
+    "initial_state": "ask",
+    "states": {
+        "ask": {"purpose": "Ask for a name and an address", "writable_keys": ["name", "address"],
+                "transitions": [{"target_state": "done"}]},
+        "done": {"purpose": "Say goodbye"},
+    },
+}  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("update", "written"),
+    [
+        ({"name": None, "address": None}, {}),
+        ({"address": {"city": None, "zip": None}}, {}),
+        ({"address": {"city": "Lyon", "zip": None}, "name": None}, {"address": {"city": "Lyon"}}),
+    ],
+    ids=["top-level", "object-of-nulls", "some-nulls"],
+)
+def test_null_values_are_not_writes_no_handler_fires_and_no_provenance_names_the_model(update, written):
+    fired: list[tuple[str, Any]] = []
+    hooks = Hooks()
+    for key in ("name", "address"):
+        hooks.on("context_update", keys=[key])(lambda *, update, key=key: fired.append((key, update)))
+    said = {"transition": {"target_state": "ask", "context_update": update}, "message": "And your address?"}
+    conv = llm_fsm.Conversation(llm_fsm.load(ADDRESS_BOOK), ScriptedLLM([said]), hooks=hooks)
+    result = conv.send("hi")
+    assert result.context_updates == written and conv.context == written
+    assert set(conv.provenance) == set(written), "a null is not something the model set"
+    assert fired == [(key, written) for key in written], "only keys with a value fire their handlers"
+
+
 def test_handlers_get_only_the_keywords_they_declare_and_deltas_change_the_context():
     hooks = notify_hooks()
 

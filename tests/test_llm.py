@@ -12,7 +12,7 @@ import pytest
 import llm_fsm
 from llm_fsm.errors import LLMAuthError, LLMContextWindowError, LLMRequestError, LLMUnavailableError
 from llm_fsm.llm import LLMRequest
-from tests.conftest import reply
+from tests.conftest import ROOT, reply
 from tests.fake_openai import Hang, HTTPError
 
 REQUEST = LLMRequest([{"role": "system", "content": "sys"}, {"role": "user", "content": "hi"}])
@@ -21,6 +21,37 @@ REQUEST = LLMRequest([{"role": "system", "content": "sys"}, {"role": "user", "co
 def client(server, **kwargs):
     options = {"api_key": "sk-test", "timeout": 5.0, "backoff": 0.01, "response_format": "none"} | kwargs
     return llm_fsm.LiteLLMClient("openai/test-model", api_base=server.url, **options)
+
+
+QUIET_CALLS = """
+import asyncio, logging, sys
+import llm_fsm
+from llm_fsm.llm import LLMRequest
+if sys.argv[2] == "debug":  # an application that logs everything, to stderr: still nothing on stdout
+    logging.basicConfig(level=logging.DEBUG, stream=sys.stderr)
+request = LLMRequest(messages=[{"role": "user", "content": "hi"}])
+for base, stream in [(sys.argv[1], False), (sys.argv[1], True), ("http://127.0.0.1:9/v1", False)]:
+    client = llm_fsm.LiteLLMClient("openai/x", api_base=base, api_key="sk-test", max_retries=0, stream=stream)
+    for call in (lambda: client.complete(request), lambda: asyncio.run(client.acomplete(request))):
+        try:
+            call()
+        except llm_fsm.LLMError:
+            pass
+"""
+
+
+@pytest.mark.parametrize("logs", ["unconfigured", "debug"])
+def test_failed_model_calls_print_nothing(fake_openai, logs):
+    # A fresh process: litellm's settings are process-wide, and the banner comes once litellm is imported.
+    fake_openai.add(HTTPError(500), HTTPError(400), HTTPError(401), HTTPError(503))
+    code = [sys.executable, "-c", QUIET_CALLS, fake_openai.url, logs]
+    out = subprocess.run(code, capture_output=True, text=True, check=True, cwd=ROOT, timeout=120)
+    assert out.stdout == "", "the library printed on stdout"
+    assert "Give Feedback" not in out.stderr
+    if logs == "unconfigured":
+        assert out.stderr == "", "with logging unconfigured, nothing reaches stderr either"
+    else:  # litellm's records reach the application's handler
+        assert "DEBUG:LiteLLM:" in out.stderr
 
 
 def test_importing_and_constructing_does_not_import_litellm():

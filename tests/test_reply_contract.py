@@ -82,3 +82,50 @@ def test_a_provider_cut_over_http_is_refused_and_max_tokens_doubles(fake_openai,
     assert result.message == GOOD["message"] and [r.kind for r in result.rejected] == ["truncated"]
     assert [r["max_tokens"] for r in fake_openai.requests] == [40, 80]
     assert conv.history[-1].assistant == GOOD["message"]
+
+
+# -- issue 24 §4: the last shapes that were read past ---------------------------------------------
+
+BODY = json.dumps(GOOD)
+TWO_TRANSITIONS = BODY.replace('"message"', '"transition": {"target_state": "ask_name"}, "message"', 1)
+TWO_TARGETS = BODY.replace('"context_update"', '"target_state": "ask_name", "context_update"', 1)
+TWO_VALUES = BODY.replace('"name": "Ann"', '"name": "Ann", "name": "Bob"', 1)
+LOOSE_TWO_TRANSITIONS = TWO_TRANSITIONS.replace('"reasoning": "r"}', '"reasoning": "r",}')  # json-repair's path
+MISREAD = [
+    (json.dumps({**GOOD, "message": "   \n"}), "the message is only whitespace"),
+    (f"[{BODY}]", "the reply is a JSON list"),
+    (f"```json\n[\n  {BODY}\n]\n```", "the reply is a JSON list"),
+    (TWO_TRANSITIONS, 'the key "transition" twice at the top level'),
+    (LOOSE_TWO_TRANSITIONS, 'the key "transition" twice at the top level'),
+    (TWO_TARGETS, 'the key "target_state" twice inside "transition"'),
+    (TWO_VALUES, 'the key "name" twice in one object'),
+]
+
+
+@pytest.mark.parametrize(("bad", "why"), MISREAD, ids=lambda v: v[:24])
+def test_a_blank_message_a_list_or_a_key_given_twice_is_a_format_rejection_with_a_correction(signup, bad, why):
+    llm = ScriptedLLM([bad, GOOD])
+    result = llm_fsm.Conversation(signup, llm).send("I'm Ann")
+    assert result.message == GOOD["message"] and result.llm_calls == 2 and result.context == {"name": "Ann"}
+    assert [r.kind for r in result.rejected] == ["format"] and why in result.rejected[0].reason
+    assert why in llm.requests[1].messages[-1]["content"], "the correction says what was wrong"
+
+
+def test_a_key_given_twice_never_becomes_the_turn(signup):
+    # Both tries give "transition" twice, the last one a move to ask_name: neither move is made.
+    result = llm_fsm.Conversation(signup, ScriptedLLM([TWO_TRANSITIONS, TWO_TRANSITIONS])).send("I'm Ann")
+    assert result.state == "ask_name" and result.message == llm_fsm.conversation.DEFAULT_FALLBACK
+    assert result.context == {}
+
+
+def test_a_reply_in_a_list_streams_nothing(signup):
+    events = list(llm_fsm.Conversation(signup, ScriptedLLM([f"[{BODY}]", GOOD])).stream("I'm Ann"))
+    assert not any(isinstance(e, MessageReset) for e in events), "nothing of the listed reply was shown"
+    assert "".join(e.text for e in events if isinstance(e, MessageDelta)) == GOOD["message"]
+
+
+def test_replies_read_only_for_their_data_still_take_the_last_of_two_keys():
+    # Summaries and trace scrubbing read what is there; only the reply contract refuses the repeat.
+    assert llm_fsm.contract.reply_object('{"summary": "a", "summary": "b"}') == {"summary": "b"}
+    with pytest.raises(llm_fsm.errors.ReplyFormatError, match='"summary" twice'):
+        llm_fsm.contract.reply_object('{"summary": "a", "summary": "b"}', exact=True)

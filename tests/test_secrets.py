@@ -13,7 +13,7 @@ from typer.testing import CliRunner
 
 import llm_fsm
 from llm_fsm.cli import app
-from llm_fsm.secrets import MASK, is_secret_key, looks_like_card
+from llm_fsm.secrets import MASK, is_secret_key, looks_like_card, mask_text
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import ROOT, SIGNUP, reply
 from tests.test_cli import command
@@ -118,3 +118,26 @@ def test_the_library_is_silent_and_writes_nothing_to_disk(tmp_path, fake_openai)
     assert done.returncode == 0, done.stderr
     assert done.stdout == "" and done.stderr == "", "no output unless the application configures logging"
     assert os.listdir(work) == [] and not (tmp_path / "home").exists()
+
+
+@pytest.mark.parametrize(
+    ("text", "masked"),
+    [
+        ("secret=hunter2", "secret=[masked]"),
+        ('login failed: password: "hunter 2" for ann', 'login failed: password: "[masked]" for ann'),
+        ("{'api_key': 'abc123', 'user': 'ann'}", "{'api_key': '[masked]', 'user': 'ann'}"),
+        ("user_token:xyz;next", "user_token:[masked];next"),
+        ("card 4111 1111 1111 1111 declined", "card [masked] declined"),
+        ("key sk-abcdef123456 refused", "key [masked] refused"),
+        ("Authorization: Bearer abcdefghijk", "Authorization: Bearer [masked]"),
+        ("cannot reach https://bob:pw123@db.example/x", "cannot reach https://bob:***@db.example/x"),
+        ("member_id=M-77 order=12345 at 10:30", "member_id=[masked] order=12345 at 10:30"),
+    ],
+)
+def test_free_text_such_as_an_exception_message_is_masked_like_context_values(text, masked):
+    assert mask_text(text, extra=["member_*"]) == masked
+
+
+def test_known_secret_values_are_masked_wherever_they_appear():
+    assert mask_text("pin 98765 refused for 98765", values=["98765"]) == "pin [masked] refused for [masked]"
+    assert mask_text("a b c", values=["b"]) == "a b c", "values too short to be secrets are not hunted"

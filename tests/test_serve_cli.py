@@ -20,6 +20,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from llm_fsm.cli import app
+from llm_fsm.cli import serve as serve_command
 from tests.conftest import ROOT, SIGNUP
 
 runner = CliRunner()
@@ -34,6 +35,7 @@ def served(monkeypatch: pytest.MonkeyPatch) -> dict[str, Any]:
 
     seen: dict[str, Any] = {}
     monkeypatch.setattr(uvicorn, "run", lambda application, **options: seen.update(app=application, **options))
+    monkeypatch.setattr(serve_command, "can_listen", lambda host, port: None)  # nor does it probe the port
     monkeypatch.delenv("LLM_FSM_SERVER_TOKENS", raising=False)
     return seen
 
@@ -160,6 +162,29 @@ def wait_until_serving(process: subprocess.Popen[str], base: str, seconds: float
             pass
         assert process.poll() is None and time.monotonic() < deadline, "llm-fsm serve did not start"
         time.sleep(0.1)
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "::1"])
+def test_serve_on_a_port_in_use_says_so_in_one_line_and_exits_2(tmp_path: Path, host: str):
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family) as taken:
+        try:
+            taken.bind((host, 0))
+        except OSError:
+            pytest.skip(f"no {host} on this machine")
+        taken.listen()
+        port = taken.getsockname()[1]
+        command = [
+            sys.executable, str(ROOT / "cli.py"), "serve", str(EXAMPLES / "form_filling.json"),
+            "--model", f"scripted:{EXAMPLES / 'scripts' / 'form_filling.json'}", "--host", host, "--port", str(port),
+        ]  # fmt: skip
+        env = {k: v for k, v in os.environ.items() if k != "LLM_FSM_SERVER_TOKENS"} | {"LLM_FSM_HOME": str(tmp_path)}
+        done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=120)
+    shown = f"[{host}]" if ":" in host else host
+    assert done.returncode == 2 and done.stdout == ""
+    assert done.stderr.splitlines() == [
+        f"error: cannot listen on {shown}:{port}: the port is already in use: choose another with --port"
+    ]
 
 
 def test_a_real_serve_process_answers_over_http(tmp_path: Path):

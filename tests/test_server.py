@@ -406,6 +406,27 @@ def test_bad_bodies_are_400_and_oversized_ones_413():
     assert http.get(f"/conversations/{cid}").json()["turns"] == 0
 
 
+@pytest.mark.parametrize("route", ["messages", "stream"])
+@pytest.mark.parametrize("message", ["", "  \n\t"], ids=["empty", "whitespace"])
+def test_an_empty_message_is_422_and_runs_no_turn(route: str, message: str):
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?")])
+    http = client(llm)
+    cid = create(http)["id"]
+    error = error_of(http.post(f"/conversations/{cid}/{route}", json={"message": message}), 422, "empty_message")
+    assert "nothing to answer" in error["message"] and "start()" not in error["message"]
+    assert len(llm.requests) == 1 and http.get(f"/conversations/{cid}").json()["version"] == 1
+
+
+def test_a_body_that_is_not_utf8_is_400_saying_so():
+    http = client(ScriptedLLM())
+    cid = create(http, start=False)["id"]
+    latin1 = '{"message": "caf\u00e9"}'.encode("latin-1")
+    response = http.post(f"/conversations/{cid}/messages", content=latin1, headers={"Content-Type": "application/json"})
+    error = error_of(response, 400, "invalid_request")
+    assert "the body is not UTF-8 text at byte 16" in error["message"], error
+    assert http.get(f"/conversations/{cid}").json()["turns"] == 0
+
+
 class Boom(RuntimeError):
     pass
 

@@ -8,6 +8,7 @@ import enum
 import json
 import threading
 import time
+from typing import Any
 
 import pytest
 from pydantic import BaseModel
@@ -209,6 +210,103 @@ def test_a_bad_call_becomes_an_error_result_and_a_rejection_and_the_turn_goes_on
     assert rejection.kind == "tool" and error in rejection.reason
     told = llm.requests[-1].messages[-1]["content"]
     assert json.loads(told)["error"] == run.error and result.message == "Sorry, try again?"
+
+
+@pytest.mark.parametrize("mode", ["native", "json"])
+def test_a_tool_listed_only_by_another_state_is_refused_and_never_runs(mode):
+    # refund is declared, bound and listed, but by "found" only: in "ask" it must not run.
+    data = json.loads(json.dumps(SUPPORT))
+    data["states"]["ask"]["tools"] = ["lookup_order"]
+    data["states"]["found"]["tools"] = ["refund"]
+    ran: list[str] = []
+    script = [tool_calls(("refund", {"order_id": "A-1"})), reply("ask", "I cannot refund here.")]
+    conversation, llm = started(llm_fsm.load(data), script, make_hooks(ran), tool_calling=mode)
+    result = conversation.send("refund A-1")
+    (run,) = result.tool_calls
+    assert ran == [] and run.result is None
+    assert run.error == "tool 'refund' is not available in state 'ask' (available: lookup_order)"
+    assert [r.kind for r in result.rejected] == ["tool"]
+
+
+def login_flow(**settings: Any) -> tuple[llm_fsm.FSMDefinition, Hooks]:
+    """A definition whose ``login`` tool raises with secrets in its message; ``settings`` go on the definition
+    (``tool_error_detail``, ``mask_secrets``) or, as ``tool={...}``, on the tool's declaration."""
+    data = {
+        "name": "login", "initial_state": "ask",
+        "tools": {"login": settings.pop("tool", {})},
+        "states": {"ask": {"purpose": "Log in", "tools": ["login"], "transitions": [{"target_state": "in"}]},
+                   "in": {"purpose": "Welcome"}},
+        **settings,
+    }  # fmt: skip
+    hooks = Hooks()
+
+    @hooks.tool()
+    def login(user: str, password: str) -> str:
+        raise PermissionError(f"no user {user} with password {password} (db secret=hunter2, card 4111 1111 1111 1111)")
+
+    return llm_fsm.load(data), hooks
+
+
+def failed_login(definition: llm_fsm.FSMDefinition, hooks: Hooks, mode: str = "json") -> tuple[Any, str]:
+    """The turn in which the model calls ``login``, and what the model was told of the call's outcome."""
+    llm = ScriptedLLM([OPENING, tool_calls(("login", {"user": "ann", "password": "pa55word!"})),
+                       reply("ask", "That did not work.")], tool_calling=mode)  # fmt: skip
+    conversation = llm_fsm.Conversation(definition, llm, hooks=hooks)
+    conversation.start()
+    result = conversation.send("log me in")
+    return result, llm.requests[-1].messages[-1]["content"]
+
+
+@pytest.mark.parametrize("mode", ["native", "json"])
+def test_a_tool_exception_reaches_the_model_rejected_and_the_result_masked(mode):
+    result, sent = failed_login(*login_flow(), mode)
+    (run,) = result.tool_calls
+    assert run.error == ("PermissionError: no user ann with password [masked] (db secret=[masked], card [masked])"), (
+        "the call's secret argument, a secret-looking pair and a card number are masked"
+    )
+    shown = json.dumps([sent, result.to_dict()["tool_calls"][0]["error"], [r.reason for r in result.rejected]])
+    assert "hunter2" not in shown and "pa55word!" not in shown and "4111" not in shown
+    assert json.loads(sent[sent.index("{") : sent.rindex("}") + 1]) == {"error": run.error}
+
+
+def test_a_long_tool_exception_is_bounded():
+    definition, hooks = login_flow()
+
+    @hooks.tool("login")
+    def chatty(user: str, password: str) -> str:
+        raise RuntimeError("x" * 10_000)
+
+    result, sent = failed_login(definition, hooks)
+    assert len(result.tool_calls[0].error) < 600 and "[truncated" in result.tool_calls[0].error
+    assert "x" * 600 not in sent
+
+
+@pytest.mark.parametrize(
+    "settings", [{"tool_error_detail": "type"}, {"tool": {"error_detail": "type"}}], ids=["definition", "tool"]
+)
+def test_a_definition_may_give_the_model_only_the_exception_type(settings):
+    result, sent = failed_login(*login_flow(**settings))
+    assert result.tool_calls[0].error == "PermissionError"
+    assert [r.reason for r in result.rejected] == ["tool 'login': PermissionError"]
+    assert "no user ann" not in sent and '{"error": "PermissionError"}' in sent
+
+
+def test_a_tool_may_say_message_where_the_definition_says_type():
+    result, _ = failed_login(*login_flow(tool_error_detail="type", tool={"error_detail": "message"}))
+    assert result.tool_calls[0].error.startswith("PermissionError: no user ann with password [masked]")
+
+
+def test_with_masking_off_the_exception_text_is_passed_as_it_is():
+    result, _ = failed_login(*login_flow(mask_secrets=False))
+    assert "pa55word!" in result.tool_calls[0].error and "secret=hunter2" in result.tool_calls[0].error
+
+
+def test_the_error_detail_settings_leave_the_hash_of_definitions_that_do_not_use_them(support):
+    # The hash identifies what a stored conversation ran on: new fields at their default must not move it.
+    assert support.content_hash == "020399de8c317e8e43846bf1bb94d746497d45f67d4f109a96f2dcec1d885136"
+    data = json.loads(json.dumps(SUPPORT))
+    data["tools"]["broken"]["error_detail"] = "type"
+    assert llm_fsm.load(data).content_hash != support.content_hash
 
 
 def test_tool_rounds_are_bounded_and_the_model_is_told_to_reply(support):

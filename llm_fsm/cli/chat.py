@@ -634,3 +634,5 @@ def chat(
                 return
         elif line:
             session.say(line)
+        else:  # an empty turn would read to the model as the conversation's beginning: never sent
+            console.print("[dim](nothing sent: type a message, or /help for commands)[/]")

@@ -344,7 +344,7 @@ def _model(model: str | None, provider: Provider, stream: bool) -> LLMClient:
     options = {key: str(value) if isinstance(value, StrEnum) else value for key, value in vars(provider).items()}
     if options["max_tokens"] is None:
         del options["max_tokens"]
-    return LiteLLMClient(model, **options, quiet=True, stream=stream)
+    return LiteLLMClient(model, **options, stream=stream)
 
 
 def notify_retries() -> None:

@@ -174,11 +174,18 @@ def _converse(
 
 
 def _lines(stream: TextIO, name: str) -> Iterator[str]:
-    """The non-empty lines of the input; exit 2 at a line that is not UTF-8 text (a binary file given as input)."""
+    """The input's lines with text; exit 2 at a line that is not UTF-8 text (a binary file given as input).
+
+    A blank line is skipped with a ``note:`` on stderr: it is no message (an empty turn would read to the
+    model as the conversation's beginning), stopping a whole run for it would punish a spacing habit, and
+    skipping it silently would leave the output's turns one short of the input's lines unexplained.
+    """
     try:
-        for line in stream:
+        for number, line in enumerate(stream, 1):
             if line.strip():
                 yield line.rstrip("\r\n")
+            else:
+                typer.echo(f"note: input line {number} is blank: skipped, no turn sent", err=True)
     except UnicodeDecodeError as exc:
         fail(f"the input {'(stdin)' if name == '-' else name} is not UTF-8 text: {exc.reason}", 2)
 

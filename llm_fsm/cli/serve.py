@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import dataclasses
+import errno
 import functools
 import ipaddress
 import os
+import socket
 from enum import StrEnum
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any
@@ -140,6 +142,7 @@ def serve(
             f"--tokens-file or set {TOKENS_VARIABLE}",
             2,
         )
+    can_listen(host, port)
     auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
     shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
     served = f"serving {names} on http://{shown}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
@@ -162,6 +165,20 @@ def serve(
 
 
 SETTINGS_VARIABLE = "LLM_FSM_SERVE_SETTINGS"
+
+
+def can_listen(host: str, port: int) -> None:
+    """Exit 2 with one line if uvicorn could not listen on ``host:port`` (taken, not this machine's address,
+    a privileged port): uvicorn would log a traceback-like error and exit 3, after the banner."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET  # as uvicorn chooses
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds: TIME_WAIT is no obstacle
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            taken = exc.errno == errno.EADDRINUSE
+            why = "the port is already in use: choose another with --port" if taken else str(exc.strerror).lower()
+            fail(f"cannot listen on {f'[{host}]' if ':' in host else host}:{port}: {why}", 2)
 
 
 def log_config() -> dict[str, Any]:

@@ -33,7 +33,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from starlette.exceptions import HTTPException as StarletteHTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llm_fsm.conversation import Conversation
+from llm_fsm.conversation import Conversation, refuse_empty
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import ConversationEnded, ConversationError, ConversationPaused, FSMError
@@ -286,6 +286,8 @@ def _refusal(conversation: Conversation, text: str | None) -> None:
         )
     if text is None and conversation.history:
         raise ConversationError("the opening turn was already made: send a message", state=conversation.state)
+    if text is not None:
+        refuse_empty(text)
 
 
 async def start_stream(
@@ -715,9 +717,8 @@ def _error_handlers(app: FastAPI) -> None:
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
         status = error.status_code
-        if status == 400:  # a body FastAPI could not parse: JSON nested too deeply, a number too long...
-            problem = {"where": "body", "message": "the body cannot be read as JSON (nested too deeply, or a number "
-                       "too long?)"}  # fmt: skip
+        if status == 400:  # a body FastAPI could not parse: not UTF-8, JSON nested too deeply, a number too long...
+            problem = {"where": "body", "message": _unparsed(error.__cause__)}
             invalid = APIError(400, "invalid_request", f"invalid request: body: {problem['message']}", errors=[problem])
             return await on_api_error(request, invalid)
         kinds = {404: "not_found", 405: "method_not_allowed"}
@@ -735,6 +736,13 @@ def _error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, on_invalid)
     app.add_exception_handler(StarletteHTTPException, on_http)
     app.add_exception_handler(Exception, on_unexpected)
+
+
+def _unparsed(cause: BaseException | None) -> str:
+    """Why FastAPI could not read a body (it says only "There was an error parsing the body")."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not UTF-8 text at byte {cause.start}: send JSON encoded as UTF-8"
+    return "the body cannot be read as JSON (nested too deeply, or a number too long?)"
 
 
 def _without_api_advice(message: str) -> str:

@@ -18,6 +18,7 @@ type                         status  when
 ``conversation_conflict``    409     the conversation cannot take this call now (e.g. started twice)
 ``conversation_ended``       410     the conversation reached a terminal state
 ``request_too_large``        413     the body is longer than the server's limit
+``empty_message``            422     the user's message is empty or only whitespace: no turn ran
 ``definition_error``         422     the definition cannot run (``problems`` lists why), or changed
                                      since the stored conversation began
 ``idempotency_key_reused``   422     the ``Idempotency-Key`` came before with another request
@@ -40,6 +41,7 @@ from llm_fsm.errors import (
     ConversationError,
     ConversationPaused,
     DefinitionError,
+    EmptyMessageError,
     FSMError,
     HandlerError,
     IdempotencyKeyReused,
@@ -89,8 +91,13 @@ def from_fsm_error(error: FSMError) -> APIError:
     if isinstance(error, DefinitionError):
         problems = [str(problem) for problem in error.problems]
         return APIError(422, "definition_error", f"the definition cannot run: {'; '.join(problems)}", problems=problems)
+<<<<<<< HEAD
     if isinstance(error, IdempotencyKeyReused):  # as the IETF draft on the Idempotency-Key header says
         return APIError(422, "idempotency_key_reused", str(error).replace("idempotency key", "Idempotency-Key"))
+=======
+    if isinstance(error, EmptyMessageError):
+        return APIError(422, "empty_message", str(error))
+>>>>>>> fix24-contract
     if isinstance(error, ConversationError):
         return APIError(409, "conversation_conflict", str(error), state=error.state)
     if isinstance(error, LLMError):

@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -31,7 +32,7 @@ from typing import TYPE_CHECKING, Any, Literal
 from pydantic import BaseModel, ConfigDict
 
 from llm_fsm import logic
-from llm_fsm.definition import Approval, FSMDefinition, State
+from llm_fsm.definition import Approval, FSMDefinition, State, ToolErrorDetail
 from llm_fsm.errors import Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.llm import ToolCallRequest
@@ -43,6 +44,7 @@ if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import ToolSpan
 
 ToolMode = Literal["native", "json"]
+_log = logging.getLogger("llm_fsm.tools")
 MAX_RESULT_CHARS = 4000  # what the model reads of one result; the whole result is kept in the ToolRun
 MAX_ERROR_CHARS = 500
 KEY_PARAMETER = "idempotency_key"  # a tool function taking a keyword of this name is given its call's key
@@ -83,7 +85,12 @@ class BoundTool:
     approval: Literal["none", "always"] | Approval = "none"
     result_key: str | None = None
     model: type[BaseModel] | None = None  # the function's typed arguments: what the JSON becomes before the call
+<<<<<<< HEAD
     takes_key: bool = False  # the function takes an ``idempotency_key`` keyword
+=======
+    error_detail: ToolErrorDetail = "message"  # what the model reads of an exception the tool raises
+    secret_keys: tuple[str, ...] | None = ()  # extra secret key patterns for masking; None: masking is off
+>>>>>>> fix24-contract
 
     def keywords(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """``arguments`` as the function takes them: converted to its type hints (pydantic models,
@@ -162,7 +169,13 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             timeout=declared.timeout if declared else 30.0,
             approval=declared.approval if declared else "none",
             result_key=declared.result_key if declared else None,
+<<<<<<< HEAD
             model=model, takes_key=takes_key(function.function),
+=======
+            model=model,
+            error_detail=(declared.error_detail if declared else None) or definition.tool_error_detail,
+            secret_keys=definition.secret_keys if definition.mask_secrets else None,
+>>>>>>> fix24-contract
         )  # fmt: skip
     return bound, problems
 
@@ -367,7 +380,7 @@ def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolEx
         _retire_pool(pool)
         return _failed(prepared, f"timed out after {tool.timeout:g} s (it may still finish)", started)
     except Exception as exc:  # the tool raised: the model is told, the turn goes on
-        return _failed(prepared, _describe(exc), started)
+        return _failed(prepared, raised(prepared, exc), started)
     return _succeeded(prepared, value, started)
 
 
@@ -383,7 +396,7 @@ async def _arun(prepared: Prepared, span: ToolSpan | NoSpan) -> ToolRun:
     except TimeoutError:
         return _failed(prepared, f"timed out after {tool.timeout:g} s", started)
     except Exception as exc:
-        return _failed(prepared, _describe(exc), started)
+        return _failed(prepared, raised(prepared, exc), started)
     return _succeeded(prepared, value, started)
 
 
@@ -417,6 +430,20 @@ def _failed(prepared: Prepared, error: str, started: float) -> ToolRun:
         error=_bounded(error, MAX_ERROR_CHARS), duration=time.perf_counter() - started, round=prepared.round,
         idempotency_key=prepared.key,
     )  # fmt: skip
+
+
+def raised(prepared: Prepared, exc: BaseException) -> str:
+    """What the model, ``rejected`` and the turn's result say of an exception the tool raised: its type
+    and first line with secret-looking values masked (the call's secret arguments too), or its type only."""
+    tool = _tool(prepared)
+    text = _describe(exc)
+    if tool.secret_keys is not None:
+        from llm_fsm.secrets import mask_text, secret_values
+
+        known = secret_values(prepared.arguments, tool.secret_keys)
+        text = mask_text(text, tool.secret_keys, known)
+    _log.debug("tool %r raised %s", tool.name, text)  # masked too: logs are no safer than prompts
+    return type(exc).__name__ if tool.error_detail == "type" else text
 
 
 def _describe(exc: BaseException) -> str:
@@ -528,7 +555,7 @@ def requested_in_text(text: str, round_: int) -> list[ToolCallRequest]:
     from llm_fsm.errors import ReplyFormatError
 
     try:
-        data = reply_object(text)
+        data = reply_object(text, exact=True)  # a key given twice is refused as a reply would be
     except ReplyFormatError:
         return []
     return tool_request(data, round_) or []
