@@ -91,13 +91,10 @@ def from_fsm_error(error: FSMError) -> APIError:
     if isinstance(error, DefinitionError):
         problems = [str(problem) for problem in error.problems]
         return APIError(422, "definition_error", f"the definition cannot run: {'; '.join(problems)}", problems=problems)
-<<<<<<< HEAD
     if isinstance(error, IdempotencyKeyReused):  # as the IETF draft on the Idempotency-Key header says
         return APIError(422, "idempotency_key_reused", str(error).replace("idempotency key", "Idempotency-Key"))
-=======
     if isinstance(error, EmptyMessageError):
         return APIError(422, "empty_message", str(error))
->>>>>>> fix24-contract
     if isinstance(error, ConversationError):
         return APIError(409, "conversation_conflict", str(error), state=error.state)
     if isinstance(error, LLMError):

@@ -85,12 +85,9 @@ class BoundTool:
     approval: Literal["none", "always"] | Approval = "none"
     result_key: str | None = None
     model: type[BaseModel] | None = None  # the function's typed arguments: what the JSON becomes before the call
-<<<<<<< HEAD
     takes_key: bool = False  # the function takes an ``idempotency_key`` keyword
-=======
     error_detail: ToolErrorDetail = "message"  # what the model reads of an exception the tool raises
     secret_keys: tuple[str, ...] | None = ()  # extra secret key patterns for masking; None: masking is off
->>>>>>> fix24-contract
 
     def keywords(self, arguments: Mapping[str, Any]) -> dict[str, Any]:
         """``arguments`` as the function takes them: converted to its type hints (pydantic models,
@@ -169,13 +166,9 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             timeout=declared.timeout if declared else 30.0,
             approval=declared.approval if declared else "none",
             result_key=declared.result_key if declared else None,
-<<<<<<< HEAD
             model=model, takes_key=takes_key(function.function),
-=======
-            model=model,
             error_detail=(declared.error_detail if declared else None) or definition.tool_error_detail,
             secret_keys=definition.secret_keys if definition.mask_secrets else None,
->>>>>>> fix24-contract
         )  # fmt: skip
     return bound, problems
 
