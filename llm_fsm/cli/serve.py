@@ -149,7 +149,9 @@ def serve(
         uvicorn.run(application, **options)
         return
     store_in_use = application.state.service.store
-    store_in_use.close()  # the workers open their own
+    store_in_use.close()  # the workers open their own, and start their own MCP servers
+    for server in application.state.service.mcp_servers:
+        server.close()
     if not store_in_use.shared:
         fail(
             f"--workers {workers} needs a store the worker processes share, and {store_in_use.url} keeps "
@@ -221,9 +223,10 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
     files = _definition_files(s.definitions)
     registry = load_hooks(s.hooks)
     fsms: list[llm_fsm.FSMDefinition] = []
+    servers = []
     for path in files:
         fsm = load_definition(path)
-        connect_mcp(fsm, path, registry, None)
+        servers += connect_mcp(fsm, path, registry, None)  # they run as long as the process: its atexit stops them
         fsms.append(fsm)
     provider = Provider(
         s.api_base, s.api_key, s.timeout, s.max_retries, s.temperature, s.response_format, s.max_tokens,
@@ -250,6 +253,7 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
             cors_origins=s.cors_origin or (),
             show_secrets=s.show_secrets,
             conversation_options={"max_corrections": s.max_corrections, "prompt": builder},
+            mcp_servers=servers,
         )
     except DefinitionError as exc:
         for problem in exc.problems:
