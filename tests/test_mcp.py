@@ -12,7 +12,7 @@ import sys
 import textwrap
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +21,7 @@ import pytest
 from llm_fsm.errors import FSMError
 from llm_fsm.tools import mcp
 from llm_fsm.tools.mcp import MCPError, MCPServer, MCPTool, MCPToolError, _Backoff, tool_result
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts server processes
 
@@ -57,16 +58,6 @@ def overlapping(results: list[dict[str, Any]]) -> bool:
 def stdio() -> Iterator[MCPServer]:
     with MCPServer(COMMAND, env={"MCP_TEST_GREETING": "hello"}, name="orders") as server:
         yield server
-
-
-def wait_until(condition: Callable[[], bool], seconds: float = 60) -> bool:
-    """Poll ``condition`` until it holds (True) or ``seconds`` pass (False): a bound against hanging."""
-    deadline = time.monotonic() + seconds
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def http_server(transport: str, port: int | None = None) -> Iterator[str]:
@@ -315,7 +306,7 @@ def test_a_server_killed_between_calls_is_down_until_the_next_call_starts_it_aga
     pid = server.call("whoami", {})["pid"]
     assert server.down is None
     os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: server.down is not None)  # seen without a call: the child's stderr ended
+    assert wait_for(lambda: server.down is not None)  # seen without a call: the child's stderr ended
     assert server.down is not None and server.down.startswith("the MCP server 'killed-idle' exited")
     assert not thread_alive(server)  # its session ended with it
     try:
@@ -333,7 +324,7 @@ def test_restarts_back_off_while_a_server_cannot_come_back(tmp_path: Path, monke
     pid = server.call("whoami", {})["pid"]
     crash.touch()
     os.kill(pid, signal.SIGKILL)
-    assert wait_until(lambda: server.down is not None)
+    assert wait_for(lambda: server.down is not None)
     with pytest.raises(MCPError, match="^the MCP server 'flaky' exited before it was ready: fatal: told to crash"):
         server.call("whoami", {})  # the first restart comes at once, and fails
     tried = len(starts.read_text().split())
@@ -342,7 +333,7 @@ def test_restarts_back_off_while_a_server_cannot_come_back(tmp_path: Path, monke
         server.call("whoami", {})  # within the backoff: no new process, a clear answer at once
     assert len(starts.read_text().split()) == tried
     crash.unlink()
-    assert wait_until(lambda: server.revive() is None)  # the next attempt, after the backoff, succeeds
+    assert wait_for(lambda: server.revive() is None)  # the next attempt, after the backoff, succeeds
     assert server.call("whoami", {})["pid"] != pid
     server.close()
 
@@ -538,7 +529,7 @@ def test_an_http_server_that_dies_is_connected_to_again_once_it_is_back(transpor
     second = http_server(transport, port)  # the server is back, on the same address
     next(second)
     try:
-        assert wait_until(lambda: server.revive() is None)  # a new session, within the backoff
+        assert wait_for(lambda: server.revive() is None)  # a new session, within the backoff
         assert server.call("whoami", {})["pid"] != pid
     finally:
         server.close()

@@ -20,7 +20,7 @@ from llm_fsm.cli import app
 from llm_fsm.errors import DefinitionError
 from llm_fsm.testing import ScriptedLLM, reply, tool_calls
 from llm_fsm.tools.mcp import MCPError, MCPServer, connect
-from tests.test_mcp import wait_until
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts an MCP server process
 
@@ -183,7 +183,7 @@ def test_a_call_that_timed_out_is_cancelled_on_the_server_at_the_tools_timeout()
         result = conversation.send("Where is A1?")  # the sync API: the call ran in a worker thread
         assert "timed out after 1 s" in result.tool_calls[0].error
         # the call was cancelled (the server was told), not left to run until the server's own 120 s
-        assert wait_until(lambda: any(line.startswith("slow cancelled") for line in server.stderr), 60)
+        assert wait_for(lambda: any(line.startswith("slow cancelled") for line in server.stderr), 60)
         assert not server._inflight
     finally:
         server.close()
@@ -224,12 +224,43 @@ def test_ready_names_the_mcp_servers_that_are_down_and_brings_them_back(tmp_path
         assert http.get("/ready").json() == {"status": "ready", "mcp_servers_down": []}
         crash.touch()  # it cannot come back yet
         os.kill(server.call("whoami", {})["pid"], signal.SIGKILL)
-        assert wait_until(lambda: server.down is not None)
+        assert wait_for(lambda: server.down is not None)
         down = http.get("/ready")
         assert (down.status_code, down.json()) == (503, {"status": "not ready", "mcp_servers_down": ["orders"]})
         assert http.get("/health").status_code == 200  # alive all the same: no restart of the process needed
         crash.unlink()
-        assert wait_until(lambda: http.get("/ready").status_code == 200)  # the probe restarted it (backoff allowing)
+        assert wait_for(lambda: http.get("/ready").status_code == 200)  # the probe restarted it (backoff allowing)
         assert server.call("lookup_order", {"order_id": "A1"})["status"] == "shipped"
     finally:
         server.close()
+
+
+def test_serve_reports_its_definitions_servers_in_ready_and_stops_them_at_the_end(tmp_path, monkeypatch):
+    import uvicorn
+    from fastapi.testclient import TestClient
+
+    crash = tmp_path / "crash"
+    (tmp_path / "mcp_server.py").write_text(SERVER.read_text())
+    command = [sys.executable, "mcp_server.py"]
+    data = shop(mcp_servers={"orders": {"command": command, "env": {"MCP_TEST_CRASH_IF": str(crash)}}})
+    (tmp_path / "shop.json").write_text(json.dumps(data))
+    (tmp_path / "replies.json").write_text("[]")
+    seen = {}
+
+    def serving(application, **options):  # instead of listening: what a probe sees while the server runs
+        http = TestClient(application)
+        (server,) = seen["servers"] = application.state.service.mcp_servers  # the one the command started
+        seen["ready"] = http.get("/ready").json()
+        crash.touch()
+        os.kill(server.call("whoami", {})["pid"], signal.SIGKILL)
+        assert wait_for(lambda: server.down is not None)
+        seen["down"] = http.get("/ready").json()
+
+    monkeypatch.setattr(uvicorn, "run", serving)
+    monkeypatch.delenv("LLM_FSM_SERVER_TOKENS", raising=False)
+    args = ["serve", str(tmp_path / "shop.json"), "-m", f"scripted:{tmp_path / 'replies.json'}", "--store", "memory:"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    assert seen["ready"] == {"status": "ready", "mcp_servers_down": []}
+    assert seen["down"] == {"status": "not ready", "mcp_servers_down": ["orders"]}
+    assert seen["servers"][0].down is None and "closed" in repr(seen["servers"][0])  # stopped with the command

@@ -131,7 +131,7 @@ def serve(
     except ImportError:
         fail("serve needs FastAPI and uvicorn (uvicorn is missing): pip install 'llm-fsm-runtime[server]'", 2)
     settings = ServeSettings(**{field.name: ctx.params[field.name] for field in dataclasses.fields(ServeSettings)})
-    application, tokens, names = build(settings)
+    application, tokens, names = build(settings, ctx)
     from llm_fsm.server.auth import TOKENS_VARIABLE
 
     if not tokens and not _loopback(host):
@@ -206,8 +206,10 @@ class ServeSettings:
     show_secrets: bool
 
 
-def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
-    """The app, its tokens and the names of the definitions it serves; exit 2 with ``error:`` lines if it cannot."""
+def build(settings: ServeSettings, command: typer.Context | None = None) -> tuple[Any, dict[str, str], str]:
+    """The app, its tokens and the names of the definitions it serves; exit 2 with ``error:`` lines if it cannot.
+
+    The MCP servers it starts stop when the ``command`` ends, or else (a worker's app) at exit."""
     try:
         from llm_fsm.server import create_app
         from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
@@ -226,7 +228,7 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
     servers = []
     for path in files:
         fsm = load_definition(path)
-        servers += connect_mcp(fsm, path, registry, None)  # they run as long as the process: its atexit stops them
+        servers += connect_mcp(fsm, path, registry, None, command)
         fsms.append(fsm)
     provider = Provider(
         s.api_base, s.api_key, s.timeout, s.max_retries, s.temperature, s.response_format, s.max_tokens,
