@@ -317,17 +317,18 @@ class MCPServer:
         """:meth:`call` for async code, from any event loop: the caller's loop keeps running meanwhile."""
         if self._state == "new" or self.down is not None:  # starting takes a while: not on the caller's loop
             await asyncio.to_thread(self._ensure_started)
-        self._ensure_started()
+        else:
+            self._ensure_started()  # a closed server: the error at once
         future = self._submit(name, arguments, self._limit(timeout))
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
         """Stop the session and the stdio child process, and join the thread; idempotent."""
         with self._start_lock:
+            self._failure = f"the MCP server '{self.name}' was closed"  # what calls cut short by it say
             if self._state == "running":
-                self._failure = f"the MCP server '{self.name}' was closed"
                 self._shut_down()
-            self._state, self._failure = "closed", f"the MCP server '{self.name}' was closed"
+            self._state = "closed"
             self._backoff.reset()
             _live.discard(self)
 
