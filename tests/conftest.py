@@ -5,7 +5,8 @@ from __future__ import annotations
 import ipaddress
 import json
 import socket
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -153,3 +154,13 @@ def postgres_url() -> Iterator[str]:
     server = postgres_server.start()
     yield server.url
     server.stop()
+
+
+def wait_for(condition: Callable[[], bool], timeout: float = 60.0) -> bool:
+    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False): a bound against hanging."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True

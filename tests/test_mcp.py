@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import shlex
+import signal
 import socket
 import subprocess
 import sys
@@ -18,7 +19,9 @@ from typing import Any
 import pytest
 
 from llm_fsm.errors import FSMError
-from llm_fsm.tools.mcp import MCPError, MCPServer, MCPTool, MCPToolError, tool_result
+from llm_fsm.tools import mcp
+from llm_fsm.tools.mcp import MCPError, MCPServer, MCPTool, MCPToolError, _Backoff, tool_result
+from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts server processes
 
@@ -57,9 +60,9 @@ def stdio() -> Iterator[MCPServer]:
         yield server
 
 
-def http_server(transport: str) -> Iterator[str]:
-    """The test server as a subprocess on a free port; yields its URL once it accepts connections."""
-    port = free_port()
+def http_server(transport: str, port: int | None = None) -> Iterator[str]:
+    """The test server as a subprocess on ``port`` (default: a free one); yields its URL once it accepts connections."""
+    port = port or free_port()
     process = subprocess.Popen(
         [sys.executable, SERVER, f"--{transport}", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
@@ -264,18 +267,91 @@ def test_a_url_nobody_listens_on() -> None:
     assert not thread_alive(server)
 
 
-def test_a_server_that_dies_mid_session_fails_calls_clearly() -> None:
+def test_a_server_that_dies_mid_call_fails_that_call_and_the_next_call_starts_it_again() -> None:
     server = MCPServer(COMMAND, name="doomed")
     pid = server.call("whoami", {})["pid"]
     with pytest.raises(MCPError, match="^the MCP server 'doomed' exited: crashing on purpose$"):
         server.call("crash", {})
-    with pytest.raises(MCPError, match="exited: crashing on purpose"):  # at once, not after a timeout
-        server.call("whoami", {}, timeout=60)
-    with pytest.raises(MCPError, match="exited"):
-        asyncio.run(server.acall("whoami", {}, timeout=60))
-    server.close()
     assert process_gone(pid)
+    again = server.call("whoami", {}, timeout=60)["pid"]  # a new process, started by this call
+    assert again != pid and server.down is None
+    with pytest.raises(MCPError, match="exited: crashing on purpose"):
+        asyncio.run(server.acall("crash", {}))
+    assert asyncio.run(server.acall("whoami", {}))["pid"] not in (pid, again)
+    server.close()
     assert not thread_alive(server)
+
+
+def test_a_server_killed_mid_call_is_started_again() -> None:
+    server = MCPServer(COMMAND, name="killed-mid-call")
+    pid = server.call("whoami", {})["pid"]
+
+    async def main() -> None:
+        call = asyncio.ensure_future(server.acall("slow", {"seconds": 60}))
+        while not server._inflight:  # the request is on its way
+            await asyncio.sleep(0.01)
+        os.kill(pid, signal.SIGKILL)
+        with pytest.raises(MCPError, match="^the MCP server 'killed-mid-call' exited"):
+            await call
+        assert (await server.acall("whoami", {}))["pid"] != pid
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.close()
+
+
+def test_a_server_killed_between_calls_is_down_until_the_next_call_starts_it_again() -> None:
+    server = MCPServer(COMMAND, name="killed-idle")
+    pid = server.call("whoami", {})["pid"]
+    assert server.down is None
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: server.down is not None)  # seen without a call: the child's stderr ended
+    assert server.down is not None and server.down.startswith("the MCP server 'killed-idle' exited")
+    assert not thread_alive(server)  # its session ended with it
+    try:
+        assert server.call("whoami", {})["pid"] != pid
+        assert server.down is None
+    finally:
+        server.close()
+
+
+def test_restarts_back_off_while_a_server_cannot_come_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(mcp, "_RESTART_FIRST", 5.0)  # a backoff this loaded machine cannot outlast between two calls
+    crash, starts = tmp_path / "crash", tmp_path / "starts"
+    env = {"MCP_TEST_CRASH_IF": str(crash), "MCP_TEST_STARTS": str(starts)}
+    server = MCPServer(COMMAND, env=env, name="flaky", timeout=20)
+    pid = server.call("whoami", {})["pid"]
+    crash.touch()
+    os.kill(pid, signal.SIGKILL)
+    assert wait_for(lambda: server.down is not None)
+    with pytest.raises(MCPError, match="^the MCP server 'flaky' exited before it was ready: fatal: told to crash"):
+        server.call("whoami", {})  # the first restart comes at once, and fails
+    tried = len(starts.read_text().split())
+    assert tried == 2
+    with pytest.raises(MCPError, match=r"exited before it was ready: .*\(next restart attempt in \d\.\d s\)$"):
+        server.call("whoami", {})  # within the backoff: no new process, a clear answer at once
+    assert len(starts.read_text().split()) == tried
+    crash.unlink()
+    assert wait_for(lambda: server.revive() is None)  # the next attempt, after the backoff, succeeds
+    assert server.call("whoami", {})["pid"] != pid
+    server.close()
+
+
+def test_backoff_doubles_from_one_second_to_thirty_and_resets(monkeypatch: pytest.MonkeyPatch) -> None:
+    now = [1000.0]
+    monkeypatch.setattr(time, "monotonic", lambda: now[0])
+    backoff = _Backoff()
+    assert backoff.wait() == 0  # the first restart: at once
+    waits = []
+    for _ in range(8):
+        backoff.attempted()
+        waits.append(backoff.wait())
+    assert waits == [1, 2, 4, 8, 16, 30, 30, 30]
+    now[0] += 29.5
+    assert backoff.wait() == 0.5
+    backoff.reset()
+    assert backoff.wait() == 0
 
 
 def test_a_server_that_never_answers_times_out_and_is_stopped(tmp_path: Path) -> None:
@@ -438,17 +514,45 @@ def test_streamable_http(http_url: str) -> None:
     assert not thread_alive(server)
 
 
-def test_streamable_http_server_that_dies_mid_session() -> None:
-    generator = http_server("http")
-    url = next(generator)
-    server = MCPServer(url=url)
+@pytest.mark.parametrize("transport", ["http", "sse"])
+def test_an_http_server_that_dies_is_connected_to_again_once_it_is_back(transport: str) -> None:
+    port = free_port()
+    first = http_server(transport, port)
+    url = next(first)
+    server = MCPServer(url=url, timeout=20)
     pid = server.call("whoami", {})["pid"]
-    os.kill(pid, 9)
-    with pytest.raises(MCPError, match=f"^lost the connection to the MCP server at {url}"):
-        server.call("whoami", {}, timeout=60)
-    server.close()
-    generator.close()
+    os.kill(pid, signal.SIGKILL)
+    first.close()
+    with pytest.raises(MCPError, match=f"^(lost the connection to|cannot reach) the MCP server at {url}"):
+        server.call("whoami", {}, timeout=60)  # nobody listens: the call fails at once
+    assert server.down is not None
+    second = http_server(transport, port)  # the server is back, on the same address
+    next(second)
+    try:
+        assert wait_for(lambda: server.revive() is None)  # a new session, within the backoff
+        assert server.call("whoami", {})["pid"] != pid
+    finally:
+        server.close()
+        second.close()
     assert not thread_alive(server)
+
+
+def test_an_http_server_that_restarted_meanwhile_is_connected_to_again() -> None:
+    port = free_port()
+    first = http_server("http", port)
+    url = next(first)
+    server = MCPServer(url=url, timeout=20)
+    pid = server.call("whoami", {})["pid"]
+    first.close()
+    second = http_server("http", port)
+    next(second)
+    try:  # it forgot our session (HTTP 404): that call fails, the next one opens a new session
+        with pytest.raises(MCPError, match=f"^lost the connection to the MCP server at {url}: Session not found"):
+            server.call("whoami", {})
+        assert server.call("whoami", {})["pid"] != pid
+    finally:
+        server.close()
+        second.close()
 
 
 def test_sse() -> None:

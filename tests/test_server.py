@@ -320,6 +320,7 @@ def test_a_missing_or_wrong_token_is_401():
     error_of(http.post("/conversations", json={}), 401, "unauthorized")
     assert http.get("/definitions", headers=auth(ALICE)).status_code == 200
     assert http.get("/health").json() == {"status": "ok"}  # for load balancers: no token needed
+    assert http.get("/ready").json() == {"status": "ready", "mcp_servers_down": []}  # no MCP server to be down
 
 
 def test_per_client_tokens_keep_conversations_apart_and_do_not_reveal_them():
@@ -533,6 +534,7 @@ def test_the_openapi_document_lists_every_route():
     schema = client(ScriptedLLM()).get("/openapi.json").json()
     assert set(schema["paths"]) == {
         "/health",
+        "/ready",
         "/definitions",
         "/definitions/{name}",
         "/conversations",

@@ -569,6 +569,7 @@ def _warm_up(llm: LLMClient) -> None:
 
 @app.command()
 def chat(
+    ctx: typer.Context,
     definition: DefinitionArgument,
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
@@ -600,7 +601,7 @@ def chat(
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
-    connect_mcp(fsm, definition, registry, mcp)
+    connect_mcp(fsm, definition, registry, mcp, ctx)
     initial_context = _parse_context(context)
     if state is not None and state not in fsm.states:
         hint = did_you_mean(state, list(fsm.states))

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from llm_fsm.engine import Snapshot
     from llm_fsm.store.base import Store
     from llm_fsm.store.stored import StoredConversation
+    from llm_fsm.tools.mcp import MCPServer
 
 SCRIPTED_PREFIX = "scripted:"
 UNSTORED_ID = "terminal"  # the id of a conversation kept only while the command runs
@@ -360,18 +361,32 @@ def notify_retries() -> None:
         logger.addHandler(Notes(logging.WARNING))
 
 
-def connect_mcp(fsm: llm_fsm.FSMDefinition, definition: Path, hooks: Hooks, specs: list[str] | None) -> None:
+def connect_mcp(
+    fsm: llm_fsm.FSMDefinition,
+    definition: Path,
+    hooks: Hooks,
+    specs: list[str] | None,
+    command: typer.Context | None = None,
+) -> list[MCPServer]:
     """Start the definition's MCP servers and those of ``--mcp``, and register the tools the states
-    list from them (exit 2, in one line, when one cannot be started or lacks a tool)."""
+    list from them (exit 2, in one line, when one cannot be started or lacks a tool).
+
+    Given the ``command``'s context, the servers stop when the command ends, not at interpreter exit:
+    under CliRunner (the tests, an application embedding the CLI) that comes much later, and a
+    server left running holds its process and thread meanwhile."""
     if not fsm.mcp_servers and not specs:
-        return
+        return []
     from llm_fsm.tools.mcp import MCPError, MCPServer, connect
 
     try:
         servers = [MCPServer.from_spec(spec) for spec in specs or ()]
-        connect(fsm, hooks, relative_to=definition.resolve().parent, servers=servers)
+        started = connect(fsm, hooks, relative_to=definition.resolve().parent, servers=servers)
     except MCPError as exc:
         fail(str(exc), 2)
+    if command is not None:
+        for server in started:
+            command.call_on_close(server.close)
+    return started
 
 
 @dataclass

@@ -54,6 +54,7 @@ if TYPE_CHECKING:
 
 @app.command()
 def run(
+    ctx: typer.Context,
     definition: DefinitionArgument,
     model: ModelOption = None,
     api_base: ApiBaseOption = None,
@@ -97,7 +98,7 @@ def run(
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
-    connect_mcp(fsm, definition, registry, mcp)
+    connect_mcp(fsm, definition, registry, mcp, ctx)
     provider = Provider(
         api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
     )

@@ -133,7 +133,7 @@ def serve(
     except ImportError:
         fail("serve needs FastAPI and uvicorn (uvicorn is missing): pip install 'llm-fsm-runtime[server]'", 2)
     settings = ServeSettings(**{field.name: ctx.params[field.name] for field in dataclasses.fields(ServeSettings)})
-    application, tokens, names = build(settings)
+    application, tokens, names = build(settings, ctx)
     from llm_fsm.server.auth import TOKENS_VARIABLE
 
     if not tokens and not _loopback(host):
@@ -152,7 +152,9 @@ def serve(
         uvicorn.run(application, **options)
         return
     store_in_use = application.state.service.store
-    store_in_use.close()  # the workers open their own
+    store_in_use.close()  # the workers open their own, and start their own MCP servers
+    for server in application.state.service.mcp_servers:
+        server.close()
     if not store_in_use.shared:
         fail(
             f"--workers {workers} needs a store the worker processes share, and {store_in_use.url} keeps "
@@ -221,8 +223,10 @@ class ServeSettings:
     show_secrets: bool
 
 
-def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
-    """The app, its tokens and the names of the definitions it serves; exit 2 with ``error:`` lines if it cannot."""
+def build(settings: ServeSettings, command: typer.Context | None = None) -> tuple[Any, dict[str, str], str]:
+    """The app, its tokens and the names of the definitions it serves; exit 2 with ``error:`` lines if it cannot.
+
+    The MCP servers it starts stop when the ``command`` ends, or else (a worker's app) at exit."""
     try:
         from llm_fsm.server import create_app
         from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
@@ -238,9 +242,10 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
     files = _definition_files(s.definitions)
     registry = load_hooks(s.hooks)
     fsms: list[llm_fsm.FSMDefinition] = []
+    servers = []
     for path in files:
         fsm = load_definition(path)
-        connect_mcp(fsm, path, registry, None)
+        servers += connect_mcp(fsm, path, registry, None, command)
         fsms.append(fsm)
     provider = Provider(
         s.api_base, s.api_key, s.timeout, s.max_retries, s.temperature, s.response_format, s.max_tokens,
@@ -267,6 +272,7 @@ def build(settings: ServeSettings) -> tuple[Any, dict[str, str], str]:
             cors_origins=s.cors_origin or (),
             show_secrets=s.show_secrets,
             conversation_options={"max_corrections": s.max_corrections, "prompt": builder},
+            mcp_servers=servers,
         )
     except DefinitionError as exc:
         for problem in exc.problems:

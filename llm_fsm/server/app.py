@@ -22,7 +22,7 @@ import json
 import re
 import secrets
 from collections.abc import Callable, Iterable, Mapping
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import anyio
 from fastapi import Depends, FastAPI, Request
@@ -46,6 +46,9 @@ from llm_fsm.server.retries import REPLAYED, Key, asked, id_of, keyed, mark_repl
 from llm_fsm.store import Store, StoredConversation, open_store
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 from llm_fsm.turn import TurnResult
+
+if TYPE_CHECKING:
+    from llm_fsm.tools.mcp import MCPServer
 
 Busy = Literal["queue", "reject"]
 DEFAULT_MAX_BODY = 64 * 1024
@@ -100,6 +103,7 @@ class Service:
         wait: float,
         show_secrets: bool,
         options: Mapping[str, Any],
+        mcp_servers: Iterable[MCPServer] = (),
     ) -> None:
         self.definitions = dict(definitions)
         self.llm = llm
@@ -109,6 +113,13 @@ class Service:
         self.wait = 0.0 if busy == "reject" else wait
         self.show_secrets = show_secrets
         self.options = dict(options)
+        self.mcp_servers = list(mcp_servers)
+
+    def mcp_servers_down(self) -> list[str]:
+        """The names of the MCP servers that are down, after trying to bring each back (within its
+        backoff): readiness is then the next call of a server no turn calls, and a server taken out
+        of rotation for it comes back without traffic. Blocks (a restart): run it in a thread."""
+        return [server.name for server in self.mcp_servers if server.revive(block=False) is not None]
 
     def definition(self, name: str | None) -> FSMDefinition:
         if name is None:
@@ -506,6 +517,7 @@ def create_app(
     cors_origins: Iterable[str] = (),
     show_secrets: bool = False,
     conversation_options: Mapping[str, Any] | None = None,
+    mcp_servers: Iterable[MCPServer] = (),
 ) -> FastAPI:
     """The ASGI app serving ``definitions`` (each under its ``name``) with ``llm``.
 
@@ -516,6 +528,7 @@ def create_app(
     ``max_body``: the largest request body, in bytes. ``cors_origins``: origins allowed by CORS
     (none: CORS is off). ``show_secrets``: return secret-looking context values unmasked.
     ``conversation_options`` go to each :class:`Conversation` (``max_corrections``, ``prompt``...).
+    ``mcp_servers``: the MCP servers whose tools ``hooks`` holds, for ``GET /ready`` to report.
     Raises :class:`~llm_fsm.errors.DefinitionError` when a definition cannot run with ``hooks``
     (a handler, check or tool it names is not registered), and ``ValueError`` for two definitions
     under one name, an unknown ``busy`` policy, or a token shorter than 16 characters or a client
@@ -542,6 +555,7 @@ def create_app(
         wait=wait,
         show_secrets=show_secrets,
         options=options,
+        mcp_servers=mcp_servers,
     )
     app = FastAPI(
         title="llm-fsm",
@@ -611,6 +625,15 @@ def _routes(app: FastAPI, service: Service) -> None:
     async def health() -> dict[str, str]:
         """Whether the server is up (no token needed)."""
         return {"status": "ok"}
+
+    @app.get("/ready", tags=["server"], responses={503: {"description": "An MCP server is down"}})
+    async def ready() -> JSONResponse:
+        """Whether every tool can be reached (no token needed): 503 naming the MCP servers that are
+        down, after trying to restart them. Names only: the reasons, which quote the servers' own
+        error output, go to the server's log."""
+        down = await asyncio.to_thread(service.mcp_servers_down)
+        body = {"status": "not ready" if down else "ready", "mcp_servers_down": down}
+        return JSONResponse(body, status_code=503 if down else 200)
 
     @app.get("/definitions", tags=["definitions"])
     async def list_definitions(client: Client) -> dict[str, Any]:

@@ -358,7 +358,10 @@ def _call_sync(prepared: Prepared, span: ToolSpan | NoSpan) -> Any:
     tool = _tool(prepared)
     keywords = _keywords(tool, prepared)
     if tool.function.is_async:  # in this worker thread, on a loop of its own
-        return asyncio.run(span.run(tool.function.function, keywords))
+        # Unlike a thread, a coroutine can be stopped: cancelled at the tool's timeout (when the
+        # caller gives up on it), it frees this thread and ends its I/O (an MCP request) instead of
+        # running on and holding the interpreter's exit back, which joins these threads.
+        return asyncio.run(asyncio.wait_for(span.run(tool.function.function, keywords), tool.timeout))
     return span.run(tool.function.function, keywords)
 
 

@@ -12,6 +12,13 @@ server runs its session in a background thread with its own event loop. :meth:`M
 blocks on that loop; :meth:`MCPServer.acall` awaits it without blocking the caller's loop; calls
 run concurrently. The SDK is imported by :meth:`MCPServer.start`, never at import time.
 
+A server that dies is brought back by the next call that needs it: a stdio command is started
+again, a URL connected to again. The call that was running when it died fails (it may have had
+effects: it is not sent again). Restarts back off (:class:`_Backoff`): the first comes at once,
+each further one at least 1, 2, 4, 8, 16, then 30 s after the one before, until a call succeeds;
+meanwhile calls fail at once, saying when the next attempt is. :attr:`MCPServer.down` says why a
+server is down, :meth:`MCPServer.revive` brings it back outside a call (a readiness check).
+
 Errors, each one line::
 
     FSMError
@@ -33,6 +40,7 @@ import os
 import re
 import shlex
 import threading
+import time
 import weakref
 from collections import deque
 from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
@@ -54,8 +62,11 @@ _CLOSE_WAIT = 15.0  # the SDK's stdio shutdown takes at most ~6 s: stdin closed,
 _STDERR_LINES = 20
 _MAX_LINE = 2000
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
+_RESTART_FIRST = 1.0  # seconds between the first and the second restart of a server that keeps dying
+_RESTART_MAX = 30.0  # the longest wait between two restarts: a server that comes back is used soon
 _SPEC_KEYS = ("command", "args", "url", "env", "cwd", "name", "timeout", "headers")
 _live: weakref.WeakSet[MCPServer] = weakref.WeakSet()
+logger = logging.getLogger(__name__)
 
 
 class MCPError(FSMError):
@@ -78,6 +89,28 @@ class MCPTool:
     name: str
     description: str
     parameters: dict[str, Any]
+
+
+@dataclass
+class _Backoff:
+    """When a server that went down may be restarted: at once the first time, then no sooner than
+    1, 2, 4, 8, 16 and at most 30 s after the attempt before, until a call succeeds. A server that
+    dies at every start or every call is not restarted in a tight loop, yet one that comes back after
+    a single crash costs no wait."""
+
+    attempts: int = 0
+    not_before: float = 0.0  # time.monotonic() of the earliest next attempt
+
+    def wait(self) -> float:
+        """Seconds until the next attempt is allowed (0: now)."""
+        return max(0.0, self.not_before - time.monotonic())
+
+    def attempted(self) -> None:
+        self.attempts += 1
+        self.not_before = time.monotonic() + min(_RESTART_MAX, _RESTART_FIRST * 2 ** (self.attempts - 1))
+
+    def reset(self) -> None:
+        self.attempts, self.not_before = 0, 0.0
 
 
 class MCPServer:
@@ -116,13 +149,15 @@ class MCPServer:
         self.name = name or (shlex.join(self.command) if self.command else str(url))
         self._start_lock = threading.Lock()
         self._submit_lock = threading.Lock()
-        self._state = "new"  # new -> running -> closed (start() again reopens)
+        self._state = "new"  # new -> running -> closed (start() again reopens); running <-> down (a failed restart)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
+        self._lost: asyncio.Event | None = None  # set on the loop when a call finds the connection gone
+        self._backoff = _Backoff()
         self._session: Any = None
         self._accepting = False
-        self._failure: str | None = None  # why calls fail now: the server exited, or was closed
+        self._failure: str | None = None  # why calls fail now: the server exited, its connection broke, or was closed
         self._tools: dict[str, MCPTool] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
         self._stderr: _StderrTail | None = None
@@ -195,25 +230,68 @@ class MCPServer:
         with self._start_lock:
             if self._state == "running":
                 return
-            if self._thread is not None:  # close() gave up waiting for the last session to end
-                raise MCPError(f"the MCP server '{self.name}' is still shutting down: try again later")
-            _import_sdk()
-            _quiet_sdk_logging()
-            self._failure, self._tools, self._stderr = None, {}, None
-            self._loop, self._stop = asyncio.new_event_loop(), asyncio.Event()
-            ready: concurrent.futures.Future[None] = concurrent.futures.Future()
-            self._thread = threading.Thread(target=self._run, args=(ready,), name=f"mcp {self.name}", daemon=True)
-            self._accepting = True
-            self._thread.start()
-            try:
-                ready.result(self.timeout + _GRACE)
-            except BaseException as exc:
-                self._shut_down()
-                if isinstance(exc, concurrent.futures.TimeoutError):
-                    raise MCPError(f"the MCP server '{self.name}' did not answer within {self.timeout:g}s") from None
-                raise
-            self._state = "running"
-            _live.add(self)
+            self._open()
+
+    @property
+    def down(self) -> str | None:
+        """Why calls cannot reach the server now (its process exited, its connection broke, a restart
+        failed), or None: it is up, or not started yet, or closed (the caller's doing, not a fault)."""
+        return self._failure if self._state in ("running", "down") else None
+
+    def revive(self, *, block: bool = True) -> str | None:
+        """Restart (stdio) or reconnect (URL) the server if it is down and its backoff allows.
+
+        Returns why it is still down, or None when it is up. Calls do this themselves; a readiness
+        check calls it for a server no call needs right now. ``block=False``: when another thread is
+        starting the server, do not wait for it (the server counts as down meanwhile)."""
+        if not self._start_lock.acquire(blocking=block):
+            return self.down or f"the MCP server '{self.name}' is restarting"
+        try:
+            return self._revive()
+        finally:
+            self._start_lock.release()
+
+    def _open(self) -> None:
+        """Start the session's thread and wait until it is ready (under ``_start_lock``)."""
+        if self._thread is not None:  # close() gave up waiting for the last session to end
+            raise MCPError(f"the MCP server '{self.name}' is still shutting down: try again later")
+        _import_sdk()
+        _quiet_sdk_logging()
+        self._failure, self._tools, self._stderr = None, {}, None
+        self._loop, self._stop, self._lost = asyncio.new_event_loop(), asyncio.Event(), asyncio.Event()
+        ready: concurrent.futures.Future[None] = concurrent.futures.Future()
+        self._thread = threading.Thread(target=self._run, args=(ready,), name=f"mcp {self.name}", daemon=True)
+        self._accepting = True
+        self._thread.start()
+        try:
+            ready.result(self.timeout + _GRACE)
+        except BaseException as exc:
+            self._shut_down()
+            if isinstance(exc, concurrent.futures.TimeoutError):
+                raise MCPError(f"the MCP server '{self.name}' did not answer within {self.timeout:g}s") from None
+            raise
+        self._state = "running"
+        _live.add(self)
+
+    def _revive(self) -> str | None:
+        """:meth:`revive` under ``_start_lock``: one attempt, if the backoff allows one now."""
+        reason = self.down
+        if reason is None:  # up (another caller brought it back first), or closed meanwhile
+            return None
+        wait = self._backoff.wait()
+        if wait > 0:
+            return f"{reason} (next restart attempt in {wait:.1f} s)"
+        logger.warning("%s; %s", reason, "starting it again" if self.command else "connecting again")
+        self._shut_down()  # the lost session's thread is ending by itself; the SDK reaps the child
+        try:
+            self._open()
+        except MCPError as exc:
+            self._state, self._failure = "down", str(exc)
+            logger.warning("%s", self._failure)
+            return self._failure
+        finally:
+            self._backoff.attempted()  # counted from the attempt's end: a slow failing start is no busy loop
+        return None
 
     def tools(self) -> list[MCPTool]:
         """The server's tools, as listed at start (and refreshed when a call names an unknown tool)."""
@@ -237,19 +315,21 @@ class MCPServer:
 
     async def acall(self, name: str, arguments: Mapping[str, Any], *, timeout: float | None = None) -> Any:
         """:meth:`call` for async code, from any event loop: the caller's loop keeps running meanwhile."""
-        if self._state == "new":
-            await asyncio.to_thread(self.start)
-        self._ensure_started()
+        if self._state == "new" or self.down is not None:  # starting takes a while: not on the caller's loop
+            await asyncio.to_thread(self._ensure_started)
+        else:
+            self._ensure_started()  # a closed server: the error at once
         future = self._submit(name, arguments, self._limit(timeout))
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
         """Stop the session and the stdio child process, and join the thread; idempotent."""
         with self._start_lock:
+            self._failure = f"the MCP server '{self.name}' was closed"  # what calls cut short by it say
             if self._state == "running":
-                self._failure = f"the MCP server '{self.name}' was closed"
                 self._shut_down()
             self._state = "closed"
+            self._backoff.reset()
             _live.discard(self)
 
     # the caller's side
@@ -259,6 +339,10 @@ class MCPServer:
             self.start()
         elif self._state == "closed":
             raise MCPError(f"the MCP server '{self.name}' was closed: start() it again to use it")
+        elif self.down is not None:
+            reason = self.revive()
+            if reason is not None:
+                raise MCPError(reason)
 
     def _limit(self, timeout: float | None) -> float:
         limit = self.timeout if timeout is None else float(timeout)
@@ -326,7 +410,7 @@ class MCPServer:
                     scope.deadline = math.inf
                     self._session = session
                     ready.set_result(None)
-                    await self._stop.wait()
+                    await self._hold()
                     await self._cancel_inflight()
             if scope.cancelled_caught and not ready.done():
                 ready.set_exception(MCPError(f"the MCP server '{self.name}' did not answer within {self.timeout:g}s"))
@@ -340,6 +424,21 @@ class MCPServer:
             self._failure = self._failure or f"the MCP server '{self.name}' is not running"
             if self._stderr is not None:
                 self._stderr.close()
+
+    async def _hold(self) -> None:
+        """Keep the session until close() asks, or until it is lost: then end it at once, so that the
+        next call starts a new one. A call notices a broken connection; the end of a stdio child's
+        stderr shows that it exited even when no call was running."""
+        assert self._stop is not None and self._lost is not None
+        signals = [self._stop.wait(), self._lost.wait(), *([self._stderr.ended.wait()] if self._stderr else [])]
+        waits = [asyncio.ensure_future(signal) for signal in signals]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
+        if not self._stop.is_set() and not self._failure:
+            self._failure = f"the MCP server '{self.name}' exited: {self._last_words()}"
 
     async def _connect(self, stack: contextlib.AsyncExitStack) -> Any:
         from mcp import ClientSession
@@ -408,6 +507,7 @@ class MCPServer:
         self._inflight.add(task)
         try:
             result = await asyncio.wait_for(session.call_tool(name, arguments), limit)
+            self._backoff.reset()  # the server answered: should it die again, restart it at once
         except TimeoutError:
             raise self._timeout_error(name, limit) from None
         except asyncio.CancelledError:
@@ -436,12 +536,17 @@ class MCPServer:
         for task in tasks:
             task.cancel()
         if tasks:
-            await asyncio.wait(tasks, timeout=_GRACE)
+            done, _ = await asyncio.wait(tasks, timeout=_GRACE)
+            for task in done:  # the caller of a call that timed out is gone: nobody else reads its error
+                if not task.cancelled():
+                    task.exception()
 
     async def _call_error(self, name: str, exc: Exception) -> FSMError:
         cause = _root_cause(exc)
-        if _error_code(cause) == _CONNECTION_CLOSED or _is_closed_stream(cause):
+        if _error_code(cause) == _CONNECTION_CLOSED or _is_closed_stream(cause) or _session_gone(cause):
             self._failure = await self._lost_connection(cause)
+            if self._lost is not None:
+                self._lost.set()  # end this session: the next call starts a new one
             return MCPError(self._failure)
         # an error answer, or a result the SDK rejected: this call failed, the session is fine
         message = f"the MCP tool '{name}' on '{self.name}' failed: {_describe(cause)}"
@@ -482,6 +587,17 @@ class MCPServer:
 
 
 _CONNECTION_CLOSED = -32000  # the SDK's error code when the transport ends
+_INVALID_REQUEST = -32600
+_SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
+
+
+def _session_gone(exc: BaseException) -> bool:
+    """Whether an HTTP server no longer knows our session (HTTP 404): it restarted, or dropped it.
+
+    The spec tells the client to start a new session then; the SDK reports the 404 as an
+    invalid-request error whose message is the only thing telling it apart from other such errors.
+    """
+    return _error_code(exc) == _INVALID_REQUEST and bool(_SESSION_GONE.search(str(exc)))
 
 
 def tool_result(result: Mapping[str, Any], *, tool: str = "?", server: str = "?") -> Any:

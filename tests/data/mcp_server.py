@@ -5,6 +5,9 @@
     python mcp_server.py --sse PORT         # SSE on 127.0.0.1:PORT, path /sse
     python mcp_server.py --crash-on-start   # writes a line to stderr and exits before the handshake
 
+$MCP_TEST_STARTS names a file each start appends its pid to; while the file $MCP_TEST_CRASH_IF
+names exists, the server crashes on start (a server that cannot come back yet).
+
 FastMCP was renamed ``mcp.server.mcpserver.MCPServer`` in mcp 2 (``mcp.server.fastmcp`` raises there).
 """
 
@@ -68,6 +71,9 @@ async def slow(seconds: float) -> dict[str, Any]:
     started = time.time()
     try:
         await asyncio.sleep(seconds)
+    except asyncio.CancelledError:  # the client cancelled the call (notifications/cancelled)
+        print(f"slow cancelled after {time.time() - started:.1f} s", file=sys.stderr, flush=True)
+        raise
     finally:
         _running -= 1
     return {"started": started, "ended": time.time(), "most_running": _most_running}
@@ -101,8 +107,18 @@ def _run_http(transport: str, port: int) -> None:
         server.run(transport)  # type: ignore[arg-type]
 
 
+def _note_start() -> None:
+    if os.environ.get("MCP_TEST_STARTS"):
+        with open(os.environ["MCP_TEST_STARTS"], "a") as starts:
+            starts.write(f"{os.getpid()}\n")
+    if os.environ.get("MCP_TEST_CRASH_IF") and os.path.exists(os.environ["MCP_TEST_CRASH_IF"]):
+        print("fatal: told to crash on start", file=sys.stderr, flush=True)
+        sys.exit(2)
+
+
 if __name__ == "__main__":
     args = sys.argv[1:]
+    _note_start()
     if args[:1] == ["--crash-on-start"]:
         print("starting...", file=sys.stderr)
         print("fatal: the database is unreachable", file=sys.stderr, flush=True)

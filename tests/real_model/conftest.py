@@ -18,7 +18,6 @@ import re
 import subprocess
 import sys
 import threading
-import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
@@ -31,7 +30,7 @@ import pytest
 import llm_fsm
 from llm_fsm.engine import model_writable_keys, unmet_condition
 from llm_fsm.turn import DEFAULT_FALLBACK
-from tests.conftest import ROOT
+from tests.conftest import ROOT, wait_for
 
 SCRIPT = ROOT / "scripts" / "local-model"
 MODEL = "openai/smollm2"
@@ -253,16 +252,6 @@ def generating(port: int) -> bool:
     """Whether llama-server is working on a request (its ``/slots`` endpoint)."""
     with DIRECT.open(f"http://127.0.0.1:{port}/slots", timeout=10) as response:
         return any(slot.get("is_processing") for slot in json.load(response))
-
-
-def wait_for(condition: Callable[[], bool], timeout: float) -> bool:
-    """Poll ``condition`` until it holds (True) or ``timeout`` seconds pass (False)."""
-    deadline = time.monotonic() + timeout
-    while not condition():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.05)
-    return True
 
 
 def unchanged(conversation: llm_fsm.Conversation, before: llm_fsm.Snapshot) -> bool:
