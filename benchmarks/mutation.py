@@ -1,0 +1,175 @@
+"""Mutation testing of the core modules, each against its own fast test files (mutmut 3).
+
+    pip install -e '.[mutation]'
+    python benchmarks/mutation.py                     # every module below, one after the other
+    python benchmarks/mutation.py engine logic        # some of them
+    python benchmarks/mutation.py --report engine     # only re-read the results of an earlier run
+    python benchmarks/mutation.py --survivors engine  # list the survivors, with their diffs
+
+Each module runs in its own directory ``.mutation/<module>/`` (git-ignored): a copy of the package, the
+prompts, the example definitions and the tests, with a ``pyproject.toml`` whose ``[tool.mutmut]`` mutates that
+module only and runs only its test files (without the tests marked ``slow``). mutmut writes the mutated
+package to ``.mutation/<module>/mutants/`` and puts that directory first on ``sys.path``; its forced-fail
+check at the start of a run proves that the tests import the mutated code, not this checkout nor the
+editable install. One worker, under ``nice``: the machine is shared. A rerun only tests mutants whose
+function changed (mutmut's cache); delete ``.mutation/<module>`` to start over.
+
+mutmut mutates the bodies of functions and methods; it leaves module-level code, class bodies (field
+defaults) and functions with decorators other than ``@staticmethod``/``@classmethod`` alone.
+
+Known equivalent mutants (the mutated program behaves exactly as the original) are listed in
+``EQUIVALENT`` with a reason; they are reported apart and count neither as killed nor in the total.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+WORK = ROOT / ".mutation"
+
+# module name -> (files to mutate, relative to the checkout; its own test files)
+MODULES: dict[str, tuple[list[str], list[str]]] = {
+    "engine": (["llm_fsm/engine.py"], ["tests/test_engine.py"]),
+    "contract": (["llm_fsm/contract.py"], ["tests/test_contract.py", "tests/test_reply_contract.py"]),
+    "logic": (["llm_fsm/logic.py"], ["tests/test_logic.py"]),
+    "calling": (["llm_fsm/tools/calling.py"], ["tests/test_tools.py", "tests/test_llm_tools.py"]),
+    "turn": (["llm_fsm/turn.py"], ["tests/test_conversation.py", "tests/test_engine.py"]),
+    "stores": (
+        ["llm_fsm/store/*.py"],
+        ["tests/test_store.py", "tests/test_store_files.py", "tests/test_store_locks.py"],
+    ),
+}
+
+COPY = ["llm_fsm", "prompts", "schema", "fsm_definitions", "tests", "cli.py", "README.md"]
+
+# mutant name -> why it cannot be told apart from the original
+EQUIVALENT: dict[str, str] = {}
+
+STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 37: "killed"}
+TIMEOUT = {36, -24, 24, 152, 255}
+
+
+def _mutmut_section(files: list[str], tests: list[str]) -> str:
+    def toml_list(items: list[str]) -> str:
+        return "[" + ", ".join(json.dumps(i) for i in items) + "]"
+
+    return (
+        "\n[tool.mutmut]\n"
+        'source_paths = ["llm_fsm/"]\n'
+        f"only_mutate = {toml_list(files)}\n"
+        'also_copy = ["prompts/", "schema/", "fsm_definitions/", "cli.py", "README.md"]\n'
+        f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
+        'pytest_add_cli_args = ["-p", "no:cacheprovider", "-m", "not slow and not real_model", "-x", "-q"]\n'
+        "timeout_multiplier = 10.0\n"
+        "use_git_change_detection = false\n"
+    )
+
+
+def prepare(name: str) -> Path:
+    files, tests = MODULES[name]
+    work = WORK / name
+    work.mkdir(parents=True, exist_ok=True)
+    for item in COPY:
+        src, dst = ROOT / item, work / item
+        if src.is_dir():
+            shutil.copytree(src, dst, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__", "artifacts"))
+        elif src.exists():
+            shutil.copy2(src, dst)
+    pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
+    (work / "pyproject.toml").write_text(pyproject + _mutmut_section(files, tests), encoding="utf-8")
+    return work
+
+
+def run(name: str) -> int:
+    work = prepare(name)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COVERAGE_PROCESS_START")}
+    cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", "1"]
+    print(f"== {name}: {' '.join(cmd)} (in {work})", flush=True)
+    return subprocess.call(cmd, cwd=work, env=env)
+
+
+def results(name: str) -> dict[str, int | None]:
+    """Mutant name -> exit code of its test run, read from mutmut's ``.meta`` files."""
+    out: dict[str, int | None] = {}
+    for meta in sorted((WORK / name / "mutants").rglob("*.meta")):
+        data = json.loads(meta.read_text(encoding="utf-8"))
+        out.update(data.get("exit_code_by_key", {}))
+    return out
+
+
+def status(code: int | None) -> str:
+    if code is None:
+        return "not checked"
+    if code in TIMEOUT:
+        return "timeout"
+    return STATUS.get(code, "suspicious")
+
+
+def summary(name: str) -> dict[str, object]:
+    codes = results(name)
+    by: dict[str, list[str]] = {}
+    for mutant, code in codes.items():
+        key = "equivalent" if mutant in EQUIVALENT and status(code) == "survived" else status(code)
+        by.setdefault(key, []).append(mutant)
+    killed = len(by.get("killed", [])) + len(by.get("timeout", []))
+    total = sum(len(v) for k, v in by.items() if k not in ("equivalent", "not checked", "skipped"))
+    return {
+        "module": name,
+        "killed": killed,
+        "total": total,
+        "score": (100.0 * killed / total) if total else None,
+        "counts": {k: len(v) for k, v in sorted(by.items())},
+        "survived": sorted(by.get("survived", [])),
+        "no tests": sorted(by.get("no tests", [])),
+        "equivalent": sorted(by.get("equivalent", [])),
+    }
+
+
+def report(names: list[str]) -> None:
+    print("| module | killed / total | score | counts |")
+    print("|---|---|---|---|")
+    for name in names:
+        s = summary(name)
+        score = f"{s['score']:.1f} %" if s["score"] is not None else "-"
+        counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())  # type: ignore[union-attr]
+        print(f"| {name} | {s['killed']} / {s['total']} | {score} | {counts} |")
+
+
+def survivors(name: str) -> None:
+    s = summary(name)
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    for mutant in s["survived"] + s["no tests"]:  # type: ignore[operator]
+        print(f"--- {mutant}")
+        subprocess.call([sys.executable, "-m", "mutmut", "show", mutant], cwd=WORK / name, env=env)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("modules", nargs="*", help=f"default: all of {', '.join(MODULES)}")
+    parser.add_argument("--report", action="store_true", help="only print the table of an earlier run")
+    parser.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs")
+    args = parser.parse_args()
+    names = args.modules or list(MODULES)
+    unknown = [n for n in names if n not in MODULES]
+    if unknown:
+        parser.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
+    if args.survivors:
+        for name in names:
+            survivors(name)
+        return 0
+    if not args.report:
+        for name in names:
+            run(name)
+    report(names)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
