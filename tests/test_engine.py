@@ -404,3 +404,14 @@ def test_a_resume_spends_its_token_once_and_merges_only_a_break_s_result():
 def test_a_malformed_key_is_never_present():
     assert _has({"": 1}, "") is False
     assert _has({"a": {"b": 1}}, "a.b") is True
+
+
+def test_the_keys_a_way_back_needs_are_writable_even_before_there_is_one():
+    data = copy.deepcopy(HUB)
+    data["states"]["help"]["transitions"] = [
+        {"target_state": "$return", "conditions": [{"requires_context_keys": ["answer"]}]}
+    ]
+    hub = llm_fsm.load(data)
+    assert model_writable_keys(hub, "help") == {"answer", "_extra"}
+    decision = decide(hub, initial_snapshot(hub, "help"), make_reply("help", answer="42"))
+    assert (decision.accepted, decision.applied) == (True, {"answer": "42"})
