@@ -87,7 +87,17 @@ DESELECT: dict[str, str] = {
 COPY = ["llm_fsm", "prompts", "schema", "fsm_definitions", "tests", "cli.py", "README.md"]
 
 # mutant name -> why it cannot be told apart from the original
-EQUIVALENT: dict[str, str] = {}
+_CACHE_KIND = "the cache kind only names the definition's cache entry; no other caller uses it"
+_DEFAULT = "drops an argument whose default is the same value"
+EQUIVALENT: dict[str, str] = {
+    "llm_fsm.engine.x__check_target__mutmut_14": "decide resolves '$return' when there is a way back, so a "
+    "'$return' target reaches _check_target only with back_to None",
+    "llm_fsm.engine.x_initial_snapshot__mutmut_25": _DEFAULT + " (turns=0)",
+    "llm_fsm.engine.x_initial_snapshot__mutmut_28": _DEFAULT + " (used_tokens=())",
+    "llm_fsm.engine.x_model_writable_keys__mutmut_12": _CACHE_KIND + " (None)",
+    "llm_fsm.engine.x_model_writable_keys__mutmut_18": _CACHE_KIND,
+    "llm_fsm.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
+}
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 37: "killed"}
 TIMEOUT = {36, -24, 24, 152, 255}

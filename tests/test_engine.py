@@ -415,3 +415,13 @@ def test_the_keys_a_way_back_needs_are_writable_even_before_there_is_one():
     assert model_writable_keys(hub, "help") == {"answer", "_extra"}
     decision = decide(hub, initial_snapshot(hub, "help"), make_reply("help", answer="42"))
     assert (decision.accepted, decision.applied) == (True, {"answer": "42"})
+
+
+def test_a_value_is_shown_whole_up_to_60_characters_and_checked_on_the_turn_s_attempt():
+    data = copy.deepcopy(HUB)
+    data["context_schema"] = {"code": {"type": "integer"}}
+    hub = llm_fsm.load(data)
+    _, invalid = check_values(hub, {"code": "y" * 59})  # its repr has 61 characters
+    assert invalid[0].reason.startswith(f"value '{'y' * 56}... for 'code'")
+    decision = decide(hub, initial_snapshot(hub), make_reply("menu", code="x"), attempt=2)
+    assert [(r.kind, r.attempt) for r in decision.rejected] == [("context_value", 2)]
