@@ -99,6 +99,15 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
 }
 
+# Functions that only run at import time, to build a table (logic's operators): mutmut switches mutants on
+# after the import, so their mutants can never be active. Each such change was applied by hand to a copy of
+# the module and failed tests/test_logic.py (see benchmarks/RESULTS.md); reported apart, out of the total.
+IMPORT_TIME = [
+    "llm_fsm.logic.x__chain__mutmut_*",
+    "llm_fsm.logic.x__numeric__mutmut_*",
+    "llm_fsm.logic.x__deciding__mutmut_*",
+]
+
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 37: "killed"}
 TIMEOUT = {36, -24, 24, 152, 255}
 
@@ -185,10 +194,14 @@ def summary(name: str) -> dict[str, object]:
     codes = results(name)
     by: dict[str, list[str]] = {}
     for mutant, code in codes.items():
-        key = "equivalent" if mutant in EQUIVALENT and status(code) == "survived" else status(code)
+        key = status(code)
+        if key == "survived" and mutant in EQUIVALENT:
+            key = "equivalent"
+        elif key == "survived" and any(fnmatch.fnmatch(mutant, p) for p in IMPORT_TIME):
+            key = "import-time"
         by.setdefault(key, []).append(mutant)
     killed = len(by.get("killed", [])) + len(by.get("timeout", []))
-    total = sum(len(v) for k, v in by.items() if k not in ("equivalent", "not checked", "skipped"))
+    total = sum(len(v) for k, v in by.items() if k not in ("equivalent", "import-time", "not checked", "skipped"))
     return {
         "module": name,
         "killed": killed,
