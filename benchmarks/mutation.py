@@ -97,6 +97,18 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.engine.x_model_writable_keys__mutmut_12": _CACHE_KIND + " (None)",
     "llm_fsm.engine.x_model_writable_keys__mutmut_18": _CACHE_KIND,
     "llm_fsm.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
+    "llm_fsm.contract.x__depth__mutmut_2": "the depth is only compared with 32, and a reply is an object (depth >= 1)",
+    "llm_fsm.contract.x__describe__mutmut_3": "include_url only adds a 'url' entry, which _describe does not read",
+    "llm_fsm.contract.x__describe__mutmut_11": "what is validated is always a non-empty object: every error has a location",
+    "llm_fsm.contract.x__describe__mutmut_12": "what is validated is always a non-empty object: every error has a location",
+    "llm_fsm.contract.x__extract_object__mutmut_15": "cleaning strict JSON changes nothing: the strict decoder refuses "
+    "NaN and infinities, and a lone surrogate needs a \\u escape or non-ASCII text, which are cleaned anyway",
+    "llm_fsm.contract.x__repaired__mutmut_3": "the repair sees only text the strict decoder failed on with the same "
+    "grammar as json.loads, so trying json.loads first cannot succeed",
+    "llm_fsm.contract.x__repaired__mutmut_6": "as _repaired__mutmut_3",
+    "llm_fsm.contract.x__repaired__mutmut_8": "as _repaired__mutmut_3",
+    "llm_fsm.contract.x_state_reply_schemas__mutmut_18": "strict=None is falsy like strict=False",
+    "llm_fsm.contract.x_state_reply_schemas__mutmut_40": "the cache key names no state unless one is called 'XXXX'",
 }
 
 # Functions that only run at import time, to build a table (logic's operators): mutmut switches mutants on

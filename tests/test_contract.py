@@ -371,3 +371,36 @@ def test_the_reply_schemas_are_exact():
     assert state_reply_schemas(definition, "b")[0] == schema(["b", "done", "help"], {"type": "object"})
     keys = {"type": "object", "properties": {"k": scalar}, "required": ["k"], "additionalProperties": False}
     assert reply_schema(definition.states["a"], strict=True, keys=["k"]) == schema(["a", "b"], keys)
+
+
+def test_reply_schemas_offer_the_keys_of_a_way_back_and_are_kept_per_way_back():
+    import llm_fsm
+    from llm_fsm.contract import state_reply_schemas
+
+    definition = llm_fsm.load(
+        {
+            "name": "r",
+            "initial_state": "a",
+            "states": {
+                "a": {"purpose": "p", "transitions": [{"target_state": "b"}, {"target_state": "c"}]},
+                "b": {
+                    "purpose": "q",
+                    "transitions": [
+                        {"target_state": "$return", "conditions": [{"requires_context_keys": ["answer"]}]},
+                        {"target_state": "done"},
+                    ],
+                },
+                "c": {"purpose": "r", "transitions": [{"target_state": "b"}]},
+                "done": {"purpose": "bye"},
+            },
+        }
+    )
+    loose, strict = state_reply_schemas(definition, "b")
+    assert strict["properties"]["transition"]["properties"]["context_update"]["required"] == ["answer"]
+    assert loose["properties"]["transition"]["properties"]["context_update"] == {"type": "object"}
+
+    def targets(back_to):
+        schema = state_reply_schemas(definition, "b", back_to)[0]
+        return schema["properties"]["transition"]["properties"]["target_state"]["enum"]
+
+    assert (targets("a"), targets("c"), targets(None)) == (["a", "b", "done"], ["b", "c", "done"], ["b", "done"])
