@@ -88,6 +88,7 @@ COPY = ["llm_fsm", "prompts", "schema", "fsm_definitions", "tests", "cli.py", "R
 
 # mutant name -> why it cannot be told apart from the original
 _CACHE_KIND = "the cache kind only names the definition's cache entry; no other caller uses it"
+_LOCATED = "what is validated is always a non-empty object: every error has a location"
 _DEFAULT = "drops an argument whose default is the same value"
 EQUIVALENT: dict[str, str] = {
     "llm_fsm.engine.x__check_target__mutmut_14": "decide resolves '$return' when there is a way back, so a "
@@ -99,8 +100,8 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
     "llm_fsm.contract.x__depth__mutmut_2": "the depth is only compared with 32, and a reply is an object (depth >= 1)",
     "llm_fsm.contract.x__describe__mutmut_3": "include_url only adds a 'url' entry, which _describe does not read",
-    "llm_fsm.contract.x__describe__mutmut_11": "what is validated is always a non-empty object: every error has a location",
-    "llm_fsm.contract.x__describe__mutmut_12": "what is validated is always a non-empty object: every error has a location",
+    "llm_fsm.contract.x__describe__mutmut_11": _LOCATED,
+    "llm_fsm.contract.x__describe__mutmut_12": _LOCATED,
     "llm_fsm.contract.x__extract_object__mutmut_15": "cleaning strict JSON changes nothing: the strict decoder refuses "
     "NaN and infinities, and a lone surrogate needs a \\u escape or non-ASCII text, which are cleaned anyway",
     "llm_fsm.contract.x__repaired__mutmut_3": "the repair sees only text the strict decoder failed on with the same "
