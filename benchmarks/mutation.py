@@ -74,8 +74,9 @@ SUBSET: dict[str, tuple[list[str], str]] = {
             )
         ],
         "the checks, the request parsing and what the model reads; not bind/arguments_model (binding, load time) "
-        "nor the thread and asyncio runners (run_batch, _outcome, _arun...), whose mutants mostly hang until "
-        "mutmut's timeout (about 20 s each on this machine)",
+        "nor what runs in the worker threads and on the loop (run_batch, _outcome, _arun, _call_sync, "
+        "BoundTool.keywords, Prepared.refused...), whose mutants mostly hang until mutmut's timeout (20 s and more "
+        "each on this machine)",
     ),
 }
 
