@@ -68,9 +68,7 @@ SUBSET: dict[str, tuple[list[str], str]] = {
                 "x_json_request_schema",
                 "x_masked",
                 "x__tool",
-                "xǁBoundToolǁkeywords",
                 "xǁBoundToolǁspec",
-                "xǁPreparedǁrefused",
             )
         ],
         "the checks, the request parsing and what the model reads; not bind/arguments_model (binding, load time) "
