@@ -137,7 +137,14 @@ STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests"
 TIMEOUT = {36, -24, 24, 152, 255}
 
 
-def _mutmut_section(files: list[str], tests: list[str], deselect: str | None = None) -> str:
+# Modules whose tests run tools in a thread pool: mutmut's default "fork" isolation forks each mutant's run
+# from the process that ran the suite to collect coverage, and a forked child inherits a pool whose threads
+# are gone (every tool call then waits for its timeout and fails, whatever the mutant). "forkserver" forks
+# from a process that ran no test.
+FORKSERVER = {"calling", "turn", "stores"}
+
+
+def _mutmut_section(files: list[str], tests: list[str], deselect: str | None = None, forkserver: bool = False) -> str:
     def toml_list(items: list[str]) -> str:
         return "[" + ", ".join(json.dumps(i) for i in items) + "]"
 
@@ -152,7 +159,7 @@ def _mutmut_section(files: list[str], tests: list[str], deselect: str | None = N
         f"pytest_add_cli_args_test_selection = {toml_list(tests)}\n"
         f"pytest_add_cli_args = {toml_list(args)}\n"
         "timeout_multiplier = 10.0\n"
-        "use_git_change_detection = false\n"
+        "use_git_change_detection = false\n" + ('process_isolation = "forkserver"\n' if forkserver else "")
     )
 
 
@@ -167,7 +174,7 @@ def prepare(name: str) -> Path:
         elif src.exists():
             shutil.copy2(src, dst)
     pyproject = (ROOT / "pyproject.toml").read_text(encoding="utf-8")
-    section = _mutmut_section(files, tests, DESELECT.get(name))
+    section = _mutmut_section(files, tests, DESELECT.get(name), name in FORKSERVER)
     (work / "pyproject.toml").write_text(pyproject + section, encoding="utf-8")
     return work
 
