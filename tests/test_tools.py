@@ -836,3 +836,28 @@ def test_the_json_request_schema_names_each_tool_and_bounds_the_calls(support):
     assert json_request_schema([tools["lookup_order"]], 2) == schema(call("lookup_order"), 2)
     both = json_request_schema([tools["lookup_order"], tools["refund"]], 3)
     assert both == schema({"anyOf": [call("lookup_order"), call("refund")]}, 3)
+
+
+def test_the_model_reads_non_ascii_text_as_is_and_keys_in_order():
+    from llm_fsm.tools.calling import ToolRun, arguments_text, result_text
+
+    assert arguments_text({"q": "café"}) == '{"q": "café"}' and arguments_text("raw") == "raw"
+    run = ToolRun(id="i", name="n", arguments={}, result={"b": 1, "a": "é"})
+    assert result_text(run) == '{"result": {"a": "é", "b": 1}}'
+    text = result_text(ToolRun(id="i", name="n", arguments={}, result="é" * 5000))
+    assert text.startswith('{"truncated": "{\\"result\\": \\"éé') and "\\u00e9" not in text
+
+
+def test_a_refused_call_never_reaches_its_tool_and_approval_rules_read_the_context(support):
+    from llm_fsm.definition import Approval
+    from llm_fsm.llm import ToolCallRequest as Call
+    from llm_fsm.tools.calling import Prepared, _tool, bind, needs_approval
+
+    tools, _ = bind(support, make_hooks())
+    with pytest.raises(ValueError, match="was refused and must not run"):
+        _tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1, error="no"))
+    assert _tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1)) is tools["refund"]
+    rule = Approval(when={"==": [{"var": "context.vip"}, True]})
+    tool = tools["refund"].__class__(**{**tools["refund"].__dict__, "approval": rule})
+    assert needs_approval(tool, {}, {"vip": True}) is True
+    assert needs_approval(tool, {}, {"vip": False}) is False
