@@ -861,3 +861,19 @@ def test_a_refused_call_never_reaches_its_tool_and_approval_rules_read_the_conte
     tool = tools["refund"].__class__(**{**tools["refund"].__dict__, "approval": rule})
     assert needs_approval(tool, {}, {"vip": True}) is True
     assert needs_approval(tool, {}, {"vip": False}) is False
+
+
+def test_a_schema_that_cannot_be_applied_refuses_the_call_and_says_why(support):
+    import dataclasses
+
+    from llm_fsm.llm import ToolCallRequest as Call
+    from llm_fsm.tools.calling import bind, prepare
+
+    tools, _ = bind(support, make_hooks())
+    broken = {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}
+    tool = dataclasses.replace(tools["refund"], parameters=broken)
+    call = Call("1", "refund", '{"a": 1}')
+    prepared = prepare(call, support.states["ask"], {"refund": tool}, {}, 3)
+    assert (prepared.call, prepared.tool, prepared.arguments, prepared.round) == (call, tool, {"a": 1}, 3)
+    assert prepared.error.startswith("the tool's schema cannot be checked: _WrappedReferencingError: PointerToNowhere:")
+    assert prepared.needs_approval is False
