@@ -1,10 +1,11 @@
 """Mutation testing of the core modules, each against its own fast test files (mutmut 3).
 
     pip install -e '.[mutation]'
-    python benchmarks/mutation.py                     # every module below, one after the other
-    python benchmarks/mutation.py engine logic        # some of them
+    python benchmarks/mutation.py engine contract logic calling  # the measured modules (benchmarks/RESULTS.md, 12)
+    python benchmarks/mutation.py                     # every module below (turn and stores: configured, never run)
     python benchmarks/mutation.py --report engine     # only re-read the results of an earlier run
     python benchmarks/mutation.py --survivors engine  # list the survivors, with their diffs
+    python benchmarks/mutation.py --retest engine     # after adding tests: only the mutants not killed last time
 
 Each module runs in its own directory ``.mutation/<module>/`` (git-ignored): a copy of the package, the
 prompts, the example definitions and the tests, with a ``pyproject.toml`` whose ``[tool.mutmut]`` mutates that
