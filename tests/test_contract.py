@@ -4,7 +4,17 @@ import json
 
 import pytest
 
-from llm_fsm.contract import parse_reply, reply_schema, writable_keys
+from llm_fsm.contract import (
+    Reply,
+    _candidates,
+    _depth,
+    _object_end,
+    parse_reply,
+    partial_reply,
+    reply_object,
+    reply_schema,
+    writable_keys,
+)
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from tests.conftest import reply
 
@@ -141,3 +151,256 @@ def test_explicit_writable_keys_are_what_the_strict_schema_and_the_prompt_offer(
     assert "cancel" in json.dumps(update)
     prompt = PromptBuilder().system_prompt(definition, initial_snapshot(definition))
     assert "cancel" in prompt
+
+
+# Exact outcomes that planted bugs changed (survivors of mutation testing: benchmarks/mutation.py contract).
+
+SHAPE = (
+    'answer with {"transition": {"target_state": "<state>", "context_update": {...}}, "message": "..."}'
+    " (to stay, give the current state as target_state)"
+)
+
+
+@pytest.mark.parametrize(
+    ("raw", "message"),
+    [
+        ("   ", "the reply was empty; answer with one JSON object"),
+        ("no json here", "the reply is not a JSON object; answer with exactly one JSON object"),
+        (
+            '{"target_state": "a", "context_update": {}, "message": "m"}',
+            f'target_state, context_update belong inside a "transition" object, not at the top level: {SHAPE}',
+        ),
+        (
+            '{"transition": {"target_state": "a"}, "message": "m", "tool_calls": []}',
+            f'a reply either asks for tools ({{"tool_calls": [...]}} alone) or answers, not both: {SHAPE}',
+        ),
+        (
+            '{"transition": {"target_state": "a"}, "message": "hi", "n": 1e999}',
+            "the reply holds 1e999, a number too large to keep: write a smaller one or null",
+        ),
+        (
+            '{"transition": {"target_state": "a"}, "message": "hi", "n": NaN}',
+            "the reply holds NaN, which is not a JSON number: write a number or null",
+        ),
+        (
+            "{'transition': {'target_state': 'a', 'context_update': {'n': 1e999}}, 'message': 'm'}",
+            "the reply holds inf, which is not a JSON number: write a number or null",
+        ),
+        (
+            '{"transition": {"target_state": "a"}, "message": 5}',
+            "the reply does not follow the format: message: input should be a valid string",
+        ),
+        (
+            '{"transition": {"target_state": 3}}',
+            "the reply does not follow the format: transition.target_state: input should be a valid string; "
+            "message: field required",
+        ),
+    ],
+)
+def test_each_refusal_says_exactly_what_is_wrong(raw, message):
+    with pytest.raises(ReplyFormatError) as info:
+        parse_reply(raw)
+    assert str(info.value) == message
+
+
+def test_a_memory_update_at_the_top_level_is_refused():
+    with pytest.raises(ReplyFormatError, match="^memory_update belongs inside "):
+        parse_reply('{"transition": {"target_state": "a"}, "memory_update": {}, "message": "m"}')
+
+
+def test_numbers_lists_and_text_come_through_whichever_way_the_reply_was_read():
+    strict = parse_reply(
+        '{"transition": {"target_state": "a", "context_update": {"x": 1.5, "l": [1, "b"]}}, "message": "hi"}'
+    )
+    assert strict.transition.context_update == {"x": 1.5, "l": [1, "b"]}
+    repaired = parse_reply('{transition: {target_state: "a", context_update: {x: 1.5, l: [1, "b"]}}, message: "hi",}')
+    assert repaired.transition.context_update == {"x": 1.5, "l": [1, "b"]}
+    escaped = parse_reply('{"transition": {"target_state": "a"}, "message": "x\\ud800y"}')
+    assert escaped.message.isprintable() and "\ud800" not in escaped.message and escaped.message[0] == "x"
+    direct = parse_reply('{"transition": {"target_state": "a"}, "message": "x\ud800y"}')
+    assert "\ud800" not in direct.message and direct.message == escaped.message
+    assert reply_object('{"transition": {"target_state": "a"}, "message": "m"}') == {
+        "transition": {"target_state": "a"},
+        "message": "m",
+    }
+
+
+def test_exact_json_wins_over_a_cut_off_object_after_it():
+    reply_ = parse_reply('{"transition": {"target_state": "a"}, "message": "m"} and then {"')
+    assert (reply_.transition.target_state, reply_.message) == ("a", "m")
+
+
+def test_the_nesting_limit_is_exactly_32_levels():
+    def nested(levels):  # the reply itself, its transition and its context_update are three levels
+        inner = '{"a": ' * (levels - 3) + "[1]" + "}" * (levels - 3)
+        return '{"transition": {"target_state": "x", "context_update": {"d": ' + inner + '}}, "message": "m"}'
+
+    assert parse_reply(nested(31)).transition.target_state == "x"
+    with pytest.raises(ReplyFormatError, match="^the reply nests objects or lists more than 32 levels deep$"):
+        parse_reply(nested(32))
+    assert _depth({}) == 1 and _depth([[1], {"a": [2]}]) == 3
+
+
+def test_a_partial_reply_is_checked_like_a_whole_one():
+    partial = partial_reply({"transition": {"target_state": "a", "context_update": {"x": [1]}}})
+    assert partial == Reply.model_validate(
+        {"transition": {"target_state": "a", "context_update": {"x": [1]}}, "message": "-"}
+    )
+    assert partial_reply({"transition": {"target_state": "a"}, "target_state": "b"}) is None
+    assert partial_reply({"transition": {"target_state": "a", "context_update": {"n": float("nan")}}}) is None
+    deep: object = 1
+    for _ in range(30):  # with the reply, its transition and its context_update: 33 levels
+        deep = [deep]
+    assert partial_reply({"transition": {"target_state": "a", "context_update": {"d": deep}}}) is None
+    assert partial_reply({"transition": {"target_state": "a", "context_update": {"d": deep[0]}}}) is not None
+
+
+def test_objects_are_followed_to_their_end_through_strings_and_escapes():
+    assert _object_end('ab{"a": "x\\"}"}z', 2) == (15, None)
+    assert _object_end('{"a": [1, {"b": "}"}]}END', 0) == (22, None)
+    assert _object_end('{"": 1}', 0) == (7, None)
+    assert _object_end("{'a': 'it\\'s'}", 0) == (14, None)
+    assert _object_end('{"a": X}', 0) == (8, None)
+    assert _object_end('{"a": "b', 0) == (8, "in the middle of a string")
+    assert _object_end('{"a": [1', 0) == (8, "with an object or list left open")
+    assert _candidates('{"a": 1} y') == ['{"a": 1} y', '{"a": 1}', '{"a": 1} y']
+    assert _candidates('a {"a": {"b": 1}} x } y') == [
+        '{"a": {"b": 1}} x } y',
+        '{"a": {"b": 1}} x }',
+        'a {"a": {"b": 1}} x } y',
+    ]
+    assert _candidates("```json\n{}\n```") == ["{}", "{}\n```", "{}", "```json\n{}\n```"]
+
+
+def test_writable_keys_leave_out_internal_and_protected_keys_and_read_the_moves_given():
+    import llm_fsm
+
+    definition = llm_fsm.load(
+        {
+            "name": "w",
+            "initial_state": "a",
+            "states": {
+                "a": {
+                    "purpose": "p",
+                    "required_context_keys": ["name", "_secret"],
+                    "transitions": [
+                        {
+                            "target_state": "b",
+                            "conditions": [{"logic": {"==": [{"var": "user.email"}, "x"]}}],
+                        }
+                    ],
+                },
+                "b": {
+                    "purpose": "q",
+                    "writable_keys": ["name", "_x", "gate"],
+                    "transitions": [
+                        {"target_state": "a", "conditions": [{"requires_context_keys": ["code"]}]},
+                        {"target_state": "c"},
+                    ],
+                },
+                "c": {"purpose": "end"},
+            },
+        }
+    )
+    a, b = definition.states["a"], definition.states["b"]
+    assert writable_keys(a) == ["name", "user"]
+    assert writable_keys(a, moves=b.transitions) == ["name", "code"]
+    assert writable_keys(b, {"gate"}) == ["name"]
+    assert writable_keys(b) == ["name", "gate"]
+
+
+def test_the_reply_schemas_are_exact():
+    import llm_fsm
+    from llm_fsm.contract import state_reply_schemas
+
+    definition = llm_fsm.load(
+        {
+            "name": "s",
+            "initial_state": "a",
+            "handler_only_keys": ["gate"],
+            "global_transitions": [{"target_state": "help", "conditions": [{"requires_context_keys": ["topic"]}]}],
+            "states": {
+                "a": {
+                    "purpose": "p",
+                    "required_context_keys": ["name", "gate"],
+                    "transitions": [{"target_state": "b"}],
+                },
+                "b": {"purpose": "q", "transitions": [{"target_state": "$return"}, {"target_state": "done"}]},
+                "help": {"purpose": "h", "transitions": [{"target_state": "$return"}]},
+                "done": {"purpose": "bye"},
+            },
+        }
+    )
+
+    def schema(targets, update):
+        return {
+            "type": "object",
+            "properties": {
+                "transition": {
+                    "type": "object",
+                    "properties": {
+                        "target_state": {"type": "string", "enum": targets},
+                        "context_update": update,
+                    },
+                    "required": ["target_state", "context_update"],
+                    "additionalProperties": False,
+                },
+                "message": {"type": "string"},
+                "reasoning": {"type": "string"},
+            },
+            "required": ["transition", "message", "reasoning"],
+            "additionalProperties": False,
+        }
+
+    scalar = {"type": ["string", "number", "boolean", "null"]}
+    closed = {
+        "type": "object",
+        "properties": {"name": scalar, "topic": scalar},
+        "required": ["name", "topic"],
+        "additionalProperties": False,
+    }
+    assert state_reply_schemas(definition, "a") == (
+        schema(["a", "b", "help"], {"type": "object"}),
+        schema(["a", "b", "help"], closed),
+    )
+    own = {"type": "object", "properties": {"name": scalar, "gate": scalar}, "required": ["name", "gate"]}
+    own["additionalProperties"] = False
+    assert reply_schema(definition.states["a"], strict=True) == schema(["a", "b"], own)
+    assert state_reply_schemas(definition, "b")[0] == schema(["b", "done", "help"], {"type": "object"})
+    assert state_reply_schemas(definition, "b", "a")[0] == schema(["a", "b", "done", "help"], {"type": "object"})
+    assert state_reply_schemas(definition, "b")[0] == schema(["b", "done", "help"], {"type": "object"})
+    keys = {"type": "object", "properties": {"k": scalar}, "required": ["k"], "additionalProperties": False}
+    assert reply_schema(definition.states["a"], strict=True, keys=["k"]) == schema(["a", "b"], keys)
+
+
+def test_reply_schemas_offer_the_keys_of_a_way_back_and_are_kept_per_way_back():
+    import llm_fsm
+    from llm_fsm.contract import state_reply_schemas
+
+    definition = llm_fsm.load(
+        {
+            "name": "r",
+            "initial_state": "a",
+            "states": {
+                "a": {"purpose": "p", "transitions": [{"target_state": "b"}, {"target_state": "c"}]},
+                "b": {
+                    "purpose": "q",
+                    "transitions": [
+                        {"target_state": "$return", "conditions": [{"requires_context_keys": ["answer"]}]},
+                        {"target_state": "done"},
+                    ],
+                },
+                "c": {"purpose": "r", "transitions": [{"target_state": "b"}]},
+                "done": {"purpose": "bye"},
+            },
+        }
+    )
+    loose, strict = state_reply_schemas(definition, "b")
+    assert strict["properties"]["transition"]["properties"]["context_update"]["required"] == ["answer"]
+    assert loose["properties"]["transition"]["properties"]["context_update"] == {"type": "object"}
+
+    def targets(back_to):
+        schema = state_reply_schemas(definition, "b", back_to)[0]
+        return schema["properties"]["transition"]["properties"]["target_state"]["enum"]
+
+    assert (targets("a"), targets("c"), targets(None)) == (["a", "b", "done"], ["b", "c", "done"], ["b", "done"])

@@ -599,3 +599,113 @@ def test_allowed_operators() -> None:
     )
     assert expected == ALLOWED_OPERATORS
     assert MAX_DEPTH == 32
+
+
+# Exact outcomes that planted bugs changed (survivors of mutation testing: benchmarks/mutation.py logic).
+
+
+def _nested_list(levels: int) -> object:
+    rule: object = 1
+    for _ in range(levels):
+        rule = [rule]
+    return rule
+
+
+def _nested_and(levels: int) -> object:
+    rule: object = True
+    for _ in range(levels):
+        rule = {"and": [rule]}
+    return rule
+
+
+def test_the_nesting_limit_is_exactly_max_depth_everywhere() -> None:
+    assert MAX_DEPTH == 32
+    assert evaluate(_nested_list(32), {}) == _nested_list(32)
+    assert evaluate(_nested_and(32), {}) is True
+    assert evaluate({"if": [_nested_and(31), 1, 2]}, {}) == 1
+    assert check_rule(_nested_list(32)) == [] and check_rule(_nested_and(32)) == []
+    assert keys_read(_nested_and(32)) == set()
+    for rule in (_nested_list(33), _nested_and(33)):
+        with pytest.raises(LogicError, match="^rule nests deeper than 32 levels$"):
+            evaluate(rule, {})
+        with pytest.raises(LogicError, match="^rule nests deeper than 32 levels$"):
+            keys_read(rule)
+        assert [message for _, message in check_rule(rule)] == ["rule nests deeper than 32 levels"]
+
+
+@pytest.mark.parametrize(
+    ("rule", "data", "expected"),
+    [
+        ({"==": [[1, 2], ["1", 2]]}, {}, False),  # containers compare by content, not as text
+        ({"==": [[1, 2], "1,2"]}, {}, True),
+        ({"==": ["1,2", [1, 2]]}, {}, True),
+        ({"==": ["1.0", 1]}, {}, True),  # a numeric string and a number compare as numbers
+        ({"==": [None, None]}, {}, True),
+        ({"==": [None, 0]}, {}, False),
+        ({"cat": [1.5, 2.0, True, False, None, 1e21, 1e-7, 1e300]}, {}, "1.52truefalsenull1e+211e-71e+300"),
+        (
+            {"cat": [{"var": "a"}, {"var": "b"}, {"var": "c"}]},
+            {"a": float("nan"), "b": float("inf"), "c": -1e999},
+            "NaNInfinity-Infinity",
+        ),
+        ({"%": [-7, 3]}, {}, -1),
+        ({"%": [0.5, 1]}, {}, 0.5),
+        ({"contains": [{"var": "l"}, 3]}, {"l": [3]}, True),
+        ({"context_length": [{"var": ""}, "items"]}, {"items": [1, 2]}, 2),
+        ({"context_length": [[[1, 2, 3]], "0"]}, {}, 0),  # only an object is looked into
+        ({"has_context": [["a", "b"]]}, {"a": 1, "b": 2}, True),
+        ({"has_context": [["a", "b"]]}, {"a": 1}, False),
+        ({"var": "l.1"}, {"l": [5, 6]}, 6),
+        ({"var": "l.2"}, {"l": [5, 6]}, None),
+        ({"if": [False, 1, {"var": "x"}]}, {"x": 9}, 9),
+        ({"<": [1, 2]}, {}, True),
+        ({"<": [1, 2, 2]}, {}, False),
+        ({"<=": [1, 2, 2]}, {}, True),
+        ({">": [3, 2, 5]}, {}, True),  # ">" compares two arguments only
+        ({"<": [1]}, {}, False),
+        ({"and": [1, 0, 2]}, {}, 0),
+        ({"or": [0, "", 3, 4]}, {}, 3),
+        ({"and": []}, {}, None),
+        ({"+": [1, "2"]}, {}, 3),
+        ({"+": [1, "x"]}, {}, None),
+    ],
+)
+def test_exact_values(rule: object, data: dict[str, object], expected: object) -> None:
+    assert _same(evaluate(rule, data), expected)
+
+
+def test_whole_results_are_ints_up_to_two_to_the_53() -> None:
+    assert type(evaluate({"*": [2.0**53, 1]}, {})) is int
+    assert type(evaluate({"*": [2.0**53, 2]}, {})) is float
+    assert type(evaluate({"+": [2.0**53, 2]}, {})) is float
+
+
+def test_error_messages_are_exact() -> None:
+    cases = [
+        ({"missing_some": [1, "a"]}, {}, "missing_some expects [minimum count, [keys]]"),
+        ({"has_context": []}, {}, "has_context expects one or more non-empty key names"),
+        (
+            {"a": 1, "b": 2, "c": 3, "d": 4, "e": 5, "f": 6},
+            {},
+            "an operator object must have exactly one key, this one has 6: 'a', 'b', 'c', 'd', 'e'",
+        ),
+        ({"mising": []}, {}, "unknown operator 'mising'; did you mean 'missing'?"),
+        ({"qqqq": []}, {}, "unknown operator 'qqqq'"),
+        ({"var": "a"}, _Hostile(), "cannot evaluate rule: KeyError: 'boom'"),
+        ({"cat": [{"var": "a"}]}, {"a": _nested_list(100_000)}, "rule or data nests too deeply to evaluate"),
+    ]
+    for rule, data, message in cases:
+        with pytest.raises(LogicError) as info:
+            evaluate(rule, data)
+        assert str(info.value) == message
+    assert check_rule({"has_context": [1, "a"]}) == [
+        ("", 'has_context\'s first argument must be an object, as in [{"var": ""}, "key"], or a key name')
+    ]
+
+
+def test_keys_read_takes_only_literal_string_keys() -> None:
+    assert keys_read({"has_context": [{"var": "user"}, "email"]}) == {"user", "user.email"}
+    assert keys_read({"has_context": [{"var": ""}, "email"]}) == {"email"}
+    assert keys_read({"has_context": [{"var": 3}, "e"]}) == set()
+    assert keys_read({"context_length": [{"var": "u"}, 3]}) == {"u"}
+    assert keys_read({"var": ["a", "default"]}) == {"a"}

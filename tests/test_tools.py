@@ -890,3 +890,211 @@ def test_tools_called_in_answer_to_a_correction_keep_the_correction(support):
     assert result.state == "found"
     last = [m.get("content") or "" for m in llm.requests[-1].messages]
     assert any("<correction>" in text for text in last) and last[-1].startswith('{"result"')
+
+
+# -- exact outcomes of the checks and of what the model reads (survivors of mutation testing:
+# benchmarks/mutation.py calling) --------------------------------------------------------------
+
+
+def test_prepare_checks_each_call_exactly(support):
+    from llm_fsm.llm import ToolCallRequest as Call
+    from llm_fsm.tools.calling import bind, prepare
+
+    tools, problems = bind(support, make_hooks())
+    assert problems == []
+    ask, found = support.states["ask"], support.states["found"]
+    cases = [
+        (Call("1", "lookup_order", '{"order_id": "A1"}'), {"order_id": "A1"}, None, False),
+        (
+            Call("2", "lookup_order", "  "),
+            {},
+            "the arguments do not match the schema: 'order_id' is a required property",
+            False,
+        ),
+        (Call("3", "lookup_order", "[1]"), [1], "the arguments must be a JSON object", False),
+        (
+            Call("4", "lookup_order", "{bad"),
+            "{bad",
+            "the arguments are not valid JSON: Expecting property name enclosed in double quotes",
+            False,
+        ),
+        (
+            Call("5", "lookup_order", '{"order_id": 5}'),
+            {"order_id": 5},
+            "the arguments do not match the schema: 5 is not of type 'string'",
+            False,
+        ),
+        (
+            Call("6", "nope", "{}"),
+            {},
+            "tool 'nope' is not available in state 'ask' (available: lookup_order, refund, big_refund, slow, broken)",
+            False,
+        ),
+        (Call("7", "big_refund", '{"order_id": "a", "amount": 150}'), {"order_id": "a", "amount": 150}, None, True),
+        (Call("8", "big_refund", '{"order_id": "a", "amount": 50}'), {"order_id": "a", "amount": 50}, None, False),
+        (Call("9", "refund", '{"order_id": "a"}'), {"order_id": "a"}, None, True),
+        (
+            Call("10", "big_refund", '{"order_id": "a", "amount": 1, "zz": 2}'),
+            {"order_id": "a", "amount": 1, "zz": 2},
+            "the arguments do not match the schema: zz: unexpected argument",
+            False,
+        ),
+    ]
+    for call, arguments, error, approval in cases:
+        prepared = prepare(call, ask, tools, {"k": 1}, 2)
+        assert (prepared.arguments, prepared.error, prepared.needs_approval) == (arguments, error, approval), call
+        assert (prepared.call, prepared.round) == (call, 2)
+        assert (prepared.tool.name if prepared.tool else None) == (None if call.name == "nope" else call.name)
+    elsewhere = prepare(Call("1", "lookup_order", '{"order_id": "A1"}'), found, tools, {}, 1)
+    assert (elsewhere.tool, elsewhere.error) == (
+        None,
+        "tool 'lookup_order' is not available in state 'found' (available: none)",
+    )
+    refused = elsewhere.refused("no", "rejected")
+    assert (refused.id, refused.name, refused.arguments, refused.error, refused.round, refused.approval) == (
+        "1", "lookup_order", {"order_id": "A1"}, "no", 1, "rejected",
+    )  # fmt: skip
+    with pytest.raises(ValueError, match="^tool call 'lookup_order' was refused and must not run$"):
+        from llm_fsm.tools.calling import _tool
+
+        _tool(elsewhere)
+    assert tools["big_refund"].keywords({"order_id": "a", "amount": 1}) == {"order_id": "a", "amount": 1.0}
+    with pytest.raises(ValueError, match="^amount: Field required$"):
+        tools["big_refund"].keywords({"order_id": "a"})
+    assert tools["lookup_order"].spec() == {
+        "type": "function",
+        "function": {"name": "lookup_order", "description": "Find an order by id", "parameters": ORDER_SCHEMA},
+    }
+
+
+def test_a_reply_asks_for_tools_only_in_the_exact_json_form():
+    from llm_fsm.llm import ToolCallRequest as Call
+    from llm_fsm.tools.calling import requested_in_text, tool_request, unique_ids
+
+    assert tool_request({"tool_calls": [{"name": "a", "arguments": {"x": 1}}, {"name": "b"}]}, 3) == [
+        Call("call_3_1", "a", '{"x": 1}'),
+        Call("call_3_2", "b", "{}"),
+    ]
+    assert tool_request({"tool_calls": [{"name": "a", "arguments": "raw"}]}) == [Call("call_1_1", "a", "raw")]
+    for data in ({"tool_calls": []}, {"tool_calls": [{"name": 1}]}, {"tool_calls": [1]}, {"tool_calls": {}},
+                 {"tool_calls": [{"name": "a"}], "x": 1}, [], {"tool_calls": [{"name": "a"}, 2]}):  # fmt: skip
+        assert tool_request(data) is None, data
+    assert requested_in_text('Sure: {"tool_calls": [{"name": "a", "arguments": {}}]}', 2) == [
+        Call("call_2_1", "a", "{}")
+    ]
+    assert requested_in_text("", 1) == [] and requested_in_text('{"a": 1}', 1) == []
+    calls = [Call("x", "a", "{}"), Call("x", "b", "{}"), Call("", "c", "{}"), Call("y", "d", "{}")]
+    assert unique_ids(calls, 4) == [
+        Call("x", "a", "{}"),
+        Call("call_4_2_1", "b", "{}"),
+        Call("call_4_3_2", "c", "{}"),
+        Call("y", "d", "{}"),
+    ]
+
+
+def test_what_the_model_reads_of_a_run_is_exact_and_bounded():
+    from llm_fsm.tools.calling import (
+        MAX_ERROR_CHARS,
+        ToolRun,
+        _bounded,
+        json_request_text,
+        masked,
+        native_exchange,
+        result_text,
+    )
+
+    run = ToolRun(id="i", name="n", arguments={"a": "<b>&"}, result={"r": "<x>&"})
+    assert result_text(run) == '{"result": {"r": "\\u003cx\\u003e\\u0026"}}'
+    assert result_text(ToolRun(id="i", name="n", arguments={}, error="bad", result=1)) == '{"error": "bad"}'
+    assert result_text(ToolRun(id="i", name="n", arguments={}, result="é")) == '{"result": "é"}'
+    whole = json.dumps({"result": "x" * 5000})
+    text = result_text(ToolRun(id="i", name="n", arguments={}, result="x" * 5000))
+    assert json.loads(text) == {"truncated": whole[:MAX_RESULT_CHARS], "omitted_chars": len(whole) - MAX_RESULT_CHARS}
+    fits = "y" * (MAX_RESULT_CHARS - len('{"result": ""}'))
+    assert json.loads(result_text(ToolRun(id="i", name="n", arguments={}, result=fits))) == {"result": fits}
+    assert (_bounded("abcdef", 3), _bounded("abc", 3), MAX_ERROR_CHARS) == ("abc…[truncated 3 chars]", "abc", 500)
+    assert native_exchange([run], "hi") == [
+        {
+            "role": "assistant",
+            "content": "hi",
+            "tool_calls": [{"id": "i", "type": "function", "function": {"name": "n", "arguments": '{"a": "<b>&"}'}}],
+        },
+        {"role": "tool", "tool_call_id": "i", "content": '{"result": {"r": "\\u003cx\\u003e\\u0026"}}'},
+    ]
+    raw = ToolRun(id="j", name="m", arguments="raw é")
+    assert native_exchange([raw], "")[0]["content"] is None
+    assert native_exchange([raw], "")[0]["tool_calls"][0]["function"]["arguments"] == "raw é"
+    assert json_request_text([run, raw]) == (
+        '{"tool_calls": [{"name": "n", "arguments": {"a": "<b>&"}}, {"name": "m", "arguments": "raw é"}]}'
+    )
+    hide = lambda data: {k: "***" for k in data}  # noqa: E731
+    assert masked(run, hide).model_dump() == {**run.model_dump(), "arguments": {"a": "***"}, "result": "***"}
+    assert masked(raw, hide) == raw
+    assert masked(run.model_copy(update={"result": None}), hide).result is None
+
+
+def test_the_json_request_schema_names_each_tool_and_bounds_the_calls(support):
+    from llm_fsm.tools.calling import bind, json_request_schema
+
+    tools, _ = bind(support, make_hooks())
+
+    def call(name):
+        return {
+            "type": "object",
+            "properties": {"name": {"type": "string", "enum": [name]}, "arguments": tools[name].parameters},
+            "required": ["name", "arguments"],
+            "additionalProperties": False,
+        }
+
+    def schema(items, most):
+        return {
+            "type": "object",
+            "properties": {"tool_calls": {"type": "array", "minItems": 1, "maxItems": most, "items": items}},
+            "required": ["tool_calls"],
+            "additionalProperties": False,
+        }
+
+    assert json_request_schema([tools["lookup_order"]], 2) == schema(call("lookup_order"), 2)
+    both = json_request_schema([tools["lookup_order"], tools["refund"]], 3)
+    assert both == schema({"anyOf": [call("lookup_order"), call("refund")]}, 3)
+
+
+def test_the_model_reads_non_ascii_text_as_is_and_keys_in_order():
+    from llm_fsm.tools.calling import ToolRun, arguments_text, result_text
+
+    assert arguments_text({"q": "café"}) == '{"q": "café"}' and arguments_text("raw") == "raw"
+    run = ToolRun(id="i", name="n", arguments={}, result={"b": 1, "a": "é"})
+    assert result_text(run) == '{"result": {"a": "é", "b": 1}}'
+    text = result_text(ToolRun(id="i", name="n", arguments={}, result="é" * 5000))
+    assert text.startswith('{"truncated": "{\\"result\\": \\"éé') and "\\u00e9" not in text
+
+
+def test_a_refused_call_never_reaches_its_tool_and_approval_rules_read_the_context(support):
+    from llm_fsm.definition import Approval
+    from llm_fsm.llm import ToolCallRequest as Call
+    from llm_fsm.tools.calling import Prepared, _tool, bind, needs_approval
+
+    tools, _ = bind(support, make_hooks())
+    with pytest.raises(ValueError, match="was refused and must not run"):
+        _tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1, error="no"))
+    assert _tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1)) is tools["refund"]
+    rule = Approval(when={"==": [{"var": "context.vip"}, True]})
+    tool = tools["refund"].__class__(**{**tools["refund"].__dict__, "approval": rule})
+    assert needs_approval(tool, {}, {"vip": True}) is True
+    assert needs_approval(tool, {}, {"vip": False}) is False
+
+
+def test_a_schema_that_cannot_be_applied_refuses_the_call_and_says_why(support):
+    import dataclasses
+
+    from llm_fsm.llm import ToolCallRequest as Call
+    from llm_fsm.tools.calling import bind, prepare
+
+    tools, _ = bind(support, make_hooks())
+    broken = {"type": "object", "properties": {"a": {"$ref": "#/definitions/missing"}}}
+    tool = dataclasses.replace(tools["refund"], parameters=broken)
+    call = Call("1", "refund", '{"a": 1}')
+    prepared = prepare(call, support.states["ask"], {"refund": tool}, {}, 3)
+    assert (prepared.call, prepared.tool, prepared.arguments, prepared.round) == (call, tool, {"a": 1}, 3)
+    assert prepared.error.startswith("the tool's schema cannot be checked: _WrappedReferencingError: PointerToNowhere:")
+    assert prepared.needs_approval is False
