@@ -58,9 +58,6 @@ def refunds(url: str, effects: Path) -> int:
 
     pid = os.fork()
     if pid == 0:  # the process that dies
-        from llm_fsm.tools import calling
-
-        calling._POOL = None  # the parent's tool threads are not in this process
         try:
             advance(open_store(url), "c", definition, DiesInTheCall([]), None, hooks=hooks(effects), action=resume)
         finally:

@@ -127,7 +127,7 @@ def _misshapen(data: dict[str, Any]) -> str | None:
     """What is wrong with the reply's shape, in words the model can act on; None if it is right."""
     misplaced = [k for k in ("target_state", "context_update", "memory_update") if k in data]
     if misplaced:
-        where = "inside" if "transition" in data else 'inside a "transition" object, not'
+        where = 'inside "transition", not' if "transition" in data else 'inside a "transition" object, not'
         return f"{', '.join(misplaced)} belong{'s' if len(misplaced) == 1 else ''} {where} at the top level: {_SHAPE}"
     if "tool_calls" in data:
         return 'a reply either asks for tools ({"tool_calls": [...]} alone) or answers, not both: ' + _SHAPE

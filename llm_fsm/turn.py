@@ -592,9 +592,9 @@ class TurnRunner:
         runs = [calling.masked(run, self.definition.masked) for run in runs]
         if self.tool_mode() == "native":
             return calling.native_exchange(runs, text)
-        asked = text if text else calling.json_request_text(runs)
+        # the request as the runtime read it, not the model's raw text: its arguments masked like the results
         return [
-            {"role": "assistant", "content": asked},
+            {"role": "assistant", "content": calling.json_request_text(runs)},
             {"role": "user", "content": self.settings.prompt.tool_results(runs)},
         ]
 

@@ -264,9 +264,6 @@ def take_turn(scenario: Scenario, store: Any, cid: str, folder: Path, llm: Any, 
 
 def child(scenario: Scenario, url: str, cid: str, folder: Path, kill_at: int | None, token: str | None) -> None:
     """In a forked process: the turn, with every boundary watched (the store opened anew, its lease short)."""
-    from llm_fsm.tools import calling
-
-    calling._POOL, calling._POOL_LOCK = None, threading.Lock()  # the parent's threads are not ours
     boundary = Boundaries(folder / f"{cid}.points", kill_at)
     store = open_store(url)
     store.lease = LEASE

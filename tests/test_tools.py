@@ -1098,3 +1098,52 @@ def test_a_schema_that_cannot_be_applied_refuses_the_call_and_says_why(support):
     assert (prepared.call, prepared.tool, prepared.arguments, prepared.round) == (call, tool, {"a": 1}, 3)
     assert prepared.error.startswith("the tool's schema cannot be checked: _WrappedReferencingError: PointerToNowhere:")
     assert prepared.needs_approval is False
+
+
+@pytest.mark.skipif(not hasattr(__import__("os"), "fork"), reason="fork")
+def test_a_forked_process_runs_tools_although_its_parent_made_the_pool(support):
+    import os
+
+    script = [tool_calls(("lookup_order", {"order_id": "A-1"})), reply("found", "Shipped.", order_id="A-1")]
+    conversation, _ = started(support, script)
+    assert conversation.send("A-1?").tool_calls[0].ok  # the parent's pool now has threads
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        child, _ = started(support, [dict(script[0]), dict(script[1])])
+        run = child.send("A-1?").tool_calls[0]
+        os.write(write, json.dumps([run.ok, run.error]).encode())
+        os._exit(0)
+    os.close(write)
+    os.waitpid(pid, 0)
+    with os.fdopen(read) as answer:
+        assert json.loads(answer.read()) == [True, None]  # not "no worker was free within 30 s"
+
+
+def test_in_the_json_form_the_next_prompt_shows_the_request_with_secret_arguments_masked():
+    definition = llm_fsm.load(
+        {
+            "name": "login",
+            "description": "Sign in.",
+            "initial_state": "ask",
+            "tools": {"sign_in": {"description": "Sign in"}},
+            "states": {
+                "ask": {"purpose": "Sign the user in", "tools": ["sign_in"], "transitions": [{"target_state": "end"}]},
+                "end": {"purpose": "Bye"},
+            },
+        }
+    )
+    hooks = Hooks()
+
+    @hooks.tool()
+    def sign_in(user: str, password: str) -> dict:
+        return {"signed_in": user}
+
+    asked = json.dumps({"tool_calls": [{"name": "sign_in", "arguments": {"user": "ann", "password": "hunter2"}}]})
+    llm = ScriptedLLM([reply("ask", "Hi"), asked, reply("ask", "You're in.")], tool_calling="json")
+    conversation = llm_fsm.Conversation(definition, llm, hooks=hooks)
+    conversation.start()
+    assert conversation.send("I'm ann, password hunter2").tool_calls[0].result == {"signed_in": "ann"}
+    exchange = llm.requests[-1].messages[-2:]
+    assert exchange[0]["role"] == "assistant" and '"sign_in"' in exchange[0]["content"]
+    assert "hunter2" not in exchange[0]["content"] and "hunter2" not in exchange[1]["content"]

@@ -21,6 +21,7 @@ import asyncio
 import inspect
 import json
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -312,6 +313,17 @@ def needs_approval(tool: BoundTool, arguments: Mapping[str, Any], context: Mappi
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 POOL_SIZE = 64  # tool calls running at once in the sync API, across conversations
+
+
+def _forget_pool_in_child() -> None:
+    """After ``os.fork()``: the parent's pool has no threads in this process, so every call would wait out its
+    timeout (a pre-fork server, multiprocessing with fork). The child makes its own pool on its first call."""
+    global _POOL, _POOL_LOCK
+    _POOL, _POOL_LOCK = None, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_forget_pool_in_child)
 
 
 def _pool() -> ThreadPoolExecutor:
