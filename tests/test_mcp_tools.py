@@ -171,6 +171,23 @@ def test_a_server_that_dies_in_a_turn_is_a_tool_rejection_and_the_next_turn_star
         server.close()
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
+def test_an_mcp_call_carries_its_idempotency_key_in_the_requests_meta(driver):
+    fsm = two_tools(request_meta={"description": "What the server received"})
+    hooks = Hooks()
+    (server,) = connect(fsm, hooks, servers=[MCPServer([sys.executable, str(SERVER)], name="orders")])
+    script = [reply("help", "Which order?"), tool_calls(("request_meta", {"note": "n"})), reply("help", "Seen.")]
+    conversation = llm_fsm.Conversation(fsm, ScriptedLLM(script), hooks=hooks)
+    try:
+        conversation.start()
+        result = conversation.send("?") if driver == "sync" else asyncio.run(conversation.asend("?"))
+    finally:
+        server.close()
+    (run,) = result.tool_calls
+    assert run.error is None and run.idempotency_key.startswith("llmfsm-")
+    assert run.result == {"note": "n", "meta": {"idempotency_key": run.idempotency_key}}  # not among the arguments
+
+
 def test_a_call_that_timed_out_is_cancelled_on_the_server_at_the_tools_timeout():
     fsm = two_tools(slow={"description": "Slow", "timeout": 1})
     hooks = Hooks()

@@ -298,13 +298,21 @@ class MCPServer:
         self._ensure_started()
         return list(self._tools.values())
 
-    def call(self, name: str, arguments: Mapping[str, Any], *, timeout: float | None = None) -> Any:
-        """Call a tool and wait for its result as JSON data; raises :class:`MCPToolError` or :class:`MCPError`."""
+    def call(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Any:
+        """Call a tool and wait for its result as JSON data; raises :class:`MCPToolError` or :class:`MCPError`.
+        ``meta`` goes in the request's ``_meta`` (the runtime sends ``{"idempotency_key": ...}`` there)."""
         if threading.current_thread() is self._thread:
             raise MCPError(f"call() on the MCP server '{self.name}' from its own thread would deadlock: use acall()")
         self._ensure_started()
         limit = self._limit(timeout)
-        future = self._submit(name, arguments, limit)
+        future = self._submit(name, arguments, limit, meta)
         try:
             return future.result(limit + _GRACE)
         except concurrent.futures.TimeoutError:
@@ -313,13 +321,20 @@ class MCPServer:
         except concurrent.futures.CancelledError:
             raise MCPError(self._failure or f"the MCP server '{self.name}' was closed") from None
 
-    async def acall(self, name: str, arguments: Mapping[str, Any], *, timeout: float | None = None) -> Any:
+    async def acall(
+        self,
+        name: str,
+        arguments: Mapping[str, Any],
+        *,
+        timeout: float | None = None,
+        meta: Mapping[str, Any] | None = None,
+    ) -> Any:
         """:meth:`call` for async code, from any event loop: the caller's loop keeps running meanwhile."""
         if self._state == "new" or self.down is not None:  # starting takes a while: not on the caller's loop
             await asyncio.to_thread(self._ensure_started)
         else:
             self._ensure_started()  # a closed server: the error at once
-        future = self._submit(name, arguments, self._limit(timeout))
+        future = self._submit(name, arguments, self._limit(timeout), meta)
         return await asyncio.wrap_future(future)
 
     def close(self) -> None:
@@ -350,13 +365,16 @@ class MCPServer:
             raise ValueError(f"timeout must be positive, not {timeout!r}")
         return limit
 
-    def _submit(self, name: str, arguments: Mapping[str, Any], limit: float) -> concurrent.futures.Future[Any]:
+    def _submit(
+        self, name: str, arguments: Mapping[str, Any], limit: float, meta: Mapping[str, Any] | None
+    ) -> concurrent.futures.Future[Any]:
         if not isinstance(arguments, Mapping):
             raise MCPToolError(f"the arguments of MCP tool '{name}' must be an object", tool=name, server=self.name)
         with self._submit_lock:
             if not self._accepting or self._loop is None:
                 raise MCPError(self._failure or f"the MCP server '{self.name}' is not running")
-            return asyncio.run_coroutine_threadsafe(self._call(name, dict(arguments), limit), self._loop)
+            call = self._call(name, dict(arguments), limit, dict(meta or {}))
+            return asyncio.run_coroutine_threadsafe(call, self._loop)
 
     def _shut_down(self) -> None:
         """Ask the loop to end the session, then wait for the thread (the SDK stops the child process)."""
@@ -496,7 +514,7 @@ class MCPServer:
                 break
         self._tools = tools
 
-    async def _call(self, name: str, arguments: dict[str, Any], limit: float) -> Any:
+    async def _call(self, name: str, arguments: dict[str, Any], limit: float, meta: dict[str, Any]) -> Any:
         session = self._session
         if session is None or self._failure:
             raise MCPError(self._failure or f"the MCP server '{self.name}' is not running")
@@ -506,7 +524,8 @@ class MCPServer:
         assert task is not None
         self._inflight.add(task)
         try:
-            result = await asyncio.wait_for(session.call_tool(name, arguments), limit)
+            options = {"meta": meta} if meta else {}  # only when there is one: older SDKs take no meta
+            result = await asyncio.wait_for(session.call_tool(name, arguments, **options), limit)
             self._backoff.reset()  # the server answered: should it die again, restart it at once
         except TimeoutError:
             raise self._timeout_error(name, limit) from None
@@ -806,8 +825,9 @@ def register(hooks: Hooks, server: MCPServer, names: Iterable[str] | None = None
 
 
 def _caller(server: MCPServer, name: str) -> Callable[..., Awaitable[Any]]:
-    async def call(**arguments: Any) -> Any:
-        return await server.acall(name, arguments)
+    async def call(*, idempotency_key: str | None = None, **arguments: Any) -> Any:
+        meta = {"idempotency_key": idempotency_key} if idempotency_key else {}
+        return await server.acall(name, arguments, meta=meta)
 
     call.__name__ = name
     return call

@@ -20,10 +20,11 @@ import time
 from typing import Any
 
 try:
+    from mcp.server.mcpserver import Context
     from mcp.server.mcpserver import MCPServer as FastMCP  # mcp >= 2
     from mcp.server.mcpserver.exceptions import ToolError
 except ImportError:  # mcp 1.x
-    from mcp.server.fastmcp import FastMCP  # type: ignore[no-redef]
+    from mcp.server.fastmcp import Context, FastMCP  # type: ignore[no-redef,assignment]
     from mcp.server.fastmcp.exceptions import ToolError  # type: ignore[no-redef]
 
 server = FastMCP("llm-fsm-test")
@@ -48,6 +49,14 @@ def lookup_order(order_id: str) -> dict[str, Any]:
 def check_availability(date: str, guests: int) -> str:
     """Whether a table is free on a date (unstructured: the answer is JSON text)."""
     return f'{{"date": "{date}", "guests": {guests}, "available": {"true" if guests <= 4 else "false"}}}'
+
+
+@server.tool()
+def request_meta(note: str, ctx: Context) -> dict[str, Any]:
+    """The request's _meta, as this server received it (the client's idempotency key travels there)."""
+    meta = ctx.request_context.meta
+    data = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta or {})
+    return {"note": note, "meta": {k: v for k, v in data.items() if isinstance(v, str)}}
 
 
 @server.tool(structured_output=False)
