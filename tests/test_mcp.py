@@ -35,12 +35,21 @@ def thread_alive(server: MCPServer) -> bool:
     return any(t.name == f"mcp {server.name}" for t in threading.enumerate())
 
 
-def process_gone(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    return False
+def process_gone(pid: int, within: float = 10.0) -> bool:
+    """Whether process ``pid`` has exited (a zombie not yet reaped counts), waiting up to ``within`` seconds: the
+    call's error comes when the pipe closes, which can be a moment before the process is gone."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            os.kill(pid, 0)
+            with open(f"/proc/{pid}/stat") as stat:  # "pid (name) Z ...": exited, waiting to be reaped
+                if stat.read().rsplit(")", 1)[1].split()[0] == "Z":
+                    return True
+        except (ProcessLookupError, FileNotFoundError):
+            return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
 
 
 def free_port() -> int:
@@ -401,7 +410,7 @@ def test_close_leaves_no_child_process_and_no_thread() -> None:
     server.start()
     server.start()  # idempotent
     pid = server.call("whoami", {})["pid"]
-    assert not process_gone(pid)
+    assert not process_gone(pid, within=0)
     assert thread_alive(server)
     server.close()
     server.close()  # idempotent
