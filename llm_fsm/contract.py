@@ -7,8 +7,8 @@ shows any text. Parsing is tolerant of how models wrap a reply (code fences, pro
 not of a different shape: a reply without its ``transition`` object, with ``transition: null``, or
 with the transition's fields outside it is refused, so a message is never taken for a "stay" it
 did not ask for. So are a reply wrapped in a list, one that gives a key twice (which of the two
-counts would be a guess), and a message of only whitespace (the user would read nothing). Nor is a
-reply that stops short: repair never invents the end of a reply.
+counts would be a guess), and a message of only whitespace or invisible characters (the user would
+read nothing). Nor is a reply that stops short: repair never invents the end of a reply.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
-from llm_fsm.values import clean_text
+from llm_fsm.values import blank, clean_text
 
 
 class TransitionDecision(BaseModel):
@@ -51,8 +51,9 @@ class Reply(BaseModel):
     @field_validator("message")
     @classmethod
     def _visible(cls, value: str) -> str:
-        if not value.strip():  # "   \n" passes min_length, but the user would read nothing
-            raise ValueError("the message is only whitespace: write the text the user reads")
+        if blank(value):  # "   \n" or a zero-width space passes min_length, but the user would read nothing
+            what = "whitespace" if not value.strip() else "invisible characters"
+            raise ValueError(f"the message is only {what}: write the text the user reads")
         return value
 
     @field_validator("reasoning", mode="before")

@@ -73,9 +73,9 @@ def test_state_context_history_why(definition, tmp_path):
 
 def test_a_blank_line_is_not_sent_and_says_so(definition, tmp_path):
     # Only the greeting and one answer are scripted: a blank line sent as a turn would run out of replies.
-    result = chat(definition, tmp_path, [GREETING, NAME], "\n   \nI'm Ann\n")
+    result = chat(definition, tmp_path, [GREETING, NAME], "\n   \n\u200b\nI'm Ann\n")
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("(nothing sent: type a message, or /help for commands)") == 2
+    assert result.stdout.count("(nothing sent: type a message, or /help for commands)") == 3
     assert "Thanks Ann! Your email?" in result.stdout and "error" not in result.output.lower()
 
 

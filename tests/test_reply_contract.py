@@ -93,6 +93,7 @@ TWO_VALUES = BODY.replace('"name": "Ann"', '"name": "Ann", "name": "Bob"', 1)
 LOOSE_TWO_TRANSITIONS = TWO_TRANSITIONS.replace('"reasoning": "r"}', '"reasoning": "r",}')  # json-repair's path
 MISREAD = [
     (json.dumps({**GOOD, "message": "   \n"}), "the message is only whitespace"),
+    (json.dumps({**GOOD, "message": "\u200b\u2060 \ufeff"}), "the message is only invisible characters"),
     (f"[{BODY}]", "the reply is a JSON list"),
     (f"```json\n[\n  {BODY}\n]\n```", "the reply is a JSON list"),
     (TWO_TRANSITIONS, 'the key "transition" twice at the top level'),

@@ -58,6 +58,7 @@ from llm_fsm.cli.options import (
 from llm_fsm.definition import GlobalTransition
 from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.conversation import Conversation, StreamEvent
@@ -633,7 +634,7 @@ def chat(
         if line.startswith("/"):
             if not session.command(line):
                 return
-        elif line:
+        elif not blank(line):
             session.say(line)
         else:  # an empty turn would read to the model as the conversation's beginning: never sent
             console.print("[dim](nothing sent: type a message, or /help for commands)[/]")
