@@ -151,6 +151,8 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
     if exact and wrapped_in_list(text):  # the object inside would be found and taken: refuse the shape instead
         raise ReplyFormatError(f"the reply is a JSON list; answer with one JSON object, not a list of them: {_SHAPE}")
+    if exact and (count := _objects(text)) > 1:  # the repair (or the first fence) would take one of them
+        raise ReplyFormatError(f"the reply holds {count} JSON objects; answer with exactly one: {_SHAPE}")
     candidates = _candidates(text)
     decoder = _EXACT_DECODER if exact else _DECODER
     for candidate in candidates:  # exact JSON anywhere beats a repair
@@ -166,6 +168,21 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
                 raise ReplyFormatError(_twice(*twice))
             return data, True
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
+
+
+def _objects(text: str) -> int:
+    """How many JSON objects the reply holds side by side (``{...} {...}``, or two fenced blocks): each
+    object that starts like JSON is followed to its end, and counts if it reads as a non-empty object."""
+    spans, position = [], 0
+    while match := _OBJECT_START.search(text, position):
+        end, cut = _object_end(text, match.start())
+        if cut:
+            break
+        spans.append(text[match.start() : end])
+        position = end
+    if len(spans) < 2:
+        return len(spans)
+    return sum(1 for span in spans if isinstance(data := _strict(span, _DECODER) or _repaired(span), dict) and data)
 
 
 def wrapped_in_list(text: str) -> bool:
