@@ -327,6 +327,16 @@ def test_a_key_that_cannot_be_one_is_a_bad_request(bad: bytes):
     )
 
 
+def test_a_key_header_sent_twice_is_a_bad_request_not_a_guess():
+    llm = ScriptedLLM([reply("ask_name", "Name?"), reply("ask_email", "Email?", name="Ann")])
+    client = http(llm)
+    cid = create(client)["id"]
+    twice = [("Idempotency-Key", "k-1"), ("Idempotency-Key", "k-2")]
+    refused = client.post(f"/conversations/{cid}/messages", json={"message": "Ann"}, headers=twice)
+    assert "more than once" in error_of(refused, 400, "invalid_request")["message"]
+    assert len(llm.requests) == 1 and client.get(f"/conversations/{cid}").json()["turns"] == 0
+
+
 # -- a real llm-fsm serve process, killed after it saved a turn --------------------------------------------
 
 
