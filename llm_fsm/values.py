@@ -124,3 +124,13 @@ def blank(text: str) -> bool:
     spaces and joiners, the byte order mark, soft hyphens: Unicode category Cf) and blank fillers.
     A message that is blank so reads to a person (and to a model) as no message at all."""
     return all(c.isspace() or c in _BLANK_FILLERS or unicodedata.category(c) == "Cf" for c in text)
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or "" when the exception cannot say it (its ``__str__`` raises or returns no str): what
+    user code raised is reported, never a second error raised while reading it."""
+    try:
+        text = str(exc)
+    except Exception:
+        return ""
+    return text if isinstance(text, str) else ""

@@ -281,6 +281,25 @@ def test_a_long_tool_exception_is_bounded():
     assert "x" * 600 not in sent
 
 
+class Unsayable(Exception):
+    """An exception whose text cannot be read: its __str__ raises (and would carry a secret if shown)."""
+
+    def __str__(self) -> str:
+        raise ValueError("secret=hunter2")
+
+
+def test_a_tool_exception_whose_text_cannot_be_read_is_its_type_and_the_turn_goes_on():
+    definition, hooks = login_flow()
+
+    @hooks.tool("login")
+    def broken(user: str, password: str) -> str:
+        raise Unsayable()
+
+    result, sent = failed_login(definition, hooks)
+    assert result.message == "That did not work." and result.tool_calls[0].error == "Unsayable"
+    assert '{"error": "Unsayable"}' in sent and "hunter2" not in sent
+
+
 @pytest.mark.parametrize(
     "settings", [{"tool_error_detail": "type"}, {"tool": {"error_detail": "type"}}], ids=["definition", "tool"]
 )

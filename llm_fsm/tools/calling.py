@@ -38,7 +38,7 @@ from llm_fsm.errors import Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.llm import ToolCallRequest
 from llm_fsm.telemetry import NO_SPAN
-from llm_fsm.values import ContextValueError, as_json_data, derived_uid
+from llm_fsm.values import ContextValueError, as_json_data, derived_uid, exception_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoSpan
@@ -455,7 +455,8 @@ def raised(prepared: Prepared, exc: BaseException) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    message = exception_text(exc).strip()
+    text = message.splitlines()[0] if message else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
