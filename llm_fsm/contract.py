@@ -230,10 +230,13 @@ def _object_end(text: str, start: int) -> tuple[int, str | None]:
 
 def _candidates(text: str) -> list[str]:
     found = [m.group(1).strip() for m in _FENCE.finditer(text)]
-    start = text.find("{")
-    if start >= 0:
-        found.append(text[start:])
-        found.append(text[start : text.rfind("}") + 1])
+    end = text.rfind("}") + 1
+    # from the first brace, and from the first that opens like JSON (prose such as "{guests}" may come first)
+    json_like = _OBJECT_START.search(text)
+    for start in dict.fromkeys([text.find("{"), json_like.start() if json_like else -1]):
+        if start >= 0:
+            found.append(text[start:])
+            found.append(text[start:end])
     found.append(text)
     return found
 
