@@ -828,6 +828,21 @@ def test_a_schema_that_cannot_work_is_refused_when_the_conversation_starts(suppo
         llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
 
 
+def test_a_schema_that_shows_the_model_the_idempotency_key_is_refused(support):
+    # The function is given each call's key; a schema offering it to the model would only get calls refused.
+    def keyed(order_id: str, idempotency_key: str) -> str:
+        return order_id
+
+    offered = {"type": "object", "properties": {"order_id": {"type": "string"}, "idempotency_key": {"type": "string"}}}
+    hooks = make_hooks()
+    hooks.add_tool(keyed, name="broken", parameters=offered)
+    with pytest.raises(DefinitionError, match="'idempotency_key' is in its parameters"):
+        llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
+    hooks = make_hooks()
+    hooks.add_tool(keyed, name="broken")  # from the type hints: the key is left out
+    llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
+
+
 def test_secrets_in_a_result_are_masked_for_the_model_but_kept_for_the_caller(support):
     hooks = make_hooks()
 

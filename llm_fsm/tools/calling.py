@@ -207,6 +207,12 @@ def _parameters_problem(function: ToolFunction, parameters: dict[str, Any] | Non
         positional = []
     if positional:
         return f"the function takes {', '.join(positional)} by position only; a tool is called with keywords"
+    mcp = getattr(function.function, "mcp_tool", False)  # an MCP tool's own idempotency_key argument gets the key
+    if not mcp and takes_key(function.function) and KEY_PARAMETER in (parameters.get("properties") or {}):
+        return (
+            f"'{KEY_PARAMETER}' is in its parameters, but the runtime gives the function each call's key: the model"
+            f" must not see or write it (every call that gives it is refused), so leave it out of 'parameters'"
+        )
     return None
 
 
