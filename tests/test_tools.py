@@ -556,8 +556,8 @@ def test_an_approved_call_is_saved_as_running_before_it_runs_and_with_its_result
     assert store.load("c").snapshot.pending is None and store.load("c").version == 5  # 2 turns, 2 checkpoints, 1 turn
 
 
-def _interrupted(support, tmp_path, hooks, ran):
-    """A stored pause whose approved call was marked running when its process died."""
+def _interrupted(support, tmp_path, hooks, ran, decision=None):
+    """A stored pause whose approved call was marked running when its process died, resumed with ``decision``."""
     from llm_fsm.store import advance, open_store
 
     store = open_store(f"sqlite://{tmp_path}/c.db")
@@ -568,7 +568,7 @@ def _interrupted(support, tmp_path, hooks, ran):
     pending = record.snapshot.pending
     running = pending.model_copy(update={"tool_call": {**pending.tool_call, "approval": "running"}})
     store.save("c", record.snapshot.model_copy(update={"pending": running}), expected_version=record.version)
-    resume = lambda c: c.resume(token, {"approved": True})  # noqa: E731
+    resume = lambda c: c.resume(token, decision or {"approved": True})  # noqa: E731
     return advance(store, "c", support, llm, None, hooks=hooks, action=resume), llm, pending.tool_call
 
 
@@ -580,6 +580,23 @@ def test_an_approved_call_found_running_after_a_crash_is_not_run_again_and_the_m
     assert call.approval == "approved" and "it may have run, so it is not run again" in call.error
     assert "it may have run" in llm.requests[-1].messages[-1]["content"]
     assert any(r.kind == "tool" and "may have run" in r.reason for r in result.rejected)
+
+
+@pytest.mark.parametrize("decision", [{"approved": False}, {"result": {"refunded": "no"}}], ids=["denied", "result"])
+def test_a_call_found_running_takes_no_other_decision_than_its_approval(support, tmp_path, decision):
+    # It was approved (saved before it ran) and may have run: a "no" now could not undo it, so it is refused
+    # rather than overridden in silence (the call then ran again, with its key, as if approved).
+    keys: list[str] = []
+    hooks = make_hooks()
+
+    @hooks.tool("refund")
+    def refund(order_id: str, idempotency_key: str) -> dict:
+        keys.append(idempotency_key)
+        return {"refunded": order_id}
+
+    with pytest.raises(ResumeError, match="was approved and may have run"):
+        _interrupted(support, tmp_path, hooks, keys, decision)
+    assert keys == []
 
 
 def test_an_approved_call_found_running_is_run_again_with_its_key_when_the_tool_takes_one(support, tmp_path):
