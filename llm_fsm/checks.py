@@ -26,6 +26,7 @@ from llm_fsm.definition import (
 )
 from llm_fsm.hooks import Await, Awaited, Hooks, Run, resolved
 from llm_fsm.logic import evaluate, truthy
+from llm_fsm.values import exception_text
 
 
 @dataclass(frozen=True)
@@ -101,7 +102,7 @@ def python_failure(
         outcome = function(**keywords) if run is None else run(function, keywords)
         outcome = yield from resolved(outcome, f"check '{check.name}'")
     except Exception as exc:  # a check that breaks fails; it must not let the turn through
-        return f"python check '{check.name}' raised {type(exc).__name__}: {exc}"
+        return f"python check '{check.name}' raised {type(exc).__name__}: {exception_text(exc)}"
     return _interpret(outcome, check.name)
 
 

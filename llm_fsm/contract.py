@@ -7,8 +7,8 @@ shows any text. Parsing is tolerant of how models wrap a reply (code fences, pro
 not of a different shape: a reply without its ``transition`` object, with ``transition: null``, or
 with the transition's fields outside it is refused, so a message is never taken for a "stay" it
 did not ask for. So are a reply wrapped in a list, one that gives a key twice (which of the two
-counts would be a guess), and a message of only whitespace (the user would read nothing). Nor is a
-reply that stops short: repair never invents the end of a reply.
+counts would be a guess), and a message of only whitespace or invisible characters (the user would
+read nothing). Nor is a reply that stops short: repair never invents the end of a reply.
 """
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
-from llm_fsm.values import clean_text
+from llm_fsm.values import blank, clean_text
 
 
 class TransitionDecision(BaseModel):
@@ -51,8 +51,9 @@ class Reply(BaseModel):
     @field_validator("message")
     @classmethod
     def _visible(cls, value: str) -> str:
-        if not value.strip():  # "   \n" passes min_length, but the user would read nothing
-            raise ValueError("the message is only whitespace: write the text the user reads")
+        if blank(value):  # "   \n" or a zero-width space passes min_length, but the user would read nothing
+            what = "whitespace" if not value.strip() else "invisible characters"
+            raise ValueError(f"the message is only {what}: write the text the user reads")
         return value
 
     @field_validator("reasoning", mode="before")
@@ -150,6 +151,8 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
     if exact and wrapped_in_list(text):  # the object inside would be found and taken: refuse the shape instead
         raise ReplyFormatError(f"the reply is a JSON list; answer with one JSON object, not a list of them: {_SHAPE}")
+    if exact and (count := _objects(text)) > 1:  # the repair (or the first fence) would take one of them
+        raise ReplyFormatError(f"the reply holds {count} JSON objects; answer with exactly one: {_SHAPE}")
     candidates = _candidates(text)
     decoder = _EXACT_DECODER if exact else _DECODER
     for candidate in candidates:  # exact JSON anywhere beats a repair
@@ -165,6 +168,21 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
                 raise ReplyFormatError(_twice(*twice))
             return data, True
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
+
+
+def _objects(text: str) -> int:
+    """How many JSON objects the reply holds side by side (``{...} {...}``, or two fenced blocks): each
+    object that starts like JSON is followed to its end, and counts if it reads as a non-empty object."""
+    spans, position = [], 0
+    while match := _OBJECT_START.search(text, position):
+        end, cut = _object_end(text, match.start())
+        if cut:
+            break
+        spans.append(text[match.start() : end])
+        position = end
+    if len(spans) < 2:
+        return len(spans)
+    return sum(1 for span in spans if isinstance(data := _strict(span, _DECODER) or _repaired(span), dict) and data)
 
 
 def wrapped_in_list(text: str) -> bool:
@@ -212,10 +230,13 @@ def _object_end(text: str, start: int) -> tuple[int, str | None]:
 
 def _candidates(text: str) -> list[str]:
     found = [m.group(1).strip() for m in _FENCE.finditer(text)]
-    start = text.find("{")
-    if start >= 0:
-        found.append(text[start:])
-        found.append(text[start : text.rfind("}") + 1])
+    end = text.rfind("}") + 1
+    # from the first brace, and from the first that opens like JSON (prose such as "{guests}" may come first)
+    json_like = _OBJECT_START.search(text)
+    for start in dict.fromkeys([text.find("{"), json_like.start() if json_like else -1]):
+        if start >= 0:
+            found.append(text[start:])
+            found.append(text[start:end])
     found.append(text)
     return found
 

@@ -60,7 +60,7 @@ from llm_fsm.turn import (
     resume_turn,
     summary_steps,
 )
-from llm_fsm.values import as_json_data, clean_text
+from llm_fsm.values import as_json_data, blank, clean_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import TurnTrace
@@ -77,8 +77,8 @@ _default_builder: PromptBuilder | None = None
 def refuse_empty(user: str) -> None:
     """Raise :class:`EmptyMessageError` for a message with no text: its turn would show the model an
     empty user turn, which reads as the conversation's beginning."""
-    if not user.strip():
-        what = "empty" if not user else "only whitespace"
+    if blank(user):
+        what = "empty" if not user else "only whitespace" if not user.strip() else "only invisible characters"
         raise EmptyMessageError(f"the user's message is {what}: there is nothing to answer")
 
 

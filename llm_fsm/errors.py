@@ -170,7 +170,12 @@ class HandlerError(FSMError):
     """A handler with the ``raise`` policy failed; the turn was rolled back. ``cause`` is its exception."""
 
     def __init__(self, name: str, timing: str, cause: BaseException) -> None:
-        super().__init__(f"handler '{name}' failed at '{timing}': {type(cause).__name__}: {cause}")
+        try:  # a cause whose __str__ raises must not replace this error with its own
+            said = str(cause)
+        except Exception:
+            said = ""
+        what = f"{type(cause).__name__}: {said}" if said else type(cause).__name__
+        super().__init__(f"handler '{name}' failed at '{timing}': {what}")
         self.name = name
         self.timing = timing
         self.cause = cause

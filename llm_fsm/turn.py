@@ -859,16 +859,17 @@ def resume_turn(
     pause = snapshot.pending
     if pause is not None and pause.kind == "tool_approval" and token == pause.token:
         _check_decision(result, snapshot.state)
-        ran = (pause.tool_call or {}).get("approval") == "approved"
-        if ran and dict(result) != {"approved": True}:  # another decision now would be silently moot
+        approval = (pause.tool_call or {}).get("approval")
+        if approval in _DECIDED and dict(result) != {"approved": True}:  # another decision now would be moot
             tool = pause.payload.get("tool", "?")
             raise ResumeError(
-                f"the call to '{tool}' was approved and already ran: resume with {{\"approved\": true}} to go on",
+                f"the call to '{tool}' was approved and {_DECIDED[approval]}: resume with {{\"approved\": true}} "
+                "to go on",
                 state=snapshot.state,
             )
     base = resumed(definition, snapshot, token, result)
     if pause is not None and pause.kind == "tool_approval":
-        ran = (pause.tool_call or {}).get("approval") == "approved"  # decided and run before a failure
+        ran = (pause.tool_call or {}).get("approval") in _DECIDED  # decided (and run, or running) before a failure
         note = settings.prompt.approval_note(pause.payload.get("tool", "?"), {"approved": True} if ran else result)
     else:
         note = settings.prompt.resume_note(pause.reason if pause else "paused", result)
@@ -877,6 +878,10 @@ def resume_turn(
         paused=snapshot, decision=result,
     )  # fmt: skip
     return runner
+
+
+# approvals saved on a held call: the decision was made, and a resume goes on with it (never another one)
+_DECIDED = {"approved": "already ran", "running": "may have run (its process stopped while it ran)"}
 
 
 def _check_decision(decision: Mapping[str, Any], state: str) -> None:

@@ -31,6 +31,7 @@ import enum
 import hashlib
 import math
 import re
+import unicodedata
 import uuid
 from collections.abc import Mapping
 from typing import Any
@@ -112,3 +113,24 @@ def derived_uid(*parts: object) -> str:
     """A uid made from ``parts``: the same parts give the same uid in any process (a sub-conversation's, from
     its parent's; an old snapshot's, from its content; a tool call's key), so what is made from it survives a retry."""
     return hashlib.sha256("\x1f".join(map(str, parts)).encode()).hexdigest()[:24]
+
+
+# shown as nothing though not whitespace to str.strip(): fillers that fonts draw blank
+_BLANK_FILLERS = frozenset("\u115f\u1160\u2800\u3164\uffa0")
+
+
+def blank(text: str) -> bool:
+    """Whether ``text`` shows nothing: empty, or only whitespace, invisible format characters (zero-width
+    spaces and joiners, the byte order mark, soft hyphens: Unicode category Cf) and blank fillers.
+    A message that is blank so reads to a person (and to a model) as no message at all."""
+    return all(c.isspace() or c in _BLANK_FILLERS or unicodedata.category(c) == "Cf" for c in text)
+
+
+def exception_text(exc: BaseException) -> str:
+    """``str(exc)``, or "" when the exception cannot say it (its ``__str__`` raises or returns no str): what
+    user code raised is reported, never a second error raised while reading it."""
+    try:
+        text = str(exc)
+    except Exception:
+        return ""
+    return text if isinstance(text, str) else ""

@@ -73,9 +73,9 @@ def test_state_context_history_why(definition, tmp_path):
 
 def test_a_blank_line_is_not_sent_and_says_so(definition, tmp_path):
     # Only the greeting and one answer are scripted: a blank line sent as a turn would run out of replies.
-    result = chat(definition, tmp_path, [GREETING, NAME], "\n   \nI'm Ann\n")
+    result = chat(definition, tmp_path, [GREETING, NAME], "\n   \n\u200b\nI'm Ann\n")
     assert result.exit_code == 0, result.output
-    assert result.stdout.count("(nothing sent: type a message, or /help for commands)") == 2
+    assert result.stdout.count("(nothing sent: type a message, or /help for commands)") == 3
     assert "Thanks Ann! Your email?" in result.stdout and "error" not in result.output.lower()
 
 
@@ -419,3 +419,25 @@ def test_an_approval_can_be_answered_later_and_back_does_not_undo_a_call_that_ra
     assert "Wiped. Email?" in result.stdout
     assert "/back cannot undo the call to 'wipe': it was approved and ran" in result.stderr
     assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann|"
+
+
+def test_a_call_approved_before_the_session_stopped_is_not_asked_again(tool_definition, tmp_path):
+    # A process that died while an approved call ran leaves it saved as "running": the decision was made
+    # (and the call may have run), so continuing goes on with it instead of asking y/n a second time.
+    from llm_fsm.store import open_store
+
+    url = f"sqlite://{tmp_path / 's.db'}"
+    kept = ["--hooks", f"{tmp_path / 'tool_hooks.py'}:hooks", "--store", url, "-c", "w"]
+    replies = [GREETING, NAME, {"tool_calls": [{"name": "wipe", "arguments": {"name": "Ann"}}]}]
+    first = chat(tool_definition, tmp_path, replies, "I'm Ann\nwipe me\n", *kept)
+    assert first.exit_code == 0 and "approve? [y/n]" in first.stdout, first.output
+    store = open_store(url)
+    record = store.load("w")
+    pending = record.snapshot.pending
+    running = pending.model_copy(update={"tool_call": {**pending.tool_call, "approval": "running"}})
+    store.save("w", record.snapshot.model_copy(update={"pending": running}), expected_version=record.version)
+    store.close()
+    again = chat(tool_definition, tmp_path, [reply("ask_email", "It may have run. Email?")], "n\n", *kept)
+    assert again.exit_code == 0, again.output
+    assert "approve? [y/n]" not in again.stdout and "interrupted: the approved call to wipe" in again.stdout
+    assert "It may have run. Email?" in again.stdout

@@ -82,11 +82,11 @@ def test_run_prints_one_json_line_per_turn_and_stops_at_the_terminal_state(files
 def test_run_skips_a_blank_input_line_with_a_note_naming_it(files):
     definition, script, _ = files
     args = ["run", str(definition), "-m", f"scripted:{script}"]
-    result = runner.invoke(app, args, input="\nI'm Ann\n   \t\n")
+    result = runner.invoke(app, args, input="\nI'm Ann\n   \t\n\u200b\ufeff\n")
     assert result.exit_code == 0, result.output
     assert [t["user"] for t in lines(result.stdout)] == [None, "I'm Ann"], "stdout stays one JSON line per turn"
     notes = result.stderr.splitlines()
-    assert notes == [f"note: input line {n} is blank: skipped, no turn sent" for n in (1, 3)]
+    assert notes == [f"note: input line {n} is blank: skipped, no turn sent" for n in (1, 3, 4)]
 
 
 def test_run_reads_stdin_by_default(files):

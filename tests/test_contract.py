@@ -33,6 +33,7 @@ TEXT = json.dumps(VALID)
         f"<thinking>hmm</thinking>{TEXT}",
         TEXT.replace('"message"', "'message'"),  # single quotes: repaired
         TEXT[:-1] + ",}",  # trailing comma: repaired
+        f"Sure, {{guests}} here: {TEXT}",  # a brace in the prose first: the object is the one that opens like JSON
     ],
 )
 def test_tolerant_extraction(raw):

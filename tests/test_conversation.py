@@ -24,7 +24,7 @@ def test_a_valid_turn_makes_exactly_one_call(signup):
     assert [h.user for h in conv.history] == [None, "I'm Ann"]
 
 
-@pytest.mark.parametrize("text", ["", " \n\t "], ids=["empty", "whitespace"])
+@pytest.mark.parametrize("text", ["", " \n\t ", "\u200b\u00ad\u3164"], ids=["empty", "whitespace", "invisible"])
 def test_an_empty_message_is_refused_and_changes_nothing(signup, text):
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?")])
     conv = llm_fsm.Conversation(signup, llm)

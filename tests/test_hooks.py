@@ -197,6 +197,21 @@ def test_a_failing_handler_rolls_the_turn_back_or_is_skipped_by_policy(caplog):
     assert "policy: continue" in caplog.text
 
 
+def test_a_handler_exception_whose_text_cannot_be_read_is_still_a_handler_error():
+    class Unsayable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("unreadable")
+
+    def fail(**_: object) -> None:
+        raise Unsayable()
+
+    hooks = notify_hooks()
+    hooks.on("context_update")(fail)
+    conv = llm_fsm.Conversation(definition(), ScriptedLLM([TO_REVIEW]), hooks=hooks)
+    with pytest.raises(HandlerError, match="failed at 'context_update': Unsayable$"):
+        conv.send("40, ann@example.com")
+
+
 def test_error_handlers_see_the_failure():
     errors: list[BaseException] = []
     hooks = notify_hooks()
@@ -437,6 +452,22 @@ def test_python_checks_and_their_failures():
     )
     with pytest.raises(DefinitionError, match="python check 'nope', which is not registered"):
         llm_fsm.Conversation(checked({"kind": "python", "name": "nope"}), ScriptedLLM(), hooks=hooks)
+
+
+def test_a_python_check_whose_exception_text_cannot_be_read_fails_the_check_not_the_turn():
+    class Unsayable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("unreadable")
+
+    hooks = notify_hooks()
+
+    @hooks.check("unsayable")
+    def unsayable(**_):
+        raise Unsayable()
+
+    llm = ScriptedLLM([reply("collect", "x")] * 3)
+    result = llm_fsm.Conversation(checked({"kind": "python", "name": "unsayable"}), llm, hooks=hooks).send("hi")
+    assert "raised Unsayable" in result.rejected[0].reason and result.message == llm_fsm.conversation.DEFAULT_FALLBACK
 
 
 def test_judge_checks_make_an_extra_call_and_unreadable_verdicts_fail():

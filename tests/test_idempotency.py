@@ -327,6 +327,16 @@ def test_a_key_that_cannot_be_one_is_a_bad_request(bad: bytes):
     )
 
 
+def test_a_key_header_sent_twice_is_a_bad_request_not_a_guess():
+    llm = ScriptedLLM([reply("ask_name", "Name?"), reply("ask_email", "Email?", name="Ann")])
+    client = http(llm)
+    cid = create(client)["id"]
+    twice = [("Idempotency-Key", "k-1"), ("Idempotency-Key", "k-2")]
+    refused = client.post(f"/conversations/{cid}/messages", json={"message": "Ann"}, headers=twice)
+    assert "more than once" in error_of(refused, 400, "invalid_request")["message"]
+    assert len(llm.requests) == 1 and client.get(f"/conversations/{cid}").json()["turns"] == 0
+
+
 # -- a real llm-fsm serve process, killed after it saved a turn --------------------------------------------
 
 
@@ -414,3 +424,63 @@ def test_a_turn_saved_by_a_killed_server_is_answered_once_by_the_next(tmp_path: 
                            headers={"Idempotency-Key": "turn-2"})  # fmt: skip
         assert again.json() == answered.json(), "the answer the client read, word for word"
         assert httpx.get(f"{base}/conversations/{cid}").json()["turns"] == 2
+
+
+# -- a keyed request that creates its conversation: its first turn's tool keys survive a retry -----------
+
+PAYDESK = {
+    "name": "paydesk",
+    "initial_state": "desk",
+    "tools": {"charge": {"description": "Charge a card"}},
+    "states": {
+        "desk": {"purpose": "Take payments", "tools": ["charge"], "transitions": [{"target_state": "done"}]},
+        "done": {"purpose": "Paid", "transitions": []},
+    },
+}
+
+
+def charging_hooks(keys: list[str]) -> llm_fsm.Hooks:
+    hooks = llm_fsm.Hooks()
+
+    @hooks.tool()
+    def charge(amount: float, idempotency_key: str) -> dict[str, bool]:
+        """Charge a card."""
+        keys.append(idempotency_key)
+        return {"ok": True}
+
+    return hooks
+
+
+def charging_llm(then: Any) -> ScriptedLLM:
+    """Asks for a charge, then answers with ``then`` (an exception: the turn fails after the charge ran)."""
+    return ScriptedLLM([{"tool_calls": [{"name": "charge", "arguments": {"amount": 5}}]}, then])
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_keyed_first_turn_sent_again_gives_its_tool_calls_the_same_keys(form: str, tmp_path: Path):
+    paydesk, keys = llm_fsm.load(PAYDESK), []
+    hooks, store = charging_hooks(keys), open_store(f"sqlite:{tmp_path / 'c.db'}")
+
+    def turn(llm: ScriptedLLM, key: str = "req-1", cid: str = "u1") -> TurnResult:
+        if form == "sync":
+            return advance(store, cid, paydesk, llm, "charge me 5", hooks=hooks, idempotency_key=key)
+        return asyncio.run(aadvance(store, cid, paydesk, llm, "charge me 5", hooks=hooks, idempotency_key=key))
+
+    with pytest.raises(llm_fsm.LLMError):  # the charge ran, the turn failed: nothing saved
+        turn(charging_llm(llm_fsm.LLMError("provider down")))
+    assert store.load("u1") is None
+    result = turn(charging_llm(reply("desk", "Charged.")))  # the retry makes the conversation again
+    assert keys[0] == keys[1] == result.tool_calls[0].idempotency_key
+    turn(charging_llm(reply("desk", "Charged.")), key="req-2", cid="u2")  # another request: another key
+    turn(charging_llm(reply("desk", "Charged.")), key="req-1", cid="u3")  # the same key on another conversation
+    assert len(set(keys[1:])) == 3
+    store.close()
+
+
+def test_a_keyed_creation_sent_again_gives_its_opening_tool_calls_the_same_keys(tmp_path: Path):
+    keys: list[str] = []
+    hooks, url, key = charging_hooks(keys), f"sqlite:{tmp_path / 'c.db'}", {"Idempotency-Key": "create-paid"}
+    for then, status in ((llm_fsm.LLMError("provider down"), 502), (reply("desk", "Charged."), 201)):
+        app = create_app([llm_fsm.load(PAYDESK)], charging_llm(then), store=url, hooks=hooks)
+        assert TestClient(app).post("/conversations", json={}, headers=key).status_code == status
+    assert len(keys) == 2 and keys[0] == keys[1]

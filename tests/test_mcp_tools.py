@@ -188,6 +188,23 @@ def test_an_mcp_call_carries_its_idempotency_key_in_the_requests_meta(driver):
     assert run.result == {"note": "n", "meta": {"idempotency_key": run.idempotency_key}}  # not among the arguments
 
 
+def test_an_mcp_tool_with_its_own_idempotency_key_argument_gets_the_calls_key():
+    # The runtime's keyword is named idempotency_key too: the tool's own argument must still reach the server.
+    fsm = two_tools(charge={"description": "Charge"})
+    hooks = Hooks()
+    (server,) = connect(fsm, hooks, servers=[MCPServer([sys.executable, str(SERVER)], name="orders")])
+    asked = tool_calls(("charge", {"amount": 5, "idempotency_key": "the-models-guess"}))
+    conversation = llm_fsm.Conversation(fsm, ScriptedLLM([reply("help", "Which order?"), asked, reply("help", "ok")]),
+                                        hooks=hooks)  # fmt: skip
+    try:
+        conversation.start()
+        (run,) = conversation.send("charge 5").tool_calls
+    finally:
+        server.close()
+    assert run.error is None and run.idempotency_key.startswith("llmfsm-")
+    assert run.result == {"amount": 5, "idempotency_key": run.idempotency_key, "meta_key": run.idempotency_key}
+
+
 def test_a_call_that_timed_out_is_cancelled_on_the_server_at_the_tools_timeout():
     fsm = two_tools(slow={"description": "Slow", "timeout": 1})
     hooks = Hooks()

@@ -93,9 +93,12 @@ TWO_VALUES = BODY.replace('"name": "Ann"', '"name": "Ann", "name": "Bob"', 1)
 LOOSE_TWO_TRANSITIONS = TWO_TRANSITIONS.replace('"reasoning": "r"}', '"reasoning": "r",}')  # json-repair's path
 MISREAD = [
     (json.dumps({**GOOD, "message": "   \n"}), "the message is only whitespace"),
+    (json.dumps({**GOOD, "message": "\u200b\u2060 \ufeff"}), "the message is only invisible characters"),
     (f"[{BODY}]", "the reply is a JSON list"),
     (f"```json\n[\n  {BODY}\n]\n```", "the reply is a JSON list"),
     (TWO_TRANSITIONS, 'the key "transition" twice at the top level'),
+    (f"{BODY}\n{BODY.replace('Ann', 'Bob')}", "the reply holds 2 JSON objects"),  # json-repair kept the last
+    (f"```json\n{BODY}\n```\nor\n```json\n{BODY}\n```", "the reply holds 2 JSON objects"),
     (LOOSE_TWO_TRANSITIONS, 'the key "transition" twice at the top level'),
     (TWO_TARGETS, 'the key "target_state" twice inside "transition"'),
     (TWO_VALUES, 'the key "name" twice in one object'),

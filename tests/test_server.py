@@ -408,7 +408,7 @@ def test_bad_bodies_are_400_and_oversized_ones_413():
 
 
 @pytest.mark.parametrize("route", ["messages", "stream"])
-@pytest.mark.parametrize("message", ["", "  \n\t"], ids=["empty", "whitespace"])
+@pytest.mark.parametrize("message", ["", "  \n\t", "\u200b\ufeff"], ids=["empty", "whitespace", "invisible"])
 def test_an_empty_message_is_422_and_runs_no_turn(route: str, message: str):
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?")])
     http = client(llm)

@@ -281,6 +281,25 @@ def test_a_long_tool_exception_is_bounded():
     assert "x" * 600 not in sent
 
 
+class Unsayable(Exception):
+    """An exception whose text cannot be read: its __str__ raises (and would carry a secret if shown)."""
+
+    def __str__(self) -> str:
+        raise ValueError("secret=hunter2")
+
+
+def test_a_tool_exception_whose_text_cannot_be_read_is_its_type_and_the_turn_goes_on():
+    definition, hooks = login_flow()
+
+    @hooks.tool("login")
+    def broken(user: str, password: str) -> str:
+        raise Unsayable()
+
+    result, sent = failed_login(definition, hooks)
+    assert result.message == "That did not work." and result.tool_calls[0].error == "Unsayable"
+    assert '{"error": "Unsayable"}' in sent and "hunter2" not in sent
+
+
 @pytest.mark.parametrize(
     "settings", [{"tool_error_detail": "type"}, {"tool": {"error_detail": "type"}}], ids=["definition", "tool"]
 )
@@ -537,8 +556,8 @@ def test_an_approved_call_is_saved_as_running_before_it_runs_and_with_its_result
     assert store.load("c").snapshot.pending is None and store.load("c").version == 5  # 2 turns, 2 checkpoints, 1 turn
 
 
-def _interrupted(support, tmp_path, hooks, ran):
-    """A stored pause whose approved call was marked running when its process died."""
+def _interrupted(support, tmp_path, hooks, ran, decision=None):
+    """A stored pause whose approved call was marked running when its process died, resumed with ``decision``."""
     from llm_fsm.store import advance, open_store
 
     store = open_store(f"sqlite://{tmp_path}/c.db")
@@ -549,7 +568,7 @@ def _interrupted(support, tmp_path, hooks, ran):
     pending = record.snapshot.pending
     running = pending.model_copy(update={"tool_call": {**pending.tool_call, "approval": "running"}})
     store.save("c", record.snapshot.model_copy(update={"pending": running}), expected_version=record.version)
-    resume = lambda c: c.resume(token, {"approved": True})  # noqa: E731
+    resume = lambda c: c.resume(token, decision or {"approved": True})  # noqa: E731
     return advance(store, "c", support, llm, None, hooks=hooks, action=resume), llm, pending.tool_call
 
 
@@ -561,6 +580,23 @@ def test_an_approved_call_found_running_after_a_crash_is_not_run_again_and_the_m
     assert call.approval == "approved" and "it may have run, so it is not run again" in call.error
     assert "it may have run" in llm.requests[-1].messages[-1]["content"]
     assert any(r.kind == "tool" and "may have run" in r.reason for r in result.rejected)
+
+
+@pytest.mark.parametrize("decision", [{"approved": False}, {"result": {"refunded": "no"}}], ids=["denied", "result"])
+def test_a_call_found_running_takes_no_other_decision_than_its_approval(support, tmp_path, decision):
+    # It was approved (saved before it ran) and may have run: a "no" now could not undo it, so it is refused
+    # rather than overridden in silence (the call then ran again, with its key, as if approved).
+    keys: list[str] = []
+    hooks = make_hooks()
+
+    @hooks.tool("refund")
+    def refund(order_id: str, idempotency_key: str) -> dict:
+        keys.append(idempotency_key)
+        return {"refunded": order_id}
+
+    with pytest.raises(ResumeError, match="was approved and may have run"):
+        _interrupted(support, tmp_path, hooks, keys, decision)
+    assert keys == []
 
 
 def test_an_approved_call_found_running_is_run_again_with_its_key_when_the_tool_takes_one(support, tmp_path):
@@ -807,6 +843,21 @@ def test_a_schema_that_cannot_work_is_refused_when_the_conversation_starts(suppo
     hooks.add_tool(positional, name="broken")
     with pytest.raises(DefinitionError, match="takes order_id by position only"):
         llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
+
+
+def test_a_schema_that_shows_the_model_the_idempotency_key_is_refused(support):
+    # The function is given each call's key; a schema offering it to the model would only get calls refused.
+    def keyed(order_id: str, idempotency_key: str) -> str:
+        return order_id
+
+    offered = {"type": "object", "properties": {"order_id": {"type": "string"}, "idempotency_key": {"type": "string"}}}
+    hooks = make_hooks()
+    hooks.add_tool(keyed, name="broken", parameters=offered)
+    with pytest.raises(DefinitionError, match="'idempotency_key' is in its parameters"):
+        llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
+    hooks = make_hooks()
+    hooks.add_tool(keyed, name="broken")  # from the type hints: the key is left out
+    llm_fsm.Conversation(support, ScriptedLLM(), hooks=hooks)
 
 
 def test_secrets_in_a_result_are_masked_for_the_model_but_kept_for_the_caller(support):

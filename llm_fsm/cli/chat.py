@@ -58,6 +58,7 @@ from llm_fsm.cli.options import (
 from llm_fsm.definition import GlobalTransition
 from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.conversation import Conversation, StreamEvent
@@ -173,8 +174,14 @@ class ChatSession:
         return result
 
     def approve(self, pending: llm_fsm.PendingEvent | None) -> None:
-        """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume)."""
+        """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume). One
+        already approved, whose process stopped while it ran or before its turn ended, is not asked again:
+        the decision was saved (a "no" now could not undo a call that may have run), so it goes on."""
         if pending is None or pending.kind != "tool_approval":
+            return
+        if already_decided(pending):
+            console.print("[dim](this call was approved before the last session stopped: continuing it)[/]")
+            self.resume('{"approved": true}')
             return
         answer = _read("approve? [y/n] ")
         if answer is not None and answer.strip().startswith("/"):
@@ -403,10 +410,21 @@ class ChatSession:
         self.opening()
 
 
+def already_decided(pending: llm_fsm.PendingEvent) -> bool:
+    """Whether the tool call ``pending`` holds was decided already (saved as approved, running or run):
+    a process stopped after the decision, and resuming it goes on with that decision, whatever is sent."""
+    call = pending.tool_call if pending.kind == "tool_approval" else None
+    return isinstance(call, dict) and call.get("approval") is not None
+
+
 def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     if pending.kind == "tool_approval":
         arguments = pending.payload.get("arguments")
         shown = json.dumps(mask(arguments) if isinstance(arguments, dict) else arguments, ensure_ascii=False)
+        if already_decided(pending):
+            tool = escape(str(pending.payload.get("tool")))
+            console.print(f"[bold yellow]⏸ interrupted:[/] the approved call to {tool}, with {escape(shown)}")
+            return
         console.print(f"[bold yellow]⏸ approval needed:[/] the tool {escape(str(pending.payload.get('tool')))}", end="")
         console.print(f" wants to run with {shown}", markup=False)
         return
@@ -633,7 +651,7 @@ def chat(
         if line.startswith("/"):
             if not session.command(line):
                 return
-        elif line:
+        elif not blank(line):
             session.say(line)
         else:  # an empty turn would read to the model as the conversation's beginning: never sent
             console.print("[dim](nothing sent: type a message, or /help for commands)[/]")

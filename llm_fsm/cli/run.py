@@ -46,6 +46,7 @@ from llm_fsm.cli.options import (
     open_conversation,
 )
 from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, StoreError
+from llm_fsm.values import blank
 
 if TYPE_CHECKING:
     from llm_fsm.store.stored import StoredConversation
@@ -183,7 +184,7 @@ def _lines(stream: TextIO, name: str) -> Iterator[str]:
     """
     try:
         for number, line in enumerate(stream, 1):
-            if line.strip():
+            if not blank(line):
                 yield line.rstrip("\r\n")
             else:
                 typer.echo(f"note: input line {number} is blank: skipped, no turn sent", err=True)

@@ -13,7 +13,7 @@ import hashlib
 import re
 from typing import Annotated, Any
 
-from fastapi import Depends, Header, Response
+from fastapi import Depends, Header, Request, Response
 
 from llm_fsm.server.errors import APIError
 from llm_fsm.store import StoredConversation
@@ -23,6 +23,7 @@ REPLAYED = "Idempotent-Replayed"  # a response header: "true" when the answer is
 
 
 def idempotency_key(
+    request: Request,
     header: Annotated[
         str | None,
         Header(
@@ -32,9 +33,12 @@ def idempotency_key(
         ),
     ] = None,
 ) -> str | None:
-    """The request's idempotency key; 400 when it cannot be one."""
+    """The request's idempotency key; 400 when it cannot be one, or when the header comes more than once
+    (which of two keys the client meant would be a guess: the first one was taken)."""
     if header is None:
         return None
+    if len(request.headers.getlist("idempotency-key")) > 1:
+        raise APIError(400, "invalid_request", "the Idempotency-Key header came more than once: send one key")
     key = header.strip()
     if len(key) >= 2 and key[0] == key[-1] == '"':  # a structured-field string, as the draft writes it
         key = re.sub(r"\\(.)", r"\1", key[1:-1])

@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
+from llm_fsm import subflow_turns
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import KeyedResult, Snapshot
@@ -24,6 +25,7 @@ from llm_fsm.llm import LLMClient
 from llm_fsm.store import idempotency
 from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
 from llm_fsm.turn import TurnResult
+from llm_fsm.values import derived_uid
 
 T = TypeVar("T")
 Make = Callable[[Snapshot | None], Conversation]  # None: a new conversation; else one restored from it
@@ -71,7 +73,7 @@ class StoredConversation:
         :class:`TurnResult` or None.
         """
         with self.store.lock(self.id, timeout=self.wait):
-            self._catch_up(self.store.load(self.id))
+            self._catch_up(self.store.load(self.id), idempotency_key)
             if (kept := self._answered(idempotency_key, fingerprint)) is not None:
                 return cast(T, idempotency.replayed(kept))
             with self._holding():  # the turn's checkpoints are saved as they come
@@ -89,7 +91,7 @@ class StoredConversation:
     ) -> T:
         """The async form of :meth:`run`: ``action`` returns an awaitable (``lambda c: c.asend(text)``)."""
         async with self.store.alock(self.id, timeout=self.wait):
-            self._catch_up(await self.store.aload(self.id))
+            self._catch_up(await self.store.aload(self.id), idempotency_key)
             if (kept := self._answered(idempotency_key, fingerprint)) is not None:
                 return cast(T, idempotency.replayed(kept))
             with self._holding():
@@ -139,9 +141,23 @@ class StoredConversation:
             conversation = self.conversation
             conversation._snapshot = idempotency.remembered(conversation.snapshot(), key, fingerprint, result)
 
-    def _catch_up(self, record: Record | None) -> None:
+    def _catch_up(self, record: Record | None, key: str | None = None) -> None:
         if self._conversation is None or (record is not None and record.version != self.version):
             self._take_up(record)  # first use, or another process took a turn since
+        if record is None and key is not None:
+            self._derive_uid(key)
+
+    def _derive_uid(self, key: str) -> None:
+        """A conversation a keyed request creates gets a uid that the store id and the key determine, not a
+        random one: the tool calls of its first turn then have the same idempotency keys in every retry of
+        that request, in any process (a retry finds nothing stored and makes the conversation again)."""
+        conversation = self.conversation
+        snapshot = conversation.snapshot()
+        if snapshot.turns or snapshot.history or snapshot.pending is not None:
+            return  # it has begun (in this object, unsaved): its uid stays
+        uid = derived_uid("stored-conversation", self.id, key)
+        fresh = snapshot.model_copy(update={"uid": uid, "stack": ()})  # its frames' uids derive from the root's
+        conversation._snapshot = subflow_turns.entered(conversation.definition, fresh) if snapshot.stack else fresh
 
     def _take_up(self, record: Record | None) -> None:
         conversation = self.make(None if record is None else record.snapshot)

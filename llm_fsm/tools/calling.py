@@ -38,7 +38,7 @@ from llm_fsm.errors import Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.llm import ToolCallRequest
 from llm_fsm.telemetry import NO_SPAN
-from llm_fsm.values import ContextValueError, as_json_data, derived_uid
+from llm_fsm.values import ContextValueError, as_json_data, derived_uid, exception_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoSpan
@@ -207,6 +207,12 @@ def _parameters_problem(function: ToolFunction, parameters: dict[str, Any] | Non
         positional = []
     if positional:
         return f"the function takes {', '.join(positional)} by position only; a tool is called with keywords"
+    mcp = getattr(function.function, "mcp_tool", False)  # an MCP tool's own idempotency_key argument gets the key
+    if not mcp and takes_key(function.function) and KEY_PARAMETER in (parameters.get("properties") or {}):
+        return (
+            f"'{KEY_PARAMETER}' is in its parameters, but the runtime gives the function each call's key: the model"
+            f" must not see or write it (every call that gives it is refused), so leave it out of 'parameters'"
+        )
     return None
 
 
@@ -455,7 +461,8 @@ def raised(prepared: Prepared, exc: BaseException) -> str:
 
 
 def _describe(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    message = exception_text(exc).strip()
+    text = message.splitlines()[0] if message else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 

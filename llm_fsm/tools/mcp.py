@@ -820,16 +820,26 @@ def register(hooks: Hooks, server: MCPServer, names: Iterable[str] | None = None
 
             hint = did_you_mean(name, list(offered))
             raise MCPError(f"the MCP server '{server.name}' has no tool '{name}'" + (f" ({hint})" if hint else ""))
-        hooks.add_tool(_caller(server, name), name=name, description=tool.description, parameters=tool.parameters)
+        own_key = "idempotency_key" in ((tool.parameters or {}).get("properties") or {})
+        caller = _caller(server, name, own_key=own_key)
+        hooks.add_tool(caller, name=name, description=tool.description, parameters=tool.parameters)
     return wanted
 
 
-def _caller(server: MCPServer, name: str) -> Callable[..., Awaitable[Any]]:
+def _caller(server: MCPServer, name: str, *, own_key: bool = False) -> Callable[..., Awaitable[Any]]:
+    """The tool function of one MCP tool: the call's key goes in ``_meta``, and also as the tool's own
+    ``idempotency_key`` argument when its schema has one (``own_key``): the runtime's keyword takes that
+    name, so the argument would otherwise never reach the server; the runtime's key, the same in every
+    retry of the turn, is the one a server that dedupes by it needs."""
+
     async def call(*, idempotency_key: str | None = None, **arguments: Any) -> Any:
         meta = {"idempotency_key": idempotency_key} if idempotency_key else {}
+        if own_key and idempotency_key:
+            arguments = {**arguments, "idempotency_key": idempotency_key}
         return await server.acall(name, arguments, meta=meta)
 
     call.__name__ = name
+    call.mcp_tool = True  # type: ignore[attr-defined]  # its schema is the server's (see calling.bind)
     return call
 
 

@@ -52,6 +52,14 @@ def check_availability(date: str, guests: int) -> str:
 
 
 @server.tool()
+def charge(amount: int, idempotency_key: str, ctx: Context) -> dict[str, Any]:
+    """A tool whose own argument is an idempotency key (as a payment API's is); the _meta it received too."""
+    meta = ctx.request_context.meta
+    data = meta.model_dump() if hasattr(meta, "model_dump") else dict(meta or {})
+    return {"amount": amount, "idempotency_key": idempotency_key, "meta_key": data.get("idempotency_key")}
+
+
+@server.tool()
 def request_meta(note: str, ctx: Context) -> dict[str, Any]:
     """The request's _meta, as this server received it (the client's idempotency key travels there)."""
     meta = ctx.request_context.meta
