@@ -556,6 +556,18 @@ def test_an_approved_call_is_saved_as_running_before_it_runs_and_with_its_result
     assert store.load("c").snapshot.pending is None and store.load("c").version == 5  # 2 turns, 2 checkpoints, 1 turn
 
 
+def keyed_refund(keys: list[str]) -> Hooks:
+    """The support tools, with a refund that takes its idempotency key (and records it in ``keys``)."""
+    hooks = make_hooks()
+
+    @hooks.tool("refund")
+    def refund(order_id: str, idempotency_key: str) -> dict:
+        keys.append(idempotency_key)
+        return {"refunded": order_id}
+
+    return hooks
+
+
 def _interrupted(support, tmp_path, hooks, ran, decision=None):
     """A stored pause whose approved call was marked running when its process died, resumed with ``decision``."""
     from llm_fsm.store import advance, open_store
@@ -587,12 +599,7 @@ def test_a_call_found_running_takes_no_other_decision_than_its_approval(support,
     # It was approved (saved before it ran) and may have run: a "no" now could not undo it, so it is refused
     # rather than overridden in silence (the call then ran again, with its key, as if approved).
     keys: list[str] = []
-    hooks = make_hooks()
-
-    @hooks.tool("refund")
-    def refund(order_id: str, idempotency_key: str) -> dict:
-        keys.append(idempotency_key)
-        return {"refunded": order_id}
+    hooks = keyed_refund(keys)
 
     with pytest.raises(ResumeError, match="was approved and may have run"):
         _interrupted(support, tmp_path, hooks, keys, decision)
@@ -601,12 +608,7 @@ def test_a_call_found_running_takes_no_other_decision_than_its_approval(support,
 
 def test_an_approved_call_found_running_is_run_again_with_its_key_when_the_tool_takes_one(support, tmp_path):
     keys: list[str] = []
-    hooks = make_hooks()
-
-    @hooks.tool("refund")
-    def refund(order_id: str, idempotency_key: str) -> dict:
-        keys.append(idempotency_key)
-        return {"refunded": order_id}
+    hooks = keyed_refund(keys)
 
     result, _, held = _interrupted(support, tmp_path, hooks, keys)
     assert keys == [held["idempotency_key"]] and result.tool_calls[0].result == {"refunded": "A-9"}
