@@ -149,12 +149,14 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
     text = strip_thinking(text or "").strip()
     if not text:
         raise ReplyFormatError("the reply was empty; answer with one JSON object")
+    decoder = _EXACT_DECODER if exact else _DECODER
+    if text.startswith("{") and isinstance(data := _strict(text, decoder), dict) and data:
+        return data, False  # the common case, the whole reply one exact object: nothing around it to check
     if exact and wrapped_in_list(text):  # the object inside would be found and taken: refuse the shape instead
         raise ReplyFormatError(f"the reply is a JSON list; answer with one JSON object, not a list of them: {_SHAPE}")
     if exact and (count := _objects(text)) > 1:  # the repair (or the first fence) would take one of them
         raise ReplyFormatError(f"the reply holds {count} JSON objects; answer with exactly one: {_SHAPE}")
     candidates = _candidates(text)
-    decoder = _EXACT_DECODER if exact else _DECODER
     for candidate in candidates:  # exact JSON anywhere beats a repair
         data = _strict(candidate, decoder)
         if isinstance(data, dict) and data:
