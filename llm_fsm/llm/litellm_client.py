@@ -1,0 +1,373 @@
+"""Any provider litellm supports, as an :class:`~llm_fsm.llm.protocol.LLMClient`: :class:`LiteLLMClient`.
+
+This is the only module that imports litellm, and it does so on the first call (see
+:mod:`llm_fsm.llm`). Each form of call (sync or async, whole or streamed) is a short driver over the
+same attempts (:class:`_Attempt`: retry what a retry can help, with backoff) and the same stream reader.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import os
+import random
+import sys
+import time
+from collections.abc import AsyncIterator, Iterator
+from types import ModuleType, TracebackType
+from typing import Any, Literal
+from urllib.parse import urlsplit
+
+from llm_fsm import telemetry
+from llm_fsm.errors import LLMError, LLMUnavailableError
+from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling
+from llm_fsm.llm.provider_errors import provider_error
+from llm_fsm.llm.responses import _alast_response, _last_response, _StreamReader, whole_response
+from llm_fsm.secrets import without_url_passwords
+
+logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
+
+
+def _import_litellm() -> ModuleType:
+    os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+    with _no_import_chatter():
+        import litellm
+
+    _keep_quiet(litellm)
+    return litellm
+
+
+_LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
+
+
+@contextlib.contextmanager
+def _no_import_chatter() -> Iterator[None]:
+    """While litellm imports, its loggers drop records below WARNING: it logs DEBUG lines as it loads,
+    through its own handler, which writes them to stdout before :func:`_keep_quiet` can remove it.
+    A level the application set on those loggers is left alone."""
+    if "litellm" in sys.modules:
+        yield
+        return
+    held = [log for log in map(logging.getLogger, _LITELLM_LOGGERS) if log.level == logging.NOTSET]
+    for log in held:
+        log.setLevel(logging.WARNING)
+    try:
+        yield
+    finally:
+        for log in held:
+            log.setLevel(logging.NOTSET)
+
+
+def _keep_quiet(litellm: ModuleType) -> None:
+    """A library prints nothing: stop litellm's own output, so that what it says goes through ``logging``.
+
+    litellm prints a coloured "Give Feedback / Get Help" banner on stdout for every failed call unless
+    ``suppress_debug_info`` is set, and its loggers carry a handler of their own that writes to stdout
+    (below WARNING) and stderr whatever the application configured. That handler is swapped for a
+    ``NullHandler``, as llm_fsm's own logger has: records still reach the application's handlers.
+    Both are process-wide settings of litellm's; idempotent.
+    """
+    setattr(litellm, "suppress_debug_info", True)  # noqa: B010 (a module global)
+    own = getattr(getattr(litellm, "_logging", None), "handler", None)
+    for name in _LITELLM_LOGGERS:
+        log = logging.getLogger(name)
+        if own is not None and own in log.handlers:
+            log.removeHandler(own)
+        if not any(isinstance(h, logging.NullHandler) for h in log.handlers):
+            log.addHandler(logging.NullHandler())
+
+
+class LiteLLMClient:
+    """Any provider litellm supports (``model`` as litellm names it, e.g. ``openai/gpt-4o-mini``).
+
+    ``max_retries`` counts our retries after the first attempt, on timeouts, connection errors,
+    429 and 5xx, with exponential backoff from ``backoff`` seconds, capped at ``max_backoff``.
+    ``response_format``: ``auto`` asks for a strict JSON schema where litellm says the model
+    supports one, else JSON mode where supported, else nothing. ``stream`` streams each call (with
+    usage). ``tool_calling``: how tools reach the model (see :meth:`tool_mode`). litellm is kept
+    quiet (no banners on stdout, its log records through ``logging`` only): ``quiet`` is accepted for
+    compatibility and changes nothing. Further keyword arguments go to ``litellm.completion`` unchanged.
+    """
+
+    def __init__(
+        self,
+        model: str,
+        api_base: str | None = None,
+        api_key: str | None = None,
+        *,
+        temperature: float | None = None,
+        timeout: float = 60.0,
+        max_retries: int = 2,
+        backoff: float = 0.5,
+        max_backoff: float = 8.0,
+        response_format: ResponseFormat = "auto",
+        tool_calling: ToolCalling = "auto",
+        stream: bool = False,
+        quiet: bool = True,
+        guided: bool = False,
+        **extra: Any,
+    ) -> None:
+        self.model = model
+        self.guided = guided  # conversations give this model guided reply schemas (see llm_fsm.guided)
+        self.api_base = api_base
+        self.api_key = api_key
+        self.temperature = temperature
+        self.timeout = timeout
+        self.max_retries = max(0, max_retries)
+        self.backoff = backoff
+        self.max_backoff = max_backoff
+        self.response_format = response_format
+        self.tool_calling = tool_calling
+        self.stream = stream
+        self.quiet = quiet
+        self.extra = extra
+        self._litellm: ModuleType | None = None
+        self._format_kind: str | None = None
+        self._tool_mode: Literal["native", "json"] | None = None
+
+    def __repr__(self) -> str:  # never shows the key
+        api_base = without_url_passwords(self.api_base) if self.api_base else None
+        return f"LiteLLMClient(model={self.model!r}, api_base={api_base!r})"
+
+    def trace_attributes(self) -> dict[str, Any]:
+        """How traces name this client's requests (GenAI conventions): provider, model, server, settings;
+        never the key, and of ``api_base`` only the host and port."""
+        provider, model = _provider_and_model(self.model)
+        attributes: dict[str, Any] = {"gen_ai.provider.name": _GENAI_PROVIDERS.get(provider, provider)}
+        attributes["gen_ai.request.model"] = model
+        if self.api_base:
+            where = urlsplit(self.api_base if "//" in self.api_base else f"//{self.api_base}")
+            if where.hostname:
+                attributes["server.address"] = where.hostname
+                with contextlib.suppress(ValueError):  # a port that is not a number: none to name
+                    if where.port:
+                        attributes["server.port"] = where.port
+        settings = {"temperature": self.temperature, **self.extra}
+        for name in ("temperature", "top_p", "max_tokens", "seed"):
+            value = settings.get(name)
+            if isinstance(value, int | float) and not isinstance(value, bool):
+                attributes[f"gen_ai.request.{name}"] = value
+        return attributes
+
+    @property
+    def litellm(self) -> ModuleType:
+        if self._litellm is None:
+            self._litellm = _import_litellm()
+        return self._litellm
+
+    # -- calls: each form is a short driver over the same attempts and the same stream reader ----
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        if self.stream:
+            return _last_response(self.stream_complete(request))
+        for attempt in self._attempts():
+            with attempt:
+                return whole_response(self.litellm.completion(**self._params(request, stream=False)), self.model)
+            time.sleep(attempt.delay)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        if self.stream:
+            return await _alast_response(self.astream_complete(request))
+        for attempt in self._attempts():
+            with attempt:
+                response = await self.litellm.acompletion(**self._params(request, stream=False))
+                return whole_response(response, self.model)
+            await _sleep(attempt.delay)
+        raise AssertionError("unreachable: the last attempt raises")  # pragma: no cover
+
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
+        """Yield text deltas as they arrive, then the whole :class:`LLMResponse` (with usage).
+
+        A failure before the first delta is retried like :meth:`complete`; after it, it is raised.
+        """
+        for attempt in self._attempts():
+            with attempt:
+                reader = iter(_StreamReader(self, self.litellm.completion(**self._params(request, stream=True))))
+                with contextlib.closing(reader):  # closed now, not when collected, if our caller stops early
+                    for item in reader:
+                        yield attempt.passed(item)
+                return
+            time.sleep(attempt.delay)
+
+    async def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+        """The async form of :meth:`stream_complete`."""
+        for attempt in self._attempts():
+            with attempt:
+                chunks = await self.litellm.acompletion(**self._params(request, stream=True))
+                reader = aiter(_StreamReader(self, chunks))
+                async with contextlib.aclosing(reader):
+                    async for item in reader:
+                        yield attempt.passed(item)
+                return
+            await _sleep(attempt.delay)
+
+    def _attempts(self) -> Iterator[_Attempt]:
+        return (_Attempt(self, number) for number in range(1, self.max_retries + 2))
+
+    def _params(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
+        params: dict[str, Any] = {
+            "model": self.model,
+            "messages": request.messages,
+            "timeout": self.timeout,
+            "max_retries": 0,
+            **self.extra,
+        }
+        for name in ("api_base", "api_key", "temperature"):
+            if getattr(self, name) is not None:
+                params[name] = getattr(self, name)
+        if request.longer:
+            for budget in ("max_tokens", "max_completion_tokens"):
+                if isinstance(params.get(budget), int):
+                    params[budget] *= 2
+        if request.max_tokens is not None:  # never above the client's own budget
+            budget = params.get("max_tokens")
+            params["max_tokens"] = min(budget, request.max_tokens) if isinstance(budget, int) else request.max_tokens
+        response_format = self._response_format(request)
+        if response_format is not None:
+            params["response_format"] = response_format
+        if request.tools and self.tool_mode() == "native":
+            params["tools"] = list(request.tools)
+            if request.tool_choice is not None:
+                params["tool_choice"] = request.tool_choice
+            if _has_mcp_gateway():
+                # litellm (1.106 at least) checks tools for its proxy's MCP gateway, and that check imports
+                # the optional `mcp` package, which litellm does not install: ModuleNotFoundError. Function
+                # tools never name the gateway; litellm's own flag skips the check and is not sent on.
+                params["_skip_mcp_handler"] = True
+        if stream:
+            params.update(stream=True, stream_options={"include_usage": True})
+        return params
+
+    def tool_mode(self) -> Literal["native", "json"]:
+        """How this client offers tools: ``native`` sends them as the provider's ``tools`` parameter and
+        reads the calls back from the response; ``json`` sends none (the prompt describes them and the
+        reply's JSON asks for calls).
+
+        ``tool_calling="native"`` or ``"json"`` forces the mode. ``"auto"`` is native exactly when
+        ``litellm.supports_function_calling`` says so for ``model``. litellm answers False, without
+        raising, for models it has no entry for, and that includes every ``openai/<name>`` served at an
+        ``api_base`` (a local vLLM, llama.cpp, LM Studio or Ollama server): those get ``json``, because
+        JSON in the prompt works with any server while ``tools`` fails outright (HTTP 400) on servers
+        or models without tool support (vLLM started without ``--enable-auto-tool-choice``, Ollama
+        models whose template has no tools). For such a server that does support tools, pass
+        ``tool_calling="native"`` or describe the model to litellm with ``litellm.register_model``
+        (``"supports_function_calling": True``). The answer is computed once per client.
+        """
+        if self._tool_mode is None:
+            self._tool_mode = self._pick_tool_mode()
+        return self._tool_mode
+
+    def _pick_tool_mode(self) -> Literal["native", "json"]:
+        if self.tool_calling != "auto":
+            return self.tool_calling
+        try:
+            return "native" if self.litellm.supports_function_calling(model=self.model) else "json"
+        except Exception:  # litellm documents raising for unknown models (1.106 returns False): the same answer
+            return "json"
+
+    def _response_format(self, request: LLMRequest) -> dict[str, Any] | None:
+        kind = self._format_kind or self._pick_format()
+        if kind == "json_schema" and request.strict_schema is not None:
+            schema = {"name": "fsm_reply", "schema": request.strict_schema, "strict": True}
+            return {"type": "json_schema", "json_schema": schema}
+        if kind in ("json_schema", "json_object"):
+            return {"type": "json_object"}
+        return None
+
+    def _pick_format(self) -> str:
+        kind = self.response_format
+        if kind == "auto":
+            kind = "none"
+            try:
+                if self.litellm.supports_response_schema(model=self.model):
+                    kind = "json_schema"
+                elif "response_format" in (self.litellm.get_supported_openai_params(model=self.model) or ()):
+                    kind = "json_object"
+            except Exception:  # litellm raises for models it has no entry for: ask for nothing special
+                kind = "none"
+        self._format_kind = kind
+        return kind
+
+    # -- errors ---------------------------------------------------------------------------------
+
+    def _translate(self, exc: Exception, attempt: int) -> LLMError:
+        return provider_error(exc, attempt, model=self.model, api_base=self.api_base, api_key=self.api_key)
+
+    def _should_retry(self, error: LLMError, attempt: int) -> bool:
+        return isinstance(error, LLMUnavailableError) and attempt <= self.max_retries
+
+    def _delay(self, attempt: int) -> float:
+        delay: float = min(self.max_backoff, self.backoff * 2.0 ** (attempt - 1))
+        return delay * (0.5 + random.random() / 2)  # jitter spreads retries of many conversations
+
+
+class _Attempt:
+    """One try of a call: ``with attempt:`` turns a provider failure into our error, and swallows it
+    (so the loop tries again after ``delay``) only when a retry can help and no text was passed on."""
+
+    def __init__(self, client: LiteLLMClient, number: int) -> None:
+        self.client = client
+        self.number = number
+        self.started = False
+        self.delay = client._delay(number)  # before a retry (jittered once, so the notice tells the truth)
+
+    def passed(self, item: str | LLMResponse) -> str | LLMResponse:
+        """``item`` goes to the caller: from now on a failure is raised, not retried."""
+        self.started = True
+        return item
+
+    def __enter__(self) -> _Attempt:
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> bool:
+        if not isinstance(exc, Exception):  # success, or GeneratorExit/KeyboardInterrupt: not ours to handle
+            return False
+        error = self.client._translate(exc, self.number)
+        if self.started or not self.client._should_retry(error, self.number):
+            raise error from exc
+        retries = self.client.max_retries
+        logger.warning("%s; retry %d of %d in %.1f s", error, self.number, retries, self.delay)
+        telemetry.retrying(error, self.number, self.delay)
+        return True
+
+
+async def _sleep(seconds: float) -> None:
+    import asyncio  # here, not at the top: the CLI's --help should not pay for importing asyncio
+
+    await asyncio.sleep(seconds)
+
+
+# litellm's provider names as the GenAI semantic conventions name them (others: as litellm names them)
+_GENAI_PROVIDERS = {
+    "openai": "openai", "text-completion-openai": "openai", "azure": "azure.ai.openai",
+    "azure_ai": "azure.ai.inference", "anthropic": "anthropic", "bedrock": "aws.bedrock",
+    "vertex_ai": "gcp.vertex_ai", "vertex_ai_beta": "gcp.vertex_ai", "gemini": "gcp.gemini", "groq": "groq",
+    "mistral": "mistral_ai", "cohere": "cohere", "cohere_chat": "cohere", "deepseek": "deepseek",
+    "perplexity": "perplexity", "xai": "x_ai", "watsonx": "ibm.watsonx.ai",
+}  # fmt: skip
+
+
+@functools.cache
+def _provider_and_model(model: str) -> tuple[str, str]:
+    """(provider, the model as the provider names it) for a litellm model name."""
+    prefix, _, rest = model.partition("/")
+    if rest:
+        return prefix, rest
+    try:  # no prefix: litellm knows the provider of its models (it is imported for the call anyway)
+        _, provider, _, _ = _import_litellm().get_llm_provider(model)
+        return str(provider), model
+    except Exception:  # a model litellm does not know: the conventions' "other"
+        return "_OTHER", model
+
+
+@functools.cache
+def _has_mcp_gateway() -> bool:
+    """Whether this litellm checks ``tools`` for its MCP gateway (and knows the flag that skips the check)."""
+    from importlib.util import find_spec
+
+    try:
+        return find_spec("litellm.responses.mcp.chat_completions_handler") is not None
+    except ImportError:  # a parent package is missing: an older litellm, without the gateway
+        return False

@@ -1,0 +1,107 @@
+"""What a conversation asks of a model and what it gets back: :class:`LLMRequest`, :class:`LLMResponse`
+and :class:`Usage`, and the :class:`LLMClient` protocol any model (litellm's, a test double) implements."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol, runtime_checkable
+
+Message = dict[str, Any]  # role and content; an assistant's may carry "tool_calls", a tool's "tool_call_id"
+
+
+@dataclass(frozen=True)
+class Usage:
+    """Tokens (and cost in USD when litellm knows the model's price) of one or more calls."""
+
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+    cost: float | None = None
+
+    def __add__(self, other: Usage) -> Usage:
+        costs = [c for c in (self.cost, other.cost) if c is not None]
+        return Usage(
+            self.prompt_tokens + other.prompt_tokens,
+            self.completion_tokens + other.completion_tokens,
+            self.total_tokens + other.total_tokens,
+            sum(costs) if costs else None,
+        )
+
+
+@dataclass(frozen=True)
+class ToolCallRequest:
+    """A tool call the model asked for."""
+
+    id: str  # the provider's call id ("call_<n>", n its position in the reply, when the provider gave none)
+    name: str
+    # the raw JSON text of the arguments as the model wrote them (may be invalid JSON: the runtime reports that)
+    arguments: str
+
+
+@dataclass(frozen=True)
+class LLMRequest:
+    """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
+
+    ``kind`` (``reply``, ``judge``, or ``summary``: see ``llm_fsm.summaries``), ``state`` and ``context``
+    describe the call for test doubles and recorders (the simulated model reads them); they are never
+    sent to a provider. ``max_tokens`` bounds this call's completion (never above the client's own
+    ``max_tokens``). ``longer``: the previous reply
+    was cut off at the token limit, so a client with a ``max_tokens`` budget doubles it for this call.
+    ``tools``: OpenAI function-tool specs (``{"type": "function", "function": {"name", "description",
+    "parameters"}}``) and ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``), sent to the provider
+    only when the client calls tools natively (see ``LiteLLMClient.tool_mode``). ``back_to``: where a
+    ``"$return"`` move of this state goes (the state the conversation came from), for test doubles too.
+    ``definition``: the name of the definition ``state`` belongs to (a sub-conversation's, inside one).
+    """
+
+    messages: list[Message]
+    schema: dict[str, Any] | None = None
+    strict_schema: dict[str, Any] | None = None
+    kind: Literal["reply", "judge", "summary"] = "reply"
+    state: str | None = None
+    context: dict[str, Any] | None = field(default=None, repr=False)
+    longer: bool = False
+    tools: tuple[dict[str, Any], ...] | None = None
+    tool_choice: str | None = None
+    definition: str | None = None
+    max_tokens: int | None = None  # a bound of this call's own (a summary's), under the client's
+    back_to: str | None = None
+
+
+@dataclass(frozen=True)
+class LLMResponse:
+    """The model's text (``""`` when it only called tools) and the tool calls it asked for, in order.
+
+    ``finish_reason`` as the provider gave it: ``length`` means the text (or a tool call's arguments)
+    was cut off; ``tool_calls`` that the model stopped to call tools. A provider may say ``stop`` with
+    tool calls: a streamed reply reports that as ``tool_calls``, as litellm already does for the others.
+    """
+
+    text: str
+    usage: Usage = field(default_factory=Usage)
+    model: str | None = None
+    finish_reason: str | None = None
+    tool_calls: tuple[ToolCallRequest, ...] = ()
+
+
+@runtime_checkable
+class LLMClient(Protocol):
+    """What a conversation needs from a model: one completion, sync or async."""
+
+    def complete(self, request: LLMRequest) -> LLMResponse: ...
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse: ...
+
+
+@runtime_checkable
+class StreamingLLMClient(LLMClient, Protocol):
+    """A client that can also stream: text deltas, then the whole response."""
+
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]: ...
+
+    def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]: ...
+
+
+ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]
+ToolCalling = Literal["auto", "native", "json"]

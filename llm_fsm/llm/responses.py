@@ -1,0 +1,212 @@
+"""A provider's answer read into an :class:`~llm_fsm.llm.protocol.LLMResponse`: a whole response, or a
+stream (sync or async) of text deltas and tool-call fragments, checked to have been finished."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import AsyncIterator, Iterator
+from typing import Any
+
+from llm_fsm.errors import LLMError, LLMUnavailableError
+from llm_fsm.llm.protocol import LLMResponse, ToolCallRequest, Usage
+
+
+def whole_response(response: Any, model: str) -> LLMResponse:
+    """A non-streamed litellm response; ``model`` names the client's model in errors."""
+    choices = getattr(response, "choices", None)
+    if not choices:
+        raise LLMError("the provider returned no choices", model=model)
+    message = choices[0].message
+    text = message.content or ""
+    finish = getattr(choices[0], "finish_reason", None)
+    calls = tuple(_tool_call(call, n) for n, call in enumerate(getattr(message, "tool_calls", None) or ()))
+    return LLMResponse(text, _usage(response), getattr(response, "model", None), finish, calls)
+
+
+def _usage(response: Any) -> Usage:
+    usage = getattr(response, "usage", None)
+    hidden = getattr(response, "_hidden_params", None) or {}
+    if usage is None:
+        return Usage(cost=hidden.get("response_cost"))
+    prompt = usage.prompt_tokens or 0
+    completion = usage.completion_tokens or 0
+    return Usage(prompt, completion, usage.total_tokens or prompt + completion, hidden.get("response_cost"))
+
+
+def _check_finished(model: str, finished: bool, parts: list[str]) -> None:
+    """A stream that ends without a finish reason was cut off: its text (and tool calls) must not be used."""
+    if not finished:
+        received = sum(len(p) for p in parts)
+        raise LLMUnavailableError(
+            f"{model}: the stream ended before the reply was complete ({received} characters received)",
+            model=model,
+        )
+
+
+def _chunk_usage(chunk: Any) -> Usage | None:
+    usage = getattr(chunk, "usage", None)
+    if not usage or not getattr(usage, "total_tokens", None):
+        return None
+    return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens)
+
+
+class _StreamReader:
+    """Reads a provider stream (sync or async): text deltas, then the whole response with usage and
+    the tool calls, put together from their fragments (which only the final response carries)."""
+
+    def __init__(self, client: Any, chunks: Any) -> None:
+        self.model: str = client.model  # a LiteLLMClient's: the reader names it in errors and the response
+        self.chunks = chunks
+        self.parts: list[str] = []
+        self.calls = _ToolCallParts()
+        self.usage = Usage()
+        self.finish_reason: str | None = None
+
+    def __iter__(self) -> Iterator[str | LLMResponse]:
+        try:
+            for chunk in self.chunks:
+                if text := self._read(chunk):
+                    yield text
+            yield self._response()
+        finally:  # a reader that stops early closes the HTTP response, so the server stops writing
+            _close_stream(self.chunks)
+
+    async def __aiter__(self) -> AsyncIterator[str | LLMResponse]:
+        try:
+            async for chunk in self.chunks:
+                if text := self._read(chunk):
+                    yield text
+            yield self._response()
+        finally:
+            await _aclose_stream(self.chunks)
+
+    def _read(self, chunk: Any) -> str:
+        self.usage = _chunk_usage(chunk) or self.usage
+        self.finish_reason = _finish_reason(chunk) or self.finish_reason
+        delta = _delta(chunk)
+        self.calls.add(getattr(delta, "tool_calls", None) or ())
+        text: str = getattr(delta, "content", None) or ""
+        if text:
+            self.parts.append(text)
+        return text
+
+    def _response(self) -> LLMResponse:
+        received = self.parts + self.calls.texts()
+        _check_finished(self.model, _provider_finished(self.chunks, self.finish_reason is not None), received)
+        # litellm closes every stream with a chunk of its own: the provider's reason is the one that counts
+        finish = getattr(self.chunks, "received_finish_reason", None) or self.finish_reason
+        calls = self.calls.finished()
+        if calls and finish == "stop":  # what litellm reports for the same reply unstreamed
+            finish = "tool_calls"
+        return LLMResponse("".join(self.parts), self.usage, self.model, finish, calls)
+
+
+def _close_stream(chunks: Any) -> None:
+    """Close a sync provider stream: litellm's wrapper has no ``close()``, the stream it wraps does."""
+    for stream in (chunks, getattr(chunks, "completion_stream", None)):
+        if callable(close := getattr(stream, "close", None)):
+            with contextlib.suppress(Exception):
+                close()
+            return
+
+
+async def _aclose_stream(chunks: Any) -> None:
+    if callable(aclose := getattr(chunks, "aclose", None)):
+        with contextlib.suppress(Exception):
+            await aclose()
+
+
+class _ToolCallParts:
+    """Tool calls arriving in fragments: each carries the call's ``index``; the id and name usually come
+    in the first, the arguments in pieces. The first id and name given win (some servers repeat them)."""
+
+    def __init__(self) -> None:
+        self.ids: dict[int, str] = {}
+        self.names: dict[int, str] = {}
+        self.arguments: dict[int, list[str]] = {}
+
+    def add(self, fragments: Any) -> None:
+        for fragment in fragments:
+            index = self._index(fragment)
+            function = getattr(fragment, "function", None)
+            if (call_id := getattr(fragment, "id", None)) and index not in self.ids:
+                self.ids[index] = call_id
+            if (name := getattr(function, "name", None)) and index not in self.names:
+                self.names[index] = name
+            self.arguments.setdefault(index, []).append(_text(getattr(function, "arguments", None)))
+
+    def _index(self, fragment: Any) -> int:
+        index = getattr(fragment, "index", None)
+        if isinstance(index, int):
+            return index
+        # no index (some servers): a fragment with a new id starts a call, any other continues its own or the last
+        call_id = getattr(fragment, "id", None)
+        for known, seen_id in self.ids.items():
+            if seen_id == call_id:
+                return known
+        last = max(self.arguments, default=-1)
+        return last + 1 if last < 0 or call_id else last
+
+    def texts(self) -> list[str]:
+        return [part for parts in self.arguments.values() for part in parts]
+
+    def finished(self) -> tuple[ToolCallRequest, ...]:
+        return tuple(
+            ToolCallRequest(self.ids.get(index) or f"call_{n}", self.names.get(index, ""), "".join(parts))
+            for n, (index, parts) in enumerate(sorted(self.arguments.items()))
+        )
+
+
+def _last_response(items: Iterator[str | LLMResponse]) -> LLMResponse:
+    response = None
+    for item in items:
+        if isinstance(item, LLMResponse):
+            response = item
+    if response is None:  # pragma: no cover (every stream ends with its response)
+        raise LLMError("the stream ended without a response")
+    return response
+
+
+async def _alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMResponse:
+    response = None
+    async for item in items:
+        if isinstance(item, LLMResponse):
+            response = item
+    if response is None:  # pragma: no cover (every stream ends with its response)
+        raise LLMError("the stream ended without a response")
+    return response
+
+
+def _provider_finished(stream: Any, seen_in_chunks: bool) -> bool:
+    """Whether the provider itself ended the reply. litellm adds a closing chunk with a finish reason
+    to every stream, cut or not; its stream wrapper records whether the provider sent one."""
+    received = getattr(stream, "received_finish_reason", _UNKNOWN)
+    return seen_in_chunks if received is _UNKNOWN else received is not None
+
+
+_UNKNOWN = object()
+
+
+def _finish_reason(chunk: Any) -> str | None:
+    choices: Any = getattr(chunk, "choices", None)
+    return getattr(choices[0], "finish_reason", None) if choices else None
+
+
+def _delta(chunk: Any) -> Any:
+    choices = getattr(chunk, "choices", None)
+    return getattr(choices[0], "delta", None) if choices else None
+
+
+def _tool_call(call: Any, position: int) -> ToolCallRequest:
+    """A whole tool call from a (non-streamed) response message."""
+    function = getattr(call, "function", None)
+    call_id = getattr(call, "id", None) or f"call_{position}"
+    return ToolCallRequest(call_id, getattr(function, "name", None) or "", _text(getattr(function, "arguments", None)))
+
+
+def _text(arguments: Any) -> str:
+    """Arguments as text: providers send a JSON string; a few adapters hand over the parsed object."""
+    if arguments is None or isinstance(arguments, str):
+        return arguments or ""
+    return json.dumps(arguments, ensure_ascii=False)
