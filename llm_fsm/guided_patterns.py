@@ -1,0 +1,141 @@
+"""Regular expressions in guided schemas, written as a grammar-driven server (llama.cpp) holds them:
+:func:`portable_pattern` rewrites a declared pattern; :func:`_containing` makes one for text that must
+contain given characters (an email's "@"). Both bound their repeats, since a grammar ignores ``maxLength``."""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+MAX_TEXT = 80  # characters of a text value (a small model loops: "I'm going to the mountains, I'm going...")
+
+# what a value's characters may be in a pattern: any but the quote, the backslash and control characters, so
+# a grammar held to the pattern writes valid JSON (llama.cpp's "." would let a raw quote through)
+_TEXT_EXCLUDED = r'"\\\x7F\x00-\x1F'
+_REGEX_SPECIAL = frozenset("^$.[]()|{}*+?")
+
+
+def _literal(text: str) -> str | None:
+    """``text`` as a regular expression that both Python and llama.cpp's patterns read; None for text a
+    JSON value cannot hold unescaped (quotes, backslashes, control characters)."""
+    if not text or any(c in '"\\' or ord(c) < 0x20 or c == "\x7f" for c in text):
+        return None
+    return "".join("\\" + c if c in _REGEX_SPECIAL else c for c in text)
+
+
+def _in_class(char: str) -> str:
+    return "\\" + char if char in "[]-^" else char
+
+
+def _containing(parts: list[str], limit: int, without: str = "") -> str | None:
+    """A bounded pattern of text holding every one of ``parts`` (in any order) and never the character
+    ``without``: one part, or up to three distinct single characters (longer parts could overlap, which the
+    orders below would miss)."""
+    parts = list(dict.fromkeys(parts))
+    literals = [_literal(part) for part in parts]
+    if len(parts) > 3 or (len(parts) > 1 and any(len(p) != 1 for p in parts)) or None in literals:
+        return None
+    if without and (_literal(without) is None or any(without in part for part in parts)):
+        return None
+    free = max(0, limit - sum(map(len, parts))) // (len(parts) + 1)
+    gap = f"[^{_TEXT_EXCLUDED}{_in_class(without) if without else ''}]{{0,{free}}}"
+    orders = [gap + gap.join(order) + gap for order in itertools.permutations(literals)]  # type: ignore[arg-type]
+    return "^" + (orders[0] if len(orders) == 1 else "(?:" + "|".join(orders) + ")") + "$"
+
+
+# shorthand classes llama.cpp's patterns lack (it then accepts any text); in a JSON string a space is the only
+# whitespace written as itself, so \s is a space
+_SHORTHANDS = {"d": "0-9", "w": "A-Za-z0-9_", "s": " "}
+
+
+def portable_patterns(node: Any) -> Any:
+    """``node`` (a schema) with every ``pattern`` made fit for a grammar (see :func:`portable_pattern`), bounded
+    by the node's ``maxLength`` (else :data:`MAX_TEXT`)."""
+    if isinstance(node, list):
+        return [portable_patterns(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: portable_patterns(value) for key, value in node.items()}
+    if isinstance(node.get("pattern"), str):
+        limit = node.get("maxLength")
+        out["pattern"] = portable_pattern(node["pattern"], limit if isinstance(limit, int) and limit > 0 else MAX_TEXT)
+    return out
+
+
+def portable_pattern(pattern: str, limit: int = MAX_TEXT) -> str:
+    """``pattern`` as a grammar-driven server (llama.cpp) holds it, matching no more than it did:
+
+    - ``\\d``, ``\\w``, ``\\s`` and (outside brackets) their negations as bracket classes, which llama.cpp reads;
+    - ``.`` and negated classes never match a quote, a backslash or a control character: the grammar writes
+      the value's characters as they are, and a raw one of those ends the JSON string or breaks it (llama.cpp
+      then answers 500);
+    - ``+``, ``*`` and ``{n,}`` bounded by ``limit``: a grammar ignores ``maxLength`` next to a pattern, and a
+      small model loops until the token limit (they share ``limit``, so the whole stays near it)."""
+    out: list[str] = []
+    i, n = 0, len(pattern)
+    negated = in_class = False
+    limit = max(1, limit // max(1, _open_repeats(pattern)))  # the repeats share the length
+    while i < n:
+        c = pattern[i]
+        if c == "\\" and i + 1 < n:
+            escaped = pattern[i + 1]
+            if escaped in _SHORTHANDS:
+                out.append(_SHORTHANDS[escaped] if in_class else f"[{_SHORTHANDS[escaped]}]")
+            elif escaped.lower() in _SHORTHANDS and not in_class:
+                out.append(f"[^{_SHORTHANDS[escaped.lower()]}{_TEXT_EXCLUDED}]")
+            else:
+                out.append(c + escaped)
+            i += 2
+        elif in_class:
+            in_class = c != "]"
+            out.append(c)
+            i += 1
+        elif c == "[":
+            negated = pattern[i + 1 : i + 2] == "^"
+            in_class = True
+            i += 2 if negated else 1
+            out.append("[^" if negated else "[")
+            if negated and not pattern.startswith(_TEXT_EXCLUDED, i):  # first, so nothing after makes it a range
+                out.append(_TEXT_EXCLUDED)
+            if pattern[i : i + 1] in ("]", "-"):  # a character of the class where it stands: escaped after ours
+                out.append("\\" + pattern[i])
+                i += 1
+        elif c == ".":
+            out.append(f"[^{_TEXT_EXCLUDED}]")
+            i += 1
+        elif c in "+*":
+            out.append(f"{{{1 if c == '+' else 0},{limit}}}")
+            i += 1
+        elif c == "{" and (m := _OPEN_REPEAT.match(pattern, i)):
+            least = int(m.group(1))
+            out.append(f"{{{least},{max(least, limit)}}}")
+            i = m.end()
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+_OPEN_REPEAT = re.compile(r"\{(\d+),\}")
+
+
+def _open_repeats(pattern: str) -> int:
+    """How many ``+``, ``*`` and ``{n,}`` repeat something in ``pattern`` (outside brackets and escapes)."""
+    count, i, in_class = 0, 0, False
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\":
+            i += 2
+            continue
+        if in_class:
+            in_class = c != "]"
+        elif c == "[":  # "^" and a "]" right after the opening belong to the class
+            in_class = True
+            i += 1 + (pattern[i + 1 : i + 2] == "^")
+            i += pattern[i : i + 1] == "]"
+            continue
+        elif c in "+*" or (c == "{" and _OPEN_REPEAT.match(pattern, i)):
+            count += 1
+        i += 1
+    return count
