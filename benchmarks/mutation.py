@@ -42,7 +42,10 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "contract": (["llm_fsm/contract.py"], ["tests/test_contract.py", "tests/test_reply_contract.py"]),
     "logic": (["llm_fsm/logic.py"], ["tests/test_logic.py"]),
     # not tests/test_llm_tools.py: each of its tests is an HTTP round trip through litellm to a local server
-    "calling": (["llm_fsm/tools/calling.py"], ["tests/test_tools.py"]),
+    "calling": (
+        [f"llm_fsm/tools/{name}.py" for name in ("calling", "tool_types", "binding", "running", "messages")],
+        ["tests/test_tools.py"],
+    ),
     # the turn's behaviour is tested where each feature is: with conversation and engine alone, most of it is
     # reached by no test (measured: RESULTS.md section 13)
     "turn": (
@@ -68,23 +71,24 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
 SUBSET: dict[str, tuple[list[str], str]] = {
     "calling": (
         [
-            f"llm_fsm.tools.calling.{name}__mutmut_*"
-            for name in (
-                "x_prepare",
-                "x_needs_approval",
-                "x_tool_request",
-                "x_requested_in_text",
-                "x_result_text",
-                "x__bounded",
-                "x_unique_ids",
-                "x_native_exchange",
-                "x_json_request_text",
-                "x_arguments_text",
-                "x_json_request_schema",
-                "x_masked",
-                "x__tool",
-                "xǁBoundToolǁspec",
-            )
+            f"llm_fsm.tools.{module}.{name}__mutmut_*"
+            for module, names in {
+                "calling": ("x_prepare", "x_needs_approval"),
+                "messages": (
+                    "x_tool_request",
+                    "x_requested_in_text",
+                    "x_result_text",
+                    "x_unique_ids",
+                    "x_native_exchange",
+                    "x_json_request_text",
+                    "x_arguments_text",
+                    "x_json_request_schema",
+                    "x_masked",
+                ),
+                "tool_types": ("x__bounded", "xǁBoundToolǁspec"),
+                "running": ("x__tool",),
+            }.items()
+            for name in names
         ],
         "the checks, the request parsing and what the model reads; not bind/arguments_model (binding, load time) "
         "nor what runs in the worker threads and on the loop (run_batch, _outcome, _arun, _call_sync, "
@@ -125,10 +129,10 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.logic.x__op_contains__mutmut_2": "_op_in does not read data",
     "llm_fsm.logic.x__unknown_message__mutmut_7": "only the best match is used, and it comes first whatever n is",
     "llm_fsm.logic.x__unknown_message__mutmut_10": "only the best match is used, and it comes first whatever n is",
-    "llm_fsm.tools.calling.x_json_request_text__mutmut_7": "ensure_ascii=None is falsy like ensure_ascii=False",
-    "llm_fsm.tools.calling.x_arguments_text__mutmut_4": "ensure_ascii=None is falsy like ensure_ascii=False",
-    "llm_fsm.tools.calling.x_result_text__mutmut_11": "ensure_ascii=None is falsy like ensure_ascii=False",
-    "llm_fsm.tools.calling.x_result_text__mutmut_27": "ensure_ascii=None is falsy like ensure_ascii=False",
+    "llm_fsm.tools.messages.x_json_request_text__mutmut_7": "ensure_ascii=None is falsy like ensure_ascii=False",
+    "llm_fsm.tools.messages.x_arguments_text__mutmut_4": "ensure_ascii=None is falsy like ensure_ascii=False",
+    "llm_fsm.tools.messages.x_result_text__mutmut_11": "ensure_ascii=None is falsy like ensure_ascii=False",
+    "llm_fsm.tools.messages.x_result_text__mutmut_27": "ensure_ascii=None is falsy like ensure_ascii=False",
     "llm_fsm.contract.x__depth__mutmut_2": "the depth is only compared with 32, and a reply is an object (depth >= 1)",
     "llm_fsm.contract.x__describe__mutmut_3": "include_url only adds a 'url' entry, which _describe does not read",
     "llm_fsm.contract.x__describe__mutmut_11": _LOCATED,

@@ -746,10 +746,10 @@ def test_graph_exports_show_each_states_tools(support):
 
 
 def test_a_call_still_waiting_for_a_worker_when_its_time_is_up_never_runs(support, monkeypatch):
-    from llm_fsm.tools import calling
+    from llm_fsm.tools import running
 
-    monkeypatch.setattr(calling, "POOL_SIZE", 1)
-    monkeypatch.setattr(calling, "_POOL", None)
+    monkeypatch.setattr(running, "POOL_SIZE", 1)
+    monkeypatch.setattr(running, "_POOL", None)
     ran: list[float] = []
     hooks = make_hooks()
 

@@ -46,7 +46,7 @@ def _caller(server: MCPServer, name: str, *, own_key: bool = False) -> Callable[
         return await server.acall(name, arguments, meta=meta)
 
     call.__name__ = name
-    call.mcp_tool = True  # type: ignore[attr-defined]  # its schema is the server's (see calling.bind)
+    call.mcp_tool = True  # type: ignore[attr-defined]  # its schema is the server's (see binding.bind)
     return call
 
 
