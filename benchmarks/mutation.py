@@ -40,7 +40,7 @@ WORK = ROOT / ".mutation"
 MODULES: dict[str, tuple[list[str], list[str]]] = {
     "engine": (["llm_fsm/engine.py"], ["tests/test_engine.py"]),
     "contract": (["llm_fsm/contract.py"], ["tests/test_contract.py", "tests/test_reply_contract.py"]),
-    "logic": (["llm_fsm/logic.py"], ["tests/test_logic.py"]),
+    "logic": (["llm_fsm/logic.py", "llm_fsm/js_values.py"], ["tests/test_logic.py"]),
     # not tests/test_llm_tools.py: each of its tests is an HTTP round trip through litellm to a local server
     "calling": (
         [f"llm_fsm/tools/{name}.py" for name in ("calling", "tool_types", "binding", "running", "messages")],
@@ -118,14 +118,14 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.engine.x_model_writable_keys__mutmut_18": _CACHE_KIND,
     "llm_fsm.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
     "llm_fsm.logic.x__js_mod__mutmut_8": "for a == 0 the remainder is 0, and -0 is 0 (a float -0.0 becomes int 0)",
-    "llm_fsm.logic.x__js_number_str__mutmut_11": "only infinities get there: +inf is > 0 and >= 0, -inf neither",
-    "llm_fsm.logic.x__js_number_str__mutmut_12": "only infinities get there: +inf is > 1, -inf is not",
-    "llm_fsm.logic.x__js_number_str__mutmut_19": "1e+21 and 1e21 are the same literal",
-    "llm_fsm.logic.x__kind__mutmut_3": "None, booleans and strings are never == one another in Python, so one "
+    "llm_fsm.js_values.x_js_number_str__mutmut_11": "only infinities get there: +inf is > 0 and >= 0, -inf neither",
+    "llm_fsm.js_values.x_js_number_str__mutmut_12": "only infinities get there: +inf is > 1, -inf is not",
+    "llm_fsm.js_values.x_js_number_str__mutmut_19": "1e+21 and 1e21 are the same literal",
+    "llm_fsm.js_values.x_kind__mutmut_3": "None, booleans and strings are never == one another in Python, so one "
     "label for the three changes no comparison",
-    "llm_fsm.logic.x__kind__mutmut_6": "the label is only compared with other _kind results and 'object'",
-    "llm_fsm.logic.x__kind__mutmut_7": "the label is only compared with other _kind results and 'object'",
-    "llm_fsm.logic.x__loose_equal__mutmut_1": "with one None, the rest of _loose_equal finds no number in it: False",
+    "llm_fsm.js_values.x_kind__mutmut_6": "the label is only compared with other _kind results and 'object'",
+    "llm_fsm.js_values.x_kind__mutmut_7": "the label is only compared with other _kind results and 'object'",
+    "llm_fsm.js_values.x_loose_equal__mutmut_1": "with one None, the rest of _loose_equal finds no number in it: False",
     "llm_fsm.logic.x__op_contains__mutmut_2": "_op_in does not read data",
     "llm_fsm.logic.x__unknown_message__mutmut_7": "only the best match is used, and it comes first whatever n is",
     "llm_fsm.logic.x__unknown_message__mutmut_10": "only the best match is used, and it comes first whatever n is",

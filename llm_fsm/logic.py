@@ -33,11 +33,19 @@ import difflib
 import itertools
 import math
 import operator
-import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from llm_fsm.errors import LogicError
+from llm_fsm.js_values import (
+    Number,
+    compare,
+    js_str,
+    loose_equal,
+    strict_equal,
+    tidy,
+    to_number,
+)
 
 ALLOWED_OPERATORS: frozenset[str] = frozenset(
     {
@@ -74,12 +82,10 @@ ALLOWED_OPERATORS: frozenset[str] = frozenset(
 )
 MAX_DEPTH = 32
 
-Number = int | float
 Op = Callable[[list[object], object], object]  # (evaluated arguments, data) -> result
 LazyOp = Callable[[list[object], object, int], object]  # (raw arguments, data, depth) -> result
 
 _ABSENT = object()
-_NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 # (min, max) argument counts; operators not listed take any number.
 _ARITY: dict[str, tuple[int, int | None]] = {
     "var": (1, 2),
@@ -210,7 +216,7 @@ def _lookup(data: object, path: object) -> object:
     if path is None or path == "":
         return data
     current = data
-    for part in _js_str(path).split("."):
+    for part in js_str(path).split("."):
         if isinstance(current, Mapping):
             current = current.get(part, _ABSENT)
         elif isinstance(current, (list, tuple)) and part.isascii() and part.isdigit():
@@ -226,116 +232,29 @@ def _blank(value: object) -> bool:
     return value is _ABSENT or value is None or (isinstance(value, str) and value == "")
 
 
-# ---------------------------------------------------------------- conversions
-
-
-def _js_str(value: object) -> str:
-    """JavaScript ``String(value)`` for JSON values."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, float):
-        return _js_number_str(value)
-    if isinstance(value, (list, tuple)):
-        return ",".join("" if item is None else _js_str(item) for item in value)
-    if isinstance(value, Mapping):
-        return "[object Object]"
-    return str(value)
-
-
-def _js_number_str(value: float) -> str:
-    if math.isnan(value):
-        return "NaN"
-    if math.isinf(value):
-        return "Infinity" if value > 0 else "-Infinity"
-    if value.is_integer() and abs(value) < 1e21:
-        return str(int(value))
-    mantissa, _, exponent = repr(value).partition("e")
-    return f"{mantissa}e{int(exponent):+d}" if exponent else mantissa
-
-
-def _to_number(value: object) -> Number | None:
-    """A number, a numeric string converted, else None (booleans are not numbers)."""
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return value
-    if isinstance(value, str) and _NUMERIC.fullmatch(value.strip()):
-        return _tidy(float(value))
-    return None
-
-
-def _tidy(value: Number | None) -> Number | None:
-    """Whole floats become ints; NaN and infinities become None."""
-    if not isinstance(value, float):
-        return value
-    if not math.isfinite(value):
-        return None
-    return int(value) if value.is_integer() and abs(value) <= 2**53 else value
-
-
-def _unbool(value: object) -> object:
-    return int(value) if isinstance(value, bool) else value
-
-
-# ---------------------------------------------------------------- comparison
-
-
-def _kind(value: object) -> str:
-    if value is None or isinstance(value, (bool, str)):
-        return type(value).__name__
-    return "number" if isinstance(value, (int, float)) else "object"
-
-
-def _strict_equal(a: object, b: object) -> bool:
-    return _kind(a) == _kind(b) and a == b
-
-
-def _loose_equal(a: object, b: object) -> bool:
-    """JavaScript ``==`` for JSON values (containers compare by content)."""
-    if a is None or b is None:
-        return a is None and b is None
-    a, b = _unbool(a), _unbool(b)
-    if _kind(a) == _kind(b) == "object":
-        return a == b
-    a = _js_str(a) if _kind(a) == "object" else a
-    b = _js_str(b) if _kind(b) == "object" else b
-    if isinstance(a, str) and isinstance(b, str):
-        return a == b
-    x, y = (0 if isinstance(v, str) and not v.strip() else _to_number(v) for v in (a, b))
-    return x is not None and y is not None and x == y
-
-
-def _compare(a: object, b: object, test: Callable[[Any, Any], bool]) -> bool:
-    if isinstance(a, str) and isinstance(b, str):
-        return test(a, b)
-    x, y = _to_number(_unbool(a)), _to_number(_unbool(b))
-    return x is not None and y is not None and test(x, y)
-
-
 def _chain(test: Callable[[Any, Any], bool], limit: int) -> Op:
     """Compare neighbours among the first ``limit`` arguments (3 gives the "between" form)."""
 
     def op(args: list[object], data: object) -> bool:
         used = args[:limit]
-        return len(used) >= 2 and all(_compare(a, b, test) for a, b in itertools.pairwise(used))
+        return len(used) >= 2 and all(compare(a, b, test) for a, b in itertools.pairwise(used))
 
     return op
 
 
-# ---------------------------------------------------------------- operators
+# ---------------------------------------------------------------- operators (values compared and converted as
+# JavaScript does: llm_fsm.js_values)
 
 
 def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
     """An arithmetic operator: None if any argument is not a number or the result is not one."""
 
     def op(args: list[object], data: object) -> Number | None:
-        numbers = [_to_number(arg) for arg in args]
+        numbers = [to_number(arg) for arg in args]
         if any(number is None for number in numbers):
             return None
         try:
-            return _tidy(fn(numbers))  # type: ignore[arg-type]
+            return tidy(fn(numbers))  # type: ignore[arg-type]
         except (ArithmeticError, ValueError, IndexError):
             return None
 
@@ -358,7 +277,7 @@ def _op_missing(args: list[object], data: object) -> list[object]:
 
 
 def _op_missing_some(args: list[object], data: object) -> list[object]:
-    need, keys = _to_number(_arg(args, 0)), _arg(args, 1)
+    need, keys = to_number(_arg(args, 0)), _arg(args, 1)
     if need is None or not isinstance(keys, (list, tuple)):
         raise LogicError("missing_some expects [minimum count, [keys]]")
     missing = _op_missing([keys], data)
@@ -390,9 +309,9 @@ def _present(value: object) -> bool:
 def _op_in(args: list[object], data: object) -> bool:
     needle, haystack = _arg(args, 0), _arg(args, 1)
     if isinstance(haystack, str):
-        return _js_str(needle) in haystack
+        return js_str(needle) in haystack
     if isinstance(haystack, (list, tuple)):
-        return any(_strict_equal(needle, item) for item in haystack)
+        return any(strict_equal(needle, item) for item in haystack)
     if isinstance(haystack, Mapping):
         return isinstance(needle, str) and needle in haystack
     return False
@@ -441,10 +360,10 @@ _OPS: dict[str, Op] = {
     "missing": _op_missing,
     "missing_some": _op_missing_some,
     "has_context": _op_has_context,
-    "==": lambda args, data: _loose_equal(_arg(args, 0), _arg(args, 1)),
-    "!=": lambda args, data: not _loose_equal(_arg(args, 0), _arg(args, 1)),
-    "===": lambda args, data: _strict_equal(_arg(args, 0), _arg(args, 1)),
-    "!==": lambda args, data: not _strict_equal(_arg(args, 0), _arg(args, 1)),
+    "==": lambda args, data: loose_equal(_arg(args, 0), _arg(args, 1)),
+    "!=": lambda args, data: not loose_equal(_arg(args, 0), _arg(args, 1)),
+    "===": lambda args, data: strict_equal(_arg(args, 0), _arg(args, 1)),
+    "!==": lambda args, data: not strict_equal(_arg(args, 0), _arg(args, 1)),
     "<": _chain(operator.lt, 3),
     "<=": _chain(operator.le, 3),
     ">": _chain(operator.gt, 2),
@@ -454,7 +373,7 @@ _OPS: dict[str, Op] = {
     "in": _op_in,
     "contains": _op_contains,
     "context_length": _op_context_length,
-    "cat": lambda args, data: "".join(_js_str(arg) for arg in args),
+    "cat": lambda args, data: "".join(js_str(arg) for arg in args),
     "+": _numeric(sum),
     "*": _numeric(lambda n: math.prod(n) if n else None),
     "-": _numeric(lambda n: -n[0] if len(n) == 1 else n[0] - n[1]),
