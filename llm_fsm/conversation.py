@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from pydantic import ValidationError
 
-from llm_fsm import memory, subflow_turns, subflows, summaries, telemetry
+from llm_fsm import memory, subflow_turns, subflows, telemetry
+from llm_fsm.memory import summaries
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, with_uid, write
 from llm_fsm.errors import (

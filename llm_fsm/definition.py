@@ -15,7 +15,7 @@ from typing import Annotated, Any, Literal, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
-from llm_fsm.memory_spec import MemorySpec, StateSummaries, SummarySpec
+from llm_fsm.memory.spec import MemorySpec, StateSummaries, SummarySpec
 
 JSONLogic = dict[str, Any] | StrictBool  # strict: the text "yes" is not a rule that always holds
 T = TypeVar("T")

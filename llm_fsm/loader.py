@@ -42,7 +42,7 @@ from llm_fsm.definition import (
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
-from llm_fsm.memory_spec import MemorySpec, Slot, StateSummaries, SummarySpec
+from llm_fsm.memory.spec import MemorySpec, Slot, StateSummaries, SummarySpec
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
 from llm_fsm.wording import what as _what
 
