@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 from pydantic import ValidationError
 
 from llm_fsm import memory, subflow_turns, subflows, telemetry
-from llm_fsm.memory import summaries
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, with_uid, write
 from llm_fsm.errors import (
@@ -43,6 +42,7 @@ from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.jsonfiles import validation_summary
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
+from llm_fsm.memory import summaries
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.telemetry import NO_TRACE, NoTrace

@@ -235,8 +235,8 @@ class PromptBuilder:
 
 def memory_rules(definition: FSMDefinition) -> dict[str, Any]:
     """What the definition part says about working memory and summaries (nothing when it has neither)."""
-    from llm_fsm.memory.working import rules
     from llm_fsm.memory.summaries import enabled
+    from llm_fsm.memory.working import rules
 
     return {"memory_rules": rules(definition), "summarized": any(enabled(definition))}
 

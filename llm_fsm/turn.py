@@ -25,7 +25,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm import checks
-from llm_fsm.memory import summaries
 from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import (
@@ -45,6 +44,7 @@ from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, Re
 from llm_fsm.guided import guided_schema, portable_patterns
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, Run, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
+from llm_fsm.memory import summaries
 from llm_fsm.memory.working import MemoryAccess, apply_model_update, with_memory_update
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.telemetry import NO_TRACE, NoTrace
