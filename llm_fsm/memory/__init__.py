@@ -14,15 +14,35 @@ Not to be confused with the ``memory:`` conversation store, which keeps whole co
 dict (:mod:`llm_fsm.store.in_process`).
 
 The working-memory functions the rest of the runtime calls are re-exported here, so that
-``from llm_fsm import memory; memory.current(definition, snapshot)`` reads as what it does.
-All of these modules are small and import nothing heavy: importing a definition loads them.
+``from llm_fsm import memory; memory.current(definition, snapshot)`` reads as what it does. Each name
+is imported on first use: loading a definition imports ``spec`` (and so this package), and should not
+pay for the others.
 """
 
 from __future__ import annotations
 
-from llm_fsm.memory.spec import MAX_SLOTS, MemorySpec, RunningSummary, Slot, StateSummaries, SummarySpec
-from llm_fsm.memory.summaries import SummaryRun
-from llm_fsm.memory.working import MemoryAccess, code_update, current, sections, with_memory_update
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from llm_fsm.memory.spec import MAX_SLOTS, MemorySpec, RunningSummary, Slot, StateSummaries, SummarySpec
+    from llm_fsm.memory.summaries import SummaryRun
+    from llm_fsm.memory.working import MemoryAccess, code_update, current, sections, with_memory_update
+
+_HOMES = {
+    **dict.fromkeys(["MAX_SLOTS", "MemorySpec", "RunningSummary", "Slot", "StateSummaries", "SummarySpec"], "spec"),
+    "SummaryRun": "summaries",
+    **dict.fromkeys(["MemoryAccess", "code_update", "current", "sections", "with_memory_update"], "working"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _HOMES:
+        value = getattr(importlib.import_module(f"llm_fsm.memory.{_HOMES[name]}"), name)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'llm_fsm.memory' has no attribute {name!r}")
+
 
 __all__ = [
     "MAX_SLOTS",
