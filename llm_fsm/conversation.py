@@ -26,15 +26,12 @@ from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from pydantic import ValidationError
 
-from llm_fsm import memory, subflow_turns, subflows, summaries, telemetry
+from llm_fsm import memory, subflow_turns, subflows, telemetry
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, with_uid, write
 from llm_fsm.errors import (
-    ConversationEnded,
     ConversationError,
-    ConversationPaused,
     DefinitionError,
-    EmptyMessageError,
     LLMError,
     Problem,
 )
@@ -42,7 +39,9 @@ from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.jsonfiles import validation_summary
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.loader import did_you_mean
+from llm_fsm.memory import summaries
 from llm_fsm.prompt import PromptBuilder
+from llm_fsm.refusals import turn_refusal
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
@@ -60,7 +59,7 @@ from llm_fsm.turn import (
     resume_turn,
     summary_steps,
 )
-from llm_fsm.values import as_json_data, blank, clean_text
+from llm_fsm.values import as_json_data, clean_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import TurnTrace
@@ -72,14 +71,6 @@ Item = str | LLMResponse | Awaited | list[ToolRun] | None  # None: a checkpoint 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
 _default_builder: PromptBuilder | None = None
-
-
-def refuse_empty(user: str) -> None:
-    """Raise :class:`EmptyMessageError` for a message with no text: its turn would show the model an
-    empty user turn, which reads as the conversation's beginning."""
-    if blank(user):
-        what = "empty" if not user else "only whitespace" if not user.strip() else "only invisible characters"
-        raise EmptyMessageError(f"the user's message is {what}: there is nothing to answer")
 
 
 def _shared_builder() -> PromptBuilder:
@@ -100,7 +91,7 @@ class Conversation:
     ``id`` names the conversation in traces (see :mod:`llm_fsm.telemetry`); a stored conversation
     gets its store id.
 
-    Summaries (:mod:`llm_fsm.summaries`, when the definition asks for them) are written by
+    Summaries (:mod:`llm_fsm.memory.summaries`, when the definition asks for them) are written by
     ``summary_llm`` (default: ``llm``), at the end of the turn that made them due, or with
     ``background_summaries=True`` after it returned (:meth:`summarize_pending`, or a task ``asend`` starts).
     """
@@ -457,24 +448,10 @@ class Conversation:
         return subflow_turns.Runtime(self.hooks, lambda d: settings.get(id(d), self.settings), self)
 
     def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
-        """Raise unless the conversation can take this turn now."""
-        if self._busy:
-            raise ConversationError("another turn of this conversation is in progress", state=self.state)
-        if resuming:
-            return  # the engine checks the pause and the token
-        if self.ended:
-            raise ConversationEnded(f"the conversation has ended in state '{self.state}'", state=self.state)
-        if self.paused:
-            reason = self.pending.reason if self.pending else "paused"
-            raise ConversationPaused(
-                f"the conversation is paused ({reason}); call resume() with its token", state=self.state
-            )
-        if user is None and self._snapshot.history:
-            raise ConversationError("start() was already called; use send()", state=self.state)
-        if user is not None and not isinstance(user, str):
-            raise TypeError(f"send() takes a str, not {type(user).__name__}")
-        if user is not None:
-            refuse_empty(user)
+        """Raise unless the conversation can take this turn now (the rule: :func:`turn_refusal`)."""
+        refused = turn_refusal(self, user, busy=self._busy, resuming=resuming)
+        if refused is not None:
+            raise refused.error()
 
     def _commit(self, outcome: tuple[Snapshot, TurnResult], *, running: bool = False) -> TurnResult:
         """Hold the turn's snapshot; ``running``: in an event loop, where a summary may start in the background."""

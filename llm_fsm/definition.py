@@ -40,7 +40,7 @@ from llm_fsm.definition_parts import (
     _Check,
     _Frozen,
 )
-from llm_fsm.memory_spec import MemorySpec, StateSummaries, SummarySpec
+from llm_fsm.memory.spec import MemorySpec, StateSummaries, SummarySpec
 
 __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported from here
     "RETURN",

@@ -17,7 +17,7 @@ from llm_fsm import logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import RETURN, Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
-from llm_fsm.memory_spec import RunningSummary
+from llm_fsm.memory.spec import RunningSummary
 from llm_fsm.values import as_json_data, derived_uid
 
 SCHEMA_VERSION = 1

@@ -49,7 +49,7 @@ from llm_fsm.json_problems import json_pointer as _json_pointer  # importers of 
 from llm_fsm.json_problems import positions as _positions
 from llm_fsm.jsonfiles import other_kind
 from llm_fsm.loader_checks import FileChecks, _dict_items, _get
-from llm_fsm.memory_spec import MemorySpec, Slot, StateSummaries, SummarySpec
+from llm_fsm.memory.spec import MemorySpec, Slot, StateSummaries, SummarySpec
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
 from llm_fsm.wording import what as _what
 

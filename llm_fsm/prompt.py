@@ -132,7 +132,8 @@ class PromptBuilder:
         guided: bool = False,
     ) -> str:
         """The definition part (cached per state), the state's tools, then the conversation part."""
-        from llm_fsm import memory, summaries
+        from llm_fsm import memory
+        from llm_fsm.memory import summaries
 
         window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
         conversation = {
@@ -234,8 +235,8 @@ class PromptBuilder:
 
 def memory_rules(definition: FSMDefinition) -> dict[str, Any]:
     """What the definition part says about working memory and summaries (nothing when it has neither)."""
-    from llm_fsm.memory import rules
-    from llm_fsm.summaries import enabled
+    from llm_fsm.memory.summaries import enabled
+    from llm_fsm.memory.working import rules
 
     return {"memory_rules": rules(definition), "summarized": any(enabled(definition))}
 

@@ -24,7 +24,7 @@ from dataclasses import asdict, dataclass, field, replace
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Literal
 
-from llm_fsm import checks, summaries
+from llm_fsm import checks
 from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import (
@@ -44,7 +44,8 @@ from llm_fsm.errors import RefinementError, ReplyFormatError, ReplyTruncated, Re
 from llm_fsm.guided import guided_schema, portable_patterns
 from llm_fsm.hooks import Await, Break, Handler, Hooks, Invocation, Run, call, logger, may_run, new_token, now, selected
 from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage
-from llm_fsm.memory import MemoryAccess, apply_model_update, with_memory_update
+from llm_fsm.memory import summaries
+from llm_fsm.memory.working import MemoryAccess, apply_model_update, with_memory_update
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
@@ -81,13 +82,13 @@ class TurnSettings:
     tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
     guided: bool = False  # a reply schema made per turn, for small models (see llm_fsm.guided)
     summary_llm: Any = None  # the client of summary calls (None: the conversation's own)
-    background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.summaries)
+    background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.memory.summaries)
 
 
 @dataclass(frozen=True)
 class Call:
     """A model call the turn needs: the reply itself, a judge grading a proposed reply, or a summary
-    (see :mod:`llm_fsm.summaries`; made with ``llm`` when it is set, and whose failure the driver sends
+    (see :mod:`llm_fsm.memory.summaries`; made with ``llm`` when it is set, and whose failure the driver sends
     back as a ``summaries.CallFailed`` instead of raising it).
 
     ``preview(partial_object)`` says whether a reply with that transition would be accepted, decided on

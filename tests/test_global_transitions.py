@@ -488,7 +488,7 @@ def test_snapshot_model_documents_the_way_back():
 
 
 def test_the_served_definition_lists_its_global_transitions():
-    from llm_fsm.server.app import definition_view
+    from llm_fsm.server.views import definition_view
 
     view = definition_view(form())
     assert view["global_transitions"] == [

@@ -24,11 +24,11 @@ import llm_fsm
 from llm_fsm.engine import Rejection
 from llm_fsm.errors import IdempotencyKeyReused, ScriptExhausted
 from llm_fsm.llm import Usage
+from llm_fsm.memory.summaries import SummaryRun
 from llm_fsm.server import create_app
 from llm_fsm.server.auth import ANONYMOUS
 from llm_fsm.store import Store, StoredConversation, aadvance, advance, open_store
 from llm_fsm.store.idempotency import KEPT, fingerprint
-from llm_fsm.summaries import SummaryRun
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn import TurnResult

@@ -88,6 +88,13 @@ def test_the_import_graph_sees_every_kind_of_import():
     assert "llm_fsm.store.stored" in graph["llm_fsm.cli.options"]  # in a function and under TYPE_CHECKING
     assert "llm_fsm.logic" in graph["llm_fsm.engine"]  # from llm_fsm import logic: the module
     assert "llm_fsm.cli" not in graph["llm_fsm.cli.chat"]
+    assert "llm_fsm.memory.spec" in graph["llm_fsm.definition"]  # a module of a core package
+    assert "llm_fsm.memory" in graph["llm_fsm.prompt"]  # from llm_fsm import memory: the package's __init__
+
+
+def test_the_core_packages_are_the_core():
+    # memory/ is part of the core (definition and engine read its declarations; the turn writes it), not a layer
+    assert layer("llm_fsm.memory.working") == layer("llm_fsm.refusals") == "core"
 
 
 def test_the_cycle_finder_names_modules_that_import_each_other():

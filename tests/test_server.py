@@ -218,7 +218,7 @@ def test_bad_starts_are_refused_and_store_nothing():
 
 
 def test_ids_are_128_random_bits_from_secrets(monkeypatch: pytest.MonkeyPatch):
-    import llm_fsm.server.app as server_app
+    import llm_fsm.server.service as server_app
 
     asked = []
     real = server_app.secrets.token_hex
@@ -835,7 +835,7 @@ def test_create_app_checks_the_tokens_it_is_given():
 
 
 def test_a_stream_whose_client_is_gone_when_written_to_ends_quietly_after_its_turn():
-    from llm_fsm.server.app import EventStream
+    from llm_fsm.server.sse import EventStream
 
     async def scenario() -> tuple[int, bool, bool]:
         queue: asyncio.Queue[Any] = asyncio.Queue()

@@ -77,7 +77,7 @@ def test_text_with_a_nul_character_is_stored(schema_url):
 
 
 def test_a_connection_the_server_dropped_is_replaced(postgres_url, schema_url):
-    from llm_fsm.store.postgres import CHECK_IDLE
+    from llm_fsm.store.postgres_pool import CHECK_IDLE
 
     store = open_store(schema_url)
     store.save("c", snapshot_after(1))

@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 import llm_fsm
-from llm_fsm import summaries
 from llm_fsm.cli import app
 from llm_fsm.errors import ConversationError, LLMUnavailableError, ReplyFormatError
 from llm_fsm.llm import LiteLLMClient, LLMRequest
+from llm_fsm.memory import summaries
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.testing.conversation_tests import run_files
 from tests.conftest import reply

@@ -300,7 +300,7 @@ class ChatSession:
 
     def show_memory(self) -> None:
         """The working memory's slots and the running summary, when the definition has them."""
-        from llm_fsm.summaries import enabled
+        from llm_fsm.memory.summaries import enabled
 
         conversation = self.conversation
         definition = conversation.definition

@@ -43,7 +43,7 @@ class ToolCallRequest:
 class LLMRequest:
     """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
 
-    ``kind`` (``reply``, ``judge``, or ``summary``: see ``llm_fsm.summaries``), ``state`` and ``context``
+    ``kind`` (``reply``, ``judge``, or ``summary``: see ``llm_fsm.memory.summaries``), ``state`` and ``context``
     describe the call for test doubles and recorders (the simulated model reads them); they are never
     sent to a provider. ``max_tokens`` bounds this call's completion (never above the client's own
     ``max_tokens``). ``longer``: the previous reply

@@ -32,7 +32,13 @@ type                         status  when
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llm_fsm.errors import (
     ConflictError,
@@ -144,3 +150,73 @@ def is_timeout(error: BaseException) -> bool:
             return True
         current = getattr(current, "cause", None) or current.__cause__
     return False
+
+
+def api_error(error: BaseException) -> APIError:
+    """The API error for any error of a request (an unexpected one is logged: its text may hold secrets)."""
+    if isinstance(error, APIError):
+        return error
+    if isinstance(error, FSMError):
+        return from_fsm_error(error)
+    logger.error("unexpected error in a turn: %s", error, exc_info=error)
+    return APIError(500, "internal_error", "internal error")
+
+
+def add_error_handlers(app: FastAPI) -> None:
+    """Answer every error as the JSON body above: ours, the runtime's, FastAPI's and unexpected ones."""
+
+    async def on_api_error(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, APIError)
+        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+
+    async def on_fsm_error(request: Request, error: Exception) -> JSONResponse:
+        return await on_api_error(request, api_error(error))
+
+    async def on_invalid(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, RequestValidationError)
+        problems = [_problem(e) for e in error.errors()]
+        summary = "; ".join(f"{p['where']}: {p['message']}" if p["where"] else p["message"] for p in problems)
+        return await on_api_error(
+            request, APIError(400, "invalid_request", f"invalid request: {summary}", errors=problems)
+        )
+
+    async def on_http(request: Request, error: Exception) -> JSONResponse:
+        assert isinstance(error, StarletteHTTPException)
+        status = error.status_code
+        if status == 400:  # a body FastAPI could not parse: not UTF-8, JSON nested too deeply, a number too long...
+            problem = {"where": "body", "message": _unparsed(error.__cause__)}
+            invalid = APIError(400, "invalid_request", f"invalid request: body: {problem['message']}", errors=[problem])
+            return await on_api_error(request, invalid)
+        kinds = {404: "not_found", 405: "method_not_allowed"}
+        message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
+        return await on_api_error(
+            request, APIError(status, kinds.get(status, "http_error"), message.get(status, str(error.detail)))
+        )
+
+    async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
+        logger.error("unexpected error on %s %s", request.method, request.url.path, exc_info=error)
+        return JSONResponse(APIError(500, "internal_error", "internal error").body(), status_code=500)
+
+    app.add_exception_handler(APIError, on_api_error)
+    app.add_exception_handler(FSMError, on_fsm_error)
+    app.add_exception_handler(RequestValidationError, on_invalid)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(Exception, on_unexpected)
+
+
+def _unparsed(cause: BaseException | None) -> str:
+    """Why FastAPI could not read a body (it says only "There was an error parsing the body")."""
+    if isinstance(cause, UnicodeDecodeError):
+        return f"the body is not UTF-8 text at byte {cause.start}: send JSON encoded as UTF-8"
+    return "the body cannot be read as JSON (nested too deeply, or a number too long?)"
+
+
+def _problem(error: Mapping[str, Any]) -> dict[str, str]:
+    """One problem of a request, where it is (``body.message``) and what is wrong; never the value sent."""
+    location = [str(part) for part in error["loc"]]
+    if error.get("type") == "json_invalid":  # ("body", position)
+        reason = (error.get("ctx") or {}).get("error", "")
+        where = f" at character {location[1]}" if len(location) > 1 else ""
+        return {"where": "body", "message": f"the body is not valid JSON{where}" + (f" ({reason})" if reason else "")}
+    return {"where": ".".join(location), "message": str(error["msg"])}

@@ -72,7 +72,7 @@ def open_store(url: str | None = None) -> Store:
     if not colon or not scheme:
         raise StoreError(f"{public_url(url)!r} is not a store URL: use {_FORMS}")
     if scheme == "memory" and not rest:
-        from llm_fsm.store.memory import MemoryStore
+        from llm_fsm.store.in_process import MemoryStore
 
         return MemoryStore()
     if scheme == "file":

@@ -40,10 +40,9 @@ import asyncio
 import itertools
 import re
 import threading
-import time
 import uuid
-from collections.abc import AsyncIterator, Callable, Generator, Iterator
-from contextlib import AbstractContextManager, asynccontextmanager, contextmanager, nullcontext
+from collections.abc import Callable, Generator
+from contextlib import AbstractContextManager, nullcontext
 from datetime import timedelta
 from typing import Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -67,12 +66,11 @@ from llm_fsm.store.base import (
     public_url,
     seconds,
 )
+from llm_fsm.store.postgres_pool import AsyncPool, Pool, PoolBusy
 
 SCHEMA = "llm_fsm"
 POOL_SIZE = 10  # connections in use at most per pool: one pool for the sync calls, one per event loop
 CONNECT_TIMEOUT = 10  # seconds to reach the server, unless the URL says (libpq alone would wait for TCP)
-CHECK_IDLE = 1.0  # seconds idle after which a pooled connection is checked (one round trip) before it is reused
-WAIT_FOR_CONNECTION = 30.0  # seconds a call waits while all of its pool's connections are in use
 _SCHEMA_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,62}$")
 T = TypeVar("T")
 
@@ -181,8 +179,8 @@ class PostgresStore(Store):
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
         self._conninfo = psycopg.conninfo.make_conninfo(**options)
         self._pool_size = pool_size
-        self._pool = _Pool(self._conninfo, pool_size)
-        self._apools: dict[asyncio.AbstractEventLoop, _AsyncPool] = {}
+        self._pool = Pool(self._conninfo, pool_size)
+        self._apools: dict[asyncio.AbstractEventLoop, AsyncPool] = {}
         self._guard = threading.Lock()
         try:
             with psycopg.connect(self._conninfo, autocommit=True) as connection:
@@ -304,12 +302,12 @@ class PostgresStore(Store):
             except psycopg.errors.UniqueViolation as exc:
                 if attempt >= 2:  # two first saves met on the primary key: the loser reads again
                     raise self._failure(exc) from exc
-            except (psycopg.Error, _Busy) as exc:
+            except (psycopg.Error, PoolBusy) as exc:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
     def _failure(self, exc: Exception) -> StoreError:
-        if isinstance(exc, _Busy):
+        if isinstance(exc, PoolBusy):
             return StoreError(f"PostgreSQL at {self.url}: {exc}")
         return StoreError(f"PostgreSQL at {self.url} failed: {_first_line(exc)}")
 
@@ -361,17 +359,17 @@ class PostgresStore(Store):
             except psycopg.errors.UniqueViolation as exc:
                 if attempt >= 2:
                     raise self._failure(exc) from exc
-            except (psycopg.Error, _Busy) as exc:
+            except (psycopg.Error, PoolBusy) as exc:
                 raise self._failure(exc) from exc
         raise AssertionError("unreachable")  # pragma: no cover
 
-    def _async_pool(self) -> _AsyncPool:
+    def _async_pool(self) -> AsyncPool:
         loop = asyncio.get_running_loop()
         pool = self._apools.get(loop)
         if pool is None:
             with self._guard:
                 self._apools = {done: p for done, p in self._apools.items() if not done.is_closed()}
-                pool = self._apools[loop] = _AsyncPool(self._conninfo, self._pool_size)
+                pool = self._apools[loop] = AsyncPool(self._conninfo, self._pool_size)
         return pool
 
     async def aclose(self) -> None:
@@ -380,117 +378,6 @@ class PostgresStore(Store):
             pool = self._apools.pop(asyncio.get_running_loop(), None)
         if pool is not None:
             await pool.close()
-
-
-# -- connection pools -------------------------------------------------------------------------------
-# Ours rather than psycopg_pool's: a server that is down fails the call at once with libpq's reason
-# (psycopg_pool's callers wait for its background reconnection, then get a timeout without a cause),
-# and no background thread or task outlives its use.
-
-
-class _Busy(Exception):
-    """Every connection of a pool stayed in use for ``WAIT_FOR_CONNECTION`` seconds."""
-
-
-def _reusable(connection: psycopg.Connection[Any] | psycopg.AsyncConnection[Any]) -> bool:
-    """Whether a connection given back may serve the next call (not closed, broken or inside a transaction)."""
-    return not connection.closed and connection.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
-
-
-class _Pool:
-    """Connections for the sync methods: at most ``size`` in use; idle ones are reused, checked first."""
-
-    def __init__(self, conninfo: str, size: int) -> None:
-        self._conninfo, self._size = conninfo, size
-        self._idle: list[tuple[psycopg.Connection[Any], float]] = []  # and when each was given back
-        self._slots = threading.BoundedSemaphore(size)
-        self._guard = threading.Lock()
-
-    @contextmanager
-    def connection(self) -> Iterator[psycopg.Connection[Any]]:
-        if not self._slots.acquire(timeout=WAIT_FOR_CONNECTION):
-            raise _Busy(f"all {self._size} connections stayed in use for {WAIT_FOR_CONNECTION:g} s")
-        try:
-            connection = self._reuse() or psycopg.connect(self._conninfo, autocommit=True)
-            try:
-                yield connection
-            finally:
-                self._give_back(connection)
-        finally:
-            self._slots.release()
-
-    def _reuse(self) -> psycopg.Connection[Any] | None:
-        while True:
-            with self._guard:
-                if not self._idle:
-                    return None
-                connection, since = self._idle.pop()
-            try:  # one the server dropped while it was idle (a restart, a timeout) fails here, not in a turn
-                if time.monotonic() - since > CHECK_IDLE:
-                    connection.execute("")
-                return connection
-            except psycopg.Error:
-                connection.close()
-
-    def _give_back(self, connection: psycopg.Connection[Any]) -> None:
-        if not _reusable(connection):
-            connection.close()
-            return
-        with self._guard:
-            self._idle.append((connection, time.monotonic()))
-
-    def close(self) -> None:
-        with self._guard:
-            idle, self._idle = self._idle, []
-        for connection, _ in idle:
-            connection.close()
-
-
-class _AsyncPool:
-    """:class:`_Pool` for one event loop, of psycopg's async connections."""
-
-    def __init__(self, conninfo: str, size: int) -> None:
-        self._conninfo, self._size = conninfo, size
-        self._idle: list[tuple[psycopg.AsyncConnection[Any], float]] = []
-        self._slots = asyncio.Semaphore(size)
-
-    @asynccontextmanager
-    async def connection(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
-        try:
-            async with asyncio.timeout(WAIT_FOR_CONNECTION):
-                await self._slots.acquire()
-        except TimeoutError:
-            raise _Busy(f"all {self._size} connections stayed in use for {WAIT_FOR_CONNECTION:g} s") from None
-        try:
-            connection = await self._reuse() or await psycopg.AsyncConnection.connect(self._conninfo, autocommit=True)
-            try:
-                yield connection
-            finally:
-                await self._give_back(connection)
-        finally:
-            self._slots.release()
-
-    async def _reuse(self) -> psycopg.AsyncConnection[Any] | None:
-        while self._idle:
-            connection, since = self._idle.pop()
-            try:
-                if time.monotonic() - since > CHECK_IDLE:
-                    await connection.execute("")
-                return connection
-            except psycopg.Error:
-                await connection.close()
-        return None
-
-    async def _give_back(self, connection: psycopg.AsyncConnection[Any]) -> None:
-        if _reusable(connection):
-            self._idle.append((connection, time.monotonic()))
-        else:
-            await connection.close()
-
-    async def close(self) -> None:
-        idle, self._idle = self._idle, []
-        for connection, _ in idle:
-            await connection.close()
 
 
 def _carry_out(plan: Plan[T], cursor: psycopg.Cursor[Any], statements: dict[str, str]) -> T:

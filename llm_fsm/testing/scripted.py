@@ -51,7 +51,7 @@ class ScriptedLLM:
     A dict ``{"tool_calls": [{"name", "arguments"}]}`` (see :func:`tool_calls`) asks for tool calls:
     as native function calls (``tool_calling="native"``, the default), or as that JSON text (``"json"``).
 
-    ``summaries`` answers the summary calls (``request.kind == "summary"``, see ``llm_fsm.summaries``)
+    ``summaries`` answers the summary calls (``request.kind == "summary"``, see ``llm_fsm.memory.summaries``)
     apart from the script: a function of the request returning the reply (text, a dict, or an exception
     to raise), or a list of such replies used in turn. Without it, summary calls take the next scripted reply.
     """

@@ -1,6 +1,6 @@
 """What a definition declares about working memory and running summaries, and the summary part of a
 snapshot: pydantic models only, which ``definition.py`` and ``engine.py`` import. What they do is in
-:mod:`llm_fsm.memory` and :mod:`llm_fsm.summaries`, whose docstrings describe the format.
+:mod:`llm_fsm.memory.working` and :mod:`llm_fsm.memory.summaries`, whose docstrings describe the format.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llm_fsm.memory_spec import RunningSummary, StateSummaries, SummarySpec
+from llm_fsm.memory.spec import RunningSummary, StateSummaries, SummarySpec
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition

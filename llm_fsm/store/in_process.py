@@ -1,4 +1,8 @@
-"""``memory:``: conversations in a dict, for tests and single-process experiments."""
+"""``memory:``: conversations in a dict of this process, for tests and single-process experiments.
+
+The module is named for where the conversations live (in this process), not for its URL scheme, so
+that it is not taken for working memory (:mod:`llm_fsm.memory`).
+"""
 
 from __future__ import annotations
 

@@ -15,7 +15,7 @@ unique across both groups.
 
 What the model reads: the slots' descriptions and bounds are definition-only, so they are part of the
 cache-stable prefix (``<memory_rules>``); their values change, so they come after it, with the
-running summary (see :mod:`llm_fsm.summaries`), before the context and the history.
+running summary (see :mod:`llm_fsm.memory.summaries`), before the context and the history.
 
 Who writes:
 
@@ -44,7 +44,7 @@ from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.errors import MemoryValueError
-from llm_fsm.memory_spec import MAX_SLOTS, MemorySpec, Slot
+from llm_fsm.memory.spec import MAX_SLOTS, MemorySpec, Slot
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition

@@ -1,0 +1,158 @@
+"""A turn as Server-Sent Events: the turn runs in a task of its own, and once it holds the
+conversation's lock the response streams its events (:class:`EventStream`); a client that disconnects
+cancels the turn, and the response ends only once the turn's task has.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import json
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import anyio
+from fastapi.responses import Response
+from starlette.types import Receive, Scope, Send
+
+from llm_fsm.conversation import Conversation
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.refusals import turn_refusal
+from llm_fsm.server.errors import APIError, api_error
+from llm_fsm.server.retries import REPLAYED, asked, keyed
+from llm_fsm.server.service import Stored
+from llm_fsm.server.views import result_view
+from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
+from llm_fsm.turn import TurnResult
+
+PING_SECONDS = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+
+_STARTED = object()  # the turn holds the lock and may run: the response starts
+_DONE = object()  # the turn's task ended (its result or error is on the task)
+
+
+def _refusal(conversation: Conversation, text: str | None) -> None:
+    """Raise now what the turn would raise at its start (the one rule: :func:`turn_refusal`), so that the
+    response carries that error's status rather than the stream's 200."""
+    refused = turn_refusal(conversation, text)
+    if refused is not None:
+        raise refused.error()
+
+
+async def start_stream(
+    item: Stored,
+    text: str | None,
+    mask_of: Callable[[FSMDefinition], Callable[[dict[str, Any]], dict[str, Any]]],
+    key: str | None = None,
+) -> Response:
+    """Run the turn in a task of its own; once it holds the lock, answer with its events (else raise its error).
+    A ``key`` sent before answers with the kept result (see :func:`_replay`)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+
+    async def turn(conversation: Conversation) -> TurnResult | None:
+        _refusal(conversation, text)
+        queue.put_nowait(_STARTED)
+        last = None
+        async for event in conversation.astream(text):
+            queue.put_nowait(event)
+            last = event
+        return last if isinstance(last, TurnResult) else None  # the result, kept for the key
+
+    task = asyncio.create_task(item.stored.arun(turn, **keyed(key, *asked(text))))
+    task.add_done_callback(lambda _: queue.put_nowait(_DONE))
+    try:
+        first = await queue.get()
+    except BaseException:
+        task.cancel()
+        raise
+    encode = functools.partial(_encode, mask=mask_of(item.definition))
+    if first is _DONE:
+        kept = task.result()  # raises the turn's error: a JSON error response
+        if item.stored.replayed and isinstance(kept, TurnResult):
+            return _replay(kept, task, encode)
+        raise APIError(500, "internal_error", "the turn ended before it started")  # pragma: no cover
+    return EventStream(queue, task, encode)
+
+
+def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], bytes]) -> Response:
+    """A kept turn as a stream: its whole message as one ``delta`` (the deltas still add up to the message),
+    then its ``result``; the tool calls it made are in the result (they ran once, in the first attempt)."""
+    queue: asyncio.Queue[Any] = asyncio.Queue()
+    for event in (MessageDelta(kept.message), kept, _DONE):
+        queue.put_nowait(event)
+    return EventStream(queue, task, encode, headers={REPLAYED: "true"})
+
+
+def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
+    from llm_fsm.secrets import mask_run
+
+    if isinstance(event, MessageDelta):
+        name, data = "delta", {"text": event.text}
+    elif isinstance(event, MessageReset):
+        name, data = "reset", {"reason": event.reason}
+    elif isinstance(event, ToolCall):
+        arguments = mask(event.arguments) if isinstance(event.arguments, dict) else event.arguments
+        name, data = "tool_call", {"id": event.id, "name": event.name, "arguments": arguments}
+    elif isinstance(event, ToolResult):
+        name, data = "tool_result", mask_run(event.run.model_dump(), mask)
+    elif isinstance(event, TurnResult):
+        name, data = "result", result_view(event, mask)
+    elif isinstance(event, APIError):
+        name, data = "error", event.body()
+    else:  # pragma: no cover (every event of a turn is one of the above)
+        raise TypeError(f"unexpected event {event!r}")
+    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+class EventStream(Response):
+    """Server-Sent Events of one turn: ``delta``, ``reset``, ``tool_call``, ``tool_result``, then ``result``
+    or ``error``. A disconnect cancels the turn (a cancelled turn changes nothing), and the response
+    ends only once the turn's task has: the conversation is saved whole or not at all by then."""
+
+    media_type = "text/event-stream"
+
+    def __init__(
+        self,
+        queue: asyncio.Queue[Any],
+        task: asyncio.Task[Any],
+        encode: Callable[[Any], bytes],
+        headers: Mapping[str, str] | None = None,
+    ) -> None:
+        self.status_code, self.background = 200, None
+        # no body: no Content-Length
+        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
+        self.queue, self.task, self.encode = queue, task, encode
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            async with anyio.create_task_group() as group:
+                group.start_soon(self._watch, receive, group.cancel_scope)
+                await self._events(send)
+                group.cancel_scope.cancel()
+        except* OSError:  # the client went away while we wrote (the task group may wrap it)
+            pass
+        finally:
+            if not self.task.done():
+                self.task.cancel()
+            with anyio.CancelScope(shield=True):
+                await asyncio.wait([self.task])
+
+    async def _watch(self, receive: Receive, scope: anyio.CancelScope) -> None:
+        while (await receive())["type"] != "http.disconnect":
+            pass
+        scope.cancel()
+
+    async def _events(self, send: Send) -> None:
+        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
+        while True:
+            try:
+                event = await asyncio.wait_for(self.queue.get(), PING_SECONDS)
+            except TimeoutError:
+                await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
+                continue
+            if event is _DONE:
+                if not self.task.cancelled() and (error := self.task.exception()) is not None:
+                    await send({"type": "http.response.body", "body": self.encode(api_error(error)), "more_body": True})
+                break
+            await send({"type": "http.response.body", "body": self.encode(event), "more_body": True})
+        await send({"type": "http.response.body", "body": b"", "more_body": False})
