@@ -17,57 +17,41 @@ from __future__ import annotations
 import asyncio
 import copy
 import logging
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
-from dataclasses import replace
-from functools import partial
-from itertools import chain
-from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
+from typing import Any
 
 from pydantic import ValidationError
 
-from llm_fsm import memory, subflow_turns, subflows, summaries, telemetry
+from llm_fsm import memory, summaries
+from llm_fsm.binding import check_bindings, frame_settings
 from llm_fsm.definition import FSMDefinition
+from llm_fsm.driving import (
+    CheckpointSink,
+    Drive,
+    StreamEvent,
+    aitems,
+    alast,
+    arun_steps,
+    items,
+    open_turn,
+    run_steps,
+)
 from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, with_uid, write
 from llm_fsm.errors import (
     ConversationEnded,
     ConversationError,
     ConversationPaused,
-    DefinitionError,
     EmptyMessageError,
-    LLMError,
-    Problem,
 )
-from llm_fsm.hooks import Await, Awaited, Hooks, logger
+from llm_fsm.hooks import Hooks, logger
 from llm_fsm.jsonfiles import validation_summary
-from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
-from llm_fsm.loader import did_you_mean
+from llm_fsm.llm import LLMClient
 from llm_fsm.prompt import PromptBuilder
-from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
-from llm_fsm.telemetry import NO_TRACE, NoTrace
-from llm_fsm.tools import calling
-from llm_fsm.tools.calling import ToolMode, ToolRun
-from llm_fsm.turn import (
-    DEFAULT_FALLBACK,
-    Call,
-    Checkpoint,
-    RunTools,
-    Step,
-    TurnResult,
-    TurnRunner,
-    TurnSettings,
-    fire_error,
-    resume_turn,
-    summary_steps,
-)
+from llm_fsm.steps import Runtime, Turn
+from llm_fsm.subflows.stack import check_restore, entered, frames
+from llm_fsm.tools.calling import ToolMode
+from llm_fsm.turn import DEFAULT_FALLBACK, Checkpoint, TurnResult, TurnSettings, summary_steps
 from llm_fsm.values import as_json_data, blank, clean_text
-
-if TYPE_CHECKING:
-    from llm_fsm.telemetry.spans import TurnTrace
-
-StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
-# what a step produces: text deltas (when a reply streams), then the response; what an await gave; tool runs
-Item = str | LLMResponse | Awaited | list[ToolRun] | None  # None: a checkpoint was saved
 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
@@ -130,18 +114,16 @@ class Conversation:
         self.definition = definition
         self.llm = llm
         self.hooks = hooks if hooks is not None else Hooks()
-        tools = _check_bindings(definition, self.hooks)
+        tools = check_bindings(definition, self.hooks)
         self.settings = TurnSettings(
             prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
             tools=tools, tool_mode=lambda: tool_mode(self.llm),
             guided=bool(getattr(llm, "guided", False)) if guided is None else guided,
             summary_llm=summary_llm, background_summaries=background_summaries,
         )  # fmt: skip
-        self._snapshot = initial_snapshot(definition, state, dict(context or {}))
-        self._stacked = subflows.has_subflows(definition)
-        if self._stacked:
-            self._frame_settings = _bind_subflows(definition, self.hooks, self.settings)
-            self._snapshot = subflow_turns.entered(definition, self._snapshot)
+        # each sub-definition's settings, by id (empty without sub-conversations)
+        self._frame_settings = frame_settings(definition, self.hooks, self.settings)
+        self._snapshot = entered(definition, initial_snapshot(definition, state, dict(context or {})))
         self._busy = False
         # where a checkpoint a turn makes is saved before the turn goes on (a StoredConversation sets it)
         self.checkpoints: CheckpointSink | None = None
@@ -199,7 +181,7 @@ class Conversation:
     def frames(self) -> list[dict[str, Any]]:
         """Where the conversation is: ``{"definition", "state"}`` of the root, then of each
         sub-conversation under way (the last one talks; see :mod:`llm_fsm.subflows`)."""
-        return subflows.frames(self.definition, self._snapshot)
+        return frames(self.definition, self._snapshot)
 
     def snapshot(self) -> Snapshot:
         """The whole conversation as an immutable, JSON-serialisable model."""
@@ -263,9 +245,7 @@ class Conversation:
             )
         conversation = cls(definition, llm, **options)
         strict = strict_definition
-        conversation._snapshot = subflow_turns.check_restore(
-            definition, snap, allow_changed=allow_changed_definition, strict=strict
-        )
+        conversation._snapshot = check_restore(definition, snap, allow_changed=allow_changed_definition, strict=strict)
         return conversation
 
     def update_context(self, delta: Mapping[str, Any]) -> None:
@@ -299,7 +279,7 @@ class Conversation:
         if self._busy:
             raise ConversationError("a turn of this conversation is in progress", state=self.state)
         before = self._snapshot
-        after, run = _drive_summary(self.llm, summary_steps(self.definition, before, self.settings))
+        after, run = run_steps(self.llm, summary_steps(self.definition, before, self.settings))
         return self._apply_summary(before, after, run)
 
     async def asummarize_pending(self) -> summaries.SummaryRun | None:
@@ -310,7 +290,7 @@ class Conversation:
         if self._busy:
             raise ConversationError("a turn of this conversation is in progress", state=self.state)
         before = self._snapshot
-        after, run = await _adrive_summary(self.llm, summary_steps(self.definition, before, self.settings))
+        after, run = await arun_steps(self.llm, summary_steps(self.definition, before, self.settings))
         return self._apply_summary(before, after, run)
 
     async def aclose(self) -> None:
@@ -339,7 +319,7 @@ class Conversation:
     async def _background_summary(self) -> summaries.SummaryRun | None:
         before = self._snapshot
         try:
-            after, run = await _adrive_summary(self.llm, summary_steps(self.definition, before, self.settings))
+            after, run = await arun_steps(self.llm, summary_steps(self.definition, before, self.settings))
         except Exception:  # a bug, not the call (whose failures are reported): the next turn tries again
             logger.exception("the background summary failed")
             return None
@@ -380,13 +360,13 @@ class Conversation:
         return self._run(self._steps(text), stream=True)
 
     async def astart(self) -> TurnResult:
-        return await _alast(self._arun(self._steps(None), stream=False))
+        return await alast(self._arun(self._steps(None), stream=False))
 
     async def asend(self, text: str) -> TurnResult:
-        return await _alast(self._arun(self._steps(text), stream=False))
+        return await alast(self._arun(self._steps(text), stream=False))
 
     async def aresume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
-        return await _alast(self._arun(self._resume_steps(token, result), stream=False))
+        return await alast(self._arun(self._resume_steps(token, result), stream=False))
 
     def astream(self, text: str | None = None) -> AsyncIterator[StreamEvent]:
         """The async form of :meth:`stream`."""
@@ -394,67 +374,63 @@ class Conversation:
 
     # -- running turns: one loop, driven sync or async ------------------------------------------
 
-    def _complete(self, steps: Callable[[], TurnRunner]) -> TurnResult:
+    def _complete(self, turn: Callable[[], Turn]) -> TurnResult:
         """A turn with no events to show: the same drive, without the event machinery (send's speed)."""
-        with _Drive(self, steps(), stream=False, sync=True) as turn:
-            return turn.run_to_end()
+        with Drive(self, turn(), stream=False, sync=True) as drive:
+            return drive.run_to_end()
 
-    def _run(self, steps: Callable[[], TurnRunner], *, stream: bool) -> Iterator[StreamEvent]:
-        with _Drive(self, steps(), stream, sync=True) as turn:
+    def _run(self, turn: Callable[[], Turn], *, stream: bool) -> Iterator[StreamEvent]:
+        with Drive(self, turn(), stream, sync=True) as drive:
             try:
-                yield from turn.take(None)
-                while turn.call is not None:
-                    for item in _items(self.llm, turn.call, stream, turn.trace):
-                        yield from turn.take(item)
+                yield from drive.take(None)
+                while drive.call is not None:
+                    for item in items(self.llm, drive.call, stream, drive.trace):
+                        yield from drive.take(item)
             except Exception:
-                yield from turn.withdraw()
+                yield from drive.withdraw()
                 raise
 
-    async def _arun(self, steps: Callable[[], TurnRunner], *, stream: bool) -> AsyncIterator[StreamEvent]:
+    async def _arun(self, turn: Callable[[], Turn], *, stream: bool) -> AsyncIterator[StreamEvent]:
         await self._settle_summary()
-        with _Drive(self, steps(), stream, sync=False) as turn:
+        with Drive(self, turn(), stream, sync=False) as drive:
             try:
-                for event in turn.take(None):
+                for event in drive.take(None):
                     yield event
-                while turn.call is not None:
-                    if isinstance(turn.call, Checkpoint):  # saved, awaited, before the turn goes on
-                        await turn.hold_async(turn.call)
-                    async for item in _aitems(self.llm, turn.call, stream, turn.trace):
-                        for event in turn.take(item):
+                while drive.call is not None:
+                    if isinstance(drive.call, Checkpoint):  # saved, awaited, before the turn goes on
+                        await drive.hold_async(drive.call)
+                    async for item in aitems(self.llm, drive.call, stream, drive.trace):
+                        for event in drive.take(item):
                             yield event
             except Exception:
-                for event in turn.withdraw():
+                for event in drive.withdraw():
                     yield event
                 raise
 
-    def _steps(self, user: str | None) -> Callable[[], TurnRunner]:
-        """The turn's runner, made once the conversation may take the turn (checked when the turn runs)."""
+    def _steps(self, user: str | None) -> Callable[[], Turn]:
+        """The turn, opened once the conversation may take it (checked when the turn runs)."""
 
-        def steps() -> TurnRunner:
+        def turn() -> Turn:
             self._may_take(user)
             self._no_summary_running("a sync turn")
             text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
-            if self._stacked:
-                return subflow_turns.StackTurn(self.definition, self._snapshot, self._runtime(), user=text)  # type: ignore[return-value]
-            return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self)
+            return open_turn(self.definition, self._snapshot, self._runtime(), user=text)
 
-        return steps
+        return turn
 
-    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], TurnRunner]:
-        def steps() -> TurnRunner:
+    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], Turn]:
+        def turn() -> Turn:
             self._may_take(None, resuming=True)
             self._no_summary_running("a sync turn")
-            if self._stacked:
-                runtime, resume = self._runtime(), (token, {} if result is None else result)
-                return subflow_turns.StackTurn(self.definition, self._snapshot, runtime, user=None, resume=resume)  # type: ignore[return-value]
-            args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
-            return resume_turn(*args, handle=self)
+            resume = (token, {} if result is None else result)
+            return open_turn(self.definition, self._snapshot, self._runtime(), user=None, resume=resume)
 
-        return steps
+        return turn
 
-    def _runtime(self) -> subflow_turns.Runtime:
-        settings = self._frame_settings
-        return subflow_turns.Runtime(self.hooks, lambda d: settings.get(id(d), self.settings), self)
+    def _runtime(self) -> Runtime:
+        subs, settings = self._frame_settings, self.settings
+        # the sub-definitions' settings are bound only for a definition with sub-conversations
+        return Runtime(self.hooks, lambda d: subs.get(id(d), settings), self, stacked=bool(subs))
 
     def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
         """Raise unless the conversation can take this turn now."""
@@ -492,259 +468,10 @@ class Conversation:
         return result
 
 
-class _Drive:
-    """One turn of a conversation, fed by a driver with what each model call produces.
-
-    The driver (``_run`` or ``_arun``) makes the calls; this object holds everything else: the
-    turn's generator, the message shown so far, and the busy flag, and it turns items into events.
-    """
-
-    def __init__(self, conversation: Conversation, runner: TurnRunner, stream: bool, *, sync: bool) -> None:
-        if sync and (names := conversation.hooks.async_names()):
-            raise ConversationError(
-                f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} async: use astart/asend/astream/aresume",
-                state=conversation.state,
-            )
-        self.conversation = conversation
-        self.runner = runner
-        self.sync = sync
-        self.steps = runner.run()
-        self.stream = stream
-        self.shown = ""
-        self.watcher: MessageWatcher | None = None
-        self.call: Step | None = None
-        self.trace: TurnTrace | NoTrace = NO_TRACE
-
-    def __enter__(self) -> _Drive:
-        self.conversation._busy = True
-        self.trace = self.runner.trace = telemetry.start_turn(self.conversation, self.runner)
-        return self
-
-    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
-        conversation = self.conversation
-        try:
-            if isinstance(error, Exception) and self.runner.tool_runs:  # the caller may have to undo what ran
-                error.tool_runs = tuple(self.runner.tool_runs)  # type: ignore[attr-defined]
-            if error is not None:
-                fire_error(conversation.definition, conversation.hooks, conversation.state, error, handle=conversation)
-        finally:
-            self.steps.close()
-            conversation._busy = False
-            self.trace.end(error)
-
-    def take(self, item: Item | None) -> Iterable[StreamEvent]:
-        """Events for one item of the current call; after its response (or at the start: None), for
-        the turn's next step, which may be its end without any call (a pause before the call)."""
-        if isinstance(item, str):
-            if self.watcher is not None and (delta := self.watcher.feed(item)):
-                return (self._show(delta),)
-            return ()
-        events: list[StreamEvent] = []
-        if self.watcher is not None and (rest := self.watcher.flush()):
-            events.append(self._show(rest))
-        call = self.call = self._advance(item)
-        if isinstance(call, tuple):
-            self.call = None
-            return chain(events, self._end(*call))  # lazily: the commit waits until the result is taken
-        if isinstance(item, list) and self.stream:  # the tools that ran, before what the turn does next
-            events += [ToolResult(run) for run in item]
-        if isinstance(call, RunTools):
-            if self.stream:
-                events += [ToolCall(p.call.id, p.call.name, p.arguments) for p in call.calls]
-        elif self.shown and isinstance(call, Call) and call.kind == "reply":
-            self.shown = ""
-            events.append(MessageReset("the reply was not accepted"))
-        return events
-
-    def run_to_end(self) -> TurnResult:
-        """Drive the whole turn, making each call in one piece; commit and return its result."""
-        llm, outcome = self.conversation.llm, self._advance(None)
-        while not isinstance(outcome, tuple):
-            (response,) = _items(llm, outcome, False, self.trace)
-            outcome = self._advance(response)
-        return self._commit(outcome)
-
-    def withdraw(self) -> Iterator[MessageReset]:
-        """Before a failed turn's error: take back any text shown (the turn changed nothing)."""
-        if self.shown:
-            self.shown = ""
-            yield MessageReset("the turn failed")
-
-    def hold_async(self, checkpoint: Checkpoint) -> Awaitable[None]:
-        """Save ``checkpoint`` in the async drive (the turn takes it on when the driver next asks for a step)."""
-        sink = self.conversation.checkpoints
-        assert sink is not None  # _advance hands a checkpoint to the driver only when there is a sink
-        return sink.ahold(checkpoint.snapshot)
-
-    def _advance(self, response: LLMResponse | Awaited | None) -> Any:
-        """The turn's next step (a reply call is watched when its message may stream), or its outcome.
-
-        A checkpoint is held from now on, whatever the rest of the turn does, and saved by the sink before
-        the turn goes on: here (sync), or by the async driver, to which it is handed as a step."""
-        try:
-            call = next(self.steps) if response is None else self.steps.send(response)
-            while isinstance(call, Checkpoint):
-                self.conversation._snapshot = call.snapshot
-                sink = self.conversation.checkpoints
-                if sink is not None and not self.sync:
-                    return call
-                if sink is not None:
-                    sink.hold(call.snapshot)
-                call = self.steps.send(None)
-        except StopIteration as done:
-            return done.value  # (snapshot, result): committed by _end, as the result is handed over
-        preview = getattr(call, "preview", None)
-        self.watcher = MessageWatcher(preview) if self.stream and preview is not None else None
-        return call
-
-    def _show(self, text: str) -> MessageDelta:
-        self.shown += text
-        return MessageDelta(text)
-
-    def _end(self, snapshot: Snapshot, result: TurnResult) -> Iterator[StreamEvent]:
-        """The text not shown yet (all of it when nothing streamed), then the result. The turn is
-        committed only as its result is handed over: a consumer that stops before changes nothing."""
-        if self.stream and self.shown != result.message:
-            if not result.message.startswith(self.shown):
-                self.shown = ""
-                yield MessageReset("the turn ended with another message")
-            if rest := result.message[len(self.shown) :]:
-                yield self._show(rest)
-        yield self._commit((snapshot, result))
-
-    def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
-        result = self.conversation._commit(outcome, running=not self.sync)
-        self.trace.committed(result)
-        return result
-
-
-def _items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> Iterable[Item]:
-    """What the model produces for a call. The model is called here, outside the turn's
-    generator: a StopIteration it raises is its own error, not the end of the turn."""
-    if isinstance(step, Await):  # the drive refused async hooks already; a sync hook returned an awaitable
-        step.close()
-        raise ConversationError(f"{step.what} returned an awaitable: use astart/asend/astream/aresume")
-    if isinstance(step, RunTools):
-        return (calling.run_batch(step.calls, trace.tools(step.calls)),)
-    if isinstance(step, Call) and step.kind == "summary":  # a failure comes back as summaries.CallFailed
-        return (summaries.complete(lambda: trace.complete(step.llm or llm, step)),)
-    if stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
-        return trace.stream(step, llm.stream_complete(step.request))
-    return (trace.complete(llm, step),)
-
-
-async def _aitems(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> AsyncIterator[Item]:
-    if isinstance(step, Checkpoint):  # saved by the driver already: the turn goes on
-        yield None
-    elif isinstance(step, Await):
-        try:
-            yield Awaited(await step.awaitable)
-        except Exception as exc:  # the turn applies the handler's policy, as for a sync handler
-            yield Awaited(error=exc)
-    elif isinstance(step, RunTools):
-        yield await calling.arun_batch(step.calls, trace.tools(step.calls))
-    elif isinstance(step, Call) and step.kind == "summary":
-        yield await summaries.acomplete(trace.acomplete(step.llm or llm, step))
-    elif stream and step.preview is not None and isinstance(llm, StreamingLLMClient):
-        async for item in trace.astream(step, llm.astream_complete(step.request)):
-            yield item
-    else:
-        yield await trace.acomplete(llm, step)
-
-
-class CheckpointSink(Protocol):
-    """Where a conversation's checkpoints are saved as they are made (see :class:`~llm_fsm.turn.Checkpoint`)."""
-
-    def hold(self, snapshot: Snapshot) -> None: ...
-
-    async def ahold(self, snapshot: Snapshot) -> None: ...
-
-
-def _last(events: Iterator[StreamEvent]) -> TurnResult:
-    result = None
-    for result in events:  # noqa: B007 (the last event is the turn's result)
-        pass
-    return _result(result)
-
-
-async def _alast(events: AsyncIterator[StreamEvent]) -> TurnResult:
-    result = None
-    async for result in events:  # noqa: B007
-        pass
-    return _result(result)
-
-
-def _result(event: StreamEvent | None) -> TurnResult:
-    if not isinstance(event, TurnResult):
-        raise LLMError("the model's stream ended without a response")
-    return event
-
-
-def _drive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summaries.SummaryRun | None]:
-    """Run :func:`~llm_fsm.turn.summary_steps` outside a turn, sync."""
-    try:
-        step = next(steps)
-        while True:
-            step = steps.send(summaries.complete(partial((step.llm or llm).complete, step.request)))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
-async def _adrive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summaries.SummaryRun | None]:
-    try:
-        step = next(steps)
-        while True:
-            step = steps.send(await summaries.acomplete((step.llm or llm).acomplete(step.request)))
-    except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
-
-
 def tool_mode(llm: LLMClient) -> ToolMode:
     """How ``llm`` takes tool calls: its ``tool_mode()`` if it has one, else the JSON form (any model can)."""
     mode = getattr(llm, "tool_mode", None)
     return mode() if callable(mode) else "json"
-
-
-def _check_bindings(definition: FSMDefinition, hooks: Hooks) -> dict[str, calling.BoundTool]:
-    """Every handler, Python check and tool the definition names must be registered: the bound tools."""
-    tools, problems = calling.bind(definition, hooks) if definition.tools or _lists_tools(definition) else ({}, [])
-    named = sorted(h.name for h in hooks.handlers if h.named)
-    for sid, state in definition.states.items():
-        for i, name in enumerate(state.handlers):
-            if hooks.named_handler(name) is None:
-                message = f"state '{sid}' names handler '{name}', which is not registered"
-                problems.append(
-                    Problem(
-                        f"states.{sid}.handlers[{i}]", message, hint=did_you_mean(name, named), code="unbound_handler"
-                    )
-                )
-        for i, check in enumerate(state.checks):
-            if check.kind == "python" and check.name not in hooks.checks:
-                message = f"state '{sid}' uses python check '{check.name}', which is not registered"
-                hint = did_you_mean(check.name, sorted(hooks.checks))
-                problems.append(Problem(f"states.{sid}.checks[{i}].name", message, hint=hint, code="unbound_check"))
-    if problems:
-        raise DefinitionError(problems, source=definition.name)
-    return tools
-
-
-def _bind_subflows(definition: FSMDefinition, hooks: Hooks, settings: TurnSettings) -> dict[int, TurnSettings]:
-    """The turn settings of each sub-definition (its own tools), once each is known to load and be bound."""
-    if problems := subflows.unattached(definition):
-        raise DefinitionError(problems, source=definition.name)
-    bound, problems = {}, []
-    for sub in subflows.tree(definition):
-        try:
-            bound[id(sub)] = replace(settings, tools=_check_bindings(sub, hooks))
-        except DefinitionError as exc:  # name the sub-definition: its paths are not the root's
-            problems += [replace(p, source=p.source or f"subflow '{sub.name}'") for p in exc.problems]
-    if problems:
-        raise DefinitionError(problems, source=definition.name)
-    return bound
-
-
-def _lists_tools(definition: FSMDefinition) -> bool:
-    return any(state.tools for state in definition.states.values())
 
 
 def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:

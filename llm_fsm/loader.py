@@ -27,7 +27,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llm_fsm import logic, subflows
+from llm_fsm import logic
 from llm_fsm.definition import (
     RETURN,
     Check,
@@ -43,6 +43,7 @@ from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.graph import reachable
 from llm_fsm.jsonfiles import other_kind
 from llm_fsm.memory_spec import MemorySpec, Slot, StateSummaries, SummarySpec
+from llm_fsm.subflows import definition as subflows
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
 from llm_fsm.wording import what as _what
 
