@@ -48,12 +48,16 @@ from llm_fsm.jsonfiles import validation_summary
 from llm_fsm.llm import LLMClient
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.steps import Runtime, Turn
+from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
 from llm_fsm.subflows.stack import check_restore, entered, frames
 from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn import DEFAULT_FALLBACK, Checkpoint, TurnResult, TurnSettings, summary_steps
 from llm_fsm.values import as_json_data, blank, clean_text
 
-__all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
+__all__ = [
+    "DEFAULT_FALLBACK", "Conversation", "MessageDelta", "MessageReset", "StreamEvent", "ToolCall", "ToolResult",
+    "TurnResult",
+]  # fmt: skip
 
 _default_builder: PromptBuilder | None = None
 
