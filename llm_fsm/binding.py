@@ -5,11 +5,12 @@ to start otherwise, naming every one that is missing)."""
 from __future__ import annotations
 
 from dataclasses import replace
+from typing import Any
 
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.hooks import Hooks
-from llm_fsm.steps import TurnSettings
+from llm_fsm.steps import Runtime, TurnSettings
 from llm_fsm.subflows.definition import has_subflows, tree, unattached
 from llm_fsm.tools import calling
 from llm_fsm.wording import did_you_mean
@@ -36,6 +37,13 @@ def check_bindings(definition: FSMDefinition, hooks: Hooks) -> dict[str, calling
     if problems:
         raise DefinitionError(problems, source=definition.name)
     return tools
+
+
+def runtime(definition: FSMDefinition, hooks: Hooks, settings: TurnSettings, handle: Any) -> Runtime:
+    """What the turns of a conversation on ``definition`` are opened with (``handle``: the conversation)."""
+    subs = frame_settings(definition, hooks, settings)
+    # the sub-definitions' settings are bound only for a definition with sub-conversations
+    return Runtime(hooks, lambda d: subs.get(id(d), settings), handle, stacked=bool(subs))
 
 
 def frame_settings(definition: FSMDefinition, hooks: Hooks, settings: TurnSettings) -> dict[int, TurnSettings]:

@@ -14,45 +14,38 @@ the pending event's token continues it, exactly once.
 
 from __future__ import annotations
 
-import asyncio
 import copy
-import logging
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
-from pydantic import ValidationError
-
 from llm_fsm import memory, summaries
-from llm_fsm.binding import check_bindings, frame_settings
+from llm_fsm.binding import check_bindings, runtime
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.driving import (
     CheckpointSink,
-    Drive,
     StreamEvent,
-    aitems,
+    SummaryCalls,
+    aevents,
     alast,
-    arun_steps,
-    items,
-    open_turn,
-    run_steps,
+    complete,
+    events,
 )
-from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, with_uid, write
+from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
     ConversationEnded,
     ConversationError,
     ConversationPaused,
     EmptyMessageError,
 )
-from llm_fsm.hooks import Hooks, logger
-from llm_fsm.jsonfiles import validation_summary
+from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.prompt import PromptBuilder
-from llm_fsm.steps import Runtime, Turn
+from llm_fsm.restoring import restored
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
 from llm_fsm.subflows.stack import check_restore, entered, frames
 from llm_fsm.tools.calling import ToolMode
-from llm_fsm.turn import DEFAULT_FALLBACK, Checkpoint, TurnResult, TurnSettings, summary_steps
-from llm_fsm.values import as_json_data, blank, clean_text
+from llm_fsm.turn import DEFAULT_FALLBACK, TurnResult, TurnSettings
+from llm_fsm.values import as_json_data, blank
 
 __all__ = [
     "DEFAULT_FALLBACK", "Conversation", "MessageDelta", "MessageReset", "StreamEvent", "ToolCall", "ToolResult",
@@ -118,20 +111,18 @@ class Conversation:
         self.definition = definition
         self.llm = llm
         self.hooks = hooks if hooks is not None else Hooks()
-        tools = check_bindings(definition, self.hooks)
         self.settings = TurnSettings(
             prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
-            tools=tools, tool_mode=lambda: tool_mode(self.llm),
+            tools=check_bindings(definition, self.hooks), tool_mode=lambda: tool_mode(self.llm),
             guided=bool(getattr(llm, "guided", False)) if guided is None else guided,
             summary_llm=summary_llm, background_summaries=background_summaries,
         )  # fmt: skip
-        # each sub-definition's settings, by id (empty without sub-conversations)
-        self._frame_settings = frame_settings(definition, self.hooks, self.settings)
+        self._runtime = runtime(definition, self.hooks, self.settings, self)  # what each turn is opened with
         self._snapshot = entered(definition, initial_snapshot(definition, state, dict(context or {})))
         self._busy = False
         # where a checkpoint a turn makes is saved before the turn goes on (a StoredConversation sets it)
         self.checkpoints: CheckpointSink | None = None
-        self._summary_task: asyncio.Task[summaries.SummaryRun | None] | None = None
+        self._summaries = SummaryCalls(self)  # the summary calls made outside turns
         self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
 
     @property
@@ -224,38 +215,15 @@ class Conversation:
         transitions, conditions, keys, checks) raises :class:`ConversationError` naming what changed,
         unless ``allow_changed_definition``. ``strict_definition``: any change raises.
         """
-        snap = with_uid(_as_snapshot(snapshot))
-        if snap.state not in definition.states:
-            raise ConversationError(
-                f"snapshot state '{snap.state}' is not in definition '{definition.name}'", state=snap.state
-            )
-        saved = (snap.definition_hash, snap.definition_outline)
-        changes = definition.blocking_changes(*saved, strict=strict_definition, name=snap.definition_name)
-        if changes and not allow_changed_definition:
-            if snap.definition_name != definition.name:
-                message = f"this snapshot was taken with another definition ('{snap.definition_name}'), not "
-                message += f"'{definition.name}' (pass allow_changed_definition=True to restore it anyway)"
-            else:
-                prose_only = strict_definition and not definition.blocking_changes(*saved)
-                why = "refused because of strict_definition=True"
-                if not prose_only:
-                    why = "pass allow_changed_definition=True to restore anyway"
-                message = f"the definition '{definition.name}' changed since this snapshot was taken: "
-                message += f"{'; '.join(changes)} ({why})"
-            raise ConversationError(message, state=snap.state)
-        if snap.definition_hash != definition.content_hash:  # from now on it runs on this definition
-            snap = snap.model_copy(
-                update={"definition_hash": definition.content_hash, "definition_outline": definition.outline}
-            )
+        allow, strict = allow_changed_definition, strict_definition
+        snap = restored(snapshot, definition, allow_changed=allow, strict=strict)
         conversation = cls(definition, llm, **options)
-        strict = strict_definition
-        conversation._snapshot = check_restore(definition, snap, allow_changed=allow_changed_definition, strict=strict)
+        conversation._snapshot = check_restore(definition, snap, allow_changed=allow, strict=strict)
         return conversation
 
     def update_context(self, delta: Mapping[str, Any]) -> None:
         """Set (or, with None, delete) context keys from code, outside any turn (provenance ``user_code``)."""
-        if self._busy:
-            raise ConversationError("a turn of this conversation is in progress", state=self.state)
+        self._refuse_busy()
         snap = self._snapshot
         values = as_json_data(delta, source="update_context")
         context, provenance = write(snap.context, snap.provenance, values, by="user_code", turn=snap.turns)
@@ -266,8 +234,7 @@ class Conversation:
 
         Each slot must be declared and the value text within its ``max_chars``, or
         :class:`~llm_fsm.errors.MemoryValueError` names the slot and nothing is written."""
-        if self._busy:
-            raise ConversationError("a turn of this conversation is in progress", state=self.state)
+        self._refuse_busy()
         written = memory.code_update(self.definition, self._snapshot.memory, delta)
         self._snapshot = self._snapshot.model_copy(update={"memory": written})
 
@@ -279,71 +246,29 @@ class Conversation:
 
         With ``background_summaries=True``, call it once the turn's reply is shown: the next turn makes
         it otherwise, before its own model call."""
-        self._no_summary_running("summarize_pending()")
-        if self._busy:
-            raise ConversationError("a turn of this conversation is in progress", state=self.state)
-        before = self._snapshot
-        after, run = run_steps(self.llm, summary_steps(self.definition, before, self.settings))
-        return self._apply_summary(before, after, run)
+        return self._summaries.make_now()
 
     async def asummarize_pending(self) -> summaries.SummaryRun | None:
         """Wait for the summary ``asend`` started in the background; if none runs, make the one that is due."""
-        if self._summary_task is not None:
-            task, self._summary_task = self._summary_task, None
-            return await task
-        if self._busy:
-            raise ConversationError("a turn of this conversation is in progress", state=self.state)
-        before = self._snapshot
-        after, run = await arun_steps(self.llm, summary_steps(self.definition, before, self.settings))
-        return self._apply_summary(before, after, run)
+        return await self._summaries.awaited_or_made()
 
     async def aclose(self) -> None:
         """Wait for a summary running in the background (call it before the event loop ends)."""
-        if self._summary_task is not None:
-            task, self._summary_task = self._summary_task, None
-            await task
+        await self._summaries.settle()
 
-    def _apply_summary(
-        self, before: Snapshot, after: Snapshot, run: summaries.SummaryRun | None
-    ) -> summaries.SummaryRun | None:
-        if run is not None:
-            self.last_summary = run
-            merged = summaries.applied(self._snapshot, before, after)
-            if merged is not None:
-                self._snapshot = merged
-        return run
-
-    def _no_summary_running(self, what: str) -> None:
-        if self._summary_task is not None and not self._summary_task.done():
-            raise ConversationError(
-                f"a summary is being written in the background: await asummarize_pending() before {what}",
-                state=self.state,
-            )
-
-    async def _background_summary(self) -> summaries.SummaryRun | None:
-        before = self._snapshot
-        try:
-            after, run = await arun_steps(self.llm, summary_steps(self.definition, before, self.settings))
-        except Exception:  # a bug, not the call (whose failures are reported): the next turn tries again
-            logger.exception("the background summary failed")
-            return None
-        return self._apply_summary(before, after, run)
-
-    async def _settle_summary(self) -> None:
-        """Before a turn: the background summary finishes first (never two at once, none lost)."""
-        if self._summary_task is not None:
-            task, self._summary_task = self._summary_task, None
-            await task
+    def _refuse_busy(self) -> None:
+        if self._busy:
+            raise ConversationError("a turn of this conversation is in progress", state=self.state)
 
     # -- turns ----------------------------------------------------------------------------------
 
     def start(self) -> TurnResult:
         """The opening message of the current state, with one model call."""
-        return self._complete(self._steps(None))
+        return complete(self, None)
 
     def send(self, text: str) -> TurnResult:
         """Answer the user's ``text``: one model call when the reply is valid."""
-        return self._complete(self._steps(text))
+        return complete(self, text)
 
     def resume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
         """Continue a paused conversation: merge ``result`` into the context, then one model call.
@@ -351,7 +276,7 @@ class Conversation:
         Works once per token: a second call with the same token raises :class:`ResumeError` and
         changes nothing. If the model call fails, nothing changes and the token stays valid.
         """
-        return self._complete(self._resume_steps(token, result))
+        return complete(self, None, resume=(token, result))
 
     def stream(self, text: str | None = None) -> Iterator[StreamEvent]:
         """Run a turn (``text=None``: the opening) and yield its events as they happen.
@@ -361,80 +286,20 @@ class Conversation:
         The deltas after the last reset add up to the result's message. Closing the iterator
         early leaves the conversation exactly as it was before the turn.
         """
-        return self._run(self._steps(text), stream=True)
+        return events(self, text, stream=True)
 
     async def astart(self) -> TurnResult:
-        return await alast(self._arun(self._steps(None), stream=False))
+        return await alast(aevents(self, None, stream=False))
 
     async def asend(self, text: str) -> TurnResult:
-        return await alast(self._arun(self._steps(text), stream=False))
+        return await alast(aevents(self, text, stream=False))
 
     async def aresume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
-        return await alast(self._arun(self._resume_steps(token, result), stream=False))
+        return await alast(aevents(self, None, (token, result), stream=False))
 
     def astream(self, text: str | None = None) -> AsyncIterator[StreamEvent]:
         """The async form of :meth:`stream`."""
-        return self._arun(self._steps(text), stream=True)
-
-    # -- running turns: one loop, driven sync or async ------------------------------------------
-
-    def _complete(self, turn: Callable[[], Turn]) -> TurnResult:
-        """A turn with no events to show: the same drive, without the event machinery (send's speed)."""
-        with Drive(self, turn(), stream=False, sync=True) as drive:
-            return drive.run_to_end()
-
-    def _run(self, turn: Callable[[], Turn], *, stream: bool) -> Iterator[StreamEvent]:
-        with Drive(self, turn(), stream, sync=True) as drive:
-            try:
-                yield from drive.take(None)
-                while drive.call is not None:
-                    for item in items(self.llm, drive.call, stream, drive.trace):
-                        yield from drive.take(item)
-            except Exception:
-                yield from drive.withdraw()
-                raise
-
-    async def _arun(self, turn: Callable[[], Turn], *, stream: bool) -> AsyncIterator[StreamEvent]:
-        await self._settle_summary()
-        with Drive(self, turn(), stream, sync=False) as drive:
-            try:
-                for event in drive.take(None):
-                    yield event
-                while drive.call is not None:
-                    if isinstance(drive.call, Checkpoint):  # saved, awaited, before the turn goes on
-                        await drive.hold_async(drive.call)
-                    async for item in aitems(self.llm, drive.call, stream, drive.trace):
-                        for event in drive.take(item):
-                            yield event
-            except Exception:
-                for event in drive.withdraw():
-                    yield event
-                raise
-
-    def _steps(self, user: str | None) -> Callable[[], Turn]:
-        """The turn, opened once the conversation may take it (checked when the turn runs)."""
-
-        def turn() -> Turn:
-            self._may_take(user)
-            self._no_summary_running("a sync turn")
-            text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
-            return open_turn(self.definition, self._snapshot, self._runtime(), user=text)
-
-        return turn
-
-    def _resume_steps(self, token: str, result: Mapping[str, Any] | None) -> Callable[[], Turn]:
-        def turn() -> Turn:
-            self._may_take(None, resuming=True)
-            self._no_summary_running("a sync turn")
-            resume = (token, {} if result is None else result)
-            return open_turn(self.definition, self._snapshot, self._runtime(), user=None, resume=resume)
-
-        return turn
-
-    def _runtime(self) -> Runtime:
-        subs, settings = self._frame_settings, self.settings
-        # the sub-definitions' settings are bound only for a definition with sub-conversations
-        return Runtime(self.hooks, lambda d: subs.get(id(d), settings), self, stacked=bool(subs))
+        return aevents(self, text, stream=True)
 
     def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
         """Raise unless the conversation can take this turn now."""
@@ -456,36 +321,8 @@ class Conversation:
         if user is not None:
             refuse_empty(user)
 
-    def _commit(self, outcome: tuple[Snapshot, TurnResult], *, running: bool = False) -> TurnResult:
-        """Hold the turn's snapshot; ``running``: in an event loop, where a summary may start in the background."""
-        self._snapshot, result = outcome
-        if result.summary is not None:
-            self.last_summary = result.summary
-        if running and self.settings.background_summaries and self._snapshot.summary.pending:
-            self._summary_task = asyncio.get_running_loop().create_task(self._background_summary())
-        if logger.isEnabledFor(logging.DEBUG):
-            logger.debug(
-                "turn %d: %s -> %s, %d call(s), %d rejected, context %s",
-                result.turn, result.previous_state, result.state, result.llm_calls, len(result.rejected),
-                self.definition.masked(result.context),
-            )  # fmt: skip
-        return result
-
 
 def tool_mode(llm: LLMClient) -> ToolMode:
     """How ``llm`` takes tool calls: its ``tool_mode()`` if it has one, else the JSON form (any model can)."""
     mode = getattr(llm, "tool_mode", None)
     return mode() if callable(mode) else "json"
-
-
-def _as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:
-    if isinstance(value, Snapshot):
-        return value
-    if not isinstance(value, str | Mapping):
-        raise ConversationError(f"not a snapshot: a Snapshot, its dict or its JSON text, not a {type(value).__name__}")
-    try:
-        if isinstance(value, str):
-            return Snapshot.model_validate_json(value)
-        return Snapshot.model_validate(dict(value))
-    except ValidationError as exc:
-        raise ConversationError(f"not a valid snapshot: {validation_summary(exc)}") from None

@@ -8,6 +8,8 @@ summary calls made outside a turn are driven by the same step runners (:func:`ru
 
 from __future__ import annotations
 
+import asyncio
+import logging
 from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Iterator, Mapping
 from itertools import chain
 from types import TracebackType
@@ -18,15 +20,16 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import ConversationError, LLMError
 from llm_fsm.firing import fire_error
-from llm_fsm.hooks import Await, Awaited, Hooks
+from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
-from llm_fsm.steps import Call, Checkpoint, Runtime, RunTools, Step, Turn, TurnResult
+from llm_fsm.steps import Call, Checkpoint, Runtime, RunTools, Step, Turn, TurnResult, TurnSettings
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.subflows.stack import StackTurn
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import TurnRunner, resume_turn
+from llm_fsm.turn import TurnRunner, resume_turn, summary_steps
+from llm_fsm.values import clean_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import TurnTrace
@@ -67,26 +70,31 @@ class CheckpointSink(Protocol):
 
 class Host(Protocol):
     """What a drive needs of the conversation whose turn it drives (a :class:`~llm_fsm.Conversation`):
-    its busy flag and snapshot, which the drive sets, and its commit."""
+    what its turns are opened with, the rule whether one may start, and the busy flag, snapshot and last
+    summary, which the drive sets."""
 
     id: str | None
     definition: FSMDefinition
     hooks: Hooks
     llm: LLMClient
     checkpoints: CheckpointSink | None
+    settings: TurnSettings
+    last_summary: summaries.SummaryRun | None
     _busy: bool
     _snapshot: Snapshot
+    _runtime: Runtime
+    _summaries: SummaryCalls
 
     @property
     def state(self) -> str: ...
 
-    def _commit(self, outcome: tuple[Snapshot, TurnResult], *, running: bool = False) -> TurnResult: ...
+    def _may_take(self, user: str | None, *, resuming: bool = False) -> None: ...
 
 
 class Drive:
     """One turn of a conversation, fed by a driver with what each model call produces.
 
-    The driver (``Conversation._run`` or ``_arun``) makes the calls; this object holds everything else:
+    The driver (:func:`complete`, :func:`events` or :func:`aevents`) makes the calls; this object holds everything else:
     the turn's generator, the message shown so far, and the busy flag, and it turns items into events.
     """
 
@@ -204,9 +212,80 @@ class Drive:
         yield self._commit((snapshot, result))
 
     def _commit(self, outcome: tuple[Snapshot, TurnResult]) -> TurnResult:
-        result = self.conversation._commit(outcome, running=not self.sync)
+        """Hold the turn's snapshot in the conversation; in an event loop, a summary it made due may
+        start in the background."""
+        conversation = self.conversation
+        conversation._snapshot, result = outcome
+        if result.summary is not None:
+            conversation.last_summary = result.summary
+        summary_due = conversation.settings.background_summaries and conversation._snapshot.summary.pending
+        if not self.sync and summary_due:
+            conversation._summaries.start()
+        if logger.isEnabledFor(logging.DEBUG):
+            logger.debug(
+                "turn %d: %s -> %s, %d call(s), %d rejected, context %s",
+                result.turn, result.previous_state, result.state, result.llm_calls, len(result.rejected),
+                conversation.definition.masked(result.context),
+            )  # fmt: skip
         self.trace.committed(result)
         return result
+
+
+# -- the drivers: one turn, sync or async --------------------------------------------------------
+
+Resume = tuple[str, Mapping[str, Any] | None]  # a pause's token, and the result to resume it with
+
+
+def complete(conversation: Host, user: str | None, resume: Resume | None = None) -> TurnResult:
+    """A turn with no events to show: the same drive, without the event machinery (send's speed)."""
+    with Drive(conversation, opened(conversation, user, resume), stream=False, sync=True) as drive:
+        return drive.run_to_end()
+
+
+def events(
+    conversation: Host, user: str | None, resume: Resume | None = None, *, stream: bool
+) -> Iterator[StreamEvent]:
+    """A turn, sync, as its events (the message's deltas while it streams, then the result); the
+    turn is opened when the first event is asked for."""
+    with Drive(conversation, opened(conversation, user, resume), stream, sync=True) as drive:
+        try:
+            yield from drive.take(None)
+            while drive.call is not None:
+                for item in items(conversation.llm, drive.call, stream, drive.trace):
+                    yield from drive.take(item)
+        except Exception:
+            yield from drive.withdraw()
+            raise
+
+
+async def aevents(
+    conversation: Host, user: str | None, resume: Resume | None = None, *, stream: bool
+) -> AsyncIterator[StreamEvent]:
+    """A turn, async, as its events; a summary still running in the background ends first."""
+    await conversation._summaries.settle()  # never two summaries at once, none lost
+    with Drive(conversation, opened(conversation, user, resume), stream, sync=False) as drive:
+        try:
+            for event in drive.take(None):
+                yield event
+            while drive.call is not None:
+                if isinstance(drive.call, Checkpoint):  # saved, awaited, before the turn goes on
+                    await drive.hold_async(drive.call)
+                async for item in aitems(conversation.llm, drive.call, stream, drive.trace):
+                    for event in drive.take(item):
+                        yield event
+        except Exception:
+            for event in drive.withdraw():
+                yield event
+            raise
+
+
+def opened(conversation: Host, user: str | None, resume: Resume | None) -> Turn:
+    """The conversation's turn, once it may take it: ``user`` text (None: the opening), or a resume."""
+    conversation._may_take(user, resuming=resume is not None)
+    conversation._summaries.refuse_while_running("a sync turn")
+    text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
+    how = None if resume is None else (resume[0], {} if resume[1] is None else resume[1])
+    return open_turn(conversation.definition, conversation._snapshot, conversation._runtime, user=text, resume=how)
 
 
 def items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> Iterable[Item]:
@@ -286,3 +365,93 @@ def _result(event: StreamEvent | None) -> TurnResult:
     if not isinstance(event, TurnResult):
         raise LLMError("the model's stream ended without a response")
     return event
+
+
+# -- summary calls outside a turn ------------------------------------------------------------------
+
+
+class SummaryHost(Protocol):
+    """What :class:`SummaryCalls` needs of its conversation: the definition, model and settings the
+    calls are made with, and the snapshot it brings the summary into."""
+
+    definition: FSMDefinition
+    llm: LLMClient
+    settings: TurnSettings
+    last_summary: summaries.SummaryRun | None
+    _snapshot: Snapshot
+
+    def _refuse_busy(self) -> None: ...
+
+
+class SummaryCalls:
+    """A conversation's summary calls outside its turns (see :mod:`llm_fsm.summaries`): made on demand,
+    sync or async, or in the background after an async turn (``background_summaries=True``), never two
+    at once. A summary is merged into the snapshot the conversation holds when it ends, which turns may
+    have moved on meanwhile."""
+
+    def __init__(self, conversation: SummaryHost) -> None:
+        self.conversation = conversation
+        self.task: asyncio.Task[summaries.SummaryRun | None] | None = None
+
+    def make_now(self) -> summaries.SummaryRun | None:
+        """The summary call that is due, made now, sync (not while a turn or another summary runs)."""
+        self.refuse_while_running("summarize_pending()")
+        self.conversation._refuse_busy()
+        return self.make()
+
+    async def awaited_or_made(self) -> summaries.SummaryRun | None:
+        """The summary running in the background, awaited; if none runs, the one that is due, made now."""
+        if self.task is not None:
+            return await self.settle()
+        self.conversation._refuse_busy()
+        return await self.amake()
+
+    def make(self) -> summaries.SummaryRun | None:
+        """The summary call that is due, now (None: nothing was due)."""
+        host, before = self.conversation, self.conversation._snapshot
+        after, run = run_steps(host.llm, summary_steps(host.definition, before, host.settings))
+        return self._apply(before, after, run)
+
+    async def amake(self) -> summaries.SummaryRun | None:
+        host, before = self.conversation, self.conversation._snapshot
+        after, run = await arun_steps(host.llm, summary_steps(host.definition, before, host.settings))
+        return self._apply(before, after, run)
+
+    def start(self) -> None:
+        """Make the call that is due in a task of the running event loop."""
+        self.task = asyncio.get_running_loop().create_task(self._background())
+
+    async def settle(self) -> summaries.SummaryRun | None:
+        """Wait for the summary running in the background, if one runs (its report; None otherwise)."""
+        if self.task is None:
+            return None
+        task, self.task = self.task, None
+        return await task
+
+    def refuse_while_running(self, what: str) -> None:
+        """Raise while a summary is being written in the background: ``what`` must wait for it."""
+        if self.task is not None and not self.task.done():
+            raise ConversationError(
+                f"a summary is being written in the background: await asummarize_pending() before {what}",
+                state=self.conversation._snapshot.state,
+            )
+
+    async def _background(self) -> summaries.SummaryRun | None:
+        host, before = self.conversation, self.conversation._snapshot
+        try:
+            after, run = await arun_steps(host.llm, summary_steps(host.definition, before, host.settings))
+        except Exception:  # a bug, not the call (whose failures are reported): the next turn tries again
+            logger.exception("the background summary failed")
+            return None
+        return self._apply(before, after, run)
+
+    def _apply(
+        self, before: Snapshot, after: Snapshot, run: summaries.SummaryRun | None
+    ) -> summaries.SummaryRun | None:
+        if run is not None:
+            host = self.conversation
+            host.last_summary = run
+            merged = summaries.applied(host._snapshot, before, after)
+            if merged is not None:
+                host._snapshot = merged
+        return run
