@@ -31,7 +31,8 @@ def prompt_messages(work: Working) -> list[dict[str, Any]]:
 def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
     """A reply request with ``messages``: the reply schemas, and the state's tools in this model's form."""
     back_to = work.definition.return_target(work.base.state, work.base.came_from)  # where "$return" goes
-    schema, strict = reply_schemas(work, back_to)
+    schema, closed = reply_schemas(work, back_to)
+    strict: dict[str, Any] | None = closed
     tools = work.state_tools()
     specs: tuple[dict[str, Any], ...] | None = None
     if tools and work.tool_mode() == "native":

@@ -230,7 +230,7 @@ def resume_turn(
     if pause is not None and pause.kind == "tool_approval":
         note = rounds.approval_note(settings.prompt, pause, result)
     else:
-        note = settings.prompt.resume_note(pause.reason if pause else "paused", result)
+        note = settings.prompt.resume_note(pause.reason if pause else "paused", dict(result))
     return TurnRunner(
         definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause,
         paused=snapshot, decision=result,

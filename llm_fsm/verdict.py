@@ -33,8 +33,8 @@ def verdict(
             )
         reply = parse_reply(response.text)
     except ReplyFormatError as exc:
-        kind = "truncated" if isinstance(exc, ReplyTruncated) else "format"
-        problem = Rejection(kind=kind, reason=str(exc), attempt=work.calls)
+        truncated = isinstance(exc, ReplyTruncated)
+        problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.calls)
         work.rejected.append(problem)
         return None, None, (problem,)
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)

@@ -4,7 +4,7 @@ talks, and :class:`StackTurn`, the turn of a conversation with sub-conversations
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
@@ -22,7 +22,7 @@ from llm_fsm.engine import (
 )
 from llm_fsm.errors import ConversationError, ResumeError
 from llm_fsm.outcomes import accept
-from llm_fsm.steps import Checkpoint, Runtime, Steps, TurnResult
+from llm_fsm.steps import Checkpoint, Runtime, Step, Steps, TurnResult
 from llm_fsm.subflows.definition import MAX_DEPTH
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn import TurnRunner, resume_turn
@@ -339,7 +339,7 @@ class StackTurn:
 
     def pop_into(
         self, parent: FSMDefinition, snapshot: Snapshot, sub: FSMDefinition, child: Snapshot, message: str
-    ) -> Steps:
+    ) -> Generator[Step, Any, Snapshot]:
         """``snapshot`` after its sub-conversation ended: the results written, the move made (with its handlers)."""
         spec = parent.states[snapshot.state].subflow
         assert spec is not None
@@ -354,7 +354,9 @@ class StackTurn:
         )  # validate requires a transition without conditions: one always holds
         return (yield from self.move(parent, base, target, message))
 
-    def move(self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str) -> Steps:
+    def move(
+        self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str
+    ) -> Generator[Step, Any, Snapshot]:
         """``snapshot`` moved to ``target`` with ``message``, the handlers of the move run as for any move."""
         work = Working(definition, snapshot, self.runtime.hooks, self.runtime.settings(definition), user=self.user,
                        handle=self.runtime.handle)  # fmt: skip
