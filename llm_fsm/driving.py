@@ -28,7 +28,7 @@ from llm_fsm.subflows.stack import StackTurn
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import TurnRunner, resume_turn, summary_steps
+from llm_fsm.turn import plain_turn, summary_steps
 from llm_fsm.values import clean_text
 
 if TYPE_CHECKING:
@@ -53,11 +53,7 @@ def open_turn(
     ``(token, result)``; of a conversation with sub-conversations (``runtime.stacked``) or not."""
     if runtime.stacked:
         return StackTurn(definition, snapshot, runtime, user=user, resume=resume)
-    settings = runtime.settings(definition)
-    if resume is None:
-        return TurnRunner(definition, snapshot, runtime.hooks, settings, user=user, handle=runtime.handle)
-    token, result = resume
-    return resume_turn(definition, snapshot, runtime.hooks, settings, token, result, handle=runtime.handle)
+    return plain_turn(definition, snapshot, runtime, runtime.settings(definition), user=user, resume=resume)
 
 
 class CheckpointSink(Protocol):

@@ -43,6 +43,7 @@ from llm_fsm.steps import (
     Checkpoint,
     Preview,
     Purpose,
+    Runtime,
     RunTools,
     Step,
     Steps,
@@ -64,33 +65,17 @@ if TYPE_CHECKING:
 __all__ = [
     "DEFAULT_APPROVAL_MESSAGE", "DEFAULT_FALLBACK", "DEFAULT_PAUSE_MESSAGE", "INTERRUPTED", "NO_MORE_TOOLS",
     "Call", "Checkpoint", "Preview", "Purpose", "RefinementError", "RunTools", "Step", "Steps", "Turn",
-    "TurnResult", "TurnRunner", "TurnSettings", "fire_error", "resume_turn", "summary_steps",
+    "TurnResult", "TurnRunner", "TurnSettings", "fire_error", "plain_turn", "resume_turn", "summary_steps",
 ]  # fmt: skip
 
 
 class TurnRunner:
-    """Runs one turn from ``base``: ``user`` text, or None for the opening or a resume (see :class:`Working`
-    for the arguments). It implements :class:`~llm_fsm.steps.Turn`."""
+    """Runs one turn on its working state: ``TurnRunner(Working(definition, base, hooks, settings, user=...))``
+    (``user=None``: the opening, or a resume). It implements :class:`~llm_fsm.steps.Turn`."""
 
-    def __init__(
-        self,
-        definition: FSMDefinition,
-        base: Snapshot,
-        hooks: Hooks,
-        settings: TurnSettings,
-        *,
-        user: str | None,
-        note: str | None = None,
-        handle: Any = None,
-        resuming: PendingEvent | None = None,
-        paused: Snapshot | None = None,
-        decision: Mapping[str, Any] | None = None,
-    ) -> None:
-        self.work = Working(
-            definition, base, hooks, settings, user=user, note=note, handle=handle, resuming=resuming, paused=paused,
-            decision=decision,
-        )  # fmt: skip
-        self.base, self.user, self.turn_index = base, user, self.work.turn_index
+    def __init__(self, work: Working) -> None:
+        self.work = work
+        self.base, self.user, self.turn_index = work.base, work.user, work.turn_index
 
     # the Turn interface: what the drivers and the telemetry read of the turn's working state
     @property
@@ -232,6 +217,25 @@ def resume_turn(
     else:
         note = settings.prompt.resume_note(pause.reason if pause else "paused", dict(result))
     return TurnRunner(
-        definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause,
-        paused=snapshot, decision=result,
+        Working(
+            definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause,
+            paused=snapshot, decision=result,
+        )
     )  # fmt: skip
+
+
+def plain_turn(
+    definition: FSMDefinition,
+    snapshot: Snapshot,
+    runtime: Runtime,
+    settings: TurnSettings,
+    *,
+    user: str | None,
+    resume: tuple[str, Mapping[str, Any]] | None = None,
+) -> TurnRunner:
+    """The turn of one level, with ``settings``: ``user`` text (None: the opening), or the resume of a
+    pause with ``(token, result)``."""
+    if resume is None:
+        return TurnRunner(Working(definition, snapshot, runtime.hooks, settings, user=user, handle=runtime.handle))
+    token, result = resume
+    return resume_turn(definition, snapshot, runtime.hooks, settings, token, result, handle=runtime.handle)

@@ -25,7 +25,7 @@ from llm_fsm.outcomes import accept
 from llm_fsm.steps import Checkpoint, Runtime, Step, Steps, TurnResult
 from llm_fsm.subflows.definition import MAX_DEPTH
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import TurnRunner, resume_turn
+from llm_fsm.turn import plain_turn
 from llm_fsm.values import derived_uid
 from llm_fsm.working import Working
 
@@ -243,17 +243,13 @@ class StackTurn:
         settings = runtime.settings(top)
         self.outer = outer_moves(self.defs, self.snaps) if len(self.defs) > 1 else {}
         top = offering(self.defs, self.outer)
-        if resume is None:
-            self.inner = TurnRunner(top, top_snapshot, runtime.hooks, settings, user=user, handle=runtime.handle)
-        else:
-            token, result = resume
-            if token in snapshot.used_tokens:  # the root's: a frame pushed again has no memory of the token
-                raise ResumeError(
-                    "this resume token was already used: a pause is resumed exactly once", state=snapshot.state
-                )
-            self.inner = resume_turn(
-                top, top_snapshot, runtime.hooks, settings, token, dict(result), handle=runtime.handle
+        if resume is not None and resume[0] in snapshot.used_tokens:
+            # every token spent at any level is kept in the root (see settle)
+            raise ResumeError(
+                "this resume token was already used: a pause is resumed exactly once", state=snapshot.state
             )
+        resume = None if resume is None else (resume[0], dict(resume[1]))
+        self.inner = plain_turn(top, top_snapshot, runtime, settings, user=user, resume=resume)
         self.inner.work.exits = frozenset(self.outer)
         self.token = resume[0] if resume is not None else None
         self.turn_index = snapshot.turns + (1 if user is not None or snapshot.history else 0)
