@@ -90,8 +90,9 @@ class Host(Protocol):
 class Drive:
     """One turn of a conversation, fed by a driver with what each model call produces.
 
-    The driver (:func:`complete`, :func:`events` or :func:`aevents`) makes the calls; this object holds everything else:
-    the turn's generator, the message shown so far, and the busy flag, and it turns items into events.
+    The driver (:func:`complete`, :func:`events` or :func:`aevents`) makes the calls; this object holds
+    everything else: the turn's generator, the message shown so far, and the busy flag, and it turns
+    items into events; it commits the turn into the conversation as the result is handed over.
     """
 
     def __init__(self, conversation: Host, runner: Turn, stream: bool, *, sync: bool) -> None:
