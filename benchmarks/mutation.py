@@ -49,7 +49,15 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # the turn's behaviour is tested where each feature is: with conversation and engine alone, most of it is
     # reached by no test (measured: RESULTS.md section 13)
     "turn": (
-        ["llm_fsm/turn.py"],
+        [
+            "llm_fsm/turn.py",
+            "llm_fsm/working.py",
+            "llm_fsm/requests.py",
+            "llm_fsm/verdict.py",
+            "llm_fsm/firing.py",
+            "llm_fsm/outcomes.py",
+            "llm_fsm/tools/rounds.py",
+        ],
         [
             "tests/test_conversation.py",
             "tests/test_engine.py",

@@ -25,7 +25,6 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llm_fsm import subflows
 from llm_fsm.definition import (
     Check,
     Condition,
@@ -50,6 +49,7 @@ from llm_fsm.json_problems import positions as _positions
 from llm_fsm.jsonfiles import other_kind
 from llm_fsm.loader_checks import FileChecks, _dict_items, _get
 from llm_fsm.memory.spec import MemorySpec, Slot, StateSummaries, SummarySpec
+from llm_fsm.subflows import definition as subflows
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
 from llm_fsm.wording import what as _what
 

@@ -326,7 +326,8 @@ def test_a_server_killed_between_calls_is_down_until_the_next_call_starts_it_aga
 
 
 def test_restarts_back_off_while_a_server_cannot_come_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(mcp.server, "_RESTART_FIRST", 5.0)  # a backoff this loaded machine cannot outlast between two calls
+    # a backoff this loaded machine cannot outlast between two calls
+    monkeypatch.setattr(mcp.server, "_RESTART_FIRST", 5.0)
     crash, starts = tmp_path / "crash", tmp_path / "starts"
     env = {"MCP_TEST_CRASH_IF": str(crash), "MCP_TEST_STARTS": str(starts)}
     server = MCPServer(COMMAND, env=env, name="flaky", timeout=20)

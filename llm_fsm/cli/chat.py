@@ -251,7 +251,7 @@ class ChatSession:
 
     def show_state(self, _: str) -> None:
         from llm_fsm import subflows
-        from llm_fsm.subflow_turns import offering, outer_moves
+        from llm_fsm.subflows import offering, outer_moves
 
         root = self.conversation.snapshot()
         defs = subflows.levels(self.conversation.definition, root)

@@ -441,7 +441,7 @@ class ConversationFactory:
 
     def _subflow_refusal(self, snapshot: Snapshot) -> str | None:
         """Why ``snapshot``'s sub-conversations may not continue on the sub-definitions now on disk."""
-        from llm_fsm.subflow_turns import changed_subflows
+        from llm_fsm.subflows import changed_subflows
 
         changed = changed_subflows(self.fsm, snapshot, strict=self.strict_definition) if snapshot.stack else []
         if not changed:

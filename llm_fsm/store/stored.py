@@ -17,13 +17,13 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
-from llm_fsm import subflow_turns
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.llm import LLMClient
 from llm_fsm.store import idempotency
 from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
+from llm_fsm.subflows import stack
 from llm_fsm.turn import TurnResult
 from llm_fsm.values import derived_uid
 
@@ -157,7 +157,7 @@ class StoredConversation:
             return  # it has begun (in this object, unsaved): its uid stays
         uid = derived_uid("stored-conversation", self.id, key)
         fresh = snapshot.model_copy(update={"uid": uid, "stack": ()})  # its frames' uids derive from the root's
-        conversation._snapshot = subflow_turns.entered(conversation.definition, fresh) if snapshot.stack else fresh
+        conversation._snapshot = stack.entered(conversation.definition, fresh) if snapshot.stack else fresh
 
     def _take_up(self, record: Record | None) -> None:
         conversation = self.make(None if record is None else record.snapshot)

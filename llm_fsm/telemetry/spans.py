@@ -278,7 +278,7 @@ class TurnTrace:
     def end(self, error: BaseException | None) -> None:
         """The turn is over: committed, failed (``error``) or abandoned (a stream closed early)."""
         if self.content is not None:
-            self.content.learn(self.runner.work.context)
+            self.content.learn(self.runner.context)
             for span, end_time, content in self.deferred:
                 span.set_attributes({key: self.content.text(value) for key, value in content.items()})
                 span.end(end_time=end_time)

@@ -1,19 +1,19 @@
-"""The turns of a conversation whose definition has subflows: push, run in the innermost, pop.
-
-What they do is described in :mod:`llm_fsm.subflows`; this module is the runtime part.
-"""
+"""Sub-conversations, the running side: where a conversation is in its stack (the definition and
+snapshot of each level), pushing and popping levels, the moves of outer levels offered while an inner one
+talks, and :class:`StackTurn`, the turn of a conversation with sub-conversations (see :mod:`llm_fsm.subflows`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, replace
-from typing import Any
+from collections.abc import Generator, Mapping
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any
 
 from llm_fsm.definition import RETURN, FSMDefinition, GlobalTransition, State
 from llm_fsm.engine import (
     Decision,
     Exchange,
     Frame,
+    PendingEvent,
     Snapshot,
     initial_snapshot,
     record,
@@ -21,12 +21,66 @@ from llm_fsm.engine import (
     write,
 )
 from llm_fsm.errors import ConversationError, ResumeError
-from llm_fsm.hooks import Hooks
-from llm_fsm.subflows import MAX_DEPTH, frames, levels
-from llm_fsm.turn import Checkpoint, Steps, TurnResult, TurnRunner, TurnSettings, resume_turn
+from llm_fsm.outcomes import accept
+from llm_fsm.steps import Checkpoint, Runtime, Step, Steps, TurnResult
+from llm_fsm.subflows.definition import MAX_DEPTH
+from llm_fsm.tools.calling import ToolRun
+from llm_fsm.turn import plain_turn
 from llm_fsm.values import derived_uid
+from llm_fsm.working import Working
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry import NoTrace
+    from llm_fsm.telemetry.spans import TurnTrace
 
 _MISSING = object()
+
+# -- the stack ----------------------------------------------------------------------------------
+
+
+def levels(definition: FSMDefinition, snapshot: Snapshot) -> list[FSMDefinition]:
+    """The definitions of the root and of each frame of ``snapshot``'s stack (ConversationError if one
+    does not match the definition that would run there)."""
+    found = [definition]
+    for depth, frame in enumerate(snapshot.stack, 1):
+        parent = found[-1]
+        state = parent.states.get(frame.state)
+        spec = state.subflow if state is not None else None
+        sub = parent.subflow_definitions.get(spec.definition) if spec is not None else None
+        where = f"the snapshot's sub-conversation #{depth} ('{frame.definition}' in state '{frame.state}')"
+        if state is None:
+            why = f"state '{frame.state}' is no longer in the definition '{parent.name}'"
+        elif sub is None:
+            why = f"state '{frame.state}' of '{parent.name}' no longer runs a subflow"
+        elif sub.name != frame.definition:
+            why = f"state '{frame.state}' of '{parent.name}' now runs '{sub.name}', not '{frame.definition}'"
+        elif frame.snapshot.state not in sub.states:
+            why = f"its state '{frame.snapshot.state}' is no longer in the subflow definition '{sub.name}'"
+        else:
+            found.append(sub)
+            continue
+        raise ConversationError(f"{where} cannot continue: {why}", state=snapshot.state)
+    return found
+
+
+def frames(definition: FSMDefinition, snapshot: Snapshot) -> list[dict[str, Any]]:
+    """Where the conversation is: ``{"definition", "state"}`` for the root and each sub-conversation."""
+    names = [definition.name, *(frame.definition for frame in snapshot.stack)]
+    states = [snapshot.state, *(frame.snapshot.state for frame in snapshot.stack)]
+    return [{"definition": name, "state": state} for name, state in zip(names, states, strict=True)]
+
+
+def innermost(definition: FSMDefinition, snapshot: Snapshot) -> tuple[FSMDefinition, Snapshot]:
+    """The definition and snapshot of the level that talks: the last sub-conversation, or the root."""
+    if not snapshot.stack:
+        return definition, snapshot
+    return levels(definition, snapshot)[-1], snapshot.stack[-1].snapshot
+
+
+def breadcrumb(definition: FSMDefinition, snapshot: Snapshot) -> str:
+    """``claim › identity_check: ask_dob`` (the root's state left out when a sub-conversation talks)."""
+    where = frames(definition, snapshot)
+    return " › ".join(f["definition"] for f in where) + f": {where[-1]['state']}"
 
 
 def check_restore(definition: FSMDefinition, snapshot: Snapshot, *, allow_changed: bool, strict: bool) -> Snapshot:
@@ -66,6 +120,8 @@ def changed_subflows(definition: FSMDefinition, snapshot: Snapshot, *, strict: b
 
 def entered(definition: FSMDefinition, snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with the sub-conversations its current state (and theirs) run pushed, if any."""
+    if not snapshot.stack and definition.states[snapshot.state].subflow is None:
+        return snapshot  # nothing to push (most conversations)
     defs = levels(definition, snapshot)
     snaps = [snapshot, *(frame.snapshot for frame in snapshot.stack)]
     _push(defs, snaps)
@@ -166,18 +222,10 @@ def offering(defs: list[FSMDefinition], moves: Mapping[str, tuple[int, GlobalTra
 # -- turns --------------------------------------------------------------------------------------
 
 
-@dataclass(frozen=True)
-class Runtime:
-    """What a stacked turn needs besides its snapshot: the hooks and each definition's settings."""
-
-    hooks: Hooks
-    settings: Callable[[FSMDefinition], TurnSettings]
-    handle: Any = None
-
-
 class StackTurn:
     """A turn of a conversation with sub-conversations under way (or that may start one): it runs as
-    the innermost level's :class:`~llm_fsm.turn.TurnRunner`, then pops and pushes (see the module)."""
+    the innermost level's :class:`~llm_fsm.turn.TurnRunner`, then pops and pushes (see :mod:`llm_fsm.subflows`).
+    It implements :class:`~llm_fsm.steps.Turn`: ``base`` is the root's snapshot, the rest the inner turn's."""
 
     def __init__(
         self,
@@ -195,32 +243,42 @@ class StackTurn:
         settings = runtime.settings(top)
         self.outer = outer_moves(self.defs, self.snaps) if len(self.defs) > 1 else {}
         top = offering(self.defs, self.outer)
-        if resume is None:
-            self.inner = TurnRunner(top, top_snapshot, runtime.hooks, settings, user=user, handle=runtime.handle)
-        else:
-            token, result = resume
-            if token in snapshot.used_tokens:
-                raise ResumeError(
-                    "this resume token was already used: a pause is resumed exactly once", state=snapshot.state
-                )
-            self.inner = resume_turn(
-                top, top_snapshot, runtime.hooks, settings, token, dict(result), handle=runtime.handle
+        if resume is not None and resume[0] in snapshot.used_tokens:
+            # every token spent at any level is kept in the root (see settle)
+            raise ResumeError(
+                "this resume token was already used: a pause is resumed exactly once", state=snapshot.state
             )
-        self.inner.exits = frozenset(self.outer)
+        resume = None if resume is None else (resume[0], dict(resume[1]))
+        self.inner = plain_turn(top, top_snapshot, runtime, settings, user=user, resume=resume)
+        self.inner.work.exits = frozenset(self.outer)
         self.token = resume[0] if resume is not None else None
         self.turn_index = snapshot.turns + (1 if user is not None or snapshot.history else 0)
         self.base = snapshot
 
-    def __getattr__(self, name: str) -> Any:  # resuming, decision, work, tool_runs: the inner turn's
-        return getattr(self.__dict__["inner"], name)
-
+    # the Turn interface: the inner turn's working state
     @property
-    def trace(self) -> Any:
+    def trace(self) -> TurnTrace | NoTrace:
         return self.inner.trace
 
     @trace.setter
-    def trace(self, value: Any) -> None:
+    def trace(self, value: TurnTrace | NoTrace) -> None:
         self.inner.trace = value
+
+    @property
+    def resuming(self) -> PendingEvent | None:
+        return self.inner.resuming
+
+    @property
+    def decision(self) -> Mapping[str, Any] | None:
+        return self.inner.decision
+
+    @property
+    def context(self) -> dict[str, Any]:
+        return self.inner.context
+
+    @property
+    def tool_runs(self) -> list[ToolRun]:
+        return self.inner.tool_runs
 
     @property
     def frame_attributes(self) -> dict[str, Any]:
@@ -245,6 +303,7 @@ class StackTurn:
         return (yield from self.settle(snapshot, result))
 
     def settle(self, snapshot: Snapshot, result: TurnResult) -> Steps:
+        """The root after the inner turn: levels dropped, popped (with their results) and pushed."""
         defs, snaps = list(self.defs), [*self.snaps[:-1], snapshot]
         if snapshot.state in self.outer:  # a move of a level below: the levels above it are dropped
             level, _ = self.outer[snapshot.state]
@@ -276,7 +335,7 @@ class StackTurn:
 
     def pop_into(
         self, parent: FSMDefinition, snapshot: Snapshot, sub: FSMDefinition, child: Snapshot, message: str
-    ) -> Steps:
+    ) -> Generator[Step, Any, Snapshot]:
         """``snapshot`` after its sub-conversation ended: the results written, the move made (with its handlers)."""
         spec = parent.states[snapshot.state].subflow
         assert spec is not None
@@ -291,12 +350,14 @@ class StackTurn:
         )  # validate requires a transition without conditions: one always holds
         return (yield from self.move(parent, base, target, message))
 
-    def move(self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str) -> Steps:
+    def move(
+        self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str
+    ) -> Generator[Step, Any, Snapshot]:
         """``snapshot`` moved to ``target`` with ``message``, the handlers of the move run as for any move."""
-        runner = TurnRunner(definition, snapshot, self.runtime.hooks, self.runtime.settings(definition),
-                            user=self.user, handle=self.runtime.handle)  # fmt: skip
-        runner.trace = self.inner.trace
-        moved, _ = yield from runner.accept(Decision(True, target, snapshot.context, {}, ()), message)
+        work = Working(definition, snapshot, self.runtime.hooks, self.runtime.settings(definition), user=self.user,
+                       handle=self.runtime.handle)  # fmt: skip
+        work.trace = self.inner.trace
+        moved, _ = yield from accept(work, Decision(True, target, snapshot.context, {}, ()), message)
         return moved
 
 

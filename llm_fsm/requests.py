@@ -1,0 +1,107 @@
+"""The requests of a turn: the prompt's messages, the reply schemas (loose, and strict or guided for a
+grammar), the tool specs or the JSON tool form, a correction's request, and the preview that says when
+a streamed reply's message may be shown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from llm_fsm.contract import partial_reply, state_reply_schemas
+from llm_fsm.engine import Rejection, decide
+from llm_fsm.firing import BEFORE_COMMIT
+from llm_fsm.guided import guided_schema, portable_patterns
+from llm_fsm.hooks import may_run
+from llm_fsm.llm import LLMRequest
+from llm_fsm.memory import with_memory_update
+from llm_fsm.steps import Call, Preview, Purpose
+from llm_fsm.tools import calling
+from llm_fsm.working import Working
+
+
+def prompt_messages(work: Working) -> list[dict[str, Any]]:
+    """The turn's prompt: the state's instructions, its tools, the context, the history, the user's text."""
+    tools = work.state_tools()
+    mode = work.tool_mode() if tools else "native"
+    return work.settings.prompt.messages(
+        work.definition, work.snapshot(), work.user or work.note, tools=tools, tool_mode=mode,
+        guided=work.settings.guided,
+    )  # fmt: skip
+
+
+def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
+    """A reply request with ``messages``: the reply schemas, and the state's tools in this model's form."""
+    back_to = work.definition.return_target(work.base.state, work.base.came_from)  # where "$return" goes
+    schema, closed = reply_schemas(work, back_to)
+    strict: dict[str, Any] | None = closed
+    tools = work.state_tools()
+    specs: tuple[dict[str, Any], ...] | None = None
+    if tools and work.tool_mode() == "native":
+        specs = tuple(tool.spec() for tool in tools)
+    elif tools and work.rounds < work.tool_round_limit():  # the JSON form: a reply may be a tool request
+        # instead, while rounds are left (after them the schema, and a grammar held to it, asks for the answer)
+        schema = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}
+        # a grammar-driven server takes the alternatives; a provider's strict mode wants one object.
+        # Guided (a small model, which repeats a call it has the answer of): each tool once per turn
+        ran = {run.name for run in work.tool_runs if run.error is None}
+        fresh = [tool for tool in tools if tool.name not in ran]
+        if not work.settings.guided:
+            strict = None
+        elif fresh:
+            most = min(work.definition.max_tool_calls, len(fresh))
+            strict = {"anyOf": [strict, calling.json_request_schema(fresh, most)]}
+    if work.settings.guided and strict is not None:  # for a grammar: patterns in the classes servers read
+        strict = portable_patterns(strict)
+    return LLMRequest(
+        messages, schema, strict, state=work.base.state, context=work.context, longer=longer, tools=specs,
+        back_to=back_to, definition=work.definition.name,
+    )  # fmt: skip
+
+
+def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loose and strict reply schemas of this turn (guided: made for it), with the memory's update;
+    ``back_to``: where a ``"$return"`` move leads from here (None: nowhere)."""
+    definition, state = work.definition, work.base.state
+    if definition.memory is None:
+        schema, strict = state_reply_schemas(definition, state, back_to)
+    else:  # the state's schemas with the memory's update, made once per state and way back
+
+        def compute(_: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+            loose, closed = state_reply_schemas(definition, state, back_to)
+            loose = with_memory_update(loose, definition, strict=False)
+            return loose, with_memory_update(closed, definition, strict=True)
+
+        schema, strict = definition.derived(f"memory_reply_schemas:{back_to}", state, compute)
+    if work.settings.guided:  # made for this turn: it knows which keys are missing and which moves hold
+        guided = guided_schema(definition, state, work.context, opening=work.opening, back_to=back_to)
+        strict = with_memory_update(guided, definition, strict=True, guided=True)
+    return schema, strict
+
+
+def correction(work: Working, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
+    """The request that tells the model what was wrong with its reply ``text``."""
+    feedback = work.settings.prompt.correction(problems, work.base.state)
+    work.corrected = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
+    return request(work, [*work.messages, *work.corrected], longer=any(p.kind == "truncated" for p in problems))
+
+
+def reply_call(work: Working, request: LLMRequest, purpose: Purpose = "reply") -> Call:
+    return Call("reply", request, preview(work), purpose)
+
+
+def preview(work: Working) -> Preview | None:
+    """Whether a streamed reply's move will be accepted, judged on this turn's working context.
+
+    None where the answer could still change after the reply is read: checks run on the whole
+    reply, ``after_reply`` handlers may change the context the move is decided on, and handlers
+    before the commit may pause the turn (the move is then not made).
+    """
+    state = work.definition.states[work.base.state]
+    if state.checks or may_run(work.hooks, BEFORE_COMMIT, state.id, frozenset(state.handlers)):
+        return None
+    definition, base, context = work.definition, work.base, work.context  # replaced, never mutated
+
+    def accepts(data: dict[str, Any]) -> bool:
+        reply = partial_reply(data)
+        return reply is not None and decide(definition, base.model_copy(update={"context": context}), reply).accepted
+
+    return accepts

@@ -1,0 +1,91 @@
+"""Reading one reply of a turn: parsed, shown to the ``after_reply`` handlers, decided on the working
+context, its ``memory_update`` weighed, and the state's acceptance checks run (a judge is a model call
+of the turn). What it finds wrong is what the next corrective call is told."""
+
+from __future__ import annotations
+
+from collections.abc import Generator
+from typing import Any
+
+from llm_fsm import checks
+from llm_fsm.contract import Reply, parse_reply
+from llm_fsm.engine import Decision, Rejection, decide
+from llm_fsm.errors import ReplyFormatError, ReplyTruncated
+from llm_fsm.firing import fire
+from llm_fsm.hooks import Run
+from llm_fsm.llm import LLMRequest, LLMResponse
+from llm_fsm.memory import apply_model_update
+from llm_fsm.steps import Call, Step
+from llm_fsm.working import Working
+
+Problems = tuple[Rejection, ...]
+
+
+def verdict(
+    work: Working, response: LLMResponse
+) -> Generator[Step, Any, tuple[Decision | None, Reply | None, Problems]]:
+    """Parse and check one reply; the problems that call for another try (none: accepted)."""
+    try:
+        if response.finish_reason == "length":
+            raise ReplyTruncated(
+                f"the reply was cut off at the token limit after {len(response.text)} characters: "
+                "answer again, with a shorter message"
+            )
+        reply = parse_reply(response.text)
+    except ReplyFormatError as exc:
+        truncated = isinstance(exc, ReplyTruncated)
+        problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.calls)
+        work.rejected.append(problem)
+        return None, None, (problem,)
+    yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
+    decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
+    work.rejected.extend(decision.rejected)
+    work.memory_proposal = reply.transition.memory_update
+    if work.memory_proposal:  # reported now; applied with the reply the turn settles on
+        refused = apply_model_update(work.definition, work.memory.written, work.memory_proposal, attempt=work.calls)[2]
+        work.rejected.extend(refused)
+    work.last_decision = decision
+    # a key the model may not write is dropped and reported, but is no reason to ask again
+    problems = tuple(r for r in decision.rejected if r.kind != "context_key")
+    if problems:
+        return decision, reply, problems
+    failures = yield from run_checks(work, decision, reply.message)
+    work.rejected.extend(failures)
+    return decision, reply, tuple(failures)
+
+
+def run_checks(work: Working, decision: Decision, message: str) -> Generator[Step, Any, list[Rejection]]:
+    """The state's acceptance checks on the proposed move: a rejection for each that fails."""
+    state = work.definition.states[work.base.state]
+    proposal = checks.Proposal(message, state.id, decision.state, decision.context, decision.applied, work.user)
+    failures: list[Rejection] = []
+    for index, check in enumerate(state.checks):
+        if check not in checks.applicable(state, proposal):
+            continue
+        if isinstance(check, checks.JudgeCheck) and failures:
+            continue  # the turn is asked again anyway: do not pay for a judge
+        name = checks.name_of(check, index)
+        with work.trace.check(name, check.kind, state.id) as span:
+            why = yield from check_failure(work, check, proposal, span.run)
+            span.verdict(why)
+        if why:
+            key = check.key if isinstance(check, checks.SchemaCheck) else None
+            reason = f"check '{name}' failed: {why}"
+            failures.append(Rejection(kind="check", reason=reason, key=key, attempt=work.calls))
+    return failures
+
+
+def check_failure(
+    work: Working, check: checks.Check, proposal: checks.Proposal, run: Run
+) -> Generator[Step, Any, str | None]:
+    """Why ``check`` fails on ``proposal`` (None: it passes); a judge is a model call of the turn."""
+    if isinstance(check, checks.JudgeCheck):
+        if not work.budget_left():
+            return "no LLM calls left in this turn to run the judge"
+        messages = work.settings.prompt.judge_messages(work.definition, check.rubric, proposal)
+        response = yield Call("judge", LLMRequest(messages, kind="judge", state=proposal.state), purpose="judge")
+        work.count(response)
+        return checks.judge_failure(response.text)
+    if isinstance(check, checks.PythonCheck):
+        return (yield from checks.python_failure(check, proposal, work.hooks, run))
+    return checks.failure(check, proposal)

@@ -1,0 +1,116 @@
+"""The working state of one turn: what it reads (definition, base snapshot, hooks, settings) and what it
+changes as it goes (context and provenance, calls, rejections, tool runs, working memory).
+
+Every unit of a turn (:mod:`llm_fsm.requests`, :mod:`llm_fsm.verdict`, :mod:`llm_fsm.firing`,
+:mod:`llm_fsm.tools.rounds`, :mod:`llm_fsm.outcomes`) is a plain function of this state; the loop in
+:mod:`llm_fsm.turn` drives them. Nothing outside it changes until the turn's snapshot is committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Collection, Mapping
+from typing import TYPE_CHECKING, Any
+
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.engine import Decision, Origin, PendingEvent, Rejection, Snapshot, record
+from llm_fsm.hooks import Hooks
+from llm_fsm.llm import LLMResponse, Usage
+from llm_fsm.memory import MemoryAccess
+from llm_fsm.steps import TurnSettings
+from llm_fsm.telemetry import NO_TRACE, NoTrace
+from llm_fsm.tools.calling import BoundTool, ToolMode, ToolRun
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.spans import TurnTrace
+
+
+class Working:
+    """Everything one turn from ``base`` works on: ``user`` text, or None for the opening or a resume.
+
+    ``handle`` is passed to handlers as ``conversation``.
+    """
+
+    def __init__(
+        self,
+        definition: FSMDefinition,
+        base: Snapshot,
+        hooks: Hooks,
+        settings: TurnSettings,
+        *,
+        user: str | None,
+        note: str | None = None,
+        handle: Any = None,
+        resuming: PendingEvent | None = None,
+        paused: Snapshot | None = None,
+        decision: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.definition = definition
+        self.base = base
+        self.hooks = hooks
+        self.settings = settings
+        self.user = user
+        self.note = note  # the user-turn text of an opening or a resume
+        self.handle = handle
+        self.resuming = resuming  # the pause this turn continues: its handlers that ran are not run again
+        self.paused = paused  # the snapshot that paused (a tool approval's checkpoint is made from it)
+        self.decision = decision  # a person's decision about the tool call the pause waits for
+        self.started = time.perf_counter()
+        self.calls = 0
+        self.usage = Usage()
+        self.rejected: list[Rejection] = []
+        # the context and provenance as the turn changes them: replaced on each change, never mutated
+        self.context: dict[str, Any] = dict(base.context)
+        self.provenance: dict[str, Origin] = dict(base.provenance)
+        self.memory = MemoryAccess(definition, base.memory)  # handlers' ``memory``: the turn's working memory
+        self.memory_proposal: dict[str, Any] = {}  # the memory_update of the last reply read
+        self.last_decision: Decision | None = None
+        self.messages: list[dict[str, Any]] = []
+        self.tool_runs: list[ToolRun] = []
+        self.rounds = 0  # rounds of tool calls made in this turn
+        self.keyed: Counter[str] = Counter()  # calls of each tool given an idempotency key in this turn
+        self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
+        self._snapshot: Snapshot | None = None
+        self.turn_index = base.turns + (1 if user is not None or base.history else 0)
+        self.trace: TurnTrace | NoTrace = NO_TRACE  # the driver's, when the turn is traced
+        # states that leave this level for a level below it (llm_fsm.subflows.stack): reached without
+        # this level's handlers or summaries, since the level is dropped at once
+        self.exits: frozenset[str] = frozenset()
+
+    @property
+    def opening(self) -> bool:
+        """Whether this is the conversation's first turn (no user text, nothing said yet)."""
+        return self.user is None and not self.base.history
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot every decision of this turn is made on: the base with the working context."""
+        if self._snapshot is None or self._snapshot.context is not self.context:  # replaced, not changed
+            self._snapshot = self.base.model_copy(update={"context": self.context})
+        return self._snapshot
+
+    def count(self, response: LLMResponse) -> None:
+        self.calls += 1
+        self.usage += response.usage
+
+    def set(self, context: dict[str, Any], keys: Collection[str], by: str) -> None:
+        """Take ``context`` as the working one, ``keys`` of it written by ``by``."""
+        self.context = context
+        self.provenance = record(self.provenance, keys, by, self.turn_index)
+
+    def budget_left(self) -> bool:
+        return self.calls < self.settings.max_calls_per_turn
+
+    def tool_mode(self) -> ToolMode:
+        return self.settings.tool_mode()
+
+    def tool_round_limit(self) -> int:
+        state = self.definition.states[self.base.state]
+        return self.definition.max_tool_rounds if state.max_tool_rounds is None else state.max_tool_rounds
+
+    def state_tools(self) -> list[BoundTool]:
+        """The tools the model may call now (none once the state allows no rounds of calls)."""
+        bound = self.settings.tools
+        if self.tool_round_limit() == 0:
+            return []
+        return [bound[name] for name in self.definition.states[self.base.state].tools if name in bound]
