@@ -16,7 +16,7 @@ from llm_fsm.engine import Decision, PendingEvent, Snapshot, commit, merge
 from llm_fsm.errors import RefinementError
 from llm_fsm.firing import fire
 from llm_fsm.hooks import Break, new_token, now
-from llm_fsm.memory import apply_model_update
+from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Step, Steps, TurnResult
 from llm_fsm.values import as_json_data, clean_text
 from llm_fsm.working import Working

@@ -12,7 +12,7 @@ from llm_fsm.firing import BEFORE_COMMIT
 from llm_fsm.guided import guided_schema, portable_patterns
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
-from llm_fsm.memory import with_memory_update
+from llm_fsm.memory.working import with_memory_update
 from llm_fsm.steps import Call, Preview, Purpose
 from llm_fsm.tools import calling
 from llm_fsm.working import Working

@@ -14,7 +14,7 @@ from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.firing import fire
 from llm_fsm.hooks import Run
 from llm_fsm.llm import LLMRequest, LLMResponse
-from llm_fsm.memory import apply_model_update
+from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Call, Step
 from llm_fsm.working import Working
 

@@ -17,7 +17,7 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Decision, Origin, PendingEvent, Rejection, Snapshot, record
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMResponse, Usage
-from llm_fsm.memory import MemoryAccess
+from llm_fsm.memory.working import MemoryAccess
 from llm_fsm.steps import TurnSettings
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools.calling import BoundTool, ToolMode, ToolRun
