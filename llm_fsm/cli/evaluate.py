@@ -56,23 +56,25 @@ def evaluate(
             fail(str(exc).strip(), 2)
     model.client()  # a bad model or option fails here, before any course starts
 
-    def progress(number: int, score: CourseScore) -> None:
-        reached = sum(t.reached for t in score.turns)
-        failed = next((t.error for t in score.turns if t.error), None)
-        note = f" (stopped: {failed})" if failed else ""
-        if not failed and len(score.turns) < score.course_turns:
-            note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
-        console.print(
-            f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim", markup=False
-        )
-
-    runs = run(courses, model.client, repeat=repeat, on_score=progress)
+    runs = run(courses, model.client, repeat=repeat, on_score=_progress)
     _print(runs)
     if json_out is not None:
         write_output(json_out, as_json(runs) + "\n")
     failed = sum(t.error is not None for scores in runs for score in scores for t in score.turns)
     if failed:  # the card is printed, but a run the model could not finish is not a score
         fail(f"{failed} model call(s) failed: see 'stopped:' above", 1)
+
+
+def _progress(number: int, score: CourseScore) -> None:
+    """One line per course played: how many of its turns reached the scripted state, and why it stopped early."""
+    reached = sum(t.reached for t in score.turns)
+    failed = next((t.error for t in score.turns if t.error), None)
+    note = f" (stopped: {failed})" if failed else ""
+    if not failed and len(score.turns) < score.course_turns:
+        note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
+    console.print(
+        f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim", markup=False
+    )
 
 
 def _print(runs: list[list[CourseScore]]) -> None:

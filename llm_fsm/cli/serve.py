@@ -223,21 +223,14 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
     The MCP servers it starts stop when the ``command`` ends, or else (a worker's app) at exit."""
     try:
         from llm_fsm.server import create_app
-        from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
     except ImportError as exc:
         fail(f"serve needs FastAPI and uvicorn ({exc.name} is missing): pip install 'llm-fsm-runtime[server]'", 2)
     s = settings
-    try:
-        tokens = (
-            tokens_from_file(s.tokens_file) if s.tokens_file else tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
-        )
-    except TokenError as exc:
-        fail(str(exc), 2)
-    files = _definition_files(s.definitions)
+    tokens = _tokens(s.tokens_file)
     registry = load_hooks(s.hooks)
     fsms: list[llm_fsm.FSMDefinition] = []
     servers = []
-    for path in files:
+    for path in _definition_files(s.definitions):
         fsm = load_definition(path)
         servers += connect_mcp(fsm, path, registry, None, command)
         fsms.append(fsm)
@@ -271,6 +264,16 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
     except (StoreError, ValueError) as exc:
         fail(str(exc), 2)
     return application, tokens, ", ".join(f.name for f in fsms)
+
+
+def _tokens(tokens_file: Path | None) -> dict[str, str]:
+    """The bearer tokens of ``--tokens-file``, else of $LLM_FSM_SERVER_TOKENS (exit 2 if they cannot be read)."""
+    from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
+
+    try:
+        return tokens_from_file(tokens_file) if tokens_file else tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
+    except TokenError as exc:
+        fail(str(exc), 2)
 
 
 def worker_app() -> Any:
