@@ -13,6 +13,7 @@ from llm_fsm.loader import _dotted
 
 
 def conditions_never_holding(review: Review) -> Iterator[Finding]:
+    """``condition_never_holds``: a part of a transition's conditions that no context satisfies."""
     for (sid, i), found in review.requirements.items():
         target = review.transition_at((sid, i)).target_state
         which = (
@@ -28,12 +29,14 @@ def conditions_never_holding(review: Review) -> Iterator[Finding]:
 
 
 def type_mismatches(review: Review) -> Iterator[Finding]:
+    """``type_mismatch``: a condition compares a key with a constant of a type its schema does not give it."""
     for (sid, i), found in review.requirements.items():
         for reason in found.mismatches:
             yield Finding(transition_loc(sid, i, reason.loc), "type_mismatch", reason.message, reason.hint)
 
 
 def unreachable_states(review: Review) -> Iterator[Finding]:
+    """``unreachable_state``, naming the dead transitions on the way when there are paths on paper."""
     initial = review.definition.initial_state
     dead_into: dict[str, list[Place]] = {}  # state -> the dead transitions to it from reachable states
     for place in review.requirements:  # in the file's order: the states' transitions, then the global ones
@@ -55,6 +58,7 @@ def unreachable_states(review: Review) -> Iterator[Finding]:
 
 
 def self_loops_without_exit(review: Review) -> Iterator[Finding]:
+    """``self_loop_no_exit``: every own transition of a state leads back to it."""
     for sid in review.definition.states:
         if review.self_loop_only(sid):
             left = _only_by(review.global_exits(sid)) or "it can never be left"
@@ -75,6 +79,7 @@ def _only_by(targets: Sequence[str]) -> str:
 
 
 def states_never_left(review: Review) -> Iterator[Finding]:
+    """``state_never_left``: no own transition to another state can be taken (:func:`exits_closed`)."""
     for sid, reasons in review.never_left.items():
         texts = [text for _, text in reasons]
         listed = "; ".join(texts[:3]) + (f"; and {len(texts) - 3} more" if len(texts) > 3 else "")
@@ -98,6 +103,7 @@ _NEVER_LEFT_HINTS = {
 
 
 def states_without_path_to_terminal(review: Review) -> Iterator[Finding]:
+    """``no_path_to_terminal``: a conversation entering the state (from somewhere) never ends."""
     for sid in review.definition.states:
         ways_in = review.stuck.get(sid)
         if ways_in is None or sid in review.never_left or review.self_loop_only(sid):
@@ -146,6 +152,7 @@ def states_ending_only_by_global_moves(review: Review) -> Iterator[Finding]:
 
 
 def returns_at_start(review: Review) -> Iterator[Finding]:
+    """``nowhere_to_return``: the initial state goes back, with nothing to go back to."""
     initial = review.definition.initial_state
     for i, transition in enumerate(review.definition.states[initial].transitions):
         if transition.target_state == RETURN:

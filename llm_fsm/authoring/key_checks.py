@@ -56,6 +56,7 @@ def _collected(state: State, words: set[str], others: Collection[str]) -> set[st
 
 
 def keys_never_set(review: Review) -> Iterator[Finding]:
+    """``key_never_set``: a key a live transition needs that no state on a path to it collects."""
     definition = review.definition
     by_code = {_root(k) for k in definition.code_only_keys}
     uses = {

@@ -24,6 +24,7 @@ _PRIORITY_HINT = (
 
 
 def ambiguous_priorities(review: Review) -> Iterator[Finding]:
+    """``ambiguous_priority``: two transitions of one state and priority that can hold together."""
     schema = review.definition.context_schema
     for sid in review.definition.states:
         levels: dict[int, list[_Option]] = {}
