@@ -382,7 +382,7 @@ class SummaryHost(Protocol):
 
 
 class SummaryCalls:
-    """A conversation's summary calls outside its turns (see :mod:`llm_fsm.summaries`): made on demand,
+    """A conversation's summary calls outside its turns (see :mod:`llm_fsm.memory.summaries`): made on demand,
     sync or async, or in the background after an async turn (``background_summaries=True``), never two
     at once. A summary is merged into the snapshot the conversation holds when it ends, which turns may
     have moved on meanwhile."""

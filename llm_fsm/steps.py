@@ -42,13 +42,13 @@ class TurnSettings:
     tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
     guided: bool = False  # a reply schema made per turn, for small models (see llm_fsm.guided)
     summary_llm: Any = None  # the client of summary calls (None: the conversation's own)
-    background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.summaries)
+    background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.memory.summaries)
 
 
 @dataclass(frozen=True)
 class Call:
     """A model call the turn needs: the reply itself, a judge grading a proposed reply, or a summary
-    (see :mod:`llm_fsm.summaries`; made with ``llm`` when it is set, and whose failure the driver sends
+    (see :mod:`llm_fsm.memory.summaries`; made with ``llm`` when it is set, and whose failure the driver sends
     back as a ``summaries.CallFailed`` instead of raising it).
 
     ``preview(partial_object)`` says whether a reply with that transition would be accepted, decided on

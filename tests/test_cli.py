@@ -8,9 +8,11 @@ import sys
 from pathlib import Path
 
 import pytest
+import typer
 from typer.testing import CliRunner
 
 from llm_fsm.cli import app
+from llm_fsm.cli.options import ModelOptions, Provider, with_model_options  # its annotations are read by name
 from tests.conftest import ROOT, SIGNUP, reply
 from tests.fake_openai import Hang, HTTPError
 
@@ -231,3 +233,30 @@ def test_every_model_command_takes_the_provider_options(command):
     text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
     for option in ("--timeout", "--max-retries", "--temperature", "LLM_FSM_TIMEOUT", "LLM_FSM_MAX_RETRIES"):
         assert option in text, f"{command} --help lacks {option}"
+
+
+def test_the_model_options_are_declared_once_and_given_as_one_object():
+    toy = typer.Typer()
+    seen = {}
+
+    @toy.command()
+    @with_model_options()
+    def talk(name: str, model: ModelOptions, loud: bool = False) -> None:
+        seen.update(name=name, model=model, loud=loud)
+
+    args = ["ann", "-m", "openai/x", "--timeout", "5", "--response-format", "json_schema", "--guided", "--loud"]
+    result = runner.invoke(toy, args, env={"LLM_FSM_API_KEY": "k"})
+    assert result.exit_code == 0, result.output
+    provider = Provider(api_key="k", timeout=5.0, response_format="json_schema", guided=True)
+    assert seen == {"name": "ann", "model": ModelOptions("openai/x", provider), "loud": True}
+
+
+def test_the_model_commands_list_the_same_ten_options_in_the_same_place():
+    import re
+
+    names = ("--model", "--api-base", "--api-key", "--timeout", "--max-retries", "--temperature",
+             "--response-format", "--max-tokens", "--tool-calling", "--guided")  # fmt: skip
+    for command in ("run", "chat", "test", "eval", "serve"):
+        text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
+        listed = re.findall(r"│ (--[a-z-]+)", text)
+        assert tuple(listed[:10]) == names, f"{command}: {listed}"

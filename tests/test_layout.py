@@ -85,7 +85,7 @@ def cycles(graph: dict[str, set[str]]) -> list[set[str]]:
 def test_the_import_graph_sees_every_kind_of_import():
     graph = import_graph()
     assert "llm_fsm.cli.main" in graph["llm_fsm.cli.run"]  # top level
-    assert "llm_fsm.store.stored" in graph["llm_fsm.cli.options"]  # in a function and under TYPE_CHECKING
+    assert "llm_fsm.store.stored" in graph["llm_fsm.cli.conversation_factory"]  # in a function and under TYPE_CHECKING
     assert "llm_fsm.logic" in graph["llm_fsm.engine"]  # from llm_fsm import logic: the module
     assert "llm_fsm.cli" not in graph["llm_fsm.cli.chat"]
     assert "llm_fsm.memory.spec" in graph["llm_fsm.definition"]  # a module of a core package

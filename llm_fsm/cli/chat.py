@@ -11,78 +11,70 @@ from __future__ import annotations
 import json
 import re
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
-from rich.console import Console
+from rich.console import Console  # noqa: F401 (the tests make chat.console a Console of their own)
 from rich.markup import escape
 from rich.text import Text
 
 import llm_fsm
+from llm_fsm.cli.chat_views import (
+    COMMANDS,
+    Mask,
+    already_decided,
+    console,
+    error,
+    errors,
+    one_line,
+    show_context,
+    show_end,
+    show_help,
+    show_history,
+    show_pending,
+    show_state,
+    show_stream,
+    show_why,
+    status_line,
+)
+from llm_fsm.cli.conversation_factory import (
+    ConversationFactory,
+    check_definition_policy,
+    masker,
+    open_conversation,
+)
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
     AllowChangedDefinitionOption,
-    ApiBaseOption,
-    ApiKeyOption,
-    ConversationFactory,
     ConversationOption,
     DefinitionArgument,
-    GuidedOption,
     HooksOption,
-    MaxRetriesOption,
-    MaxTokensOption,
     MCPOption,
-    ModelOption,
-    Provider,
+    ModelOptions,
     RecordOption,
-    ResponseFormat,
-    ResponseFormatOption,
     ShowSecretsOption,
     StoreOption,
     StrictDefinitionOption,
-    TemperatureOption,
-    TimeoutOption,
-    ToolCalling,
-    ToolCallingOption,
     WaitOption,
-    check_definition_policy,
     complete_states,
     connect_mcp,
     load_definition,
     load_hooks,
-    make_client,
-    masker,
-    open_conversation,
+    with_model_options,
 )
-from llm_fsm.definition import GlobalTransition
 from llm_fsm.errors import ConversationError, FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
-    from llm_fsm.conversation import Conversation, StreamEvent
+    from llm_fsm.conversation import Conversation
     from llm_fsm.engine import Snapshot
     from llm_fsm.store.stored import StoredConversation
     from llm_fsm.turn import TurnResult
 
-console = Console(highlight=False)
-errors = Console(stderr=True, highlight=False)
+__all__ = ["COMMANDS", "ChatSession", "chat", "readline_prompt", "status_line"]  # status_line: the tests' import
 
-# name: (argument, what it does). A command without an argument refuses one; "[JSON]" is optional.
-COMMANDS = {
-    "/state": ("", "the current state, its purpose and where it can go"),
-    "/context": ("", "the collected context, the working memory and the running summary"),
-    "/history": ("", "the conversation so far"),
-    "/why": ("", "what the last turn rejected, and why"),
-    "/save": ("FILE", "save the conversation to a JSON file (readable only by you)"),
-    "/load": ("FILE", "continue a conversation saved with /save"),
-    "/back": ("", "undo the last turn"),
-    "/resume": ("[JSON]", "continue a paused conversation with this result (a JSON object)"),
-    "/reset": ("", "start over"),
-    "/help": ("", "this list"),
-    "/quit": ("", "leave (Ctrl-D works too)"),
-}
 _ESCAPE = re.compile(r"(\x1b\[[0-9;]*m)")
 
 
@@ -100,7 +92,7 @@ class ChatSession:
         self,
         tracked: StoredConversation,
         make: ConversationFactory,
-        mask: Callable[[dict[str, Any]], dict[str, Any]] = lambda context: context,
+        mask: Mask = lambda context: context,
         show_secrets: bool = False,
     ) -> None:
         self.tracked = tracked
@@ -161,12 +153,12 @@ class ChatSession:
             return None
         before = self.conversation.snapshot()
         try:
-            result = self.tracked.run(lambda conversation: _show(conversation.stream(text), self.mask))
+            result = self.tracked.run(lambda conversation: show_stream(conversation.stream(text), self.mask))
         except KeyboardInterrupt:
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
-            error(_one_line(exc))
+            error(one_line(exc))
             return None
         self.undo.append(before)
         self.show_result(result)
@@ -223,10 +215,10 @@ class ChatSession:
         name, _, argument = line.partition(" ")
         argument = argument.strip()
         handlers: dict[str, Callable[[str], bool | None]] = {
-            "/state": self.show_state,
-            "/context": self.show_context,
-            "/history": self.show_history,
-            "/why": self.show_why,
+            "/state": lambda _: show_state(self.conversation),
+            "/context": lambda _: show_context(self.conversation, self.mask, self.show_secrets),
+            "/history": lambda _: show_history(self.conversation),
+            "/why": lambda _: show_why(self.last, self.mask),
             "/save": self.save,
             "/load": self.load,
             "/back": self.back,
@@ -249,98 +241,6 @@ class ChatSession:
             return True
         return handler(argument) is not False
 
-    def show_state(self, _: str) -> None:
-        from llm_fsm import subflows
-        from llm_fsm.subflows import offering, outer_moves
-
-        root = self.conversation.snapshot()
-        defs = subflows.levels(self.conversation.definition, root)
-        snaps = [root, *(frame.snapshot for frame in root.stack)]
-        outer = outer_moves(defs, snaps) if root.stack else {}  # the lower levels' moves from anywhere
-        definition, snapshot = offering(defs, outer), snaps[-1]
-        if root.stack:  # a sub-conversation talks: where in the stack
-            console.print(f"[dim]in {escape(subflows.breadcrumb(self.conversation.definition, root))}[/]")
-        state = definition.states[snapshot.state]
-        console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
-        back_to = definition.return_target(state.id, snapshot.came_from)
-        for transition in definition.moves(state.id, back_to):
-            kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
-            if transition.target_state in outer:
-                kind = f" (from anywhere in '{escape(defs[outer[transition.target_state][0]].name)}')"
-            console.print(
-                f"  → {transition.target_state}{kind} (priority {transition.priority}) {escape(transition.description)}"
-            )
-        if state.terminal:
-            console.print("  (terminal state)")
-
-    def show_context(self, _: str) -> None:
-        from rich.json import JSON
-
-        console.print(JSON(json.dumps(self.mask(self.conversation.context), ensure_ascii=False, default=str)))
-        for key, origin in self.conversation.provenance.items():
-            console.print(f"  [dim]{escape(key)}: set by {escape(origin['by'])} on turn {origin['turn']}[/]")
-        self.show_memory()
-        self.show_sub_conversations()
-
-    def show_sub_conversations(self) -> None:
-        """What each sub-conversation under way holds: its context and its working memory."""
-        from rich.json import JSON
-
-        from llm_fsm import memory, subflows
-
-        root = self.conversation.snapshot()
-        for sub, frame in zip(subflows.levels(self.conversation.definition, root)[1:], root.stack, strict=True):
-            mask = masker(sub, self.show_secrets)
-            where = f"(sub-conversation, state {escape(frame.snapshot.state)})"
-            console.print(f"[bold]in {escape(sub.name)}[/] [dim]{where}[/]")
-            console.print(JSON(json.dumps(mask(dict(frame.snapshot.context)), ensure_ascii=False, default=str)))
-            if sub.memory is not None:
-                for name, text in mask(memory.current(sub, frame.snapshot)).items():
-                    console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
-
-    def show_memory(self) -> None:
-        """The working memory's slots and the running summary, when the definition has them."""
-        from llm_fsm.memory.summaries import enabled
-
-        conversation = self.conversation
-        definition = conversation.definition
-        if definition.memory is not None:
-            console.print("[bold]memory[/]")
-            for name, text in self.mask(conversation.memory).items():
-                console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
-        if any(enabled(definition)):
-            summary = conversation.snapshot().summary
-            told = f"{summary.through} of {len(conversation.history)} exchanges summarised"
-            if summary.pending:
-                told += f", {summary.due - summary.through} due"
-            if summary.error:
-                told += f"; the last summary call failed: {summary.error}"
-            console.print(f"[bold]summary[/] [dim]({escape(told)})[/]")
-            console.print(f"  {escape(summary.text)}" if summary.text else "  [dim](none yet)[/]")
-
-    def show_history(self, _: str) -> None:
-        for exchange in self.conversation.history:
-            if exchange.user is not None:
-                console.print(f"[bold cyan]you>[/] {escape(exchange.user)}")
-            console.print(f"[bold green]bot>[/] {escape(exchange.assistant)} [dim]({exchange.state})[/]")
-
-    def show_why(self, _: str) -> None:
-        last = self.last
-        if last is not None and last.ran_in is not None:
-            console.print(f"The last turn ran in the sub-conversation {escape(' › '.join(last.ran_in))}.")
-        if last is not None and len(last.frames) > 1:
-            path = " › ".join(definition for definition, _ in last.frames)
-            console.print(f"Now in {escape(path)}: {escape(last.frames[-1][1])}.")
-        if last is not None and last.tool_calls:
-            console.print("Tool calls of the last turn:")
-            for run in last.tool_calls:
-                console.print(f"- {escape(tool_line(run, self.mask))}")
-        if last is None or not last.rejected:
-            console.print("Nothing was rejected in the last turn.")
-            return
-        for rejection in last.rejected:
-            console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {escape(rejection.reason)}")
-
     def save(self, path: str) -> None:
         from llm_fsm.jsonfiles import write_private
 
@@ -355,7 +255,7 @@ class ChatSession:
         try:
             restored = self.make.build(read_snapshot(path))
         except FSMError as exc:
-            error(_one_line(exc))
+            error(one_line(exc))
             return
         self.undo.append(self.conversation.snapshot())
         self.tracked.replace(restored)
@@ -383,7 +283,7 @@ class ChatSession:
             errors.print("[yellow](resume cancelled: nothing changed)[/]")
             return
         except FSMError as exc:
-            error(_one_line(exc))
+            error(one_line(exc))
             return
         self.undo.append(before)
         self.show_result(outcome)
@@ -408,45 +308,6 @@ class ChatSession:
         self.last = None
         console.print("Starting over.")
         self.opening()
-
-
-def already_decided(pending: llm_fsm.PendingEvent) -> bool:
-    """Whether the tool call ``pending`` holds was decided already (saved as approved, running or run):
-    a process stopped after the decision, and resuming it goes on with that decision, whatever is sent."""
-    call = pending.tool_call if pending.kind == "tool_approval" else None
-    return isinstance(call, dict) and call.get("approval") is not None
-
-
-def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
-    if pending.kind == "tool_approval":
-        arguments = pending.payload.get("arguments")
-        shown = json.dumps(mask(arguments) if isinstance(arguments, dict) else arguments, ensure_ascii=False)
-        if already_decided(pending):
-            tool = escape(str(pending.payload.get("tool")))
-            console.print(f"[bold yellow]⏸ interrupted:[/] the approved call to {tool}, with {escape(shown)}")
-            return
-        console.print(f"[bold yellow]⏸ approval needed:[/] the tool {escape(str(pending.payload.get('tool')))}", end="")
-        console.print(f" wants to run with {shown}", markup=False)
-        return
-    console.print(f"[bold yellow]⏸ paused:[/] {escape(pending.reason)}")
-    if pending.payload:
-        console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str), markup=False)
-    console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
-
-
-def show_end() -> None:
-    still = "/history, /save FILE and /back still work; /quit or Ctrl-D leaves."
-    console.print(f"[bold]The conversation has ended.[/] {still}")
-
-
-def show_help(_: str) -> None:
-    for name, (argument, text) in COMMANDS.items():
-        console.print(f"  [bold]{(name + ' ' + argument).strip():<14}[/] {text}")
-
-
-def error(message: str) -> None:
-    """One ``error:`` line on stderr (the message is text, never read as rich markup)."""
-    errors.print(Text.assemble(("error:", "red"), " ", message))
 
 
 def _misused(name: str, argument: str) -> str | None:
@@ -477,75 +338,6 @@ def read_snapshot(path: str) -> Snapshot:
         raise ConversationError(str(exc)) from None
     except ValidationError as exc:
         raise ConversationError(f"{path} is not a saved conversation: {validation_summary(exc)}") from None
-
-
-def _show(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
-    """Render the message while it streams; return the turn's result (printed by the caller)."""
-    # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
-    from rich.live import Live
-    from rich.markdown import Markdown
-    from rich.spinner import Spinner
-
-    from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
-
-    shown = ""
-    live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
-    try:
-        # Not "with Live(...)": a Ctrl-C landing inside Live's own start-up would skip its exit and
-        # leave the refresh thread drawing over the prompt; stop() in finally always runs.
-        live.start()
-        for event in events:
-            if isinstance(event, MessageDelta):
-                shown += event.text
-                live.update(Markdown(shown))
-            elif isinstance(event, MessageReset):
-                shown = ""
-                live.update(Spinner("dots", text="thinking…"))
-            elif isinstance(event, ToolCall):
-                live.update(Spinner("dots", text=f"running {event.name}…"))
-            elif isinstance(event, ToolResult):
-                live.console.print(Text(f"🔧 {tool_line(event.run, mask)}", style="dim"))
-                live.update(Spinner("dots", text="thinking…"))
-            else:
-                return event
-    finally:
-        live.stop()
-        close = getattr(events, "close", None)
-        if close is not None:
-            close()  # a cancelled turn (Ctrl-C) must not leave the stream half-run
-    raise FSMError("the turn ended without a result")  # pragma: no cover
-
-
-def status_line(result: TurnResult) -> str:
-    move = f"{result.previous_state} → {result.state}" if result.transitioned else result.state
-    parts = [f"state {move}"]
-    if result.context_updates:
-        parts.append("collected " + ", ".join(result.context_updates))
-    calls = f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}"
-    parts += [calls, f"{result.usage.total_tokens} tokens"]
-    if result.tool_calls:
-        count = len(result.tool_calls)
-        parts.append(f"{count} tool call{'s' if count != 1 else ''} (/why)")
-    if result.rejected:
-        parts.append(f"{len(result.rejected)} rejected (/why)")
-    return " · ".join(parts)
-
-
-def tool_line(run: Any, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
-    """``name({arguments}) → result`` (or ``→ error: ...``), in one bounded line."""
-    from llm_fsm.secrets import mask_run
-
-    shown = mask_run(run.model_dump(), mask)
-    arguments = shown["arguments"]
-    result = json.dumps(shown["result"], ensure_ascii=False, default=str)
-    outcome = f"error: {run.error}" if run.error is not None else result
-    decided = f" [{run.approval}]" if run.approval else ""
-    line = f"{run.name}({json.dumps(arguments, ensure_ascii=False, default=str)}){decided} → {outcome}"
-    return line if len(line) <= 160 else line[:159] + "…"
-
-
-def _one_line(exc: BaseException) -> str:
-    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
 
 
 def _read(prompt: str) -> str | None:
@@ -585,24 +377,20 @@ def _warm_up(llm: LLMClient) -> None:
         threading.Thread(target=lambda: client.litellm, name="llm-fsm-import", daemon=True).start()
 
 
+StateOption = Annotated[
+    str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
+]
+ContextOption = Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")]
+
+
 @app.command()
+@with_model_options()
 def chat(
     ctx: typer.Context,
     definition: DefinitionArgument,
-    model: ModelOption = None,
-    api_base: ApiBaseOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = 60.0,
-    max_retries: MaxRetriesOption = 2,
-    temperature: TemperatureOption = None,
-    response_format: ResponseFormatOption = ResponseFormat.auto,
-    max_tokens: MaxTokensOption = None,
-    tool_calling: ToolCallingOption = ToolCalling.auto,
-    guided: GuidedOption = False,
-    state: Annotated[
-        str | None, typer.Option("--state", help="Start in this state.", autocompletion=complete_states)
-    ] = None,
-    context: Annotated[str | None, typer.Option("--context", help="Initial context, a JSON object.")] = None,
+    model: ModelOptions,
+    state: StateOption = None,
+    context: ContextOption = None,
     hooks: HooksOption = None,
     mcp: MCPOption = None,
     store: StoreOption = None,
@@ -615,36 +403,37 @@ def chat(
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
     check_definition_policy(allow_changed_definition, strict_definition)
-    from llm_fsm.loader import did_you_mean
-
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     connect_mcp(fsm, definition, registry, mcp, ctx)
     initial_context = _parse_context(context)
-    if state is not None and state not in fsm.states:
-        hint = did_you_mean(state, list(fsm.states))
-        fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
-    provider = Provider(
-        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
-    )
-    llm = make_client(model, provider, stream=True, record=record)
+    _check_state(fsm, state)
+    llm = model.client(stream=True, record=record)
     _warm_up(llm)
-
     make = ConversationFactory(
-        fsm,
-        llm,
-        registry,
-        state=state,
-        context=initial_context,
-        allow_changed_definition=allow_changed_definition,
-        strict_definition=strict_definition,
-    )
+        fsm, llm, registry, state=state, context=initial_context,
+        allow_changed_definition=allow_changed_definition, strict_definition=strict_definition,
+    )  # fmt: skip
     tracked = open_conversation(make, store, conversation, wait)
     session = ChatSession(tracked, make, masker(fsm, show_secrets), show_secrets)
     import readline  # noqa: F401  (line editing and history for input())
 
-    console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model))} · /help for commands, Ctrl-D to leave")
+    console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model.name))} · /help for commands, Ctrl-D to leave")
     session.begin()
+    _talk(session)
+
+
+def _check_state(fsm: llm_fsm.FSMDefinition, state: str | None) -> None:
+    """``--state``: exit 2 when the definition has no such state."""
+    if state is not None and state not in fsm.states:
+        from llm_fsm.loader import did_you_mean
+
+        hint = did_you_mean(state, list(fsm.states))
+        fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
+
+
+def _talk(session: ChatSession) -> None:
+    """Read the user's lines until /quit, Ctrl-D or Ctrl-C: each a meta command or a message."""
     prompt = readline_prompt("[bold cyan]you>[/] ")
     while (line := _read(prompt)) is not None:
         line = line.strip()

@@ -11,24 +11,7 @@ import typer
 from rich.console import Console
 
 from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import (
-    ApiBaseOption,
-    ApiKeyOption,
-    GuidedOption,
-    MaxRetriesOption,
-    MaxTokensOption,
-    ModelOption,
-    Provider,
-    ResponseFormat,
-    ResponseFormatOption,
-    TemperatureOption,
-    TimeoutOption,
-    ToolCalling,
-    ToolCallingOption,
-    check_writable,
-    make_client,
-    write_output,
-)
+from llm_fsm.cli.options import ModelOptions, check_writable, with_model_options, write_output
 
 if TYPE_CHECKING:
     from llm_fsm.testing.scorecard import CourseScore
@@ -37,20 +20,12 @@ console = Console(highlight=False)
 
 
 @app.command("eval")
+@with_model_options()
 def evaluate(
     paths: Annotated[
         list[Path], typer.Argument(help="Definitions, or folders of them (each needs scripts/NAME.txt and .json).")
     ],
-    model: ModelOption = None,
-    api_base: ApiBaseOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = 60.0,
-    max_retries: MaxRetriesOption = 2,
-    temperature: TemperatureOption = None,
-    response_format: ResponseFormatOption = ResponseFormat.auto,
-    max_tokens: MaxTokensOption = None,
-    tool_calling: ToolCallingOption = ToolCalling.auto,
-    guided: GuidedOption = False,
+    model: ModelOptions,
     scripts: Annotated[
         Path | None, typer.Option("--scripts", help="Folder of NAME.txt and NAME.json (default: scripts/ beside each).")
     ] = None,
@@ -65,7 +40,7 @@ def evaluate(
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
         fail(f"no such file or folder: {', '.join(missing)}", 2)
-    if not model:
+    if not model.name:
         fail("eval needs a model: --model NAME (or LLM_FSM_MODEL)", 2)
     if json_out is not None:
         check_writable(json_out)
@@ -79,28 +54,27 @@ def evaluate(
             courses.append(course(file, scripts))
         except FSMError as exc:
             fail(str(exc).strip(), 2)
-    provider = Provider(
-        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
-    )
-    make_client(model, provider)  # a bad model or option fails here, before any course starts
+    model.client()  # a bad model or option fails here, before any course starts
 
-    def progress(number: int, score: CourseScore) -> None:
-        reached = sum(t.reached for t in score.turns)
-        failed = next((t.error for t in score.turns if t.error), None)
-        note = f" (stopped: {failed})" if failed else ""
-        if not failed and len(score.turns) < score.course_turns:
-            note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
-        console.print(
-            f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim", markup=False
-        )
-
-    runs = run(courses, lambda: make_client(model, provider), repeat=repeat, on_score=progress)
+    runs = run(courses, model.client, repeat=repeat, on_score=_progress)
     _print(runs)
     if json_out is not None:
         write_output(json_out, as_json(runs) + "\n")
     failed = sum(t.error is not None for scores in runs for score in scores for t in score.turns)
     if failed:  # the card is printed, but a run the model could not finish is not a score
         fail(f"{failed} model call(s) failed: see 'stopped:' above", 1)
+
+
+def _progress(number: int, score: CourseScore) -> None:
+    """One line per course played: how many of its turns reached the scripted state, and why it stopped early."""
+    reached = sum(t.reached for t in score.turns)
+    failed = next((t.error for t in score.turns if t.error), None)
+    note = f" (stopped: {failed})" if failed else ""
+    if not failed and len(score.turns) < score.course_turns:
+        note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
+    console.print(
+        f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim", markup=False
+    )
 
 
 def _print(runs: list[list[CourseScore]]) -> None:

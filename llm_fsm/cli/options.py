@@ -1,41 +1,36 @@
 """The options commands share, their shell completion, and what commands build from them.
 
-A definition (``load_definition``), a ``Hooks`` object (``--hooks``), the model (``--model``,
-``--record``, ``--replay``), the conversation (``ConversationFactory``, and ``open_conversation`` for
-``--store``/``--conversation``/``--wait``) and how displays mask secrets (``--show-secrets``).
-Each exits with a one-line error when what was given cannot be used.
+A definition (``load_definition``), a ``Hooks`` object (``--hooks``), MCP servers (``--mcp``) and the
+model: ``--model`` and the nine options of :class:`Provider`, declared once and given to a command as one
+:class:`ModelOptions` by :func:`with_model_options`, which makes the client (``--record``, ``--replay``).
+Each exits with a one-line error when what was given cannot be used. The conversation a command works
+on is made in :mod:`llm_fsm.cli.conversation_factory`.
 """
 
 from __future__ import annotations
 
+import functools
+import inspect
 import os
-import uuid
 import warnings
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 
 import typer
 
 import llm_fsm
 from llm_fsm.cli.main import fail
-from llm_fsm.errors import ConversationError, DefinitionError, FSMError, HooksLoadError, LLMError, StoreError
+from llm_fsm.errors import DefinitionError, HooksLoadError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
 if TYPE_CHECKING:
-    # The modules that build pydantic models or import Jinja load inside the commands that use them:
-    # "llm-fsm --help" and the authoring commands never pay for what they do not run.
-    from llm_fsm.conversation import Conversation
-    from llm_fsm.engine import Snapshot
-    from llm_fsm.store.base import Store
-    from llm_fsm.store.stored import StoredConversation
     from llm_fsm.tools.mcp import MCPServer
 
 SCRIPTED_PREFIX = "scripted:"
-UNSTORED_ID = "terminal"  # the id of a conversation kept only while the command runs
 
 
 def complete_definitions(incomplete: str) -> list[str]:
@@ -205,6 +200,8 @@ StrictDefinitionOption = Annotated[
     typer.Option("--strict-definition", help="Refuse to continue a stored conversation after any change to its "
                  "definition, an edit to a description, persona, purpose or instructions included."),
 ]  # fmt: skip
+HistoryWindowOption = Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")]
+MaxCorrectionsOption = Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")]
 RecordOption = Annotated[
     Path | None, typer.Option("--record", help="Record every model call to this cassette file (JSON).")
 ]
@@ -268,16 +265,6 @@ def write_output(path: Path, text: str, *, make_folders: bool = False) -> None:
         fail(f"cannot write {path}: {exc.strerror or exc}", 2)
 
 
-def check_definition_policy(allow_changed_definition: bool, strict_definition: bool) -> None:
-    """A usage error (exit 2) when both options are given: one refuses every change, the other allows any."""
-    if allow_changed_definition and strict_definition:
-        fail(
-            "--strict-definition (refuse any change to the definition) and --allow-changed-definition (continue "
-            "whatever changed) contradict each other: give one of them",
-            2,
-        )
-
-
 def load_hooks(spec: str | None) -> Hooks:
     """The ``Hooks`` object named by ``module:name`` or ``path/to/file.py:name`` (exit 2 if it cannot be)."""
     if not spec:
@@ -291,17 +278,85 @@ def load_hooks(spec: str | None) -> Hooks:
 @dataclass(frozen=True)
 class Provider:
     """How to reach the model: what ``--api-base``, ``--api-key``, ``--timeout``, ``--max-retries``,
-    ``--temperature``, ``--response-format``, ``--max-tokens``, ``--tool-calling`` and ``--guided`` say."""
+    ``--temperature``, ``--response-format``, ``--max-tokens``, ``--tool-calling`` and ``--guided`` say.
+    These defaults are the options' defaults."""
 
     api_base: str | None = None
     api_key: str | None = None
     timeout: float = 60.0
     max_retries: int = 2
     temperature: float | None = None
-    response_format: str = "auto"
+    response_format: ResponseFormat = ResponseFormat.auto
     max_tokens: int | None = None
-    tool_calling: str = "auto"
+    tool_calling: ToolCalling = ToolCalling.auto
     guided: bool = False
+
+
+# The option that sets each field of Provider, in the order --help lists them (after --model).
+_PROVIDER_OPTIONS: dict[str, Any] = {
+    "api_base": ApiBaseOption,
+    "api_key": ApiKeyOption,
+    "timeout": TimeoutOption,
+    "max_retries": MaxRetriesOption,
+    "temperature": TemperatureOption,
+    "response_format": ResponseFormatOption,
+    "max_tokens": MaxTokensOption,
+    "tool_calling": ToolCallingOption,
+    "guided": GuidedOption,
+}
+
+
+@dataclass(frozen=True)
+class ModelOptions:
+    """The model a command talks to (``--model``) and how to reach it (:class:`Provider`)."""
+
+    name: str | None = None
+    provider: Provider = Provider()
+
+    def client(self, *, stream: bool = False, record: Path | None = None, replay: Path | None = None) -> LLMClient:
+        """:func:`make_client` with these options."""
+        return make_client(self.name, self.provider, stream=stream, record=record, replay=replay)
+
+
+Command = TypeVar("Command", bound=Callable[..., Any])
+
+
+def with_model_options(model_option: Any = ModelOption) -> Callable[[Command], Command]:
+    """Declare ``--model`` and the nine :class:`Provider` options on a command, which receives them as one
+    :class:`ModelOptions` in its parameter annotated so; ``model_option`` replaces the usual ``--model``.
+
+    Typer reads a command's options from its signature, one parameter each, and cannot expand a dataclass
+    into options. So the command declares one ``ModelOptions`` parameter, and this decorator shows typer a
+    signature where the ten options stand in its place (where each command's --help has always listed
+    them); the call collects them back into the one object."""
+
+    def decorate(command: Command) -> Command:
+        signature = inspect.signature(command, eval_str=True)
+        parameters = list(signature.parameters.values())
+        at, bundle = next((i, p.name) for i, p in enumerate(parameters) if p.annotation is ModelOptions)
+        keyword = inspect.Parameter.KEYWORD_ONLY  # typer passes every value by name
+        defaults = Provider()
+        options = [inspect.Parameter("model", keyword, default=None, annotation=model_option)]
+        options += [
+            inspect.Parameter(name, keyword, default=getattr(defaults, name), annotation=option)
+            for name, option in _PROVIDER_OPTIONS.items()
+        ]
+        after = [parameter.replace(kind=keyword) for parameter in parameters[at + 1 :]]
+        shown = signature.replace(parameters=[*parameters[:at], *options, *after])
+
+        @functools.wraps(command)
+        def with_options(**given: Any) -> Any:
+            provider = Provider(**{name: given.pop(name) for name in _PROVIDER_OPTIONS})
+            given[bundle] = ModelOptions(given.pop("model"), provider)  # "model" may be the bundle's own name
+            return command(**given)
+
+        # What typer reads: inspect.signature stops at __signature__, typing.get_type_hints reads __annotations__
+        # (the real objects, not the strings of "from __future__ import annotations").
+        with_options.__signature__ = shown  # type: ignore[attr-defined]
+        with_options.__annotations__ = {p.name: p.annotation for p in shown.parameters.values()}
+        return with_options  # type: ignore[return-value]
+
+    return decorate
 
 
 def make_client(
@@ -387,112 +442,3 @@ def connect_mcp(
         for server in started:
             command.call_on_close(server.close)
     return started
-
-
-@dataclass
-class ConversationFactory:
-    """Makes new (``None``) or restored conversations for a command, with its options."""
-
-    fsm: llm_fsm.FSMDefinition
-    llm: LLMClient
-    hooks: Hooks
-    state: str | None = None
-    context: dict[str, Any] | None = None
-    allow_changed_definition: bool = False
-    strict_definition: bool = False
-    options: dict[str, Any] = field(default_factory=dict)  # more Conversation options
-
-    def build(self, snapshot: Snapshot | None) -> Conversation:
-        """The conversation; FSMError when the definition names unregistered handlers or checks, the
-        initial context is not JSON data, or a stored conversation ran on a definition whose structure
-        changed since (any change, with ``strict_definition``), unless ``allow_changed_definition``."""
-        from llm_fsm.conversation import Conversation
-
-        if snapshot is None:
-            return Conversation(self.fsm, self.llm, self.state, self.context, hooks=self.hooks, **self.options)
-        if not self.allow_changed_definition:
-            refusal = self._refusal(snapshot)
-            if refusal:
-                raise ConversationError(refusal)
-        return Conversation.restore(
-            snapshot, self.fsm, self.llm, hooks=self.hooks, allow_changed_definition=True, **self.options,
-        )  # fmt: skip
-
-    def _refusal(self, snapshot: Snapshot) -> str | None:
-        """Why ``snapshot`` may not continue on this definition, with what would let it; None if it may."""
-        saved = (snapshot.definition_hash, snapshot.definition_outline)
-        name = snapshot.definition_name
-        changes = self.fsm.blocking_changes(*saved, strict=self.strict_definition, name=name)
-        if not changes:
-            return self._subflow_refusal(snapshot)
-        if name != self.fsm.name:
-            return (
-                f"this conversation was saved with another definition ('{name}'), not '{self.fsm.name}' "
-                f"(run it with that definition, or with --allow-changed-definition to continue it on this one)"
-            )
-        if not self.strict_definition:
-            why = "run with --allow-changed-definition to continue it anyway"
-        elif self.fsm.blocking_changes(*saved, name=name):
-            why = "refused because of --strict-definition"
-        else:  # only prose changed: that alone would not have stopped it
-            why = "refused because of --strict-definition, which refuses an edit to prose too"
-        changed = "; ".join(changes)
-        return f"the definition '{self.fsm.name}' changed since this conversation was saved: {changed} ({why})"
-
-    def _subflow_refusal(self, snapshot: Snapshot) -> str | None:
-        """Why ``snapshot``'s sub-conversations may not continue on the sub-definitions now on disk."""
-        from llm_fsm.subflows import changed_subflows
-
-        changed = changed_subflows(self.fsm, snapshot, strict=self.strict_definition) if snapshot.stack else []
-        if not changed:
-            return None
-        name, changes = changed[0]
-        why = "refused because of --strict-definition"
-        if not self.strict_definition:
-            why = "run with --allow-changed-definition to continue it anyway"
-        changed_text = "; ".join(changes)
-        return f"the subflow definition '{name}' changed since this conversation was saved: {changed_text} ({why})"
-
-    def __call__(self, snapshot: Snapshot | None) -> Conversation:
-        """:meth:`build`, exiting 2 with each problem on a line of its own when it fails."""
-        try:
-            return self.build(snapshot)
-        except DefinitionError as exc:
-            for problem in exc.problems:
-                typer.echo(f"error: {problem}", err=True)
-        except FSMError as exc:
-            typer.echo(f"error: {exc}", err=True)
-        raise typer.Exit(2)
-
-
-def open_conversation(
-    make: Callable[[Snapshot | None], Conversation], store_url: str | None, conversation_id: str | None, wait: float
-) -> StoredConversation:
-    """The conversation a command works on, loaded (exit 2 if it cannot be)."""
-    from llm_fsm.store.stored import StoredConversation
-
-    try:
-        store, conversation_id = _where_kept(store_url, conversation_id)
-        stored = StoredConversation(store, conversation_id, make, wait=wait)
-        stored.load()
-    except (StoreError, ConversationError) as exc:
-        fail(str(exc), 2)
-    return stored
-
-
-def _where_kept(store_url: str | None, conversation_id: str | None) -> tuple[Store, str]:
-    """Where the conversation is kept: the store and id named, else a memory store for as long as the command runs."""
-    from llm_fsm.store import open_store
-
-    if store_url is None and conversation_id is None:  # kept for this run only, but its turns run the same way
-        return open_store("memory:"), UNSTORED_ID
-    store = open_store(store_url)
-    if conversation_id is None:
-        conversation_id = uuid.uuid4().hex[:12]
-        typer.echo(f"conversation: {conversation_id} (continue it with --conversation {conversation_id})", err=True)
-    return store, conversation_id
-
-
-def masker(definition: llm_fsm.FSMDefinition, show_secrets: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    """How displays show a context: secret-looking values masked, unless --show-secrets."""
-    return (lambda context: context) if show_secrets else definition.masked

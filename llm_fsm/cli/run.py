@@ -9,41 +9,33 @@ from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
 
+from llm_fsm.cli.conversation_factory import (
+    UNSTORED_ID,
+    ConversationFactory,
+    check_definition_policy,
+    masker,
+    open_conversation,
+)
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
-    UNSTORED_ID,
     AllowChangedDefinitionOption,
-    ApiBaseOption,
-    ApiKeyOption,
-    ConversationFactory,
     ConversationOption,
     DefinitionArgument,
-    GuidedOption,
+    HistoryWindowOption,
     HooksOption,
-    MaxRetriesOption,
-    MaxTokensOption,
+    MaxCorrectionsOption,
     MCPOption,
-    ModelOption,
-    Provider,
+    ModelOptions,
     RecordOption,
     ReplayOption,
-    ResponseFormat,
-    ResponseFormatOption,
     ShowSecretsOption,
     StoreOption,
     StrictDefinitionOption,
-    TemperatureOption,
-    TimeoutOption,
-    ToolCalling,
-    ToolCallingOption,
     WaitOption,
-    check_definition_policy,
     connect_mcp,
     load_definition,
     load_hooks,
-    make_client,
-    masker,
-    open_conversation,
+    with_model_options,
 )
 from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, StoreError
 from llm_fsm.values import blank
@@ -53,25 +45,24 @@ if TYPE_CHECKING:
     from llm_fsm.turn import TurnResult
 
 
+InputOption = Annotated[str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")]
+ResumeOption = Annotated[
+    str | None,
+    typer.Option(
+        "--resume", help='Continue a paused stored conversation with this JSON object first (e.g. {"approved": true}).'
+    ),
+]
+
+
 @app.command()
+@with_model_options()
 def run(
     ctx: typer.Context,
     definition: DefinitionArgument,
-    model: ModelOption = None,
-    api_base: ApiBaseOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = 60.0,
-    max_retries: MaxRetriesOption = 2,
-    temperature: TemperatureOption = None,
-    response_format: ResponseFormatOption = ResponseFormat.auto,
-    max_tokens: MaxTokensOption = None,
-    tool_calling: ToolCallingOption = ToolCalling.auto,
-    guided: GuidedOption = False,
-    input: Annotated[
-        str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")
-    ] = "-",
-    history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
-    max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
+    model: ModelOptions,
+    input: InputOption = "-",
+    history_window: HistoryWindowOption = 6,
+    max_corrections: MaxCorrectionsOption = 1,
     hooks: HooksOption = None,
     mcp: MCPOption = None,
     store: StoreOption = None,
@@ -82,13 +73,7 @@ def run(
     show_secrets: ShowSecretsOption = False,
     record: RecordOption = None,
     replay: ReplayOption = None,
-    resume: Annotated[
-        str | None,
-        typer.Option(
-            "--resume",
-            help='Continue a paused stored conversation with this JSON object first (e.g. {"approved": true}).',
-        ),
-    ] = None,
+    resume: ResumeOption = None,
 ) -> None:
     """Run a conversation non-interactively: one JSON line for the opening and for each turn.
 
@@ -100,19 +85,12 @@ def run(
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     connect_mcp(fsm, definition, registry, mcp, ctx)
-    provider = Provider(
-        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
-    )
-    llm = make_client(model, provider, record=record, replay=replay)
+    llm = model.client(record=record, replay=replay)
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = ConversationFactory(
-        fsm,
-        llm,
-        registry,
-        options={"max_corrections": max_corrections, "prompt": builder},
-        allow_changed_definition=allow_changed_definition,
-        strict_definition=strict_definition,
-    )
+        fsm, llm, registry, options={"max_corrections": max_corrections, "prompt": builder},
+        allow_changed_definition=allow_changed_definition, strict_definition=strict_definition,
+    )  # fmt: skip
     try:
         stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
     except OSError as exc:

@@ -10,22 +10,11 @@ from rich.console import Console
 
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
-    ApiBaseOption,
-    ApiKeyOption,
-    GuidedOption,
     HooksOption,
-    MaxRetriesOption,
-    MaxTokensOption,
-    Provider,
-    ResponseFormat,
-    ResponseFormatOption,
-    TemperatureOption,
-    TimeoutOption,
-    ToolCalling,
-    ToolCallingOption,
+    ModelOptions,
     check_writable,
-    make_client,
     non_empty,
+    with_model_options,
     write_output,
 )
 
@@ -37,27 +26,21 @@ if TYPE_CHECKING:
 console = Console(highlight=False)
 
 
+# test's own --model: no environment variable (a test run answers from its scripts unless asked), and "simulated"
+TestModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", callback=non_empty,
+        help="Answer unscripted steps with this model (litellm name, or 'simulated').",
+    ),
+]  # fmt: skip
+
+
 @app.command()
+@with_model_options(TestModelOption)
 def test(
     paths: Annotated[list[Path], typer.Argument(help="Test files, or folders searched for *.test.json.")],
-    model: Annotated[
-        str | None,
-        typer.Option(
-            "--model",
-            "-m",
-            callback=non_empty,
-            help="Answer unscripted steps with this model (litellm name, or 'simulated').",
-        ),
-    ] = None,  # fmt: skip
-    api_base: ApiBaseOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = 60.0,
-    max_retries: MaxRetriesOption = 2,
-    temperature: TemperatureOption = None,
-    response_format: ResponseFormatOption = ResponseFormat.auto,
-    max_tokens: MaxTokensOption = None,
-    tool_calling: ToolCallingOption = ToolCalling.auto,
-    guided: GuidedOption = False,
+    model: ModelOptions,
     hooks: HooksOption = None,
     replay: Annotated[Path | None, typer.Option("--replay", help="Answer unscripted steps from this cassette.")] = None,
     repeat: Annotated[int, typer.Option(min=1, help="Run each case this many times (for real models).")] = 1,
@@ -86,10 +69,7 @@ def test(
     _check_test_files(files)
     if junit is not None:
         check_writable(junit)
-    provider = Provider(
-        api_base, api_key, timeout, max_retries, temperature, response_format, max_tokens, tool_calling, guided
-    )
-    factory = _model_factory(model, provider, replay)
+    factory = _model_factory(model, replay)
     # --hooks is loaded only for the files that name no hooks of their own: if it cannot be, their cases fail
     outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
     for outcome in outcomes:
@@ -145,20 +125,20 @@ def _print_steps(outcome: CaseOutcome) -> None:
         console.print(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", markup=False, style="dim")
 
 
-def _model_factory(model: str | None, provider: Provider, replay: Path | None):  # type: ignore[no-untyped-def]
+def _model_factory(model: ModelOptions, replay: Path | None):  # type: ignore[no-untyped-def]
     """What answers the steps that carry no scripted reply (None: such steps fail)."""
     if replay is not None:
-        cassette = make_client(model, provider, replay=replay)
+        cassette = model.client(replay=replay)
         return lambda definition: cassette
-    if model == "simulated":
+    if model.name == "simulated":
         from llm_fsm.testing.simulation import SimulatedLLM
 
         def simulated(definition: FSMDefinition) -> LLMClient:
             return SimulatedLLM(definition)
 
         return simulated
-    if model:
-        client = make_client(model, provider)
+    if model.name:
+        client = model.client()
         return lambda definition: client
     return None
 

@@ -17,27 +17,17 @@ import typer
 
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import (
-    ApiBaseOption,
-    ApiKeyOption,
-    GuidedOption,
+    HistoryWindowOption,
     HooksOption,
-    MaxRetriesOption,
-    MaxTokensOption,
-    ModelOption,
-    Provider,
-    ResponseFormat,
-    ResponseFormatOption,
+    MaxCorrectionsOption,
+    ModelOptions,
     StoreOption,
-    TemperatureOption,
-    TimeoutOption,
-    ToolCalling,
-    ToolCallingOption,
     check_readable,
     complete_definitions,
     connect_mcp,
     load_definition,
     load_hooks,
-    make_client,
+    with_model_options,
 )
 from llm_fsm.errors import DefinitionError, StoreError
 
@@ -50,79 +40,79 @@ class BusyPolicy(StrEnum):
     reject = "reject"
 
 
+DefinitionsArgument = Annotated[
+    list[Path],
+    typer.Argument(
+        help="Definition files, or folders: the *.json files in them (*.test.json left out).",
+        show_default=False,
+        autocompletion=complete_definitions,
+    ),
+]
+HostOption = Annotated[
+    str, typer.Option("--host", envvar="LLM_FSM_HOST", help="Address to listen on (non-loopback needs tokens).")
+]
+PortOption = Annotated[int, typer.Option("--port", envvar="LLM_FSM_PORT", min=1, max=65535)]
+TokensFileOption = Annotated[
+    Path | None,
+    typer.Option(
+        "--tokens-file",
+        envvar="LLM_FSM_TOKENS_FILE",
+        help="Bearer tokens, one per line: TOKEN or NAME:TOKEN (one client each). Also: $LLM_FSM_SERVER_TOKENS.",
+    ),
+]
+BusyOption = Annotated[
+    BusyPolicy,
+    typer.Option(
+        "--busy",
+        envvar="LLM_FSM_BUSY",
+        help="A request on a conversation another turn holds: queue (wait up to --wait s, then 409) or reject "
+        "(409 at once).",
+    ),
+]
+QueueWaitOption = Annotated[
+    float, typer.Option("--wait", min=0, help="Seconds a queued request waits for its conversation.")
+]
+MaxBodyOption = Annotated[int, typer.Option("--max-body", min=256, help="Largest request body in bytes (larger: 413).")]
+CorsOriginOption = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--cors-origin",
+        callback=lambda values: [_origin(v) for v in values or ()],
+        help="Allow this browser origin, e.g. https://app.example (CORS is off without one). Repeatable.",
+    ),
+]
+UnmaskedOption = Annotated[bool, typer.Option("--show-secrets", help="Return secret-looking context values unmasked.")]
+WorkersOption = Annotated[
+    int,
+    typer.Option(
+        "--workers",
+        envvar="LLM_FSM_WORKERS",
+        min=1,
+        help="Worker processes sharing the port (each a copy of the app). More than one needs a store they "
+        "share: sqlite: on one host, redis:// or postgresql:// across hosts.",
+    ),
+]
+
+
 @app.command()
+@with_model_options()
 def serve(
     ctx: typer.Context,
-    definitions: Annotated[
-        list[Path],
-        typer.Argument(
-            help="Definition files, or folders: the *.json files in them (*.test.json left out).",
-            show_default=False,
-            autocompletion=complete_definitions,
-        ),
-    ],
-    model: ModelOption = None,
-    api_base: ApiBaseOption = None,
-    api_key: ApiKeyOption = None,
-    timeout: TimeoutOption = 60.0,
-    max_retries: MaxRetriesOption = 2,
-    temperature: TemperatureOption = None,
-    response_format: ResponseFormatOption = ResponseFormat.auto,
-    max_tokens: MaxTokensOption = None,
-    tool_calling: ToolCallingOption = ToolCalling.auto,
-    guided: GuidedOption = False,
-    history_window: Annotated[int, typer.Option(min=0, help="Exchanges of history shown to the model.")] = 6,
-    max_corrections: Annotated[int, typer.Option(min=0, help="Corrective calls after an invalid reply.")] = 1,
+    definitions: DefinitionsArgument,
+    model: ModelOptions,
+    history_window: HistoryWindowOption = 6,
+    max_corrections: MaxCorrectionsOption = 1,
     hooks: HooksOption = None,
     store: StoreOption = None,
-    host: Annotated[
-        str, typer.Option("--host", envvar="LLM_FSM_HOST", help="Address to listen on (non-loopback needs tokens).")
-    ] = "127.0.0.1",
-    port: Annotated[int, typer.Option("--port", envvar="LLM_FSM_PORT", min=1, max=65535)] = 8000,
-    tokens_file: Annotated[
-        Path | None,
-        typer.Option(
-            "--tokens-file",
-            envvar="LLM_FSM_TOKENS_FILE",
-            help="Bearer tokens, one per line: TOKEN or NAME:TOKEN (one client each). Also: $LLM_FSM_SERVER_TOKENS.",
-        ),
-    ] = None,
-    busy: Annotated[
-        BusyPolicy,
-        typer.Option(
-            "--busy",
-            envvar="LLM_FSM_BUSY",
-            help="A request on a conversation another turn holds: queue (wait up to --wait s, then 409) or reject "
-            "(409 at once).",
-        ),
-    ] = BusyPolicy.queue,
-    wait: Annotated[
-        float, typer.Option("--wait", min=0, help="Seconds a queued request waits for its conversation.")
-    ] = 30.0,
-    max_body: Annotated[
-        int, typer.Option("--max-body", min=256, help="Largest request body in bytes (larger: 413).")
-    ] = 64 * 1024,
-    cors_origin: Annotated[
-        list[str] | None,
-        typer.Option(
-            "--cors-origin",
-            callback=lambda values: [_origin(v) for v in values or ()],
-            help="Allow this browser origin, e.g. https://app.example (CORS is off without one). Repeatable.",
-        ),
-    ] = None,
-    show_secrets: Annotated[
-        bool, typer.Option("--show-secrets", help="Return secret-looking context values unmasked.")
-    ] = False,
-    workers: Annotated[
-        int,
-        typer.Option(
-            "--workers",
-            envvar="LLM_FSM_WORKERS",
-            min=1,
-            help="Worker processes sharing the port (each a copy of the app). More than one needs a store they "
-            "share: sqlite: on one host, redis:// or postgresql:// across hosts.",
-        ),
-    ] = 1,
+    host: HostOption = "127.0.0.1",
+    port: PortOption = 8000,
+    tokens_file: TokensFileOption = None,
+    busy: BusyOption = BusyPolicy.queue,
+    wait: QueueWaitOption = 30.0,
+    max_body: MaxBodyOption = 64 * 1024,
+    cors_origin: CorsOriginOption = None,
+    show_secrets: UnmaskedOption = False,
+    workers: WorkersOption = 1,
 ) -> None:
     """Serve definitions over HTTP: create conversations, send messages, stream turns (SSE), resume, delete.
 
@@ -132,8 +122,26 @@ def serve(
         import uvicorn
     except ImportError:
         fail("serve needs FastAPI and uvicorn (uvicorn is missing): pip install 'llm-fsm-runtime[server]'", 2)
-    settings = ServeSettings(**{field.name: ctx.params[field.name] for field in dataclasses.fields(ServeSettings)})
+    # ctx.params holds every option by name, --model as its text: the settings take the ten as one ModelOptions
+    named = {field.name: ctx.params[field.name] for field in dataclasses.fields(ServeSettings)}
+    settings = ServeSettings(**named | {"model": model})
     application, tokens, names = build(settings, ctx)
+    _check_address(host, port, tokens)
+    auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
+    shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
+    served = f"serving {names} on http://{shown}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
+    options = {"host": host, "port": port, "log_level": "info", "server_header": False, "log_config": log_config()}
+    if workers == 1:
+        typer.echo(f"{served})", err=True)
+        uvicorn.run(application, **options)
+        return
+    _hand_over(application, workers, settings)
+    typer.echo(f"{served}; {workers} worker processes)", err=True)
+    uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **options)
+
+
+def _check_address(host: str, port: int, tokens: dict[str, str]) -> None:
+    """Exit 2 when the server may not listen on ``host`` (no tokens, not loopback) or cannot listen there."""
     from llm_fsm.server.auth import TOKENS_VARIABLE
 
     if not tokens and not _loopback(host):
@@ -143,16 +151,13 @@ def serve(
             2,
         )
     can_listen(host, port)
-    auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
-    shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
-    served = f"serving {names} on http://{shown}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
-    options = {"host": host, "port": port, "log_level": "info", "server_header": False, "log_config": log_config()}
-    if workers == 1:
-        typer.echo(f"{served})", err=True)
-        uvicorn.run(application, **options)
-        return
+
+
+def _hand_over(application: Any, workers: int, settings: ServeSettings) -> None:
+    """Before ``workers`` processes start: close what this process opened (each worker opens its own store
+    and MCP servers), refuse a store they cannot share, and leave them the settings to build their apps from."""
     store_in_use = application.state.service.store
-    store_in_use.close()  # the workers open their own, and start their own MCP servers
+    store_in_use.close()
     for server in application.state.service.mcp_servers:
         server.close()
     if not store_in_use.shared:
@@ -161,9 +166,7 @@ def serve(
             "conversations inside one process: give --store sqlite:PATH (one host), redis://... or postgresql://...",
             2,
         )
-    os.environ[SETTINGS_VARIABLE] = _settings_json().dump_json(settings).decode()  # each worker's app is built from it
-    typer.echo(f"{served}; {workers} worker processes)", err=True)
-    uvicorn.run(f"{__name__}:worker_app", factory=True, workers=workers, **options)
+    os.environ[SETTINGS_VARIABLE] = _settings_json().dump_json(settings).decode()
 
 
 SETTINGS_VARIABLE = "LLM_FSM_SERVE_SETTINGS"
@@ -201,16 +204,7 @@ class ServeSettings:
     """Every option of ``serve`` that shapes the app (not where it listens): a worker process rebuilds it from them."""
 
     definitions: list[Path]
-    model: str | None
-    api_base: str | None
-    api_key: str | None
-    timeout: float
-    max_retries: int
-    temperature: float | None
-    response_format: ResponseFormat
-    max_tokens: int | None
-    tool_calling: ToolCalling
-    guided: bool
+    model: ModelOptions
     history_window: int
     max_corrections: int
     hooks: str | None
@@ -229,29 +223,18 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
     The MCP servers it starts stop when the ``command`` ends, or else (a worker's app) at exit."""
     try:
         from llm_fsm.server import create_app
-        from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
     except ImportError as exc:
         fail(f"serve needs FastAPI and uvicorn ({exc.name} is missing): pip install 'llm-fsm-runtime[server]'", 2)
     s = settings
-    try:
-        tokens = (
-            tokens_from_file(s.tokens_file) if s.tokens_file else tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
-        )
-    except TokenError as exc:
-        fail(str(exc), 2)
-    files = _definition_files(s.definitions)
+    tokens = _tokens(s.tokens_file)
     registry = load_hooks(s.hooks)
     fsms: list[llm_fsm.FSMDefinition] = []
     servers = []
-    for path in files:
+    for path in _definition_files(s.definitions):
         fsm = load_definition(path)
         servers += connect_mcp(fsm, path, registry, None, command)
         fsms.append(fsm)
-    provider = Provider(
-        s.api_base, s.api_key, s.timeout, s.max_retries, s.temperature, s.response_format, s.max_tokens,
-        s.tool_calling, s.guided,
-    )  # fmt: skip
-    llm = make_client(s.model, provider)  # astream streams whatever it is told: a message's reply comes whole
+    llm = s.model.client()  # astream streams whatever it is told: a message's reply comes whole
     from llm_fsm.llm import LiteLLMClient
 
     if isinstance(llm, LiteLLMClient):
@@ -281,6 +264,16 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
     except (StoreError, ValueError) as exc:
         fail(str(exc), 2)
     return application, tokens, ", ".join(f.name for f in fsms)
+
+
+def _tokens(tokens_file: Path | None) -> dict[str, str]:
+    """The bearer tokens of ``--tokens-file``, else of $LLM_FSM_SERVER_TOKENS (exit 2 if they cannot be read)."""
+    from llm_fsm.server.auth import TOKENS_VARIABLE, TokenError, tokens_from_file, tokens_from_text
+
+    try:
+        return tokens_from_file(tokens_file) if tokens_file else tokens_from_text(os.environ.get(TOKENS_VARIABLE, ""))
+    except TokenError as exc:
+        fail(str(exc), 2)
 
 
 def worker_app() -> Any:

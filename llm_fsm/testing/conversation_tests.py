@@ -12,6 +12,9 @@ code is needed (see :mod:`llm_fsm.testing.tool_scripts`); ``expect.tool_calls`` 
 turn must have made, and ``expect.awaiting_approval`` the call a paused turn waits on. A step that
 resumes a tool approval gives the decision: ``{"approved": true}``, ``{"approved": false,
 "reason": "..."}`` or ``{"result": ...}``.
+
+The file format lives in :mod:`~llm_fsm.testing.case_files`, outcomes and reports (coverage, JUnit) in
+:mod:`~llm_fsm.testing.case_results`; this module runs the cases, and its names are the ones to import.
 """
 
 from __future__ import annotations
@@ -20,27 +23,31 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any, Literal
-
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from typing import Any
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import RETURN, FSMDefinition
-from llm_fsm.engine import RejectionKind
-from llm_fsm.errors import DefinitionError, FSMError, HooksLoadError, Problem
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.errors import FSMError, HooksLoadError
 from llm_fsm.hooks import Hooks
-from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import _dotted, _json_pointer, _positions, did_you_mean, load
+from llm_fsm.loader import did_you_mean, load
+from llm_fsm.testing.case_files import (
+    Case,
+    Expect,
+    RejectedItem,
+    Reply,
+    Step,
+    TestFile,
+    TestFileError,
+    discover,
+    json_schema,
+    read,
+)
+from llm_fsm.testing.case_results import ANYWHERE, CaseOutcome, Coverage, StepOutcome, coverage, failure_text, junit_xml
 from llm_fsm.testing.scripted import ScriptedLLM, folded_summary
 from llm_fsm.testing.tool_scripts import (
-    STUBS_DESCRIPTION,
-    ApprovalExpectation,
     StubbedTools,
-    StubSpec,
-    ToolCallExpectation,
     ToolStub,
     approval_failures,
     stubbed_names,
@@ -48,186 +55,29 @@ from llm_fsm.testing.tool_scripts import (
 )
 from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn import TurnResult
-from llm_fsm.wording import Vocabulary, field_problems
 
-Reply = dict[str, Any] | str
-
-
-class _Strict(BaseModel):
-    # strict: a number written as text ("2") or a fraction (2.5) is a mistake, not something to convert
-    model_config = ConfigDict(extra="forbid", populate_by_name=True, strict=True)
-
-
-class RejectedItem(_Strict):
-    """A refused item a step expects: each field given must equal the rejection's (``reason``: a substring)."""
-
-    kind: RejectionKind | None = Field(None, description="What was refused.")
-    key: str | None = Field(None, description="The context key refused.")
-    target_state: str | None = Field(None, description="The target refused.")
-    reason: str | None = Field(None, description="A substring of the reason.")
-    attempt: int | None = Field(None, ge=1, description="The model call of the turn it happened on (1: the first).")
-
-
-class Expect(_Strict):
-    """What must hold after a step. Every field is optional."""
-
-    state: str | None = Field(None, description="The state the conversation is in.")
-    context: dict[str, Any] | None = Field(None, description="A subset the context must contain (nested objects too).")
-    message: str | None = Field(None, description="A regular expression the message must match (searched).")
-    rejected: Annotated[int, Field(ge=0)] | list[RejectedItem] | None = Field(
-        None, description="How many items were refused, or items (kind, key, target_state, reason substring) that were."
-    )
-    max_llm_calls: int | None = Field(None, ge=0, description="At most this many model calls.")
-    max_tokens: int | None = Field(None, ge=0, description="At most this many tokens in all.")
-    status: Literal["active", "paused", "ended"] | None = Field(None, description="The conversation's status.")
-    error: str | None = Field(None, description="The step must fail with an error matching this expression.")
-    tool_calls: list[ToolCallExpectation] | None = Field(
-        None, description="The tool calls the turn made, in order ([]: none); arguments and results as subsets."
-    )
-    awaiting_approval: ApprovalExpectation | None = Field(
-        None, description="The turn paused for a person to approve this tool call."
-    )
-
-    def invalid_patterns(self) -> list[str]:
-        """Why each regular expression given (``message``, ``error``, tool errors) cannot be used, in words."""
-        reasons = []
-        patterns = [("message", self.message), ("error", self.error)]
-        patterns += [(f"tool_calls[{n}].error", c.error) for n, c in enumerate(self.tool_calls or [])]
-        for name, pattern in patterns:
-            try:
-                re.compile(pattern or "")
-            except re.error as exc:
-                reasons.append(f"{name}: /{pattern}/ is not a valid regular expression: {exc}")
-        return reasons
-
-
-class Step(_Strict):
-    user: str | None = Field(None, description="What the user says; null on a first step means the opening.")
-    reply: Reply | None = Field(None, description="The scripted model reply (a reply object, or raw text).")
-    replies: list[Reply] | None = Field(None, description="Several scripted replies, when corrective calls happen.")
-    resume: dict[str, Any] | None = Field(
-        None,
-        description="Resume a paused conversation with this result instead (a step without 'user'; a tool "
-        'approval: {"approved": true}, {"approved": false, "reason": "..."} or {"result": ...}).',
-    )
-    tools: dict[str, StubSpec] | None = Field(None, description=STUBS_DESCRIPTION)
-    expect: Expect = Field(default_factory=lambda: Expect.model_validate({}))
-
-    @model_validator(mode="after")
-    def _one_meaning(self) -> Step:
-        """Fields that would each make the step something else: refuse the step rather than pick one."""
-        if self.user is not None and self.resume is not None:
-            raise ValueError(
-                "a step has either 'user' (the user says something) or 'resume' (a paused conversation "
-                "resumes with a result), not both: split it into two steps"
-            )
-        if self.reply is not None and self.replies is not None:
-            raise ValueError("a step has either 'reply' or 'replies', not both: put every reply in 'replies'")
-        return self
-
-    def scripted(self) -> list[Reply] | None:
-        if self.replies is not None:
-            return self.replies
-        return None if self.reply is None else [self.reply]
-
-
-class Case(_Strict):
-    name: str
-    definition: str = Field(description="Path of the definition, relative to this file.")
-    state: str | None = Field(None, description="Start in this state (default: the initial state).")
-    context: dict[str, Any] = Field(default_factory=dict, description="Initial context.")
-    tools: dict[str, StubSpec] | None = Field(None, description=STUBS_DESCRIPTION)
-    steps: list[Step] = Field(min_length=1)
-
-
-class TestFile(_Strict):
-    """A file of conversation tests (``*.test.json``)."""
-
-    __test__ = False  # not a pytest class
-    schema_: str | None = Field(None, alias="$schema")
-    hooks: str | None = Field(
-        None,
-        description="The handlers and checks the definitions need: MODULE:NAME or FILE.py:NAME (a file is "
-        "relative to this test file). Without it, the runner's hooks (llm-fsm test --hooks) are used.",
-    )
-    tools: dict[str, StubSpec] | None = Field(None, description=STUBS_DESCRIPTION)
-    cases: list[Case] = Field(min_length=1)
-
-
-# How problems in a test file name what should be there: "expected a list of cases, got an object".
-_WORDS = Vocabulary(
-    TestFile,
-    nouns=(
-        (Case, "case"),
-        (Step, "step"),
-        (RejectedItem, "rejection"),
-        (ToolCallExpectation, "expected tool call"),
-        (ApprovalExpectation, "expected approval"),
-        (ToolStub, "tool stub"),
-    ),
-    phrases=(
-        (Expect, ("an object of expectations", "objects of expectations")),
-        (Reply, ("a reply (an object) or raw text (a string)", "replies (objects or raw text)")),
-    ),
-)
-
-
-class TestFileError(DefinitionError):
-    """A test file cannot be used: ``problems`` says where and why, one problem per mistake."""
-
-    __test__ = False  # not a pytest class
-
-    def __init__(self, problems: list[Problem], source: str) -> None:
-        super().__init__(problems, source)
-        lines = "\n".join(f"  - {p}" for p in self.problems)
-        self.args = (f"invalid test file {source}: {len(self.problems)} problem(s)\n{lines}",)
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema of test files (for editors, through ``"$schema"``)."""
-    return {"$schema": "https://json-schema.org/draft/2020-12/schema", **TestFile.model_json_schema(by_alias=True)}
-
-
-# -- results ------------------------------------------------------------------------------------
-
-
-@dataclass
-class StepOutcome:
-    index: int
-    user: str | None
-    failures: list[str]
-    result: TurnResult | None = None
-    resume: bool = False
-
-    @property
-    def passed(self) -> bool:
-        return not self.failures
-
-    def said(self, limit: int | None = None) -> str:
-        """What the step did, for a report line: ``(resume)``, ``(opening)``, or the user's message (quoted)."""
-        if self.resume:
-            return "(resume)"
-        return "(opening)" if self.user is None else repr(self.user[:limit])
-
-
-@dataclass
-class CaseOutcome:
-    file: Path
-    name: str
-    definition: Path
-    steps: list[StepOutcome] = field(default_factory=list)
-    error: str | None = None
-    states: set[str] = field(default_factory=set)
-    transitions: set[tuple[str, str]] = field(default_factory=set)
-    runs: int = 1
-    passes: int = 0
-
-    @property
-    def passed(self) -> bool:
-        return self.error is None and all(s.passed for s in self.steps)
-
-
-# -- running ------------------------------------------------------------------------------------
+__all__ = [
+    "ANYWHERE",
+    "Case",
+    "CaseOutcome",
+    "Coverage",
+    "Expect",
+    "RejectedItem",
+    "Reply",
+    "Step",
+    "StepOutcome",
+    "TestFile",
+    "TestFileError",
+    "check",
+    "coverage",
+    "discover",
+    "failure_text",
+    "json_schema",
+    "junit_xml",
+    "read",
+    "run_case",
+    "run_files",
+]
 
 
 class _StepModel:
@@ -254,44 +104,6 @@ class _StepModel:
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         return self.complete(request)
-
-
-def discover(paths: Iterable[str | Path]) -> list[Path]:
-    """Test files: the files named, and every ``*.test.json`` below the folders named."""
-    found: list[Path] = []
-    for path in map(Path, paths):
-        found += sorted(path.rglob("*.test.json")) if path.is_dir() else [path]
-    return found
-
-
-def read(path: Path) -> TestFile:
-    """Parse a test file; :class:`TestFileError` (with line:column locations) when it is invalid.
-
-    A file that cannot be read, or is not a test file at all (a definition, a cassette...), is one
-    problem saying so; a test file with mistakes has a problem for each.
-    """
-    try:
-        document = read_json(path, "test file")
-        if not isinstance(document, dict) or "cases" not in document:
-            raise JSONFileError(not_a(path, document, "test file", "it has no 'cases'"))
-        return TestFile.model_validate(document)
-    except JSONFileError as exc:
-        raise TestFileError([Problem("", str(exc), code="unreadable")], str(path)) from None
-    except ValidationError as exc:
-        raise TestFileError(_problems(exc, path), str(path)) from None
-
-
-def _problems(exc: ValidationError, path: Path) -> list[Problem]:
-    """A problem per mistake, in plain words, at the line:column of the value (or key) it is about."""
-    positions = _positions(path.read_text(encoding="utf-8-sig"))
-    problems = []
-    for loc, message, code, hint in field_problems(exc, _WORDS):
-        pointer = _json_pointer(loc)
-        while pointer and pointer not in positions:  # a missing field: point at its parent
-            pointer = pointer.rsplit("/", 1)[0]
-        line, column = positions.get(pointer, (None, None))
-        problems.append(Problem(_dotted(loc), message, line, column, hint, code, str(path)))
-    return problems
 
 
 _UNBOUND = ("unbound_handler", "unbound_check")
@@ -524,84 +336,3 @@ def _file_hooks(test_file: TestFile, path: Path, runner_hooks: Hooks | str | Non
         return Hooks.load(runner_hooks)
     except HooksLoadError as exc:
         raise HooksLoadError(f"{exc} (the runner's hooks, llm-fsm test --hooks: this file names none)") from exc
-
-
-@dataclass(frozen=True)
-class Coverage:
-    definition: Path
-    states: frozenset[str]
-    covered_states: frozenset[str]
-    transitions: frozenset[tuple[str, str]]
-    covered_transitions: frozenset[tuple[str, str]]
-
-
-ANYWHERE = "*"  # the source of a global transition, in coverage: it is covered once taken from any state
-
-
-def _edge(definition: FSMDefinition, move: tuple[str, str]) -> tuple[str, str]:
-    """The transition a move between two states took: the state's own to that state, else a global one
-    to it, else one going back (``"$return"``)."""
-    source, target = move
-    if source not in definition.states:
-        return move
-    own = {t.target_state for t in definition.states[source].transitions}
-    anywhere = {g.target_state for g in definition.global_moves(source)}
-    if target in own:
-        return move
-    if target in anywhere:
-        return (ANYWHERE, target)
-    if RETURN in own:
-        return (source, RETURN)
-    return (ANYWHERE, RETURN) if RETURN in anywhere else move
-
-
-def coverage(outcomes: Iterable[CaseOutcome]) -> list[Coverage]:
-    """State and transition coverage of each definition by the cases that ran it."""
-    by_definition: dict[Path, list[CaseOutcome]] = {}
-    for outcome in outcomes:
-        if outcome.definition.suffix == ".json" and outcome.name != "(file)":
-            by_definition.setdefault(outcome.definition, []).append(outcome)
-    report = []
-    for path, cases in sorted(by_definition.items()):
-        try:
-            definition = load(path)
-        except FSMError:
-            continue
-        edges = {(sid, t.target_state) for sid, s in definition.states.items() for t in s.transitions}
-        edges |= {(ANYWHERE, g.target_state) for g in definition.global_transitions}  # each counted once
-        states = frozenset().union(*(c.states for c in cases)) & set(definition.states)
-        taken = frozenset(_edge(definition, move) for move in frozenset().union(*(c.transitions for c in cases)))
-        taken &= edges
-        report.append(
-            Coverage(path, frozenset(definition.states), frozenset(states), frozenset(edges), frozenset(taken))
-        )
-    return report
-
-
-def junit_xml(outcomes: list[CaseOutcome]) -> str:
-    """The outcomes as JUnit XML, one test case per case, one suite per file."""
-    from xml.sax.saxutils import escape, quoteattr
-
-    lines = ['<?xml version="1.0" encoding="utf-8"?>', "<testsuites>"]
-    files: dict[Path, list[CaseOutcome]] = {}
-    for outcome in outcomes:
-        files.setdefault(outcome.file, []).append(outcome)
-    for path, cases in files.items():
-        failed = sum(not c.passed for c in cases)
-        lines.append(f'  <testsuite name={quoteattr(str(path))} tests="{len(cases)}" failures="{failed}">')
-        for case in cases:
-            lines.append(f"    <testcase classname={quoteattr(path.stem)} name={quoteattr(case.name)}>")
-            if not case.passed:
-                message = failure_text(case)
-                lines.append(f"      <failure message={quoteattr(message.splitlines()[0])}>{escape(message)}</failure>")
-            lines.append("    </testcase>")
-        lines.append("  </testsuite>")
-    lines.append("</testsuites>")
-    return "\n".join(lines) + "\n"
-
-
-def failure_text(case: CaseOutcome) -> str:
-    if case.error:
-        return case.error
-    step = next(s for s in case.steps if not s.passed)
-    return f"step {step.index + 1} {step.said()}: " + "; ".join(step.failures)

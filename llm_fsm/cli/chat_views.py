@@ -1,0 +1,249 @@
+"""What ``llm-fsm chat`` shows: the meta commands' displays, a turn's message while it streams, its status line,
+pauses and errors. Read-only: the chat itself (:mod:`llm_fsm.cli.chat`) changes the conversation."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING, Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.text import Text
+
+import llm_fsm
+from llm_fsm.cli.conversation_factory import masker
+from llm_fsm.definition import GlobalTransition
+from llm_fsm.errors import FSMError
+
+if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
+    from llm_fsm.conversation import Conversation, StreamEvent
+    from llm_fsm.turn import TurnResult
+
+Mask = Callable[[dict[str, Any]], dict[str, Any]]  # how a context is shown (secret-looking values masked)
+
+console = Console(highlight=False)
+errors = Console(stderr=True, highlight=False)
+
+# name: (argument, what it does). A command without an argument refuses one; "[JSON]" is optional.
+COMMANDS = {
+    "/state": ("", "the current state, its purpose and where it can go"),
+    "/context": ("", "the collected context, the working memory and the running summary"),
+    "/history": ("", "the conversation so far"),
+    "/why": ("", "what the last turn rejected, and why"),
+    "/save": ("FILE", "save the conversation to a JSON file (readable only by you)"),
+    "/load": ("FILE", "continue a conversation saved with /save"),
+    "/back": ("", "undo the last turn"),
+    "/resume": ("[JSON]", "continue a paused conversation with this result (a JSON object)"),
+    "/reset": ("", "start over"),
+    "/help": ("", "this list"),
+    "/quit": ("", "leave (Ctrl-D works too)"),
+}
+
+
+def show_state(conversation: Conversation) -> None:
+    """``/state``: the state, its purpose and its moves (a sub-conversation's, with the outer moves, when one talks)."""
+    from llm_fsm import subflows
+    from llm_fsm.subflows import offering, outer_moves
+
+    root = conversation.snapshot()
+    defs = subflows.levels(conversation.definition, root)
+    snaps = [root, *(frame.snapshot for frame in root.stack)]
+    outer = outer_moves(defs, snaps) if root.stack else {}  # the lower levels' moves from anywhere
+    definition, snapshot = offering(defs, outer), snaps[-1]
+    if root.stack:  # a sub-conversation talks: where in the stack
+        console.print(f"[dim]in {escape(subflows.breadcrumb(conversation.definition, root))}[/]")
+    state = definition.states[snapshot.state]
+    console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
+    back_to = definition.return_target(state.id, snapshot.came_from)
+    for transition in definition.moves(state.id, back_to):
+        kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
+        if transition.target_state in outer:
+            kind = f" (from anywhere in '{escape(defs[outer[transition.target_state][0]].name)}')"
+        console.print(
+            f"  → {transition.target_state}{kind} (priority {transition.priority}) {escape(transition.description)}"
+        )
+    if state.terminal:
+        console.print("  (terminal state)")
+
+
+def show_context(conversation: Conversation, mask: Mask, show_secrets: bool) -> None:
+    """``/context``: the context and where each key came from, the memory, the summary, the sub-conversations."""
+    from rich.json import JSON
+
+    console.print(JSON(json.dumps(mask(conversation.context), ensure_ascii=False, default=str)))
+    for key, origin in conversation.provenance.items():
+        console.print(f"  [dim]{escape(key)}: set by {escape(origin['by'])} on turn {origin['turn']}[/]")
+    _show_memory(conversation, mask)
+    _show_sub_conversations(conversation, show_secrets)
+
+
+def _show_sub_conversations(conversation: Conversation, show_secrets: bool) -> None:
+    """What each sub-conversation under way holds: its context and its working memory."""
+    from rich.json import JSON
+
+    from llm_fsm import memory, subflows
+
+    root = conversation.snapshot()
+    for sub, frame in zip(subflows.levels(conversation.definition, root)[1:], root.stack, strict=True):
+        mask = masker(sub, show_secrets)
+        where = f"(sub-conversation, state {escape(frame.snapshot.state)})"
+        console.print(f"[bold]in {escape(sub.name)}[/] [dim]{where}[/]")
+        console.print(JSON(json.dumps(mask(dict(frame.snapshot.context)), ensure_ascii=False, default=str)))
+        if sub.memory is not None:
+            for name, text in mask(memory.current(sub, frame.snapshot)).items():
+                console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
+
+
+def _show_memory(conversation: Conversation, mask: Mask) -> None:
+    """The working memory's slots and the running summary, when the definition has them."""
+    from llm_fsm.memory.summaries import enabled
+
+    definition = conversation.definition
+    if definition.memory is not None:
+        console.print("[bold]memory[/]")
+        for name, text in mask(conversation.memory).items():
+            console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
+    if any(enabled(definition)):
+        summary = conversation.snapshot().summary
+        told = f"{summary.through} of {len(conversation.history)} exchanges summarised"
+        if summary.pending:
+            told += f", {summary.due - summary.through} due"
+        if summary.error:
+            told += f"; the last summary call failed: {summary.error}"
+        console.print(f"[bold]summary[/] [dim]({escape(told)})[/]")
+        console.print(f"  {escape(summary.text)}" if summary.text else "  [dim](none yet)[/]")
+
+
+def show_history(conversation: Conversation) -> None:
+    """``/history``: the conversation so far."""
+    for exchange in conversation.history:
+        if exchange.user is not None:
+            console.print(f"[bold cyan]you>[/] {escape(exchange.user)}")
+        console.print(f"[bold green]bot>[/] {escape(exchange.assistant)} [dim]({exchange.state})[/]")
+
+
+def show_why(last: TurnResult | None, mask: Mask) -> None:
+    """``/why``: where the last turn ran, its tool calls, and what it rejected."""
+    if last is not None and last.ran_in is not None:
+        console.print(f"The last turn ran in the sub-conversation {escape(' › '.join(last.ran_in))}.")
+    if last is not None and len(last.frames) > 1:
+        path = " › ".join(definition for definition, _ in last.frames)
+        console.print(f"Now in {escape(path)}: {escape(last.frames[-1][1])}.")
+    if last is not None and last.tool_calls:
+        console.print("Tool calls of the last turn:")
+        for run in last.tool_calls:
+            console.print(f"- {escape(tool_line(run, mask))}")
+    if last is None or not last.rejected:
+        console.print("Nothing was rejected in the last turn.")
+        return
+    for rejection in last.rejected:
+        console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {escape(rejection.reason)}")
+
+
+def already_decided(pending: llm_fsm.PendingEvent) -> bool:
+    """Whether the tool call ``pending`` holds was decided already (saved as approved, running or run):
+    a process stopped after the decision, and resuming it goes on with that decision, whatever is sent."""
+    call = pending.tool_call if pending.kind == "tool_approval" else None
+    return isinstance(call, dict) and call.get("approval") is not None
+
+
+def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    if pending.kind == "tool_approval":
+        arguments = pending.payload.get("arguments")
+        shown = json.dumps(mask(arguments) if isinstance(arguments, dict) else arguments, ensure_ascii=False)
+        if already_decided(pending):
+            tool = escape(str(pending.payload.get("tool")))
+            console.print(f"[bold yellow]⏸ interrupted:[/] the approved call to {tool}, with {escape(shown)}")
+            return
+        console.print(f"[bold yellow]⏸ approval needed:[/] the tool {escape(str(pending.payload.get('tool')))}", end="")
+        console.print(f" wants to run with {shown}", markup=False)
+        return
+    console.print(f"[bold yellow]⏸ paused:[/] {escape(pending.reason)}")
+    if pending.payload:
+        console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str), markup=False)
+    console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
+
+
+def show_end() -> None:
+    still = "/history, /save FILE and /back still work; /quit or Ctrl-D leaves."
+    console.print(f"[bold]The conversation has ended.[/] {still}")
+
+
+def show_help(_: str) -> None:
+    for name, (argument, text) in COMMANDS.items():
+        console.print(f"  [bold]{(name + ' ' + argument).strip():<14}[/] {text}")
+
+
+def error(message: str) -> None:
+    """One ``error:`` line on stderr (the message is text, never read as rich markup)."""
+    errors.print(Text.assemble(("error:", "red"), " ", message))
+
+
+def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
+    """Render the message while it streams; return the turn's result (printed by the caller)."""
+    # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
+    from rich.live import Live
+    from rich.markdown import Markdown
+    from rich.spinner import Spinner
+
+    from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
+
+    shown = ""
+    live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
+    try:
+        # Not "with Live(...)": a Ctrl-C landing inside Live's own start-up would skip its exit and
+        # leave the refresh thread drawing over the prompt; stop() in finally always runs.
+        live.start()
+        for event in events:
+            if isinstance(event, MessageDelta):
+                shown += event.text
+                live.update(Markdown(shown))
+            elif isinstance(event, MessageReset):
+                shown = ""
+                live.update(Spinner("dots", text="thinking…"))
+            elif isinstance(event, ToolCall):
+                live.update(Spinner("dots", text=f"running {event.name}…"))
+            elif isinstance(event, ToolResult):
+                live.console.print(Text(f"🔧 {tool_line(event.run, mask)}", style="dim"))
+                live.update(Spinner("dots", text="thinking…"))
+            else:
+                return event
+    finally:
+        live.stop()
+        close = getattr(events, "close", None)
+        if close is not None:
+            close()  # a cancelled turn (Ctrl-C) must not leave the stream half-run
+    raise FSMError("the turn ended without a result")  # pragma: no cover
+
+
+def status_line(result: TurnResult) -> str:
+    move = f"{result.previous_state} → {result.state}" if result.transitioned else result.state
+    parts = [f"state {move}"]
+    if result.context_updates:
+        parts.append("collected " + ", ".join(result.context_updates))
+    calls = f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}"
+    parts += [calls, f"{result.usage.total_tokens} tokens"]
+    if result.tool_calls:
+        count = len(result.tool_calls)
+        parts.append(f"{count} tool call{'s' if count != 1 else ''} (/why)")
+    if result.rejected:
+        parts.append(f"{len(result.rejected)} rejected (/why)")
+    return " · ".join(parts)
+
+
+def tool_line(run: Any, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
+    """``name({arguments}) → result`` (or ``→ error: ...``), in one bounded line."""
+    from llm_fsm.secrets import mask_run
+
+    shown = mask_run(run.model_dump(), mask)
+    arguments = shown["arguments"]
+    result = json.dumps(shown["result"], ensure_ascii=False, default=str)
+    outcome = f"error: {run.error}" if run.error is not None else result
+    decided = f" [{run.approval}]" if run.approval else ""
+    line = f"{run.name}({json.dumps(arguments, ensure_ascii=False, default=str)}){decided} → {outcome}"
+    return line if len(line) <= 160 else line[:159] + "…"
+
+
+def one_line(exc: BaseException) -> str:
+    return str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
