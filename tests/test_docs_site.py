@@ -39,11 +39,13 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
+@pytest.mark.slow  # a subprocess: mkdocs build
 def test_the_docs_build_in_strict_mode(site: Path):
     assert (site / "index.html").is_file()
     assert (site / "reference" / "conversation" / "index.html").is_file()
 
 
+@pytest.mark.slow  # a subprocess: mkdocs build
 def test_the_api_reference_has_every_public_name(site: Path):
     # mkdocstrings leaves out a member it cannot resolve without a warning: look for each name in the pages
     pages = "".join(path.read_text(encoding="utf-8") for path in (site / "reference").rglob("*.html"))
