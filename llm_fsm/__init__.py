@@ -37,6 +37,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
         LLMRequestError,
         LLMUnavailableError,
         LogicError,
+        MemoryValueError,
         Problem,
         PromptError,
         RefinementError,

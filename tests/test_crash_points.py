@@ -3,8 +3,8 @@
 Each case forks a child that runs one turn of a stored conversation and kills itself at its n-th boundary:
 before and after each model call, each tool run, each store save (checkpoints and the final save) and each
 summary call. The parent then reads what the store holds and retries the turn as a client would (the same
-message or resume token, with the same idempotency key), and checks the promises of the README's "Exactly
-once" section:
+message or resume token, with the same idempotency key), and checks the promises of docs/reliability.md's
+"Exactly once" section:
 
 - the stored conversation is the state before the turn or the state after it, never a mix;
 - every side effect ran at most once (tools append to a file; keyed tools skip a key they have seen, as a

@@ -73,11 +73,11 @@ def test_examples_with_tools_have_a_hooks_module_that_registers_them():
     assert any(tool.is_async for tool in tools) and not all(tool.is_async for tool in tools)
 
 
-def test_readme_runs_the_examples_with_tools_offline(monkeypatch):
+def test_the_tools_guide_runs_the_examples_with_tools_offline(monkeypatch):
     monkeypatch.chdir(ROOT)
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    commands = re.findall(r"^llm-fsm (run \S+ --hooks \S+ --model scripted:\S+ --input \S+)$", readme, re.MULTILINE)
-    assert commands, "the README shows how to run an example with tools"
+    guide = (ROOT / "docs" / "tools.md").read_text(encoding="utf-8")
+    commands = re.findall(r"^llm-fsm (run \S+ --hooks \S+ --model scripted:\S+ --input \S+)$", guide, re.MULTILINE)
+    assert commands, "docs/tools.md shows how to run an example with tools"
     for command in commands:
         result = CliRunner().invoke(app, shlex.split(command), catch_exceptions=False)
         assert result.exit_code == 0, result.output

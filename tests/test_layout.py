@@ -9,12 +9,14 @@ Every import statement counts: top-level, inside functions and under ``if TYPE_C
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
 import llm_fsm
 
 PACKAGE = Path(llm_fsm.__file__).parent
+ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 
 # What each layer may import besides itself (the subpackages; every other module is the core).
@@ -115,3 +117,22 @@ def test_each_layer_imports_only_what_it_may():
         if layer(target) != layer(module) and layer(target) not in MAY_IMPORT[layer(module)]
     ]
     assert not wrong, "; ".join(sorted(wrong))
+
+
+def module_map() -> set[str]:
+    """The modules docs/architecture.md names in its module map (the code block under "## Modules"),
+    as paths relative to llm_fsm/ (``store/base.py``)."""
+    text = ARCHITECTURE.read_text(encoding="utf-8")
+    block = re.search(r"^## Modules\n.*?^```\n(.*?)^```", text, re.MULTILINE | re.DOTALL)
+    assert block, "docs/architecture.md has a module map: a code block under '## Modules'"
+    # a path starts the line or follows a space, so "store/__init__.py" does not also name "__init__.py"
+    return set(re.findall(r"(?<![\w/.])((?:\w+/)*\w+\.py)\b", block.group(1)))
+
+
+def test_the_architecture_page_names_every_module_and_no_other():
+    modules = {path.relative_to(PACKAGE).as_posix() for path in PACKAGE.rglob("*.py")}
+    named = module_map()
+    assert not modules - named, "docs/architecture.md's module map leaves out: " + ", ".join(sorted(modules - named))
+    assert not named - modules, "docs/architecture.md's module map names modules that do not exist: " + ", ".join(
+        sorted(named - modules)
+    )

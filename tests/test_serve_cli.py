@@ -211,14 +211,14 @@ def test_what_the_api_tells_only_in_kind_is_in_the_servers_log(tmp_path: Path):
     assert len(log) == 1 and log[0].startswith("WARNING:") and "no reply left" in log[0], output[0]
 
 
-def test_the_readme_serve_example_works(served: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
+def test_the_serving_guide_example_works(served: dict[str, Any], monkeypatch: pytest.MonkeyPatch, tmp_path: Path):
     import re
     import shlex
 
-    readme = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = readme[readme.index("## Serving: `llm-fsm serve`") :]
+    guide = (ROOT / "docs" / "serving.md").read_text(encoding="utf-8")
+    section = guide[guide.index("# Serving: `llm-fsm serve`") :]
     line = re.search(r"^llm-fsm (serve [^\n]+) &$", section, re.MULTILINE)
-    assert line, "the README shows a serve command"
+    assert line, "docs/serving.md shows a serve command"
     bodies = re.findall(r"-d '(\{[^']*\})'", section)
     monkeypatch.chdir(ROOT)
     args = [a.replace("sqlite:demo.db", f"sqlite:{tmp_path / 'demo.db'}") for a in shlex.split(line.group(1))]
