@@ -41,7 +41,6 @@ from llm_fsm.errors import (
 from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.jsonfiles import validation_summary
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
-from llm_fsm.loader import did_you_mean
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.telemetry import NO_TRACE, NoTrace
@@ -61,13 +60,14 @@ from llm_fsm.turn import (
     summary_steps,
 )
 from llm_fsm.values import as_json_data, blank, clean_text
+from llm_fsm.wording import did_you_mean
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import TurnTrace
 
 StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
 # what a step produces: text deltas (when a reply streams), then the response; what an await gave; tool runs
-Item = str | LLMResponse | Awaited | list[ToolRun] | None  # None: a checkpoint was saved
+Item = str | LLMResponse | Awaited | list[ToolRun] | summaries.CallFailed | None  # None: a checkpoint was saved
 
 __all__ = ["DEFAULT_FALLBACK", "Conversation", "StreamEvent", "TurnResult"]
 
@@ -576,7 +576,7 @@ class _Drive:
         assert sink is not None  # _advance hands a checkpoint to the driver only when there is a sink
         return sink.ahold(checkpoint.snapshot)
 
-    def _advance(self, response: LLMResponse | Awaited | None) -> Any:
+    def _advance(self, response: Item) -> Any:
         """The turn's next step (a reply call is watched when its message may stream), or its outcome.
 
         A checkpoint is held from now on, whatever the rest of the turn does, and saved by the sink before
@@ -621,6 +621,7 @@ class _Drive:
 def _items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> Iterable[Item]:
     """What the model produces for a call. The model is called here, outside the turn's
     generator: a StopIteration it raises is its own error, not the end of the turn."""
+    assert not isinstance(step, Checkpoint)  # the sync drive saves checkpoints itself (_Drive._advance)
     if isinstance(step, Await):  # the drive refused async hooks already; a sync hook returned an awaitable
         step.close()
         raise ConversationError(f"{step.what} returned an awaitable: use astart/asend/astream/aresume")

@@ -18,10 +18,10 @@ import random
 import re
 import sys
 import time
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from dataclasses import dataclass, field
 from types import ModuleType, TracebackType
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, cast, runtime_checkable
 from urllib.parse import urlsplit
 
 from llm_fsm import telemetry
@@ -141,7 +141,7 @@ def _import_litellm() -> ModuleType:
         import litellm
 
     _keep_quiet(litellm)
-    return litellm
+    return cast(ModuleType, litellm)  # untyped for mypy (pyproject: litellm is not followed)
 
 
 _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
@@ -327,8 +327,8 @@ class LiteLLMClient:
                 if isinstance(params.get(budget), int):
                     params[budget] *= 2
         if request.max_tokens is not None:  # never above the client's own budget
-            budget = params.get("max_tokens")
-            params["max_tokens"] = min(budget, request.max_tokens) if isinstance(budget, int) else request.max_tokens
+            ceiling = params.get("max_tokens")
+            params["max_tokens"] = min(ceiling, request.max_tokens) if isinstance(ceiling, int) else request.max_tokens
         response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format
@@ -512,7 +512,7 @@ class _StreamReader:
         self.usage = Usage()
         self.finish_reason: str | None = None
 
-    def __iter__(self) -> Iterator[str | LLMResponse]:
+    def __iter__(self) -> Generator[str | LLMResponse, None, None]:  # a generator: the caller may close it early
         try:
             for chunk in self.chunks:
                 if text := self._read(chunk):
@@ -521,7 +521,7 @@ class _StreamReader:
         finally:  # a reader that stops early closes the HTTP response, so the server stops writing
             _close_stream(self.chunks)
 
-    async def __aiter__(self) -> AsyncIterator[str | LLMResponse]:
+    async def __aiter__(self) -> AsyncGenerator[str | LLMResponse, None]:
         try:
             async for chunk in self.chunks:
                 if text := self._read(chunk):

@@ -444,9 +444,9 @@ class _Reader:
                 self.error((*loc, "target_state"), f"unknown state '{target}'", code="unknown_state", hint=hint)
             for j, condition in _list_items(_get(transition, "conditions")):
                 rule = _get(condition, "logic")
-                for where, message in logic.check_rule(rule) if rule is not None else ():
+                for spot, message in logic.check_rule(rule) if rule is not None else ():
                     path = (*loc, "conditions", j, "logic")
-                    self.error(path, f"{where + ': ' if where else ''}{message}", code="logic")
+                    self.error(path, f"{spot + ': ' if spot else ''}{message}", code="logic")
 
     def _check_tools(self, data: dict[str, Any]) -> None:
         """Tool names, schemas, approval rules, servers; the tools each state lists must be declared
@@ -702,6 +702,7 @@ def _values(text: str) -> Iterator[tuple[tuple[str | int, ...], int, int | None]
     object) or None. ``text`` is JSON that parsed (a repeated key aside)."""
     inside: list[_Open] = []
     expecting_key = False
+    container: _Open | None
     for match in _TOKEN.finditer(text):
         token, offset = match.group(), match.start()
         if token == ":":

@@ -5,7 +5,7 @@ What they do is described in :mod:`llm_fsm.subflows`; this module is the runtime
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -23,7 +23,7 @@ from llm_fsm.engine import (
 from llm_fsm.errors import ConversationError, ResumeError
 from llm_fsm.hooks import Hooks
 from llm_fsm.subflows import MAX_DEPTH, frames, levels
-from llm_fsm.turn import Checkpoint, Steps, TurnResult, TurnRunner, TurnSettings, resume_turn
+from llm_fsm.turn import Checkpoint, Step, Steps, TurnResult, TurnRunner, TurnSettings, resume_turn
 from llm_fsm.values import derived_uid
 
 _MISSING = object()
@@ -153,8 +153,7 @@ def offering(defs: list[FSMDefinition], moves: Mapping[str, tuple[int, GlobalTra
             owner = defs[level]
             purpose = f"{owner.states[target].purpose} (this ends '{sub.name}' and goes on in '{owner.name}')"
             states[target] = State(id=target, purpose=purpose.strip())
-            fields = {"target_state": target, "description": move.description, "priority": move.priority}
-            added.append(GlobalTransition(**fields))
+            added.append(GlobalTransition(target_state=target, description=move.description, priority=move.priority))
         copy = sub.model_copy(update={"states": states, "global_transitions": tuple(added)})
         for name in ("_derived", "content_hash", "outline", "_outline_before_prose", "code_only_keys"):
             copy.__dict__.pop(name, None)  # computed again for the copy (the prompt cache keys on the hash)
@@ -276,7 +275,7 @@ class StackTurn:
 
     def pop_into(
         self, parent: FSMDefinition, snapshot: Snapshot, sub: FSMDefinition, child: Snapshot, message: str
-    ) -> Steps:
+    ) -> Generator[Step, Any, Snapshot]:
         """``snapshot`` after its sub-conversation ended: the results written, the move made (with its handlers)."""
         spec = parent.states[snapshot.state].subflow
         assert spec is not None
@@ -291,7 +290,9 @@ class StackTurn:
         )  # validate requires a transition without conditions: one always holds
         return (yield from self.move(parent, base, target, message))
 
-    def move(self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str) -> Steps:
+    def move(
+        self, definition: FSMDefinition, snapshot: Snapshot, target: str, message: str
+    ) -> Generator[Step, Any, Snapshot]:
         """``snapshot`` moved to ``target`` with ``message``, the handlers of the move run as for any move."""
         runner = TurnRunner(definition, snapshot, self.runtime.hooks, self.runtime.settings(definition),
                             user=self.user, handle=self.runtime.handle)  # fmt: skip

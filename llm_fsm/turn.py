@@ -26,12 +26,13 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm import checks, summaries
 from llm_fsm.contract import Reply, parse_reply, partial_reply, state_reply_schemas
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition import Check, FSMDefinition
 from llm_fsm.engine import (
     Decision,
     Origin,
     PendingEvent,
     Rejection,
+    RejectionKind,
     Snapshot,
     commit,
     decide,
@@ -331,7 +332,7 @@ class TurnRunner:
                 )
             reply = parse_reply(response.text)
         except ReplyFormatError as exc:
-            kind = "truncated" if isinstance(exc, ReplyTruncated) else "format"
+            kind: RejectionKind = "truncated" if isinstance(exc, ReplyTruncated) else "format"
             problem = Rejection(kind=kind, reason=str(exc), attempt=self.calls)
             self.rejected.append(problem)
             return None, None, (problem,)
@@ -368,9 +369,7 @@ class TurnRunner:
                 failures.append(Rejection(kind="check", reason=reason, key=key, attempt=self.calls))
         return failures
 
-    def check_failure(
-        self, check: checks.Check, proposal: checks.Proposal, run: Run
-    ) -> Generator[Step, Any, str | None]:
+    def check_failure(self, check: Check, proposal: checks.Proposal, run: Run) -> Generator[Step, Any, str | None]:
         """Why ``check`` fails on ``proposal`` (None: it passes); a judge is a model call of the turn."""
         if isinstance(check, checks.JudgeCheck):
             if not self.budget_left():
@@ -443,6 +442,7 @@ class TurnRunner:
 
     def request(self, messages: list[dict[str, Any]], *, longer: bool = False) -> LLMRequest:
         back_to = self.definition.return_target(self.base.state, self.base.came_from)  # where "$return" goes
+        strict: dict[str, Any] | None  # None: no strict schema this turn
         schema, strict = self.reply_schemas(back_to)
         tools = self.state_tools()
         specs: tuple[dict[str, Any], ...] | None = None
@@ -661,6 +661,7 @@ class TurnRunner:
         held = held.model_copy(update={"idempotency_key": key})
         yield from self.checkpoint(pause, held.model_copy(update={"approval": "running"}))
         call = ToolCallRequest(held.id, held.name, calling.arguments_text(held.arguments))
+        ran: ToolRun  # what the driver sends back for RunTools
         (ran,) = yield RunTools((calling.Prepared(call, tool, held.arguments, held.round, key=key),))
         ran = ran.model_copy(update={"approval": "approved"})
         yield from self.checkpoint(pause, ran)
@@ -848,7 +849,7 @@ def resume_turn(
     hooks: Hooks,
     settings: TurnSettings,
     token: str,
-    result: dict[str, Any],
+    result: Mapping[str, Any],
     *,
     handle: Any = None,
 ) -> TurnRunner:

@@ -238,7 +238,7 @@ class ChatSession:
         name = "/quit" if name == "/exit" else name
         handler = handlers.get(name)
         if handler is None:
-            from llm_fsm.loader import did_you_mean
+            from llm_fsm.wording import did_you_mean
 
             hint = did_you_mean(name, list(handlers))
             error(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")
@@ -615,7 +615,7 @@ def chat(
 ) -> None:
     """Chat with a definition in the terminal; the reply streams in."""
     check_definition_policy(allow_changed_definition, strict_definition)
-    from llm_fsm.loader import did_you_mean
+    from llm_fsm.wording import did_you_mean
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)

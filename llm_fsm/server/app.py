@@ -348,6 +348,7 @@ def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], b
 def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
     from llm_fsm.secrets import mask_run
 
+    data: dict[str, Any]  # the event's JSON object
     if isinstance(event, MessageDelta):
         name, data = "delta", {"text": event.text}
     elif isinstance(event, MessageReset):
@@ -567,13 +568,13 @@ def create_app(
     _routes(app, service)
     add_page(app)
     _error_handlers(app)
-    app.add_middleware(BodyLimit, limit=max_body)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body)
     origins = list(cors_origins)
     if origins:
         from starlette.middleware.cors import CORSMiddleware
 
         app.add_middleware(
-            CORSMiddleware,  # type: ignore[arg-type]
+            CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE"],
             allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],

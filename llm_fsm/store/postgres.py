@@ -37,6 +37,7 @@ reason.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import re
 import threading
@@ -179,7 +180,7 @@ class PostgresStore(Store):
         except psycopg.ProgrammingError as exc:
             raise StoreError(f"store URL {self.url!r} is not a PostgreSQL URL: {_first_line(exc)}") from None
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
-        self._conninfo = psycopg.conninfo.make_conninfo(**options)
+        self._conninfo = psycopg.conninfo.make_conninfo("", **options)
         self._pool_size = pool_size
         self._pool = _Pool(self._conninfo, pool_size)
         self._apools: dict[asyncio.AbstractEventLoop, _AsyncPool] = {}
@@ -331,7 +332,7 @@ class PostgresStore(Store):
         cid = check_id(conversation_id)
         return await self._arun(lambda: self._delete(cid), transaction=True)
 
-    async def alist(self) -> list[Info]:
+    async def alist(self) -> builtins.list[Info]:  # builtins: "list" here is the method above
         return await self._arun(self._list)
 
     async def aprune(self, older_than: float | timedelta) -> int:
@@ -497,7 +498,7 @@ def _carry_out(plan: Plan[T], cursor: psycopg.Cursor[Any], statements: dict[str,
     rows: Rows | None = None
     while True:
         try:
-            name, parameters = plan.send(rows)  # type: ignore[arg-type] (the first send is None)
+            name, parameters = plan.send(rows)  # type: ignore[arg-type]  # the first send is None
         except StopIteration as done:
             return done.value  # type: ignore[no-any-return]
         cursor.execute(statements[name], parameters)

@@ -18,9 +18,6 @@ from typing import Any
 
 from llm_fsm.secrets import KEY_SHAPED, MASK
 
-# The objects of the modules that import the telemetry package, read here by duck typing (no import cycle)
-Conversation = LLMClient = LLMResponse = Prepared = ToolRun = Call = TurnResult = TurnRunner = Any
-
 logger = logging.getLogger("llm_fsm.telemetry")
 _warned: set[str] = set()
 _USERINFO = re.compile(r"(//)[^/@\s]+@")

@@ -33,7 +33,7 @@ from llm_fsm.errors import DefinitionError, FSMError, HooksLoadError, Problem
 from llm_fsm.hooks import Hooks
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import _dotted, _json_pointer, _positions, did_you_mean, load
+from llm_fsm.loader import _dotted, _json_pointer, _positions, load
 from llm_fsm.testing.scripted import ScriptedLLM, folded_summary
 from llm_fsm.testing.tool_scripts import (
     STUBS_DESCRIPTION,
@@ -48,7 +48,7 @@ from llm_fsm.testing.tool_scripts import (
 )
 from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn import TurnResult
-from llm_fsm.wording import Vocabulary, field_problems
+from llm_fsm.wording import Vocabulary, did_you_mean, field_problems
 
 Reply = dict[str, Any] | str
 

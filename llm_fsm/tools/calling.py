@@ -34,11 +34,11 @@ from pydantic import BaseModel, ConfigDict
 
 from llm_fsm import logic
 from llm_fsm.definition import Approval, FSMDefinition, State, ToolErrorDetail
-from llm_fsm.errors import Problem
+from llm_fsm.errors import ContextValueError, Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.llm import ToolCallRequest
 from llm_fsm.telemetry import NO_SPAN
-from llm_fsm.values import ContextValueError, as_json_data, derived_uid, exception_text
+from llm_fsm.values import as_json_data, derived_uid, exception_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoSpan
@@ -146,7 +146,7 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
         function = hooks.tools.get(name)
         declared = definition.tools.get(name)
         if function is None:
-            from llm_fsm.loader import did_you_mean
+            from llm_fsm.wording import did_you_mean
 
             where = ", ".join(f"'{s}'" for s in states)
             message = f"state {where} lists tool '{name}', which is not registered"
@@ -360,14 +360,14 @@ def run_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None
     if not calls:
         return []
     pool = _pool()
-    traced = spans or [NO_SPAN] * len(calls)
+    traced: Sequence[ToolSpan | NoSpan] = spans or [NO_SPAN] * len(calls)
     futures = [(p, s, time.perf_counter(), pool.submit(_call_sync, p, s)) for p, s in zip(calls, traced, strict=True)]
     return [span.ended(_outcome(p, started, future, pool)) for p, span, started, future in futures]
 
 
 async def arun_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None) -> list[ToolRun]:
     """Run ``calls`` concurrently on the running loop (plain functions in threads), each within its timeout."""
-    traced = spans or [NO_SPAN] * len(calls)
+    traced: Sequence[ToolSpan | NoSpan] = spans or [NO_SPAN] * len(calls)
     runs = await asyncio.gather(*(_arun(p, span) for p, span in zip(calls, traced, strict=True)))
     return [span.ended(run) for span, run in zip(traced, runs, strict=True)]
 

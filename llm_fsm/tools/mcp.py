@@ -189,7 +189,7 @@ class MCPServer:
 
     @classmethod
     def _from_mapping(cls, spec: Mapping[str, Any], base: str | None) -> MCPServer:
-        from llm_fsm.loader import did_you_mean
+        from llm_fsm.wording import did_you_mean
 
         for key in spec:
             if key not in _SPEC_KEYS:
@@ -541,7 +541,7 @@ class MCPServer:
 
     async def _unknown_tool(self, session: Any, name: str) -> None:
         """Ask the server again (its tools may have changed), then fail with a did-you-mean."""
-        from llm_fsm.loader import did_you_mean
+        from llm_fsm.wording import did_you_mean
 
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._list_tools(session), self.timeout)
@@ -816,7 +816,7 @@ def register(hooks: Hooks, server: MCPServer, names: Iterable[str] | None = None
     for name in wanted:
         tool = offered.get(name)
         if tool is None:
-            from llm_fsm.loader import did_you_mean
+            from llm_fsm.wording import did_you_mean
 
             hint = did_you_mean(name, list(offered))
             raise MCPError(f"the MCP server '{server.name}' has no tool '{name}'" + (f" ({hint})" if hint else ""))
