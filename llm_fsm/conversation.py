@@ -435,7 +435,7 @@ class Conversation:
             self._no_summary_running("a sync turn")
             text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
             if self._stacked:
-                return subflow_turns.StackTurn(self.definition, self._snapshot, self._runtime(), user=text)  # type: ignore[return-value]
+                return subflow_turns.StackTurn(self.definition, self._snapshot, self._runtime(), user=text)  # type: ignore[return-value]  # stands in for it
             return TurnRunner(self.definition, self._snapshot, self.hooks, self.settings, user=text, handle=self)
 
         return steps
@@ -446,7 +446,7 @@ class Conversation:
             self._no_summary_running("a sync turn")
             if self._stacked:
                 runtime, resume = self._runtime(), (token, {} if result is None else result)
-                return subflow_turns.StackTurn(self.definition, self._snapshot, runtime, user=None, resume=resume)  # type: ignore[return-value]
+                return subflow_turns.StackTurn(self.definition, self._snapshot, runtime, user=None, resume=resume)  # type: ignore[return-value]  # stands in for it
             args = (self.definition, self._snapshot, self.hooks, self.settings, token, {} if result is None else result)
             return resume_turn(*args, handle=self)
 
@@ -524,7 +524,7 @@ class _Drive:
         conversation = self.conversation
         try:
             if isinstance(error, Exception) and self.runner.tool_runs:  # the caller may have to undo what ran
-                error.tool_runs = tuple(self.runner.tool_runs)  # type: ignore[attr-defined]
+                error.tool_runs = tuple(self.runner.tool_runs)  # type: ignore[attr-defined]  # read by callers
             if error is not None:
                 fire_error(conversation.definition, conversation.hooks, conversation.state, error, handle=conversation)
         finally:
@@ -688,7 +688,7 @@ def _drive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summaries.Summ
         while True:
             step = steps.send(summaries.complete(partial((step.llm or llm).complete, step.request)))
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
 
 
 async def _adrive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summaries.SummaryRun | None]:
@@ -697,7 +697,7 @@ async def _adrive_summary(llm: LLMClient, steps: Any) -> tuple[Snapshot, summari
         while True:
             step = steps.send(await summaries.acomplete((step.llm or llm).acomplete(step.request)))
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
 
 
 def tool_mode(llm: LLMClient) -> ToolMode:

@@ -335,7 +335,7 @@ def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
         if any(number is None for number in numbers):
             return None
         try:
-            return _tidy(fn(numbers))  # type: ignore[arg-type]
+            return _tidy(fn(numbers))  # type: ignore[arg-type]  # no None left: refused just above
         except (ArithmeticError, ValueError, IndexError):
             return None
 

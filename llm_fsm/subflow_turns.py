@@ -94,7 +94,7 @@ def _rooted(defs: list[FSMDefinition], snaps: list[Snapshot]) -> Snapshot:
     stack = tuple(
         Frame(
             definition=defs[i].name,
-            reference=defs[i - 1].states[snaps[i - 1].state].subflow.definition,  # type: ignore[union-attr]
+            reference=defs[i - 1].states[snaps[i - 1].state].subflow.definition,  # type: ignore[union-attr]  # entered by a subflow
             state=snaps[i - 1].state,
             snapshot=snaps[i],
         )

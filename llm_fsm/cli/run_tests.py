@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -145,7 +146,9 @@ def _print_steps(outcome: CaseOutcome) -> None:
         console.print(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", markup=False, style="dim")
 
 
-def _model_factory(model: str | None, provider: Provider, replay: Path | None):  # type: ignore[no-untyped-def]
+def _model_factory(
+    model: str | None, provider: Provider, replay: Path | None
+) -> Callable[[FSMDefinition], LLMClient] | None:
     """What answers the steps that carry no scripted reply (None: such steps fail)."""
     if replay is not None:
         cassette = make_client(model, provider, replay=replay)
@@ -163,7 +166,7 @@ def _model_factory(model: str | None, provider: Provider, replay: Path | None): 
     return None
 
 
-def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
+def _print_coverage(outcomes: list[CaseOutcome]) -> None:
     from rich.table import Table
 
     from llm_fsm.testing.conversation_tests import coverage

@@ -500,7 +500,7 @@ def _carry_out(plan: Plan[T], cursor: psycopg.Cursor[Any], statements: dict[str,
         try:
             name, parameters = plan.send(rows)  # type: ignore[arg-type]  # the first send is None
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
         cursor.execute(statements[name], parameters)
         rows = (cursor.fetchall() if cursor.description else [], cursor.rowcount)
 
@@ -509,9 +509,9 @@ async def _acarry_out(plan: Plan[T], cursor: psycopg.AsyncCursor[Any], statement
     rows: Rows | None = None
     while True:
         try:
-            name, parameters = plan.send(rows)  # type: ignore[arg-type]
+            name, parameters = plan.send(rows)  # type: ignore[arg-type]  # the first send is None
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
         await cursor.execute(statements[name], parameters)
         rows = (await cursor.fetchall() if cursor.description else [], cursor.rowcount)
 
