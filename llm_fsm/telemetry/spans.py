@@ -5,20 +5,27 @@ from __future__ import annotations
 import inspect
 import time
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace as otel_trace
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 from llm_fsm.hooks import Break
-from llm_fsm.telemetry.recording import Content, error_attributes, harmless, messages
-
-if TYPE_CHECKING:  # for annotations only: these modules import the telemetry package, so not at run time
-    from llm_fsm.conversation import Conversation
-    from llm_fsm.llm import LLMClient, LLMResponse
-    from llm_fsm.tools.calling import Prepared, ToolRun
-    from llm_fsm.turn import Call, TurnResult, TurnRunner
+from llm_fsm.telemetry.recording import (
+    Call,
+    Content,
+    Conversation,
+    LLMClient,
+    LLMResponse,
+    Prepared,
+    ToolRun,
+    TurnResult,
+    TurnRunner,
+    error_attributes,
+    harmless,
+    messages,
+)
 
 
 class TurnTrace:
