@@ -407,8 +407,8 @@ _ADDED_TOP = {
     "global_transitions": [],
     "tool_error_detail": "message",
 }
-_ADDED_STATE = {"tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None}
-_ADDED_TOOL = {"error_detail": None}
+_ADDED_STATE: dict[str, Any] = {"tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None}
+_ADDED_TOOL: dict[str, Any] = {"error_detail": None}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:

@@ -135,7 +135,7 @@ def components(edges: Edges) -> list[list[str]]:
                     parent = work[-1][0]
                     low[parent] = min(low[parent], low[state])
                 if low[state] == index[state]:
-                    component = []
+                    component: list[str] = []
                     while not component or component[-1] != state:
                         component.append(stack.pop())
                         on_stack.discard(component[-1])

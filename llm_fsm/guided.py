@@ -105,13 +105,13 @@ def guided_schema(
         }
         if needed and eager and all(value is not False for value in breaking.values()):
             # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
-            fulfilled.append(breaking)  # type: ignore[arg-type]  (False was ruled out just above)
+            fulfilled.append(breaking)  # type: ignore[arg-type]  # False was ruled out just above
     stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
     branches = _unique([*moves, *stays])
-    transition = branches[0] if len(branches) == 1 else {"anyOf": branches}
+    transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return {
         "type": "object",
-        "properties": {"transition": transition, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
+        "properties": {"transition": transitions, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
         "required": ["transition", "message"],
         "additionalProperties": False,
     }

@@ -317,15 +317,15 @@ def _import_module(spec: str, where: str, folder: Path) -> Any:
         if getattr(module, "__file__", None) == str(path):
             return module
     name = f"llm_fsm_hooks_{len(sys.modules)}_{path.stem}" if path.stem in sys.modules else path.stem
-    spec = importlib.util.spec_from_file_location(name, path)
-    if spec is None or spec.loader is None:
+    module_spec = importlib.util.spec_from_file_location(name, path)
+    if module_spec is None or module_spec.loader is None:
         raise HooksLoadError(f"hooks {spec}: {path} is not a Python file")
-    module = importlib.util.module_from_spec(spec)
+    module = importlib.util.module_from_spec(module_spec)
     if str(path.parent) not in sys.path:
         sys.path.insert(0, str(path.parent))
     sys.modules[name] = module  # dataclasses and pydantic models in the file look their module up
     try:
-        spec.loader.exec_module(module)
+        module_spec.loader.exec_module(module)
     except BaseException:
         del sys.modules[name]
         raise

@@ -285,6 +285,7 @@ def _op_missing_some(args: list[object], data: object) -> list[object]:
 
 
 def _op_has_context(args: list[object], data: object) -> bool:
+    keys: Sequence[object]
     if _in_object_form(args):  # llm-fsm's [object, key]
         data, keys = args[0], args[1:]
         if not isinstance(data, Mapping):

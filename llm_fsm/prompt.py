@@ -108,7 +108,7 @@ class PromptBuilder:
         system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode, guided=guided)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
 
-    def resume_note(self, reason: str, result: dict[str, Any]) -> str:
+    def resume_note(self, reason: str, result: Mapping[str, Any]) -> str:
         """The user-turn text of the call that follows a resume."""
         return self._render("resume.xml.j2", {"reason": reason, "result": result})
 

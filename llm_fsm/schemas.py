@@ -8,8 +8,8 @@ from __future__ import annotations
 from functools import lru_cache
 from typing import Any
 
-import jsonschema  # type: ignore[import-untyped]
-from jsonschema.exceptions import best_match  # type: ignore[import-untyped]
+import jsonschema
+from jsonschema.exceptions import best_match
 
 
 def schema_problem(schema: dict[str, Any]) -> str | None:

@@ -98,6 +98,24 @@ def test_ids_must_be_identifiers_unique_and_match_their_key(tmp_path):
     assert [p.code for p in errors_of(tmp_path, json.dumps(mismatch)).problems] == ["id_mismatch"]
 
 
+def test_a_problem_after_a_bad_condition_keeps_its_own_path(tmp_path):
+    # the check of a condition once reused the transitions' path variable: the next transition's problems
+    # were then reported at "[1].target_state", line 1 column 1
+    data = {"name": "x", "initial_state": "a", "states": {
+        "a": {"purpose": "A", "transitions": [
+            {"target_state": "b", "conditions": [{"logic": {"mising": ["k"]}}]},
+            {"target_state": "bb"},
+        ]},
+        "b": {"purpose": "B"},
+    }}  # fmt: skip
+    problems = errors_of(tmp_path, json.dumps(data, indent=2)).problems
+    assert [(p.code, p.path) for p in problems] == [
+        ("logic", "states.a.transitions[0].conditions[0].logic"),
+        ("unknown_state", "states.a.transitions[1].target_state"),
+    ]
+    assert problems[1].line == 21
+
+
 def test_states_may_be_a_list_and_positions_follow_the_list(tmp_path):
     listed = json.loads(json.dumps(SIGNUP))
     listed["states"] = [{"id": k, **v} for k, v in listed["states"].items()]

@@ -39,6 +39,7 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
     packaged = {name for name in names if name.startswith("llm_fsm/prompts/")}
     templates = {f"llm_fsm/prompts/{p.name}" for p in (ROOT / "prompts").glob("*.j2")}
     assert templates and packaged == templates
+    assert "llm_fsm/py.typed" in names  # users' type checkers read the package's annotations
     page = {name for name in names if name.startswith("llm_fsm/server/static/")}  # the page of serve, Mermaid's license
     static = ROOT / "llm_fsm" / "server" / "static"
     files = {f"llm_fsm/server/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}

@@ -95,11 +95,11 @@ def _allowed(values: list[object], schema: Mapping[str, Any] | None, written: li
     from llm_fsm.schemas import violation  # jsonschema, imported only for definitions with a schema
 
     present = [v for v in values if v is not _MISSING]
-    enum = schema.get("enum") if isinstance(schema.get("enum"), list) else []
+    enum = listed if isinstance(listed := schema.get("enum"), list) else []
     extra = [*enum, *([schema["const"]] if "const" in schema else [])]
     extra += [v for bound in _BOUNDS if _is_number(schema.get(bound)) for v in _neighbours(schema[bound])]
     if "array" in _types(schema):
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        items = given if isinstance(given := schema.get("items"), Mapping) else {}
         scalars = _unique([*present, *(items.get("enum") or [])])
         extra += [[], *([v] for v in scalars), [v for v in written if isinstance(v, str)]]
     fitting = [v for v in _unique([*present, *extra]) if violation(dict(schema), v) is None]

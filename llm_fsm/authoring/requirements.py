@@ -29,7 +29,7 @@ import math
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Any
+from typing import Any, TypeGuard
 
 from llm_fsm import logic
 from llm_fsm.authoring.diagram import short_logic
@@ -195,7 +195,7 @@ def _plain_var(node: object) -> str | None:
     return args[0] if isinstance(args[0], str) and args[0] else None
 
 
-def _number(value: object) -> bool:
+def _number(value: object) -> TypeGuard[float]:  # an int or a finite float, not a bool
     if isinstance(value, bool):
         return False
     return isinstance(value, int) or (isinstance(value, float) and math.isfinite(value))

@@ -230,7 +230,7 @@ class ChatSession:
         name = "/quit" if name == "/exit" else name
         handler = handlers.get(name)
         if handler is None:
-            from llm_fsm.loader import did_you_mean
+            from llm_fsm.wording import did_you_mean
 
             hint = did_you_mean(name, list(handlers))
             error(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")

@@ -5,7 +5,7 @@ The figures and how courses are made: :mod:`llm_fsm.testing.scorecard`."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console
@@ -91,7 +91,7 @@ def _print(runs: list[list[CourseScore]]) -> None:
     console.print(table)
 
 
-def _cells(figures: list[dict[str, float]]) -> list[str]:
+def _cells(figures: list[dict[str, Any]]) -> list[str]:
     """The row's cells: means over the runs, with the range when there are several."""
     first = figures[0]
 
@@ -104,7 +104,7 @@ def _cells(figures: list[dict[str, float]]) -> list[str]:
 
     kinds: dict[str, float] = {}
     for f in figures:  # per run, like every other column
-        for kind, count in dict(f["rejected"]).items():  # type: ignore[call-overload]
+        for kind, count in dict(f["rejected"]).items():
             kinds[kind] = kinds.get(kind, 0) + count / len(figures)
     errors = sum(int(f["errors"]) for f in figures) / len(figures)
     if errors:

@@ -31,7 +31,7 @@ def _usage_errors() -> Iterator[None]:
             raise  # not an error: the command's help, which typer shows as usual
         context = getattr(exc, "ctx", None)
         where = f"{context.command_path}: " if context is not None else ""
-        fail(where + " ".join(exc.format_message().split()), exc.exit_code)  # type: ignore[attr-defined]
+        fail(where + " ".join(exc.format_message().split()), exc.exit_code)  # type: ignore[attr-defined]  # a ClickException, found at run time
 
 
 class _Commands(TyperGroup):

@@ -397,6 +397,7 @@ def _model(model: str | None, provider: Provider, stream: bool) -> LLMClient:
         except LLMError as exc:
             fail(str(exc), 2)
     notify_retries()
+    options: dict[str, Any]  # LiteLLMClient's keywords
     options = {key: str(value) if isinstance(value, StrEnum) else value for key, value in vars(provider).items()}
     if options["max_tokens"] is None:
         del options["max_tokens"]

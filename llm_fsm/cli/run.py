@@ -135,7 +135,7 @@ def _converse(
         for line in lines:
             if tracked.conversation.ended or tracked.conversation.paused:
                 break
-            _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]
+            _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]  # a default binds the line: mypy cannot type it
         conversation = tracked.conversation
         if conversation.paused and conversation.pending is not None:
             how = "a --store to keep it" if tracked.id == UNSTORED_ID else f"--store, -c {tracked.id} and --resume JSON"

@@ -143,7 +143,7 @@ def _model_factory(model: ModelOptions, replay: Path | None):  # type: ignore[no
     return None
 
 
-def _print_coverage(outcomes: list) -> None:  # type: ignore[type-arg]
+def _print_coverage(outcomes: list[CaseOutcome]) -> None:
     from rich.table import Table
 
     from llm_fsm.testing.conversation_tests import coverage

@@ -37,6 +37,7 @@ reason.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import itertools
 import re
 import threading
@@ -177,7 +178,7 @@ class PostgresStore(Store):
         except psycopg.ProgrammingError as exc:
             raise StoreError(f"store URL {self.url!r} is not a PostgreSQL URL: {_first_line(exc)}") from None
         options.setdefault("connect_timeout", CONNECT_TIMEOUT)
-        self._conninfo = psycopg.conninfo.make_conninfo(**options)
+        self._conninfo = psycopg.conninfo.make_conninfo("", **options)
         self._pool_size = pool_size
         self._pool = Pool(self._conninfo, pool_size)
         self._apools: dict[asyncio.AbstractEventLoop, AsyncPool] = {}
@@ -329,7 +330,7 @@ class PostgresStore(Store):
         cid = check_id(conversation_id)
         return await self._arun(lambda: self._delete(cid), transaction=True)
 
-    async def alist(self) -> list[Info]:
+    async def alist(self) -> builtins.list[Info]:  # builtins: "list" here is the method above
         return await self._arun(self._list)
 
     async def aprune(self, older_than: float | timedelta) -> int:
@@ -384,9 +385,9 @@ def _carry_out(plan: Plan[T], cursor: psycopg.Cursor[Any], statements: dict[str,
     rows: Rows | None = None
     while True:
         try:
-            name, parameters = plan.send(rows)  # type: ignore[arg-type] (the first send is None)
+            name, parameters = plan.send(rows)  # type: ignore[arg-type]  # the first send is None
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
         cursor.execute(statements[name], parameters)
         rows = (cursor.fetchall() if cursor.description else [], cursor.rowcount)
 
@@ -395,9 +396,9 @@ async def _acarry_out(plan: Plan[T], cursor: psycopg.AsyncCursor[Any], statement
     rows: Rows | None = None
     while True:
         try:
-            name, parameters = plan.send(rows)  # type: ignore[arg-type]
+            name, parameters = plan.send(rows)  # type: ignore[arg-type]  # the first send is None
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
         await cursor.execute(statements[name], parameters)
         rows = (await cursor.fetchall() if cursor.description else [], cursor.rowcount)
 

@@ -11,6 +11,7 @@ Redis server's clock. The async methods use ``redis.asyncio`` natively.
 
 from __future__ import annotations
 
+import builtins
 import time
 import uuid
 from contextlib import suppress
@@ -226,7 +227,7 @@ class RedisStore(Store):
         pipe.lrange(self.keys.turns(cid), 0, -1)
         return pipe
 
-    def _record(self, cid: str, replies: list[Any]) -> Record | None:
+    def _record(self, cid: str, replies: builtins.list[Any]) -> Record | None:  # "list" here is the method
         fields, exchanges = replies
         if not fields:
             return None

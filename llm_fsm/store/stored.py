@@ -193,7 +193,8 @@ def advance(
     """
     stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
     key = {"idempotency_key": idempotency_key, "fingerprint": _fingerprint(text, action, fingerprint)}
-    return stored.run(action or (lambda c: c.start() if text is None else c.send(text)), **key)
+    turn: Callable[[Conversation], TurnResult] = action or (lambda c: c.start() if text is None else c.send(text))
+    return stored.run(turn, **key)
 
 
 async def aadvance(

@@ -150,7 +150,7 @@ def _rooted(defs: list[FSMDefinition], snaps: list[Snapshot]) -> Snapshot:
     stack = tuple(
         Frame(
             definition=defs[i].name,
-            reference=defs[i - 1].states[snaps[i - 1].state].subflow.definition,  # type: ignore[union-attr]
+            reference=defs[i - 1].states[snaps[i - 1].state].subflow.definition,  # type: ignore[union-attr]  # entered by a subflow
             state=snaps[i - 1].state,
             snapshot=snaps[i],
         )
@@ -209,8 +209,7 @@ def offering(defs: list[FSMDefinition], moves: Mapping[str, tuple[int, GlobalTra
             owner = defs[level]
             purpose = f"{owner.states[target].purpose} (this ends '{sub.name}' and goes on in '{owner.name}')"
             states[target] = State(id=target, purpose=purpose.strip())
-            fields = {"target_state": target, "description": move.description, "priority": move.priority}
-            added.append(GlobalTransition(**fields))
+            added.append(GlobalTransition(target_state=target, description=move.description, priority=move.priority))
         copy = sub.model_copy(update={"states": states, "global_transitions": tuple(added)})
         for name in ("_derived", "content_hash", "outline", "_outline_before_prose", "code_only_keys"):
             copy.__dict__.pop(name, None)  # computed again for the copy (the prompt cache keys on the hash)

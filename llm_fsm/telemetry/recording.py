@@ -14,12 +14,20 @@ import re
 import traceback
 import warnings
 from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from typing import Any, TypeAlias
 
 from llm_fsm.secrets import KEY_SHAPED, MASK
 
-# The objects of the modules that import the telemetry package, read here by duck typing (no import cycle)
-Conversation = LLMClient = LLMResponse = Prepared = ToolRun = Call = TurnResult = TurnRunner = Any
+# The objects of the modules that import the telemetry package, read here by duck typing: importing them,
+# even for type checkers only (TYPE_CHECKING), would make an import cycle (tests/test_layout.py)
+Conversation: TypeAlias = Any
+LLMClient: TypeAlias = Any
+LLMResponse: TypeAlias = Any
+Prepared: TypeAlias = Any
+ToolRun: TypeAlias = Any
+Call: TypeAlias = Any
+TurnResult: TypeAlias = Any
+TurnRunner: TypeAlias = Any
 
 logger = logging.getLogger("llm_fsm.telemetry")
 _warned: set[str] = set()

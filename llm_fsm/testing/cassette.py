@@ -47,7 +47,7 @@ class RecordingLLM:
     def tool_mode(self) -> Literal["native", "json"]:
         """The wrapped client's way of taking tools (the JSON form when it says nothing), noted in the cassette."""
         mode = getattr(self.inner, "tool_mode", None)
-        answer = mode() if callable(mode) else "json"
+        answer: Literal["native", "json"] = mode() if callable(mode) else "json"
         if answer != self.mode:
             self.mode = answer
             self._write()

@@ -242,7 +242,7 @@ def schema_value(schema: Mapping[str, Any], name: str, root: Mapping[str, Any] |
         required = set(schema.get("required") or ())
         return {k: schema_value(v, k, root) for k, v in properties.items() if k in required or "default" not in v}
     if kind == "array":
-        items = schema.get("items") if isinstance(schema.get("items"), Mapping) else {}
+        items = given if isinstance(given := schema.get("items"), Mapping) else {}
         count = 0 if schema.get("maxItems") == 0 else max(1, schema.get("minItems", 1))
         return [schema_value(items, name, root) for _ in range(count)]
     if kind == "null":
@@ -274,9 +274,9 @@ def pattern_sample(pattern: str) -> str | None:
     import re
 
     try:
-        import re._parser as parser  # Python 3.11+: the parser re itself uses
+        import re._parser as parser  # type: ignore[import-not-found]  # Python 3.11+: re's own parser (no stub: private)
     except ImportError:  # pragma: no cover
-        import sre_parse as parser  # type: ignore[no-redef]
+        import sre_parse as parser
     try:
         text = _sample(parser.parse(pattern), parser)
         return text if text is not None and re.search(pattern, text) else None
