@@ -47,11 +47,11 @@ def _required_keys(transition: Transition) -> tuple[list[str], bool]:
             else:
                 keys.append(key)
         for rule in _conjuncts(condition.logic):
-            key = _compared_key(rule) or _whole_key(rule)
-            if key is None or not (_comparison(rule, key) or _whole_key(rule)):
+            compared = _compared_key(rule) or _whole_key(rule)
+            if compared is None or not (_comparison(rule, compared) or _whole_key(rule)):
                 plain = False
             else:
-                keys.append(key)
+                keys.append(compared)
     return list(dict.fromkeys(keys)), plain
 
 

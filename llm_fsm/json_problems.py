@@ -118,6 +118,7 @@ def _values(text: str) -> Iterator[tuple[tuple[str | int, ...], int, int | None]
     """Each value of the JSON ``text`` in order: its path, its offset, and the offset of its key (in an
     object) or None. ``text`` is JSON that parsed (a repeated key aside)."""
     inside: list[_Open] = []
+    container: _Open | None
     expecting_key = False
     for match in _TOKEN.finditer(text):
         token, offset = match.group(), match.start()

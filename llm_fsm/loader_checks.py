@@ -119,9 +119,9 @@ class FileChecks:
                 self.error((*loc, "target_state"), f"unknown state '{target}'", code="unknown_state", hint=hint)
             for j, condition in _list_items(_get(transition, "conditions")):
                 rule = _get(condition, "logic")
-                for where, message in logic.check_rule(rule) if rule is not None else ():
+                for spot, message in logic.check_rule(rule) if rule is not None else ():
                     path = (*loc, "conditions", j, "logic")
-                    self.error(path, f"{where + ': ' if where else ''}{message}", code="logic")
+                    self.error(path, f"{spot + ': ' if spot else ''}{message}", code="logic")
 
     def tools(self, data: dict[str, Any]) -> None:
         """Tool names, schemas, approval rules, servers; the tools each state lists must be declared

@@ -9,6 +9,7 @@ from typing import Any
 
 from llm_fsm import checks
 from llm_fsm.contract import Reply, parse_reply
+from llm_fsm.definition import Check
 from llm_fsm.engine import Decision, Rejection, decide
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.firing import fire
@@ -75,9 +76,7 @@ def run_checks(work: Working, decision: Decision, message: str) -> Generator[Ste
     return failures
 
 
-def check_failure(
-    work: Working, check: checks.Check, proposal: checks.Proposal, run: Run
-) -> Generator[Step, Any, str | None]:
+def check_failure(work: Working, check: Check, proposal: checks.Proposal, run: Run) -> Generator[Step, Any, str | None]:
     """Why ``check`` fails on ``proposal`` (None: it passes); a judge is a model call of the turn."""
     if isinstance(check, checks.JudgeCheck):
         if not work.budget_left():

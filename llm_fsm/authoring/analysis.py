@@ -85,7 +85,8 @@ from llm_fsm.authoring.priority_checks import ambiguous_priorities
 from llm_fsm.authoring.review import Finding, Review
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import Problem
-from llm_fsm.loader import LoadReport, _dotted, _positions, inspect, load_text
+from llm_fsm.json_problems import positions as _positions
+from llm_fsm.loader import LoadReport, _dotted, inspect, load_text
 
 __all__ = ["Diagnostic", "Finding", "Locator", "analyze", "find_warnings"]
 

@@ -426,7 +426,7 @@ def chat(
 def _check_state(fsm: llm_fsm.FSMDefinition, state: str | None) -> None:
     """``--state``: exit 2 when the definition has no such state."""
     if state is not None and state not in fsm.states:
-        from llm_fsm.loader import did_you_mean
+        from llm_fsm.wording import did_you_mean
 
         hint = did_you_mean(state, list(fsm.states))
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)

@@ -130,7 +130,13 @@ def serve(
     auth = f"{len(tokens)} token(s)" if tokens else "no tokens: loopback only, no authentication"
     shown = f"[{host}]" if ":" in host else host  # an IPv6 address, as a URL writes it
     served = f"serving {names} on http://{shown}:{port} ({auth}; busy: {busy.value}; page: /, docs: /docs"
-    options = {"host": host, "port": port, "log_level": "info", "server_header": False, "log_config": log_config()}
+    options: dict[str, Any] = {
+        "host": host,
+        "port": port,
+        "log_level": "info",
+        "server_header": False,
+        "log_config": log_config(),
+    }
     if workers == 1:
         typer.echo(f"{served})", err=True)
         uvicorn.run(application, **options)

@@ -16,7 +16,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from types import ModuleType, TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, cast
 from urllib.parse import urlsplit
 
 from llm_fsm import telemetry
@@ -35,7 +35,7 @@ def _import_litellm() -> ModuleType:
         import litellm
 
     _keep_quiet(litellm)
-    return litellm
+    return cast(ModuleType, litellm)  # untyped for mypy (pyproject: litellm is not followed)
 
 
 _LITELLM_LOGGERS = ("LiteLLM", "LiteLLM Router", "LiteLLM Proxy")
@@ -222,8 +222,8 @@ class LiteLLMClient:
                 if isinstance(params.get(budget), int):
                     params[budget] *= 2
         if request.max_tokens is not None:  # never above the client's own budget
-            budget = params.get("max_tokens")
-            params["max_tokens"] = min(budget, request.max_tokens) if isinstance(budget, int) else request.max_tokens
+            ceiling = params.get("max_tokens")
+            params["max_tokens"] = min(ceiling, request.max_tokens) if isinstance(ceiling, int) else request.max_tokens
         response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format

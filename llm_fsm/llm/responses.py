@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any
 
 from llm_fsm.errors import LLMError, LLMUnavailableError
@@ -63,7 +63,7 @@ class _StreamReader:
         self.usage = Usage()
         self.finish_reason: str | None = None
 
-    def __iter__(self) -> Iterator[str | LLMResponse]:
+    def __iter__(self) -> Generator[str | LLMResponse, None, None]:  # a generator: the caller may close it early
         try:
             for chunk in self.chunks:
                 if text := self._read(chunk):
@@ -72,7 +72,7 @@ class _StreamReader:
         finally:  # a reader that stops early closes the HTTP response, so the server stops writing
             _close_stream(self.chunks)
 
-    async def __aiter__(self) -> AsyncIterator[str | LLMResponse]:
+    async def __aiter__(self) -> AsyncGenerator[str | LLMResponse, None]:
         try:
             async for chunk in self.chunks:
                 if text := self._read(chunk):

@@ -114,7 +114,7 @@ def create_app(
     add_routes(app, service)
     add_page(app)
     add_error_handlers(app)
-    app.add_middleware(BodyLimit, limit=max_body)  # type: ignore[arg-type]
+    app.add_middleware(BodyLimit, limit=max_body)
     origins = list(cors_origins)
     if origins:
         from starlette.middleware.cors import CORSMiddleware

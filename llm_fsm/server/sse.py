@@ -86,6 +86,7 @@ def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], b
 def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
     from llm_fsm.secrets import mask_run
 
+    data: dict[str, Any]  # the event's JSON object
     if isinstance(event, MessageDelta):
         name, data = "delta", {"text": event.text}
     elif isinstance(event, MessageReset):

@@ -12,8 +12,10 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 
 from llm_fsm.engine import RejectionKind
 from llm_fsm.errors import DefinitionError, Problem
+from llm_fsm.json_problems import json_pointer as _json_pointer
+from llm_fsm.json_problems import positions as _positions
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
-from llm_fsm.loader import _dotted, _json_pointer, _positions
+from llm_fsm.loader import _dotted
 from llm_fsm.testing.tool_scripts import STUBS_DESCRIPTION, ApprovalExpectation, StubSpec, ToolCallExpectation, ToolStub
 from llm_fsm.wording import Vocabulary, field_problems
 

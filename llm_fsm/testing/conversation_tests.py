@@ -31,7 +31,7 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import FSMError, HooksLoadError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import did_you_mean, load
+from llm_fsm.loader import load
 from llm_fsm.testing.case_files import (
     Case,
     Expect,
@@ -55,6 +55,7 @@ from llm_fsm.testing.tool_scripts import (
 )
 from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn import TurnResult
+from llm_fsm.wording import did_you_mean
 
 __all__ = [
     "ANYWHERE",

@@ -26,7 +26,7 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
         function = hooks.tools.get(name)
         declared = definition.tools.get(name)
         if function is None:
-            from llm_fsm.loader import did_you_mean
+            from llm_fsm.wording import did_you_mean
 
             where = ", ".join(f"'{s}'" for s in states)
             message = f"state {where} lists tool '{name}', which is not registered"

@@ -231,6 +231,7 @@ def run_approved(work: Working, held: ToolRun, pause: PendingEvent, tool: BoundT
     held = held.model_copy(update={"idempotency_key": key})
     yield from checkpoint(work, pause, held.model_copy(update={"approval": "running"}))
     call = ToolCallRequest(held.id, held.name, calling.arguments_text(held.arguments))
+    ran: ToolRun  # what the driver sends back for RunTools
     (ran,) = yield RunTools((calling.Prepared(call, tool, held.arguments, held.round, key=key),))
     ran = ran.model_copy(update={"approval": "approved"})
     yield from checkpoint(work, pause, ran)

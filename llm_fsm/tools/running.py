@@ -14,9 +14,10 @@ from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 from typing import TYPE_CHECKING, Any
 
+from llm_fsm.errors import ContextValueError
 from llm_fsm.telemetry import NO_SPAN
 from llm_fsm.tools.tool_types import KEY_PARAMETER, MAX_ERROR_CHARS, BoundTool, Prepared, ToolRun, _bounded
-from llm_fsm.values import ContextValueError, as_json_data, exception_text
+from llm_fsm.values import as_json_data, exception_text
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoSpan
@@ -68,14 +69,14 @@ def run_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None
     if not calls:
         return []
     pool = _pool()
-    traced = spans or [NO_SPAN] * len(calls)
+    traced: Sequence[ToolSpan | NoSpan] = spans or [NO_SPAN] * len(calls)
     futures = [(p, s, time.perf_counter(), pool.submit(_call_sync, p, s)) for p, s in zip(calls, traced, strict=True)]
     return [span.ended(_outcome(p, started, future, pool)) for p, span, started, future in futures]
 
 
 async def arun_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None) -> list[ToolRun]:
     """Run ``calls`` concurrently on the running loop (plain functions in threads), each within its timeout."""
-    traced = spans or [NO_SPAN] * len(calls)
+    traced: Sequence[ToolSpan | NoSpan] = spans or [NO_SPAN] * len(calls)
     runs = await asyncio.gather(*(_arun(p, span) for p, span in zip(calls, traced, strict=True)))
     return [span.ended(run) for span, run in zip(traced, runs, strict=True)]
 

@@ -41,4 +41,4 @@ from llm_fsm.tools.mcp.server import MCPServer, _Backoff
 from llm_fsm.tools.mcp.wire import MCPTool, tool_result
 
 __all__ = ["MCPError", "MCPServer", "MCPTool", "MCPToolError", "connect", "register", "tool_result"]
-__all__ += ["_Backoff"]  # type: ignore[misc]  # not public: its tests import it from here
+__all__ += ["_Backoff"]  # not public: its tests import it from here

@@ -23,7 +23,7 @@ def register(hooks: Hooks, server: MCPServer, names: Iterable[str] | None = None
     for name in wanted:
         tool = offered.get(name)
         if tool is None:
-            from llm_fsm.loader import did_you_mean
+            from llm_fsm.wording import did_you_mean
 
             hint = did_you_mean(name, list(offered))
             raise MCPError(f"the MCP server '{server.name}' has no tool '{name}'" + (f" ({hint})" if hint else ""))

@@ -222,7 +222,7 @@ class _Session:
 
     async def _unknown_tool(self, session: Any, name: str) -> None:
         """Ask the server again (its tools may have changed), then fail with a did-you-mean."""
-        from llm_fsm.loader import did_you_mean
+        from llm_fsm.wording import did_you_mean
 
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._list_tools(session), self.timeout)

@@ -33,7 +33,7 @@ def server_options(spec: str | Mapping[str, Any], relative_to: Path | None) -> d
 
 
 def _from_mapping(spec: Mapping[str, Any], base: str | None) -> dict[str, Any]:
-    from llm_fsm.loader import did_you_mean
+    from llm_fsm.wording import did_you_mean
 
     for key in spec:
         if key not in _SPEC_KEYS:
