@@ -51,7 +51,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "turn": (
         [
             "llm_fsm/turn.py",
-            "llm_fsm/working.py",
+            "llm_fsm/turn_state.py",
             "llm_fsm/requests.py",
             "llm_fsm/verdict.py",
             "llm_fsm/firing.py",

@@ -12,7 +12,7 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import write
 from llm_fsm.hooks import Break, Handler, Hooks, Invocation, call, logger, selected
 from llm_fsm.steps import Step
-from llm_fsm.working import Working
+from llm_fsm.turn_state import Working
 
 # the timings whose handlers run before a move is committed (a Break there means the move is not made)
 BEFORE_COMMIT = ("after_reply", "context_update", "before_transition", "state_exit")

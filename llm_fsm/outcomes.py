@@ -18,8 +18,8 @@ from llm_fsm.firing import fire
 from llm_fsm.hooks import Break, new_token, now
 from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Step, Steps, TurnResult
+from llm_fsm.turn_state import Working
 from llm_fsm.values import as_json_data, clean_text
-from llm_fsm.working import Working
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
 

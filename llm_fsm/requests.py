@@ -15,7 +15,7 @@ from llm_fsm.llm import LLMRequest
 from llm_fsm.memory.working import with_memory_update
 from llm_fsm.steps import Call, Preview, Purpose
 from llm_fsm.tools import calling
-from llm_fsm.working import Working
+from llm_fsm.turn_state import Working
 
 
 def prompt_messages(work: Working) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ Order of a turn::
     → context_update → before_transition → state_exit → commit → after_transition → state_enter → end
 
 This module is the loop; each concern is a unit of its own, a function of the turn's working state
-(:class:`llm_fsm.working.Working`):
+(:class:`llm_fsm.turn_state.Working`):
 
 - :mod:`llm_fsm.requests`: the prompt, the reply schemas and the requests (corrections too);
 - :mod:`llm_fsm.verdict`: one reply parsed, decided and checked;
@@ -54,8 +54,8 @@ from llm_fsm.steps import (
 from llm_fsm.tools import rounds
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.tools.rounds import DEFAULT_APPROVAL_MESSAGE, INTERRUPTED, NO_MORE_TOOLS
+from llm_fsm.turn_state import Working
 from llm_fsm.verdict import verdict
-from llm_fsm.working import Working
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoTrace

@@ -17,7 +17,7 @@ from llm_fsm.hooks import Run
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Call, Step
-from llm_fsm.working import Working
+from llm_fsm.turn_state import Working
 
 Problems = tuple[Rejection, ...]
 

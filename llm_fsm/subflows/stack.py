@@ -26,8 +26,8 @@ from llm_fsm.steps import Checkpoint, Runtime, Step, Steps, TurnResult
 from llm_fsm.subflows.definition import MAX_DEPTH
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn import plain_turn
+from llm_fsm.turn_state import Working
 from llm_fsm.values import derived_uid
-from llm_fsm.working import Working
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoTrace

@@ -20,8 +20,8 @@ from llm_fsm.requests import prompt_messages
 from llm_fsm.steps import Checkpoint, RunTools, Step, TurnResult
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolRun
+from llm_fsm.turn_state import Working
 from llm_fsm.values import as_json_data
-from llm_fsm.working import Working
 
 DEFAULT_APPROVAL_MESSAGE = "One moment, please: a person has to approve this step before I can go on."
 NO_MORE_TOOLS = "no more tool calls in this turn: give your final reply now, with what you have"
