@@ -121,7 +121,7 @@ class Drive:
         conversation = self.conversation
         try:
             if isinstance(error, Exception) and self.runner.tool_runs:  # the caller may have to undo what ran
-                error.tool_runs = tuple(self.runner.tool_runs)  # type: ignore[attr-defined]
+                error.tool_runs = tuple(self.runner.tool_runs)  # type: ignore[attr-defined]  # read by callers
             if error is not None:
                 fire_error(conversation.definition, conversation.hooks, conversation.state, error, handle=conversation)
         finally:
@@ -330,7 +330,7 @@ def run_steps(llm: LLMClient, steps: Generator[Step, Any, T]) -> T:
             (item,) = items(llm, step, False, NO_TRACE)
             step = steps.send(item)
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
 
 
 async def arun_steps(llm: LLMClient, steps: Generator[Step, Any, T]) -> T:
@@ -341,7 +341,7 @@ async def arun_steps(llm: LLMClient, steps: Generator[Step, Any, T]) -> T:
             produced = [item async for item in aitems(llm, step, False, NO_TRACE)]  # one: nothing streams
             step = steps.send(produced[-1])
     except StopIteration as done:
-        return done.value  # type: ignore[no-any-return]
+        return done.value  # type: ignore[no-any-return]  # StopIteration.value is untyped
 
 
 def last(events: Iterator[StreamEvent]) -> TurnResult:

@@ -40,7 +40,7 @@ def _containing(parts: list[str], limit: int, without: str = "") -> str | None:
         return None
     free = max(0, limit - sum(map(len, parts))) // (len(parts) + 1)
     gap = f"[^{_TEXT_EXCLUDED}{_in_class(without) if without else ''}]{{0,{free}}}"
-    orders = [gap + gap.join(order) + gap for order in itertools.permutations(literals)]  # type: ignore[arg-type]
+    orders = [gap + gap.join(order) + gap for order in itertools.permutations(literals)]  # type: ignore[arg-type]  # no None: refused above
     return "^" + (orders[0] if len(orders) == 1 else "(?:" + "|".join(orders) + ")") + "$"
 
 

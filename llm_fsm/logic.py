@@ -254,7 +254,7 @@ def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
         if any(number is None for number in numbers):
             return None
         try:
-            return tidy(fn(numbers))  # type: ignore[arg-type]
+            return tidy(fn(numbers))  # type: ignore[arg-type]  # no None left: refused just above
         except (ArithmeticError, ValueError, IndexError):
             return None
 

@@ -352,9 +352,9 @@ def with_model_options(model_option: Any = ModelOption) -> Callable[[Command], C
 
         # What typer reads: inspect.signature stops at __signature__, typing.get_type_hints reads __annotations__
         # (the real objects, not the strings of "from __future__ import annotations").
-        with_options.__signature__ = shown  # type: ignore[attr-defined]
+        with_options.__signature__ = shown  # type: ignore[attr-defined]  # functions take it; typeshed omits it
         with_options.__annotations__ = {p.name: p.annotation for p in shown.parameters.values()}
-        return with_options  # type: ignore[return-value]
+        return with_options  # type: ignore[return-value]  # the same call, with the bundle given by typer
 
     return decorate
 

@@ -19,6 +19,8 @@ from llm_fsm.cli.options import (
 )
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.llm import LLMClient
     from llm_fsm.testing.conversation_tests import CaseOutcome
@@ -125,7 +127,7 @@ def _print_steps(outcome: CaseOutcome) -> None:
         console.print(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", markup=False, style="dim")
 
 
-def _model_factory(model: ModelOptions, replay: Path | None):  # type: ignore[no-untyped-def]
+def _model_factory(model: ModelOptions, replay: Path | None) -> Callable[[FSMDefinition], LLMClient] | None:
     """What answers the steps that carry no scripted reply (None: such steps fail)."""
     if replay is not None:
         cassette = model.client(replay=replay)

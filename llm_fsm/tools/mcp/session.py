@@ -169,7 +169,7 @@ class _Session:
             from mcp.client.streamable_http import streamable_http_client
         except ImportError:  # mcp < 1.24 has only the older name, which takes headers itself
             try:
-                from mcp.client.streamable_http import streamablehttp_client  # type: ignore[attr-defined,unused-ignore]
+                from mcp.client.streamable_http import streamablehttp_client  # type: ignore[attr-defined,unused-ignore]  # gone from new mcp
             except ImportError:
                 raise MCPError("streamable HTTP needs mcp >= 1.8: pip install -U mcp") from None
             client = streamablehttp_client(self.url, headers=self.headers, timeout=self.timeout)
