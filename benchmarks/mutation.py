@@ -6,6 +6,16 @@
     python benchmarks/mutation.py --report engine     # only re-read the results of an earlier run
     python benchmarks/mutation.py --survivors engine  # list the survivors, with their diffs
     python benchmarks/mutation.py --retest engine     # after adding tests: only the mutants not killed last time
+    python benchmarks/mutation.py --sample 150 --seed 1 stores  # a uniform random sample of 150 mutants only
+    python benchmarks/mutation.py --sample 150 --seed 1 --report stores  # killed / sampled, 95 % Wilson interval
+
+A full run of a big module (turn: ~1,800 mutants against its eight test files) takes many hours on a shared
+machine, so its score is measured on a uniform random sample of mutant names (``--sample N --seed S``): the
+mutants are generated first (no test run), N names are drawn with ``random.Random(S).sample`` from all of the
+module's mutants (sorted), written to ``.mutation/<module>/sample-<N>-<S>.json``, and only those are run
+(``mutmut run <names>``, which reruns the named mutants even when they have a result). The report then gives
+killed / (sampled - equivalent) with its 95 % Wilson score interval: an estimate of the whole module's score.
+``--retest`` with ``--sample`` reruns only that sample's mutants that were not killed.
 
 Each module runs in its own directory ``.mutation/<module>/`` (git-ignored): a copy of the package, the
 prompts, the example definitions and the tests, with a ``pyproject.toml`` whose ``[tool.mutmut]`` mutates that
@@ -27,7 +37,9 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -58,9 +70,19 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "tests/test_subflows.py",
         ],
     ),
+    # every store against the same tests (memory, files, SQLite, and real redis-server and PostgreSQL servers
+    # started by tests/conftest.py), the idempotency keys and the stored conversation (advance, aadvance)
     "stores": (
         ["llm_fsm/store/*.py"],
-        ["tests/test_store.py", "tests/test_store_files.py", "tests/test_store_locks.py"],
+        [
+            "tests/test_store.py",
+            "tests/test_store_files.py",
+            "tests/test_store_locks.py",
+            "tests/test_store_postgres.py",
+            "tests/test_store_cli.py",
+            "tests/test_idempotency.py",
+            "tests/test_aadvance.py",
+        ],
     ),
 }
 
@@ -97,6 +119,9 @@ SUBSET: dict[str, tuple[list[str], str]] = {
 DESELECT: dict[str, str] = {
     "contract": "not provider_cut_over_http",
     "calling": "not over_http and not still_waiting_for_a_worker and not run_concurrently",
+    # the stores' crash and contention tests start processes and wait for locks to expire (5-11 s each, 125 s of
+    # the 180 the selection takes): the same code paths are run in-process by the other tests
+    "stores": "not four_processes and not killed_writer and not killed_holder and not heartbeat",
 }
 
 COPY = ["llm_fsm", "prompts", "schema", "fsm_definitions", "tests", "cli.py", "README.md"]
@@ -141,6 +166,24 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.contract.x__repaired__mutmut_8": "as _repaired__mutmut_3",
     "llm_fsm.contract.x_state_reply_schemas__mutmut_18": "strict=None is falsy like strict=False",
     "llm_fsm.contract.x_state_reply_schemas__mutmut_40": "the cache key names no state unless one is called 'XXXX'",
+    "llm_fsm.store.files.xǁFileStoreǁ_replace__mutmut_19": "codec names are case-insensitive: 'UTF-8' is 'utf-8'",
+    "llm_fsm.store.files.xǁFileStoreǁunlock__mutmut_13": "missing_ok=False after path.exists() just above (and "
+    "filelock's release leaves the file): differs only if another process unlocks the same id in between",
+    "llm_fsm.store.postgres.xǁPostgresStoreǁ__init____mutmut_34": "without autocommit, the check and the DDL "
+    "run in one transaction that leaving the with block commits: the same tables are created",
+}
+
+# Survivors of a module's own test files that a test elsewhere kills (where that behaviour's tests live):
+# mutant name -> pytest node ids. ``--retest`` runs those tests against the mutant (pytest in the mutated copy,
+# ``MUTANT_UNDER_TEST=<mutant>``) and counts it killed only if they fail; the outcome is kept in
+# ``.mutation/<module>/elsewhere.json``.
+ELSEWHERE: dict[str, list[str]] = {
+    "llm_fsm.turn.xǁTurnRunnerǁexhausted__mutmut_21": [
+        "tests/test_telemetry.py::test_a_reply_never_accepted_ends_in_the_fallback"
+    ],
+    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_63": [
+        "tests/test_telemetry.py::test_a_handler_span_names_the_state_it_ran_in_and_the_target"
+    ],
 }
 
 # Functions that only run at import time, to build a table (logic's operators): mutmut switches mutants on
@@ -198,13 +241,64 @@ def prepare(name: str) -> Path:
     return work
 
 
-def run(name: str, retest: bool = False) -> int:
-    """Run mutmut on ``name``. ``retest``: only the mutants that were not killed last time (with the tests'
-    coverage of each function collected again); a killed mutant stays killed as long as tests are only added."""
+def _env() -> dict[str, str]:
+    return {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COVERAGE_PROCESS_START")}
+
+
+# Writes mutmut's mutated copy of the package (``mutants/``, with a ``.meta`` file per module listing its
+# mutant names) without running any test: mutmut's own first step of ``mutmut run``.
+_GENERATE = """
+import os
+from mutmut.__main__ import create_mutants
+from mutmut.mutation.trampoline import set_mutant_under_test
+from mutmut.utils.file_utils import copy_also_copy_files, copy_src_dir, setup_source_paths
+set_mutant_under_test("mutant_generation")
+os.makedirs("mutants", exist_ok=True)
+copy_src_dir()
+copy_also_copy_files()
+setup_source_paths()
+create_mutants(1)
+"""
+
+
+def sample_file(name: str, size: int, seed: int) -> Path:
+    return WORK / name / f"sample-{size}-{seed}.json"
+
+
+def draw(name: str, size: int, seed: int) -> list[str]:
+    """The sample: ``size`` mutant names drawn uniformly (without replacement) from all of ``name``'s
+    mutants, the same for the same seed and mutants. Kept in a file so that reports and retests use it."""
+    path = sample_file(name, size, seed)
+    if path.exists():
+        return json.loads(path.read_text(encoding="utf-8"))["mutants"]
     work = prepare(name)
-    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "COVERAGE_PROCESS_START")}
+    subprocess.check_call(
+        ["nice", "-n", "10", sys.executable, "-c", _GENERATE], cwd=work, env=_env(), stdout=subprocess.DEVNULL
+    )
+    everything = sorted(results(name))
+    chosen = sorted(random.Random(seed).sample(everything, min(size, len(everything))))
+    path.write_text(
+        json.dumps({"seed": seed, "size": size, "of": len(everything), "mutants": chosen}, indent=1), encoding="utf-8"
+    )
+    return chosen
+
+
+def run(name: str, retest: bool = False, sample: list[str] | None = None) -> int:
+    """Run mutmut on ``name``. ``retest``: only the mutants that were not killed last time (with the tests'
+    coverage of each function collected again); a killed mutant stays killed as long as tests are only added.
+    ``sample``: only these mutants (those without a result yet; with ``retest``, those not killed)."""
+    work = prepare(name)
+    env = _env()
     cmd = ["nice", "-n", "10", sys.executable, "-m", "mutmut", "run", "--max-children", "1"]
-    if retest:
+    if sample is not None:
+        known = results(name)
+        wanted = ("survived", "no tests", "not checked") if retest else ("not checked",)
+        todo = [m for m in sample if status(known.get(m)) in wanted]
+        if not todo:
+            print(f"== {name}: every sampled mutant has a result")
+            return 0
+        cmd += todo
+    elif retest:
         again = [m for m, code in results(name).items() if status(code) in ("survived", "no tests", "not checked")]
         if SUBSET.get(name):
             again = [m for m in again if any(fnmatch.fnmatch(m, p) for p in SUBSET[name][0])]
@@ -241,17 +335,52 @@ def status(code: int | None) -> str:
     return STATUS.get(code, "suspicious")
 
 
-def summary(name: str) -> dict[str, object]:
+def wilson(killed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
+    """95 % Wilson score interval of the proportion killed / total (in %)."""
+    if not total:
+        return (0.0, 100.0)
+    p = killed / total
+    centre = (p + z * z / (2 * total)) / (1 + z * z / total)
+    half = z * math.sqrt(p * (1 - p) / total + z * z / (4 * total * total)) / (1 + z * z / total)
+    return (100.0 * max(0.0, centre - half), 100.0 * min(1.0, centre + half))
+
+
+def elsewhere_file(name: str) -> Path:
+    return WORK / name / "elsewhere.json"
+
+
+def check_elsewhere(name: str, mutants: list[str]) -> None:
+    """Run the ``ELSEWHERE`` tests of each of ``mutants`` (survivors) against it; keep which failed (killed)."""
+    path = elsewhere_file(name)
+    done = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    for mutant in mutants:
+        env = {**_env(), "MUTANT_UNDER_TEST": mutant}
+        cmd = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
+               *ELSEWHERE[mutant]]  # fmt: skip
+        code = subprocess.call(cmd, cwd=WORK / name / "mutants", env=env, stdout=subprocess.DEVNULL)
+        done[mutant] = code
+        verdict = "killed" if code == 1 else "survived" if code == 0 else f"exit {code}"
+        print(f"== {mutant}: {verdict} by {ELSEWHERE[mutant]}")
+    path.write_text(json.dumps(done, indent=1), encoding="utf-8")
+
+
+def summary(name: str, sample: list[str] | None = None) -> dict[str, object]:
     codes = results(name)
+    if sample is not None:
+        codes = {m: codes.get(m) for m in sample}
+    path = elsewhere_file(name)
+    killed_elsewhere = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     by: dict[str, list[str]] = {}
     for mutant, code in codes.items():
         key = status(code)
-        if key == "survived" and mutant in EQUIVALENT:
+        if key == "survived" and killed_elsewhere.get(mutant) == 1:
+            key = "killed elsewhere"
+        elif key == "survived" and mutant in EQUIVALENT:
             key = "equivalent"
         elif key == "survived" and any(fnmatch.fnmatch(mutant, p) for p in IMPORT_TIME):
             key = "import-time"
         by.setdefault(key, []).append(mutant)
-    killed = len(by.get("killed", [])) + len(by.get("timeout", []))
+    killed = len(by.get("killed", [])) + len(by.get("timeout", [])) + len(by.get("killed elsewhere", []))
     total = sum(len(v) for k, v in by.items() if k not in ("equivalent", "import-time", "not checked", "skipped"))
     return {
         "module": name,
@@ -265,18 +394,22 @@ def summary(name: str) -> dict[str, object]:
     }
 
 
-def report(names: list[str]) -> None:
+def report(names: list[str], samples: dict[str, list[str]] | None = None) -> None:
+    samples = samples or {}
     print("| module | killed / total | score | counts |")
     print("|---|---|---|---|")
     for name in names:
-        s = summary(name)
+        s = summary(name, samples.get(name))
         score = f"{s['score']:.1f} %" if s["score"] is not None else "-"
+        if name in samples and s["total"]:
+            low, high = wilson(s["killed"], s["total"])  # type: ignore[arg-type]
+            score += f" (95 % CI {low:.1f}-{high:.1f} %, sample of {len(samples[name])})"
         counts = ", ".join(f"{k} {v}" for k, v in s["counts"].items())  # type: ignore[union-attr]
         print(f"| {name} | {s['killed']} / {s['total']} | {score} | {counts} |")
 
 
-def survivors(name: str) -> None:
-    s = summary(name)
+def survivors(name: str, sample: list[str] | None = None) -> None:
+    s = summary(name, sample)
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     for mutant in s["survived"] + s["no tests"]:  # type: ignore[operator]
         print(f"--- {mutant}")
@@ -289,19 +422,25 @@ def main() -> int:
     parser.add_argument("--report", action="store_true", help="only print the table of an earlier run")
     parser.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs")
     parser.add_argument("--retest", action="store_true", help="test again only the mutants not killed last time")
+    parser.add_argument("--sample", type=int, metavar="N", help="only a uniform random sample of N mutants per module")
+    parser.add_argument("--seed", type=int, default=1, help="the sample's random seed (default 1)")
     args = parser.parse_args()
     names = args.modules or list(MODULES)
     unknown = [n for n in names if n not in MODULES]
     if unknown:
         parser.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
+    samples = {n: draw(n, args.sample, args.seed) for n in names} if args.sample else {}
     if args.survivors:
         for name in names:
-            survivors(name)
+            survivors(name, samples.get(name))
         return 0
     if not args.report:
         for name in names:
-            run(name, retest=args.retest)
-    report(names)
+            run(name, retest=args.retest, sample=samples.get(name))
+            if args.retest:
+                left = summary(name, samples.get(name))["survived"]
+                check_elsewhere(name, [m for m in left if m in ELSEWHERE])  # type: ignore[union-attr]
+    report(names, samples)
     return 0
 
 

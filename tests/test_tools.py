@@ -460,6 +460,39 @@ def test_a_rejected_or_supplied_call_never_runs_and_the_model_is_told(support, d
     assert result.tool_calls[0].approval == ("rejected" if "approved" in decision else "supplied")
 
 
+def test_a_call_rejected_without_a_reason_says_only_that_and_the_model_is_told_which_tool(support):
+    script = [tool_calls(("refund", {"order_id": "A-1"})), reply("ask", "Noted.")]
+    conversation, llm = started(support, script, make_hooks())
+    conversation.send("refund A-1")
+    result = conversation.resume(conversation.pending.token, {"approved": False})
+    assert result.tool_calls[0].error == "a person rejected this call"
+    told = json.dumps(llm.requests[-1].messages)
+    assert 'your call to the tool \\"refund\\": they rejected it.' in told
+
+
+def test_a_supplied_result_that_is_not_json_data_is_refused_naming_it(support):
+    from llm_fsm.errors import ContextValueError
+
+    conversation, _ = started(support, [tool_calls(("refund", {"order_id": "A-1"}))], make_hooks())
+    conversation.send("refund A-1")
+    with pytest.raises(ContextValueError, match=r"^the supplied tool result: 'result'"):
+        conversation.resume(conversation.pending.token, {"result": object()})
+
+
+def test_a_call_held_without_a_key_by_an_older_version_gets_the_key_of_its_pause(support):
+    from llm_fsm.tools.calling import call_key
+
+    keys: list[str] = []
+    conversation, llm = started(support, [tool_calls(("refund", {"order_id": "A-6"}))], keyed_refund(keys))
+    conversation.send("refund A-6")
+    old = conversation.snapshot().model_dump()
+    old["pending"]["tool_call"]["idempotency_key"] = None  # saved before calls had keys
+    token = old["pending"]["token"]
+    restored = llm_fsm.Conversation.restore(old, support, ScriptedLLM([reply("ask", "Ok.")]), hooks=keyed_refund(keys))
+    restored.resume(token, {"approved": True})
+    assert keys == [call_key(old["uid"], token, "refund", 0)]
+
+
 def test_an_approved_call_runs_once_even_when_the_turn_after_it_fails(support):
     ran: list[str] = []
     script = [tool_calls(("refund", {"order_id": "A-2"})), LLMUnavailableError("down"), reply("ask", "Done.")]
@@ -604,6 +637,21 @@ def test_a_call_found_running_takes_no_other_decision_than_its_approval(support,
     with pytest.raises(ResumeError, match="was approved and may have run"):
         _interrupted(support, tmp_path, hooks, keys, decision)
     assert keys == []
+
+
+def test_a_call_found_running_is_logged_and_another_decision_refused_naming_the_tool(support, tmp_path, caplog):
+    from llm_fsm.turn import INTERRUPTED
+
+    with caplog.at_level("WARNING", logger="llm_fsm"):
+        _, _, held = _interrupted(support, tmp_path, make_hooks(), [])
+    assert [r.getMessage() for r in caplog.records] == [f"tool 'refund' (key {held['idempotency_key']}): {INTERRUPTED}"]
+    said = (
+        "the call to 'refund' was approved and may have run (its process stopped while it ran): "
+        'resume with {"approved": true} to go on'
+    )
+    with pytest.raises(ResumeError) as caught:
+        _interrupted(support, tmp_path / "again", make_hooks(), [], {"approved": False})
+    assert str(caught.value) == said
 
 
 def test_an_approved_call_found_running_is_run_again_with_its_key_when_the_tool_takes_one(support, tmp_path):
