@@ -173,16 +173,59 @@ EQUIVALENT: dict[str, str] = {
     "run in one transaction that leaving the with block commits: the same tables are created",
 }
 
-# Survivors of a module's own test files that a test elsewhere kills (where that behaviour's tests live):
-# mutant name -> pytest node ids. ``--retest`` runs those tests against the mutant (pytest in the mutated copy,
-# ``MUTANT_UNDER_TEST=<mutant>``) and counts it killed only if they fail; the outcome is kept in
-# ``.mutation/<module>/elsewhere.json``.
-ELSEWHERE: dict[str, list[str]] = {
+# The tests written for the survivors of a sampled run: mutant name -> pytest node ids. ``--check`` runs them
+# against each survivor of the sample they list (pytest in a copy of the mutated package with the current tests,
+# ``MUTANT_UNDER_TEST=<mutant>``: how mutmut itself switches a mutant on) and counts it killed only if they fail;
+# the outcome is kept in ``.mutation/<module>/checked.json``. Quicker than ``--retest`` (which reruns every
+# test of the mutated function, minutes per survivor of the turn) and it also takes tests from other files (where
+# that behaviour's tests live: telemetry).
+_T, _H = "tests/test_tools.py::", "tests/test_hooks.py::"
+_TURN_FROM_DICT = ["tests/test_conversation.py::test_a_turn_result_as_a_dict_and_back_is_the_same_result"]
+_ERROR_HANDLERS = [_H + "test_error_handlers_run_for_their_states_only_and_their_own_failure_is_logged"]
+_HANDLER_ARGUMENTS = [_H + "test_handlers_are_given_the_message_no_error_and_the_memory"]
+_FOUND_RUNNING = [_T + "test_a_call_found_running_is_logged_and_another_decision_refused_naming_the_tool"]
+_REJECTED = [_T + "test_a_call_rejected_without_a_reason_says_only_that_and_the_model_is_told_which_tool"]
+_KEYED = [_T + "test_the_calls_of_a_turn_are_keyed_by_tool_and_by_their_rank_among_that_tools_calls"]
+KILLED_BY: dict[str, list[str]] = {
+    "llm_fsm.turn.x_fire_error__mutmut_11": _ERROR_HANDLERS,
+    "llm_fsm.turn.x_fire_error__mutmut_36": _ERROR_HANDLERS,
+    "llm_fsm.turn.x_fire_error__mutmut_41": _ERROR_HANDLERS,
+    "llm_fsm.turn.x_resume_turn__mutmut_28": _FOUND_RUNNING,
+    "llm_fsm.turn.x_resume_turn__mutmut_64": _REJECTED,
+    "llm_fsm.turn.x_summary_steps__mutmut_18": [
+        "tests/test_summaries.py::test_a_summary_request_that_cannot_be_made_never_fails_the_turn"
+    ],
+    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_14": _TURN_FROM_DICT,
+    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_32": _TURN_FROM_DICT,
+    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_38": _TURN_FROM_DICT,
+    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_63": _TURN_FROM_DICT,
+    "llm_fsm.turn.xǁTurnResultǁto_dict__mutmut_28": _TURN_FROM_DICT,
+    "llm_fsm.turn.xǁTurnResultǁto_dict__mutmut_4": _TURN_FROM_DICT,
+    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_53": _HANDLER_ARGUMENTS,
+    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_57": _HANDLER_ARGUMENTS,
+    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_60": _HANDLER_ARGUMENTS,
+    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_63": [
+        "tests/test_telemetry.py::test_a_handler_span_names_the_state_it_ran_in_and_the_target"
+    ],
+    "llm_fsm.turn.xǁTurnRunnerǁclose_terminal__mutmut_25": [
+        _H + "test_a_second_pause_at_the_end_is_another_pause_in_the_ended_state"
+    ],
+    "llm_fsm.turn.xǁTurnRunnerǁdecide_call__mutmut_19": _FOUND_RUNNING,
+    "llm_fsm.turn.xǁTurnRunnerǁdecide_call__mutmut_46": [
+        _T + "test_a_supplied_result_that_is_not_json_data_is_refused_naming_it"
+    ],
+    "llm_fsm.turn.xǁTurnRunnerǁdecide_call__mutmut_68": _REJECTED,
+    # test_telemetry.py had it already (outside the turn's test files)
     "llm_fsm.turn.xǁTurnRunnerǁexhausted__mutmut_21": [
         "tests/test_telemetry.py::test_a_reply_never_accepted_ends_in_the_fallback"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_63": [
-        "tests/test_telemetry.py::test_a_handler_span_names_the_state_it_ran_in_and_the_target"
+    "llm_fsm.turn.xǁTurnRunnerǁkeyed_call__mutmut_14": _KEYED,
+    "llm_fsm.turn.xǁTurnRunnerǁkeyed_call__mutmut_2": _KEYED,
+    "llm_fsm.turn.xǁTurnRunnerǁrun_approved__mutmut_8": [
+        _T + "test_a_call_held_without_a_key_by_an_older_version_gets_the_key_of_its_pause"
+    ],
+    "llm_fsm.turn.xǁTurnRunnerǁuse_tools__mutmut_70": [
+        _T + "test_a_second_call_that_needs_approval_in_the_round_is_refused_until_the_first_is_decided"
     ],
 }
 
@@ -345,42 +388,45 @@ def wilson(killed: int, total: int, z: float = 1.959964) -> tuple[float, float]:
     return (100.0 * max(0.0, centre - half), 100.0 * min(1.0, centre + half))
 
 
-def elsewhere_file(name: str) -> Path:
-    return WORK / name / "elsewhere.json"
+def checked_file(name: str) -> Path:
+    return WORK / name / "checked.json"
 
 
-def check_elsewhere(name: str, mutants: list[str]) -> None:
-    """Run the ``ELSEWHERE`` tests of each of ``mutants`` (survivors) against it; keep which failed (killed)."""
-    path = elsewhere_file(name)
+def check(name: str, mutants: list[str]) -> None:
+    """Run the ``KILLED_BY`` tests of each of ``mutants`` against it; keep their exit codes (1: killed)."""
+    work, path = WORK / name, checked_file(name)
+    copy = work / "check"  # the mutated package of the last run, with this checkout's tests
+    shutil.rmtree(copy, ignore_errors=True)
+    shutil.copytree(work / "mutants", copy, ignore=shutil.ignore_patterns("tests", "__pycache__"))
+    shutil.copytree(ROOT / "tests", copy / "tests", ignore=shutil.ignore_patterns("__pycache__"))
     done = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     for mutant in mutants:
         env = {**_env(), "MUTANT_UNDER_TEST": mutant}
-        cmd = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider",
-               *ELSEWHERE[mutant]]  # fmt: skip
-        code = subprocess.call(cmd, cwd=WORK / name / "mutants", env=env, stdout=subprocess.DEVNULL)
+        cmd = ["nice", "-n", "10", sys.executable, "-m", "pytest", "-x", "-q", "-p", "no:cacheprovider"]
+        code = subprocess.call([*cmd, *KILLED_BY[mutant]], cwd=copy, env=env, stdout=subprocess.DEVNULL)
         done[mutant] = code
         verdict = "killed" if code == 1 else "survived" if code == 0 else f"exit {code}"
-        print(f"== {mutant}: {verdict} by {ELSEWHERE[mutant]}")
-    path.write_text(json.dumps(done, indent=1), encoding="utf-8")
+        print(f"== {mutant}: {verdict} by {' '.join(KILLED_BY[mutant])}", flush=True)
+        path.write_text(json.dumps(done, indent=1), encoding="utf-8")
 
 
 def summary(name: str, sample: list[str] | None = None) -> dict[str, object]:
     codes = results(name)
     if sample is not None:
         codes = {m: codes.get(m) for m in sample}
-    path = elsewhere_file(name)
-    killed_elsewhere = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
+    path = checked_file(name)
+    checked = json.loads(path.read_text(encoding="utf-8")) if path.exists() else {}
     by: dict[str, list[str]] = {}
     for mutant, code in codes.items():
         key = status(code)
-        if key == "survived" and killed_elsewhere.get(mutant) == 1:
-            key = "killed elsewhere"
+        if key in ("survived", "no tests") and checked.get(mutant) == 1:
+            key = "killed by its new test"
         elif key == "survived" and mutant in EQUIVALENT:
             key = "equivalent"
         elif key == "survived" and any(fnmatch.fnmatch(mutant, p) for p in IMPORT_TIME):
             key = "import-time"
         by.setdefault(key, []).append(mutant)
-    killed = len(by.get("killed", [])) + len(by.get("timeout", [])) + len(by.get("killed elsewhere", []))
+    killed = len(by.get("killed", [])) + len(by.get("timeout", [])) + len(by.get("killed by its new test", []))
     total = sum(len(v) for k, v in by.items() if k not in ("equivalent", "import-time", "not checked", "skipped"))
     return {
         "module": name,
@@ -422,6 +468,7 @@ def main() -> int:
     parser.add_argument("--report", action="store_true", help="only print the table of an earlier run")
     parser.add_argument("--survivors", action="store_true", help="print the surviving mutants' diffs")
     parser.add_argument("--retest", action="store_true", help="test again only the mutants not killed last time")
+    parser.add_argument("--check", action="store_true", help="run each survivor's KILLED_BY tests against it")
     parser.add_argument("--sample", type=int, metavar="N", help="only a uniform random sample of N mutants per module")
     parser.add_argument("--seed", type=int, default=1, help="the sample's random seed (default 1)")
     args = parser.parse_args()
@@ -430,6 +477,12 @@ def main() -> int:
     if unknown:
         parser.error(f"unknown module(s) {unknown}; choose from {list(MODULES)}")
     samples = {n: draw(n, args.sample, args.seed) for n in names} if args.sample else {}
+    if args.check:
+        for name in names:
+            s = summary(name, samples.get(name))
+            check(name, [m for m in [*s["survived"], *s["no tests"]] if m in KILLED_BY])  # type: ignore[misc]
+        report(names, samples)
+        return 0
     if args.survivors:
         for name in names:
             survivors(name, samples.get(name))
@@ -437,9 +490,7 @@ def main() -> int:
     if not args.report:
         for name in names:
             run(name, retest=args.retest, sample=samples.get(name))
-            if args.retest:
-                left = summary(name, samples.get(name))["survived"]
-                check_elsewhere(name, [m for m in left if m in ELSEWHERE])  # type: ignore[union-attr]
+
     report(names, samples)
     return 0
 

@@ -690,6 +690,37 @@ def test_a_tool_call_key_is_the_same_in_every_retry_of_a_turn_and_different_for_
     assert "unexpected argument" in forged.send("C?").tool_calls[0].error  # nor writes it
 
 
+def test_the_calls_of_a_turn_are_keyed_by_tool_and_by_their_rank_among_that_tools_calls(support):
+    from llm_fsm.tools.calling import call_key
+
+    keys: list[tuple[str, str]] = []
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def lookup(order_id: str, idempotency_key: str) -> dict:
+        keys.append((order_id, idempotency_key))
+        return {"id": order_id, "status": "shipped"}
+
+    three = tool_calls(*[("lookup_order", {"order_id": order}) for order in "ABC"])
+    conversation, _ = started(support, [three, reply("found", "All shipped.", order_id="A")], hooks)
+    turn = conversation.send("A, B and C?").turn
+    uid = conversation.snapshot().uid
+    assert keys == [(order, call_key(uid, turn, "lookup_order", n)) for n, order in enumerate("ABC")]
+
+
+def test_a_second_call_that_needs_approval_in_the_round_is_refused_until_the_first_is_decided(support):
+    ran: list[str] = []
+    both = tool_calls(("refund", {"order_id": "A-1"}), ("refund", {"order_id": "A-2"}))
+    conversation, _ = started(support, [both, reply("ask", "Refunded A-1.")], make_hooks(ran))
+    paused = conversation.send("refund A-1 and A-2")
+    assert paused.pending.payload == {"tool": "refund", "arguments": {"order_id": "A-1"}}
+    assert [(run.arguments, run.error) for run in paused.tool_calls] == [
+        ({"order_id": "A-2"}, "needs a person's approval: call it again once the pending call is decided")
+    ]
+    conversation.resume(paused.pending.token, {"approved": True})
+    assert ran == ["refund:A-1"]
+
+
 def test_a_key_survives_a_restore_of_a_snapshot_made_before_uids(support):
     conversation, llm = started(support, [])
     old = conversation.snapshot().model_dump()
