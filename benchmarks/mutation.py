@@ -169,6 +169,11 @@ EQUIVALENT: dict[str, str] = {
     "llm_fsm.store.files.xǁFileStoreǁ_replace__mutmut_19": "codec names are case-insensitive: 'UTF-8' is 'utf-8'",
     "llm_fsm.store.files.xǁFileStoreǁunlock__mutmut_13": "missing_ok=False after path.exists() just above (and "
     "filelock's release leaves the file): differs only if another process unlocks the same id in between",
+    "llm_fsm.store.base.xǁStoreǁ_beat__mutmut_5": "renewing every quarter of the lease instead of every third "
+    "keeps the same lock (more renewal writes, no other difference)",
+    "llm_fsm.store.sqlite.xǁSQLiteStoreǁ_release__mutmut_7": "SQL keywords and identifiers are case-insensitive",
+    "llm_fsm.store.sqlite.xǁSQLiteStoreǁ_write_history__mutmut_1": "the whole history rewritten instead of the new "
+    "exchanges appended: the same rows are stored (only the cost differs)",
     "llm_fsm.store.postgres.xǁPostgresStoreǁ__init____mutmut_34": "without autocommit, the check and the DDL "
     "run in one transaction that leaving the with block commits: the same tables are created",
 }
@@ -186,7 +191,65 @@ _HANDLER_ARGUMENTS = [_H + "test_handlers_are_given_the_message_no_error_and_the
 _FOUND_RUNNING = [_T + "test_a_call_found_running_is_logged_and_another_decision_refused_naming_the_tool"]
 _REJECTED = [_T + "test_a_call_rejected_without_a_reason_says_only_that_and_the_model_is_told_which_tool"]
 _KEYED = [_T + "test_the_calls_of_a_turn_are_keyed_by_tool_and_by_their_rank_among_that_tools_calls"]
+_S, _L, _I = "tests/test_store.py::", "tests/test_store_locks.py::", "tests/test_idempotency.py::"
+_STORE_ERRORS = [
+    _S + "test_a_damaged_sqlite_file_is_a_store_error_naming_the_store",
+    _S + "test_a_redis_server_gone_is_a_store_error_naming_the_store_without_its_password",
+    _S + "test_the_methods_of_every_store_keep_their_names_and_documentation",
+]
+_LOCK_TAKEN = [_L + "test_a_turn_whose_lock_was_taken_away_says_so_in_the_log"]
+_WAITS = [_L + "test_a_turn_waits_its_whole_timeout_for_the_lock_and_the_conflict_names_the_conversation"]
+_REDIS_URLS = [_S + "test_redis_urls_refused_in_words_and_the_forms_accepted"]
+_SQLITE_CLOSE = [_S + "test_closing_a_sqlite_store_releases_its_file_and_it_can_be_used_again"]
 KILLED_BY: dict[str, list[str]] = {
+    "llm_fsm.store.base.x__lost__mutmut_7": _LOCK_TAKEN,
+    "llm_fsm.store.redis.xǁRedisStoreǁ_arenew__mutmut_8": _LOCK_TAKEN,
+    "llm_fsm.store.base.x__pauses__mutmut_4": _WAITS,
+    "llm_fsm.store.base.x_busy__mutmut_2": _WAITS,
+    "llm_fsm.store.base.x_failures_as_store_errors__mutmut_8": _STORE_ERRORS,
+    "llm_fsm.store.base.x_failures_as_store_errors__mutmut_10": _STORE_ERRORS,
+    "llm_fsm.store.base.x_failures_as_store_errors__mutmut_29": _STORE_ERRORS,
+    "llm_fsm.store.base.x_failures_as_store_errors__mutmut_31": _STORE_ERRORS,
+    "llm_fsm.store.base.x_failures_as_store_errors__mutmut_36": _STORE_ERRORS,
+    "llm_fsm.store.files.xǁFileStoreǁ_replace__mutmut_6": [
+        "tests/test_store_files.py::test_a_file_store_writes_through_a_hidden_temporary_file_named_after_its_conversation"
+    ],
+    "llm_fsm.store.idempotency.x_answered__mutmut_12": [
+        _I + "test_a_key_sent_with_another_request_is_refused_and_changes_nothing"
+    ],
+    "llm_fsm.store.idempotency.x_fingerprint__mutmut_22": [
+        _I + "test_a_fingerprint_takes_any_text_even_a_lone_surrogate"
+    ],
+    "llm_fsm.store.postgres.xǁPostgresStoreǁ__init____mutmut_19": [
+        "tests/test_store_postgres.py::test_a_store_waits_at_most_its_connect_timeout_unless_the_url_says"
+    ],
+    "llm_fsm.store.postgres.xǁPostgresStoreǁ_arun__mutmut_15": [
+        "tests/test_store_postgres.py::test_an_async_save_that_keeps_meeting_a_unique_violation_gives_up_after_three_tries"
+    ],
+    "llm_fsm.store.redis.x__info__mutmut_27": [_S + "test_list_tells_an_ended_conversation_from_an_active_one"],
+    "llm_fsm.store.redis.x__split_prefix__mutmut_12": _REDIS_URLS,
+    "llm_fsm.store.x__check_redis_url__mutmut_13": _REDIS_URLS,
+    "llm_fsm.store.x__check_redis_url__mutmut_7": _REDIS_URLS,
+    "llm_fsm.store.x__redis__mutmut_2": _REDIS_URLS,
+    "llm_fsm.store.redis.xǁRedisStoreǁdelete__mutmut_3": [_S + "test_redis_deletes_a_conversation_in_one_transaction"],
+    "llm_fsm.store.sqlite.xǁSQLiteStoreǁclose__mutmut_1": _SQLITE_CLOSE,
+    "llm_fsm.store.sqlite.xǁSQLiteStoreǁclose__mutmut_10": _SQLITE_CLOSE,
+    "llm_fsm.store.sqlite.xǁSQLiteStoreǁ_db__mutmut_8": [_S + "test_a_sqlite_store_keeps_one_connection_per_thread"],
+    "llm_fsm.store.stored.xǁStoredConversationǁ_derive_uid__mutmut_25": [
+        _I + "test_a_keyed_first_request_that_opens_in_a_sub_conversation_has_the_same_uids_in_every_retry"
+    ],
+    "llm_fsm.store.stored.xǁStoredConversationǁhold__mutmut_2": [
+        _I + "test_an_approved_call_of_a_stored_conversation_is_saved_before_and_after_it_runs"
+    ],
+    "llm_fsm.store.stored.xǁStoredConversationǁ__init____mutmut_8": [
+        _I + "test_replayed_says_whether_the_last_run_gave_a_kept_answer"
+    ],
+    "llm_fsm.turn.xǁTurnRunnerǁapply_tools__mutmut_12": [
+        _T + "test_a_failed_tool_call_is_a_rejection_of_the_model_call_that_asked_for_it"
+    ],
+    "llm_fsm.store.stored.xǁStoredConversationǁ_answered__mutmut_1": [
+        _I + "test_replayed_says_whether_the_last_run_gave_a_kept_answer"
+    ],
     "llm_fsm.turn.x_fire_error__mutmut_11": _ERROR_HANDLERS,
     "llm_fsm.turn.x_fire_error__mutmut_36": _ERROR_HANDLERS,
     "llm_fsm.turn.x_fire_error__mutmut_41": _ERROR_HANDLERS,

@@ -242,6 +242,18 @@ def test_a_fingerprint_takes_any_text_even_a_lone_surrogate():
     assert fingerprint("send", "tea") == hashlib.sha256(b'["send","tea"]').hexdigest()
 
 
+def test_replayed_says_whether_the_last_run_gave_a_kept_answer():
+    chat, store = llm_fsm.load(CHAT), open_store("memory:")
+    stored = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation(chat, chat_llm("hello", "noted")))
+    assert stored.replayed is False  # nothing run yet
+    stored.run(lambda c: c.start(), idempotency_key="a")
+    assert stored.replayed is False
+    stored.run(lambda c: c.start(), idempotency_key="a")
+    assert stored.replayed is True
+    stored.run(lambda c: c.send("tea"))
+    assert stored.replayed is False
+
+
 def test_two_requests_with_one_key_at_once_run_one_turn(store_url: str):
     async def both() -> tuple[list[TurnResult], Store]:
         chat, store = llm_fsm.load(CHAT), open_store(store_url)

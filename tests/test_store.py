@@ -463,3 +463,21 @@ def test_closing_a_sqlite_store_releases_its_file_and_it_can_be_used_again(tmp_p
     assert open_handles() == 0
     assert store.load("c").version == 1  # opened again on use
     store.close()
+
+
+def test_a_sqlite_store_keeps_one_connection_per_thread(tmp_path, monkeypatch):
+    import sqlite3
+
+    opened = []
+    real = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
+    store = open_store(f"sqlite://{tmp_path / 'c.db'}")
+    store.save("c", snapshot_after(1))
+    store.save("c", snapshot_after(2), expected_version=1)
+    assert store.load("c").version == 2 and [i.id for i in store.list()] == ["c"]
+    assert len(opened) == 1
+    thread = threading.Thread(target=store.load, args=("c",))
+    thread.start()
+    thread.join()
+    assert len(opened) == 2  # sqlite3 connections must not be shared between threads
+    store.close()

@@ -466,8 +466,25 @@ def test_a_call_rejected_without_a_reason_says_only_that_and_the_model_is_told_w
     conversation.send("refund A-1")
     result = conversation.resume(conversation.pending.token, {"approved": False})
     assert result.tool_calls[0].error == "a person rejected this call"
+    assert [(r.kind, r.reason, r.attempt) for r in result.rejected] == [
+        ("tool", "tool 'refund': a person rejected this call", 0)  # no model call yet in the resume
+    ]
     told = json.dumps(llm.requests[-1].messages)
     assert 'your call to the tool \\"refund\\": they rejected it.' in told
+
+
+def test_a_failed_tool_call_is_a_rejection_of_the_model_call_that_asked_for_it(support):
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def broken(order_id: str) -> dict:
+        raise RuntimeError("the order service is down")
+
+    script = [tool_calls(("lookup_order", {"order_id": "A-1"})), reply("ask", "Sorry, try later.")]
+    conversation, _ = started(support, script, hooks)
+    result = conversation.send("where is A-1?")
+    assert [(r.kind, r.attempt) for r in result.rejected] == [("tool", 1)]
+    assert "the order service is down" in result.rejected[0].reason
 
 
 def test_a_supplied_result_that_is_not_json_data_is_refused_naming_it(support):
