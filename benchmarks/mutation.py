@@ -1,13 +1,14 @@
 """Mutation testing of the core modules, each against its own fast test files (mutmut 3).
 
     pip install -e '.[mutation]'
-    python benchmarks/mutation.py engine contract logic calling  # the measured modules (benchmarks/RESULTS.md, 12)
-    python benchmarks/mutation.py                     # every module below (turn and stores: configured, never run)
+    python benchmarks/mutation.py engine contract logic calling  # measured whole (benchmarks/RESULTS.md, 13)
+    python benchmarks/mutation.py                     # every module below (turn and stores whole: hours and more)
     python benchmarks/mutation.py --report engine     # only re-read the results of an earlier run
     python benchmarks/mutation.py --survivors engine  # list the survivors, with their diffs
     python benchmarks/mutation.py --retest engine     # after adding tests: only the mutants not killed last time
     python benchmarks/mutation.py --sample 150 --seed 1 stores  # a uniform random sample of 150 mutants only
     python benchmarks/mutation.py --sample 150 --seed 1 --report stores  # killed / sampled, 95 % Wilson interval
+    python benchmarks/mutation.py --sample 150 --seed 1 --check stores   # survivors vs their KILLED_BY tests
 
 A full run of a big module (turn: ~1,800 mutants against its eight test files) takes many hours on a shared
 machine, so its score is measured on a uniform random sample of mutant names (``--sample N --seed S``): the
@@ -15,7 +16,9 @@ mutants are generated first (no test run), N names are drawn with ``random.Rando
 module's mutants (sorted), written to ``.mutation/<module>/sample-<N>-<S>.json``, and only those are run
 (``mutmut run <names>``, which reruns the named mutants even when they have a result). The report then gives
 killed / (sampled - equivalent) with its 95 % Wilson score interval: an estimate of the whole module's score.
-``--retest`` with ``--sample`` reruns only that sample's mutants that were not killed.
+``--retest`` with ``--sample`` reruns only that sample's mutants that were not killed (every test of each
+mutated function: minutes per survivor of the turn); ``--check`` runs only the tests written for each survivor
+(``KILLED_BY``) against it, from any test file.
 
 Each module runs in its own directory ``.mutation/<module>/`` (git-ignored): a copy of the package, the
 prompts, the example definitions and the tests, with a ``pyproject.toml`` whose ``[tool.mutmut]`` mutates that
@@ -231,6 +234,8 @@ KILLED_BY: dict[str, list[str]] = {
     "llm_fsm.store.x__check_redis_url__mutmut_13": _REDIS_URLS,
     "llm_fsm.store.x__check_redis_url__mutmut_7": _REDIS_URLS,
     "llm_fsm.store.x__redis__mutmut_2": _REDIS_URLS,
+    "llm_fsm.store.x__local_path__mutmut_3": [_S + "test_a_local_store_url_is_a_path_with_no_query_nor_fragment"],
+    "llm_fsm.store.x__local_path__mutmut_8": [_S + "test_a_local_store_url_is_a_path_with_no_query_nor_fragment"],
     "llm_fsm.store.redis.xǁRedisStoreǁdelete__mutmut_3": [_S + "test_redis_deletes_a_conversation_in_one_transaction"],
     "llm_fsm.store.sqlite.xǁSQLiteStoreǁclose__mutmut_1": _SQLITE_CLOSE,
     "llm_fsm.store.sqlite.xǁSQLiteStoreǁclose__mutmut_10": _SQLITE_CLOSE,

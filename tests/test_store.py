@@ -270,6 +270,21 @@ def test_redis_urls_refused_in_words_and_the_forms_accepted(redis_url, monkeypat
     assert str(caught.value) == "the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'"
 
 
+def test_a_local_store_url_is_a_path_with_no_query_nor_fragment(tmp_path, monkeypatch):
+    for url in (f"sqlite://{tmp_path}/c.db#main", f"file://{tmp_path}/c?mode=ro"):
+        scheme = url.partition(":")[0]
+        with pytest.raises(StoreError) as caught:
+            open_store(url)
+        assert str(caught.value) == (
+            f"store URL {url!r} has a query or a fragment: a {scheme}: URL is a path (write ? as %3F, # as %23)"
+        )
+    monkeypatch.chdir(tmp_path)
+    store = open_store("sqlite:a:b.db")  # relative, and the path may hold a colon
+    store.save("c", snapshot_after(1))
+    store.close()
+    assert (tmp_path / "a:b.db").exists()
+
+
 def test_default_store_lives_under_llm_fsm_home(tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_FSM_HOME", str(tmp_path / "home"))
     store = open_store()
