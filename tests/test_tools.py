@@ -480,11 +480,11 @@ def test_a_failed_tool_call_is_a_rejection_of_the_model_call_that_asked_for_it(s
     def broken(order_id: str) -> dict:
         raise RuntimeError("the order service is down")
 
-    script = [tool_calls(("lookup_order", {"order_id": "A-1"})), reply("ask", "Sorry, try later.")]
+    script = ["not json", tool_calls(("lookup_order", {"order_id": "A-1"})), reply("ask", "Sorry, try later.")]
     conversation, _ = started(support, script, hooks)
     result = conversation.send("where is A-1?")
-    assert [(r.kind, r.attempt) for r in result.rejected] == [("tool", 1)]
-    assert "the order service is down" in result.rejected[0].reason
+    assert [(r.kind, r.attempt) for r in result.rejected] == [("format", 1), ("tool", 2)]
+    assert "the order service is down" in result.rejected[1].reason
 
 
 def test_a_supplied_result_that_is_not_json_data_is_refused_naming_it(support):
