@@ -296,3 +296,29 @@ def test_a_snapshot_saved_before_tools_existed_restores_unchanged(name):
     definition = llm_fsm.load(ROOT / "fsm_definitions" / f"{name}.json")
     restored = llm_fsm.Conversation.restore(saved, definition, ScriptedLLM(), strict_definition=True)
     assert restored.snapshot().definition_hash == definition.content_hash
+
+
+def test_a_turn_result_as_a_dict_and_back_is_the_same_result(signup):
+    from llm_fsm.turn import TurnResult
+
+    llm = ScriptedLLM(["not json", reply("ask_email", "Thanks Ann, your email?", name="Ann")])
+    conversation = llm_fsm.Conversation(signup, llm)
+    result = conversation.send("I'm Ann")
+    data = result.to_dict()
+    assert (data["user"], data["turn"], data["context_updates"], data["llm_calls"]) == (
+        "I'm Ann",
+        1,
+        {"name": "Ann"},
+        2,
+    )
+    assert data["latency_ms"] == round(result.latency * 1000, 3) and data["ended"] is False
+    again = TurnResult.from_dict(json.loads(json.dumps(data)))
+    assert again.to_dict() == data
+    assert (again.user, again.turn, again.context_updates, again.llm_calls, again.ended) == (
+        "I'm Ann",
+        1,
+        {"name": "Ann"},
+        2,
+        False,
+    )
+    assert again.rejected == result.rejected and again.rejected[0].kind == "format"

@@ -628,3 +628,57 @@ def test_hooks_load_finds_a_module_in_the_folder_and_reports_its_import_error_in
         "hooks failing_hooks_mod:hooks: cannot import failing_hooks_mod: RuntimeError: no database"
     )
     assert isinstance(caught.value.__cause__, RuntimeError)
+
+
+def test_a_second_pause_at_the_end_is_another_pause_in_the_ended_state(signup):
+    hooks = Hooks()
+
+    @hooks.on("end")
+    def archive(**_):
+        raise llm_fsm.Break("archive it")
+
+    @hooks.on("end")
+    def notify(**_):
+        raise llm_fsm.Break("tell the team", message="Someone will confirm shortly.")
+
+    finish = {"transition": {"target_state": "done", "context_update": {}}, "message": "Bye!"}
+    conv = llm_fsm.Conversation(
+        signup, ScriptedLLM([finish]), state="ask_email", context={"email": "a@b.c", "approved": True}, hooks=hooks
+    )
+    token = conv.send("that's all").pending.token
+    again = conv.resume(token, {})
+    assert (again.paused, again.state, again.message) == (True, "done", "Someone will confirm shortly.")
+    assert (again.pending.reason, again.pending.state, again.pending.handler) == ("tell the team", "done", "notify")
+
+
+def test_handlers_are_given_the_message_no_error_and_the_memory():
+    from llm_fsm.memory import MemoryAccess
+
+    hooks, seen = notify_hooks(), {}
+
+    @hooks.on("state_enter", states="review")
+    def look(*, message, error, memory, **_):
+        seen.update(message=message, error=error, memory=memory)
+
+    conv = llm_fsm.Conversation(definition(), ScriptedLLM([TO_REVIEW]), hooks=hooks)
+    conv.send("40 euros, ann@example.com")
+    assert (seen["message"], seen["error"]) == (TO_REVIEW["message"], None)
+    assert isinstance(seen["memory"], MemoryAccess)
+
+
+def test_error_handlers_run_for_their_states_only_and_their_own_failure_is_logged(caplog):
+    hooks, here, elsewhere = notify_hooks(), [], []
+    hooks.on("error", states="collect")(lambda *, state, **_: here.append(state))
+    hooks.on("error", states="review")(lambda **_: elsewhere.append(1))
+
+    @hooks.on("error")
+    def page_someone(**_):
+        raise RuntimeError("no pager")
+
+    conv = llm_fsm.Conversation(definition(), ScriptedLLM([LLMUnavailableError("down")]), hooks=hooks)
+    with caplog.at_level("WARNING", logger="llm_fsm"), pytest.raises(LLMUnavailableError):
+        conv.send("hi")
+    assert (here, elsewhere) == (["collect"], [])
+    assert [r.getMessage() for r in caplog.records] == [
+        "error handler 'page_someone' failed: handler 'page_someone' failed at 'error': RuntimeError: no pager"
+    ]

@@ -4,6 +4,7 @@ and the turn runs once; for every store, across processes, in the library and th
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import json
 import os
 import signal
@@ -96,9 +97,9 @@ def test_a_key_sent_with_another_request_is_refused_and_changes_nothing(store_ur
     chat, store = llm_fsm.load(CHAT), open_store(store_url)
     advance(store, "c1", chat, chat_llm("hello", "noted"), "tea", idempotency_key="k")
     before = store.load("c1")
-    with pytest.raises(IdempotencyKeyReused, match="'k' was sent before with another request"):
+    with pytest.raises(IdempotencyKeyReused, match="'k' was sent before with another request") as caught:
         advance(store, "c1", chat, chat_llm("other"), "coffee", idempotency_key="k")
-    assert store.load("c1") == before
+    assert store.load("c1") == before and caught.value.state == "chat"
     store.close()
 
 
@@ -197,6 +198,60 @@ def test_keys_are_kept_through_sub_conversations():
     assert all(frame.snapshot.idempotency == () for frame in snapshot.stack), "kept by the root only"
     again = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation.restore(snap, claim, ScriptedLLM([])))
     assert same(again.run(lambda c: c.send("P1, I'm Ann"), idempotency_key="b"), pushed) and pushed.frames
+
+
+def test_a_keyed_first_request_that_opens_in_a_sub_conversation_has_the_same_uids_in_every_retry(tmp_path):
+    # a definition that starts in a subflow state: the new conversation has a frame before its first turn,
+    # and its uid, like the root's, comes from the store id and the key (the first turn's tool keys do)
+    data = json.loads((SUBFLOWS / "claim.json").read_text())
+    (tmp_path / "claim.json").write_text(json.dumps({**data, "initial_state": "identity"}))
+    (tmp_path / "identity_check.json").write_text((SUBFLOWS / "identity_check.json").read_text())
+    claim = llm_fsm.load(tmp_path / "claim.json")
+
+    def first_request() -> llm_fsm.engine.Snapshot:
+        store = open_store("memory:")  # each retry finds nothing stored
+        llm = ScriptedLLM([reply("ask_dob", "Your date of birth?")])
+        stored = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation(claim, llm))
+        assert stored.run(lambda c: c.start(), idempotency_key="k").message == "Your date of birth?"
+        return store.load("c1").snapshot
+
+    first, retry = first_request(), first_request()
+    assert [f.snapshot.definition_name for f in first.stack] == ["identity_check"]
+    assert (first.uid, first.stack[0].snapshot.uid) == (retry.uid, retry.stack[0].snapshot.uid)
+    assert first.uid != first.stack[0].snapshot.uid
+
+
+def test_an_approved_call_of_a_stored_conversation_is_saved_before_and_after_it_runs(tmp_path):
+    from tests.test_tools import OPENING, SUPPORT, make_hooks, tool_calls
+
+    support, ran = llm_fsm.load(SUPPORT), []
+    store, hooks = open_store(f"sqlite://{tmp_path}/c.db"), make_hooks(ran)
+    llm = ScriptedLLM([OPENING, tool_calls(("refund", {"order_id": "A-5"})), reply("ask", "Refunded.")])
+    advance(store, "c", support, llm, None, hooks=hooks)
+    token = advance(store, "c", support, llm, "refund A-5", hooks=hooks).pending.token
+    paused = store.load("c").version
+    result = advance(store, "c", support, llm, None, hooks=hooks, action=lambda c: c.resume(token, {"approved": True}))
+    assert ran == ["refund:A-5"] and result.message == "Refunded."
+    assert store.load("c").version == paused + 3  # "running", then its result, then the turn
+    store.close()
+
+
+def test_a_fingerprint_takes_any_text_even_a_lone_surrogate():
+    # what a client sends may hold a lone surrogate (JSON "\\ud800"): it is fingerprinted, not refused
+    assert fingerprint("send", "a\ud800") == fingerprint("send", "a\ud800") != fingerprint("send", "a")
+    assert fingerprint("send", "tea") == hashlib.sha256(b'["send","tea"]').hexdigest()
+
+
+def test_replayed_says_whether_the_last_run_gave_a_kept_answer():
+    chat, store = llm_fsm.load(CHAT), open_store("memory:")
+    stored = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation(chat, chat_llm("hello", "noted")))
+    assert stored.replayed is False  # nothing run yet
+    stored.run(lambda c: c.start(), idempotency_key="a")
+    assert stored.replayed is False
+    stored.run(lambda c: c.start(), idempotency_key="a")
+    assert stored.replayed is True
+    stored.run(lambda c: c.send("tea"))
+    assert stored.replayed is False
 
 
 def test_two_requests_with_one_key_at_once_run_one_turn(store_url: str):

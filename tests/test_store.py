@@ -130,6 +130,18 @@ def test_delete_list_and_prune(store):
     assert store.list() == []
 
 
+def test_list_tells_an_ended_conversation_from_an_active_one(store):
+    ended = llm_fsm.Conversation(llm_fsm.load(CHAT), ScriptedLLM([reply("bye", "Bye!", topic="tea")]))
+    ended.send("tea, then bye")
+    store.save("ended", ended.snapshot())
+    time.sleep(0.05)
+    store.save("active", snapshot_after(1))
+    assert [(i.id, i.state, i.status) for i in store.list()] == [
+        ("active", "chat", "active"),
+        ("ended", "bye", "ended"),
+    ]
+
+
 @pytest.mark.parametrize("bad", ["", "../etc/passwd", "a/b", ".hidden", "x" * 200, "a..b", "sp ace"])
 def test_ids_are_validated(store, bad):
     with pytest.raises(StoreError, match="invalid conversation id"):
@@ -234,6 +246,45 @@ def test_open_store_errors(tmp_path):
         open_store("redis://127.0.0.1:9/0")
 
 
+def test_redis_urls_refused_in_words_and_the_forms_accepted(redis_url, monkeypatch):
+    with pytest.raises(StoreError) as caught:
+        open_store("unix://")
+    assert str(caught.value) == "store URL 'unix://' names no socket: write unix:///PATH/TO/redis.sock"
+    root = redis_url.rpartition("/")[0]  # redis://127.0.0.1:PORT
+    store = open_store(f"{root}/?prefix=test-{uuid.uuid4().hex}")  # "/" names no database: the first
+    store.save("c", snapshot_after(1))
+    assert store.load("c").version == 1
+    store.close()
+    # the URL's other options reach redis-py: here the database
+    prefix = f"test-{uuid.uuid4().hex}"
+    store = open_store(f"{root}/?prefix={prefix}&db=3")
+    store.save("c", snapshot_after(1))
+    assert store.client.connection_pool.connection_kwargs["db"] == 3
+    import redis
+
+    assert redis.Redis.from_url(f"{root}/3").keys(f"{prefix}:*") != []
+    store.close()
+    monkeypatch.setitem(sys.modules, "llm_fsm.store.redis", None)  # as without redis-py installed
+    with pytest.raises(StoreError) as caught:
+        open_store(redis_url)
+    assert str(caught.value) == "the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'"
+
+
+def test_a_local_store_url_is_a_path_with_no_query_nor_fragment(tmp_path, monkeypatch):
+    for url in (f"sqlite://{tmp_path}/c.db#main", f"file://{tmp_path}/c?mode=ro"):
+        scheme = url.partition(":")[0]
+        with pytest.raises(StoreError) as caught:
+            open_store(url)
+        assert str(caught.value) == (
+            f"store URL {url!r} has a query or a fragment: a {scheme}: URL is a path (write ? as %3F, # as %23)"
+        )
+    monkeypatch.chdir(tmp_path)
+    store = open_store("sqlite:a:b.db")  # relative, and the path may hold a colon
+    store.save("c", snapshot_after(1))
+    store.close()
+    assert (tmp_path / "a:b.db").exists()
+
+
 def test_default_store_lives_under_llm_fsm_home(tmp_path, monkeypatch):
     monkeypatch.setenv("LLM_FSM_HOME", str(tmp_path / "home"))
     store = open_store()
@@ -332,3 +383,116 @@ def crash_rounds(url: str, kills: int, seed: int = 0) -> int:
 def test_a_killed_writer_leaves_the_last_committed_turn_intact(kind, tmp_path, request):
     url = url_for(kind, tmp_path, request)
     assert crash_rounds(url, kills=8) > 8, "the child did save turns between kills"
+
+
+def test_redis_deletes_a_conversation_in_one_transaction(redis_url):
+    # its record, its turns, its place in the index and its lock go together: no reader sees half of it
+    store = open_store(f"{redis_url}?prefix=test-{uuid.uuid4().hex}")
+    store.save("c", snapshot_after(1))
+
+    def transactions() -> int:
+        return store.client.info("commandstats").get("cmdstat_multi", {}).get("calls", 0)
+
+    before = transactions()
+    assert store.delete("c") is True
+    assert transactions() == before + 1 and store.load("c") is None
+    store.close()
+
+
+def test_the_methods_of_every_store_keep_their_names_and_documentation():
+    # a backend's methods are wrapped to turn its driver's errors into StoreError: help() and
+    # inspect.signature must still show the method
+    import inspect
+
+    from llm_fsm.store.base import STORE_METHODS
+    from llm_fsm.store.files import FileStore
+    from llm_fsm.store.redis import RedisStore
+    from llm_fsm.store.sqlite import SQLiteStore
+
+    wrapped = 0
+    for cls in (FileStore, SQLiteStore, RedisStore):
+        for name in STORE_METHODS:
+            if name in cls.__dict__:
+                method = cls.__dict__[name]
+                assert method.__name__ == name and method.__qualname__ == f"{cls.__name__}.{name}"
+                assert inspect.signature(method) == inspect.signature(method.__wrapped__)
+                assert method.__doc__ == method.__wrapped__.__doc__
+                wrapped += 1
+    assert wrapped > 20
+
+
+def test_a_damaged_sqlite_file_is_a_store_error_naming_the_store(tmp_path):
+    import sqlite3
+
+    path = tmp_path / "c.db"
+    store = open_store(f"sqlite://{path}")
+    store.save("c", snapshot_after(1))
+    with sqlite3.connect(path) as other:  # someone breaks the file under the open store
+        other.execute("DROP TABLE conversations")
+    with pytest.raises(StoreError) as caught:
+        store.load("c")
+    assert str(caught.value) == f"the store sqlite://{path.resolve()} failed: no such table: conversations"
+
+    async def aload() -> None:
+        with pytest.raises(StoreError, match=r"^the store sqlite://.* failed: no such table: conversations$"):
+            await store.aload("c")
+
+    asyncio.run(aload())
+    store.close()
+
+
+def test_a_redis_server_gone_is_a_store_error_naming_the_store_without_its_password():
+    from tests.conftest import start_redis
+
+    process, port = start_redis()
+    url = f"redis://:s3cret@127.0.0.1:{port}/0?prefix=gone"
+    try:
+        store = open_store(url.replace(":s3cret@", ""))  # the server wants no password: check the masking below
+        store.save("c", snapshot_after(1))
+        store.url = url  # the URL the messages name
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+    where = rf"^the store redis://:\*\*\*@127\.0\.0\.1:{port}/0\?prefix=gone failed: \S"
+    with pytest.raises(StoreError, match=where):
+        store.load("c")
+
+    async def aload() -> None:
+        with pytest.raises(StoreError, match=where):
+            await store.aload("c")
+
+    asyncio.run(aload())
+
+
+@pytest.mark.skipif(not os.path.isdir("/proc/self/fd"), reason="counts open files through /proc")
+def test_closing_a_sqlite_store_releases_its_file_and_it_can_be_used_again(tmp_path):
+    path = tmp_path / "c.db"
+
+    def open_handles() -> int:
+        return sum(os.path.realpath(f"/proc/self/fd/{fd}") == str(path.resolve()) for fd in os.listdir("/proc/self/fd"))
+
+    store = open_store(f"sqlite://{path}")
+    store.save("c", snapshot_after(1))
+    assert open_handles() == 1
+    store.close()
+    assert open_handles() == 0
+    assert store.load("c").version == 1  # opened again on use
+    store.close()
+
+
+def test_a_sqlite_store_keeps_one_connection_per_thread(tmp_path, monkeypatch):
+    import sqlite3
+
+    opened = []
+    real = sqlite3.connect
+    monkeypatch.setattr(sqlite3, "connect", lambda *a, **k: opened.append(a) or real(*a, **k))
+    store = open_store(f"sqlite://{tmp_path / 'c.db'}")
+    store.save("c", snapshot_after(1))
+    store.save("c", snapshot_after(2), expected_version=1)
+    assert store.load("c").version == 2 and [i.id for i in store.list()] == ["c"]
+    assert len(opened) == 1
+    thread = threading.Thread(target=store.load, args=("c",))
+    thread.start()
+    thread.join()
+    assert len(opened) == 2  # sqlite3 connections must not be shared between threads
+    store.close()

@@ -276,3 +276,57 @@ def test_unlock_force_releases_and_the_old_holder_cannot_release_the_new_one(url
         pass
     assert store.unlock("c") is False
     store.close()
+
+
+@pytest.mark.parametrize("form", ["sync", "async"])
+def test_a_turn_whose_lock_was_taken_away_says_so_in_the_log(leased, form, caplog):
+    # An operator's unlock while the turn runs: its next renewal finds another token and gives up, with a
+    # warning that tells the operator what the turn's save will do.
+    holder, operator = leased(), leased()
+    said = (
+        "the lock of conversation 'c' was taken from its turn (its lease ran out, or unlock): "
+        "the turn's save fails if another turn saved first"
+    )
+
+    async def async_turn() -> None:
+        async with holder.alock("c", timeout=1):
+            assert operator.unlock("c") is True
+            with operator.lock("c", timeout=0):
+                for _ in range(200):  # the next renewal, a third of a lease later
+                    if not heartbeat_tasks("c"):
+                        break
+                    await asyncio.sleep(0.05)
+
+    with caplog.at_level("WARNING", logger="llm_fsm"):
+        if form == "async":
+            asyncio.run(async_turn())
+        else:
+            with holder.lock("c", timeout=1):
+                [beat] = heartbeats("c")
+                assert operator.unlock("c") is True
+                with operator.lock("c", timeout=0):
+                    beat.join(timeout=30)
+    assert [r.getMessage() for r in caplog.records] == [said]
+
+
+def test_a_turn_waits_its_whole_timeout_for_the_lock_and_the_conflict_names_the_conversation(url):
+    store = open_store(url)
+    taken, done = threading.Event(), threading.Event()
+
+    def other_turn() -> None:
+        with store.lock("c", timeout=1):
+            taken.set()
+            time.sleep(1.0)
+        done.set()
+
+    thread = threading.Thread(target=other_turn)
+    thread.start()
+    taken.wait(10)
+    start = time.monotonic()
+    with store.lock("c", timeout=1.8):  # tried until the other turn gives it back, up to the last second too
+        assert done.is_set() and time.monotonic() - start >= 0.8
+        with pytest.raises(ConflictError) as caught, store.lock("c", timeout=0):
+            pass
+    thread.join()
+    assert caught.value.conversation_id == "c"
+    store.close()

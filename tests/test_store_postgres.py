@@ -178,3 +178,39 @@ def test_importing_the_stores_loads_no_postgres_driver():
     code = "import sys, llm_fsm, llm_fsm.store; print([m for m in ('psycopg', 'psycopg_pool') if m in sys.modules])"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_store_waits_at_most_its_connect_timeout_unless_the_url_says(schema_url):
+    # libpq alone would wait as long as TCP does for a server that does not answer
+    from llm_fsm.store.postgres import CONNECT_TIMEOUT
+
+    def timeout_of(store) -> str | None:
+        return psycopg.conninfo.conninfo_to_dict(store._conninfo).get("connect_timeout")
+
+    store = open_store(schema_url)
+    assert timeout_of(store) == str(CONNECT_TIMEOUT)
+    store.close()
+    store = open_store(f"{schema_url}&connect_timeout=3")
+    assert timeout_of(store) == "3"
+    store.close()
+
+
+def test_an_async_save_that_keeps_meeting_a_unique_violation_gives_up_after_three_tries(schema_url, monkeypatch):
+    # a first save racing another one on the same id is tried again, but not for ever
+    import llm_fsm.store.postgres as postgres
+
+    store, tries = open_store(schema_url), []
+
+    async def always_taken(*_args, **_kwargs):
+        tries.append(1)
+        raise psycopg.errors.UniqueViolation("duplicate key value violates unique constraint")
+
+    monkeypatch.setattr(postgres, "_acarry_out", always_taken)
+
+    async def save() -> None:
+        with pytest.raises(StoreError, match="duplicate key value"):
+            await store.asave("c", snapshot_after(1), expected_version=0)
+
+    asyncio.run(save())
+    assert len(tries) == 3
+    store.close()

@@ -425,3 +425,18 @@ def test_a_summary_call_over_http_asks_for_its_schema_and_token_bound(fake_opena
     sent = fake_openai.requests[-1]
     assert sent["max_tokens"] == 256, "the client's budget is lower than the summary's 600"
     assert sent["response_format"]["json_schema"]["schema"]["required"] == ["summary"]
+
+
+def test_a_summary_request_that_cannot_be_made_never_fails_the_turn():
+    class BrokenSummaries(llm_fsm.PromptBuilder):
+        def summary_messages(self, *args, **kwargs):
+            raise RuntimeError("the summary template broke")
+
+    llm = ScriptedLLM([reply("chat", "Hello!"), *[reply("chat", f"r{i}") for i in range(3)]], summaries=echo_summary)
+    prompt = BrokenSummaries(settings=llm_fsm.PromptSettings(history_window=2))
+    conversation = llm_fsm.Conversation(definition(), llm, prompt=prompt)
+    conversation.start()
+    results = [conversation.send(f"u{i}") for i in range(3)]
+    assert [r.message for r in results] == ["r0", "r1", "r2"] and results[2].summary is not None
+    assert not results[2].summary.ok and "the summary template broke" in results[2].summary.error
+    assert kinds(llm).count("summary") == 0

@@ -410,6 +410,20 @@ def test_a_break_pauses_in_a_handler_span_and_the_resume_is_a_turn_of_its_own(sp
     assert NAME not in recorded(spans)
 
 
+def test_a_handler_span_names_the_state_it_ran_in_and_the_target(spans):
+    hooks = Hooks()
+    hooks.on("state_enter", states="ask_password")(lambda: None)
+    conversation = started(flow(), NAMED, hooks=hooks)
+    spans.clear()
+    conversation.send(USER_TEXT)
+    (turn,) = turns(spans)
+    (handler,) = [s for s in children(spans, turn) if s.name.startswith("handler ")]
+    assert (handler.attributes["llm_fsm.state"], handler.attributes["llm_fsm.target"]) == (
+        "ask_password",
+        "ask_password",
+    )
+
+
 def test_a_handler_delta_names_its_keys_and_a_failing_handler_is_an_error(spans):
     hooks = Hooks()
 

@@ -460,6 +460,56 @@ def test_a_rejected_or_supplied_call_never_runs_and_the_model_is_told(support, d
     assert result.tool_calls[0].approval == ("rejected" if "approved" in decision else "supplied")
 
 
+def test_a_call_rejected_without_a_reason_says_only_that_and_the_model_is_told_which_tool(support):
+    script = [tool_calls(("refund", {"order_id": "A-1"})), reply("ask", "Noted.")]
+    conversation, llm = started(support, script, make_hooks())
+    conversation.send("refund A-1")
+    result = conversation.resume(conversation.pending.token, {"approved": False})
+    assert result.tool_calls[0].error == "a person rejected this call"
+    assert [(r.kind, r.reason, r.attempt) for r in result.rejected] == [
+        ("tool", "tool 'refund': a person rejected this call", 0)  # no model call yet in the resume
+    ]
+    told = json.dumps(llm.requests[-1].messages)
+    assert 'your call to the tool \\"refund\\": they rejected it.' in told
+
+
+def test_a_failed_tool_call_is_a_rejection_of_the_model_call_that_asked_for_it(support):
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def broken(order_id: str) -> dict:
+        raise RuntimeError("the order service is down")
+
+    script = ["not json", tool_calls(("lookup_order", {"order_id": "A-1"})), reply("ask", "Sorry, try later.")]
+    conversation, _ = started(support, script, hooks)
+    result = conversation.send("where is A-1?")
+    assert [(r.kind, r.attempt) for r in result.rejected] == [("format", 1), ("tool", 2)]
+    assert "the order service is down" in result.rejected[1].reason
+
+
+def test_a_supplied_result_that_is_not_json_data_is_refused_naming_it(support):
+    from llm_fsm.errors import ContextValueError
+
+    conversation, _ = started(support, [tool_calls(("refund", {"order_id": "A-1"}))], make_hooks())
+    conversation.send("refund A-1")
+    with pytest.raises(ContextValueError, match=r"^the supplied tool result: 'result'"):
+        conversation.resume(conversation.pending.token, {"result": object()})
+
+
+def test_a_call_held_without_a_key_by_an_older_version_gets_the_key_of_its_pause(support):
+    from llm_fsm.tools.calling import call_key
+
+    keys: list[str] = []
+    conversation, llm = started(support, [tool_calls(("refund", {"order_id": "A-6"}))], keyed_refund(keys))
+    conversation.send("refund A-6")
+    old = conversation.snapshot().model_dump()
+    old["pending"]["tool_call"]["idempotency_key"] = None  # saved before calls had keys
+    token = old["pending"]["token"]
+    restored = llm_fsm.Conversation.restore(old, support, ScriptedLLM([reply("ask", "Ok.")]), hooks=keyed_refund(keys))
+    restored.resume(token, {"approved": True})
+    assert keys == [call_key(old["uid"], token, "refund", 0)]
+
+
 def test_an_approved_call_runs_once_even_when_the_turn_after_it_fails(support):
     ran: list[str] = []
     script = [tool_calls(("refund", {"order_id": "A-2"})), LLMUnavailableError("down"), reply("ask", "Done.")]
@@ -606,6 +656,21 @@ def test_a_call_found_running_takes_no_other_decision_than_its_approval(support,
     assert keys == []
 
 
+def test_a_call_found_running_is_logged_and_another_decision_refused_naming_the_tool(support, tmp_path, caplog):
+    from llm_fsm.turn import INTERRUPTED
+
+    with caplog.at_level("WARNING", logger="llm_fsm"):
+        _, _, held = _interrupted(support, tmp_path, make_hooks(), [])
+    assert [r.getMessage() for r in caplog.records] == [f"tool 'refund' (key {held['idempotency_key']}): {INTERRUPTED}"]
+    said = (
+        "the call to 'refund' was approved and may have run (its process stopped while it ran): "
+        'resume with {"approved": true} to go on'
+    )
+    with pytest.raises(ResumeError) as caught:
+        _interrupted(support, tmp_path / "again", make_hooks(), [], {"approved": False})
+    assert str(caught.value) == said
+
+
 def test_an_approved_call_found_running_is_run_again_with_its_key_when_the_tool_takes_one(support, tmp_path):
     keys: list[str] = []
     hooks = keyed_refund(keys)
@@ -640,6 +705,37 @@ def test_a_tool_call_key_is_the_same_in_every_retry_of_a_turn_and_different_for_
     forge = tool_calls(("lookup_order", {"order_id": "C", KEY_PARAMETER: "x"}))
     forged, _ = started(support, [forge, reply("ask", "Hm.")], hooks)
     assert "unexpected argument" in forged.send("C?").tool_calls[0].error  # nor writes it
+
+
+def test_the_calls_of_a_turn_are_keyed_by_tool_and_by_their_rank_among_that_tools_calls(support):
+    from llm_fsm.tools.calling import call_key
+
+    keys: list[tuple[str, str]] = []
+    hooks = make_hooks()
+
+    @hooks.tool("lookup_order")
+    def lookup(order_id: str, idempotency_key: str) -> dict:
+        keys.append((order_id, idempotency_key))
+        return {"id": order_id, "status": "shipped"}
+
+    three = tool_calls(*[("lookup_order", {"order_id": order}) for order in "ABC"])
+    conversation, _ = started(support, [three, reply("found", "All shipped.", order_id="A")], hooks)
+    turn = conversation.send("A, B and C?").turn
+    uid = conversation.snapshot().uid
+    assert keys == [(order, call_key(uid, turn, "lookup_order", n)) for n, order in enumerate("ABC")]
+
+
+def test_a_second_call_that_needs_approval_in_the_round_is_refused_until_the_first_is_decided(support):
+    ran: list[str] = []
+    both = tool_calls(("refund", {"order_id": "A-1"}), ("refund", {"order_id": "A-2"}))
+    conversation, _ = started(support, [both, reply("ask", "Refunded A-1.")], make_hooks(ran))
+    paused = conversation.send("refund A-1 and A-2")
+    assert paused.pending.payload == {"tool": "refund", "arguments": {"order_id": "A-1"}}
+    assert [(run.arguments, run.error) for run in paused.tool_calls] == [
+        ({"order_id": "A-2"}, "needs a person's approval: call it again once the pending call is decided")
+    ]
+    conversation.resume(paused.pending.token, {"approved": True})
+    assert ran == ["refund:A-1"]
 
 
 def test_a_key_survives_a_restore_of_a_snapshot_made_before_uids(support):
