@@ -25,6 +25,7 @@ import shutil
 import signal
 import sys
 import threading
+import time
 import traceback
 import uuid
 from collections import Counter
@@ -45,6 +46,7 @@ pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="the harness for
 
 LEASE = 0.5  # the killed child's lock lease: the retry must get the lock within it (and a heartbeat's slack)
 WAIT = 3 * LEASE
+CHILD_DEADLINE = 300.0  # seconds a forked turn may take on a loaded machine before it counts as hung
 DATA = Path(__file__).parent / "data" / "subflows"
 SHOP = {
     "name": "shop",
@@ -284,8 +286,18 @@ def forked(work: Callable[[], None], errors: Path) -> int:
             code = 1
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+    # A child that hangs (a lock some thread of the parent held at the fork) must not hang the suite:
+    # after CHILD_DEADLINE it is killed, and the test fails saying so.
+    deadline = time.monotonic() + CHILD_DEADLINE
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return -os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            pytest.fail(f"the forked turn did not end within {CHILD_DEADLINE:.0f} s: killed it")
+        time.sleep(0.02)
 
 
 # -- the parent: set up, kill, look, retry, compare ---------------------------------------------

@@ -235,25 +235,7 @@ class TurnTrace:
 
     @harmless
     def committed(self, result: TurnResult) -> None:
-        moved = result.previous_state is not None and result.previous_state != result.state
-        kinds = [r.kind for r in result.rejected]
-        attributes: dict[str, Any] = {
-            "llm_fsm.state.after": result.state,
-            "llm_fsm.transition": f"{result.previous_state} -> {result.state}" if moved else "stay",
-            "llm_fsm.status": result.status,
-            "llm_fsm.llm_calls": result.llm_calls,
-            "llm_fsm.rejections": len(kinds),
-            "llm_fsm.tool_calls": len(result.tool_calls),
-            "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
-            "gen_ai.usage.output_tokens": result.usage.completion_tokens,
-        }
-        if kinds:
-            attributes["llm_fsm.rejection.kinds"] = kinds
-        if result.usage.cost is not None:
-            attributes["llm_fsm.usage.cost"] = result.usage.cost
-        if result.pending is not None:
-            attributes.update(_pause_attributes(result))
-        self.span.set_attributes(attributes)
+        self.span.set_attributes(_committed_attributes(result))
         for rejection in result.rejected:
             event: dict[str, Any] = {"kind": rejection.kind, "attempt": rejection.attempt}
             if rejection.key:
@@ -300,6 +282,29 @@ def _resume_attributes(runner: TurnRunner) -> dict[str, Any]:
         decision = runner.decision or {}
         verdict = "supplied" if "result" in decision else "approved" if decision.get("approved") else "rejected"
         attributes.update({"llm_fsm.resume.decision": verdict, "llm_fsm.resume.tool": pause.payload.get("tool", "")})
+    return attributes
+
+
+def _committed_attributes(result: TurnResult) -> dict[str, Any]:
+    """What a committed turn's span says about it: the move, the calls, the rejections, the usage."""
+    moved = result.previous_state is not None and result.previous_state != result.state
+    kinds = [r.kind for r in result.rejected]
+    attributes: dict[str, Any] = {
+        "llm_fsm.state.after": result.state,
+        "llm_fsm.transition": f"{result.previous_state} -> {result.state}" if moved else "stay",
+        "llm_fsm.status": result.status,
+        "llm_fsm.llm_calls": result.llm_calls,
+        "llm_fsm.rejections": len(kinds),
+        "llm_fsm.tool_calls": len(result.tool_calls),
+        "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
+        "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+    }
+    if kinds:
+        attributes["llm_fsm.rejection.kinds"] = kinds
+    if result.usage.cost is not None:
+        attributes["llm_fsm.usage.cost"] = result.usage.cost
+    if result.pending is not None:
+        attributes.update(_pause_attributes(result))
     return attributes
 
 
