@@ -384,6 +384,14 @@ def test_a_failed_check_is_retried_with_feedback_naming_it():
     assert "<feedback>" in feedback and "check 'ends with a question' failed: the message does not match" in feedback
 
 
+def test_a_failed_check_is_reported_with_the_attempt_it_failed():
+    check = {"kind": "regex", "pattern": r"\?\s*$", "description": "ends with a question"}
+    llm = ScriptedLLM([reply("collect", "Tell me."), reply("collect", "Still no question."), reply("collect", "Now?")])
+    result = llm_fsm.Conversation(checked(check), llm, hooks=notify_hooks()).send("hi")
+    assert result.message == "Now?" and result.llm_calls == 3
+    assert [(r.kind, r.attempt) for r in result.rejected] == [("check", 1), ("check", 2)]
+
+
 @pytest.mark.parametrize(
     ("check", "bad", "good", "why"),
     [
