@@ -131,6 +131,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
     config = ConfigDict(extra="allow" if open_ended else "forbid", arbitrary_types_allowed=False)
     try:
         model = create_model(f"{getattr(function, '__name__', 'tool')}_arguments", __config__=config, **fields)
+        # made now: a hint pydantic accepts but cannot write as a JSON Schema fails at binding, not at a call
         model.model_json_schema()
     except Exception:  # a hint pydantic cannot read: the author declares the schema instead
         return None
@@ -139,6 +140,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
 
 def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema()
+    # pydantic's titles only repeat the names, in the tokens of every request that lists the tool
     schema.pop("title", None)
     for value in schema.get("properties", {}).values():
         value.pop("title", None)
