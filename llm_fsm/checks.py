@@ -134,6 +134,7 @@ def _interpret(outcome: Any, name: str) -> str | None:
 def judge_failure(text: str) -> str | None:
     """The judge's verdict: None if it passed, else its reason (or why its reply is unusable)."""
     cleaned = strip_thinking(text or "").strip()
+    # the outermost braces: a judge may put its verdict in a fence or among words
     start, end = cleaned.find("{"), cleaned.rfind("}")
     try:
         verdict = json.loads(cleaned[start : end + 1]) if start >= 0 else None

@@ -276,6 +276,7 @@ class Hooks:
         script. A file is executed once per process: loading it again gives the same object.
         Raises :class:`~llm_fsm.errors.HooksLoadError`, one line saying what and why.
         """
+        # the last colon: a Windows path (C:\...) has one of its own
         where, _, name = spec.rpartition(":")
         if not where or not name or not name.isidentifier():
             raise HooksLoadError(f"hooks {spec!r}: expected MODULE:NAME or FILE.py:NAME")
@@ -359,6 +360,7 @@ def selected(hooks: Hooks, where: Invocation) -> list[Handler]:
 
 def may_run(hooks: Hooks, timings: Collection[str], state: str, listed: frozenset[str]) -> bool:
     """Whether any handler could run at one of ``timings`` in ``state``, whatever the target and keys."""
+    # the target and the keys are not known until the reply is read: any handler that might run counts
     return bool(hooks.handlers) and any(
         h.timings.intersection(timings)
         and (not h.named or h.name in listed)

@@ -113,6 +113,7 @@ def assemble(head: str | bytes, exchanges: list[str] | list[bytes]) -> Snapshot:
     try:
         snapshot = Snapshot.model_validate_json(head)
         history = tuple(Exchange.model_validate_json(e) for e in exchanges)
+    # pydantic's ValidationError is a ValueError: damaged JSON and a wrong shape are caught alike
     except ValueError as exc:
         raise StoreError(f"stored conversation is damaged: {exc}") from exc
     return snapshot.model_copy(update={"history": history})
@@ -463,6 +464,8 @@ def failures_as_store_errors(cls: type[Store], errors: tuple[type[BaseException]
         return functools.wraps(method)(guarded)
 
     for name in STORE_METHODS:
+        # only the methods the class defines itself: the inherited async twins call its sync methods,
+        # which are wrapped
         if name in cls.__dict__:
             setattr(cls, name, guard(cls.__dict__[name]))
 

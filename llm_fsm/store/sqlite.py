@@ -97,7 +97,7 @@ class SQLiteStore(Store):
             # isolation_level=None: no transaction the sqlite3 module begins by itself; they are begun here
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
-            # FULL, not the NORMAL usual with WAL: a saved turn survives a power loss, not only a crash
+            # FULL: with NORMAL, often set with WAL, a power loss or an OS crash could undo the last saved turns
             db.execute("PRAGMA synchronous=FULL")
             self._local.db = db
         return db

@@ -82,6 +82,8 @@ class StoredConversation:
             with self._holding():  # the turn's checkpoints are saved as they come
                 result = action(self.conversation)
             self._remember(idempotency_key, fingerprint, result)
+            # version-checked even under the lock: a turn that lost its lock (its lease ran out) fails here
+            # rather than overwrite the turn that took it over
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 

@@ -49,6 +49,7 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             result_key=declared.result_key if declared else None,
             model=model, takes_key=takes_key(function.function),
             error_detail=(declared.error_detail if declared else None) or definition.tool_error_detail,
+            # None when masking is off: the text of an error a tool raises is then given as it was raised
             secret_keys=definition.secret_keys if definition.mask_secrets else None,
         )  # fmt: skip
     return bound, problems
@@ -115,6 +116,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
     fields: dict[str, Any] = {}
     open_ended = False
     try:
+        # eval_str: hints written as text (from __future__ import annotations) are read as the types they name
         hints = inspect.get_annotations(function, eval_str=True) if inspect.isfunction(function) else {}
     except Exception:  # a hint that names something undefined: read the signature's own
         hints = {}
