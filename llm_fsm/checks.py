@@ -58,6 +58,7 @@ def failure(check: Check, proposal: Proposal) -> str | None:
     """Why ``check`` fails on ``proposal``, or None when it passes (judge and Python checks: see the turn
     and :func:`python_failure`)."""
     if isinstance(check, RequiredKeysCheck):
+        # has_context, as conditions read it: a key set to "", [] or {} counts as missing
         missing = [k for k in check.keys if not truthy(evaluate({"has_context": k}, proposal.context))]
         return f"missing {', '.join(repr(k) for k in missing)}" if missing else None
     if isinstance(check, SchemaCheck):
@@ -74,6 +75,7 @@ def failure(check: Check, proposal: Proposal) -> str | None:
 
 
 def _schema_failure(check: SchemaCheck, proposal: Proposal) -> str | None:
+    # an absent key passes: a required_keys check says a key must be there, this one what it must hold
     if check.key not in proposal.context:
         return None
     from llm_fsm.schemas import violation
@@ -132,11 +134,13 @@ def _interpret(outcome: Any, name: str) -> str | None:
 def judge_failure(text: str) -> str | None:
     """The judge's verdict: None if it passed, else its reason (or why its reply is unusable)."""
     cleaned = strip_thinking(text or "").strip()
+    # the outermost braces: a judge may put its verdict in a fence or among words
     start, end = cleaned.find("{"), cleaned.rfind("}")
     try:
         verdict = json.loads(cleaned[start : end + 1]) if start >= 0 else None
     except ValueError:
         verdict = None
+    # only a JSON boolean counts: a judge that writes "pass": "no" is unreadable, never a pass
     if not isinstance(verdict, dict) or not isinstance(verdict.get("pass"), bool):
         return f'the judge\'s reply could not be read (expected {{"pass": bool, "reason": str}}): {text[:80]!r}'
     if verdict["pass"]:

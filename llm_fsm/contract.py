@@ -85,6 +85,8 @@ def parse_reply(text: str) -> Reply:
     """Extract and validate the reply in ``text``; raise :class:`ReplyFormatError` if there is none
     (:class:`ReplyTruncated` if it stops before its end)."""
     data, repaired = _extract_object(text, exact=True)
+    # before the recursive walks below (the text cleaning, pydantic): deep nesting is refused in words,
+    # not met as a RecursionError
     if _depth(data) > MAX_NESTING:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     if problem := _misshapen(data):
@@ -113,6 +115,7 @@ def partial_reply(data: dict[str, Any]) -> Reply | None:
         if _depth(data) > MAX_NESTING or _misshapen(data):
             return None
         transition = _as_text_and_finite_numbers(data.get("transition"))
+        # a stand-in message: the real one has not streamed yet, and only the move is checked here
         return Reply.model_validate({"transition": transition, "message": "-"})
     except (ValidationError, ReplyFormatError):
         return None
@@ -235,6 +238,7 @@ def _candidates(text: str) -> list[str]:
     end = text.rfind("}") + 1
     # from the first brace, and from the first that opens like JSON (prose such as "{guests}" may come first)
     json_like = _OBJECT_START.search(text)
+    # the two starts are often the same brace: dict.fromkeys tries each once, in order
     for start in dict.fromkeys([text.find("{"), json_like.start() if json_like else -1]):
         if start >= 0:
             found.append(text[start:])
@@ -317,6 +321,7 @@ def repeated_key(text: str) -> tuple[str, list[str]] | None:
             frames.append([] if char == "{" else None)
         elif char in "}]" and frames:
             frames.pop()
+        # a key is the token just before its ':': whitespace between them keeps it, anything else drops it
         token = None if not char.isspace() else token
         index += 1
     return None
@@ -393,6 +398,7 @@ def reply_schema(
     null for keys it did not learn, and nulls are ignored by the merge.
     """
     moves = state.transitions if moves is None else moves
+    # the state itself is always a target: staying needs no transition (see engine._check_target)
     targets = sorted({state.id, *(t.target_state for t in moves)})
     update: dict[str, Any] = {"type": "object"}
     if strict:
@@ -425,6 +431,8 @@ def state_reply_schemas(
 
     def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
         moves = definition.moves(state_id, back_to)
+        # the keys of every move, "$return" unresolved, as engine.model_writable_keys counts them: the
+        # strict schema asks for what decide() lets the model write, wherever the way back leads
         keys = writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN))
         return reply_schema(state, strict=False, moves=moves), reply_schema(state, strict=True, moves=moves, keys=keys)
 
@@ -446,5 +454,6 @@ def writable_keys(
         for condition in transition.conditions:
             keys.update(dict.fromkeys(condition.requires_context_keys))
             if condition.logic is not None:
+                # a condition that reads "a.b" needs the model to write the object "a"
                 keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
     return [k for k in keys if not k.startswith("_") and k not in protected]

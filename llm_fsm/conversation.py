@@ -103,12 +103,14 @@ class Conversation:
         self.llm = llm
         self.hooks = hooks if hooks is not None else Hooks()
         self.settings = TurnSettings(
+            # clamped, not refused: at least one call per turn, since a turn with no call could never reply
             prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
             tools=check_bindings(definition, self.hooks), tool_mode=lambda: tool_mode(self.llm),
             guided=bool(getattr(llm, "guided", False)) if guided is None else guided,
             summary_llm=summary_llm, background_summaries=background_summaries,
         )  # fmt: skip
         self._runtime = runtime(definition, self.hooks, self.settings, self)  # what each turn is opened with
+        # entered(): an initial state that runs a sub-conversation pushes it now, so the first turn talks in it
         self._snapshot = entered(definition, initial_snapshot(definition, state, dict(context or {})))
         self._busy = False
         # where a checkpoint a turn makes is saved before the turn goes on (a StoredConversation sets it)
@@ -217,6 +219,7 @@ class Conversation:
         self._refuse_busy()
         snap = self._snapshot
         values = as_json_data(delta, source="update_context")
+        # as_json_data above: the context is saved with the snapshot, so code may write JSON data only
         context, provenance = write(snap.context, snap.provenance, values, by="user_code", turn=snap.turns)
         self._snapshot = snap.model_copy(update={"context": context, "provenance": provenance})
 

@@ -97,6 +97,7 @@ class Drive:
     """
 
     def __init__(self, conversation: Host, runner: Turn, stream: bool, *, sync: bool) -> None:
+        # refused before any model call is paid for: a sync drive could not await the handler when it came
         if sync and (names := conversation.hooks.async_names()):
             raise ConversationError(
                 f"{', '.join(names)} {'is' if len(names) == 1 else 'are'} async: use astart/asend/astream/aresume",
@@ -113,6 +114,7 @@ class Drive:
         self.trace: TurnTrace | NoTrace = NO_TRACE
 
     def __enter__(self) -> Drive:
+        # busy for the whole turn: another turn, update_context and a summary call are refused meanwhile
         self.conversation._busy = True
         self.trace = self.runner.trace = telemetry.start_turn(self.conversation, self.runner)
         return self
@@ -148,6 +150,7 @@ class Drive:
         if isinstance(call, RunTools):
             if self.stream:
                 events += [ToolCall(p.call.id, p.call.name, p.arguments) for p in call.calls]
+        # another reply call means the last reply was not accepted: the text shown from it is taken back
         elif self.shown and isinstance(call, Call) and call.kind == "reply":
             self.shown = ""
             events.append(MessageReset("the reply was not accepted"))
@@ -181,6 +184,8 @@ class Drive:
         try:
             call = next(self.steps) if response is None else self.steps.send(response)
             while isinstance(call, Checkpoint):
+                # held in the conversation at once: if the rest of the turn fails, an approved tool call stays
+                # approved and is not run again
                 self.conversation._snapshot = call.snapshot
                 sink = self.conversation.checkpoints
                 if sink is not None and not self.sync:
@@ -202,6 +207,7 @@ class Drive:
         """The text not shown yet (all of it when nothing streamed), then the result. The turn is
         committed only as its result is handed over: a consumer that stops before changes nothing."""
         if self.stream and self.shown != result.message:
+            # the final message does not go on from what streamed (a fallback, a pause's message): take it back
             if not result.message.startswith(self.shown):
                 self.shown = ""
                 yield MessageReset("the turn ended with another message")
@@ -217,6 +223,7 @@ class Drive:
         if result.summary is not None:
             conversation.last_summary = result.summary
         summary_due = conversation.settings.background_summaries and conversation._snapshot.summary.pending
+        # only in an event loop, where a task can run it; a sync conversation's next turn makes it first
         if not self.sync and summary_due:
             conversation._summaries.start()
         if logger.isEnabledFor(logging.DEBUG):
@@ -449,6 +456,8 @@ class SummaryCalls:
         if run is not None:
             host = self.conversation
             host.last_summary = run
+            # merged into the snapshot held now, not the one the call started from: turns may have run
+            # meanwhile, and a summary that no longer fits them (None) is dropped
             merged = summaries.applied(host._snapshot, before, after)
             if merged is not None:
                 host._snapshot = merged

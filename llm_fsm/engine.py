@@ -169,6 +169,8 @@ def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attem
     back_to = definition.return_target(snapshot.state, snapshot.came_from)
     if target == RETURN and back_to is not None:  # the model named the move instead of where it leads
         target = back_to
+    # the move is judged on the context with this reply's valid updates: a reply may supply the very
+    # key its transition requires
     problems = _check_target(definition, snapshot.state, target, context, attempt, back_to)
     state = snapshot.state if problems else target
     accepted = not problems and not invalid
@@ -184,6 +186,7 @@ def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[s
             return frozenset(state.writable_keys)
         return frozenset([*writable_keys(state, moves=definition.moves(state_id, RETURN)), EXTRA_KEY])
 
+    # cached per definition and state: decide() runs on every reply, and on every streamed preview
     return definition.derived("writable_keys", state_id, compute)
 
 
@@ -312,6 +315,7 @@ def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
         if isinstance(value, dict) and isinstance(old, dict):
             result[key] = merge(old, value)
         elif isinstance(value, dict):
+            # through merge() so that the nulls inside are dropped and the caller's dict is not shared
             result[key] = merge({}, value)
         else:
             result[key] = value
@@ -321,6 +325,7 @@ def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 def _check_target(
     definition: FSMDefinition, current: str, target: str, context: dict[str, Any], attempt: int, back_to: str | None
 ) -> list[Rejection]:
+    # staying needs no transition: a reply may always keep the conversation where it is
     if target == current:
         return []
 
@@ -340,6 +345,8 @@ def _check_target(
             "target", f"transition to '{target}' rejected: '{current}' has no transition to it (allowed: {allowed})"
         )
     failures = [f for t in candidates if (f := unmet_condition(t, context)) is not None]
+    # several transitions may lead to the same target: the move holds when any one of them has its
+    # conditions met (the reason given is the first one's)
     if len(failures) < len(candidates):
         return []
     return reject("condition", f"transition to '{target}' rejected: {failures[0]}")
@@ -403,6 +410,7 @@ def commit(
             "context": context,
             "provenance": provenance,
             "history": (*snapshot.history, exchange),
+            # the opening (no user text, no history) is turn 0; every later exchange counts, a resume's too
             "turns": snapshot.turns + (0 if user is None and not snapshot.history else 1),
             "status": status,
             "pending": pending,
@@ -440,6 +448,7 @@ def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: M
             update={"pending": None, "status": "active", "used_tokens": (*snapshot.used_tokens, token)}
         )
     result = as_json_data(result, source="resume result")
+    # merge() ignores None values: only the keys it writes get a provenance
     written = [k for k, v in result.items() if v is not None]
     return snapshot.model_copy(
         update={
@@ -457,6 +466,7 @@ def initial_snapshot(
 ) -> Snapshot:
     """A conversation that has not started yet, in ``state`` (default: the initial state); ``uid``: its id
     (default: a new random one)."""
+    # through as_json_data: the context is saved with the snapshot, so it must be JSON data from the start
     initial = merge({}, as_json_data(context or {}, source="initial context"))
     return Snapshot(
         definition_name=definition.name,
@@ -473,4 +483,6 @@ def initial_snapshot(
 
 def with_uid(snapshot: Snapshot) -> Snapshot:
     """``snapshot`` with a uid: its own, or (made before uids existed) one derived from its content."""
+    # derived from the content, not random: the same old snapshot restored twice gets the same uid,
+    # so its tool calls' idempotency keys stay the same
     return snapshot if snapshot.uid else snapshot.model_copy(update={"uid": derived_uid(snapshot.model_dump_json())})

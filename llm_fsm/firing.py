@@ -62,6 +62,7 @@ def _fire(
             span.changed(delta)
         if delta:
             by = f"handler:{handler.name}"
+            # applied at once, not after the timing point: the next handler is given the context with this delta
             work.context, work.provenance = write(work.context, work.provenance, delta, by=by, turn=work.turn_index)
 
 
@@ -77,6 +78,7 @@ def not_yet_run(work: Working, timing: str, state: str, handlers: list[Handler])
 
 def fire_error(definition: FSMDefinition, hooks: Hooks, state: str, error: BaseException, *, handle: Any) -> None:
     """Run ``error`` handlers; their own failures are logged, never raised over the original."""
+    # KeyboardInterrupt, SystemExit and cancellation are not the conversation's errors: no handlers run
     if not isinstance(error, Exception) or not hooks.handlers:
         return
     listed = frozenset(definition.states[state].handlers)

@@ -145,6 +145,7 @@ def _given(combo: Iterable[tuple[str, dict[str, Any] | None]]) -> dict[str, dict
     given: dict[str, dict[str, Any]] = {}
     for key, breaking in combo:
         schema = NULL if breaking is None else {"anyOf": [breaking, NULL]}
+        # two earlier moves constrain the same key in different ways: null is what breaks both
         given[key] = NULL if key in given and given[key] != schema else schema
     return given
 
@@ -178,6 +179,7 @@ def _breaking(
     kind = narrowed.get("type")
     if kind in ("integer", "number") and not {"const", "enum"} & set(narrowed):
         outside = []
+        # each bound the move needs, turned around: a value past any one of them breaks it
         if "minimum" in narrowed:
             outside.append({"type": kind, "exclusiveMaximum": narrowed["minimum"]})
         if "exclusiveMinimum" in narrowed:
@@ -220,6 +222,7 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
     elif declared and declared.get("format") in _GRAMMAR_FORMATS:
         schema["format"] = declared["format"]
     if not schema.get("type") and "enum" not in schema and "const" not in schema:
+        # nothing says what the key holds: any scalar, but bounded, so that a looping model still ends it
         schema = {"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT}
     return schema
 
@@ -258,6 +261,8 @@ def _branch(
     }
     return {
         "type": "object",
+        # context_update first: a grammar writes properties in order, so the model writes what it
+        # learned before it names the move
         "properties": {"context_update": update, "target_state": {"type": "string", "enum": [target]}},
         "required": ["context_update", "target_state"],
         "additionalProperties": False,

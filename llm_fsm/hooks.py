@@ -110,6 +110,8 @@ def _accepted_keywords(function: Callable[..., Any]) -> frozenset[str] | None:
     parameters = inspect.signature(function).parameters.values()
     if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in parameters):
         return None
+    # refused at registration: handlers are called with keywords only, so a positional-only
+    # parameter would fail at the first turn that fires it
     positional = [p.name for p in parameters if p.kind is inspect.Parameter.POSITIONAL_ONLY]
     if positional:
         raise TypeError(f"handler {function.__qualname__} must take keyword arguments only, not {positional}")
@@ -237,6 +239,8 @@ class Hooks:
         chosen = frozenset(timings)
         _check_timings(chosen, policy)
         label: str = name or getattr(function, "__name__", None) or "handler"
+        # error handlers run after the turn has failed, outside its generator, where no driver awaits
+        # (see firing.fire_error)
         if is_async(function) and "error" in chosen:
             raise TypeError(f"handler {label!r}: an 'error' handler must be a plain function, not async")
         handler = Handler(
@@ -272,6 +276,7 @@ class Hooks:
         script. A file is executed once per process: loading it again gives the same object.
         Raises :class:`~llm_fsm.errors.HooksLoadError`, one line saying what and why.
         """
+        # the last colon: a Windows path (C:\...) has one of its own
         where, _, name = spec.rpartition(":")
         if not where or not name or not name.isidentifier():
             raise HooksLoadError(f"hooks {spec!r}: expected MODULE:NAME or FILE.py:NAME")
@@ -306,6 +311,8 @@ def _import_module(spec: str, where: str, folder: Path) -> Any:
         try:
             return importlib.import_module(where)
         except ModuleNotFoundError as exc:
+            # only the module asked for (or its package) missing is reported here; a module that the user's
+            # module imports and is missing is their error, raised as it is
             if exc.name is not None and where.startswith(exc.name):
                 looked = f"looked in {folder.resolve()} and sys.path"
                 raise HooksLoadError(f"hooks {spec}: no module named {exc.name!r} ({looked})") from None
@@ -313,9 +320,11 @@ def _import_module(spec: str, where: str, folder: Path) -> Any:
     path = (folder / where).resolve()
     if not path.is_file():
         raise HooksLoadError(f"hooks {spec}: no such file {path}")
+    # a file already imported, under any name, gives its module: its Hooks object is not made twice
     for module in list(sys.modules.values()):
         if getattr(module, "__file__", None) == str(path):
             return module
+    # a stem another module holds (a file named json.py, say) gets a name of its own, not that module's
     name = f"llm_fsm_hooks_{len(sys.modules)}_{path.stem}" if path.stem in sys.modules else path.stem
     module_spec = importlib.util.spec_from_file_location(name, path)
     if module_spec is None or module_spec.loader is None:
@@ -327,6 +336,7 @@ def _import_module(spec: str, where: str, folder: Path) -> Any:
     try:
         module_spec.loader.exec_module(module)
     except BaseException:
+        # not left half-imported: the next load executes the file again
         del sys.modules[name]
         raise
     return module
@@ -350,6 +360,7 @@ def selected(hooks: Hooks, where: Invocation) -> list[Handler]:
 
 def may_run(hooks: Hooks, timings: Collection[str], state: str, listed: frozenset[str]) -> bool:
     """Whether any handler could run at one of ``timings`` in ``state``, whatever the target and keys."""
+    # the target and the keys are not known until the reply is read: any handler that might run counts
     return bool(hooks.handlers) and any(
         h.timings.intersection(timings)
         and (not h.named or h.name in listed)
@@ -436,6 +447,7 @@ def _delta(handler: Handler, value: Any) -> dict[str, Any]:
         return {}
     if not isinstance(value, Mapping):
         raise TypeError(f"a handler returns a mapping (a context delta) or None, not {type(value).__name__}")
+    # the delta is saved with the snapshot: JSON data only, refused here with the handler's name
     return as_json_data(value, source=f"handler '{handler.name}'")
 
 

@@ -173,6 +173,7 @@ def _eval(rule: object, data: object, depth: int) -> object:
         return rule
     _check_depth(depth)
     op, args = _split(rule)
+    # and/or/if evaluate their own arguments: a branch not taken is never evaluated, so it cannot fail
     if op in _LAZY_OPS:
         return _LAZY_OPS[op](args, data, depth + 1)
     return _OPS[op]([_eval(arg, data, depth + 1) for arg in args], data)
@@ -219,6 +220,7 @@ def _lookup(data: object, path: object) -> object:
     for part in js_str(path).split("."):
         if isinstance(current, Mapping):
             current = current.get(part, _ABSENT)
+        # isascii: str.isdigit() is true of digits such as "²" too, which int() refuses
         elif isinstance(current, (list, tuple)) and part.isascii() and part.isdigit():
             current = current[int(part)] if int(part) < len(current) else _ABSENT
         else:
@@ -262,6 +264,7 @@ def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
 
 
 def _js_mod(a: Number, b: Number) -> Number:
+    # JavaScript's %: the remainder has the sign of the dividend (Python's has the divisor's)
     remainder = abs(a) % abs(b)  # ZeroDivisionError for b == 0, turned into None
     return -remainder if a < 0 else remainder
 
@@ -272,6 +275,7 @@ def _op_var(args: list[object], data: object) -> object:
 
 
 def _op_missing(args: list[object], data: object) -> list[object]:
+    # the keys come as arguments, or as one list (the form missing_some passes them in)
     keys = args[0] if args and isinstance(args[0], (list, tuple)) else args
     return [key for key in keys if _blank(_lookup(data, key))]
 
@@ -346,6 +350,7 @@ def _op_if(args: list[object], data: object, depth: int) -> object:
     for i in range(0, len(args) - 1, 2):
         if truthy(_eval(args[i], data, depth)):
             return _eval(args[i + 1], data, depth)
+    # an odd count ends with the else branch; an even one has none, and gives None
     return _eval(args[-1], data, depth) if len(args) % 2 else None
 
 
@@ -365,6 +370,7 @@ _OPS: dict[str, Op] = {
     "!=": lambda args, data: not loose_equal(_arg(args, 0), _arg(args, 1)),
     "===": lambda args, data: strict_equal(_arg(args, 0), _arg(args, 1)),
     "!==": lambda args, data: not strict_equal(_arg(args, 0), _arg(args, 1)),
+    # only < and <= take the three-argument "between" form, as in json-logic-js
     "<": _chain(operator.lt, 3),
     "<=": _chain(operator.le, 3),
     ">": _chain(operator.gt, 2),
@@ -447,6 +453,7 @@ def _literal_keys(op: object, args: list[object]) -> list[str]:
     named: Sequence[object]
     if op in ("has_context", "context_length") and _in_object_form(args):
         base, key = _var_path(_arg(args, 0)), _arg(args, 1)
+        # [{"var": "user"}, "email"] reads "user.email"; a first argument computed at run time names no key
         named = [f"{base}.{key}" if base else key] if base is not None and isinstance(key, str) else []
     elif op == "var":
         named = args[:1]

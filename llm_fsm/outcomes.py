@@ -29,6 +29,7 @@ Outcome = Generator[Step, Any, tuple[Snapshot, TurnResult]]
 def accept(work: Working, decision: Decision, message: str) -> Outcome:
     """Commit an accepted reply, running the handlers around the commit."""
     current, target = work.base.state, decision.state
+    # the model's updates become the working context first: the context_update handlers read them
     work.set(decision.context, decision.applied, "llm")
     if target in work.exits:  # a move of a level below (subflows): that level runs the move's handlers
         return finish(work, target, message, decision.applied)
@@ -51,6 +52,7 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
         if work.definition.states[target].terminal:
             yield from fire(work, "end", target, message=message)
     except Break as pause:
+        # after the commit the move stands: the pause is in the new state, with the reply's message
         return paused(work, pause, target, message)
     return finish(work, target, message, decision.applied)
 
@@ -74,6 +76,7 @@ def exhausted(work: Working, refining: bool) -> Outcome:
     kept: dict[str, Any] = work.last_decision.applied if work.last_decision else {}
     applied = {k: v for k, v in kept.items() if k not in failed_keys}
     decision = Decision(True, target, merge(work.context, applied), applied, ())
+    # through accept() like any reply, so the handlers around a move run for the fallback's move too
     return (yield from accept(work, decision, work.settings.fallback_message))
 
 
@@ -133,6 +136,7 @@ def finish(
         usage=work.usage,
         latency=time.perf_counter() - work.started,
         ended=snapshot.status == "ended",
+        # a copy: a caller that changes the result's context does not change the committed snapshot
         context=copy.deepcopy(snapshot.context),
         status=snapshot.status,
         pending=pending,

@@ -137,6 +137,7 @@ class PromptBuilder:
 
         window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
         conversation = {
+            # masked: a secret-looking value is not sent to the model (unless the definition turns masking off)
             "context": self._visible_context(definition.masked(snapshot.context)),
             "history": self._window(window),
             "opening": not snapshot.history,
@@ -146,6 +147,7 @@ class PromptBuilder:
         volatile = self._render("system_conversation.xml.j2", conversation)
         listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
         back_to = definition.return_target(snapshot.state, snapshot.came_from)
+        # what changes every turn goes last, so that a provider's prompt cache keeps the longest prefix
         return self.definition_part(definition, snapshot.state, guided=guided, back_to=back_to) + listed + volatile
 
     def definition_part(
@@ -153,6 +155,8 @@ class PromptBuilder:
     ) -> str:
         """Everything that depends only on the definition and the state (and, in a state with a
         ``"$return"`` move, where it goes back to: ``back_to``): rendered once, then reused."""
+        # keyed by content, not by object: two loads of one definition share a rendering, and an edited
+        # definition never meets a stale one
         key = (definition.content_hash, state_id, guided, back_to)
         text = self._cache.get(key)
         if text is None:
@@ -168,8 +172,11 @@ class PromptBuilder:
                 **memory_rules(definition),
             }
             text = self._render("system_definition.xml.j2", variables)
+            # a builder is shared between conversations, threads too: only the cache's change is locked (two
+            # threads that miss together both render, and the second write is the same text)
             with self._lock:
                 if len(self._cache) >= _CACHE_SIZE:
+                    # the oldest rendering goes first (a dict keeps insertion order)
                     self._cache.pop(next(iter(self._cache)))
                 self._cache[key] = text
         return text
@@ -196,6 +203,7 @@ class PromptBuilder:
             raise PromptError(f"template {name!r} failed: {exc}") from exc
 
     def _visible_context(self, context: dict[str, Any]) -> dict[str, Any]:
+        # the runtime's "_" keys are not shown; "_extra" is the model's own (engine.EXTRA_KEY)
         visible = {k: v for k, v in context.items() if not k.startswith("_") or k == "_extra"}
         return {_truncate(k, _MAX_KEY_CHARS): self._bounded(v) for k, v in visible.items()}
 
@@ -206,6 +214,7 @@ class PromptBuilder:
             limit = _MAX_KEY_CHARS
             return {_truncate(str(k), limit): self._bounded(v) for k, v in value.items() if not str(k).startswith("_")}
         if isinstance(value, list):
+            # the first 50 items: like text, a list in the context must not grow the prompt without bound
             return [self._bounded(v) for v in value[:50]]
         return value
 

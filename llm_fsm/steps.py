@@ -141,6 +141,7 @@ class TurnResult:
             "tool_calls": [run.model_dump() for run in self.tool_calls],
             "memory_updates": self.memory_updates,
             "summary": self.summary.to_dict() if self.summary else None,
+            # frames and ran_in are written only with sub-conversations: from_dict reads them with .get
             **({"frames": [list(f) for f in self.frames], "ran_in": self.ran_in} if self.frames else {}),
         }
 
@@ -153,6 +154,7 @@ class TurnResult:
             message=data["message"], state=data["state"], previous_state=data["previous_state"], user=data["user"],
             turn=data["turn"], context_updates=data["context_updates"],
             rejected=tuple(Rejection.model_validate(r) for r in data["rejected"]), llm_calls=data["llm_calls"],
+            # latency comes back from rounded milliseconds: the round trip is exact for to_dict(), not for the float
             usage=Usage(**data["usage"]), latency=data["latency_ms"] / 1000, ended=data["ended"],
             context=data["context"], status=data["status"],
             pending=None if pending is None else PendingEvent.model_validate(pending),

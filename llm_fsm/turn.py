@@ -114,10 +114,12 @@ class TurnRunner:
         work, settings = self.work, self.work.settings
         caught_up = None
         if settings.background_summaries and work.base.summary.pending:
+            # a summary the last turn left due runs first, so that this turn's prompt is built on it
             work.base, caught_up = yield from summary_steps(work.definition, work.base, settings)
         snapshot, result = yield from self.turn()
         if snapshot.state in work.exits:  # the level is dropped at once: no summary of it
             return snapshot, result
+        # what is due is judged on the new snapshot, whose history holds this turn's exchange
         snapshot = summaries.mark_due(work.definition, snapshot, settings.prompt.settings.history_window)
         made = caught_up
         if not settings.background_summaries and snapshot.summary.pending:
@@ -129,8 +131,11 @@ class TurnRunner:
         work = self.work
         state = work.base.state
         if work.resuming is not None and work.resuming.kind == "tool_approval":
+            # an approved (or refused) tool call goes straight back to the model: the handlers before the
+            # model call ran in the turn that paused, which had already made the call asking for the tool
             work.messages = yield from rounds.after_approval(work)
             return (yield from self.replies(request(work, work.messages), "tool_results"))
+        # a conversation paused in its terminal state has ended: the resume only runs the handlers left
         if work.resuming is not None and work.definition.states[state].terminal:
             return (yield from close_terminal(work))
         try:
@@ -149,6 +154,7 @@ class TurnRunner:
         while True:
             response = yield reply_call(work, ask, purpose)
             work.count(response)
+            # a reply that asks for tools is not judged: the tools run and the model is asked again with their results
             if calls := rounds.requested_tools(work, response):
                 pause = yield from rounds.use_tools(work, calls, response)
                 if pause is not None:
@@ -175,6 +181,8 @@ class TurnRunner:
     def may_retry(self, corrections: int, refinements: int, refining: bool) -> bool:
         work = self.work
         state = work.definition.states[work.base.state]
+        # the two budgets are counted apart: failed checks do not use up the corrections of malformed
+        # replies, and malformed replies do not use up the state's max_retries
         within = refinements <= state.max_retries if refining else corrections <= work.settings.max_corrections
         return within and work.budget_left()
 
@@ -191,6 +199,8 @@ def summary_steps(
         summary_request = summaries.request(definition, job, settings.prompt)
     except Exception as exc:  # noqa: BLE001 (a template that fails must not fail the turn either)
         return summaries.outcome(definition, snapshot, job, summaries.CallFailed(exc))
+    # a failed call comes back as a summaries.CallFailed (the driver does not raise it): the outcome
+    # counts the failure in the snapshot's summary, which stays where it was, and the turn stands
     answer = yield Call("summary", summary_request, purpose="summary", llm=settings.summary_llm)
     return summaries.outcome(definition, snapshot, job, answer)
 
@@ -210,6 +220,7 @@ def resume_turn(
     A pause for a tool call's approval takes a decision instead of context: ``{"approved": true}``,
     ``{"approved": false, "reason": "..."}`` or ``{"result": ...}`` (the call's result, supplied)."""
     rounds.check_approval(snapshot, token, result)
+    # read from the paused snapshot: resumed() gives a base with the pause lifted
     pause = snapshot.pending
     base = resumed(definition, snapshot, token, result)
     if pause is not None and pause.kind == "tool_approval":

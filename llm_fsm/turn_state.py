@@ -72,6 +72,7 @@ class Working:
         self.keyed: Counter[str] = Counter()  # calls of each tool given an idempotency key in this turn
         self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._snapshot: Snapshot | None = None
+        # the index commit() will give this turn: the opening is turn 0, a resume counts as a turn of its own
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
         self.trace: TurnTrace | NoTrace = NO_TRACE  # the driver's, when the turn is traced
         # states that leave this level for a level below it (llm_fsm.subflows.stack): reached without
@@ -111,6 +112,7 @@ class Working:
     def state_tools(self) -> list[BoundTool]:
         """The tools the model may call now (none once the state allows no rounds of calls)."""
         bound = self.settings.tools
+        # a state that allows no rounds gets no tools at all: the model is not offered calls it may not make
         if self.tool_round_limit() == 0:
             return []
         return [bound[name] for name in self.definition.states[self.base.state].tools if name in bound]

@@ -27,6 +27,7 @@ def verdict(
 ) -> Generator[Step, Any, tuple[Decision | None, Reply | None, Problems]]:
     """Parse and check one reply; the problems that call for another try (none: accepted)."""
     try:
+        # checked before parsing: a reply cut at the token limit is refused even if what came parses
         if response.finish_reason == "length":
             raise ReplyTruncated(
                 f"the reply was cut off at the token limit after {len(response.text)} characters: "
@@ -38,6 +39,7 @@ def verdict(
         problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.calls)
         work.rejected.append(problem)
         return None, None, (problem,)
+    # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
     decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
     work.rejected.extend(decision.rejected)
@@ -47,6 +49,7 @@ def verdict(
         work.rejected.extend(refused)
     work.last_decision = decision
     # a key the model may not write is dropped and reported, but is no reason to ask again
+    # a refused memory update (above) is reported too, but is no reason to ask again either
     problems = tuple(r for r in decision.rejected if r.kind != "context_key")
     if problems:
         return decision, reply, problems

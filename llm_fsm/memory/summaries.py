@@ -143,10 +143,12 @@ def mark_due(definition: FSMDefinition, snapshot: Snapshot, window: int) -> Snap
     if not any(enabled(definition)):
         return snapshot
     history, summary = snapshot.history, snapshot.summary
+    # a trigger only moves "due" forward: never back before what is summarised or already due
     n, due = len(history), max(summary.due, summary.through)
     overflow, _ = triggers(definition, snapshot.state)
     if overflow and n - summary.through >= max(window, 0) + spec(definition).batch:
         due = max(due, n - max(window, 0))
+    # an exchange records the state after its reply: history[-2].state is the state this turn left
     if n >= 2 and history[-2].state != history[-1].state and triggers(definition, history[-2].state)[1]:
         due = max(due, n - 1)
     if due == summary.due:
@@ -163,6 +165,7 @@ def visible(definition: FSMDefinition, history: Sequence[Exchange], summary: Run
         return list(history[-size:]) if size else []
     if overflow:
         size += spec(definition).batch - 1
+    # what is summarised is not shown again: the summary in the prompt holds it
     rest = history[min(summary.through, len(history)) :]
     return list(rest[-size:]) if size else []
 
@@ -265,6 +268,7 @@ def _partial(text: str) -> Any:
 
     start = text.find("{")
     try:
+        # trailing-strings: the summary text cut mid-string is kept, as far as it got
         return from_json(text[start:], allow_partial="trailing-strings") if start >= 0 else None
     except ValueError:
         return None
@@ -275,8 +279,10 @@ def applied(current: Snapshot, before: Snapshot, after: Snapshot) -> Snapshot | 
     when ``current`` moved on in a way the summary no longer fits (it went back, or another summary ran)."""
     if current.summary.through != before.summary.through or current.summary.text != before.summary.text:
         return None
+    # the summary folds before.history[:end]: it fits only while current still starts with those exchanges
     end = after.summary.through
     if len(current.history) < end or current.history[:end] != before.history[:end]:
         return None
+    # turns taken meanwhile may have made more due: that is kept for the next call
     merged = after.summary.model_copy(update={"due": max(current.summary.due, after.summary.due)})
     return current.model_copy(update={"summary": merged})

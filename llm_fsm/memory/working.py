@@ -99,6 +99,7 @@ def apply_model_update(
         if not isinstance(value, str):  # kept, as its JSON text, and said
             text = json.dumps(value, ensure_ascii=False)
             refuse(key, f"memory slot '{key}' takes text, got {_json_kind(value)}: written as its JSON text")
+        # lone surrogates replaced: the slot is saved with the snapshot, and no store could write them
         text = clean_text(text)
         if len(text) > slot.max_chars:
             refuse(key, f"memory slot '{key}' holds at most {slot.max_chars} characters: {len(text)} were cut to fit")
@@ -168,6 +169,7 @@ class MemoryAccess(MutableMapping[str, str]):
         self.written[key] = self.changed[key] = checked_write(self._definition, key, value)
 
     def __delitem__(self, key: str) -> None:
+        # checked with an empty text only to refuse a slot that is not declared
         checked_write(self._definition, key, "")
         self.written.pop(key, None)
         self.changed[key] = values(self._definition, {})[key]
@@ -225,6 +227,7 @@ def _patched(schema: dict[str, Any], update: dict[str, Any], *, required: bool) 
             ordered[name] = value
             if name == "context_update":
                 ordered["memory_update"] = update
+        # a branch without context_update (none in the reply schemas today) still gets it, at the end
         ordered.setdefault("memory_update", update)
         patched = {**branch, "properties": ordered}
         if required:

@@ -113,6 +113,7 @@ def assemble(head: str | bytes, exchanges: list[str] | list[bytes]) -> Snapshot:
     try:
         snapshot = Snapshot.model_validate_json(head)
         history = tuple(Exchange.model_validate_json(e) for e in exchanges)
+    # pydantic's ValidationError is a ValueError: damaged JSON and a wrong shape are caught alike
     except ValueError as exc:
         raise StoreError(f"stored conversation is damaged: {exc}") from exc
     return snapshot.model_copy(update={"history": history})
@@ -136,6 +137,8 @@ def appended(stored_len: int, stored_last: str | None, history: tuple[Exchange, 
     """The exchanges to append when ``history`` extends what is stored; None when it must be rewritten."""
     if len(history) < stored_len:
         return None
+    # the last stored exchange must match too: a history cut back (an undo) that grew again to the same
+    # length has to be rewritten, not appended to
     if stored_len and exchange_json(history[stored_len - 1]) != stored_last:
         return None
     return [exchange_json(e) for e in history[stored_len:]]
@@ -381,6 +384,7 @@ class _Gates:
         import asyncio
 
         with self._guard:
+            # only the map of loops is shared between threads: a loop's own gates are used by its thread alone
             gates = self._by_loop.setdefault(asyncio.get_running_loop(), {})
         gate = gates.get(conversation_id)
         if gate is None:
@@ -398,6 +402,7 @@ class _Gates:
                 gate.lock.release()
         finally:
             gate.users -= 1
+            # dropped when unused, so that a long-lived process keeps no gate for every conversation it has seen
             if not gate.users:
                 del gates[conversation_id]
 
@@ -411,6 +416,7 @@ async def _to_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T
 def private_directory(path: Path) -> None:
     """Create ``path`` and its missing parents, readable by the owner only (0700): they will hold
     conversations. Folders that exist already are left as they are."""
+    # one by one, outermost first: mkdir(parents=True) would give the parents the default mode
     for folder in reversed([p for p in (path, *path.parents) if not p.exists()]):
         folder.mkdir(mode=0o700, exist_ok=True)
 
@@ -458,6 +464,8 @@ def failures_as_store_errors(cls: type[Store], errors: tuple[type[BaseException]
         return functools.wraps(method)(guarded)
 
     for name in STORE_METHODS:
+        # only the methods the class defines itself: the inherited async twins call its sync methods,
+        # which are wrapped
         if name in cls.__dict__:
             setattr(cls, name, guard(cls.__dict__[name]))
 
@@ -474,6 +482,7 @@ def public_url(url: str) -> str:
         return url
     netloc = f"{name}:***@{host}" if at and colon else parts.netloc
     query = [(k, "***" if k == "password" else v) for k, v in query]
+    # safe="*": the mask reads *** in a query too, not %2A%2A%2A
     return urlunsplit(parts._replace(netloc=netloc, query=urlencode(query, safe="*/")))
 
 

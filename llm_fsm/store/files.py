@@ -58,6 +58,8 @@ class FileStore(Store):
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         path = self._path(conversation_id)
         with self._write_lock(conversation_id):
+            # the version check and the replace under one lock: two saves that expect the same version
+            # cannot both pass
             current = self._read(path)
             found = current.version if current else 0
             if expected_version is not None and expected_version != found:
@@ -67,6 +69,7 @@ class FileStore(Store):
         return found + 1
 
     def _replace(self, path: Path, text: str) -> None:
+        # in the same folder: os.replace is atomic only within one file system
         handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{path.stem}.", suffix=".tmp")
         try:
             with os.fdopen(handle, "w", encoding="utf-8") as file:
@@ -134,6 +137,8 @@ class FileStore(Store):
         return token is None
 
     def _try_lock(self, conversation_id: str) -> str | None:
+        # thread_local=False: the async API takes and gives back a lock in worker threads, not always the
+        # same one
         lock = FileLock(str(self._lock_file(conversation_id)), thread_local=False, mode=0o600)
         try:
             lock.acquire(blocking=False)

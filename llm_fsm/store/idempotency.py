@@ -33,6 +33,7 @@ def fingerprint(kind: str, payload: Any = None) -> str:
     """What a request asks, as a short digest: ``kind`` (``"send"``, ``"start"``, ``"resume"``...) and its
     JSON ``payload``. Two requests with the same fingerprint are the same request."""
     text = json.dumps([kind, payload], sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    # surrogatepass: a lone surrogate in a request's text must give a digest, not an error
     return hashlib.sha256(text.encode("utf-8", "surrogatepass")).hexdigest()
 
 
@@ -47,6 +48,7 @@ def answered(snapshot: Snapshot, key: str, fingerprint: str | None) -> KeyedResu
     """The kept answer to ``key`` (None: not seen, or forgotten); :class:`IdempotencyKeyReused` when the key
     was sent with another request."""
     kept = next((entry for entry in snapshot.idempotency if entry.key == key), None)
+    # a fingerprint missing on either side (a caller that gives none) is not compared
     if kept is not None and None not in (kept.fingerprint, fingerprint) and kept.fingerprint != fingerprint:
         raise IdempotencyKeyReused(
             f"idempotency key {key!r:.80} was sent before with another request on this conversation: "
@@ -61,6 +63,7 @@ def remembered(snapshot: Snapshot, key: str, fingerprint: str | None, result: An
     conversation created without a turn). The oldest answers go past :data:`KEPT`."""
     data = result.to_dict() if isinstance(result, TurnResult) else None
     entry = KeyedResult(key=key, fingerprint=fingerprint, result=data)
+    # one entry per key, the newest last, so that the cut to KEPT drops the oldest
     others = [kept for kept in snapshot.idempotency if kept.key != key]
     return snapshot.model_copy(update={"idempotency": (*others, entry)[-KEPT:]})
 

@@ -39,6 +39,8 @@ from llm_fsm.store.base import (
     seconds,
 )
 
+# one statement: insert the lock, or take over a row whose lease ran out (the WHERE); a row changed
+# means it is ours, none means another turn holds it
 TAKE_LOCK = """
 INSERT INTO locks VALUES (?, ?, ?)
 ON CONFLICT (id) DO UPDATE SET token = excluded.token, expires_at = excluded.expires_at WHERE locks.expires_at <= ?
@@ -92,8 +94,10 @@ class SQLiteStore(Store):
         # One connection per thread: sqlite3 connections must not be shared between threads.
         db: sqlite3.Connection | None = getattr(self._local, "db", None)
         if db is None:
+            # isolation_level=None: no transaction the sqlite3 module begins by itself; they are begun here
             db = sqlite3.connect(self.path, timeout=30.0, isolation_level=None)
             db.execute("PRAGMA journal_mode=WAL")
+            # FULL: with NORMAL, often set with WAL, a power loss or an OS crash could undo the last saved turns
             db.execute("PRAGMA synchronous=FULL")
             self._local.db = db
         return db
@@ -101,6 +105,8 @@ class SQLiteStore(Store):
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
         db = self._db()
+        # IMMEDIATE takes the write lock at once: a version read here cannot be overtaken by another save
+        # before this one writes
         db.execute("BEGIN IMMEDIATE")
         try:
             yield db
@@ -177,6 +183,7 @@ class SQLiteStore(Store):
     def prune(self, older_than: float | timedelta) -> int:
         cutoff = time.time() - seconds(older_than)
         with self._transaction() as db:
+            # the turns and locks first: they are found through the conversations rows, which go last
             for table, column in (("turns", "conversation_id"), ("locks", "id")):
                 db.execute(
                     f"DELETE FROM {table} WHERE {column} IN (SELECT id FROM conversations WHERE updated_at < ?)",
@@ -199,6 +206,7 @@ class SQLiteStore(Store):
     # Each primitive is one statement (SQLite makes it atomic), guarded by the token where it must be.
 
     def _try_lock(self, conversation_id: str) -> str | None:
+        # wall-clock time, not monotonic: other processes compare the expiry with their own clock
         token, now = uuid.uuid4().hex, time.time()
         taken = self._db().execute(TAKE_LOCK, (conversation_id, token, now + self.lease, now)).rowcount
         return token if taken else None

@@ -73,12 +73,17 @@ class StoredConversation:
         :class:`TurnResult` or None.
         """
         with self.store.lock(self.id, timeout=self.wait):
+            # loaded again under the lock: another process may have saved a turn since this object last looked
             self._catch_up(self.store.load(self.id), idempotency_key)
+            # the kept answers of the newest version, read under the lock: two retries of one request
+            # cannot both run the turn
             if (kept := self._answered(idempotency_key, fingerprint)) is not None:
                 return cast(T, idempotency.replayed(kept))
             with self._holding():  # the turn's checkpoints are saved as they come
                 result = action(self.conversation)
             self._remember(idempotency_key, fingerprint, result)
+            # version-checked even under the lock: a turn that lost its lock (its lease ran out) fails here
+            # rather than overwrite the turn that took it over
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
         return result
 
@@ -111,6 +116,7 @@ class StoredConversation:
 
     def hold(self, snapshot: Snapshot) -> None:
         """Save a checkpoint of the turn running under the lock, before the turn goes on."""
+        # its version is the one the turn's final save (or its next checkpoint) must then match
         self.version = self.store.save(self.id, snapshot, expected_version=self.version)
 
     async def ahold(self, snapshot: Snapshot) -> None:
@@ -121,6 +127,7 @@ class StoredConversation:
         if conversation.id is None:
             conversation.id = self.id
         with self.store.lock(self.id, timeout=self.wait):
+            # read for its version only: the replacement is saved over whatever is stored, on purpose
             record = self.store.load(self.id)
             self._conversation, self.version = conversation, record.version if record else 0
             self.version = self.store.save(self.id, conversation.snapshot(), expected_version=self.version)

@@ -134,6 +134,7 @@ def _push(defs: list[FSMDefinition], snaps: list[Snapshot]) -> list[FSMDefinitio
         if len(defs) > MAX_DEPTH:
             raise ConversationError(f"subflows nest more than {MAX_DEPTH} deep", state=snaps[0].state)
         parent, sub = defs[-1], defs[-1].subflow_definitions[spec.definition]
+        # only the keys the parent has: one it lacks is left out of the child's context, not passed as null
         values = {their: v for their, our in spec.input.items() if (v := _read(snaps[-1].context, our)) is not _MISSING}
         # its uid is derived, not random: a retry of this turn pushes the same frame, with the same tool keys
         uid = derived_uid(snaps[-1].uid, snaps[-1].turns, snaps[-1].state, len(snaps), sub.name)
@@ -158,6 +159,7 @@ def _rooted(defs: list[FSMDefinition], snaps: list[Snapshot]) -> Snapshot:
     )
     update: dict[str, Any] = {"stack": stack}
     if stack:
+        # the root is paused when the level that talks is; a level not started yet leaves the root's status
         status = {"paused": "paused", "new": root.status}.get(top.status, "active")
         update |= {"status": status, "pending": top.pending}
     return root.model_copy(update=update)
@@ -249,6 +251,7 @@ class StackTurn:
             )
         resume = None if resume is None else (resume[0], dict(resume[1]))
         self.inner = plain_turn(top, top_snapshot, runtime, settings, user=user, resume=resume)
+        # the outer moves' stand-in states end the inner level at once (see Working.exits)
         self.inner.work.exits = frozenset(self.outer)
         self.token = resume[0] if resume is not None else None
         self.turn_index = snapshot.turns + (1 if user is not None or snapshot.history else 0)
@@ -317,6 +320,7 @@ class StackTurn:
         _push(defs, snaps)
         root = _rooted(defs, snaps)
         if self.token is not None:
+            # kept in the root, whichever level paused: a second resume with it is refused up front (__init__)
             root = root.model_copy(update={"used_tokens": (*root.used_tokens, self.token)})
         opening = self.user is None and not self.root.history
         return root, replace(
@@ -355,6 +359,7 @@ class StackTurn:
         """``snapshot`` moved to ``target`` with ``message``, the handlers of the move run as for any move."""
         work = Working(definition, snapshot, self.runtime.hooks, self.runtime.settings(definition), user=self.user,
                        handle=self.runtime.handle)  # fmt: skip
+        # the inner turn's trace: the spans of the move's handlers belong to this turn
         work.trace = self.inner.trace
         moved, _ = yield from accept(work, Decision(True, target, snapshot.context, {}, ()), message)
         return moved

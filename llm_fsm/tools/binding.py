@@ -49,6 +49,7 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
             result_key=declared.result_key if declared else None,
             model=model, takes_key=takes_key(function.function),
             error_detail=(declared.error_detail if declared else None) or definition.tool_error_detail,
+            # None when masking is off: the text of an error a tool raises is then given as it was raised
             secret_keys=definition.secret_keys if definition.mask_secrets else None,
         )  # fmt: skip
     return bound, problems
@@ -115,6 +116,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
     fields: dict[str, Any] = {}
     open_ended = False
     try:
+        # eval_str: hints written as text (from __future__ import annotations) are read as the types they name
         hints = inspect.get_annotations(function, eval_str=True) if inspect.isfunction(function) else {}
     except Exception:  # a hint that names something undefined: read the signature's own
         hints = {}
@@ -131,6 +133,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
     config = ConfigDict(extra="allow" if open_ended else "forbid", arbitrary_types_allowed=False)
     try:
         model = create_model(f"{getattr(function, '__name__', 'tool')}_arguments", __config__=config, **fields)
+        # made now: a hint pydantic accepts but cannot write as a JSON Schema fails at binding, not at a call
         model.model_json_schema()
     except Exception:  # a hint pydantic cannot read: the author declares the schema instead
         return None
@@ -139,6 +142,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
 
 def _schema_of(model: type[BaseModel]) -> dict[str, Any]:
     schema = model.model_json_schema()
+    # pydantic's titles only repeat the names, in the tokens of every request that lists the tool
     schema.pop("title", None)
     for value in schema.get("properties", {}).values():
         value.pop("title", None)

@@ -55,15 +55,19 @@ def use_tools(
     calls = calling.unique_ids(calls, rounds)
     prepared = [calling.prepare(c, state, work.settings.tools, work.context, rounds) for c in calls]
     if rounds > work.tool_round_limit():
+        # refused with a reason rather than dropped: the model is told to give its final reply
         prepared = [calling.Prepared(p.call, None, p.arguments, rounds, NO_MORE_TOOLS) for p in prepared]
     most = work.definition.max_tool_calls
     if len(prepared) > most:  # the first ones run; the rest are refused, and the model is told why
         extra = f"too many calls at once: at most {most} per round"
         prepared[most:] = [calling.Prepared(p.call, None, p.arguments, rounds, extra) for p in prepared[most:]]
+    # keys counted per tool in the turn, not random: a retry of the same turn makes the same keys, so
+    # a tool that takes one has its effect once
     prepared = [keyed_call(work, p) for p in prepared]
     # one call waits for approval per round; the others that need one are refused, to be asked again
     held = next((p for p in prepared if p.error is None and p.needs_approval), None)
     ready = tuple(p for p in prepared if p.error is None and not p.needs_approval)
+    # the driver gives the runs back in the order of ready: matched to their calls by position below
     ran = iter((yield RunTools(ready)) if ready else ())
     runs = []
     for p in prepared:
@@ -191,9 +195,13 @@ def after_approval(work: Working) -> Generator[Step, Any, list[dict[str, Any]]]:
     earlier = [ToolRun.model_validate(run) for run in pause.tool_runs]
     held = ToolRun.model_validate(pause.tool_call)
     work.keyed.update(run.name for run in [*earlier, held] if run.idempotency_key)  # keys already given
+    # a call checkpointed with its result (approved and run) is taken as it ran, never run again;
+    # "running": its process stopped during the call (see decide_call)
     decided = held if held.approval not in (None, "running") else (yield from decide_call(work, held, pause))
+    # the rounds go on from the paused one, so the state's round limit counts those before the pause
     work.rounds = held.round
     apply_tools(work, [decided])
+    # the paused turn's messages were not saved: they are rebuilt from the prompt and the recorded runs
     messages = prompt_messages(work)
     for number in sorted({run.round for run in [*earlier, decided]}):
         runs = [run for run in [*earlier, decided] if run.round == number]

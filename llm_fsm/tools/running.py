@@ -70,6 +70,7 @@ def run_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None = None
         return []
     pool = _pool()
     traced: Sequence[ToolSpan | NoSpan] = spans or [NO_SPAN] * len(calls)
+    # all submitted before any is waited for: the calls run at once
     futures = [(p, s, time.perf_counter(), pool.submit(_call_sync, p, s)) for p, s in zip(calls, traced, strict=True)]
     return [span.ended(_outcome(p, started, future, pool)) for p, span, started, future in futures]
 
@@ -94,6 +95,7 @@ def _call_sync(prepared: Prepared, span: ToolSpan | NoSpan) -> Any:
 
 def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolExecutor) -> ToolRun:
     tool = _tool(prepared)
+    # the timeout counts from the call's submission: time spent waiting on earlier calls' results counts
     remaining = max(0.0, tool.timeout - (time.perf_counter() - started))
     try:
         value = future.result(timeout=remaining)
@@ -115,6 +117,8 @@ async def _arun(prepared: Prepared, span: ToolSpan | NoSpan) -> ToolRun:
         if tool.function.is_async:
             value = await asyncio.wait_for(span.run(function, keywords), tool.timeout)
         else:
+            # a plain function runs in a thread so that the loop is not blocked; at its timeout the await
+            # ends, but the thread runs on (a thread cannot be stopped)
             value = await asyncio.wait_for(asyncio.to_thread(span.run, function, keywords), tool.timeout)
     except TimeoutError:
         return _failed(prepared, f"timed out after {tool.timeout:g} s", started)
@@ -138,6 +142,7 @@ def _tool(prepared: Prepared) -> BoundTool:
 
 def _succeeded(prepared: Prepared, value: Any, started: float) -> ToolRun:
     try:
+        # a result that is not JSON data fails the call (the model is told why), not the turn
         result = as_json_data({"result": value}, source=f"the result of tool '{prepared.call.name}'")["result"]
     except ContextValueError as exc:
         return _failed(prepared, str(exc), started)
