@@ -123,11 +123,18 @@ def _interpret(outcome: Any, name: str) -> str | None:
         return None
     if outcome is False:
         return f"python check '{name}' failed"
+    # a failure never passes silently: an empty or blank reason still fails, with a reason of ours
     if isinstance(outcome, str):
-        return outcome
+        return outcome if outcome.strip() else f"python check '{name}' failed (it gave no reason)"
     if isinstance(outcome, tuple) and len(outcome) == 2:
         passed, reason = outcome
-        return None if passed else str(reason)
+        if passed:
+            return None
+        return (
+            str(reason)
+            if reason is not None and str(reason).strip()
+            else f"python check '{name}' failed (it gave no reason)"
+        )
     return f"python check '{name}' returned {type(outcome).__name__}, not bool, str or (bool, reason)"
 
 

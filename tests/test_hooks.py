@@ -462,6 +462,20 @@ def test_python_checks_and_their_failures():
         llm_fsm.Conversation(checked({"kind": "python", "name": "nope"}), ScriptedLLM(), hooks=hooks)
 
 
+@pytest.mark.parametrize("outcome", ["", "   ", (False, ""), (False, None)], ids=["empty", "blank", "pair", "none"])
+def test_a_python_check_that_fails_without_a_reason_still_fails(outcome):
+    hooks = notify_hooks()
+
+    @hooks.check("terse")
+    def terse(**_):
+        return outcome
+
+    llm = ScriptedLLM([reply("collect", "x")] * 3)
+    result = llm_fsm.Conversation(checked({"kind": "python", "name": "terse"}), llm, hooks=hooks).send("hi")
+    assert result.message == llm_fsm.conversation.DEFAULT_FALLBACK and result.llm_calls == 3
+    assert "python check 'terse' failed (it gave no reason)" in result.rejected[0].reason
+
+
 def test_a_python_check_whose_exception_text_cannot_be_read_fails_the_check_not_the_turn():
     class Unsayable(Exception):
         def __str__(self) -> str:
