@@ -707,6 +707,23 @@ def test_a_tool_call_key_is_the_same_in_every_retry_of_a_turn_and_different_for_
     assert "unexpected argument" in forged.send("C?").tool_calls[0].error  # nor writes it
 
 
+def test_a_tool_whose_only_argument_is_its_key_takes_no_arguments_from_the_model():
+    from llm_fsm.tools.binding import arguments_model
+
+    def ping(*, idempotency_key: str) -> str:
+        return idempotency_key
+
+    def nothing() -> str:
+        return "ok"
+
+    def only_args(*args: str) -> str:
+        return "ok"
+
+    schemas = [arguments_model(f) for f in (ping, nothing)]
+    assert [m.model_json_schema()["properties"] for m in schemas if m is not None] == [{}, {}]
+    assert arguments_model(only_args) is None  # *args only: nothing a model can write by name
+
+
 def test_the_calls_of_a_turn_are_keyed_by_tool_and_by_their_rank_among_that_tools_calls(support):
     from llm_fsm.tools.calling import call_key
 

@@ -128,7 +128,7 @@ def arguments_model(function: Any) -> type[BaseModel] | None:
         elif parameter.kind is not parameter.VAR_POSITIONAL:
             hint = hints.get(name, Any if parameter.annotation is parameter.empty else parameter.annotation)
             fields[name] = (hint, ... if parameter.default is parameter.empty else parameter.default)
-    if not fields and not open_ended and signature.parameters:
+    if not fields and not open_ended and any(name != KEY_PARAMETER for name in signature.parameters):  # *args only
         return None
     config = ConfigDict(extra="allow" if open_ended else "forbid", arbitrary_types_allowed=False)
     try:
