@@ -272,6 +272,15 @@ def test_a_value_outside_the_context_schema_is_fed_back_and_corrected():
     assert {r.kind for r in result.rejected} == {"context_value", "condition"}, "without the values, the move fails too"
 
 
+def test_a_value_its_schema_refuses_is_refined_like_a_failed_check_not_corrected():
+    # refinements have the state's own budget: with no corrections allowed, the value is still asked again
+    llm = ScriptedLLM([reply("collect", "Noted.", amount=9000), reply("collect", "Noted: 40. Your email?", amount=40)])
+    conv = llm_fsm.Conversation(definition(), llm, hooks=notify_hooks(), max_corrections=0)
+    result = conv.send("9000, no 40")
+    assert (result.message, result.context["amount"], result.llm_calls) == ("Noted: 40. Your email?", 40, 2)
+    assert [r.kind for r in result.rejected] == ["context_value"]
+
+
 # -- breaking ---------------------------------------------------------------------------------
 
 
