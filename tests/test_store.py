@@ -80,6 +80,44 @@ def test_save_load_and_versions(store):
     assert store.load("c1").snapshot == second
 
 
+def test_a_history_rewritten_after_two_equal_turns_is_stored_as_it_is(store):
+    # stores append the turns a save adds when the stored ones are its start: two equal turns in a row must
+    # not make a rewritten history (an undo, then other turns) look like an extension of the stored one
+    same = Exchange(user="hi", assistant="Hello!", state="chat")
+    base = snapshot_after(0)
+    store.save("c", base.model_copy(update={"history": (same, same)}), expected_version=0)
+    other = (
+        same,
+        Exchange(user="no", assistant="Other.", state="chat"),
+        Exchange(user="so", assistant="Ok.", state="chat"),
+    )
+    store.save("c", base.model_copy(update={"history": other}), expected_version=1)
+    assert store.load("c").snapshot.history == other
+
+
+def test_sqlite_keeps_the_history_in_its_turns_table_only(tmp_path):
+    import sqlite3
+
+    store = open_store(f"sqlite://{tmp_path}/c.db")
+    snapshot = snapshot_after(3)
+    store.save("c", snapshot)
+    store.close()
+    with sqlite3.connect(tmp_path / "c.db") as db:
+        (head,) = db.execute("SELECT head FROM conversations WHERE id = 'c'").fetchone()
+        turns = [json.loads(e) for (e,) in db.execute("SELECT exchange FROM turns ORDER BY idx")]
+    assert json.loads(head)["history"] == [] and len(turns) == len(snapshot.history) == 3
+
+
+def test_a_local_store_url_with_a_host_is_refused_naming_it(tmp_path):
+    for url in ("sqlite://data/c.db", "file://data/conversations"):
+        with pytest.raises(StoreError, match=r"names a host, 'data'"):
+            open_store(url)
+    store = open_store(f"sqlite://{tmp_path}/c.db")  # no host: an absolute path
+    store.save("c", snapshot_after(1))
+    store.close()
+    assert (tmp_path / "c.db").exists()
+
+
 def test_compare_and_set_refuses_a_stale_writer(store):
     store.save("c1", snapshot_after(1))
     with pytest.raises(ConflictError) as info:

@@ -1017,6 +1017,20 @@ def test_small_things_the_audit_found(support):
     assert llm.requests[-1].tools is None and "<tools>" not in llm.requests[-1].messages[0]["content"]
 
 
+def test_in_the_json_form_the_reply_schema_offers_a_tool_request_while_rounds_are_left(support):
+    from llm_fsm.tools.calling import JSON_REQUEST_SCHEMA
+
+    conversation, llm = started(support, [reply("ask", "Which order?")], tool_calling="json")
+    conversation.send("x")
+    answer, call = llm.requests[-1].schema["anyOf"]
+    assert call == JSON_REQUEST_SCHEMA and "transition" in answer["properties"]
+    data = json.loads(json.dumps(SUPPORT))
+    data["states"]["ask"]["max_tool_rounds"] = 0
+    conversation, llm = started(llm_fsm.load(data), [reply("ask", "No tools now.")], tool_calling="json")
+    conversation.send("x")
+    assert "anyOf" not in llm.requests[-1].schema and "transition" in llm.requests[-1].schema["properties"]
+
+
 def test_editing_a_tools_description_is_prose(support):
     conversation = llm_fsm.Conversation(support, ScriptedLLM(), hooks=make_hooks())
     data = json.loads(json.dumps(SUPPORT))
