@@ -95,6 +95,13 @@ def test_a_history_rewritten_after_two_equal_turns_is_stored_as_it_is(store):
     assert store.load("c").snapshot.history == other
 
 
+def test_text_that_is_no_store_url_is_refused_with_the_forms_that_are():
+    for text in ("conversations.db", ":memory"):
+        with pytest.raises(StoreError) as caught:
+            open_store(text)
+        assert str(caught.value).startswith(f"{text!r} is not a store URL: use ") and "sqlite:" in str(caught.value)
+
+
 def test_sqlite_keeps_the_history_in_its_turns_table_only(tmp_path):
     import sqlite3
 
