@@ -24,6 +24,15 @@ def test_a_valid_turn_makes_exactly_one_call(signup):
     assert [h.user for h in conv.history] == [None, "I'm Ann"]
 
 
+def test_what_the_opening_writes_is_recorded_at_turn_0_and_the_first_message_at_turn_1(signup):
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?", name="Ann"), reply("ask_email", "Your email?", name="Bo")])
+    conv = llm_fsm.Conversation(signup, llm)
+    conv.start()
+    assert (conv.provenance["name"]["by"], conv.provenance["name"]["turn"]) == ("llm", 0)
+    conv.send("I'm Bo")
+    assert conv.provenance["name"]["turn"] == 1
+
+
 @pytest.mark.parametrize("text", ["", " \n\t ", "\u200b\u00ad\u3164"], ids=["empty", "whitespace", "invisible"])
 def test_an_empty_message_is_refused_and_changes_nothing(signup, text):
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?")])
