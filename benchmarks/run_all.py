@@ -156,6 +156,34 @@ def store_section(reps: int) -> list[str]:
             "whole history.", ""]  # fmt: skip
 
 
+def _title(line: str) -> str:
+    """A section's title without its number: "## 12. Exactly once" -> "Exactly once"."""
+    return line[3:].split(" ", 1)[-1].strip() if line[3:4].isdigit() else line[3:].strip()
+
+
+def kept_sections(previous: str, written: list[str]) -> list[str]:
+    """The sections of the previous results that this run does not write (measured by hand or by
+    slower scripts, such as the mutation runs), kept whole and in their order, with the comment above each."""
+    generated = {_title(line) for line in written if line.startswith("## ")}
+    kept: list[str] = []
+    block: list[str] = []
+    keep = False
+    for line in previous.splitlines():
+        starts = line.startswith("## ") or (line.startswith("<!-- section") and line.endswith("-->"))
+        # a section's comment stays with the section under it
+        commented = bool(block) and block[0].startswith("<!-- section") and not any(b.strip() for b in block[1:])
+        if starts and not (commented and line.startswith("## ")):
+            if keep:
+                kept += block
+            block, keep = [], False
+        block.append(line)
+        if line.startswith("## "):
+            keep = _title(line) not in generated
+    if keep:
+        kept += block
+    return kept
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -186,7 +214,10 @@ def main() -> None:
         part = section()
         print("\n".join(part), flush=True)
         lines += part
-    Path(args.output).write_text("\n".join(lines), encoding="utf-8")
+    output = Path(args.output)
+    previous = output.read_text(encoding="utf-8") if output.exists() else ""
+    lines += kept_sections(previous, lines)
+    output.write_text("\n".join(lines), encoding="utf-8")
     print(f"written to {args.output}")
 
 
