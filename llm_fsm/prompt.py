@@ -32,7 +32,8 @@ if TYPE_CHECKING:
 Message = dict[str, Any]
 
 _MAX_KEY_CHARS = 100  # context key names are model-written too: bounded like values
-_CACHE_SIZE = 512  # definition parts kept: (definition, state) pairs
+_CACHE_SIZE = 512  # definition-wide, state and tools parts kept
+_RECENT_SIZE = 64  # conversation parts kept: a turn's retries and tool rounds render the same one
 
 OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
 
@@ -90,7 +91,8 @@ class PromptBuilder:
         )
         self.env.filters["tojson"] = _to_json
         self._template_error = jinja2.TemplateError
-        self._cache: dict[tuple[str, str, bool, str | None], str] = {}
+        self._cache: dict[tuple[Any, ...], str] = {}  # the definition-wide, state and tools parts
+        self._recent: dict[tuple[str, str], str] = {}  # conversation parts, by content
         self._lock = threading.Lock()
 
     def messages(
@@ -131,7 +133,63 @@ class PromptBuilder:
         tool_mode: str = "native",
         guided: bool = False,
     ) -> str:
-        """The definition part (cached per state), the state's tools, then the conversation part."""
+        """The definition part (the definition-wide part, then the state's), the state's tools, then the
+        conversation part (memory, context, history)."""
+        back_to = definition.return_target(snapshot.state, snapshot.came_from)
+        # from the most stable to the least, so that consecutive calls share the longest prefix a provider's
+        # prompt cache can bill cheaper: a change of state keeps the definition-wide part
+        head = self.definition_part(definition, snapshot.state, guided=guided, back_to=back_to)
+        listed = self._tools_part(tools, tool_mode) if tools else ""
+        return head + listed + self._conversation_part(definition, snapshot)
+
+    def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False) -> str:
+        """The part of every system prompt of ``definition`` that is the same in every state: the prefix a
+        provider that needs a marker (Anthropic, Gemini) is told to cache."""
+        key = ("definition", definition.content_hash, guided)
+        text = self._cache.get(key)
+        if text is None:
+            variables = {"fsm": definition, "guided": guided, **state_map(definition), **memory_rules(definition)}
+            text = self._keep(key, self._render("system_definition.xml.j2", variables))
+        return text
+
+    def definition_part(
+        self, definition: FSMDefinition, state_id: str, *, guided: bool = False, back_to: str | None = None
+    ) -> str:
+        """Everything that depends only on the definition and the state (and, in a state with a
+        ``"$return"`` move, where it goes back to: ``back_to``): the definition-wide part, rendered once per
+        definition, then the state's part, rendered once per state."""
+        return self.stable_prefix(definition, guided=guided) + self._state_part(definition, state_id, guided, back_to)
+
+    def _state_part(self, definition: FSMDefinition, state_id: str, guided: bool, back_to: str | None) -> str:
+        # keyed by content, not by object: two loads of one definition share a rendering, and an edited
+        # definition never meets a stale one
+        key = ("state", definition.content_hash, state_id, guided, back_to)
+        text = self._cache.get(key)
+        if text is None:
+            state = definition.states[state_id]
+            moves = definition.moves(state_id, back_to)  # the global moves included, "$return" resolved
+            variables = {
+                "fsm": definition,
+                "state": state,
+                "transitions": moves,
+                "collect": writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN)),
+                "valid_states": [state.id, *dict.fromkeys(t.target_state for t in moves)],
+                "guided": guided,
+            }
+            text = self._keep(key, self._render("system_state.xml.j2", variables))
+        return text
+
+    def _tools_part(self, tools: Sequence[BoundTool], mode: str) -> str:
+        # a state's tools are the same from turn to turn: their names, descriptions and parameters key the text
+        key = ("tools", mode, *((t.name, t.description, _to_json(t.parameters)) for t in tools))
+        text = self._cache.get(key)
+        if text is None:
+            text = self._keep(key, self._render("tools.xml.j2", {"tools": list(tools), "mode": mode}))
+        return text
+
+    def _conversation_part(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
+        """Memory, context and history: what changes from turn to turn. Rendered at most once per distinct
+        content (a correction, a tool round or a retry of the same turn reuses it)."""
         from llm_fsm import memory
         from llm_fsm.memory import summaries
 
@@ -144,41 +202,24 @@ class PromptBuilder:
             **memory.sections(definition, snapshot),
             "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
         }
-        volatile = self._render("system_conversation.xml.j2", conversation)
-        listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
-        back_to = definition.return_target(snapshot.state, snapshot.came_from)
-        # what changes every turn goes last, so that a provider's prompt cache keeps the longest prefix
-        return self.definition_part(definition, snapshot.state, guided=guided, back_to=back_to) + listed + volatile
-
-    def definition_part(
-        self, definition: FSMDefinition, state_id: str, *, guided: bool = False, back_to: str | None = None
-    ) -> str:
-        """Everything that depends only on the definition and the state (and, in a state with a
-        ``"$return"`` move, where it goes back to: ``back_to``): rendered once, then reused."""
-        # keyed by content, not by object: two loads of one definition share a rendering, and an edited
-        # definition never meets a stale one
-        key = (definition.content_hash, state_id, guided, back_to)
-        text = self._cache.get(key)
+        key = ("conversation", _to_json(conversation))
+        text = self._recent.get(key)
         if text is None:
-            state = definition.states[state_id]
-            moves = definition.moves(state_id, back_to)  # the global moves included, "$return" resolved
-            variables = {
-                "fsm": definition,
-                "state": state,
-                "transitions": moves,
-                "collect": writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN)),
-                "valid_states": [state.id, *dict.fromkeys(t.target_state for t in moves)],
-                "guided": guided,
-                **memory_rules(definition),
-            }
-            text = self._render("system_definition.xml.j2", variables)
-            # a builder is shared between conversations, threads too: only the cache's change is locked (two
-            # threads that miss together both render, and the second write is the same text)
+            text = self._render("system_conversation.xml.j2", conversation)
             with self._lock:
-                if len(self._cache) >= _CACHE_SIZE:
-                    # the oldest rendering goes first (a dict keeps insertion order)
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = text
+                if len(self._recent) >= _RECENT_SIZE:
+                    self._recent.pop(next(iter(self._recent)))
+                self._recent[key] = text
+        return text
+
+    def _keep(self, key: tuple[Any, ...], text: str) -> str:
+        # a builder is shared between conversations, threads too: only the cache's change is locked (two
+        # threads that miss together both render, and the second write is the same text)
+        with self._lock:
+            if len(self._cache) >= _CACHE_SIZE:
+                # the oldest rendering goes first (a dict keeps insertion order)
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = text
         return text
 
     def correction(self, rejections: Iterable[Rejection], state: str) -> str:
@@ -240,6 +281,30 @@ class PromptBuilder:
         }
         system = self._render("summary.xml.j2", variables)
         return [{"role": "system", "content": system}, {"role": "user", "content": "Write the updated summary."}]
+
+
+def state_map(definition: FSMDefinition) -> dict[str, Any]:
+    """The map of the states the definition-wide part shows: each state with what it is for and where it
+    leads, and the moves open from any state. Plain dicts and strings: cheap for the sandbox to read."""
+    states = [
+        {
+            "id": state.id,
+            "terminal": state.terminal,
+            "about": state.purpose or state.description,
+            "moves": [_move(t) for t in state.transitions],
+        }
+        for state in definition.states.values()
+    ]
+    return {"states": states, "anywhere": [_move(t) for t in definition.global_transitions]}
+
+
+def _move(transition: Any) -> dict[str, str]:
+    back = "(the state the conversation came from)"
+    return {
+        "target": back if transition.target_state == RETURN else transition.target_state,
+        "description": transition.description,
+        "when": [c.description for c in transition.conditions if c.description],
+    }
 
 
 def memory_rules(definition: FSMDefinition) -> dict[str, Any]:
