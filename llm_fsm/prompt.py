@@ -92,7 +92,8 @@ class PromptBuilder:
         self.env.filters["tojson"] = _to_json
         self._template_error = jinja2.TemplateError
         self._cache: dict[tuple[Any, ...], str] = {}  # the definition-wide, state and tools parts
-        self._recent: dict[tuple[str, str], str] = {}  # conversation parts, by content
+        self._recent: dict[tuple[Any, ...], Any] = {}  # pieces of the conversation part, by content
+        self._contexts: dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any], Any]] = {}
         self._lock = threading.Lock()
 
     def messages(
@@ -188,28 +189,63 @@ class PromptBuilder:
         return text
 
     def _conversation_part(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
-        """Memory, context and history: what changes from turn to turn. Rendered at most once per distinct
-        content (a correction, a tool round or a retry of the same turn reuses it)."""
+        """Memory, context and history: what changes from turn to turn. Each piece renders apart and is
+        reused while its content stays (the context across turns that add nothing, all of them across a
+        turn's retries and tool rounds); ``system_conversation.xml.j2`` puts the pieces together."""
         from llm_fsm import memory
         from llm_fsm.memory import summaries
 
         window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
-        conversation = {
-            # masked: a secret-looking value is not sent to the model (unless the definition turns masking off)
-            "context": self._visible_context(definition.masked(snapshot.context)),
-            "history": self._window(window),
-            "opening": not snapshot.history,
+        history = self._window(window)
+        opening = not snapshot.history
+        notes = {
             **memory.sections(definition, snapshot),
             "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
         }
-        key = ("conversation", _to_json(conversation))
-        text = self._recent.get(key)
+        context, context_part = self._context_part(definition, snapshot.context)
+        variables = {
+            "context": context,
+            "history": history,
+            "opening": opening,
+            **notes,
+            # the pieces, rendered: a template that overrides this one may use them or render the rest itself
+            "memory_part": self._piece("memory.xml.j2", notes) if any(notes.values()) else _markup(""),
+            "context_part": context_part,
+            "history_part": self._piece(
+                "conversation_history.xml.j2",
+                {"history": history, "opening": opening},
+                key=(opening, *((h["user"], h["assistant"]) for h in history)),
+            ),
+        }
+        return self._render("system_conversation.xml.j2", variables)
+
+    def _context_part(self, definition: FSMDefinition, context: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """The context as the prompt shows it (masked, bounded, internal keys left out) and its rendering.
+        Kept for the last context seen per definition: a snapshot's context is never changed in place (a turn
+        that updates it makes a new one), so the same object means the same text."""
+        key = (definition.content_hash, id(context))
+        kept = self._contexts.get(key)
+        if kept is not None and kept[0] is context:  # holding the object: its id cannot be reused meanwhile
+            return kept[1], kept[2]
+        shown = self._visible_context(definition.masked(context))
+        text = self._piece("current_context.xml.j2", {"context": shown}, key=(_to_json(shown),))
+        with self._lock:
+            if len(self._contexts) >= _RECENT_SIZE:
+                self._contexts.pop(next(iter(self._contexts)))
+            self._contexts[key] = (context, shown, text)
+        return shown, text
+
+    def _piece(self, name: str, variables: dict[str, Any], key: tuple[Any, ...] | None = None) -> Any:
+        """``name`` rendered with ``variables``, as markup for the template that puts the pieces together;
+        from a small cache when ``key`` (which must say everything the variables hold) was seen lately."""
+        full = (name, *(key if key is not None else (_to_json(variables),)))
+        text = self._recent.get(full)
         if text is None:
-            text = self._render("system_conversation.xml.j2", conversation)
+            text = _markup(self._render(name, variables))
             with self._lock:
                 if len(self._recent) >= _RECENT_SIZE:
                     self._recent.pop(next(iter(self._recent)))
-                self._recent[key] = text
+                self._recent[full] = text
         return text
 
     def _keep(self, key: tuple[Any, ...], text: str) -> str:
@@ -313,6 +349,13 @@ def memory_rules(definition: FSMDefinition) -> dict[str, Any]:
     from llm_fsm.memory.working import rules
 
     return {"memory_rules": rules(definition), "summarized": any(enabled(definition))}
+
+
+def _markup(text: str) -> Any:
+    """Text a template shows as it is (``_escape`` passes markup through): a piece already rendered and escaped."""
+    from markupsafe import Markup
+
+    return Markup(text)
 
 
 def _truncate(text: str, limit: int) -> str:
