@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
 from llm_fsm.errors import PromptError
+from llm_fsm.llm.protocol import PromptText
 
 if TYPE_CHECKING:
     from llm_fsm.checks import Proposal
@@ -134,14 +135,18 @@ class PromptBuilder:
         tool_mode: str = "native",
         guided: bool = False,
     ) -> str:
-        """The definition part (the definition-wide part, then the state's), the state's tools, then the
-        conversation part (memory, context, history)."""
+        """The definition-wide part, the state's part, the state's tools, then the conversation part (memory,
+        context, history): a :class:`~llm_fsm.llm.PromptText` that knows where its stable parts end."""
         back_to = definition.return_target(snapshot.state, snapshot.came_from)
         # from the most stable to the least, so that consecutive calls share the longest prefix a provider's
         # prompt cache can bill cheaper: a change of state keeps the definition-wide part
-        head = self.definition_part(definition, snapshot.state, guided=guided, back_to=back_to)
-        listed = self._tools_part(tools, tool_mode) if tools else ""
-        return head + listed + self._conversation_part(definition, snapshot)
+        wide = self.stable_prefix(definition, guided=guided)
+        head = wide + self._state_part(definition, snapshot.state, guided, back_to)
+        if tools:
+            head += self._tools_part(tools, tool_mode)
+        # the text knows where its stable parts end: a client whose provider wants the cached prefix marked
+        # (Anthropic) marks it there
+        return PromptText(head + self._conversation_part(definition, snapshot), (len(wide), len(head)))
 
     def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False) -> str:
         """The part of every system prompt of ``definition`` that is the same in every state: the prefix a
