@@ -14,8 +14,9 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -45,6 +46,30 @@ def _templates_dir() -> Path:
     return packaged if packaged.is_dir() else here.parent / "prompts"  # in a source checkout
 
 
+@cache
+def _sandbox() -> type[Any]:
+    """Jinja's immutable sandbox, with two costs of every render taken out (the sandbox stays as strict):
+
+    - a template's globals are a plain dict, not a ChainMap over the environment's: each render copies
+      them into its context, and a ChainMap is slow to copy (the environment's never change after start);
+    - reading ``user`` or ``assistant`` of a :class:`Said` (our own value: two strings) skips the checks
+      that guard attributes of arbitrary objects (several isinstance checks against abstract classes for
+      each of them, which a history window makes dozens of times a turn).
+    """
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
+            return {**self.globals, **(d or {})}
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            if type(obj) is Said and attr in Said.__slots__:
+                return True
+            return bool(super().is_safe_attribute(obj, attr, value))
+
+    return Sandbox
+
+
 def _escape(value: Any) -> str:
     """Escape what could open or close an element. Quotes stay readable: they cannot break text."""
     if hasattr(value, "__html__"):  # markupsafe.Markup: a fragment a template marked as trusted
@@ -54,6 +79,27 @@ def _escape(value: Any) -> str:
 
 def _to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class Said:
+    """One exchange as a template reads it: ``h.user`` (None in an opening) and ``h.assistant``, or
+    ``h["user"]``. Attributes, not a dict: the sandbox reads a dict's ``h.user`` only after a failed
+    attribute lookup, which costs an exception per value."""
+
+    __slots__ = ("assistant", "user")
+
+    def __init__(self, user: str | None, assistant: str) -> None:
+        self.user = user
+        self.assistant = assistant
+
+    def __getitem__(self, key: str) -> str | None:
+        if key not in self.__slots__:
+            raise KeyError(key)
+        value: str | None = getattr(self, key)
+        return value
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"user": self.user, "assistant": self.assistant}
 
 
 @dataclass(frozen=True)
@@ -74,12 +120,12 @@ class PromptBuilder:
         settings: PromptSettings | None = None,
     ) -> None:
         import jinja2  # imported with the first prompt builder, not with the package
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        import markupsafe  # jinja2's
 
         self.settings = settings or PromptSettings()
         loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader([str(d) for d in template_dirs])]
         loaders.append(jinja2.FileSystemLoader(str(_templates_dir())))
-        self.env = ImmutableSandboxedEnvironment(
+        self.env = _sandbox()(
             loader=jinja2.ChoiceLoader(loaders),
             # Every {{ expression }} goes through _escape (instead of autoescape, which would
             # also turn each quote of the JSON we show the model into &#34;).
@@ -92,6 +138,10 @@ class PromptBuilder:
         )
         self.env.filters["tojson"] = _to_json
         self._template_error = jinja2.TemplateError
+        # a piece already rendered (and escaped): the template that puts the pieces together shows it as it is
+        self._markup = markupsafe.Markup
+        # whether a user template puts the turn's pieces together (else they are joined as the packaged one does)
+        self._composer_overridden = any((Path(d) / "system_conversation.xml.j2").is_file() for d in template_dirs)
         self._cache: dict[tuple[Any, ...], str] = {}  # the definition-wide, state and tools parts
         self._recent: dict[tuple[Any, ...], Any] = {}  # pieces of the conversation part, by content
         self._contexts: dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any], Any]] = {}
@@ -208,19 +258,27 @@ class PromptBuilder:
             "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
         }
         context, context_part = self._context_part(definition, snapshot.context)
+        memory_part = self._piece("memory.xml.j2", notes) if any(notes.values()) else self._markup("")
+        exchanges = [
+            self._piece("exchange.xml.j2", {"user": h.user, "assistant": h.assistant}, (h.user, h.assistant))
+            for h in history
+        ]
+        history_part = self._piece(
+            "conversation_history.xml.j2",
+            {"history": history, "exchanges": exchanges, "opening": opening},
+            key=(opening, *((h.user, h.assistant) for h in history)),
+        )
+        if not self._composer_overridden:  # the packaged composer only joins the pieces: no render for that
+            return f"{memory_part}{context_part}{history_part}</fsm>\n"
         variables = {
             "context": context,
             "history": history,
             "opening": opening,
             **notes,
             # the pieces, rendered: a template that overrides this one may use them or render the rest itself
-            "memory_part": self._piece("memory.xml.j2", notes) if any(notes.values()) else _markup(""),
+            "memory_part": memory_part,
             "context_part": context_part,
-            "history_part": self._piece(
-                "conversation_history.xml.j2",
-                {"history": history, "opening": opening},
-                key=(opening, *((h["user"], h["assistant"]) for h in history)),
-            ),
+            "history_part": history_part,
         }
         return self._render("system_conversation.xml.j2", variables)
 
@@ -233,7 +291,7 @@ class PromptBuilder:
         if kept is not None and kept[0] is context:  # holding the object: its id cannot be reused meanwhile
             return kept[1], kept[2]
         shown = self._visible_context(definition.masked(context))
-        text = self._piece("current_context.xml.j2", {"context": shown}, key=(_to_json(shown),))
+        text = self._markup(self._render("current_context.xml.j2", {"context": shown}))
         with self._lock:
             if len(self._contexts) >= _RECENT_SIZE:
                 self._contexts.pop(next(iter(self._contexts)))
@@ -246,7 +304,7 @@ class PromptBuilder:
         full = (name, *(key if key is not None else (_to_json(variables),)))
         text = self._recent.get(full)
         if text is None:
-            text = _markup(self._render(name, variables))
+            text = self._markup(self._render(name, variables))
             with self._lock:
                 if len(self._recent) >= _RECENT_SIZE:
                     self._recent.pop(next(iter(self._recent)))
@@ -300,12 +358,11 @@ class PromptBuilder:
             return [self._bounded(v) for v in value[:50]]
         return value
 
-    def _window(self, recent: Sequence[Any]) -> list[dict[str, Any]]:
+    def _window(self, recent: Sequence[Any]) -> list[Said]:
         """The exchanges shown (see ``summaries.visible``: the last ``history_window`` by default), cut to size."""
         limit = self.settings.max_message_chars
         return [
-            {"user": None if h.user is None else _truncate(h.user, limit), "assistant": _truncate(h.assistant, limit)}
-            for h in recent
+            Said(None if h.user is None else _truncate(h.user, limit), _truncate(h.assistant, limit)) for h in recent
         ]
 
     def summary_messages(
@@ -315,7 +372,7 @@ class PromptBuilder:
         variables = {
             "fsm": definition,
             "previous": previous,
-            "exchanges": [{**self._window([e])[0], "state": e.state} for e in exchanges],
+            "exchanges": [{**self._window([e])[0].as_dict(), "state": e.state} for e in exchanges],
             "max_chars": bounds.max_chars,
             "instructions": bounds.instructions,
             "left": left,
@@ -354,13 +411,6 @@ def memory_rules(definition: FSMDefinition) -> dict[str, Any]:
     from llm_fsm.memory.working import rules
 
     return {"memory_rules": rules(definition), "summarized": any(enabled(definition))}
-
-
-def _markup(text: str) -> Any:
-    """Text a template shows as it is (``_escape`` passes markup through): a piece already rendered and escaped."""
-    from markupsafe import Markup
-
-    return Markup(text)
 
 
 def _truncate(text: str, limit: int) -> str:

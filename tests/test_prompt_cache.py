@@ -157,3 +157,25 @@ def test_openai_requests_are_unchanged(signup, fake_openai):
     sent = fake_openai.requests[0]["messages"]
     assert sent[0] == {"role": "system", "content": sent[0]["content"]} and isinstance(sent[0]["content"], str)
     assert "cache_control" not in json.dumps(fake_openai.requests[0])
+
+
+def test_the_turns_pieces_read_the_same_through_a_users_templates(signup, tmp_path):
+    from llm_fsm.engine import Exchange, initial_snapshot
+    from llm_fsm.prompt import _templates_dir
+
+    history = (
+        Exchange(user=None, assistant="Hi <b>", state="ask_name"),
+        Exchange(user="Ann", assistant="Ok", state="ask_name"),
+    )
+    snapshot = initial_snapshot(signup, None, {"name": "A & B"}).model_copy(update={"history": history})
+    packaged = llm_fsm.PromptBuilder().system_prompt(signup, snapshot)
+    # the packaged composer, as a user's copy: rendered by Jinja instead of joined, the same text
+    for name in ("system_conversation.xml.j2", "conversation_history.xml.j2", "exchange.xml.j2"):
+        (tmp_path / name).write_text((_templates_dir() / name).read_text())
+    assert llm_fsm.PromptBuilder([tmp_path]).system_prompt(signup, snapshot) == packaged
+    # a composer written against the data, as before the pieces: it still has the context and the history
+    (tmp_path / "system_conversation.xml.j2").write_text(
+        "{{ context | tojson }}{% for h in history %}[{{ h.user }}|{{ h['assistant'] }}]{% endfor %}</fsm>\n"
+    )
+    custom = llm_fsm.PromptBuilder([tmp_path]).system_prompt(signup, snapshot)
+    assert custom.endswith('{"name": "A &amp; B"}[None|Hi &lt;b&gt;][Ann|Ok]</fsm>\n')
