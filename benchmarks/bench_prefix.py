@@ -22,6 +22,7 @@ import os
 import statistics
 import subprocess
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -101,21 +102,74 @@ def shares(prompts: list[str]) -> dict[str, float]:
     }
 
 
-def measure(root: Path) -> dict[str, dict[str, float]]:
-    """The figures of the tree at ``root``, measured in a subprocess whose ``PYTHONPATH`` is that tree."""
+def render_cost(root: Path, name: str = "order_flow", rounds: int = 300) -> dict[str, float]:
+    """What rendering a turn's prompt costs over ``name``'s scripted run: the median CPU time per prompt
+    (microseconds) and, a figure load does not move, Python function calls per prompt. Each round replays the
+    run's turns in order on a builder whose templates are compiled and whose definition and state parts are
+    rendered (as in a running process): each turn's own part is new, as in a conversation."""
+    import cProfile
+    import pstats
+
+    import llm_fsm
+    from llm_fsm.prompt import PromptBuilder
+    from llm_fsm.testing import ScriptedLLM
+
+    path = root / "fsm_definitions" / f"{name}.json"
+    definition = llm_fsm.load(path)
+    script = json.loads((path.parent / "scripts" / f"{name}.json").read_text(encoding="utf-8"))
+    lines = [x for x in (path.parent / "scripts" / f"{name}.txt").read_text(encoding="utf-8").splitlines() if x.strip()]
+    conversation = llm_fsm.Conversation(definition, ScriptedLLM(script["replies"]))
+    conversation.start()
+    turns = []
+    for line in lines:
+        turns.append((conversation.snapshot(), line))
+        conversation.send(line)
+    warm = PromptBuilder()
+    for snapshot, line in turns:
+        warm.messages(definition, snapshot, line)
+
+    def builder() -> PromptBuilder:
+        fresh = PromptBuilder()
+        fresh.env = warm.env  # its templates compiled
+        fresh._cache.update(warm._cache)  # the definition's and states' parts rendered
+        return fresh
+
+    times = []
+    for _ in range(rounds):
+        prompt = builder()
+        start = time.process_time()
+        for snapshot, line in turns:
+            prompt.messages(definition, snapshot, line)
+        times.append((time.process_time() - start) / len(turns))
+    profile, prompt = cProfile.Profile(), builder()
+    profile.enable()
+    for snapshot, line in turns:
+        prompt.messages(definition, snapshot, line)
+    profile.disable()
+    calls: int = getattr(pstats.Stats(profile), "total_calls")  # noqa: B009 (set by Stats, not declared)
+    return {"us": statistics.median(times) * 1e6, "calls": calls / len(turns)}
+
+
+def measure(root: Path, render: bool = False) -> dict[str, dict[str, float]]:
+    """The figures of the tree at ``root``, measured in a subprocess whose ``PYTHONPATH`` is that tree:
+    the prefix shares per example, or (``render``) the render cost."""
     env = {**os.environ, "PYTHONPATH": str(root), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
-    out = subprocess.run(
-        [sys.executable, __file__, "--worker", str(root)], env=env, capture_output=True, text=True, check=True
-    )
+    command = [sys.executable, __file__, "--worker", str(root), *(["--render"] if render else [])]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     figures: dict[str, dict[str, float]] = json.loads(out.stdout)
     return figures
 
 
 def section(quick: bool = False, old: Path = OLD) -> list[str]:
-    """The RESULTS.md section: before (the tree at ``old``, when there) and after. ``quick`` changes nothing:
-    the figures are exact, one run is enough."""
+    """The RESULTS.md section: before (the tree at ``old``, when there) and after. The shares are exact (one
+    run); the render cost alternates old and new, 2 runs each with ``quick``, else 5."""
     new = measure(ROOT)
     before = measure(old) if (old / "llm_fsm").is_dir() else {}
+    renders: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
+    for _ in range(2 if quick else 5):
+        if before:
+            renders["old"].append(measure(old, render=True)["order_flow"])
+        renders["new"].append(measure(ROOT, render=True)["order_flow"])
     lines = [
         "## Prompt prefix shared by consecutive model calls (provider prompt caching)",
         "",
@@ -151,6 +205,20 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         f"{min(f['overall'] for f in new.values()):.0%}.",
         "",
     ]
+    cost = {side: statistics.median(r["us"] for r in runs) for side, runs in renders.items() if runs}
+    calls = {side: runs[0]["calls"] for side, runs in renders.items() if runs}
+    lines += [
+        "Rendering a turn's prompt (`order_flow`'s scripted turns in order, templates compiled, definition and "
+        f"state parts rendered; median CPU time per prompt, {len(renders['new'])} runs alternating old and new): "
+        + (
+            f"{cost['old']:.0f} µs before, {cost['new']:.0f} µs after ({cost['new'] / cost['old']:.2f}×); "
+            f"Python function calls per prompt (load does not move them): {calls['old']:.0f} before, "
+            f"{calls['new']:.0f} after ({calls['new'] / calls['old']:.2f}×)."
+            if "old" in cost
+            else f"{cost['new']:.0f} µs, {calls['new']:.0f} Python function calls per prompt."
+        ),
+        "",
+    ]
     return lines
 
 
@@ -158,7 +226,11 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, default=OLD, help="the tree to compare with (a git worktree)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
+    parser.add_argument("--render", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.worker and args.render:
+        print(json.dumps({"order_flow": render_cost(args.worker)}))
+        return
     if args.worker:
         print(json.dumps({name: shares(prompts) for name, prompts in record(args.worker).items()}))
         return
