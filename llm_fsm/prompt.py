@@ -393,7 +393,8 @@ def state_map(definition: FSMDefinition) -> dict[str, Any]:
         }
         for state in definition.states.values()
     ]
-    return {"states": states, "anywhere": [_move(t) for t in definition.global_transitions]}
+    anywhere = [{**_move(g), "except": ", ".join(g.except_states)} for g in definition.global_transitions]
+    return {"states": states, "anywhere": anywhere}
 
 
 def _move(transition: Any) -> dict[str, str]:
