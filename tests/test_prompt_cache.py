@@ -6,21 +6,19 @@ from __future__ import annotations
 import copy
 import json
 import pickle
-from collections.abc import Iterator
 
 import pytest
-from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import SimpleSpanProcessor
-from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import llm_fsm
-from llm_fsm import telemetry
 from llm_fsm.llm import Usage
 from llm_fsm.llm.protocol import PromptText
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.testing.scorecard import Course, score, summary
+from tests import test_telemetry
 from tests.conftest import reply
 from tests.fake_openai import RawBody
+
+spans = test_telemetry.spans  # the fixture that collects the spans of the test's turns
 
 ANTHROPIC_REPLY = {
     "id": "msg_test",
@@ -47,16 +45,6 @@ def anthropic_reply(text: str) -> RawBody:
 def client(server, model: str = "openai/test-model", **kwargs):
     options = {"api_key": "sk-test", "timeout": 5.0, "backoff": 0.01, "response_format": "none"} | kwargs
     return llm_fsm.LiteLLMClient(model, api_base=server.url, tool_calling="json", **options)
-
-
-@pytest.fixture
-def spans() -> Iterator[InMemorySpanExporter]:
-    exporter = InMemorySpanExporter()
-    provider = TracerProvider()
-    provider.add_span_processor(SimpleSpanProcessor(exporter))
-    telemetry.set_tracer_provider(provider)
-    yield exporter
-    telemetry.set_tracer_provider(None)
 
 
 def test_a_change_of_state_keeps_the_definition_wide_prefix(signup):
