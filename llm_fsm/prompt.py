@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
 from llm_fsm.errors import PromptError
-from llm_fsm.llm.protocol import PromptText
+from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
 
 if TYPE_CHECKING:
     from llm_fsm.checks import Proposal
