@@ -26,6 +26,8 @@ from llm_fsm.errors import PromptError
 from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
 
 if TYPE_CHECKING:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     from llm_fsm.checks import Proposal
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Rejection, Snapshot
@@ -35,7 +37,7 @@ Message = dict[str, Any]
 
 _MAX_KEY_CHARS = 100  # context key names are model-written too: bounded like values
 _CACHE_SIZE = 512  # definition-wide, state and tools parts kept
-_RECENT_SIZE = 64  # conversation parts kept: a turn's retries and tool rounds render the same one
+_RECENT_SIZE = 64  # pieces of the turn's part kept (exchanges, history windows, contexts): a few turns' worth
 
 OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
 
@@ -47,7 +49,7 @@ def _templates_dir() -> Path:
 
 
 @cache
-def _sandbox() -> type[Any]:
+def _sandbox() -> type[ImmutableSandboxedEnvironment]:
     """Jinja's immutable sandbox, with two costs of every render taken out (the sandbox stays as strict):
 
     - a template's globals are a plain dict, not a ChainMap over the environment's: each render copies
@@ -200,7 +202,7 @@ class PromptBuilder:
 
     def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False) -> str:
         """The part of every system prompt of ``definition`` that is the same in every state: the prefix a
-        provider that needs a marker (Anthropic, Gemini) is told to cache."""
+        provider that needs a marker (Anthropic) is told to cache."""
         key = ("definition", definition.content_hash, guided)
         text = self._cache.get(key)
         if text is None:
@@ -397,7 +399,7 @@ def state_map(definition: FSMDefinition) -> dict[str, Any]:
     return {"states": states, "anywhere": anywhere}
 
 
-def _move(transition: Any) -> dict[str, str]:
+def _move(transition: Any) -> dict[str, Any]:
     back = "(the state the conversation came from)"
     return {
         "target": back if transition.target_state == RETURN else transition.target_state,
