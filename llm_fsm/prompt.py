@@ -14,16 +14,20 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
 from llm_fsm.errors import PromptError
+from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
 
 if TYPE_CHECKING:
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
     from llm_fsm.checks import Proposal
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Rejection, Snapshot
@@ -32,7 +36,8 @@ if TYPE_CHECKING:
 Message = dict[str, Any]
 
 _MAX_KEY_CHARS = 100  # context key names are model-written too: bounded like values
-_CACHE_SIZE = 512  # definition parts kept: (definition, state) pairs
+_CACHE_SIZE = 512  # definition-wide, state and tools parts kept
+_RECENT_SIZE = 64  # pieces of the turn's part kept (exchanges, history windows, contexts): a few turns' worth
 
 OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
 
@@ -41,6 +46,30 @@ def _templates_dir() -> Path:
     here = Path(__file__).resolve().parent
     packaged = here / "prompts"  # inside an installed wheel
     return packaged if packaged.is_dir() else here.parent / "prompts"  # in a source checkout
+
+
+@cache
+def _sandbox() -> type[ImmutableSandboxedEnvironment]:
+    """Jinja's immutable sandbox, with two costs of every render taken out (the sandbox stays as strict):
+
+    - a template's globals are a plain dict, not a ChainMap over the environment's: each render copies
+      them into its context, and a ChainMap is slow to copy (the environment's never change after start);
+    - reading ``user`` or ``assistant`` of a :class:`Said` (our own value: two strings) skips the checks
+      that guard attributes of arbitrary objects (several isinstance checks against abstract classes for
+      each of them, which a history window makes dozens of times a turn).
+    """
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Sandbox(ImmutableSandboxedEnvironment):
+        def make_globals(self, d: MutableMapping[str, Any] | None) -> MutableMapping[str, Any]:
+            return {**self.globals, **(d or {})}
+
+        def is_safe_attribute(self, obj: Any, attr: str, value: Any) -> bool:
+            if type(obj) is Said and attr in Said.__slots__:
+                return True
+            return bool(super().is_safe_attribute(obj, attr, value))
+
+    return Sandbox
 
 
 def _escape(value: Any) -> str:
@@ -52,6 +81,27 @@ def _escape(value: Any) -> str:
 
 def _to_json(value: Any) -> str:
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
+
+
+class Said:
+    """One exchange as a template reads it: ``h.user`` (None in an opening) and ``h.assistant``, or
+    ``h["user"]``. Attributes, not a dict: the sandbox reads a dict's ``h.user`` only after a failed
+    attribute lookup, which costs an exception per value."""
+
+    __slots__ = ("assistant", "user")
+
+    def __init__(self, user: str | None, assistant: str) -> None:
+        self.user = user
+        self.assistant = assistant
+
+    def __getitem__(self, key: str) -> str | None:
+        if key not in self.__slots__:
+            raise KeyError(key)
+        value: str | None = getattr(self, key)
+        return value
+
+    def as_dict(self) -> dict[str, str | None]:
+        return {"user": self.user, "assistant": self.assistant}
 
 
 @dataclass(frozen=True)
@@ -72,12 +122,12 @@ class PromptBuilder:
         settings: PromptSettings | None = None,
     ) -> None:
         import jinja2  # imported with the first prompt builder, not with the package
-        from jinja2.sandbox import ImmutableSandboxedEnvironment
+        import markupsafe  # jinja2's
 
         self.settings = settings or PromptSettings()
         loaders: list[jinja2.BaseLoader] = [jinja2.FileSystemLoader([str(d) for d in template_dirs])]
         loaders.append(jinja2.FileSystemLoader(str(_templates_dir())))
-        self.env = ImmutableSandboxedEnvironment(
+        self.env = _sandbox()(
             loader=jinja2.ChoiceLoader(loaders),
             # Every {{ expression }} goes through _escape (instead of autoescape, which would
             # also turn each quote of the JSON we show the model into &#34;).
@@ -90,7 +140,13 @@ class PromptBuilder:
         )
         self.env.filters["tojson"] = _to_json
         self._template_error = jinja2.TemplateError
-        self._cache: dict[tuple[str, str, bool, str | None], str] = {}
+        # a piece already rendered (and escaped): the template that puts the pieces together shows it as it is
+        self._markup = markupsafe.Markup
+        # whether a user template puts the turn's pieces together (else they are joined as the packaged one does)
+        self._composer_overridden = any((Path(d) / "system_conversation.xml.j2").is_file() for d in template_dirs)
+        self._cache: dict[tuple[Any, ...], str] = {}  # the definition-wide, state and tools parts
+        self._recent: dict[tuple[Any, ...], Any] = {}  # pieces of the conversation part, by content
+        self._contexts: dict[tuple[str, int], tuple[dict[str, Any], dict[str, Any], Any]] = {}
         self._lock = threading.Lock()
 
     def messages(
@@ -131,33 +187,41 @@ class PromptBuilder:
         tool_mode: str = "native",
         guided: bool = False,
     ) -> str:
-        """The definition part (cached per state), the state's tools, then the conversation part."""
-        from llm_fsm import memory
-        from llm_fsm.memory import summaries
-
-        window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
-        conversation = {
-            # masked: a secret-looking value is not sent to the model (unless the definition turns masking off)
-            "context": self._visible_context(definition.masked(snapshot.context)),
-            "history": self._window(window),
-            "opening": not snapshot.history,
-            **memory.sections(definition, snapshot),
-            "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
-        }
-        volatile = self._render("system_conversation.xml.j2", conversation)
-        listed = self._render("tools.xml.j2", {"tools": list(tools), "mode": tool_mode}) if tools else ""
+        """The definition-wide part, the state's part, the state's tools, then the conversation part (memory,
+        context, history): a :class:`~llm_fsm.llm.PromptText` that knows where its stable parts end."""
         back_to = definition.return_target(snapshot.state, snapshot.came_from)
-        # what changes every turn goes last, so that a provider's prompt cache keeps the longest prefix
-        return self.definition_part(definition, snapshot.state, guided=guided, back_to=back_to) + listed + volatile
+        # from the most stable to the least, so that consecutive calls share the longest prefix a provider's
+        # prompt cache can bill cheaper: a change of state keeps the definition-wide part
+        wide = self.stable_prefix(definition, guided=guided)
+        head = wide + self._state_part(definition, snapshot.state, guided, back_to)
+        if tools:
+            head += self._tools_part(tools, tool_mode)
+        # the text knows where its stable parts end: a client whose provider wants the cached prefix marked
+        # (Anthropic) marks it there
+        return PromptText(head + self._conversation_part(definition, snapshot), (len(wide), len(head)))
+
+    def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False) -> str:
+        """The part of every system prompt of ``definition`` that is the same in every state: the prefix a
+        provider that needs a marker (Anthropic) is told to cache."""
+        key = ("definition", definition.content_hash, guided)
+        text = self._cache.get(key)
+        if text is None:
+            variables = {"fsm": definition, "guided": guided, **state_map(definition), **memory_rules(definition)}
+            text = self._keep(key, self._render("system_definition.xml.j2", variables))
+        return text
 
     def definition_part(
         self, definition: FSMDefinition, state_id: str, *, guided: bool = False, back_to: str | None = None
     ) -> str:
         """Everything that depends only on the definition and the state (and, in a state with a
-        ``"$return"`` move, where it goes back to: ``back_to``): rendered once, then reused."""
+        ``"$return"`` move, where it goes back to: ``back_to``): the definition-wide part, rendered once per
+        definition, then the state's part, rendered once per state."""
+        return self.stable_prefix(definition, guided=guided) + self._state_part(definition, state_id, guided, back_to)
+
+    def _state_part(self, definition: FSMDefinition, state_id: str, guided: bool, back_to: str | None) -> str:
         # keyed by content, not by object: two loads of one definition share a rendering, and an edited
         # definition never meets a stale one
-        key = (definition.content_hash, state_id, guided, back_to)
+        key = ("state", definition.content_hash, state_id, guided, back_to)
         text = self._cache.get(key)
         if text is None:
             state = definition.states[state_id]
@@ -169,16 +233,94 @@ class PromptBuilder:
                 "collect": writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN)),
                 "valid_states": [state.id, *dict.fromkeys(t.target_state for t in moves)],
                 "guided": guided,
-                **memory_rules(definition),
             }
-            text = self._render("system_definition.xml.j2", variables)
-            # a builder is shared between conversations, threads too: only the cache's change is locked (two
-            # threads that miss together both render, and the second write is the same text)
+            text = self._keep(key, self._render("system_state.xml.j2", variables))
+        return text
+
+    def _tools_part(self, tools: Sequence[BoundTool], mode: str) -> str:
+        # a state's tools are the same from turn to turn: their names, descriptions and parameters key the text
+        key = ("tools", mode, *((t.name, t.description, _to_json(t.parameters)) for t in tools))
+        text = self._cache.get(key)
+        if text is None:
+            text = self._keep(key, self._render("tools.xml.j2", {"tools": list(tools), "mode": mode}))
+        return text
+
+    def _conversation_part(self, definition: FSMDefinition, snapshot: Snapshot) -> str:
+        """Memory, context and history: what changes from turn to turn. Each piece renders apart and is
+        reused while its content stays (the context across turns that add nothing, all of them across a
+        turn's retries and tool rounds); ``system_conversation.xml.j2`` puts the pieces together."""
+        from llm_fsm import memory
+        from llm_fsm.memory import summaries
+
+        window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
+        history = self._window(window)
+        opening = not snapshot.history
+        notes = {
+            **memory.sections(definition, snapshot),
+            "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],
+        }
+        context, context_part = self._context_part(definition, snapshot.context)
+        memory_part = self._piece("memory.xml.j2", notes) if any(notes.values()) else self._markup("")
+        exchanges = [
+            self._piece("exchange.xml.j2", {"user": h.user, "assistant": h.assistant}, (h.user, h.assistant))
+            for h in history
+        ]
+        history_part = self._piece(
+            "conversation_history.xml.j2",
+            {"history": history, "exchanges": exchanges, "opening": opening},
+            key=(opening, *((h.user, h.assistant) for h in history)),
+        )
+        if not self._composer_overridden:  # the packaged composer only joins the pieces: no render for that
+            return f"{memory_part}{context_part}{history_part}</fsm>\n"
+        variables = {
+            "context": context,
+            "history": history,
+            "opening": opening,
+            **notes,
+            # the pieces, rendered: a template that overrides this one may use them or render the rest itself
+            "memory_part": memory_part,
+            "context_part": context_part,
+            "history_part": history_part,
+        }
+        return self._render("system_conversation.xml.j2", variables)
+
+    def _context_part(self, definition: FSMDefinition, context: dict[str, Any]) -> tuple[dict[str, Any], Any]:
+        """The context as the prompt shows it (masked, bounded, internal keys left out) and its rendering.
+        Kept for the last context seen per definition: a snapshot's context is never changed in place (a turn
+        that updates it makes a new one), so the same object means the same text."""
+        key = (definition.content_hash, id(context))
+        kept = self._contexts.get(key)
+        if kept is not None and kept[0] is context:  # holding the object: its id cannot be reused meanwhile
+            return kept[1], kept[2]
+        shown = self._visible_context(definition.masked(context))
+        text = self._markup(self._render("current_context.xml.j2", {"context": shown}))
+        with self._lock:
+            if len(self._contexts) >= _RECENT_SIZE:
+                self._contexts.pop(next(iter(self._contexts)))
+            self._contexts[key] = (context, shown, text)
+        return shown, text
+
+    def _piece(self, name: str, variables: dict[str, Any], key: tuple[Any, ...] | None = None) -> Any:
+        """``name`` rendered with ``variables``, as markup for the template that puts the pieces together;
+        from a small cache when ``key`` (which must say everything the variables hold) was seen lately."""
+        full = (name, *(key if key is not None else (_to_json(variables),)))
+        text = self._recent.get(full)
+        if text is None:
+            text = self._markup(self._render(name, variables))
             with self._lock:
-                if len(self._cache) >= _CACHE_SIZE:
-                    # the oldest rendering goes first (a dict keeps insertion order)
-                    self._cache.pop(next(iter(self._cache)))
-                self._cache[key] = text
+                if len(self._recent) >= _RECENT_SIZE:
+                    self._recent.pop(next(iter(self._recent)))
+                self._recent[full] = text
+        return text
+
+    def _keep(self, key: tuple[Any, ...], text: str) -> str:
+        # a builder is shared between conversations, threads too: only the cache's change is locked (two
+        # threads that miss together both render, and the second write is the same text)
+        with self._lock:
+            if len(self._cache) >= _CACHE_SIZE:
+                # the oldest rendering goes first (a dict keeps insertion order)
+                self._cache.pop(next(iter(self._cache)))
+            self._cache[key] = text
         return text
 
     def correction(self, rejections: Iterable[Rejection], state: str) -> str:
@@ -218,12 +360,11 @@ class PromptBuilder:
             return [self._bounded(v) for v in value[:50]]
         return value
 
-    def _window(self, recent: Sequence[Any]) -> list[dict[str, Any]]:
+    def _window(self, recent: Sequence[Any]) -> list[Said]:
         """The exchanges shown (see ``summaries.visible``: the last ``history_window`` by default), cut to size."""
         limit = self.settings.max_message_chars
         return [
-            {"user": None if h.user is None else _truncate(h.user, limit), "assistant": _truncate(h.assistant, limit)}
-            for h in recent
+            Said(None if h.user is None else _truncate(h.user, limit), _truncate(h.assistant, limit)) for h in recent
         ]
 
     def summary_messages(
@@ -233,13 +374,38 @@ class PromptBuilder:
         variables = {
             "fsm": definition,
             "previous": previous,
-            "exchanges": [{**self._window([e])[0], "state": e.state} for e in exchanges],
+            "exchanges": [{**self._window([e])[0].as_dict(), "state": e.state} for e in exchanges],
             "max_chars": bounds.max_chars,
             "instructions": bounds.instructions,
             "left": left,
         }
         system = self._render("summary.xml.j2", variables)
         return [{"role": "system", "content": system}, {"role": "user", "content": "Write the updated summary."}]
+
+
+def state_map(definition: FSMDefinition) -> dict[str, Any]:
+    """The map of the states the definition-wide part shows: each state with what it is for and where it
+    leads, and the moves open from any state. Plain dicts and strings: cheap for the sandbox to read."""
+    states = [
+        {
+            "id": state.id,
+            "terminal": state.terminal,
+            "about": state.purpose or state.description,
+            "moves": [_move(t) for t in state.transitions],
+        }
+        for state in definition.states.values()
+    ]
+    anywhere = [{**_move(g), "except": ", ".join(g.except_states)} for g in definition.global_transitions]
+    return {"states": states, "anywhere": anywhere}
+
+
+def _move(transition: Any) -> dict[str, Any]:
+    back = "(the state the conversation came from)"
+    return {
+        "target": back if transition.target_state == RETURN else transition.target_state,
+        "description": transition.description,
+        "when": [c.description for c in transition.conditions if c.description],
+    }
 
 
 def memory_rules(definition: FSMDefinition) -> dict[str, Any]:

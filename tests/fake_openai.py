@@ -9,7 +9,8 @@ Tools: ``ToolCalls([(name, arguments), ...], text="")`` answers with ``message.t
 calls, ``finish_reason`` "tool_calls"), or, when the request streams, with tool-call chunks the way OpenAI
 streams them.
 Every request body is recorded in ``server.requests``. When the queue is empty it answers with
-``default`` (if set) or a 500.
+``default`` (if set) or a 500. With ``cached_tokens`` set, usage says that many prompt tokens came from
+the prompt cache (``prompt_tokens_details.cached_tokens``, as OpenAI and DeepSeek report it).
 """
 
 from __future__ import annotations
@@ -102,6 +103,7 @@ class FakeOpenAI:
         self.requests: list[dict[str, Any]] = []
         self.default: str | None = None
         self.delay = 0.0
+        self.cached_tokens = 0
         self._lock = threading.Lock()
         self._server = _QuietServer(("127.0.0.1", 0), _handler(self))
         self._server.daemon_threads = True
@@ -204,6 +206,13 @@ def _alternate(streams: list[list[dict[str, Any]]]) -> list[dict[str, Any]]:
     return out
 
 
+def _with_cache(payload: dict[str, Any], cached: int) -> dict[str, Any]:
+    """``payload`` with its usage (if any) saying ``cached`` prompt tokens came from the cache."""
+    if not cached or not isinstance(payload.get("usage"), dict):
+        return payload
+    return {**payload, "usage": {**payload["usage"], "prompt_tokens_details": {"cached_tokens": cached}}}
+
+
 def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
@@ -243,7 +252,7 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             return self._json(200, _completion(text, body.get("model", "test"), finish))
 
         def _json(self, status: int, payload: dict[str, Any]) -> None:
-            data = json.dumps(payload).encode()
+            data = json.dumps(_with_cache(payload, fake.cached_tokens)).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
@@ -259,7 +268,7 @@ def _handler(fake: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
             self.send_header("Connection", "close")
             self.end_headers()
             for chunk in chunks:
-                self.wfile.write(f"data: {json.dumps(chunk)}\n\n".encode())
+                self.wfile.write(f"data: {json.dumps(_with_cache(chunk, fake.cached_tokens))}\n\n".encode())
                 self.wfile.flush()
             self.wfile.write(b"data: [DONE]\n\n")
             self.wfile.flush()

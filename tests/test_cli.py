@@ -78,7 +78,8 @@ def test_run_prints_one_json_line_per_turn_and_stops_at_the_terminal_state(files
         "summary": None,
     }
     assert turns[2]["ended"] is True and turns[2]["context"] == {"name": "Ann", "email": "ann@example.com"}
-    assert set(turns[1]["usage"]) == {"prompt_tokens", "completion_tokens", "total_tokens", "cost"}
+    usage = {"prompt_tokens", "completion_tokens", "total_tokens", "cost", "cached_tokens", "cache_write_tokens"}
+    assert set(turns[1]["usage"]) == usage  # cached_tokens, cache_write_tokens: issue 26, the provider's prompt cache
 
 
 def test_run_skips_a_blank_input_line_with_a_note_naming_it(files):

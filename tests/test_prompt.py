@@ -40,16 +40,18 @@ def render(definition, *, context=None, history=(), state=None, builder=None):
 def test_sections_in_cache_stable_order(signup):
     prompt = render(signup)
     top = [p for p in structure(prompt) if p.count("/") <= 2]
-    assert top == [
+    assert top == [  # what every call of any definition shares, then the definition's, the state's, the turn's
         "/task",
+        "/response",
+        "/guidelines",
+        "/format_rules",
         "/fsm",
+        "/fsm/about",
         "/fsm/persona",
+        "/fsm/state_map",
         "/fsm/current_state",
         "/fsm/valid_states",
         "/fsm/transitions",
-        "/fsm/response",
-        "/fsm/guidelines",
-        "/fsm/format_rules",
         "/fsm/current_context",
         "/fsm/conversation_history",
     ]
@@ -122,9 +124,10 @@ def test_long_messages_are_truncated_with_a_marker(signup):
 
 
 def test_a_user_template_directory_overrides_one_template(signup, tmp_path):
-    (tmp_path / "guidelines.xml.j2").write_text("<guidelines>CUSTOM RULES for {{ state.id }}</guidelines>\n")
+    # the guidelines are in the definition-wide part, rendered once for every state: they know the definition
+    (tmp_path / "guidelines.xml.j2").write_text("<guidelines>CUSTOM RULES for {{ fsm.name }}</guidelines>\n")
     prompt = render(signup, builder=PromptBuilder([tmp_path]))
-    assert "CUSTOM RULES for ask_name" in prompt and "<transitions>" in prompt
+    assert "CUSTOM RULES for signup" in prompt and "<transitions>" in prompt
 
 
 def test_templates_are_sandboxed(signup, tmp_path):

@@ -83,7 +83,7 @@ def _print(runs: list[list[CourseScore]]) -> None:
     from llm_fsm.testing.scorecard import summary
 
     table = Table("definition", "turns reached", "ended as expected", "valid 1st reply", "calls/turn",
-                  "prompt tok/turn", "completion tok/turn", "s/turn", "refused (kind: count)")  # fmt: skip
+                  "prompt tok/turn (cached)", "completion tok/turn", "s/turn", "refused (kind: count)")  # fmt: skip
     names = [score.name for score in runs[0]]
     for index, name in enumerate(names):
         table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
@@ -115,7 +115,8 @@ def _cells(figures: list[dict[str, Any]]) -> list[str]:
         f"{mean('finished'):.1f}/{first['courses']}",
         f"{100 * mean('first_valid_rate'):.0f}%",
         f"{mean('calls_per_turn'):.2f}",
-        f"{mean('prompt_tokens_per_turn'):.0f}",
+        # and how many of them the provider's prompt cache served
+        f"{mean('prompt_tokens_per_turn'):.0f} ({mean('cached_tokens_per_turn'):.0f} cached)",
         f"{mean('completion_tokens_per_turn'):.0f}",
         f"{mean('seconds_per_turn'):.2f}",
         ", ".join(f"{k}: {v:g}" for k, v in sorted(kinds.items())) or "-",

@@ -209,7 +209,7 @@ class LiteLLMClient:
     def _params(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
         params: dict[str, Any] = {
             "model": self.model,
-            "messages": request.messages,
+            "messages": _with_cache_marks(request.messages) if _wants_cache_marks(self.model) else request.messages,
             "timeout": self.timeout,
             "max_retries": 0,
             **self.extra,
@@ -360,6 +360,42 @@ def _provider_and_model(model: str) -> tuple[str, str]:
         return str(provider), model
     except Exception:  # a model litellm does not know: the conventions' "other"
         return "_OTHER", model
+
+
+@functools.cache
+def _wants_cache_marks(model: str) -> bool:
+    """Whether ``model``'s provider caches a prompt prefix only where the request marks it: Anthropic's
+    models, direct or on Bedrock and Vertex AI. OpenAI, DeepSeek and Gemini (2.5 on) cache a repeated prefix
+    by themselves, and for Gemini litellm turns a marker into an explicit cached-content object (stored and
+    billed by the hour), which a prompt whose end changes every turn must not make."""
+    provider, name = _provider_and_model(model)
+    if provider == "anthropic":
+        return True
+    return provider in ("bedrock", "vertex_ai", "vertex_ai_beta", "openrouter") and "claude" in name.lower()
+
+
+def _with_cache_marks(messages: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """``messages`` with the system prompt cut into text blocks at its cache-stable breaks (see
+    ``PromptText``), each block that ends at a break marked ``cache_control: ephemeral``, as litellm passes
+    it to Anthropic: the definition-wide part and the state's part are cached, the turn's part is not."""
+    marked = []
+    for message in messages:
+        content = message.get("content")
+        breaks = getattr(content, "breaks", ())
+        if message.get("role") != "system" or not isinstance(content, str) or not breaks:
+            marked.append(message)
+            continue
+        blocks: list[dict[str, Any]] = []
+        start = 0
+        for end in (*breaks, len(content)):
+            if end > start:
+                block: dict[str, Any] = {"type": "text", "text": str(content[start:end])}
+                if end in breaks:
+                    block["cache_control"] = {"type": "ephemeral"}
+                blocks.append(block)
+                start = end
+        marked.append({**message, "content": blocks})
+    return marked
 
 
 @functools.cache

@@ -12,12 +12,17 @@ Message = dict[str, Any]  # role and content; an assistant's may carry "tool_cal
 
 @dataclass(frozen=True)
 class Usage:
-    """Tokens (and cost in USD when litellm knows the model's price) of one or more calls."""
+    """Tokens (and cost in USD when litellm knows the model's price) of one or more calls.
+    ``cached_tokens``: the prompt tokens the provider served from its prompt cache (part of
+    ``prompt_tokens``, billed cheaper); ``cache_write_tokens``: those it wrote to it (Anthropic's
+    ``cache_creation_input_tokens``, billed dearer once)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     cost: float | None = None
+    cached_tokens: int = 0
+    cache_write_tokens: int = 0
 
     def __add__(self, other: Usage) -> Usage:
         costs = [c for c in (self.cost, other.cost) if c is not None]
@@ -26,7 +31,25 @@ class Usage:
             self.completion_tokens + other.completion_tokens,
             self.total_tokens + other.total_tokens,
             sum(costs) if costs else None,
+            self.cached_tokens + other.cached_tokens,
+            self.cache_write_tokens + other.cache_write_tokens,
         )
+
+
+class PromptText(str):
+    """A system prompt that knows where its cache-stable parts end: ``breaks`` are character offsets (the
+    definition-wide part, then the state's part with its tools). A client whose provider wants the cached
+    prefix marked (Anthropic, Gemini) splits the text there; to everything else it is the plain text."""
+
+    breaks: tuple[int, ...]
+
+    def __new__(cls, text: str, breaks: tuple[int, ...] = ()) -> PromptText:
+        made = super().__new__(cls, text)
+        made.breaks = breaks
+        return made
+
+    def __getnewargs__(self) -> tuple[str, tuple[int, ...]]:  # type: ignore[override]  # copy and pickle keep the breaks
+        return str(self), self.breaks
 
 
 @dataclass(frozen=True)

@@ -31,7 +31,22 @@ def _usage(response: Any) -> Usage:
         return Usage(cost=hidden.get("response_cost"))
     prompt = usage.prompt_tokens or 0
     completion = usage.completion_tokens or 0
-    return Usage(prompt, completion, usage.total_tokens or prompt + completion, hidden.get("response_cost"))
+    total = usage.total_tokens or prompt + completion
+    return Usage(prompt, completion, total, hidden.get("response_cost"), *_cache_tokens(usage))
+
+
+def _cache_tokens(usage: Any) -> tuple[int, int]:
+    """Prompt tokens read from and written to the provider's prompt cache. litellm puts the read ones in
+    ``prompt_tokens_details.cached_tokens`` for every provider (OpenAI, DeepSeek, Gemini; Anthropic's
+    ``cache_read_input_tokens`` too, which it also keeps), the written ones in ``cache_creation_input_tokens``."""
+    details = getattr(usage, "prompt_tokens_details", None)
+    read = getattr(details, "cached_tokens", None) if details is not None else None
+    if isinstance(details, dict):  # a provider's raw usage, not litellm's object
+        read = details.get("cached_tokens")
+    if not read:
+        read = getattr(usage, "cache_read_input_tokens", None)
+    written = getattr(usage, "cache_creation_input_tokens", None)
+    return (read if isinstance(read, int) else 0), (written if isinstance(written, int) else 0)
 
 
 def _check_finished(model: str, finished: bool, parts: list[str]) -> None:
@@ -48,7 +63,9 @@ def _chunk_usage(chunk: Any) -> Usage | None:
     usage = getattr(chunk, "usage", None)
     if not usage or not getattr(usage, "total_tokens", None):
         return None
-    return Usage(usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens)
+    return Usage(
+        usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens, None, *_cache_tokens(usage)
+    )
 
 
 class _StreamReader:

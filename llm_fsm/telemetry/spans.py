@@ -127,6 +127,7 @@ class TurnTrace:
         if usage.prompt_tokens or usage.completion_tokens:
             attributes["gen_ai.usage.input_tokens"] = usage.prompt_tokens
             attributes["gen_ai.usage.output_tokens"] = usage.completion_tokens
+        attributes.update(cache_attributes(usage))
         if usage.cost is not None:
             attributes["llm_fsm.usage.cost"] = usage.cost
         if response.tool_calls:
@@ -272,6 +273,16 @@ class TurnTrace:
         self.span.end()
 
 
+def cache_attributes(usage: Any) -> dict[str, int]:
+    """The prompt-cache figures of ``usage`` under OpenTelemetry's GenAI names (when there are some)."""
+    attributes = {}
+    if usage.cached_tokens:
+        attributes["gen_ai.usage.cache_read.input_tokens"] = usage.cached_tokens
+    if usage.cache_write_tokens:
+        attributes["gen_ai.usage.cache_creation.input_tokens"] = usage.cache_write_tokens
+    return attributes
+
+
 def _resume_attributes(runner: TurnRunner) -> dict[str, Any]:
     pause = runner.resuming
     assert pause is not None
@@ -298,6 +309,7 @@ def _committed_attributes(result: TurnResult) -> dict[str, Any]:
         "llm_fsm.tool_calls": len(result.tool_calls),
         "gen_ai.usage.input_tokens": result.usage.prompt_tokens,
         "gen_ai.usage.output_tokens": result.usage.completion_tokens,
+        **cache_attributes(result.usage),
     }
     if kinds:
         attributes["llm_fsm.rejection.kinds"] = kinds

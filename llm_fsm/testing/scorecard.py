@@ -55,6 +55,7 @@ class TurnScore:
     seconds: float
     rejected: list[str]
     error: str | None = None
+    cached_tokens: int = 0  # of prompt_tokens: served from the provider's prompt cache
 
 
 @dataclass
@@ -138,6 +139,7 @@ def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -
     return TurnScore(
         user, expected, result.state, result.state == expected, not first, result.llm_calls,
         result.usage.prompt_tokens, result.usage.completion_tokens, seconds, [r.kind for r in result.rejected],
+        cached_tokens=result.usage.cached_tokens,
     )  # fmt: skip
 
 
@@ -158,6 +160,7 @@ def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
         "first_valid_rate": sum(t.first_valid for t in turns) / count,
         "calls_per_turn": sum(t.calls for t in turns) / count,
         "prompt_tokens_per_turn": sum(t.prompt_tokens for t in turns) / count,
+        "cached_tokens_per_turn": sum(t.cached_tokens for t in turns) / count,
         "completion_tokens_per_turn": sum(t.completion_tokens for t in turns) / count,
         "seconds_per_turn": sum(t.seconds for t in turns) / count,
         "errors": sum(t.error is not None for t in turns),
