@@ -41,6 +41,8 @@ def js_number_str(value: float) -> str:
 
 def to_number(value: object) -> Number | None:
     """A number, a numeric string converted, else None (booleans are not numbers)."""
+    if type(value) is int or type(value) is float:  # the common case first (bool is a type of its own)
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):

@@ -125,7 +125,10 @@ def evaluate(rule: object, data: Mapping[str, object] | None) -> object:
     return compile_rule(rule)(data)
 
 
-def compile_rule(rule: object) -> Callable[[Mapping[str, object] | None], object]:
+Rule = Callable[[Mapping[str, Any] | None], object]  # a rule compiled by compile_rule: data -> result
+
+
+def compile_rule(rule: object) -> Rule:
     """``rule`` as a function of the data: ``compile_rule(rule)(data) == evaluate(rule, data)``, raising
     as it does. The rule is read once; keep the function to evaluate the same rule often (a definition's
     conditions on every reply). A malformed part raises only when it is evaluated, as with ``evaluate``."""
@@ -218,6 +221,11 @@ def _compile(rule: object, depth: int) -> Run:
     if op in _LAZY_OPS:
         return _LAZY_OPS[op](parts)
     run = _OPS[op]
+    if op == "var" and args and isinstance(args[0], str) and args[0]:
+        # the commonest node, a literal path: split once here rather than on every evaluation
+        path, default = args[0].split("."), _arg(args, 1)
+        if not isinstance(default, (list, tuple, Mapping)):
+            return lambda data: default if (found := _walk(data, path)) is _ABSENT else found
     if not any(isinstance(arg, (list, tuple, Mapping)) for arg in args):
         constant = list(args)  # no operator writes to or returns its argument list: it can be shared
         return lambda data: run(constant, data)
@@ -271,8 +279,13 @@ def _lookup(data: object, path: object) -> object:
     """The value at a dotted ``path`` (list indices allowed), or ``_ABSENT``."""
     if path is None or path == "":
         return data
+    return _walk(data, (path if type(path) is str else js_str(path)).split("."))
+
+
+def _walk(data: object, parts: list[str]) -> object:
+    """The value at the path split into ``parts``, or ``_ABSENT``."""
     current = data
-    for part in (path if type(path) is str else js_str(path)).split("."):
+    for part in parts:
         if type(current) is dict or isinstance(current, Mapping):
             current = current.get(part, _ABSENT)
         # isascii: str.isdigit() is true of digits such as "²" too, which int() refuses
