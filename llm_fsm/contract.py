@@ -363,11 +363,14 @@ def _depth(value: Any) -> int:
     deepest, todo = 0, [(value, 1)]
     while todo:
         item, level = todo.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
+        # only containers are queued (a reply is mostly strings): exact types first, as JSON gives them
+        if type(item) is dict or type(item) is list or isinstance(item, (dict, list)):
+            if level > deepest:
+                deepest = level
             if level > MAX_NESTING:
                 return level
-            todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+            children = item.values() if isinstance(item, dict) else item
+            todo.extend([(child, level + 1) for child in children if isinstance(child, (dict, list))])
     return deepest
 
 
