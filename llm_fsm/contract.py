@@ -87,7 +87,10 @@ def parse_reply(text: str) -> Reply:
     data, repaired = _extract_object(text, exact=True)
     # before the recursive walks below (the text cleaning, pydantic): deep nesting is refused in words,
     # not met as a RecursionError
-    if _depth(data) > MAX_NESTING:
+    # a reply read as it is holds at most as many objects and lists as its text has brackets: only one with
+    # more can nest too deeply, so the walk is skipped for the usual short reply
+    brackets = text.count("{") + text.count("[")
+    if (repaired or brackets > MAX_NESTING) and _depth(data) > MAX_NESTING:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     if problem := _misshapen(data):
         raise ReplyFormatError(problem)

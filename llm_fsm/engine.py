@@ -301,7 +301,8 @@ def record(
 ) -> dict[str, Origin]:
     """New provenance: ``keys`` set by ``by`` on ``turn``; ``deleted`` keys forgotten."""
     result = {k: v for k, v in provenance.items() if k not in deleted}
-    result.update({key: Origin(by=by, turn=turn) for key in keys})
+    origin = Origin(by=by, turn=turn)  # one for all the keys: it is frozen
+    result.update({key: origin for key in keys})
     return result
 
 

@@ -30,7 +30,6 @@ Deliberate differences from json-logic-js:
 from __future__ import annotations
 
 import difflib
-import itertools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -306,8 +305,11 @@ def _chain(test: Callable[[Any, Any], bool], limit: int) -> Op:
     """Compare neighbours among the first ``limit`` arguments (3 gives the "between" form)."""
 
     def op(args: list[object], data: object) -> bool:
-        used = args[:limit]
-        return len(used) >= 2 and all(compare(a, b, test) for a, b in itertools.pairwise(used))
+        # written out (limit is 2 or 3): conditions compare on every reply
+        count = min(len(args), limit)
+        if count < 2 or not compare(args[0], args[1], test):
+            return False
+        return count == 2 or compare(args[1], args[2], test)
 
     return op
 
@@ -320,11 +322,14 @@ def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
     """An arithmetic operator: None if any argument is not a number or the result is not one."""
 
     def op(args: list[object], data: object) -> Number | None:
-        numbers = [to_number(arg) for arg in args]
-        if any(number is None for number in numbers):
-            return None
+        numbers: list[Number] = []
+        for arg in args:
+            number = to_number(arg)
+            if number is None:
+                return None
+            numbers.append(number)
         try:
-            return tidy(fn(numbers))  # type: ignore[arg-type]  # no None left: refused just above
+            return tidy(fn(numbers))
         except (ArithmeticError, ValueError, IndexError):
             return None
 
