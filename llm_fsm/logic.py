@@ -228,6 +228,12 @@ def _compile(rule: object, depth: int) -> Run:
     if not any(isinstance(arg, (list, tuple, Mapping)) for arg in args):
         constant = list(args)  # no operator writes to or returns its argument list: it can be shared
         return lambda data: run(constant, data)
+    if len(parts) == 1:  # one and two arguments are most nodes: no list comprehension to call
+        (only,) = parts
+        return lambda data: run([only(data)], data)
+    if len(parts) == 2:
+        first, second = parts
+        return lambda data: run([first(data), second(data)], data)
     return lambda data: run([part(data) for part in parts], data)
 
 
@@ -272,6 +278,13 @@ def _unknown_message(op: object) -> str:
 
 def _arg(args: list[object], index: int) -> object:
     return args[index] if len(args) > index else None
+
+
+def _two(args: list[object]) -> tuple[object, object]:
+    """The first two arguments, None for those absent (as :func:`_arg` reads them)."""
+    if len(args) >= 2:
+        return args[0], args[1]
+    return (args[0] if args else None), None
 
 
 def _lookup(data: object, path: object) -> object:
@@ -445,10 +458,10 @@ _OPS: dict[str, Op] = {
     "missing": _op_missing,
     "missing_some": _op_missing_some,
     "has_context": _op_has_context,
-    "==": lambda args, data: loose_equal(_arg(args, 0), _arg(args, 1)),
-    "!=": lambda args, data: not loose_equal(_arg(args, 0), _arg(args, 1)),
-    "===": lambda args, data: strict_equal(_arg(args, 0), _arg(args, 1)),
-    "!==": lambda args, data: not strict_equal(_arg(args, 0), _arg(args, 1)),
+    "==": lambda args, data: loose_equal(*_two(args)),
+    "!=": lambda args, data: not loose_equal(*_two(args)),
+    "===": lambda args, data: strict_equal(*_two(args)),
+    "!==": lambda args, data: not strict_equal(*_two(args)),
     # only < and <= take the three-argument "between" form, as in json-logic-js
     "<": _chain(operator.lt, 3),
     "<=": _chain(operator.le, 3),
