@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -334,9 +334,11 @@ class FSMDefinition(_Frozen):
     def derived(self, kind: str, state_id: str, compute: Callable[[State], T]) -> T:
         """``compute(state)``, computed once per definition, state and ``kind`` (the definition is immutable)."""
         key = (kind, state_id)
-        if key not in self._derived:
-            self._derived[key] = compute(self.states[state_id])
-        return cast(T, self._derived[key])
+        try:  # asked several times per turn: one lookup when it is known
+            found: T = self._derived[key]
+        except KeyError:
+            found = self._derived[key] = compute(self.states[state_id])
+        return found
 
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
