@@ -203,9 +203,11 @@ def measure(rounds: int, conversations: int, trees: dict[str, Path]) -> dict[str
         job.write_text(json.dumps(spec))
         me = str(Path(__file__).resolve())
         clean = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+        # litellm's price list from the wheel: no network fetch (with retries) as each process starts
+        clean["LITELLM_LOCAL_MODEL_COST_MAP"] = "True"
         sides = {"peer": ([str(peer_python), me, "--worker", "peer", str(job)], clean)}
         for name, tree in trees.items():
-            env = {**clean, "PYTHONPATH": str(tree), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
+            env = {**clean, "PYTHONPATH": str(tree)}
             sides[name] = ([sys.executable, me, "--worker", "ours", str(job)], env)
         for r in range(rounds):
             order = list(sides) if r % 2 == 0 else list(reversed(sides))
