@@ -1,6 +1,6 @@
 """Runtime overhead per turn against the peer, llm-fsm 0.1.1, on the same definition and the same replies.
 
-    python benchmarks/bench_peer.py [--rounds 5] [--conversations 150] [--old /tmp/old-tree]
+    python benchmarks/bench_peer.py [--rounds 6] [--conversations 200] [--old /tmp/old-tree] [--tree name=/path ...]
 
 The peer (NikolasMarkou's llm-fsm, GPL) is only run, never copied: this script makes a virtualenv of its
 own (``~/.cache/llm-fsm/peer-venv``, or ``$LLM_FSM_PEER_VENV``), installs ``llm-fsm==0.1.1`` into it once,
@@ -249,11 +249,13 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--conversations", type=int, default=200, help="per round and side")
     parser.add_argument("--old", type=Path, help="another checkout of ours to measure in the same run")
+    parser.add_argument("--tree", action="append", default=[], metavar="NAME=PATH", help="more checkouts, named")
     args = parser.parse_args()
     if args.worker:
         worker(*args.worker)
         return
     trees = {"ours": ROOT, **({"old": args.old.resolve()} if args.old else {})}
+    trees.update({name: Path(path).resolve() for name, _, path in (t.partition("=") for t in args.tree)})
     times = measure(args.rounds, args.conversations, trees)
     peer = statistics.median(times["peer"])
     for name, values in times.items():
