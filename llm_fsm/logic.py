@@ -220,7 +220,8 @@ def _compile(rule: object, depth: int) -> Run:
     if op in _LAZY_OPS:
         return _LAZY_OPS[op](parts)
     run = _OPS[op]
-    if op == "var" and args and isinstance(args[0], str) and args[0]:
+    # (not with a third argument: evaluated, though unused, it could raise; the general form below does it)
+    if op == "var" and 1 <= len(args) <= 2 and isinstance(args[0], str) and args[0]:
         # the commonest node, a literal path: split once here rather than on every evaluation
         path, default = args[0].split("."), _arg(args, 1)
         if not isinstance(default, (list, tuple, Mapping)):
