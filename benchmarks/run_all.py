@@ -25,6 +25,7 @@ from benchmarks import (  # noqa: E402
     bench_async,
     bench_contention,
     bench_prefix,
+    bench_peer,
     bench_startup,
     bench_store,
     bench_tools,
@@ -211,6 +212,7 @@ def main() -> None:
         lambda: bench_validate.section(1 if quick else 3),
         lambda: bench_tools.section(100 if quick else 300),
         lambda: bench_prefix.section(quick),
+        lambda: bench_peer.section(quick),
     ]
     for section in sections:
         part = section()

@@ -87,7 +87,10 @@ def parse_reply(text: str) -> Reply:
     data, repaired = _extract_object(text, exact=True)
     # before the recursive walks below (the text cleaning, pydantic): deep nesting is refused in words,
     # not met as a RecursionError
-    if _depth(data) > MAX_NESTING:
+    # a reply read as it is holds at most as many objects and lists as its text has brackets: only one with
+    # more can nest too deeply, so the walk is skipped for the usual short reply
+    brackets = text.count("{") + text.count("[")
+    if (repaired or brackets > MAX_NESTING) and _depth(data) > MAX_NESTING:
         raise ReplyFormatError(f"the reply nests objects or lists more than {MAX_NESTING} levels deep")
     if problem := _misshapen(data):
         raise ReplyFormatError(problem)
@@ -363,11 +366,14 @@ def _depth(value: Any) -> int:
     deepest, todo = 0, [(value, 1)]
     while todo:
         item, level = todo.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, level)
+        # only containers are queued (a reply is mostly strings): exact types first, as JSON gives them
+        if type(item) is dict or type(item) is list or isinstance(item, (dict, list)):
+            if level > deepest:
+                deepest = level
             if level > MAX_NESTING:
                 return level
-            todo.extend((child, level + 1) for child in (item.values() if isinstance(item, dict) else item))
+            children = item.values() if isinstance(item, dict) else item
+            todo.extend([(child, level + 1) for child in children if isinstance(child, (dict, list))])
     return deepest
 
 

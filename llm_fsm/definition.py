@@ -14,7 +14,7 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from functools import cached_property
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
@@ -199,7 +199,10 @@ class FSMDefinition(_Frozen):
     def global_moves(self, state_id: str) -> tuple[GlobalTransition, ...]:
         """The global transitions that apply in ``state_id``: none in a terminal state; else each one
         whose ``except_states`` and target are not this state."""
-        return tuple(self.global_transitions[j] for j in self.global_indices(state_id))
+        # cached like the indices: the turn asks for them several times per reply
+        return self.derived(
+            "global_moves", state_id, lambda _: tuple(self.global_transitions[j] for j in self.global_indices(state_id))
+        )
 
     def global_indices(self, state_id: str) -> tuple[int, ...]:
         """The positions in ``global_transitions`` of those that apply in ``state_id`` (see :meth:`global_moves`)."""
@@ -236,7 +239,11 @@ class FSMDefinition(_Frozen):
 
     def returns(self, state_id: str) -> bool:
         """Whether ``state_id`` has a ``"$return"`` move (its own or a global one)."""
-        return any(t.target_state == RETURN for t in (*self.states[state_id].transitions, *self.global_moves(state_id)))
+
+        def compute(state: State) -> bool:
+            return any(t.target_state == RETURN for t in (*state.transitions, *self.global_moves(state_id)))
+
+        return self.derived("returns", state_id, compute)  # asked on every reply (see return_target)
 
     @cached_property
     def outline(self) -> dict[str, str]:
@@ -327,9 +334,11 @@ class FSMDefinition(_Frozen):
     def derived(self, kind: str, state_id: str, compute: Callable[[State], T]) -> T:
         """``compute(state)``, computed once per definition, state and ``kind`` (the definition is immutable)."""
         key = (kind, state_id)
-        if key not in self._derived:
-            self._derived[key] = compute(self.states[state_id])
-        return cast(T, self._derived[key])
+        try:  # asked several times per turn: one lookup when it is known
+            found: T = self._derived[key]
+        except KeyError:
+            found = self._derived[key] = compute(self.states[state_id])
+        return found
 
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -5,7 +5,8 @@ and MCP servers, sub-conversations, example lines; and the frozen base model the
 from __future__ import annotations
 
 import json
-from functools import cache
+from collections.abc import Callable, Mapping
+from functools import cache, cached_property
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
@@ -42,6 +43,14 @@ class Condition(_Frozen):
         (), description="Keys that must be present and non-empty in the context."
     )
     logic: JSONLogic | None = Field(None, description="A JsonLogic rule evaluated on the context.")
+
+    @cached_property
+    def holds_on(self) -> Callable[[Mapping[str, object] | None], object]:
+        """``logic`` compiled once (see :func:`llm_fsm.logic.compile_rule`): conditions are evaluated on
+        every reply, and the model is frozen, so its rule is read only the first time."""
+        from llm_fsm.logic import compile_rule  # the evaluator, only where conditions are evaluated
+
+        return compile_rule(self.logic)
 
 
 class Transition(_Frozen):

@@ -301,7 +301,8 @@ def record(
 ) -> dict[str, Origin]:
     """New provenance: ``keys`` set by ``by`` on ``turn``; ``deleted`` keys forgotten."""
     result = {k: v for k, v in provenance.items() if k not in deleted}
-    result.update({key: Origin(by=by, turn=turn) for key in keys})
+    origin = Origin(by=by, turn=turn)  # one for all the keys: it is frozen
+    result.update({key: origin for key in keys})
     return result
 
 
@@ -376,17 +377,14 @@ def _condition_failure(condition: Condition, context: dict[str, Any]) -> str | N
     if condition.logic is None:
         return None
     try:
-        holds = logic.truthy(logic.evaluate(condition.logic, context))
+        holds = logic.truthy(condition.holds_on(context))
     except LogicError as exc:
         return f"could not be evaluated: {exc}"
     return None if holds else "does not hold on the current context"
 
 
 def _has(context: dict[str, Any], key: str) -> bool:
-    try:
-        return logic.truthy(logic.evaluate({"has_context": key}, context))
-    except LogicError:  # a blank or malformed key name is never present
-        return False
+    return logic.has_key(context, key)
 
 
 def commit(

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 Number = int | float
+_SCALARS = (str, int, float, bool)  # the types compared as they are when both sides have the same one
 _NUMERIC = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
@@ -41,6 +42,8 @@ def js_number_str(value: float) -> str:
 
 def to_number(value: object) -> Number | None:
     """A number, a numeric string converted, else None (booleans are not numbers)."""
+    if type(value) is int or type(value) is float:  # the common case first (bool is a type of its own)
+        return value
     if isinstance(value, bool):
         return None
     if isinstance(value, (int, float)):
@@ -75,6 +78,8 @@ def strict_equal(a: object, b: object) -> bool:
 
 def loose_equal(a: object, b: object) -> bool:
     """JavaScript ``==`` for JSON values (containers compare by content)."""
+    if type(a) is type(b) and type(a) in _SCALARS:  # the common case: two strings, two numbers, two booleans
+        return a == b
     if a is None or b is None:
         return a is None and b is None
     a, b = unbool(a), unbool(b)

@@ -30,7 +30,6 @@ Deliberate differences from json-logic-js:
 from __future__ import annotations
 
 import difflib
-import itertools
 import math
 import operator
 from collections.abc import Callable, Mapping, Sequence
@@ -83,7 +82,8 @@ ALLOWED_OPERATORS: frozenset[str] = frozenset(
 MAX_DEPTH = 32
 
 Op = Callable[[list[object], object], object]  # (evaluated arguments, data) -> result
-LazyOp = Callable[[list[object], object, int], object]  # (raw arguments, data, depth) -> result
+Run = Callable[[object], object]  # a compiled rule: data -> result
+LazyOp = Callable[[list[Run]], Run]  # (compiled arguments) -> the compiled operation
 
 _ABSENT = object()
 # (min, max) argument counts; operators not listed take any number.
@@ -121,14 +121,45 @@ _ARITY: dict[str, tuple[int, int | None]] = {
 
 def evaluate(rule: object, data: Mapping[str, object] | None) -> object:
     """Evaluate ``rule`` against ``data``. Raises :class:`LogicError`, and nothing else."""
+    return compile_rule(rule)(data)
+
+
+Rule = Callable[[Mapping[str, Any] | None], object]  # a rule compiled by compile_rule: data -> result
+
+
+def compile_rule(rule: object) -> Rule:
+    """``rule`` as a function of the data: ``compile_rule(rule)(data) == evaluate(rule, data)``, raising
+    as it does. The rule is read once; keep the function to evaluate the same rule often (a definition's
+    conditions on every reply). A malformed part raises only when it is evaluated, as with ``evaluate``."""
     try:
-        return _eval(rule, data, 1)
-    except LogicError:
-        raise
-    except RecursionError as exc:
-        raise LogicError("rule or data nests too deeply to evaluate") from exc
-    except Exception as exc:  # any other failure is a malformed rule or unusable data
-        raise LogicError(f"cannot evaluate rule: {type(exc).__name__}: {exc}") from exc
+        run = _compile(rule, 1)
+    except Exception as exc:  # a rule that cannot even be read fails when evaluated, like any other
+        run = _fail(_logic_error(exc))
+
+    def evaluate_rule(data: Mapping[str, object] | None) -> object:
+        try:
+            return run(data)
+        except LogicError:
+            raise
+        except Exception as exc:
+            raise _logic_error(exc) from exc
+
+    return evaluate_rule
+
+
+def _logic_error(exc: Exception) -> LogicError:
+    if isinstance(exc, LogicError):
+        return exc
+    if isinstance(exc, RecursionError):
+        return LogicError("rule or data nests too deeply to evaluate")
+    # any other failure is a malformed rule or unusable data
+    return LogicError(f"cannot evaluate rule: {type(exc).__name__}: {exc}")
+
+
+def has_key(data: Mapping[str, object], key: object) -> bool:
+    """``{"has_context": key}`` on ``data`` without building the rule; a blank or malformed key name is
+    never present (False, where the rule raises)."""
+    return isinstance(key, str) and bool(key) and _present(_lookup(data, key))
 
 
 def truthy(value: object) -> bool:
@@ -165,18 +196,53 @@ def keys_read(rule: object) -> set[str]:
 # ---------------------------------------------------------------- evaluation
 
 
-def _eval(rule: object, data: object, depth: int) -> object:
+def _compile(rule: object, depth: int) -> Run:
+    """The closure that evaluates ``rule`` at ``depth``: the rule's shape is read here once, so that
+    evaluating it again only calls the operators (a definition's conditions run on every reply)."""
     if isinstance(rule, (list, tuple)):
-        _check_depth(depth)
-        return [_eval(item, data, depth + 1) for item in rule]
+        if depth > MAX_DEPTH:
+            return _fail(LogicError(f"rule nests deeper than {MAX_DEPTH} levels"))
+        if not any(isinstance(item, (list, tuple, Mapping)) for item in rule):
+            items = list(rule)  # literals only: a fresh copy each time, as the caller may keep it
+            return lambda data: list(items)
+        parts = [_compile(item, depth + 1) for item in rule]
+        return lambda data: [part(data) for part in parts]
     if not isinstance(rule, Mapping) or not rule:
-        return rule
-    _check_depth(depth)
-    op, args = _split(rule)
+        return lambda data: rule
+    if depth > MAX_DEPTH:
+        return _fail(LogicError(f"rule nests deeper than {MAX_DEPTH} levels"))
+    try:
+        op, args = _split(rule)
+    except LogicError as exc:  # raised when evaluated: a branch never taken cannot fail
+        return _fail(exc)
+    parts = [_compile(arg, depth + 1) for arg in args]
     # and/or/if evaluate their own arguments: a branch not taken is never evaluated, so it cannot fail
     if op in _LAZY_OPS:
-        return _LAZY_OPS[op](args, data, depth + 1)
-    return _OPS[op]([_eval(arg, data, depth + 1) for arg in args], data)
+        return _LAZY_OPS[op](parts)
+    run = _OPS[op]
+    # (not with a third argument: evaluated, though unused, it could raise; the general form below does it)
+    if op == "var" and 1 <= len(args) <= 2 and isinstance(args[0], str) and args[0]:
+        # the commonest node, a literal path: split once here rather than on every evaluation
+        path, default = args[0].split("."), _arg(args, 1)
+        if not isinstance(default, (list, tuple, Mapping)):
+            return lambda data: default if (found := _walk(data, path)) is _ABSENT else found
+    if not any(isinstance(arg, (list, tuple, Mapping)) for arg in args):
+        constant = list(args)  # no operator writes to or returns its argument list: it can be shared
+        return lambda data: run(constant, data)
+    if len(parts) == 1:  # one and two arguments are most nodes: no list comprehension to call
+        (only,) = parts
+        return lambda data: run([only(data)], data)
+    if len(parts) == 2:
+        first, second = parts
+        return lambda data: run([first(data), second(data)], data)
+    return lambda data: run([part(data) for part in parts], data)
+
+
+def _fail(error: LogicError) -> Run:
+    def fail(data: object) -> object:
+        raise LogicError(str(error))
+
+    return fail
 
 
 def _check_depth(depth: int) -> None:
@@ -194,6 +260,9 @@ def _split(rule: Mapping[object, object]) -> tuple[str, list[object]]:
 
 
 def _as_args(raw: object) -> list[object]:
+    # a list is passed as it is, not copied: no operator writes to its arguments
+    if type(raw) is list:
+        return raw
     return list(raw) if isinstance(raw, (list, tuple)) else [raw]
 
 
@@ -212,13 +281,25 @@ def _arg(args: list[object], index: int) -> object:
     return args[index] if len(args) > index else None
 
 
+def _two(args: list[object]) -> tuple[object, object]:
+    """The first two arguments, None for those absent (as :func:`_arg` reads them)."""
+    if len(args) >= 2:
+        return args[0], args[1]
+    return (args[0] if args else None), None
+
+
 def _lookup(data: object, path: object) -> object:
     """The value at a dotted ``path`` (list indices allowed), or ``_ABSENT``."""
     if path is None or path == "":
         return data
+    return _walk(data, (path if type(path) is str else js_str(path)).split("."))
+
+
+def _walk(data: object, parts: list[str]) -> object:
+    """The value at the path split into ``parts``, or ``_ABSENT``."""
     current = data
-    for part in js_str(path).split("."):
-        if isinstance(current, Mapping):
+    for part in parts:
+        if type(current) is dict or isinstance(current, Mapping):
             current = current.get(part, _ABSENT)
         # isascii: str.isdigit() is true of digits such as "²" too, which int() refuses
         elif isinstance(current, (list, tuple)) and part.isascii() and part.isdigit():
@@ -238,8 +319,11 @@ def _chain(test: Callable[[Any, Any], bool], limit: int) -> Op:
     """Compare neighbours among the first ``limit`` arguments (3 gives the "between" form)."""
 
     def op(args: list[object], data: object) -> bool:
-        used = args[:limit]
-        return len(used) >= 2 and all(compare(a, b, test) for a, b in itertools.pairwise(used))
+        # written out (limit is 2 or 3): conditions compare on every reply
+        count = min(len(args), limit)
+        if count < 2 or not compare(args[0], args[1], test):
+            return False
+        return count == 2 or compare(args[1], args[2], test)
 
     return op
 
@@ -252,11 +336,14 @@ def _numeric(fn: Callable[[list[Number]], Number | None]) -> Op:
     """An arithmetic operator: None if any argument is not a number or the result is not one."""
 
     def op(args: list[object], data: object) -> Number | None:
-        numbers = [to_number(arg) for arg in args]
-        if any(number is None for number in numbers):
-            return None
+        numbers: list[Number] = []
+        for arg in args:
+            number = to_number(arg)
+            if number is None:
+                return None
+            numbers.append(number)
         try:
-            return tidy(fn(numbers))  # type: ignore[arg-type]  # no None left: refused just above
+            return tidy(fn(numbers))
         except (ArithmeticError, ValueError, IndexError):
             return None
 
@@ -335,23 +422,29 @@ def _op_context_length(args: list[object], data: object) -> int:
 def _deciding(stop_on: bool) -> LazyOp:
     """``and`` (stop on the first falsy value) or ``or`` (the first truthy); else the last."""
 
-    def op(args: list[object], data: object, depth: int) -> object:
-        value: object = None
-        for arg in args:
-            value = _eval(arg, data, depth)
-            if truthy(value) is stop_on:
-                return value
-        return value
+    def build(parts: list[Run]) -> Run:
+        def op(data: object) -> object:
+            value: object = None
+            for part in parts:
+                value = part(data)
+                if truthy(value) is stop_on:
+                    return value
+            return value
+
+        return op
+
+    return build
+
+
+def _op_if(parts: list[Run]) -> Run:
+    def op(data: object) -> object:
+        for i in range(0, len(parts) - 1, 2):
+            if truthy(parts[i](data)):
+                return parts[i + 1](data)
+        # an odd count ends with the else branch; an even one has none, and gives None
+        return parts[-1](data) if len(parts) % 2 else None
 
     return op
-
-
-def _op_if(args: list[object], data: object, depth: int) -> object:
-    for i in range(0, len(args) - 1, 2):
-        if truthy(_eval(args[i], data, depth)):
-            return _eval(args[i + 1], data, depth)
-    # an odd count ends with the else branch; an even one has none, and gives None
-    return _eval(args[-1], data, depth) if len(args) % 2 else None
 
 
 _LAZY_OPS: dict[str, LazyOp] = {
@@ -366,10 +459,10 @@ _OPS: dict[str, Op] = {
     "missing": _op_missing,
     "missing_some": _op_missing_some,
     "has_context": _op_has_context,
-    "==": lambda args, data: loose_equal(_arg(args, 0), _arg(args, 1)),
-    "!=": lambda args, data: not loose_equal(_arg(args, 0), _arg(args, 1)),
-    "===": lambda args, data: strict_equal(_arg(args, 0), _arg(args, 1)),
-    "!==": lambda args, data: not strict_equal(_arg(args, 0), _arg(args, 1)),
+    "==": lambda args, data: loose_equal(*_two(args)),
+    "!=": lambda args, data: not loose_equal(*_two(args)),
+    "===": lambda args, data: strict_equal(*_two(args)),
+    "!==": lambda args, data: not strict_equal(*_two(args)),
     # only < and <= take the three-argument "between" form, as in json-logic-js
     "<": _chain(operator.lt, 3),
     "<=": _chain(operator.le, 3),

@@ -7,7 +7,6 @@ not made); raised after it, in the new state.
 
 from __future__ import annotations
 
-import copy
 import time
 from collections.abc import Generator
 from typing import Any
@@ -19,7 +18,7 @@ from llm_fsm.hooks import Break, new_token, now
 from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Step, Steps, TurnResult
 from llm_fsm.turn_state import Working
-from llm_fsm.values import as_json_data, clean_text
+from llm_fsm.values import as_json_data, clean_text, copied
 
 DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
 
@@ -137,7 +136,7 @@ def finish(
         latency=time.perf_counter() - work.started,
         ended=snapshot.status == "ended",
         # a copy: a caller that changes the result's context does not change the committed snapshot
-        context=copy.deepcopy(snapshot.context),
+        context=copied(snapshot.context),
         status=snapshot.status,
         pending=pending,
         tool_calls=tuple(work.tool_runs),

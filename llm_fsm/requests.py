@@ -97,7 +97,9 @@ def preview(work: Working) -> Preview | None:
     before the commit may pause the turn (the move is then not made).
     """
     state = work.definition.states[work.base.state]
-    if state.checks or may_run(work.hooks, BEFORE_COMMIT, state.id, frozenset(state.handlers)):
+    if state.checks or (
+        work.hooks.handlers and may_run(work.hooks, BEFORE_COMMIT, state.id, frozenset(state.handlers))
+    ):
         return None
     definition, base, context = work.definition, work.base, work.context  # replaced, never mutated
 

@@ -69,14 +69,29 @@ def looks_like_card(value: str) -> bool:
 
 def mask(value: Any, extra: Iterable[str] = ()) -> Any:
     """A copy of ``value`` (a context or part of one) with secret values replaced by ``[masked]``."""
-    patterns = tuple(extra)
+    return _mask(value, tuple(extra))
+
+
+def _mask(value: Any, patterns: tuple[str, ...]) -> Any:
+    # every prompt masks the whole context: numbers, booleans, None and text that cannot be a card number
+    # (a card starts with a digit) are kept without a call
     if isinstance(value, dict):
-        return {k: MASK if _is_secret_key(str(k), patterns) else mask(v, patterns) for k, v in value.items()}
+        return {k: MASK if _is_secret_key(str(k), patterns) else _masked_item(v, patterns) for k, v in value.items()}
     if isinstance(value, list):
-        return [mask(v, patterns) for v in value]
+        return [_masked_item(v, patterns) for v in value]
     if isinstance(value, str) and looks_like_card(value):
         return MASK
     return value
+
+
+def _masked_item(value: Any, patterns: tuple[str, ...]) -> Any:
+    kind = type(value)
+    if kind in _KEPT or (kind is str and not value[:1].isdigit()):  # isdigit holds for every digit \d matches
+        return value
+    return _mask(value, patterns)
+
+
+_KEPT = frozenset({int, float, bool, type(None)})
 
 
 # key=value, key: value, "key": "value" in free text (an exception's message): the key as a word

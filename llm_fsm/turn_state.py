@@ -11,6 +11,7 @@ from __future__ import annotations
 import time
 from collections import Counter
 from collections.abc import Collection, Mapping
+from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.definition import FSMDefinition
@@ -69,7 +70,6 @@ class Working:
         self.messages: list[dict[str, Any]] = []
         self.tool_runs: list[ToolRun] = []
         self.rounds = 0  # rounds of tool calls made in this turn
-        self.keyed: Counter[str] = Counter()  # calls of each tool given an idempotency key in this turn
         self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._snapshot: Snapshot | None = None
         # the index commit() will give this turn: the opening is turn 0, a resume counts as a turn of its own
@@ -78,6 +78,12 @@ class Working:
         # states that leave this level for a level below it (llm_fsm.subflows.stack): reached without
         # this level's handlers or summaries, since the level is dropped at once
         self.exits: frozenset[str] = frozenset()
+
+    @cached_property
+    def keyed(self) -> Counter[str]:
+        """Calls of each tool given an idempotency key in this turn (made when a tool first asks: a turn
+        without tools pays nothing for it)."""
+        return Counter()
 
     @property
     def opening(self) -> bool:

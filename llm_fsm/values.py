@@ -24,6 +24,7 @@ is refused with a :class:`ContextValueError` that names the key and what was fou
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import datetime
 import decimal
@@ -107,6 +108,20 @@ def clean_text(text: str) -> str:
     if not _SURROGATE.search(text):
         return text
     return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+
+
+def copied(value: Any) -> Any:
+    """A deep copy of JSON data (a context), several times quicker than ``copy.deepcopy`` on it: dicts
+    and lists are rebuilt, strings, numbers, booleans and None shared (immutable); anything else, which
+    JSON data does not hold, goes through ``copy.deepcopy``."""
+    kind = type(value)
+    if kind is dict:
+        return {key: copied(item) for key, item in value.items()}
+    if kind is list:
+        return [copied(item) for item in value]
+    if kind is str or kind is int or kind is float or kind is bool or value is None:
+        return value
+    return copy.deepcopy(value)
 
 
 def derived_uid(*parts: object) -> str:

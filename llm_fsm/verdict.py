@@ -51,7 +51,7 @@ def verdict(
     # a key the model may not write is dropped and reported, but is no reason to ask again
     # a refused memory update (above) is reported too, but is no reason to ask again either
     problems = tuple(r for r in decision.rejected if r.kind != "context_key")
-    if problems:
+    if problems or not work.definition.states[work.base.state].checks:  # most states have no checks: no run
         return decision, reply, problems
     failures = yield from run_checks(work, decision, reply.message)
     work.rejected.extend(failures)

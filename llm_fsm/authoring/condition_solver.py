@@ -19,6 +19,7 @@ from llm_fsm.authoring.requirements import condition_parts
 from llm_fsm.definition import Condition, Transition
 from llm_fsm.engine import merge, unmet_condition
 from llm_fsm.errors import LogicError
+from llm_fsm.logic import Rule
 
 Score = Callable[[dict[str, object]], int]  # candidate assignment -> number of condition parts that hold
 _MISSING = object()  # the key is absent from the context
@@ -59,7 +60,8 @@ def find_witness(
     parts that hold (required keys and conjuncts), then by seeded random sampling. A returned context
     is a real witness (the engine's own condition check accepts it); None only means none was found.
     """
-    parts = [part for t in transitions for c in t.conditions for part in _parts(c)]
+    # compiled once: the search evaluates the same parts and expressions on every candidate context
+    parts = [logic.compile_rule(part) for t in transitions for c in t.conditions for part in _parts(c)]
     keys = sorted({key for t in transitions for c in t.conditions for key in condition_keys(c)})
     rules: list[object] = [c.logic for t in transitions for c in t.conditions]
     options = {key: _unique([*(prefer or {}).get(key, ()), *_candidates(key, rules)]) for key in keys}
@@ -71,9 +73,11 @@ def find_witness(
         }
         accept = _and_matches(schema, accept)
 
+    pinned = [(var, logic.compile_rule(expression)) for rule in rules for var, expression in _equalities(rule)]
+
     def build(choice: dict[str, object]) -> dict[str, Any]:
         context = merge(dict(base), _context(choice)) if base else _context(choice)
-        return _solve_equalities(rules, context, set(keys))
+        return _solve_equalities(pinned, context, set(keys))
 
     def score(choice: dict[str, object]) -> int:
         context = build(choice)
@@ -133,17 +137,18 @@ def _and_matches(
     return matches
 
 
-def _solve_equalities(rules: list[object], context: dict[str, Any], free: set[str]) -> dict[str, Any]:
-    """Give computed keys their computed value: for ``x == expr`` (or ``lo <= x - expr <= hi``) where
-    ``x`` is free and ``expr`` evaluates on the context, set ``x`` to ``expr`` (a few rounds, since
-    one computed key may feed another)."""
+def _solve_equalities(pinned: list[tuple[str, Rule]], context: dict[str, Any], free: set[str]) -> dict[str, Any]:
+    """Give computed keys their computed value: for ``x == expr`` (or ``lo <= x - expr <= hi``, see
+    :func:`_equalities`; ``pinned`` holds each ``x`` with ``expr`` compiled) where ``x`` is free and
+    ``expr`` evaluates on the context, set ``x`` to ``expr`` (a few rounds, since one computed key may
+    feed another)."""
     for _ in range(3):
         changed = False
-        for var, expression in (pair for rule in rules for pair in _equalities(rule)):
+        for var, expression in pinned:
             if var not in free or "." in var:
                 continue
             try:
-                value = logic.evaluate(expression, context)
+                value = expression(context)
             except LogicError:
                 continue
             if value is not None and context.get(var) != value:
@@ -173,9 +178,9 @@ def _parts(condition: Condition) -> list[object]:
     return [part.rule for part in condition_parts(condition)]
 
 
-def _holds(rule: object, context: dict[str, Any]) -> bool:
+def _holds(rule: Rule, context: dict[str, Any]) -> bool:
     try:
-        return logic.truthy(logic.evaluate(rule, context))
+        return logic.truthy(rule(context))
     except LogicError:
         return False
 
