@@ -5,6 +5,11 @@
 For each command: the median wall time of several runs. For chat: the time until the banner is
 printed (the program is ready) and until the first prompt (after the opening message, which needs
 litellm and one model call to the local OpenAI-compatible test server).
+
+    python benchmarks/bench_startup.py --opening [--runs 9] [--old /tmp/old-tree]
+
+Chat's first prompt with a state's own opening (no model call) against a model-written one, and with
+``--old`` the checkout at OLD (before states had openings), the commands alternated round by round.
 """
 
 from __future__ import annotations
@@ -43,11 +48,18 @@ def timed(args: list[str], runs: int) -> float:
 
 
 def chat_times(server: FakeOpenAI, runs: int) -> tuple[float, float]:
-    definition = ROOT / "fsm_definitions" / "small_talk.json"
-    first = json.loads((ROOT / "fsm_definitions" / "scripts" / "small_talk.json").read_text())["replies"][0]
+    """Banner and first prompt of a chat whose opening the model writes (see :func:`opening_times` for
+    one the definition writes)."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        return _chat_times(server, runs, model_written(Path(folder)))
+
+
+def _chat_times(server: FakeOpenAI, runs: int, definition: Path) -> tuple[float, float]:
     banners, prompts = [], []
     for _ in range(runs):
-        server.add(json.dumps(first))
+        server.add(json.dumps(OPENING_REPLY))
         args = [*llm_fsm(), "chat", str(definition), "-m", "openai/x", "--api-base", server.url, "--api-key", "k"]
         start = time.perf_counter()
         process = subprocess.Popen(args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=ENV, cwd=ROOT)
@@ -73,10 +85,112 @@ def chat_times(server: FakeOpenAI, runs: int) -> tuple[float, float]:
     return statistics.median(banners), statistics.median(prompts)
 
 
+# -- chat's first prompt, with a state's own opening and with one the model writes ---------------
+
+OPENING_REPLY = {  # what the local server answers for a model-written opening
+    "transition": {"target_state": "greeting", "context_update": {}},
+    "message": "Hi there, I'm Sunny! What should I call you?",
+    "reasoning": "Opening the conversation.",
+}
+
+
+def tree_command(tree: Path) -> tuple[list[str], dict[str, str]]:
+    """``llm-fsm`` from the checkout at ``tree`` (its code, whatever is installed), and its environment."""
+    return [sys.executable, str(tree / "cli.py")], ENV | {"PYTHONPATH": str(tree)}
+
+
+def model_written(folder: Path) -> Path:
+    """``small_talk.json`` without its state's own opening: the model writes it."""
+    data = json.loads((ROOT / "fsm_definitions" / "small_talk.json").read_text(encoding="utf-8"))
+    for state in data["states"].values():
+        state.pop("opening", None)
+    data.pop("$schema", None)
+    path = folder / "small_talk_model_opening.json"
+    path.write_text(json.dumps(data), encoding="utf-8")
+    return path
+
+
+def first_prompt(command: list[str], env: dict[str, str], definition: Path, server: FakeOpenAI, home: Path) -> float:
+    """Seconds from launching ``chat`` until its first ``you>`` prompt is written (the opening shown)."""
+    args = [*command, "chat", str(definition), "-m", "openai/x", "--api-base", server.url, "--api-key", "k"]
+    start = time.perf_counter()
+    process = subprocess.Popen(
+        args, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env | {"LLM_FSM_HOME": str(home)}, cwd=ROOT
+    )
+    assert process.stdout is not None
+    selector = selectors.DefaultSelector()
+    selector.register(process.stdout, selectors.EVENT_READ)
+    output, seen = b"", float("nan")
+    while time.perf_counter() - start < 60:
+        if selector.select(timeout=0.005):
+            chunk = os.read(process.stdout.fileno(), 65536)
+            if not chunk:
+                break
+            output += chunk
+            if b"you>" in output:
+                seen = time.perf_counter() - start
+                break
+    process.kill()
+    process.wait()
+    return seen
+
+
+def opening_times(runs: int, old: Path | None = None) -> dict[str, float]:
+    """Median seconds to chat's first prompt: this tree with the static opening and with a model-written
+    one (and ``old``'s tree, which can only have the model write it), the commands alternated per round."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        home = Path(folder)
+        written = model_written(home)
+        static = ROOT / "fsm_definitions" / "small_talk.json"
+        new = tree_command(ROOT)
+        cases = {"static opening": (*new, static), "model-written opening": (*new, written)}
+        if old is not None:
+            cases["before (01ff7f5): model-written opening"] = (*tree_command(old), static)
+        times: dict[str, list[float]] = {name: [] for name in cases}
+        server = FakeOpenAI().start()
+        server.default = json.dumps(OPENING_REPLY)  # the answer to every model-written opening
+        try:
+            first_prompt(*new, static, server, home)  # warm the disk cache and the store's folder
+            for _ in range(runs):
+                for name, (command, env, definition) in cases.items():
+                    times[name].append(first_prompt(command, env, definition, server, home))
+        finally:
+            server.stop()
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def section(quick: bool) -> list[str]:
+    """The RESULTS.md section: chat's first prompt with a static opening against a model-written one."""
+    runs = 3 if quick else 9
+    figures = opening_times(runs)
+    static, written = figures["static opening"], figures["model-written opening"]
+    return [
+        "## Chat's first prompt: a state's own opening against a model-written one",
+        "",
+        f"`llm-fsm chat fsm_definitions/small_talk.json` until its first `you>` prompt (median of {runs} runs, "
+        "alternated); the model-written opening is the same file without `opening`, answered by the local "
+        "OpenAI-compatible test server (litellm's import and one call). Target: < 0.5 s with a static opening.",
+        "",
+        "| opening | first prompt | / model-written |",
+        "|---|---|---|",
+        f"| static (`\"opening\"` on the initial state: no model call) | {static:.3f} s | {static / written:.2f} |",
+        f"| model-written | {written:.3f} s | 1.00 |",
+        "",
+    ]
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--opening", action="store_true", help="only chat's first prompt, static against model-written")
+    parser.add_argument("--old", type=Path, help="with --opening: also the checkout at OLD (alternated)")
     args = parser.parse_args()
+    if args.opening:
+        for name, value in opening_times(args.runs, args.old).items():
+            print(f"{name:<48} {value:.3f} s")
+        return
     rows = {
         "python -c pass": timed([sys.executable, "-c", "pass"], args.runs),
         'python -c "import litellm"': timed([sys.executable, "-c", "import litellm"], args.runs),
