@@ -24,7 +24,7 @@ if TYPE_CHECKING:
     from llm_fsm.engine import Snapshot
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-__all__ = ["compile_opening", "is_template", "missing_keys", "render_opening", "written_by_definition"]
+__all__ = ["compile_opening", "is_template", "keys_read", "missing_keys", "render_opening", "written_by_definition"]
 
 
 def is_template(text: str) -> bool:
@@ -93,3 +93,12 @@ def written_by_definition(definition: FSMDefinition, snapshot: Snapshot) -> bool
 
     talking, where = innermost(definition, snapshot)
     return talking.states[where.state].opening is not None
+
+
+def keys_read(text: str) -> set[str]:
+    """The top-level context keys ``text`` reads (none when it is no template)."""
+    if not is_template(text):
+        return set()
+    from jinja2 import meta
+
+    return set(meta.find_undeclared_variables(_environment().parse(text)))
