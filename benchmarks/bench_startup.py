@@ -175,7 +175,7 @@ def section(quick: bool) -> list[str]:
         "",
         "| opening | first prompt | / model-written |",
         "|---|---|---|",
-        f"| static (`\"opening\"` on the initial state: no model call) | {static:.3f} s | {static / written:.2f} |",
+        f'| static (`"opening"` on the initial state: no model call) | {static:.3f} s | {static / written:.2f} |',
         f"| model-written | {written:.3f} s | 1.00 |",
         "",
     ]

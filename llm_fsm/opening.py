@@ -19,10 +19,10 @@ from llm_fsm.errors import PromptError
 
 if TYPE_CHECKING:
     from jinja2 import Template
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     from llm_fsm.definition import FSMDefinition
     from llm_fsm.engine import Snapshot
-    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
 __all__ = ["compile_opening", "is_template", "keys_read", "missing_keys", "render_opening", "written_by_definition"]
 
