@@ -21,10 +21,7 @@ if TYPE_CHECKING:
     from jinja2 import Template
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from llm_fsm.definition import FSMDefinition
-    from llm_fsm.engine import Snapshot
-
-__all__ = ["compile_opening", "is_template", "keys_read", "missing_keys", "render_opening", "written_by_definition"]
+__all__ = ["compile_opening", "is_template", "keys_read", "missing_keys", "render_opening"]
 
 
 def is_template(text: str) -> bool:
@@ -84,15 +81,6 @@ def missing_keys(text: str, context: Mapping[str, Any]) -> str | None:
     except Exception:  # noqa: BLE001 (any other failure depends on the values a real context holds)
         return None
     return None
-
-
-def written_by_definition(definition: FSMDefinition, snapshot: Snapshot) -> bool:
-    """Whether the opening turn of a new conversation at ``snapshot`` makes no model call: the state it
-    opens in (the innermost sub-conversation's, when its initial state runs one) has its own opening."""
-    from llm_fsm.subflows.stack import innermost  # the running side: not imported with definitions
-
-    talking, where = innermost(definition, snapshot)
-    return talking.states[where.state].opening is not None
 
 
 def keys_read(text: str) -> set[str]:

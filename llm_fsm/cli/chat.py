@@ -127,10 +127,12 @@ class ChatSession:
     def opens_with_model(self) -> bool:
         """Whether :meth:`begin` makes a model call: a new conversation whose opening the definition does
         not write (a conversation continued shows where it stands, with no call)."""
-        from llm_fsm.opening import written_by_definition
+        from llm_fsm.subflows.stack import innermost
 
         current = self.conversation
-        return current.status == "new" and not written_by_definition(current.definition, current.snapshot())
+        # the state it opens in: the innermost sub-conversation's, when its initial state runs one
+        talking, where = innermost(current.definition, current.snapshot())
+        return current.status == "new" and talking.states[where.state].opening is None
 
     def opening(self) -> None:
         """The opening message; when it fails, the next message the user types tries it again first."""
