@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from functools import cache
 from typing import TYPE_CHECKING, Any
 
-from llm_fsm.errors import PromptError
+from llm_fsm.errors import OpeningError
 
 if TYPE_CHECKING:
     from jinja2 import Template
@@ -50,8 +50,8 @@ def compile_opening(text: str) -> Template:
 
 
 def render_opening(text: str, context: Mapping[str, Any], *, state: str) -> str:
-    """The opening ``text`` of ``state`` written over ``context``; :class:`PromptError` naming what is
-    missing (a key the context does not have) or what the sandbox refused."""
+    """The opening ``text`` of ``state`` written over ``context``; :class:`~llm_fsm.errors.OpeningError`
+    naming what is missing (a key the context does not have) or what the sandbox refused."""
     if not is_template(text):
         return text
     import jinja2
@@ -59,12 +59,12 @@ def render_opening(text: str, context: Mapping[str, Any], *, state: str) -> str:
     try:
         return compile_opening(text).render(dict(context))
     except jinja2.UndefinedError as exc:
-        raise PromptError(
+        raise OpeningError(
             f"state '{state}': its opening needs a value the context does not have: {exc.message} "
             "(pass it in the initial context, or give it a default: {{ key | default('...') }})"
         ) from None
     except jinja2.TemplateError as exc:  # a sandbox refusal, or a filter given the wrong kind of value
-        raise PromptError(f"state '{state}': its opening could not be written: {exc}") from None
+        raise OpeningError(f"state '{state}': its opening could not be written: {exc}") from None
 
 
 def missing_keys(text: str, context: Mapping[str, Any]) -> str | None:

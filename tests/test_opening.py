@@ -11,7 +11,7 @@ from typer.testing import CliRunner
 
 import llm_fsm
 from llm_fsm import Hooks
-from llm_fsm.errors import DefinitionError, LLMUnavailableError, PromptError
+from llm_fsm.errors import DefinitionError, LLMUnavailableError, OpeningError, PromptError
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import ROOT, SIGNUP, reply
 
@@ -87,7 +87,7 @@ def test_a_template_reads_the_initial_context_and_a_missing_key_is_an_error_nami
     greeted = llm_fsm.Conversation(definition, never(), context={"name": "Ann"})
     assert greeted.start().message == "Welcome back, Ann! Your plan: free."
     missing = llm_fsm.Conversation(definition, never())
-    with pytest.raises(PromptError, match=r"state 'ask_name'.*'name' is undefined"):
+    with pytest.raises(OpeningError, match=r"state 'ask_name'.*'name' is undefined"):
         missing.start()
     assert missing.status == "new" and missing.history == ()  # the failed turn changed nothing
     missing.update_context({"name": "Bo"})
@@ -96,7 +96,7 @@ def test_a_template_reads_the_initial_context_and_a_missing_key_is_an_error_nami
 
 def test_the_template_is_sandboxed_and_not_escaped():
     definition = llm_fsm.load(signup("{{ name.__class__ }}"))
-    with pytest.raises(PromptError, match="its opening could not be written"):
+    with pytest.raises(PromptError, match="its opening could not be written"):  # an OpeningError is one
         llm_fsm.Conversation(definition, never(), context={"name": "x"}).start()
     marked = llm_fsm.load(signup("Hi {{ name }} <3 & welcome"))
     assert llm_fsm.Conversation(marked, never(), context={"name": "A&B"}).start().message == "Hi A&B <3 & welcome"
@@ -228,6 +228,14 @@ def test_serve_creates_a_conversation_with_a_model_that_would_fail():
     assert response.status_code == 201, response.text
     body = response.json()
     assert body["result"]["message"] == HELLO and body["result"]["llm_calls"] == 0 and llm.requests == []
+    # an opening that reads a key the request's context lacks: the request is at fault, and nothing is stored
+    store = open_store("memory:")
+    templated = TestClient(create_app([llm_fsm.load(signup("Hi {{ name }}!"))], never(), store=store))
+    refused = templated.post("/conversations", json={})
+    assert refused.status_code == 400 and refused.json()["error"]["type"] == "invalid_request"
+    assert "'name' is undefined" in refused.json()["error"]["message"] and store.list() == []
+    created = templated.post("/conversations", json={"context": {"name": "Ann"}})
+    assert created.status_code == 201 and created.json()["result"]["message"] == "Hi Ann!"
 
 
 def test_chat_shows_the_first_prompt_before_litellm_is_touched(tmp_path, monkeypatch):
@@ -300,3 +308,18 @@ def test_the_examples_that_greet_the_same_way_every_time_open_by_themselves():
         definition = llm_fsm.load(path)
         opening = definition.states[definition.initial_state].opening
         assert opening, f"{path.name}: its greeting is fixed, so its initial state writes it"
+
+
+def test_a_test_file_that_scripts_a_reply_for_an_opening_the_state_writes_says_why_it_is_unused(tmp_path):
+    from llm_fsm.cli import app
+
+    (tmp_path / "signup.json").write_text(json.dumps(signup()))
+    step = {"user": None, "reply": reply("ask_name", "Name?"), "expect": {"state": "ask_name", "max_llm_calls": 0}}
+    case = {"cases": [{"name": "opens", "definition": "signup.json", "steps": [step]}]}
+    (tmp_path / "signup.test.json").write_text(json.dumps(case))
+    result = runner.invoke(app, ["test", str(tmp_path / "signup.test.json")], env={"COLUMNS": "250"})
+    assert result.exit_code == 1
+    assert "1 scripted reply not used (state 'ask_name' writes its own opening" in result.stdout
+    del step["reply"]
+    (tmp_path / "signup.test.json").write_text(json.dumps(case))
+    assert runner.invoke(app, ["test", str(tmp_path / "signup.test.json")]).exit_code == 0
