@@ -323,3 +323,29 @@ def test_a_test_file_that_scripts_a_reply_for_an_opening_the_state_writes_says_w
     del step["reply"]
     (tmp_path / "signup.test.json").write_text(json.dumps(case))
     assert runner.invoke(app, ["test", str(tmp_path / "signup.test.json")]).exit_code == 0
+
+
+def test_a_traced_opening_is_one_turn_span_with_no_model_call_span():
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    from llm_fsm import telemetry
+
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    telemetry.set_tracer_provider(provider)
+    try:
+        hooks = Hooks()
+        hooks.on("start")(lambda **_: None)
+        llm_fsm.Conversation(llm_fsm.load(signup()), never(), hooks=hooks, id="c1").start()
+    finally:
+        telemetry.set_tracer_provider(None)
+    spans = exporter.get_finished_spans()
+    # the turn's span, as for any opening, and its start handler's: no span of a model call
+    assert sorted(s.name for s in spans) == ["handler <lambda>", "invoke_agent signup"]
+    (turn,) = [s for s in spans if s.parent is None]
+    attributes = dict(turn.attributes or {})
+    assert attributes["llm_fsm.turn.kind"] == "opening" and attributes["llm_fsm.llm_calls"] == 0
+    assert attributes["llm_fsm.transition"] == "stay" and attributes["gen_ai.usage.input_tokens"] == 0
