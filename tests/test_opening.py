@@ -349,3 +349,44 @@ def test_a_traced_opening_is_one_turn_span_with_no_model_call_span():
     attributes = dict(turn.attributes or {})
     assert attributes["llm_fsm.turn.kind"] == "opening" and attributes["llm_fsm.llm_calls"] == 0
     assert attributes["llm_fsm.transition"] == "stay" and attributes["gen_ai.usage.input_tokens"] == 0
+
+
+FIRST_PROMPT = """
+import builtins, os, sys
+def prompt(text=""):
+    print("AT PROMPT", "litellm" in sys.modules, "rich.markdown" in sys.modules, flush=True)
+    os._exit(0)
+builtins.input = prompt
+import llm_fsm.cli.chat
+llm_fsm.cli.chat._warm_up = lambda llm: None  # its timing is the test above's: here, nothing else imports litellm
+sys.argv = ["llm-fsm", "chat", sys.argv[1], "-m", "openai/x", "--api-key", "k", "--store", "memory:"]
+from llm_fsm.cli import entry_point
+entry_point()
+"""
+
+
+def test_chat_reaches_its_first_prompt_without_importing_litellm_or_markdown(tmp_path):
+    """In a process of its own: what was imported when the first prompt shows (the warm-up left out)."""
+    import os
+    import subprocess
+    import sys
+
+    path = tmp_path / "signup.json"
+    path.write_text(json.dumps(signup()))
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "LLM_FSM_HOME": str(tmp_path / "home"), "COLUMNS": "120"}
+    done = subprocess.run(
+        [sys.executable, "-c", FIRST_PROMPT, str(path)], capture_output=True, text=True, env=env, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert HELLO in done.stdout and "AT PROMPT False False" in done.stdout
+
+
+def test_a_message_without_markup_is_shown_as_plain_text():
+    from rich.markdown import Markdown
+    from rich.text import Text
+
+    from llm_fsm.cli.chat_views import rendered
+
+    assert isinstance(rendered(HELLO), Text) and isinstance(rendered("Price: 5 USD (50% off) - ok?"), Text)
+    for marked in ("Your **name**?", "a\nb", "- item", "1. first", "    code", "# Title", "[a](b)", "x_y_", "> q"):
+        assert isinstance(rendered(marked), Markdown), marked

@@ -29,6 +29,7 @@ from llm_fsm.cli.chat_views import (
     error,
     errors,
     one_line,
+    rendered,
     show_context,
     show_end,
     show_help,
@@ -115,9 +116,7 @@ class ChatSession:
             f"Continuing conversation {self.tracked.id}: state {current.state}, {len(current.history)} messages."
         )
         if current.history:
-            from rich.markdown import Markdown
-
-            console.print(Markdown(current.history[-1].assistant))
+            console.print(rendered(current.history[-1].assistant))
         if current.pending is not None:
             show_pending(current.pending, self.mask)
             self.approve(current.pending)
@@ -209,10 +208,8 @@ class ChatSession:
         return self.tracked.conversation
 
     def show_result(self, result: TurnResult) -> None:
-        from rich.markdown import Markdown
-
         self.last = result
-        console.print(Markdown(result.message))
+        console.print(rendered(result.message))
         console.print(Text(status_line(result), style="dim"))
         if result.pending is not None:
             show_pending(result.pending, self.mask)
