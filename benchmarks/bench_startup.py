@@ -113,11 +113,37 @@ def model_written(folder: Path) -> Path:
     return path
 
 
+# commands run in the same rounds, to read the load by: their wall time (banner and prompt columns) and CPU time
+CALIBRATION = {"python -c pass": "pass", 'python -c "import litellm"': "import litellm"}
+
+
+def run_once(args: list[str]) -> tuple[float, float, float]:
+    """``args`` run to its end: its wall time (twice, as banner and prompt) and its CPU time."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    subprocess.run(args, capture_output=True, env=ENV, cwd=ROOT, check=False)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return wall, wall, (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
+
+
+def cpu_seconds(pid: int) -> float:
+    """The CPU time a running process has used (all its threads, user and system): what its start costs
+    whatever else the machine runs, unlike the wall time (Linux; NaN elsewhere)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return float("nan")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
 def first_prompt(
     command: list[str], env: dict[str, str], definition: Path, server: FakeOpenAI, home: Path
-) -> tuple[float, float]:
-    """Seconds from launching ``chat`` until its banner is written, and until its first ``you>`` prompt
-    (the opening shown)."""
+) -> tuple[float, float, float]:
+    """Seconds from launching ``chat`` until its banner is written, until its first ``you>`` prompt (the
+    opening shown), and the CPU seconds it used until that prompt."""
     args = [*command, "chat", str(definition), "-m", "openai/x", "--api-base", server.url, "--api-key", "k"]
     start = time.perf_counter()
     process = subprocess.Popen(
@@ -126,7 +152,7 @@ def first_prompt(
     assert process.stdout is not None
     selector = selectors.DefaultSelector()
     selector.register(process.stdout, selectors.EVENT_READ)
-    output, banner, seen = b"", float("nan"), float("nan")
+    output, banner, seen, cpu = b"", float("nan"), float("nan"), float("nan")
     while time.perf_counter() - start < 60:
         if selector.select(timeout=0.005):
             chunk = os.read(process.stdout.fileno(), 65536)
@@ -137,16 +163,17 @@ def first_prompt(
                 banner = time.perf_counter() - start
             if b"you>" in output:
                 seen = time.perf_counter() - start
+                cpu = cpu_seconds(process.pid)
                 break
     process.kill()
     process.wait()
-    return banner, seen
+    return banner, seen, cpu
 
 
-def opening_times(runs: int, old: Path | None = None) -> dict[str, tuple[float, float]]:
-    """Median seconds to chat's banner and to its first prompt: this tree with the static opening and with a
-    model-written one (and ``old``'s tree, which can only have the model write it), and ``python -c pass``
-    (as the banner: the interpreter's own start), the commands alternated round by round."""
+def opening_times(runs: int, old: Path | None = None) -> dict[str, tuple[float, float, float]]:
+    """Median seconds to chat's banner, to its first prompt, and of CPU until that prompt: this tree with the
+    static opening and with a model-written one (and ``old``'s tree, which can only have the model write it),
+    and ``python -c pass`` (wall time in every column), the commands alternated round by round."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as folder:
@@ -158,7 +185,7 @@ def opening_times(runs: int, old: Path | None = None) -> dict[str, tuple[float, 
         if old is not None:
             # the same file without "opening": what small_talk.json was before, the old code's only kind
             cases["before (01ff7f5): model-written opening"] = (*tree_command(old), written)
-        times: dict[str, list[tuple[float, float]]] = {name: [] for name in [*cases, "python -c pass"]}
+        times: dict[str, list[tuple[float, float, float]]] = {name: [] for name in [*cases, *CALIBRATION]}
         server = FakeOpenAI().start()
         server.default = json.dumps(OPENING_REPLY)  # the answer to every model-written opening
         try:
@@ -167,38 +194,48 @@ def opening_times(runs: int, old: Path | None = None) -> dict[str, tuple[float, 
             for _ in range(runs):
                 for name, (command, env, definition) in cases.items():
                     times[name].append(first_prompt(command, env, definition, server, home))
-                bare = timed([sys.executable, "-c", "pass"], 1)
-                times["python -c pass"].append((bare, bare))
+                for name, code in CALIBRATION.items():
+                    times[name].append(run_once([sys.executable, "-c", code]))
         finally:
             server.stop()
-    return {
-        name: (statistics.median(b for b, _ in values), statistics.median(p for _, p in values))
-        for name, values in times.items()
-    }
+    return {name: _medians(values) for name, values in times.items()}
+
+
+def _medians(values: list[tuple[float, float, float]]) -> tuple[float, float, float]:
+    banners, prompts, cpus = zip(*values, strict=True)
+    return statistics.median(banners), statistics.median(prompts), statistics.median(cpus)
 
 
 def section(quick: bool) -> list[str]:
     """The RESULTS.md section: chat's first prompt with a static opening against a model-written one."""
     runs = 3 if quick else 9
     figures = opening_times(runs)
-    (banner, static), (_, written) = figures["static opening"], figures["model-written opening"]
-    bare = figures["python -c pass"][1]
+    rows = [
+        ('static (`"opening"`: no model call)', figures["static opening"]),
+        ("model-written (litellm's import and one call)", figures["model-written opening"]),
+    ]
+    written = figures["model-written opening"][1]
     return [
         "## Chat's first prompt: a state's own opening against a model-written one",
         "",
         f"`llm-fsm chat fsm_definitions/small_talk.json` until its banner and its first `you>` prompt (medians "
         f"of {runs} runs, alternated with `python -c pass`); the model-written opening is the same file without "
-        "`opening`, answered by the local OpenAI-compatible test server (litellm's import and one call). "
+        "`opening`, answered by the local OpenAI-compatible test server. CPU: the seconds the process used until "
+        "the prompt (all threads), which the machine's load changes far less than the wall time. "
         "Target: < 0.5 s to the first prompt with a static opening.",
         "",
-        "| opening | banner | first prompt | prompt / model-written | prompt - banner |",
+        "| opening | banner | first prompt | CPU until the prompt | prompt / model-written |",
         "|---|---|---|---|---|",
-        f'| static (`"opening"`: no model call) | {banner:.3f} s | {static:.3f} s | {static / written:.2f} '
-        f"| {static - banner:.3f} s |",
-        f"| model-written | {figures['model-written opening'][0]:.3f} s | {written:.3f} s | 1.00 "
-        f"| {written - figures['model-written opening'][0]:.3f} s |",
+        *(
+            f"| {name} | {banner:.3f} s | {prompt:.3f} s | {cpu:.2f} s | {prompt / written:.3f} |"
+            for name, (banner, prompt, cpu) in rows
+        ),
         "",
-        f"`python -c pass` in the same rounds: {bare:.3f} s (the machine's load shows in it).",
+        *(
+            f"`{name}` in the same rounds: {wall:.3f} s, CPU {cpu:.2f} s (the machine's load shows in them)."
+            for name, (_, wall, cpu) in figures.items()
+            if name in CALIBRATION
+        ),
         "",
     ]
 
@@ -210,9 +247,9 @@ def main() -> None:
     parser.add_argument("--old", type=Path, help="with --opening: also the checkout at OLD (alternated)")
     args = parser.parse_args()
     if args.opening:
-        print(f"{'median s':<48} {'banner':>8} {'prompt':>8}")
-        for name, (banner, prompt) in opening_times(args.runs, args.old).items():
-            print(f"{name:<48} {banner:>8.3f} {prompt:>8.3f}")
+        print(f"{'median s':<48} {'banner':>8} {'prompt':>8} {'cpu':>8}")
+        for name, (banner, prompt, cpu) in opening_times(args.runs, args.old).items():
+            print(f"{name:<48} {banner:>8.3f} {prompt:>8.3f} {cpu:>8.3f}")
         return
     rows = {
         "python -c pass": timed([sys.executable, "-c", "pass"], args.runs),
