@@ -86,9 +86,10 @@ def run(turns: int, *, summaries: dict[str, Any] | None, memory: bool) -> dict[s
     llm = Script(definition.initial_state, slots, definition.summaries.max_chars if definition.summaries else 0)
     conversation = llm_fsm.Conversation(definition, llm)
     conversation.start()
+    opened = len(llm.replies)  # the opening's call, if the model writes it (order_flow writes its own)
     for _ in range(turns):
         conversation.send("u" * 200)
-    sizes = [characters(messages) for messages in llm.replies[1:]]
+    sizes = [characters(messages) for messages in llm.replies[opened:]]
     return {
         "turns": turns,
         "median": statistics.median(sizes),

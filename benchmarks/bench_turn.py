@@ -108,9 +108,10 @@ def prompt_growth(path: Path, turns: int = 100) -> list[list[dict[str, str]]]:
     llm = RecordingScript([stay])
     conversation = llm_fsm.Conversation(definition, llm, prompt=PromptBuilder(settings=PromptSettings()))
     conversation.start()
+    opened = len(llm.requests)  # the opening's call, if the model writes it (the examples write their own)
     for i in range(turns):
         conversation.send(f"user message {i} " * 3)
-    return llm.requests[1:]
+    return llm.requests[opened:]
 
 
 def characters(messages: list[dict[str, str]]) -> int:
@@ -131,9 +132,10 @@ def calls_per_turn(path: Path, invalid_share: float, turns: int = 100) -> float:
     llm = TimedScript(replies)
     conversation = llm_fsm.Conversation(definition, llm)
     conversation.start()
+    opened = llm.calls  # the opening's call, if the model writes it
     for i in range(turns):
         conversation.send(f"turn {i}")
-    return (llm.calls - 1) / turns
+    return (llm.calls - opened) / turns
 
 
 def litellm_baseline(rounds: int = 200) -> float:

@@ -206,6 +206,7 @@ def main() -> None:
         prompt_section,
         calls_section,
         lambda: startup_section(3 if quick else 7),
+        lambda: bench_startup.section(quick),
         lambda: async_section(1 if quick else 3, [100, 500, 1000]),
         lambda: store_section(10 if quick else 30),
         lambda: bench_contention.section(1 if quick else 3, 1 if quick else 3, [10, 50, 200]),

@@ -257,7 +257,8 @@ class Conversation:
     # -- turns ----------------------------------------------------------------------------------
 
     def start(self) -> TurnResult:
-        """The opening message of the current state, with one model call."""
+        """The opening message of the current state: one model call, or none when the state has its own
+        ``opening`` (written over the context; see :mod:`llm_fsm.opening`)."""
         return complete(self, None)
 
     def send(self, text: str) -> TurnResult:

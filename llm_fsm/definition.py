@@ -41,6 +41,7 @@ from llm_fsm.definition_parts import (
     _Frozen,
 )
 from llm_fsm.memory.spec import MemorySpec, StateSummaries, SummarySpec
+from llm_fsm.opening import compile_opening, is_template
 
 __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported from here
     "RETURN",
@@ -108,6 +109,19 @@ class State(_Frozen):
     subflow: Subflow | None = Field(
         None, description="Run another definition as a sub-conversation on entering this state (llm_fsm.subflows)."
     )
+    opening: str | None = Field(
+        None,
+        description="The first message of a conversation that opens in this state, written without a model "
+        "call: a text, or a Jinja template over the context ({{ name }}; sandboxed, a missing key is an error).",
+    )
+
+    @field_validator("opening")
+    @classmethod
+    def _opening_compiles(cls, value: str | None) -> str | None:
+        # compiled at load time, so a template that cannot work is a problem of the file, not of a turn
+        if value is not None and is_template(value):
+            compile_opening(value)
+        return value
 
     @field_validator("example_dialogue", mode="before")
     @classmethod
@@ -272,7 +286,8 @@ class FSMDefinition(_Frozen):
             parts[f"{sid}.structure"] = _canonical_state(
                 state.model_dump(mode="json", exclude={**_STATE_PROSE, "transitions": True})
             )
-            parts[f"{sid}.prose"] = state.model_dump(mode="json", include=_STATE_PROSE)
+            # an unset opening is left out: outlines from before the field existed still match
+            parts[f"{sid}.prose"] = _canonical_state(state.model_dump(mode="json", include=_STATE_PROSE))
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
     def changes_since(self, outline: dict[str, str], *, prose: bool = True) -> list[str]:
@@ -355,6 +370,7 @@ _STATE_PROSE: dict[str, Any] = {
     **dict.fromkeys(
         ("description", "purpose", "instructions", "extraction_instructions", "response_instructions"), True
     ),
+    "opening": True,  # words for the user: editing them does not block restoring a conversation
     "example_dialogue": True,
     "transitions": {"__all__": _TRANSITION_PROSE},
     "checks": _CHECKS_PROSE,
@@ -416,7 +432,9 @@ _ADDED_TOP = {
     "global_transitions": [],
     "tool_error_detail": "message",
 }
-_ADDED_STATE: dict[str, Any] = {"tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None}
+_ADDED_STATE: dict[str, Any] = {
+    "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None,
+}  # fmt: skip
 _ADDED_TOOL: dict[str, Any] = {"error_detail": None}
 
 

@@ -6,6 +6,7 @@
     ├── DefinitionError        a definition failed to load; ``.problems`` lists every problem found
     ├── LogicError             a JsonLogic rule is malformed or too deep (also reported at load time)
     ├── PromptError            a prompt template failed to render (missing variable, sandbox violation)
+    │   └── OpeningError           a state's opening could not be written over the context (a key it reads is missing)
     ├── LLMError               the model could not be reached or refused the request
     │   ├── LLMAuthError           credentials rejected (never retried)
     │   ├── LLMRequestError        the request itself is wrong: 400/404/422, unknown model (never retried)
@@ -84,6 +85,11 @@ class LogicError(FSMError):
 
 class PromptError(FSMError):
     """A prompt template could not be rendered."""
+
+
+class OpeningError(PromptError):
+    """A state's own opening (its ``opening`` template) could not be written over the context: a key it
+    reads is missing, or the sandbox refused it. The opening turn changed nothing."""
 
 
 class LLMError(FSMError):

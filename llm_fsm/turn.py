@@ -10,6 +10,9 @@ Order of a turn::
         (invalid reply or failed checks: a corrective call with the reasons, within the budgets)
     → context_update → before_transition → state_exit → commit → after_transition → state_enter → end
 
+An opening in a state with an opening of its own (``"opening"``, :mod:`llm_fsm.opening`) goes from
+``start`` straight to the commit (and ``end`` in a terminal state): no model call.
+
 This module is the loop; each concern is a unit of its own, a function of the turn's working state
 (:class:`llm_fsm.turn_state.Working`):
 
@@ -29,12 +32,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import PendingEvent, Snapshot, resumed
+from llm_fsm.engine import Decision, PendingEvent, Snapshot, resumed
 from llm_fsm.errors import RefinementError
 from llm_fsm.firing import fire, fire_error
 from llm_fsm.hooks import Break, Hooks
 from llm_fsm.llm import LLMRequest
 from llm_fsm.memory import summaries
+from llm_fsm.opening import render_opening
 from llm_fsm.outcomes import DEFAULT_PAUSE_MESSAGE, accept, close_terminal, exhausted, paused
 from llm_fsm.requests import correction, prompt_messages, reply_call, request
 from llm_fsm.steps import (
@@ -141,11 +145,22 @@ class TurnRunner:
         try:
             if work.opening:
                 yield from fire(work, "start", state)
+                if (text := work.definition.states[state].opening) is not None:
+                    return (yield from self.written_opening(text))
             yield from fire(work, "before_llm_call", state)
         except Break as pause:
             return paused(work, pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
         work.messages = prompt_messages(work)
         return (yield from self.replies(request(work, work.messages)))
+
+    def written_opening(self, text: str) -> Steps:
+        """The state's own opening, over the context the ``start`` handlers left: no model call, so no
+        ``before_llm_call`` or ``after_reply``; committed like a model's opening that stays (``end`` runs
+        in a terminal state), its exchange recorded at turn 0 with no user text."""
+        work = self.work
+        state = work.base.state
+        message = render_opening(text, work.context, state=state)
+        return (yield from accept(work, Decision(True, state, work.context, {}, ()), message))
 
     def replies(self, ask: LLMRequest, purpose: Purpose = "reply") -> Steps:
         """Model calls until a reply is accepted (tool rounds and corrections in between), or the budgets end."""

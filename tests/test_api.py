@@ -38,6 +38,7 @@ PUBLIC = [
     "LiteLLMClient",
     "LogicError",
     "MemoryValueError",
+    "OpeningError",
     "Origin",
     "PendingEvent",
     "Problem",

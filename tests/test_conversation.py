@@ -302,7 +302,10 @@ def test_a_snapshot_saved_before_tools_existed_restores_unchanged(name):
     from tests.conftest import ROOT
 
     saved = (ROOT / "tests" / "data" / "snapshots_before_tools" / f"{name}.json").read_text()
-    definition = llm_fsm.load(ROOT / "fsm_definitions" / f"{name}.json")
+    data = json.loads((ROOT / "fsm_definitions" / f"{name}.json").read_text())
+    for state in data["states"].values():  # the example's own opening came later, with the examples' edit
+        state.pop("opening", None)
+    definition = llm_fsm.load(data)
     restored = llm_fsm.Conversation.restore(saved, definition, ScriptedLLM(), strict_definition=True)
     assert restored.snapshot().definition_hash == definition.content_hash
 

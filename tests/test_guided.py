@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,14 @@ EXAMPLES = Path(__file__).resolve().parent.parent / "fsm_definitions"
 
 def example(name: str) -> llm_fsm.FSMDefinition:
     return llm_fsm.load(EXAMPLES / f"{name}.json")
+
+
+def model_opening(name: str) -> llm_fsm.FSMDefinition:
+    """The example with the model writing its opening (the examples write their own: no call to look at)."""
+    data = json.loads((EXAMPLES / f"{name}.json").read_text())
+    for state in data["states"].values():
+        state.pop("opening", None)
+    return llm_fsm.load(data)
 
 
 def reply(target: str, update: dict[str, Any], message: str = "ok") -> dict[str, Any]:
@@ -152,7 +161,7 @@ def test_staying_is_left_open_when_its_branches_would_multiply():
 
 def scripted_conversation(name: str, replies: list[Any], **options: Any) -> tuple[llm_fsm.Conversation, ScriptedLLM]:
     llm = ScriptedLLM(replies)
-    return llm_fsm.Conversation(example(name), llm, **options), llm
+    return llm_fsm.Conversation(model_opening(name), llm, **options), llm
 
 
 def test_a_guided_conversation_sends_the_guided_schema_and_says_the_order_in_its_prompt():
@@ -197,16 +206,16 @@ def test_a_cassette_keeps_guided_so_a_replay_sends_the_same_requests(tmp_path):
     inner = ScriptedLLM([reply("collect_name", {}, "Hi!")])
     inner.guided = True
     recording = RecordingLLM(inner, tmp_path / "c.json")
-    llm_fsm.Conversation(example("form_filling"), recording).start()
+    llm_fsm.Conversation(model_opening("form_filling"), recording).start()
     replay = ReplayLLM(tmp_path / "c.json")
     assert replay.guided is True
-    assert llm_fsm.Conversation(example("form_filling"), replay).start().message == "Hi!"
+    assert llm_fsm.Conversation(model_opening("form_filling"), replay).start().message == "Hi!"
 
 
 def test_with_tools_in_the_json_form_the_schema_offers_the_reply_or_a_call_of_a_listed_tool():
     path = EXAMPLES / "support_triage.json"
     llm = ScriptedLLM([reply("triage", {}, "Hi, what happened?")], tool_calling="json")
-    conversation = llm_fsm.Conversation(llm_fsm.load(path), llm, hooks=example_hooks(path), guided=True)
+    conversation = llm_fsm.Conversation(model_opening("support_triage"), llm, hooks=example_hooks(path), guided=True)
     conversation.start()
     (request,) = llm.requests
     answer, call = request.strict_schema["anyOf"]
@@ -430,7 +439,7 @@ def test_patterns_are_sent_in_classes_a_grammar_server_reads():
 
     # llama.cpp's patterns lack \d, \w and \s (it then accepts any text): the tool's time and date were free
     path = EXAMPLES / "restaurant_booking.json"
-    script = [reply("welcome", {}, "Hi!"), reply("date_time", {"party_size": 2}), reply("date_time", {}, "When?")]
+    script = [reply("date_time", {"party_size": 2}), reply("date_time", {}, "When?")]  # it opens by itself
     llm = ScriptedLLM(script, tool_calling="json")
     conversation = llm_fsm.Conversation(llm_fsm.load(path), llm, hooks=example_hooks(path), guided=True)
     conversation.start()

@@ -61,7 +61,9 @@ def script() -> list[tuple[str, dict]]:
 
 def test_a_thousand_turns_stay_bounded_and_keep_an_early_fact(tmp_path: Path) -> None:
     definition = llm_fsm.load(CLAIM)
-    llm = ScriptedLLM([move("ask_policy", "Hello! Your policy number?")], summaries=keeps_facts)
+    # the claim writes its own opening (no call): a reply for it only if it did not
+    opening = [] if definition.states["ask_policy"].opening else [move("ask_policy", "Hello! Your policy number?")]
+    llm = ScriptedLLM(opening, summaries=keeps_facts)
     conversation = llm_fsm.Conversation(definition, llm)
     conversation.start()
     prompts: dict[int, str] = {}

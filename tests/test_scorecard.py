@@ -37,20 +37,22 @@ def test_a_model_that_never_moves_reaches_only_the_opening_and_its_refusals_are_
     card = score(quiz, ScriptedLLM([stay, *[nowhere, stay] * 10]))
     figures = summary([card])
     assert figures["reached"] == 1 and not card.finished and card.end == "intro"
-    assert figures["first_valid_rate"] == pytest.approx(1 / figures["turns"])  # only the opening was valid at once
-    assert figures["rejected"] == {"target": figures["turns"] - 1} and figures["calls_per_turn"] > 1
+    # quiz writes its own opening (no call, not counted): only the first line's reply was valid at once
+    assert figures["model_turns"] == figures["turns"] - 1
+    assert figures["first_valid_rate"] == pytest.approx(1 / figures["model_turns"])
+    assert figures["rejected"] == {"target": figures["model_turns"] - 1} and figures["calls_per_turn"] > 1
 
 
 def test_turns_a_course_never_played_count_as_missed(tmp_path):
     # the model says goodbye at the first line: the three turns after it were never played, and are missed
     talk = course(EXAMPLES / "small_talk.json")
     bye = {"transition": {"target_state": "farewell", "context_update": {"user_said_goodbye": True}}, "message": "Bye!"}
-    card = score(talk, ScriptedLLM([replies("small_talk")[0], bye]))
+    card = score(talk, ScriptedLLM([bye]))  # small_talk writes its own opening: no reply for it
     figures = summary([card])
     assert card.end == "farewell" and figures["turns"] == 2 and figures["course_turns"] == len(talk.expected) == 5
     assert figures["reached"] == 1 and figures["reached_rate"] == pytest.approx(1 / 5)
     script = tmp_path / "bye.json"
-    script.write_text(json.dumps({"replies": [replies("small_talk")[0], bye]}))
+    script.write_text(json.dumps({"replies": [bye]}))
     result = runner.invoke(
         app, ["eval", str(EXAMPLES / "small_talk.json"), "-m", f"scripted:{script}"], env={"COLUMNS": "250"}
     )
@@ -60,7 +62,7 @@ def test_turns_a_course_never_played_count_as_missed(tmp_path):
 
 
 def test_a_failing_model_stops_the_course_with_the_reason():
-    card = score(course(EXAMPLES / "quiz.json"), ScriptedLLM([replies("quiz")[0], LLMUnavailableError("down")]))
+    card = score(course(EXAMPLES / "quiz.json"), ScriptedLLM([LLMUnavailableError("down")]))  # quiz opens by itself
     assert len(card.turns) == 2 and card.turns[1].error == "down" and summary([card])["errors"] == 1
 
 
@@ -117,8 +119,9 @@ def test_a_course_that_cannot_be_trusted_is_an_error_naming_its_file(tmp_path, l
     nowhere = {"transition": {"target_state": "nowhere", "context_update": {}}, "message": "?"}
     script = {
         "quiz": replies("quiz"),
-        "few": replies("quiz")[:2],
-        "refused": [replies("quiz")[0], nowhere, nowhere, nowhere],
+        # quiz writes its own opening: the scripts hold no reply for it
+        "few": replies("quiz")[:1],
+        "refused": [nowhere, nowhere, nowhere],
     }[replies_of]
     path = course_dir(tmp_path, lines, {"replies": script})
     result = runner.invoke(app, ["eval", str(path), "-m", f"scripted:{EXAMPLES / 'scripts' / 'quiz.json'}"])

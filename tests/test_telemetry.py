@@ -707,7 +707,8 @@ import llm_fsm
 from llm_fsm.testing import ScriptedLLM, reply
 definition = llm_fsm.load(sys.argv[1])
 first = definition.initial_state
-llm = ScriptedLLM([reply(first, "Hello!"), reply(first, "Again?")])
+opening = [] if definition.states[first].opening else [reply(first, "Hello!")]  # no call for its own opening
+llm = ScriptedLLM([*opening, reply(first, "Again?")])
 conversation = llm_fsm.Conversation(definition, llm)
 conversation.start()
 print(conversation.send("hi").message, [m for m in sys.modules if m.startswith("opentelemetry")])

@@ -54,6 +54,12 @@ Warnings are about definitions that load but probably do not do what their autho
     any transition to that target has conditions that hold. Priority orders the transitions in the
     prompt (lowest number first, each shown with its number) and, among transitions to the chosen
     target, which one's unmet condition the rejection quotes.
+``opening_not_initial``
+    a state other than the initial one has an ``opening``: a conversation opens there only when it is
+    started there (``Conversation(state=...)``, ``--state``); a move into the state never shows it.
+``opening_needs_context``
+    a state's ``opening`` reads a context key (``{{ name }}``) without a default: a conversation that opens
+    there fails unless its initial context holds the key (only an initial context is set at the opening).
 ``ignored_field``, ``unknown_field``
     the loader's warnings, passed through.
 
@@ -219,6 +225,7 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *writable_keys_refused(definition),
         *ambiguous_priorities(review),
         *_tools_unused(definition),
+        *_openings(definition),
     ]
 
 
@@ -231,4 +238,30 @@ def _tools_unused(definition: FSMDefinition) -> Iterator[Finding]:
                 "tool_unused",
                 f"tool '{name}' is declared, but no state lists it in its tools: the model can never call it",
                 f'add "{name}" to the tools of the states where the model may call it, or remove it',
+            )
+
+
+def _openings(definition: FSMDefinition) -> Iterator[Finding]:
+    from llm_fsm.opening import missing_keys
+
+    for sid, state in definition.states.items():
+        if state.opening is None:
+            continue
+        if sid != definition.initial_state:
+            yield Finding(
+                ("states", sid, "opening"),
+                "opening_not_initial",
+                f"state '{sid}' has an opening, but it is not the initial state: the opening is shown only by a "
+                "conversation started there, never on a move into it",
+                "move the opening to the initial state, or start conversations there (state=..., --state)",
+            )
+        # only the initial context is set when a conversation opens: written over none, what is missing?
+        missing = missing_keys(state.opening, {})
+        if missing is not None:
+            yield Finding(
+                ("states", sid, "opening"),
+                "opening_needs_context",
+                f"the opening of state '{sid}' fails unless the initial context holds what it reads ({missing})",
+                "pass the key in the initial context (context=..., --context), or give it a default: "
+                "{{ name | default('there') }}",
             )

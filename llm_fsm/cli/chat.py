@@ -3,7 +3,8 @@
 The message streams only once its transition has been checked (see ``llm_fsm.streaming``), so a
 reply the runtime refuses is never displayed. Meta commands start with ``/``. Ctrl-D or Ctrl-C at
 the prompt leave with exit code 0; Ctrl-C during a reply cancels that turn and changes nothing.
-litellm is imported in a background thread at launch, so the banner shows at once.
+litellm is imported in a background thread: at launch when the opening needs the model, else once the
+first prompt is up (a state's own opening needs no model, so the prompt comes at once).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from llm_fsm.cli.chat_views import (
     error,
     errors,
     one_line,
+    rendered,
     show_context,
     show_end,
     show_help,
@@ -114,14 +116,22 @@ class ChatSession:
             f"Continuing conversation {self.tracked.id}: state {current.state}, {len(current.history)} messages."
         )
         if current.history:
-            from rich.markdown import Markdown
-
-            console.print(Markdown(current.history[-1].assistant))
+            console.print(rendered(current.history[-1].assistant))
         if current.pending is not None:
             show_pending(current.pending, self.mask)
             self.approve(current.pending)
         if current.ended:
             show_end()
+
+    def opens_with_model(self) -> bool:
+        """Whether :meth:`begin` makes a model call: a new conversation whose opening the definition does
+        not write (a conversation continued shows where it stands, with no call)."""
+        from llm_fsm.subflows.stack import innermost
+
+        current = self.conversation
+        # the state it opens in: the innermost sub-conversation's, when its initial state runs one
+        talking, where = innermost(current.definition, current.snapshot())
+        return current.status == "new" and talking.states[where.state].opening is None
 
     def opening(self) -> None:
         """The opening message; when it fails, the next message the user types tries it again first."""
@@ -198,10 +208,8 @@ class ChatSession:
         return self.tracked.conversation
 
     def show_result(self, result: TurnResult) -> None:
-        from rich.markdown import Markdown
-
         self.last = result
-        console.print(Markdown(result.message))
+        console.print(rendered(result.message))
         console.print(Text(status_line(result), style="dim"))
         if result.pending is not None:
             show_pending(result.pending, self.mask)
@@ -340,9 +348,11 @@ def read_snapshot(path: str) -> Snapshot:
         raise ConversationError(f"{path} is not a saved conversation: {validation_summary(exc)}") from None
 
 
-def _read(prompt: str) -> str | None:
-    """One line of input; None at end of input (Ctrl-D) or Ctrl-C."""
+def _read(prompt: str, before: Callable[[], None] | None = None) -> str | None:
+    """One line of input; None at end of input (Ctrl-D) or Ctrl-C. ``before`` runs just before the prompt."""
     try:
+        if before is not None:
+            before()
         return input(prompt)
     except (EOFError, KeyboardInterrupt):
         console.print()
@@ -409,18 +419,22 @@ def chat(
     initial_context = _parse_context(context)
     _check_state(fsm, state)
     llm = model.client(stream=True, record=record)
-    _warm_up(llm)
     make = ConversationFactory(
         fsm, llm, registry, state=state, context=initial_context,
         allow_changed_definition=allow_changed_definition, strict_definition=strict_definition,
     )  # fmt: skip
     tracked = open_conversation(make, store, conversation, wait)
     session = ChatSession(tracked, make, masker(fsm, show_secrets), show_secrets)
+    # litellm takes seconds to import: at once when the opening needs the model, so the import overlaps
+    # the start-up; else once the first prompt is up, so nothing the user waits for shares the CPU with it
+    opens_with_model = session.opens_with_model()
+    if opens_with_model:
+        _warm_up(llm)
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model.name))} · /help for commands, Ctrl-D to leave")
     session.begin()
-    _talk(session)
+    _talk(session, warm_up=None if opens_with_model else lambda: _warm_up(llm))
 
 
 def _check_state(fsm: llm_fsm.FSMDefinition, state: str | None) -> None:
@@ -432,10 +446,12 @@ def _check_state(fsm: llm_fsm.FSMDefinition, state: str | None) -> None:
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)
 
 
-def _talk(session: ChatSession) -> None:
-    """Read the user's lines until /quit, Ctrl-D or Ctrl-C: each a meta command or a message."""
+def _talk(session: ChatSession, warm_up: Callable[[], None] | None = None) -> None:
+    """Read the user's lines until /quit, Ctrl-D or Ctrl-C: each a meta command or a message.
+    ``warm_up`` starts as the first prompt is shown (the user reads and types meanwhile)."""
     prompt = readline_prompt("[bold cyan]you>[/] ")
-    while (line := _read(prompt)) is not None:
+    while (line := _read(prompt, before=warm_up)) is not None:
+        warm_up = None
         line = line.strip()
         if line.startswith("/"):
             if not session.command(line):

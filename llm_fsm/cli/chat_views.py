@@ -4,6 +4,7 @@ pauses and errors. Read-only: the chat itself (:mod:`llm_fsm.cli.chat`) changes 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -180,11 +181,26 @@ def error(message: str) -> None:
     errors.print(Text.assemble(("error:", "red"), " ", message))
 
 
+# what Markdown could read as markup: any of these characters, a line break, spaces at either end (an indented
+# code block), or a start that opens a list, a quote or a heading
+_MARKUP = re.compile(r"[\n*_`#\[\]<>|~\\&]|^\s|\s$|^(?:[-+>=]|\d+[.)])")
+
+
+def rendered(message: str) -> Text | Any:
+    """``message`` for the console: as Markdown, or as plain text when Markdown would show it the same
+    (one paragraph with no markup). Plain text spares importing rich.markdown (markdown-it, pygments: a
+    tenth of a second or more), so a state's own opening is shown without it and the first prompt comes sooner."""
+    if not _MARKUP.search(message):
+        return Text(message)
+    from rich.markdown import Markdown
+
+    return Markdown(message)
+
+
 def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
     """Render the message while it streams; return the turn's result (printed by the caller)."""
-    # Imported here: markdown rendering costs ~25 ms to import, which --help should not pay.
+    # Imported here: --help should not pay for them (markdown, when a message needs it: see rendered()).
     from rich.live import Live
-    from rich.markdown import Markdown
     from rich.spinner import Spinner
 
     from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
@@ -198,7 +214,7 @@ def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], 
         for event in events:
             if isinstance(event, MessageDelta):
                 shown += event.text
-                live.update(Markdown(shown))
+                live.update(rendered(shown))
             elif isinstance(event, MessageReset):
                 shown = ""
                 live.update(Spinner("dots", text="thinking…"))

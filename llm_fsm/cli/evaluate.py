@@ -88,6 +88,7 @@ def _print(runs: list[list[CourseScore]]) -> None:
     for index, name in enumerate(names):
         table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
     table.add_row("[bold]all[/]", *_cells([summary(scores) for scores in runs]), end_section=True)
+    table.caption = "valid 1st reply and the figures per turn: over the turns that called the model"
     console.print(table)
 
 

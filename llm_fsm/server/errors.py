@@ -8,7 +8,8 @@ never carry a traceback. An error the server did not expect is logged and answer
 ===========================  ======  ==========================================================
 type                         status  when
 ===========================  ======  ==========================================================
-``invalid_request``          400     the body is not JSON, or not the shape the route takes
+``invalid_request``          400     the body is not JSON, or not the shape the route takes (or its context lacks
+                                     a key the state's opening reads)
 ``unauthorized``             401     no bearer token, or one the server does not know
 ``not_found``                404     no such route, definition or conversation (for this client)
 ``method_not_allowed``       405     the route exists, not with this method
@@ -56,6 +57,7 @@ from llm_fsm.errors import (
     LLMError,
     LLMRequestError,
     LLMUnavailableError,
+    OpeningError,
     RefinementError,
     ResumeError,
     StoreError,
@@ -111,7 +113,7 @@ def from_fsm_error(error: FSMError) -> APIError:
     if isinstance(error, StoreError):
         logger.error("store error: %s", error)
         return APIError(503, "store_unavailable", "the conversation store cannot be used now")
-    if isinstance(error, ContextValueError):
+    if isinstance(error, ContextValueError | OpeningError):  # the request's context lacks what the opening reads
         return APIError(400, "invalid_request", str(error))
     if isinstance(error, HandlerError):
         logger.error("%s", error, exc_info=error)

@@ -31,7 +31,11 @@ class CreateConversation(_Body):
     definition: str | None = Field(None, description="The definition's name (optional when the server serves one).")
     state: str | None = Field(None, description="Start in this state instead of the initial one.")
     context: dict[str, Any] = Field(default_factory=dict, description="The initial context (JSON data).")
-    start: bool = Field(True, description="Make the opening turn (one model call) and return its result.")
+    start: bool = Field(
+        True,
+        description="Make the opening turn (one model call; none when the state has its own opening) and return "
+        "its result.",
+    )
 
 
 class SendMessage(_Body):

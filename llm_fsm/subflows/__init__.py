@@ -21,7 +21,8 @@ How it runs (the runtime decides; no extra model call):
   the sub-conversation is pushed onto ``Snapshot.stack``. The message the user sees is the one of the
   turn that moved there; the sub-definition's turns start with the user's next message (its own
   prompts, history and bounds; no opening of its own, which would be a second model call in the turn).
-  A conversation whose initial state runs a subflow opens with the sub-definition's opening.
+  A conversation whose initial state runs a subflow opens with the sub-definition's opening (its initial
+  state's own ``opening`` when it has one: no model call; ``input`` may pass the keys that opening reads).
 - **Turns.** While the stack is not empty, every turn (send, stream, resume) runs in the innermost
   sub-conversation. Its exchange is also added to the history of each level below it, so a parent's
   prompt, once it talks again, knows what was said.

@@ -11,6 +11,7 @@ from typing import Any
 from llm_fsm import logic
 from llm_fsm.definition import FSMDefinition, Subflow
 from llm_fsm.errors import Problem
+from llm_fsm.opening import keys_read
 from llm_fsm.wording import did_you_mean
 
 MAX_DEPTH = 4
@@ -98,8 +99,8 @@ def _state_shape(definition: FSMDefinition, sid: str) -> list[Report]:
 
 
 def known_keys(definition: FSMDefinition, *, mappings: bool = True) -> set[str]:
-    """Every top-level context key ``definition`` names: collected, writable, read by conditions,
-    handler-only, in its context schema, tool results, and (``mappings``) its subflows' outputs."""
+    """Every top-level context key ``definition`` names: collected, writable, read by conditions or
+    openings, handler-only, in its context schema, tool results, and (``mappings``) its subflows' outputs."""
     keys = set(definition.handler_only_keys) | set(definition.context_schema) | set(definition.code_only_keys)
     for state in definition.states.values():
         keys |= set(state.required_context_keys) | set(state.writable_keys or ())
@@ -108,6 +109,8 @@ def known_keys(definition: FSMDefinition, *, mappings: bool = True) -> set[str]:
                 keys |= set(condition.requires_context_keys)
                 if condition.logic is not None:
                     keys |= set(logic.keys_read(condition.logic))
+        if state.opening is not None:  # an opening's template reads the initial context: what input passes
+            keys |= keys_read(state.opening)
         if mappings and state.subflow is not None:
             keys |= set(state.subflow.output)
     return {key.split(".")[0] for key in keys if key}

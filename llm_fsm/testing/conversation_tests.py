@@ -215,7 +215,10 @@ def _run_step(
         outcome.transitions.add((before, result.state))
     failures = check(step.expect, result, conversation)
     if llm.script is not None and llm.script.remaining:
-        failures.append(f"{llm.script.remaining} scripted repl{'ies' if llm.script.remaining > 1 else 'y'} not used")
+        unused = f"{llm.script.remaining} scripted repl{'ies' if llm.script.remaining > 1 else 'y'} not used"
+        if result.user is None and result.previous_state is None and not result.llm_calls:
+            unused += f" (state '{result.state}' writes its own opening: no model call, so no reply for it)"
+        failures.append(unused)
     return StepOutcome(index, step.user, failures, result)
 
 

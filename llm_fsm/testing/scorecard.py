@@ -147,22 +147,26 @@ def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
     """The card's figures over ``scores``: rates, means per turn, and refusals by kind."""
     scores = list(scores)
     turns = [t for s in scores for t in s.turns]
-    count = len(turns) or 1
+    # the model's turns: a turn the definition wrote (a state's own opening) made no call, so it says
+    # nothing about the model, and counting it would lower calls per turn for a call that never happened
+    modelled = [t for t in turns if t.calls or t.error is not None]
+    count = len(modelled) or 1
     course_turns = sum(max(s.course_turns, len(s.turns)) for s in scores)
     kinds = Counter(kind for t in turns for kind in t.rejected)
     return {
         "courses": len(scores),
         "course_turns": course_turns,
-        "turns": len(turns),  # played: the means per turn below are over these
+        "turns": len(turns),  # played
+        "model_turns": len(modelled),  # played with a model call: the means per turn below are over these
         "reached": sum(t.reached for t in turns),
         "reached_rate": sum(t.reached for t in turns) / (course_turns or 1),
         "finished": sum(s.finished for s in scores),
-        "first_valid_rate": sum(t.first_valid for t in turns) / count,
-        "calls_per_turn": sum(t.calls for t in turns) / count,
-        "prompt_tokens_per_turn": sum(t.prompt_tokens for t in turns) / count,
-        "cached_tokens_per_turn": sum(t.cached_tokens for t in turns) / count,
-        "completion_tokens_per_turn": sum(t.completion_tokens for t in turns) / count,
-        "seconds_per_turn": sum(t.seconds for t in turns) / count,
+        "first_valid_rate": sum(t.first_valid for t in modelled) / count,
+        "calls_per_turn": sum(t.calls for t in modelled) / count,
+        "prompt_tokens_per_turn": sum(t.prompt_tokens for t in modelled) / count,
+        "cached_tokens_per_turn": sum(t.cached_tokens for t in modelled) / count,
+        "completion_tokens_per_turn": sum(t.completion_tokens for t in modelled) / count,
+        "seconds_per_turn": sum(t.seconds for t in modelled) / count,
         "errors": sum(t.error is not None for t in turns),
         "rejected": dict(sorted(kinds.items())),
     }
