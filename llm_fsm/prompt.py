@@ -135,7 +135,9 @@ class PromptBuilder:
         from llm_fsm import memory
         from llm_fsm.memory import summaries
 
-        window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
+        window = summaries.visible(
+            definition, snapshot.history, snapshot.summary, self.settings.history_window, start=snapshot.history_start
+        )
         conversation = {
             # masked: a secret-looking value is not sent to the model (unless the definition turns masking off)
             "context": self._visible_context(definition.masked(snapshot.context)),

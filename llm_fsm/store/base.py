@@ -38,7 +38,7 @@ import threading
 import time
 import weakref
 from abc import ABC, abstractmethod
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
@@ -52,6 +52,8 @@ from llm_fsm.errors import ConflictError, StoreError
 if TYPE_CHECKING:
     import asyncio
 
+    from llm_fsm.memory.spec import RunningSummary
+
 
 # seconds a lock (SQLite, Redis, Postgres) outlives its holder's last heartbeat: how long a killed turn blocks its
 # conversation
@@ -60,6 +62,10 @@ T = TypeVar("T")
 logger = logging.getLogger("llm_fsm")
 _ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.@:-]{0,127}$")
 DEFAULT_WAIT = 10.0
+# exchanges a loaded snapshot carries (besides any waiting for a summary): the prompt's default window (6) and
+# summary batch (4) with room to spare; a store whose conversations use a wider window needs a larger ``tail``
+TAIL = 20
+MIN_TAIL = 2  # the last two exchanges tell a turn whether the state changed (summaries' on_leave)
 
 
 def check_id(conversation_id: str) -> str:
@@ -101,22 +107,41 @@ def seconds(older_than: float | timedelta) -> float:
 
 def head_json(snapshot: Snapshot) -> str:
     """The snapshot without its history (the history is stored turn by turn)."""
-    return snapshot.model_copy(update={"history": ()}).model_dump_json()
+    return snapshot.model_copy(update={"history": (), "history_start": 0}).model_dump_json()
 
 
 def exchange_json(exchange: Exchange) -> str:
     return exchange.model_dump_json()
 
 
-def assemble(head: str | bytes, exchanges: list[str] | list[bytes]) -> Snapshot:
-    """A snapshot from its stored head and history; :class:`StoreError` if the data is damaged."""
+def carried_from(count: int, summary: RunningSummary, tail: int) -> int:
+    """The index of the first exchange a stored snapshot carries: the last ``tail`` of ``count``, and every one
+    waiting to be folded into the running summary (a pending summary call reads them all)."""
+    start = max(count - max(tail, MIN_TAIL), 0)
+    if summary.due > summary.through:
+        start = min(start, summary.through)
+    return start
+
+
+def bounded(snapshot: Snapshot, tail: int) -> Snapshot:
+    """``snapshot`` carrying only the history a turn needs (see :func:`carried_from`); the rest is in the store."""
+    start = carried_from(snapshot.history_len, snapshot.summary, tail)
+    if start <= snapshot.history_start:
+        return snapshot
+    history = snapshot.history[start - snapshot.history_start :]
+    return snapshot.model_copy(update={"history": history, "history_start": start})
+
+
+def assemble(head: str | bytes, exchanges: list[str] | list[bytes], start: int = 0) -> Snapshot:
+    """A snapshot from its stored head and the exchanges from index ``start`` on; :class:`StoreError` if the
+    data is damaged."""
     try:
         snapshot = Snapshot.model_validate_json(head)
         history = tuple(Exchange.model_validate_json(e) for e in exchanges)
     # pydantic's ValidationError is a ValueError: damaged JSON and a wrong shape are caught alike
     except ValueError as exc:
         raise StoreError(f"stored conversation is damaged: {exc}") from exc
-    return snapshot.model_copy(update={"history": history})
+    return snapshot.model_copy(update={"history": history, "history_start": start})
 
 
 def conflict(conversation_id: str, expected: int | None, found: int) -> ConflictError:
@@ -133,15 +158,78 @@ def busy(conversation_id: str, timeout: float) -> ConflictError:
     )
 
 
-def appended(stored_len: int, stored_last: str | None, history: tuple[Exchange, ...]) -> list[str] | None:
-    """The exchanges to append when ``history`` extends what is stored; None when it must be rewritten."""
-    if len(history) < stored_len:
-        return None
-    # the last stored exchange must match too: a history cut back (an undo) that grew again to the same
-    # length has to be rewritten, not appended to
-    if stored_len and exchange_json(history[stored_len - 1]) != stored_last:
-        return None
-    return [exchange_json(e) for e in history[stored_len:]]
+@dataclass(frozen=True)
+class Rows:
+    """What a save writes to the history rows: the stored rows from ``first`` on are replaced by ``exchanges``
+    (nothing is deleted when ``first`` is the stored length: an append), and the head's new columns."""
+
+    first: int
+    exchanges: list[str]
+    length: int  # the whole history's length after the save
+    last: str | None  # its last exchange (compared by the next save)
+    carried: int  # the first index a load reads (carried_from)
+    rewrites: bool = False  # True: the rows from ``first`` on are deleted before ``exchanges`` are written
+
+
+def rows_to_write(
+    conversation_id: str, stored_len: int, stored_last: str | None, snapshot: Snapshot, tail: int
+) -> Rows:
+    """The rows a save writes: the exchanges added since the stored ones, or, when the snapshot's history does
+    not extend what is stored (an undo, a replacement), its carried exchanges over the stored ones from its
+    ``history_start`` on (the rows before it are that conversation's past and stay)."""
+    start, carried = snapshot.history_start, snapshot.history
+    length = start + len(carried)
+    last = exchange_json(carried[-1]) if carried else None
+    keep = carried_from(length, snapshot.summary, tail)
+    if start > stored_len:
+        raise StoreError(
+            f"conversation {conversation_id!r}: the snapshot carries its history from exchange {start} on, and the "
+            f"store holds {stored_len} exchanges of it: save a snapshot with the whole history (history_start 0)"
+        )
+    if stored_len <= length:
+        known = stored_len - start  # how many carried exchanges are stored already
+        # the last stored exchange must match too: a history cut back (an undo) that grew again to the same
+        # length has to be rewritten, not appended to
+        if known == 0 or exchange_json(carried[known - 1]) == stored_last:
+            return Rows(stored_len, [exchange_json(e) for e in carried[known:]], length, last, keep)
+    return Rows(start, [exchange_json(e) for e in carried], length, last, keep, rewrites=True)
+
+
+@dataclass(frozen=True)
+class Page:
+    """A page of a stored history, oldest first: ``exchanges`` as (index, exchange) pairs; ``before`` is the
+    cursor of the next older page (pass it as ``before=``), None when this page reaches the first exchange."""
+
+    exchanges: tuple[tuple[int, Exchange], ...]
+    before: int | None
+    total: int  # exchanges in the whole history
+
+
+MAX_PAGE = 1000
+
+
+def check_page(before: int | None, limit: int) -> None:
+    """``before`` (None, or an exchange index >= 0) and ``limit`` (1 to ``MAX_PAGE``); ValueError otherwise."""
+    if before is not None and (isinstance(before, bool) or not isinstance(before, int) or before < 0):
+        raise ValueError(f"before must be an exchange index (an integer >= 0), not {before!r}")
+    if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+        raise ValueError(f"limit must be an integer from 1 to {MAX_PAGE}, not {limit!r}")
+
+
+def page_of(rows: Iterable[tuple[int, str | bytes]], total: int) -> Page:
+    """A page from its rows (index, exchange JSON), in any order; :class:`StoreError` if one is damaged."""
+    try:
+        exchanges = tuple(sorted((int(i), Exchange.model_validate_json(e)) for i, e in rows))
+    except ValueError as exc:
+        raise StoreError(f"stored conversation is damaged: {exc}") from exc
+    first = exchanges[0][0] if exchanges else 0
+    return Page(exchanges, first if first > 0 else None, total)
+
+
+def page_window(before: int | None, limit: int, total: int) -> tuple[int, int]:
+    """The indices ``[low, high)`` of a page: the ``limit`` exchanges before ``before`` (None: the end)."""
+    high = total if before is None else min(before, total)
+    return max(high - limit, 0), high
 
 
 class Store(ABC):
@@ -152,6 +240,9 @@ class Store(ABC):
     """Seconds a turn lock lasts unless its heartbeat renews it; None: the lock dies with its holder."""
     shared: bool = True
     """Whether other processes see the same conversations (``serve --workers`` needs it; ``memory:`` is not)."""
+    tail: int = TAIL
+    """Exchanges a loaded snapshot carries at least (its history's tail; all of it when shorter), besides those
+    waiting for a summary: it must cover the prompt's ``history_window`` (plus the summary ``batch``)."""
 
     def __init__(self) -> None:
         self._gates = _Gates()
@@ -163,6 +254,11 @@ class Store(ABC):
     @abstractmethod
     def load(self, conversation_id: str) -> Record | None:
         """The stored conversation, or None."""
+
+    @abstractmethod
+    def history(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        """The ``limit`` exchanges of the stored history before index ``before`` (None: its end), or None when
+        no conversation is stored under the id. Pages read the append-only rows, never the whole history."""
 
     @abstractmethod
     def delete(self, conversation_id: str) -> bool:
@@ -248,6 +344,9 @@ class Store(ABC):
 
     async def aload(self, conversation_id: str) -> Record | None:
         return await _to_thread(self.load, conversation_id)
+
+    async def ahistory(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        return await _to_thread(self.history, conversation_id, before=before, limit=limit)
 
     async def adelete(self, conversation_id: str) -> bool:
         return await _to_thread(self.delete, conversation_id)
@@ -427,8 +526,8 @@ def private_file(path: Path) -> None:
 
 
 STORE_METHODS = (
-    "save", "load", "delete", "list", "prune", "unlock", "_try_lock", "_renew", "_release",
-    "asave", "aload", "adelete", "alist", "aprune", "aunlock", "_atry_lock", "_arenew", "_arelease",
+    "save", "load", "history", "delete", "list", "prune", "unlock", "_try_lock", "_renew", "_release",
+    "asave", "aload", "ahistory", "adelete", "alist", "aprune", "aunlock", "_atry_lock", "_arenew", "_arelease",
 )  # fmt: skip
 
 
@@ -492,4 +591,4 @@ def info_of(conversation_id: str, snapshot: Snapshot, version: int, updated_at: 
     )
 
 
-__all__ = ["DEFAULT_WAIT", "Info", "Record", "Store", "check_id"]
+__all__ = ["DEFAULT_WAIT", "Info", "Page", "Record", "Store", "check_id"]
