@@ -196,7 +196,9 @@ def _page_bounds(before: str | None, limit: str | None) -> tuple[int | None, int
     def number(name: str, text: str, low: int, high: int | None) -> int:
         if not text.isdigit() or not low <= int(text) <= (high if high is not None else int(text)):
             bounds = f"from {low} to {high}" if high is not None else f"from {low} on"
-            raise APIError(400, "invalid_request", f"invalid request: {name} must be a whole number {bounds}, not {text!r}")
+            raise APIError(
+                400, "invalid_request", f"invalid request: {name} must be a whole number {bounds}, not {text!r}"
+            )
         return int(text)
 
     return (

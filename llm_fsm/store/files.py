@@ -6,7 +6,9 @@ The file holds the whole history, so a save and a load cost time in proportion t
 length (each reads and parses the file; a save writes it all again): fine for the short conversations
 of a terminal chat and for tests, not for long ones (use SQLite). A load still returns only the tail a
 turn needs, like every store (:func:`~llm_fsm.store.base.bounded`), and a save takes such a snapshot
-and keeps the exchanges before its tail from the file. Turn locks are ``flock`` locks on ``.<id>.lock``: the kernel releases one when its holder's process
+and keeps the exchanges before its tail from the file.
+
+Turn locks are ``flock`` locks on ``.<id>.lock``: the kernel releases one when its holder's process
 dies, however it dies (SIGKILL included), so they need no lease and no heartbeat.
 """
 

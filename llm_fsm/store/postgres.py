@@ -233,13 +233,13 @@ class PostgresStore(Store):
         found, stored_len, stored_last = rows[0] if rows else (0, 0, None)
         if expected is not None and expected != found:
             raise conflict(cid, expected, found)
-        rows = rows_to_write(cid, stored_len, stored_last, snapshot, self.tail)
-        if rows.rewrites:  # the history was rewound (undo) or replaced: rewrite it from there
-            yield "delete_turns_from", (cid, rows.first)
-        if rows.exchanges:
-            yield "append_turns", (cid, rows.first, rows.exchanges)
+        plan = rows_to_write(cid, stored_len, stored_last, snapshot, self.tail)
+        if plan.rewrites:  # the history was rewound (undo) or replaced: rewrite it from there
+            yield "delete_turns_from", (cid, plan.first)
+        if plan.exchanges:
+            yield "append_turns", (cid, plan.first, plan.exchanges)
         yield "write", (cid, found + 1, snapshot.definition_name, snapshot.state, snapshot.status, snapshot.turns,
-                        head_json(snapshot), rows.length, rows.last, rows.carried)  # fmt: skip
+                        head_json(snapshot), plan.length, plan.last, plan.carried)  # fmt: skip
         return int(found) + 1
 
     def _load(self, cid: str) -> Plan[Record | None]:

@@ -215,7 +215,9 @@ class RedisStore(Store):
             import redis.asyncio
 
             self._async = redis.asyncio.Redis.from_url(self._server_url)
-            self._ascripts = {name: self._async.register_script(text) for name, text in (("load", LOAD), ("page", PAGE))}
+            self._ascripts = {
+                name: self._async.register_script(text) for name, text in (("load", LOAD), ("page", PAGE))
+            }
         return self._async
 
     async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
@@ -261,7 +263,7 @@ class RedisStore(Store):
         pipe.zadd(self.keys.index, {cid: now})
         return version
 
-    def _both(self, cid: str) -> list[str]:
+    def _both(self, cid: str) -> builtins.list[str]:
         return [self.keys.conversation(cid), self.keys.turns(cid)]
 
     def _record(self, cid: str, reply: builtins.list[Any]) -> Record | None:  # "list" here is the method

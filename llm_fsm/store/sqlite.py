@@ -3,11 +3,12 @@
 The ``turns`` table is append-only: a save inserts only the exchanges added since the last save,
 so saving costs the same at turn 5 and at turn 500, and a load reads the conversation's row and the
 turns from its ``history_start`` on (the tail a turn needs, see :func:`~llm_fsm.store.base.carried_from`),
-so loading does too; :meth:`SQLiteStore.history` pages through the rest by the primary key. Each save is one ``BEGIN IMMEDIATE``
-transaction that checks the version column first. Locks for a whole turn are rows of a ``locks``
-table: a lease of ``LEASE`` seconds that the holder's heartbeat renews, so a killed holder blocks
-its conversation for one lease at most (see :mod:`llm_fsm.store.base`). Migrations are idempotent:
-opening a database creates what is missing.
+so loading does too; :meth:`SQLiteStore.history` pages through the rest by the primary key. Each
+save is one ``BEGIN IMMEDIATE`` transaction that checks the version column first. Locks for a whole
+turn are rows of a ``locks`` table: a lease of ``LEASE`` seconds that the holder's heartbeat renews,
+so a killed holder blocks its conversation for one lease at most (see :mod:`llm_fsm.store.base`).
+Migrations are idempotent: opening a database creates what is missing, and adds the columns an older
+version's database lacks.
 """
 
 from __future__ import annotations
@@ -80,7 +81,9 @@ CREATE TABLE IF NOT EXISTS locks (
 # Added by history paging: the first turn a load reads. Rows saved before it get 0, so their first load reads the
 # whole history, as it did; their next save sets it.
 MIGRATION = "ALTER TABLE conversations ADD COLUMN history_start INTEGER NOT NULL DEFAULT 0"
-COLUMNS = "id, version, definition_name, state, status, turns, head, history_len, last_exchange, updated_at, history_start"
+COLUMNS = (
+    "id, version, definition_name, state, status, turns, head, history_len, last_exchange, updated_at, history_start"
+)
 
 
 class SQLiteStore(Store):

@@ -94,8 +94,10 @@ def dump_postgres(url: str) -> None:
         for table in ("conversations", "turns"):
             cursor = db.execute(f"SELECT * FROM llm_fsm.{table}")
             columns = [c.name for c in cursor.description or ()]
-            tables[table] = {"columns": columns, "rows": [[str(v) if not isinstance(v, int) else v for v in row]
-                                                         for row in cursor.fetchall()]}
+            tables[table] = {
+                "columns": columns,
+                "rows": [[str(v) if not isinstance(v, int) else v for v in row] for row in cursor.fetchall()],
+            }
     (HERE / "postgres.json").write_text(json.dumps(tables, indent=1))
 
 
