@@ -24,6 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from benchmarks import (  # noqa: E402
     bench_async,
     bench_contention,
+    bench_history,
     bench_startup,
     bench_store,
     bench_tools,
@@ -153,7 +154,7 @@ def store_section(reps: int) -> list[str]:
         if process is not None:
             process.terminate()
     return [*rows, "", "A save appends one turn (SQLite, Redis) or rewrites one file (file store); a load reads the "
-            "whole history.", ""]  # fmt: skip
+            "tail of the history a turn needs (the file store: its whole file).", ""]  # fmt: skip
 
 
 def main() -> None:
@@ -181,6 +182,7 @@ def main() -> None:
         lambda: bench_contention.section(1 if quick else 3, 1 if quick else 3, [10, 50, 200]),
         lambda: bench_validate.section(1 if quick else 3),
         lambda: bench_tools.section(100 if quick else 300),
+        lambda: bench_history.section(quick),
     ]
     for section in sections:
         part = section()

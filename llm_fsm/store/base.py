@@ -105,9 +105,22 @@ def seconds(older_than: float | timedelta) -> float:
     return older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
 
 
-def head_json(snapshot: Snapshot) -> str:
-    """The snapshot without its history (the history is stored turn by turn)."""
-    return snapshot.model_copy(update={"history": (), "history_start": 0}).model_dump_json()
+def head_json(snapshot: Snapshot, tail: int = 0) -> str:
+    """The snapshot without its history (the history is stored turn by turn), its sub-conversations' own
+    histories cut to their last ``tail`` exchanges (0: kept whole); see :func:`frames_bounded`."""
+    head = frames_bounded(snapshot, tail) if tail else snapshot
+    return head.model_copy(update={"history": (), "history_start": 0}).model_dump_json()
+
+
+def frames_bounded(snapshot: Snapshot, tail: int) -> Snapshot:
+    """``snapshot`` with each sub-conversation's history bounded as :func:`bounded` bounds the root's. A frame
+    has no rows of its own: what it drops is in the root's history (each exchange is added to every level
+    below the one that talked, see :mod:`llm_fsm.subflows`), so nothing is lost, and a long sub-conversation
+    does not grow the head."""
+    if not snapshot.stack:
+        return snapshot
+    frames = tuple(f.model_copy(update={"snapshot": bounded(f.snapshot, tail)}) for f in snapshot.stack)
+    return snapshot.model_copy(update={"stack": frames})
 
 
 def exchange_json(exchange: Exchange) -> str:
@@ -125,6 +138,7 @@ def carried_from(count: int, summary: RunningSummary, tail: int) -> int:
 
 def bounded(snapshot: Snapshot, tail: int) -> Snapshot:
     """``snapshot`` carrying only the history a turn needs (see :func:`carried_from`); the rest is in the store."""
+    snapshot = frames_bounded(snapshot, tail)
     start = carried_from(snapshot.history_len, snapshot.summary, tail)
     if start <= snapshot.history_start:
         return snapshot
@@ -224,6 +238,23 @@ def page_of(rows: Iterable[tuple[int, str | bytes]], total: int) -> Page:
         raise StoreError(f"stored conversation is damaged: {exc}") from exc
     first = exchanges[0][0] if exchanges else 0
     return Page(exchanges, first if first > 0 else None, total)
+
+
+def whole(store: Store, record: Record) -> Snapshot:
+    """``record``'s snapshot with its whole history: the stored exchanges before the tail it carries, read page
+    by page (for what must hold everything: a file written by chat's ``/save``, ``conversations show``)."""
+    snapshot = record.snapshot
+    earlier: list[Exchange] = []
+    before: int | None = snapshot.history_start
+    while before:
+        page = store.history(record.id, before=before, limit=MAX_PAGE)
+        if page is None:  # deleted meanwhile
+            break
+        earlier[:0] = [exchange for _, exchange in page.exchanges]
+        before = page.before
+    if len(earlier) != snapshot.history_start:
+        raise StoreError(f"conversation {record.id!r}: the store no longer holds its first exchanges")
+    return snapshot.model_copy(update={"history": (*earlier, *snapshot.history), "history_start": 0})
 
 
 def page_window(before: int | None, limit: int, total: int) -> tuple[int, int]:

@@ -21,6 +21,7 @@ from llm_fsm.store.base import (
     check_id,
     check_page,
     conflict,
+    frames_bounded,
     info_of,
     page_window,
     rows_to_write,
@@ -66,7 +67,7 @@ class MemoryStore(Store):
             new = snapshot.history[rows.first - snapshot.history_start :]
             # a new list, never the old one changed: a history page read meanwhile keeps what it read
             exchanges = [*stored[: rows.first], *new] if rows.rewrites else stored + list(new)
-            head = snapshot.model_copy(update={"history": (), "history_start": 0})
+            head = frames_bounded(snapshot, self.tail).model_copy(update={"history": (), "history_start": 0})
             self._kept[conversation_id] = _Kept(head, exchanges, rows.last, rows.carried, found + 1, time.time())
             return found + 1
 

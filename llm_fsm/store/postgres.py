@@ -239,7 +239,7 @@ class PostgresStore(Store):
         if plan.exchanges:
             yield "append_turns", (cid, plan.first, plan.exchanges)
         yield "write", (cid, found + 1, snapshot.definition_name, snapshot.state, snapshot.status, snapshot.turns,
-                        head_json(snapshot), plan.length, plan.last, plan.carried)  # fmt: skip
+                        head_json(snapshot, self.tail), plan.length, plan.last, plan.carried)  # fmt: skip
         return int(found) + 1
 
     def _load(self, cid: str) -> Plan[Record | None]:

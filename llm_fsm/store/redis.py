@@ -100,10 +100,10 @@ def _plan(
     return found + 1, rows_to_write(cid, stored_len, last.decode() if last else None, snapshot, tail)
 
 
-def _mapping(snapshot: Snapshot, rows: Rows, version: int, now: float) -> dict[str, Any]:
+def _mapping(snapshot: Snapshot, rows: Rows, version: int, now: float, tail: int) -> dict[str, Any]:
     return {
         "version": version,
-        "head": head_json(snapshot),
+        "head": head_json(snapshot, tail),
         "history_len": rows.length,
         "history_start": rows.carried,
         "last_exchange": rows.last or "",
@@ -259,7 +259,7 @@ class RedisStore(Store):
                 pipe.delete(self.keys.turns(cid))
         if rows.exchanges:
             pipe.rpush(self.keys.turns(cid), *rows.exchanges)
-        pipe.hset(self.keys.conversation(cid), mapping=_mapping(snapshot, rows, version, now))
+        pipe.hset(self.keys.conversation(cid), mapping=_mapping(snapshot, rows, version, now, self.tail))
         pipe.zadd(self.keys.index, {cid: now})
         return version
 

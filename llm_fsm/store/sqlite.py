@@ -155,7 +155,7 @@ class SQLiteStore(Store):
             db.execute(
                 f"INSERT OR REPLACE INTO conversations ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, found + 1, snapshot.definition_name, snapshot.state, snapshot.status,
-                 snapshot.turns, head_json(snapshot), rows.length, rows.last, time.time(), rows.carried),
+                 snapshot.turns, head_json(snapshot, self.tail), rows.length, rows.last, time.time(), rows.carried),
             )  # fmt: skip
         return int(found) + 1
 

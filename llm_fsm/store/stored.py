@@ -19,11 +19,10 @@ from typing import Any, TypeVar, cast
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Exchange, KeyedResult, Snapshot
-from llm_fsm.errors import StoreError
+from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.llm import LLMClient
 from llm_fsm.store import idempotency
-from llm_fsm.store.base import DEFAULT_WAIT, MAX_PAGE, Page, Record, Store, bounded
+from llm_fsm.store.base import DEFAULT_WAIT, Page, Record, Store, bounded, whole
 from llm_fsm.subflows import stack
 from llm_fsm.turn import TurnResult
 from llm_fsm.values import derived_uid
@@ -125,18 +124,7 @@ class StoredConversation:
     def whole(self) -> Snapshot:
         """The conversation's snapshot with its whole history (the stored exchanges before the tail it
         carries, read page by page): for a file that must hold everything, such as chat's ``/save``."""
-        snapshot = self.conversation.snapshot()
-        earlier: list[Exchange] = []
-        before: int | None = snapshot.history_start
-        while before:
-            page = self.store.history(self.id, before=before, limit=MAX_PAGE)
-            if page is None:
-                break
-            earlier[:0] = [exchange for _, exchange in page.exchanges]
-            before = page.before
-        if len(earlier) != snapshot.history_start:
-            raise StoreError(f"conversation {self.id!r}: the store no longer holds its first exchanges")
-        return snapshot.model_copy(update={"history": (*earlier, *snapshot.history), "history_start": 0})
+        return whole(self.store, Record(self.id, self.conversation.snapshot(), self.version, 0.0))
 
     @contextmanager
     def _holding(self) -> Iterator[None]:
