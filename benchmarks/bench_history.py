@@ -31,47 +31,53 @@ from benchmarks import bench_store  # noqa: E402
 TURNS = (10, 1_000, 100_000)
 GOAL = 1.5
 
-# Runs in the worker, against whichever tree is first on sys.path; uses only what both trees have.
+# Runs in the worker, against whichever tree is first on sys.path; uses only what both trees have. It keeps one
+# conversation per size in one store and takes its turns round-robin across the sizes, so that a slow moment of
+# the shared disk (a save waits for fsync) falls on every size alike.
 WORKER = """
 import json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
 from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.store import open_store
 
-url, turns, reps = sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
+url, sizes, reps = sys.argv[2], [int(n) for n in sys.argv[3].split(",")], [int(r) for r in sys.argv[4].split(",")]
 def exchange(i):
     return Exchange(user=f"user message number {i} " + "x" * 100, assistant=f"reply {i} " + "y" * 200, state="chat")
 store = open_store(url)
-history = tuple(exchange(i) for i in range(turns))
-store.save("bench", Snapshot(definition_name="bench", definition_hash="0" * 64, state="chat", history=history,
-                             turns=turns))
-del history
-loads, saves, sizes = [], [], []
-for i in range(reps):
-    start = time.perf_counter()
-    record = store.load("bench")
-    middle = time.perf_counter()
-    snapshot = record.snapshot
-    n = getattr(snapshot, "history_len", len(snapshot.history))
-    grown = snapshot.model_copy(update={"history": (*snapshot.history, exchange(n)), "turns": n + 1})
-    before_save = time.perf_counter()
-    store.save("bench", grown, expected_version=record.version)
-    end = time.perf_counter()
-    loads.append(middle - start)
-    saves.append(end - before_save)
-    sizes.append(len(snapshot.model_dump_json()))
+for turns in sizes:
+    history = tuple(exchange(i) for i in range(turns))
+    store.save(f"bench{turns}", Snapshot(definition_name="bench", definition_hash="0" * 64, state="chat",
+                                         history=history, turns=turns))
+    del history
+samples = {n: {"load": [], "save": [], "size": []} for n in sizes}
+for i in range(max(reps)):
+    for turns, count in zip(sizes, reps):
+        if i >= count:
+            continue
+        start = time.perf_counter()
+        record = store.load(f"bench{turns}")
+        middle = time.perf_counter()
+        snapshot = record.snapshot
+        n = getattr(snapshot, "history_len", len(snapshot.history))
+        grown = snapshot.model_copy(update={"history": (*snapshot.history, exchange(n)), "turns": n + 1})
+        before_save = time.perf_counter()
+        store.save(f"bench{turns}", grown, expected_version=record.version)
+        end = time.perf_counter()
+        samples[turns]["load"].append(middle - start)
+        samples[turns]["save"].append(end - before_save)
+        samples[turns]["size"].append(len(snapshot.model_dump_json()))
 store.close()
-print(json.dumps({"load": loads, "save": saves, "size": statistics.median(sizes)}))
+print(json.dumps({n: {**s, "size": statistics.median(s["size"])} for n, s in samples.items()}))
 """
 
 
-def run(tree: Path, url: str, turns: int, reps: int) -> dict[str, list[float] | float]:
-    """One worker's samples (seconds) and the loaded snapshot's size (bytes)."""
-    argv = [sys.executable, "-c", WORKER, str(tree), url, str(turns), str(reps)]
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=1800, check=False)
+def run(tree: Path, url: str, sizes: list[int], reps: list[int]) -> dict[int, dict[str, list[float] | float]]:
+    """One worker's samples (seconds) per size, and the loaded snapshot's size (bytes)."""
+    argv = [sys.executable, "-c", WORKER, str(tree), url, ",".join(map(str, sizes)), ",".join(map(str, reps))]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=3600, check=False)
     if done.returncode:
-        raise RuntimeError(f"the worker failed ({tree}, {url}, {turns}): {done.stderr.strip()[-800:]}")
-    return dict(json.loads(done.stdout))
+        raise RuntimeError(f"the worker failed ({tree}, {url}): {done.stderr.strip()[-800:]}")
+    return {int(n): samples for n, samples in json.loads(done.stdout).items()}
 
 
 def fresh(kind: str, base: str, folder: str) -> str:
@@ -89,26 +95,27 @@ def fresh(kind: str, base: str, folder: str) -> str:
 def measure(
     trees: dict[str, Path], bases: dict[str, str], reps: int, old_turns: int, rounds: int
 ) -> list[dict[str, object]]:
-    """Every (store, turns, tree), the trees alternating size by size, in ``rounds`` rounds whose samples are
-    pooled (a save waits for fsync on a shared disk: one round alone can meet a slow moment)."""
+    """Every (store, turns, tree): per round and store, one worker per tree (their order alternating from round
+    to round), each taking turns round-robin across the sizes; the rounds' samples are pooled."""
     pooled: dict[tuple[str, int, str], dict[str, object]] = {}
     with tempfile.TemporaryDirectory() as folder:
-        for _ in range(rounds):
+        for round_ in range(rounds):
             for kind, base in bases.items():
-                for turns in TURNS:
-                    if kind == "file" and turns > 1_000:
-                        continue
-                    for label, tree in trees.items():
-                        if label == "before" and turns > old_turns:
-                            continue
-                        # fewer turns timed where each costs a whole history (the file store, the old tree at 100k)
-                        slow = kind == "file" or (label == "before" and turns >= 100_000)
-                        samples = run(tree, fresh(kind, base, folder), turns, max(3, reps // 4) if slow else reps)
+                order = list(trees.items())
+                for label, tree in order if round_ % 2 == 0 else order[::-1]:
+                    # the file store reads and writes its whole file (by design): measured up to 1,000
+                    sizes = [n for n in TURNS if not (kind == "file" and n > 1_000)]
+                    sizes = [n for n in sizes if label == "after" or n <= old_turns]
+                    # fewer turns where each reads the whole history (the file store, the old tree at 100,000)
+                    counts = [max(3, reps // 6) if kind == "file" or n >= 100_000 and label == "before" else reps
+                              for n in sizes]  # fmt: skip
+                    for turns, samples in run(tree, fresh(kind, base, folder), sizes, counts).items():
                         row = pooled.setdefault((kind, turns, label), {"load": [], "save": [], "size": 0.0})
                         row["load"] += samples["load"]  # type: ignore[operator]  # lists of seconds
                         row["save"] += samples["save"]  # type: ignore[operator]
                         row["size"] = samples["size"]
-    return [{"store": k, "turns": t, "tree": label, **row} for (k, t, label), row in pooled.items()]
+    ordered = sorted(pooled.items(), key=lambda item: (list(bases).index(item[0][0]), item[0][1], item[0][2]))
+    return [{"store": k, "turns": t, "tree": label, **row} for (k, t, label), row in ordered]
 
 
 def servers() -> tuple[dict[str, str], list[object]]:
@@ -179,7 +186,7 @@ def verdict(rows: list[dict[str, object]]) -> list[str]:
 
 def section(quick: bool, old: Path | None = None) -> list[str]:
     """RESULTS.md's section: after, and before too when ``old`` (a checkout of 01ff7f5) is given."""
-    reps = 8 if quick else 30
+    reps = 10 if quick else 40
     trees = {"after": ROOT, **({"before": old} if old else {})}
     bases, stop = servers()
     try:
@@ -190,10 +197,12 @@ def section(quick: bool, old: Path | None = None) -> list[str]:
     return [
         "## 15. History out of the snapshot (issue 26 §3): a stored turn at 10 / 1,000 / 100,000 turns",
         "",
-        f"`{command}`: medians of {reps} turns per row and round, {1 if quick else 2} round(s) pooled (fewer turns "
-        "for the file store and the old tree at 100,000, where each turn reads the whole history); each row is a "
-        "worker process importing one tree; the trees alternate row by row in one run. A turn loads the "
-        "conversation, adds one exchange and saves it (SQLite: synchronous=FULL, so a save waits for fsync).",
+        f"`{command}`: medians of {reps} turns per row and round, {1 if quick else 2} round(s) pooled (fewer "
+        "turns for the file store and the old tree at 100,000, where each turn reads the whole history). A turn "
+        "loads the conversation, adds one exchange and saves it (SQLite: synchronous=FULL, so a save waits for "
+        "fsync). Per round and store, one worker process per tree (before: 01ff7f5, after: this tree), their "
+        "order alternating from round to round, each keeping a conversation of every size and taking turns "
+        "round-robin across the sizes, so that the shared disk's slow moments fall on every size alike.",
         "",
         *table(rows),
         "",
