@@ -17,7 +17,7 @@ from llm_fsm.engine import Exchange
 from llm_fsm.errors import StoreError
 from llm_fsm.memory.spec import RunningSummary
 from llm_fsm.store import StoredConversation, open_store
-from llm_fsm.store.base import TAIL, bounded
+from llm_fsm.store.history import TAIL, bounded
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import reply
 from tests.test_server import ALICE, BOB, TOKENS, auth, client, error_of

@@ -85,12 +85,12 @@ def show(
     show_secrets: ShowSecretsOption = False,
 ) -> None:
     """One conversation as JSON: state, context, provenance, history, pending event, memory, summary."""
-    from llm_fsm.store.base import whole
+    from llm_fsm.store.history import whole
 
     with _opened(store, conversation_id) as opened:
         record = opened.load(conversation_id)
         # the whole history, read page by page: a load carries only its tail
-        snapshot = whole(opened, record) if record is not None else None
+        snapshot = whole(opened, record.id, record.snapshot) if record is not None else None
     if record is None or snapshot is None:
         fail(f"no conversation {conversation_id!r} in this store", 1)
     document = {"id": record.id, "version": record.version, "saved": _when(record.updated_at)}

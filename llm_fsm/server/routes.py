@@ -191,7 +191,7 @@ def add_routes(app: FastAPI, service: Service) -> None:
 
 def _page_bounds(before: str | None, limit: str | None) -> tuple[int | None, int]:
     """``before`` and ``limit`` of a history page, from the query; 400 ``invalid_request`` saying what is wrong."""
-    from llm_fsm.store.base import MAX_PAGE
+    from llm_fsm.store.history import MAX_PAGE
 
     def number(name: str, text: str, low: int, high: int | None) -> int:
         if not text.isdigit() or not low <= int(text) <= (high if high is not None else int(text)):

@@ -7,7 +7,7 @@ from typing import Any
 
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.server.service import Stored
-from llm_fsm.store.base import Page
+from llm_fsm.store.history import Page
 from llm_fsm.turn import TurnResult
 
 

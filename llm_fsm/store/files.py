@@ -29,21 +29,16 @@ from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
     Info,
-    Page,
     Record,
     Store,
-    bounded,
     check_id,
-    check_page,
     conflict,
-    exchange_json,
     failures_as_store_errors,
     info_of,
-    page_window,
     private_directory,
-    rows_to_write,
     seconds,
 )
+from llm_fsm.store.history import Page, bounded, check_page, exchange_json, page_window, rows_to_write
 
 SUFFIX = ".json"
 

@@ -13,20 +13,8 @@ from dataclasses import dataclass
 from datetime import timedelta
 
 from llm_fsm.engine import Exchange, Snapshot
-from llm_fsm.store.base import (
-    Info,
-    Page,
-    Record,
-    Store,
-    check_id,
-    check_page,
-    conflict,
-    frames_bounded,
-    info_of,
-    page_window,
-    rows_to_write,
-    seconds,
-)
+from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of, seconds
+from llm_fsm.store.history import Page, check_page, frames_bounded, page_window, rows_to_write
 
 
 @dataclass

@@ -53,22 +53,8 @@ from psycopg import sql
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
-from llm_fsm.store.base import (
-    LEASE,
-    Info,
-    Page,
-    Record,
-    Store,
-    assemble,
-    check_id,
-    check_page,
-    conflict,
-    head_json,
-    page_of,
-    public_url,
-    rows_to_write,
-    seconds,
-)
+from llm_fsm.store.base import LEASE, Info, Record, Store, assemble, check_id, conflict, head_json, public_url, seconds
+from llm_fsm.store.history import Page, check_page, page_of, rows_to_write
 from llm_fsm.store.postgres_pool import AsyncPool, Pool, PoolBusy
 
 SCHEMA = "llm_fsm"

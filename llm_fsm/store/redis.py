@@ -26,20 +26,16 @@ from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
     LEASE,
     Info,
-    Page,
     Record,
-    Rows,
     Store,
     assemble,
     check_id,
-    check_page,
     failures_as_store_errors,
     head_json,
-    page_of,
     public_url,
-    rows_to_write,
     seconds,
 )
+from llm_fsm.store.history import Page, Rows, check_page, page_of, rows_to_write
 
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 # One round trip, atomic (a script runs alone): the hash, and the exchanges from its history_start on (hashes

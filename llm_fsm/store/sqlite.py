@@ -28,22 +28,18 @@ from llm_fsm.errors import StoreError
 from llm_fsm.store.base import (
     LEASE,
     Info,
-    Page,
     Record,
     Store,
     assemble,
     check_id,
-    check_page,
     conflict,
     failures_as_store_errors,
     head_json,
-    page_of,
-    page_window,
     private_directory,
     private_file,
-    rows_to_write,
     seconds,
 )
+from llm_fsm.store.history import Page, check_page, page_of, page_window, rows_to_write
 
 # one statement: insert the lock, or take over a row whose lease ran out (the WHERE); a row changed
 # means it is ours, none means another turn holds it

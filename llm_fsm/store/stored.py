@@ -22,7 +22,8 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.llm import LLMClient
 from llm_fsm.store import idempotency
-from llm_fsm.store.base import DEFAULT_WAIT, Page, Record, Store, bounded, whole
+from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
+from llm_fsm.store.history import Page, bounded, whole
 from llm_fsm.subflows import stack
 from llm_fsm.turn import TurnResult
 from llm_fsm.values import derived_uid
@@ -124,7 +125,7 @@ class StoredConversation:
     def whole(self) -> Snapshot:
         """The conversation's snapshot with its whole history (the stored exchanges before the tail it
         carries, read page by page): for a file that must hold everything, such as chat's ``/save``."""
-        return whole(self.store, Record(self.id, self.conversation.snapshot(), self.version, 0.0))
+        return whole(self.store, self.id, self.conversation.snapshot())
 
     @contextmanager
     def _holding(self) -> Iterator[None]:
