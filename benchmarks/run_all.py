@@ -26,6 +26,7 @@ from benchmarks import (  # noqa: E402
     bench_contention,
     bench_prefix,
     bench_peer,
+    bench_history,
     bench_startup,
     bench_store,
     bench_tools,
@@ -155,7 +156,7 @@ def store_section(reps: int) -> list[str]:
         if process is not None:
             process.terminate()
     return [*rows, "", "A save appends one turn (SQLite, Redis) or rewrites one file (file store); a load reads the "
-            "whole history.", ""]  # fmt: skip
+            "tail of the history a turn needs (the file store: its whole file).", ""]  # fmt: skip
 
 
 def _title(line: str) -> str:
@@ -214,6 +215,7 @@ def main() -> None:
         lambda: bench_tools.section(100 if quick else 300),
         lambda: bench_prefix.section(quick),
         lambda: bench_peer.section(quick),
+        lambda: bench_history.section(quick),
     ]
     for section in sections:
         part = section()

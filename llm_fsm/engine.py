@@ -94,7 +94,14 @@ class Snapshot(BaseModel):
     state: str
     context: dict[str, Any] = Field(default_factory=dict)
     provenance: dict[str, Origin] = Field(default_factory=dict)
-    history: tuple[Exchange, ...] = ()
+    history: tuple[Exchange, ...] = Field(
+        (),
+        description="The exchanges carried, from index history_start on: the whole history, or for a conversation "
+        "kept in a store the tail a turn needs (the rest is paged from the store: Store.history).",
+    )
+    history_start: int = Field(
+        0, ge=0, description="The index of history[0] in the whole history (0: the snapshot carries all of it)."
+    )
     turns: int = Field(0, description="Completed turns; the opening message is turn 0.")
     status: Status = "new"
     pending: PendingEvent | None = None
@@ -114,6 +121,11 @@ class Snapshot(BaseModel):
         description="The answers to the last requests sent with an idempotency key, oldest first; saved in the "
         "very write that saves their turn (llm_fsm.store.idempotency). Never shown to the model.",
     )
+
+    @property
+    def history_len(self) -> int:
+        """How many exchanges the whole history holds, carried or not."""
+        return self.history_start + len(self.history)
 
 
 class Frame(BaseModel):

@@ -252,9 +252,11 @@ class PromptBuilder:
         from llm_fsm import memory
         from llm_fsm.memory import summaries
 
-        window = summaries.visible(definition, snapshot.history, snapshot.summary, self.settings.history_window)
+        window = summaries.visible(
+            definition, snapshot.history, snapshot.summary, self.settings.history_window, start=snapshot.history_start
+        )
         history = self._window(window)
-        opening = not snapshot.history
+        opening = not snapshot.history_len
         notes = {
             **memory.sections(definition, snapshot),
             "summary": snapshot.summary.text[: summaries.spec(definition).max_chars],

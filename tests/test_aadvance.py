@@ -64,4 +64,4 @@ def test_fifty_tasks_on_one_conversation_take_their_turns_one_after_another(stor
     results = asyncio.run(scenario())
     assert sorted(r.turn for r in results) == list(range(1, 51)), "every turn saved, none lost to a conflict"
     record = store.load("busy")
-    assert record.snapshot.turns == 50 and len(record.snapshot.history) == 51
+    assert record.snapshot.turns == 50 and record.snapshot.history_len == 51

@@ -542,6 +542,7 @@ def test_the_openapi_document_lists_every_route():
         "/conversations/{conversation_id}/messages",
         "/conversations/{conversation_id}/stream",
         "/conversations/{conversation_id}/resume",
+        "/conversations/{conversation_id}/history",
     }
     assert set(schema["paths"]["/conversations/{conversation_id}"]) == {"get", "delete"}
     assert "HTTPBearer" in schema["components"]["securitySchemes"]

@@ -21,9 +21,11 @@ import llm_fsm
 from llm_fsm import Hooks
 from llm_fsm.errors import LLMUnavailableError
 from llm_fsm.server import create_app
+from llm_fsm.store import open_store
 from llm_fsm.testing import ScriptedLLM, tool_calls
 from tests.conftest import ROOT, reply
 from tests.test_server import ALICE, TOKENS, TOOLS, GatedLLM, client, error_of, live, pausing_hooks, signup
+from tests.test_store import CHAT
 
 CHROMIUM = os.environ.get("LLM_FSM_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
 ARTIFACTS = Path(os.environ.get("LLM_FSM_TEST_ARTIFACTS") or ROOT / "tests" / "artifacts") / "browser"
@@ -412,3 +414,29 @@ def test_the_status_line_says_where_in_the_stack_a_sub_conversation_talks(opened
         # the graph is the root's: its current state is the one running the subflow (its box notes which)
         page.tab.wait_for_selector("#graph[data-current='identity'] g.node.current")
         assert page.current_state() == "identityruns subflow identity_check"
+
+
+@browser_test
+def test_the_page_loads_earlier_turns_as_you_scroll_up(opened: Any):
+    kept = open_store("memory:")
+    kept.tail = 3
+    llm = ScriptedLLM([reply("chat", "hello"), *(reply("chat", f"reply {i}") for i in range(8))])
+    with live(create_app([llm_fsm.load(CHAT)], llm, store=kept)) as base:
+        page = opened(base)
+        page.tab.set_viewport_size({"width": 900, "height": 300})  # short: the transcript scrolls
+        page.wait_text("#definition", "chat")
+        page.start("chat")
+        page.wait_text("#transcript li.assistant .meta", "turn 0")
+        for i in range(8):
+            page.send(f"m{i}")
+            page.wait_text("#transcript", f"reply {i}")
+        page.tab.reload()
+        page.wait_text("#transcript", "reply 7")
+        assert page.tab.locator("#transcript li.older button").count() == 1
+        assert "hello" not in page.text("#transcript"), "only the tail came with the conversation"
+        page.tab.mouse.wheel(0, -10_000)  # up to the top: the page before loads, then the one before that
+        page.wait_text("#transcript", "hello")
+        page.tab.wait_for_selector("#transcript li.older", state="detached")
+        texts = page.tab.locator("#transcript li .text").all_inner_texts()
+        assert texts == ["hello", *[t for i in range(8) for t in (f"m{i}", f"reply {i}")]]
+        assert not page.problems

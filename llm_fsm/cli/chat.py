@@ -78,6 +78,7 @@ if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
 __all__ = ["COMMANDS", "ChatSession", "chat", "readline_prompt", "status_line"]  # status_line: the tests' import
 
 _ESCAPE = re.compile(r"(\x1b\[[0-9;]*m)")
+HISTORY_PAGE = 20  # exchanges /history shows at a time
 
 
 def readline_prompt(markup: str) -> str:
@@ -103,6 +104,7 @@ class ChatSession:
         self.show_secrets = show_secrets  # for the sub-definitions' own masks
         self.undo: list[llm_fsm.Snapshot] = []
         self.last: TurnResult | None = None
+        self.older: int | None = None  # where "/history older" goes on: the first exchange /history showed
 
     # -- turns ----------------------------------------------------------------------------------
 
@@ -113,7 +115,8 @@ class ChatSession:
             return
         current = self.conversation
         console.print(
-            f"Continuing conversation {self.tracked.id}: state {current.state}, {len(current.history)} messages."
+            f"Continuing conversation {self.tracked.id}: state {current.state}, "
+            f"{current.snapshot().history_len} messages."
         )
         if current.history:
             console.print(rendered(current.history[-1].assistant))
@@ -225,7 +228,7 @@ class ChatSession:
         handlers: dict[str, Callable[[str], bool | None]] = {
             "/state": lambda _: show_state(self.conversation),
             "/context": lambda _: show_context(self.conversation, self.mask, self.show_secrets),
-            "/history": lambda _: show_history(self.conversation),
+            "/history": self.history,
             "/why": lambda _: show_why(self.last, self.mask),
             "/save": self.save,
             "/load": self.load,
@@ -249,11 +252,29 @@ class ChatSession:
             return True
         return handler(argument) is not False
 
+    def history(self, argument: str) -> None:
+        """A page of the stored history (the last ``HISTORY_PAGE`` exchanges); ``older``: the page before."""
+        if argument not in ("", "older"):
+            error(f"/history takes 'older' or nothing (usage: /history [older]), not {argument!r}")
+            return
+        if argument == "older" and not self.older:
+            console.print("No earlier exchanges: /history shows the last ones.")
+            return
+        before = self.older if argument == "older" else None
+        page = self.tracked.history(before=before, limit=HISTORY_PAGE)
+        if page is None:  # nothing stored yet (the opening failed): what this chat holds
+            snapshot = self.conversation.snapshot()
+            exchanges = [(snapshot.history_start + i, e) for i, e in enumerate(snapshot.history)]
+            show_history(exchanges[-HISTORY_PAGE:], snapshot.history_len)
+            return
+        self.older = page.exchanges[0][0] if page.exchanges else None
+        show_history(page.exchanges, page.total)
+
     def save(self, path: str) -> None:
         from llm_fsm.jsonfiles import write_private
 
-        try:  # the file holds everything the user said: readable by them only
-            write_private(path, self.conversation.snapshot().model_dump_json(indent=2))
+        try:  # the file holds everything the user said, the whole history: readable by them only
+            write_private(path, self.tracked.whole().model_dump_json(indent=2))
         except OSError as exc:
             error(f"cannot write {path}: {exc.strerror or exc}")
             return
@@ -267,7 +288,7 @@ class ChatSession:
             return
         self.undo.append(self.conversation.snapshot())
         self.tracked.replace(restored)
-        where = f"state {self.conversation.state}, {len(self.conversation.history)} messages"
+        where = f"state {self.conversation.state}, {self.conversation.snapshot().history_len} messages"
         console.print(f"loaded {path}: {where}", markup=False)
 
     def resume(self, argument: str) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
@@ -19,6 +19,7 @@ from llm_fsm.errors import FSMError
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.conversation import Conversation, StreamEvent
+    from llm_fsm.engine import Exchange
     from llm_fsm.turn import TurnResult
 
 Mask = Callable[[dict[str, Any]], dict[str, Any]]  # how a context is shown (secret-looking values masked)
@@ -30,7 +31,7 @@ errors = Console(stderr=True, highlight=False)
 COMMANDS = {
     "/state": ("", "the current state, its purpose and where it can go"),
     "/context": ("", "the collected context, the working memory and the running summary"),
-    "/history": ("", "the conversation so far"),
+    "/history": ("[older]", "the conversation so far, a page at a time (older: the page before the last shown)"),
     "/why": ("", "what the last turn rejected, and why"),
     "/save": ("FILE", "save the conversation to a JSON file (readable only by you)"),
     "/load": ("FILE", "continue a conversation saved with /save"),
@@ -107,7 +108,7 @@ def _show_memory(conversation: Conversation, mask: Mask) -> None:
             console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
     if any(enabled(definition)):
         summary = conversation.snapshot().summary
-        told = f"{summary.through} of {len(conversation.history)} exchanges summarised"
+        told = f"{summary.through} of {conversation.snapshot().history_len} exchanges summarised"
         if summary.pending:
             told += f", {summary.due - summary.through} due"
         if summary.error:
@@ -116,12 +117,16 @@ def _show_memory(conversation: Conversation, mask: Mask) -> None:
         console.print(f"  {escape(summary.text)}" if summary.text else "  [dim](none yet)[/]")
 
 
-def show_history(conversation: Conversation) -> None:
-    """``/history``: the conversation so far."""
-    for exchange in conversation.history:
+def show_history(exchanges: Sequence[tuple[int, Exchange]], total: int) -> None:
+    """``/history``: a page of the conversation, exchanges with their index, of ``total``; a line saying how
+    to see the ones before, when there are."""
+    for _, exchange in exchanges:
         if exchange.user is not None:
             console.print(f"[bold cyan]you>[/] {escape(exchange.user)}")
         console.print(f"[bold green]bot>[/] {escape(exchange.assistant)} [dim]({exchange.state})[/]")
+    if exchanges and exchanges[0][0] > 0:
+        shown = f"exchanges {exchanges[0][0] + 1}-{exchanges[-1][0] + 1} of {total}"
+        console.print(f"[dim]({shown}: /history older shows the ones before)[/]")
 
 
 def show_why(last: TurnResult | None, mask: Mask) -> None:

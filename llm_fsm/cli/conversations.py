@@ -85,12 +85,16 @@ def show(
     show_secrets: ShowSecretsOption = False,
 ) -> None:
     """One conversation as JSON: state, context, provenance, history, pending event, memory, summary."""
+    from llm_fsm.store.history import whole
+
     with _opened(store, conversation_id) as opened:
         record = opened.load(conversation_id)
-    if record is None:
+        # the whole history, read page by page: a load carries only its tail
+        snapshot = whole(opened, record.id, record.snapshot) if record is not None else None
+    if record is None or snapshot is None:
         fail(f"no conversation {conversation_id!r} in this store", 1)
     document = {"id": record.id, "version": record.version, "saved": _when(record.updated_at)}
-    document |= record.snapshot.model_dump(mode="json")
+    document |= snapshot.model_dump(mode="json")
     typer.echo(json.dumps(document if show_secrets else _masked(document), ensure_ascii=False, indent=2))
 
 

@@ -143,22 +143,26 @@ def mark_due(definition: FSMDefinition, snapshot: Snapshot, window: int) -> Snap
     if not any(enabled(definition)):
         return snapshot
     history, summary = snapshot.history, snapshot.summary
-    # a trigger only moves "due" forward: never back before what is summarised or already due
-    n, due = len(history), max(summary.due, summary.through)
+    # a trigger only moves "due" forward: never back before what is summarised or already due; n counts the
+    # whole history (a stored conversation carries its tail only: see Snapshot.history_start)
+    n, due = snapshot.history_len, max(summary.due, summary.through)
     overflow, _ = triggers(definition, snapshot.state)
     if overflow and n - summary.through >= max(window, 0) + spec(definition).batch:
         due = max(due, n - max(window, 0))
     # an exchange records the state after its reply: history[-2].state is the state this turn left
-    if n >= 2 and history[-2].state != history[-1].state and triggers(definition, history[-2].state)[1]:
+    if len(history) >= 2 and history[-2].state != history[-1].state and triggers(definition, history[-2].state)[1]:
         due = max(due, n - 1)
     if due == summary.due:
         return snapshot
     return snapshot.model_copy(update={"summary": summary.model_copy(update={"due": min(due, n)})})
 
 
-def visible(definition: FSMDefinition, history: Sequence[Exchange], summary: RunningSummary, window: int) -> list[Any]:
+def visible(
+    definition: FSMDefinition, history: Sequence[Exchange], summary: RunningSummary, window: int, *, start: int = 0
+) -> list[Any]:
     """The exchanges the prompt shows: the last ``window`` (with summaries, of those not summarised,
-    up to ``window + batch - 1`` where exchanges wait for a summary on overflow)."""
+    up to ``window + batch - 1`` where exchanges wait for a summary on overflow). ``history`` is the tail
+    a snapshot carries, ``start`` the index of its first exchange (``Snapshot.history_start``)."""
     size = max(window, 0)
     overflow, leave = enabled(definition)
     if not (overflow or leave):
@@ -166,20 +170,23 @@ def visible(definition: FSMDefinition, history: Sequence[Exchange], summary: Run
     if overflow:
         size += spec(definition).batch - 1
     # what is summarised is not shown again: the summary in the prompt holds it
-    rest = history[min(summary.through, len(history)) :]
+    rest = history[min(max(summary.through - start, 0), len(history)) :]
     return list(rest[-size:]) if size else []
 
 
 def job(definition: FSMDefinition, snapshot: Snapshot) -> Job | None:
     """The next summary call's work, or None when nothing is due."""
-    summary, history = snapshot.summary, snapshot.history
-    if not summary.pending or summary.through >= len(history):
+    summary, history, offset = snapshot.summary, snapshot.history, snapshot.history_start
+    if not summary.pending or summary.through >= snapshot.history_len:
         return None
-    start = summary.through
-    end = min(summary.due, len(history), start + spec(definition).max_exchanges)
-    last = history[end - 1].state
-    left = last if end < len(history) and history[end].state != last else None  # the next reply moved on
-    return Job(start, end, summary.text, tuple(history[start:end]), left)
+    # a stored conversation carries every exchange from ``through`` on while a summary is pending
+    # (store.base.carried_from), so ``start`` is never before the tail; max() keeps indexing safe regardless
+    start = max(summary.through, offset)
+    end = min(summary.due, snapshot.history_len, start + spec(definition).max_exchanges)
+    last = history[end - 1 - offset].state
+    following = history[end - offset] if end < snapshot.history_len else None
+    left = last if following is not None and following.state != last else None  # the next reply moved on
+    return Job(start, end, summary.text, tuple(history[start - offset : end - offset]), left)
 
 
 # -- the call ------------------------------------------------------------------------------------
@@ -274,6 +281,12 @@ def _partial(text: str) -> Any:
         return None
 
 
+def _carried(snapshot: Snapshot, lowest: int, end: int) -> tuple[Exchange, ...]:
+    """The exchanges ``snapshot`` carries from index ``lowest`` to ``end`` (absolute indices)."""
+    offset = snapshot.history_start
+    return tuple(snapshot.history[max(lowest - offset, 0) : max(end - offset, 0)])
+
+
 def applied(current: Snapshot, before: Snapshot, after: Snapshot) -> Snapshot | None:
     """``current`` with the summary a background call made from ``before`` (giving ``after``), or None
     when ``current`` moved on in a way the summary no longer fits (it went back, or another summary ran)."""
@@ -281,7 +294,8 @@ def applied(current: Snapshot, before: Snapshot, after: Snapshot) -> Snapshot | 
         return None
     # the summary folds before.history[:end]: it fits only while current still starts with those exchanges
     end = after.summary.through
-    if len(current.history) < end or current.history[:end] != before.history[:end]:
+    lowest = max(current.history_start, before.history_start)  # what both carry (all of it, unless stored)
+    if current.history_len < end or _carried(current, lowest, end) != _carried(before, lowest, end):
         return None
     # turns taken meanwhile may have made more due: that is kept for the next call
     merged = after.summary.model_copy(update={"due": max(current.summary.due, after.summary.due)})

@@ -17,7 +17,7 @@ from llm_fsm.server.errors import APIError, not_found
 from llm_fsm.server.retries import Key, asked, keyed, mark_replayed
 from llm_fsm.server.service import Service
 from llm_fsm.server.sse import start_stream
-from llm_fsm.server.views import conversation_view, definition_view, result_view
+from llm_fsm.server.views import conversation_view, definition_view, history_view, result_view
 from llm_fsm.turn import TurnResult
 
 # -- request bodies ----------------------------------------------------------------------------------
@@ -135,6 +135,21 @@ def add_routes(app: FastAPI, service: Service) -> None:
         item = await service.loaded(client, conversation_id)
         return conversation_view(item, service.mask(item.definition))
 
+    @app.get("/conversations/{conversation_id}/history", tags=["conversations"])
+    async def get_history(
+        conversation_id: str, client: Client, before: str | None = None, limit: str | None = None
+    ) -> dict[str, Any]:
+        """A page of the conversation's history, oldest first: the ``limit`` exchanges (default 50, at most
+        1000) before index ``before`` (default: the end), each with its ``index``. ``next_before`` is the cursor
+        of the page before this one (pass it as ``before``), null when this page starts at the first exchange.
+        Read from the store's rows, never the whole history."""
+        where = _page_bounds(before, limit)
+        item = service.stored(client, conversation_id)
+        page = await service.store.ahistory(item.stored.id, before=where[0], limit=where[1])
+        if page is None:
+            raise not_found(f"no conversation {conversation_id!r}")
+        return history_view(page)
+
     @app.post("/conversations/{conversation_id}/messages", tags=["conversations"])
     async def send_message(
         conversation_id: str, body: SendMessage, client: Client, response: Response, key: Key
@@ -176,3 +191,21 @@ def add_routes(app: FastAPI, service: Service) -> None:
             if not await service.store.adelete(key):
                 raise not_found(f"no conversation {conversation_id!r}")
         return Response(status_code=204)
+
+
+def _page_bounds(before: str | None, limit: str | None) -> tuple[int | None, int]:
+    """``before`` and ``limit`` of a history page, from the query; 400 ``invalid_request`` saying what is wrong."""
+    from llm_fsm.store.history import MAX_PAGE
+
+    def number(name: str, text: str, low: int, high: int | None) -> int:
+        if not text.isdigit() or not low <= int(text) <= (high if high is not None else int(text)):
+            bounds = f"from {low} to {high}" if high is not None else f"from {low} on"
+            raise APIError(
+                400, "invalid_request", f"invalid request: {name} must be a whole number {bounds}, not {text!r}"
+            )
+        return int(text)
+
+    return (
+        None if before is None else number("before", before, 0, None),
+        50 if limit is None else number("limit", limit, 1, MAX_PAGE),
+    )

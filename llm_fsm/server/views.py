@@ -7,6 +7,7 @@ from typing import Any
 
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.server.service import Stored
+from llm_fsm.store.history import Page
 from llm_fsm.turn import TurnResult
 
 
@@ -41,7 +42,19 @@ def conversation_view(item: Stored, mask: Callable[[dict[str, Any]], dict[str, A
         "memory": mask(conversation.memory),
         "summary": snapshot.summary.model_dump(),
         "pending": mask_pending(pending, mask),
+        # the tail the conversation carries (a stored one: what a turn needs); older pages: GET .../history
         "history": [exchange.model_dump() for exchange in conversation.history],
+        "history_start": snapshot.history_start,
+        "history_len": snapshot.history_len,
+    }
+
+
+def history_view(page: Page) -> dict[str, Any]:
+    """A page of history: each exchange with its index, the cursor of the page before, the whole length."""
+    return {
+        "exchanges": [{"index": index, **exchange.model_dump()} for index, exchange in page.exchanges],
+        "next_before": page.before,
+        "total": page.total,
     }
 
 

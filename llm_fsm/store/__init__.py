@@ -31,12 +31,13 @@ from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
 from llm_fsm.errors import StoreError
-from llm_fsm.store.base import DEFAULT_WAIT, Info, Record, Store, check_id, public_url
+from llm_fsm.store.base import DEFAULT_WAIT, Info, Page, Record, Store, check_id, public_url
 from llm_fsm.store.stored import StoredConversation, aadvance, advance
 
 __all__ = [
     "DEFAULT_WAIT",
     "Info",
+    "Page",
     "Record",
     "Store",
     "StoredConversation",

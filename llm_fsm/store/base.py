@@ -48,6 +48,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import ConflictError, StoreError
+from llm_fsm.store.history import TAIL, Page, frames_bounded
 
 if TYPE_CHECKING:
     import asyncio
@@ -99,24 +100,23 @@ def seconds(older_than: float | timedelta) -> float:
     return older_than.total_seconds() if isinstance(older_than, timedelta) else float(older_than)
 
 
-def head_json(snapshot: Snapshot) -> str:
-    """The snapshot without its history (the history is stored turn by turn)."""
-    return snapshot.model_copy(update={"history": ()}).model_dump_json()
+def head_json(snapshot: Snapshot, tail: int = 0) -> str:
+    """The snapshot without its history (the history is stored turn by turn), its sub-conversations' own
+    histories cut to their last ``tail`` exchanges (0: kept whole); see :func:`frames_bounded`."""
+    head = frames_bounded(snapshot, tail) if tail else snapshot
+    return head.model_copy(update={"history": (), "history_start": 0}).model_dump_json()
 
 
-def exchange_json(exchange: Exchange) -> str:
-    return exchange.model_dump_json()
-
-
-def assemble(head: str | bytes, exchanges: list[str] | list[bytes]) -> Snapshot:
-    """A snapshot from its stored head and history; :class:`StoreError` if the data is damaged."""
+def assemble(head: str | bytes, exchanges: list[str] | list[bytes], start: int = 0) -> Snapshot:
+    """A snapshot from its stored head and the exchanges from index ``start`` on; :class:`StoreError` if the
+    data is damaged."""
     try:
         snapshot = Snapshot.model_validate_json(head)
         history = tuple(Exchange.model_validate_json(e) for e in exchanges)
     # pydantic's ValidationError is a ValueError: damaged JSON and a wrong shape are caught alike
     except ValueError as exc:
         raise StoreError(f"stored conversation is damaged: {exc}") from exc
-    return snapshot.model_copy(update={"history": history})
+    return snapshot.model_copy(update={"history": history, "history_start": start})
 
 
 def conflict(conversation_id: str, expected: int | None, found: int) -> ConflictError:
@@ -133,17 +133,6 @@ def busy(conversation_id: str, timeout: float) -> ConflictError:
     )
 
 
-def appended(stored_len: int, stored_last: str | None, history: tuple[Exchange, ...]) -> list[str] | None:
-    """The exchanges to append when ``history`` extends what is stored; None when it must be rewritten."""
-    if len(history) < stored_len:
-        return None
-    # the last stored exchange must match too: a history cut back (an undo) that grew again to the same
-    # length has to be rewritten, not appended to
-    if stored_len and exchange_json(history[stored_len - 1]) != stored_last:
-        return None
-    return [exchange_json(e) for e in history[stored_len:]]
-
-
 class Store(ABC):
     """Where conversations live between turns."""
 
@@ -152,6 +141,9 @@ class Store(ABC):
     """Seconds a turn lock lasts unless its heartbeat renews it; None: the lock dies with its holder."""
     shared: bool = True
     """Whether other processes see the same conversations (``serve --workers`` needs it; ``memory:`` is not)."""
+    tail: int = TAIL
+    """Exchanges a loaded snapshot carries at least (its history's tail; all of it when shorter), besides those
+    waiting for a summary: it must cover the prompt's ``history_window`` (plus the summary ``batch``)."""
 
     def __init__(self) -> None:
         self._gates = _Gates()
@@ -163,6 +155,11 @@ class Store(ABC):
     @abstractmethod
     def load(self, conversation_id: str) -> Record | None:
         """The stored conversation, or None."""
+
+    @abstractmethod
+    def history(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        """The ``limit`` exchanges of the stored history before index ``before`` (None: its end), or None when
+        no conversation is stored under the id. Pages read the append-only rows, never the whole history."""
 
     @abstractmethod
     def delete(self, conversation_id: str) -> bool:
@@ -248,6 +245,9 @@ class Store(ABC):
 
     async def aload(self, conversation_id: str) -> Record | None:
         return await _to_thread(self.load, conversation_id)
+
+    async def ahistory(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        return await _to_thread(self.history, conversation_id, before=before, limit=limit)
 
     async def adelete(self, conversation_id: str) -> bool:
         return await _to_thread(self.delete, conversation_id)
@@ -427,8 +427,8 @@ def private_file(path: Path) -> None:
 
 
 STORE_METHODS = (
-    "save", "load", "delete", "list", "prune", "unlock", "_try_lock", "_renew", "_release",
-    "asave", "aload", "adelete", "alist", "aprune", "aunlock", "_atry_lock", "_arenew", "_arelease",
+    "save", "load", "history", "delete", "list", "prune", "unlock", "_try_lock", "_renew", "_release",
+    "asave", "aload", "ahistory", "adelete", "alist", "aprune", "aunlock", "_atry_lock", "_arenew", "_arelease",
 )  # fmt: skip
 
 
@@ -492,4 +492,4 @@ def info_of(conversation_id: str, snapshot: Snapshot, version: int, updated_at: 
     )
 
 
-__all__ = ["DEFAULT_WAIT", "Info", "Record", "Store", "check_id"]
+__all__ = ["DEFAULT_WAIT", "Info", "Page", "Record", "Store", "check_id"]

@@ -2,6 +2,12 @@
 
 Each save writes a temporary file in the same folder, fsyncs it, renames it over the old one and
 fsyncs the folder, so a crash at any moment leaves either the previous or the new version, whole.
+The file holds the whole history, so a save and a load cost time in proportion to the history's
+length (each reads and parses the file; a save writes it all again): fine for the short conversations
+of a terminal chat and for tests, not for long ones (use SQLite). A load still returns only the tail a
+turn needs, like every store (:func:`~llm_fsm.store.base.bounded`), and a save takes such a snapshot
+and keeps the exchanges before its tail from the file.
+
 Turn locks are ``flock`` locks on ``.<id>.lock``: the kernel releases one when its holder's process
 dies, however it dies (SIGKILL included), so they need no lease and no heartbeat.
 """
@@ -32,6 +38,7 @@ from llm_fsm.store.base import (
     private_directory,
     seconds,
 )
+from llm_fsm.store.history import Page, bounded, check_page, exchange_json, page_window, rows_to_write
 
 SUFFIX = ".json"
 
@@ -64,9 +71,20 @@ class FileStore(Store):
             found = current.version if current else 0
             if expected_version is not None and expected_version != found:
                 raise conflict(conversation_id, expected_version, found)
-            document = {"version": found + 1, "updated_at": time.time(), "snapshot": snapshot.model_dump(mode="json")}
+            whole = self._whole(conversation_id, current.snapshot if current else None, snapshot)
+            document = {"version": found + 1, "updated_at": time.time(), "snapshot": whole.model_dump(mode="json")}
             self._replace(path, json.dumps(document, ensure_ascii=False))
         return found + 1
+
+    def _whole(self, conversation_id: str, stored: Snapshot | None, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` with the whole history: the stored exchanges before the ones it carries, then those."""
+        if snapshot.history_start == 0:
+            return snapshot
+        before = stored.history if stored is not None else ()
+        last = exchange_json(before[-1]) if before else None
+        rows = rows_to_write(conversation_id, len(before), last, snapshot, self.tail)  # refuses a gap
+        history = (*before[: rows.first], *snapshot.history[rows.first - snapshot.history_start :])
+        return snapshot.model_copy(update={"history": history, "history_start": 0})
 
     def _replace(self, path: Path, text: str) -> None:
         # in the same folder: os.replace is atomic only within one file system
@@ -87,7 +105,19 @@ class FileStore(Store):
             os.close(folder)
 
     def load(self, conversation_id: str) -> Record | None:
-        return self._read(self._path(conversation_id))
+        record = self._read(self._path(conversation_id))
+        if record is None:
+            return None
+        return Record(record.id, bounded(record.snapshot, self.tail), record.version, record.updated_at)
+
+    def history(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        check_page(before, limit)
+        record = self._read(self._path(conversation_id))
+        if record is None:
+            return None
+        exchanges = record.snapshot.history
+        low, high = page_window(before, limit, len(exchanges))
+        return Page(tuple((low + i, e) for i, e in enumerate(exchanges[low:high])), low or None, len(exchanges))
 
     def _read(self, path: Path) -> Record | None:
         try:

@@ -53,20 +53,8 @@ from psycopg import sql
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
-from llm_fsm.store.base import (
-    LEASE,
-    Info,
-    Record,
-    Store,
-    appended,
-    assemble,
-    check_id,
-    conflict,
-    exchange_json,
-    head_json,
-    public_url,
-    seconds,
-)
+from llm_fsm.store.base import LEASE, Info, Record, Store, assemble, check_id, conflict, head_json, public_url, seconds
+from llm_fsm.store.history import Page, check_page, page_of, rows_to_write
 from llm_fsm.store.postgres_pool import AsyncPool, Pool, PoolBusy
 
 SCHEMA = "llm_fsm"
@@ -101,23 +89,39 @@ CREATE UNLOGGED TABLE IF NOT EXISTS {s}.locks (
     token text NOT NULL,
     expires_at timestamptz NOT NULL
 );
+ALTER TABLE {s}.conversations ADD COLUMN IF NOT EXISTS history_start integer NOT NULL DEFAULT 0;
 """
+# history_start (added by history paging) is the first turn a load reads: conversations saved before it get 0,
+# so their first load reads the whole history, as it did; their next save sets it. A constant default makes
+# the ALTER a change of the catalogue only, whatever the table holds.
 TABLES = ("conversations", "turns", "locks")
 
 STATEMENTS = {
     "read_for_save": "SELECT version, history_len, last_exchange FROM {s}.conversations WHERE id = %s FOR UPDATE",
     "delete_turns": "DELETE FROM {s}.turns WHERE conversation_id = %s",
+    "delete_turns_from": "DELETE FROM {s}.turns WHERE conversation_id = %s AND idx >= %s",
     "append_turns": "INSERT INTO {s}.turns SELECT %s, %s + n - 1, e FROM unnest(%s::text[]) WITH ORDINALITY AS t(e, n)",
     "write": """
-        INSERT INTO {s}.conversations VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now())
+        INSERT INTO {s}.conversations (id, version, definition_name, state, status, turns, head, history_len,
+            last_exchange, updated_at, history_start) VALUES (%s, %s, %s, %s, %s, %s, %s, %s, %s, now(), %s)
         ON CONFLICT (id) DO UPDATE SET version = excluded.version, definition_name = excluded.definition_name,
             state = excluded.state, status = excluded.status, turns = excluded.turns, head = excluded.head,
-            history_len = excluded.history_len, last_exchange = excluded.last_exchange, updated_at = now()
+            history_len = excluded.history_len, last_exchange = excluded.last_exchange, updated_at = now(),
+            history_start = excluded.history_start
     """,
     "load": """
-        SELECT head, version, extract(epoch FROM updated_at)::float8,
-            ARRAY(SELECT exchange FROM {s}.turns WHERE conversation_id = c.id ORDER BY idx)
+        SELECT head, version, extract(epoch FROM updated_at)::float8, history_start,
+            ARRAY(SELECT exchange FROM {s}.turns WHERE conversation_id = c.id AND idx >= c.history_start ORDER BY idx)
         FROM {s}.conversations c WHERE id = %s
+    """,
+    "page": """
+        SELECT c.history_len, t.idx, t.exchange FROM {s}.conversations c
+        LEFT JOIN LATERAL (
+            SELECT idx, exchange FROM {s}.turns WHERE conversation_id = c.id
+                AND idx < LEAST(COALESCE(%s::integer, c.history_len), c.history_len)
+            ORDER BY idx DESC LIMIT %s
+        ) t ON true
+        WHERE c.id = %s
     """,
     "delete": "DELETE FROM {s}.conversations WHERE id = %s",
     "drop_lock": "DELETE FROM {s}.locks WHERE id = %s",
@@ -196,9 +200,12 @@ class PostgresStore(Store):
         return sql.SQL(text).format(s=sql.Identifier(self.schema)).as_string(connection)
 
     def _create_tables(self, connection: psycopg.Connection[Any]) -> None:
-        """Create what is missing; nothing (and no CREATE right needed) when every table exists."""
+        """Create (or add) what is missing; nothing (and no CREATE right needed) when everything exists."""
         names = [f"{sql.Identifier(self.schema).as_string(connection)}.{table}" for table in TABLES]
-        found = connection.execute("SELECT " + ", ".join(["to_regclass(%s)"] * len(names)), names).fetchone()
+        column = "EXISTS (SELECT FROM pg_attribute WHERE attrelid = to_regclass(%s) AND attname = 'history_start')"
+        found = connection.execute(
+            "SELECT " + ", ".join(["to_regclass(%s)"] * len(names)) + ", " + column, [*names, names[0]]
+        ).fetchone()
         if found is not None and all(found):
             return
         with connection.transaction():
@@ -212,24 +219,27 @@ class PostgresStore(Store):
         found, stored_len, stored_last = rows[0] if rows else (0, 0, None)
         if expected is not None and expected != found:
             raise conflict(cid, expected, found)
-        new = appended(stored_len, stored_last, snapshot.history)
-        start = stored_len
-        if new is None:  # the history was rewound (undo) or replaced: rewrite it
-            yield "delete_turns", (cid,)
-            new, start = [exchange_json(e) for e in snapshot.history], 0
-        if new:
-            yield "append_turns", (cid, start, new)
-        last = exchange_json(snapshot.history[-1]) if snapshot.history else None
+        plan = rows_to_write(cid, stored_len, stored_last, snapshot, self.tail)
+        if plan.rewrites:  # the history was rewound (undo) or replaced: rewrite it from there
+            yield "delete_turns_from", (cid, plan.first)
+        if plan.exchanges:
+            yield "append_turns", (cid, plan.first, plan.exchanges)
         yield "write", (cid, found + 1, snapshot.definition_name, snapshot.state, snapshot.status, snapshot.turns,
-                        head_json(snapshot), len(snapshot.history), last)  # fmt: skip
+                        head_json(snapshot, self.tail), plan.length, plan.last, plan.carried)  # fmt: skip
         return int(found) + 1
 
     def _load(self, cid: str) -> Plan[Record | None]:
         rows, _ = yield "load", (cid,)
         if not rows:
             return None
-        head, version, updated_at, exchanges = rows[0]
-        return Record(cid, assemble(head, exchanges), int(version), float(updated_at))
+        head, version, updated_at, start, exchanges = rows[0]
+        return Record(cid, assemble(head, exchanges, int(start)), int(version), float(updated_at))
+
+    def _history(self, cid: str, before: int | None, limit: int) -> Plan[Page | None]:
+        rows, _ = yield "page", (before, limit, cid)
+        if not rows:
+            return None
+        return page_of([(idx, exchange) for _, idx, exchange in rows if idx is not None], int(rows[0][0]))
 
     def _delete(self, cid: str) -> Plan[bool]:
         yield "delete_turns", (cid,)
@@ -269,6 +279,11 @@ class PostgresStore(Store):
 
     def load(self, conversation_id: str) -> Record | None:
         return self._run(lambda: self._load(check_id(conversation_id)))
+
+    def history(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        cid = check_id(conversation_id)
+        check_page(before, limit)
+        return self._run(lambda: self._history(cid, before, limit))
 
     def delete(self, conversation_id: str) -> bool:
         cid = check_id(conversation_id)
@@ -322,6 +337,11 @@ class PostgresStore(Store):
     async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         cid = check_id(conversation_id)
         return await self._arun(lambda: self._save(cid, snapshot, expected_version), transaction=True)
+
+    async def ahistory(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        cid = check_id(conversation_id)
+        check_page(before, limit)
+        return await self._arun(lambda: self._history(cid, before, limit))
 
     async def aload(self, conversation_id: str) -> Record | None:
         return await self._arun(lambda: self._load(check_id(conversation_id)))

@@ -1,7 +1,9 @@
 """``redis://host:port/db[?prefix=name]``: many stateless workers share conversations through one Redis server.
 
-Per conversation: a hash (version, head, history length, last exchange, saved at) and a list of
-exchanges that each save only appends to, so a save costs the same at any turn. Saves are
+Per conversation: a hash (version, head, history length, last exchange, where a load starts reading the
+history, saved at) and a list of exchanges that each save only appends to, so a save costs the same at
+any turn; a load is one script that reads the hash and the list's tail from ``history_start`` on (the
+tail a turn needs), so loading does too, and :meth:`RedisStore.history` reads pages with ``LRANGE``. Saves are
 optimistic transactions (WATCH/MULTI): a concurrent writer makes the version check fail cleanly.
 Turn locks are ``SET NX PX`` keys holding a random token: leases of ``LEASE`` seconds that the
 holder's heartbeat renews, released or renewed only by their holder (see :mod:`llm_fsm.store.base`:
@@ -26,17 +28,33 @@ from llm_fsm.store.base import (
     Info,
     Record,
     Store,
-    appended,
     assemble,
     check_id,
-    exchange_json,
     failures_as_store_errors,
     head_json,
     public_url,
     seconds,
 )
+from llm_fsm.store.history import Page, Rows, check_page, page_of, rows_to_write
 
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
+# One round trip, atomic (a script runs alone): the hash, and the exchanges from its history_start on (hashes
+# saved before history paging have none: the whole list, as they were read then).
+LOAD = """
+local start = tonumber(redis.call('hget', KEYS[1], 'history_start') or '0')
+return {redis.call('hgetall', KEYS[1]), redis.call('lrange', KEYS[2], start, -1)}
+"""
+# The history's length, the page's first index and its exchanges; nil when no conversation is stored.
+PAGE = """
+local n = redis.call('hget', KEYS[1], 'history_len')
+if not n then return nil end
+n = tonumber(n)
+local high = n
+if ARGV[1] ~= '' then high = math.min(tonumber(ARGV[1]), n) end
+local low = math.max(high - tonumber(ARGV[2]), 0)
+if high <= low then return {n, low, {}} end
+return {n, low, redis.call('lrange', KEYS[2], low, high - 1)}
+"""
 RENEW = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('pexpire', KEYS[1], ARGV[2]) else return 0 end"
 
 
@@ -65,9 +83,9 @@ class _Keys:
 
 
 def _plan(
-    cid: str, snapshot: Snapshot, fields: dict[bytes, bytes], expected: int | None
-) -> tuple[int, list[str] | None]:
-    """The new version, and the exchanges to append (None: rewrite the whole list)."""
+    cid: str, snapshot: Snapshot, fields: dict[bytes, bytes], expected: int | None, tail: int
+) -> tuple[int, Rows]:
+    """The new version, and the rows to write."""
     from llm_fsm.store.base import conflict
 
     found = int(fields.get(b"version", 0))
@@ -75,15 +93,16 @@ def _plan(
         raise conflict(cid, expected, found)
     last = fields.get(b"last_exchange")
     stored_len = int(fields.get(b"history_len", 0))
-    return found + 1, appended(stored_len, last.decode() if last else None, snapshot.history)
+    return found + 1, rows_to_write(cid, stored_len, last.decode() if last else None, snapshot, tail)
 
 
-def _mapping(snapshot: Snapshot, version: int, now: float) -> dict[str, Any]:
+def _mapping(snapshot: Snapshot, rows: Rows, version: int, now: float, tail: int) -> dict[str, Any]:
     return {
         "version": version,
-        "head": head_json(snapshot),
-        "history_len": len(snapshot.history),
-        "last_exchange": exchange_json(snapshot.history[-1]) if snapshot.history else "",
+        "head": head_json(snapshot, tail),
+        "history_len": rows.length,
+        "history_start": rows.carried,
+        "last_exchange": rows.last or "",
         "updated_at": now,
         "definition_name": snapshot.definition_name,
         "state": snapshot.state,
@@ -114,7 +133,9 @@ class RedisStore(Store):
         self._server_url = server_url
         self._redis = redis
         self.client: Any = redis.Redis.from_url(server_url)
+        self._scripts = {name: self.client.register_script(text) for name, text in (("load", LOAD), ("page", PAGE))}
         self._async: Any = None
+        self._ascripts: dict[str, Any] = {}
         try:
             self.client.ping()
         except redis.RedisError as exc:
@@ -134,8 +155,12 @@ class RedisStore(Store):
 
     def load(self, conversation_id: str) -> Record | None:
         cid = check_id(conversation_id)
-        with self.client.pipeline(transaction=True) as pipe:
-            return self._record(cid, self._queue_load(pipe, cid).execute())
+        return self._record(cid, self._scripts["load"](keys=self._both(cid)))
+
+    def history(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        cid = check_id(conversation_id)
+        check_page(before, limit)
+        return _page(self._scripts["page"](keys=self._both(cid), args=["" if before is None else before, limit]))
 
     def delete(self, conversation_id: str) -> bool:
         cid = check_id(conversation_id)
@@ -186,6 +211,9 @@ class RedisStore(Store):
             import redis.asyncio
 
             self._async = redis.asyncio.Redis.from_url(self._server_url)
+            self._ascripts = {
+                name: self._async.register_script(text) for name, text in (("load", LOAD), ("page", PAGE))
+            }
         return self._async
 
     async def asave(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
@@ -201,8 +229,15 @@ class RedisStore(Store):
 
     async def aload(self, conversation_id: str) -> Record | None:
         cid = check_id(conversation_id)
-        async with self._aclient().pipeline(transaction=True) as pipe:
-            return self._record(cid, await self._queue_load(pipe, cid).execute())
+        self._aclient()
+        return self._record(cid, await self._ascripts["load"](keys=self._both(cid)))
+
+    async def ahistory(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        cid = check_id(conversation_id)
+        check_page(before, limit)
+        self._aclient()
+        args = ["" if before is None else before, limit]
+        return _page(await self._ascripts["page"](keys=self._both(cid), args=args))
 
     # -- shared by the sync and async forms -----------------------------------------------------
 
@@ -210,28 +245,30 @@ class RedisStore(Store):
         self, pipe: Any, cid: str, snapshot: Snapshot, fields: dict[bytes, bytes], expected: int | None
     ) -> int:
         """Queue the writes of a save on a watching pipeline; the new version (ConflictError if stale)."""
-        version, new = _plan(cid, snapshot, fields, expected)
+        version, rows = _plan(cid, snapshot, fields, expected, self.tail)
         now = time.time()
         pipe.multi()
-        if new is None:
-            pipe.delete(self.keys.turns(cid))
-            new = [exchange_json(e) for e in snapshot.history]
-        if new:
-            pipe.rpush(self.keys.turns(cid), *new)
-        pipe.hset(self.keys.conversation(cid), mapping=_mapping(snapshot, version, now))
+        if rows.rewrites:  # the history was rewound (undo) or replaced: cut the list there
+            if rows.first:
+                pipe.ltrim(self.keys.turns(cid), 0, rows.first - 1)
+            else:
+                pipe.delete(self.keys.turns(cid))
+        if rows.exchanges:
+            pipe.rpush(self.keys.turns(cid), *rows.exchanges)
+        pipe.hset(self.keys.conversation(cid), mapping=_mapping(snapshot, rows, version, now, self.tail))
         pipe.zadd(self.keys.index, {cid: now})
         return version
 
-    def _queue_load(self, pipe: Any, cid: str) -> Any:
-        pipe.hgetall(self.keys.conversation(cid))
-        pipe.lrange(self.keys.turns(cid), 0, -1)
-        return pipe
+    def _both(self, cid: str) -> builtins.list[str]:
+        return [self.keys.conversation(cid), self.keys.turns(cid)]
 
-    def _record(self, cid: str, replies: builtins.list[Any]) -> Record | None:  # "list" here is the method
-        fields, exchanges = replies
+    def _record(self, cid: str, reply: builtins.list[Any]) -> Record | None:  # "list" here is the method
+        flat, exchanges = reply
+        fields = dict(zip(flat[::2], flat[1::2], strict=True))  # HGETALL's flat reply, from a script
         if not fields:
             return None
-        snapshot = assemble(fields[b"head"], exchanges)
+        start = int(fields.get(b"history_start", 0))
+        snapshot = assemble(fields[b"head"], exchanges, start)
         return Record(cid, snapshot, int(fields[b"version"]), float(fields[b"updated_at"]))
 
     async def _atry_lock(self, conversation_id: str) -> str | None:
@@ -249,6 +286,14 @@ class RedisStore(Store):
         if self._async is not None:
             await self._async.aclose()
             self._async = None
+
+
+def _page(reply: Any) -> Page | None:
+    """A page from the PAGE script's reply (None: no conversation)."""
+    if reply is None:
+        return None
+    total, low, exchanges = reply
+    return page_of(((int(low) + i, e) for i, e in enumerate(exchanges)), int(total))
 
 
 def _redis_errors() -> tuple[type[BaseException], ...]:

@@ -1,11 +1,14 @@
 """``sqlite:///path.db``: the default store. WAL mode, one row per conversation, one per turn.
 
 The ``turns`` table is append-only: a save inserts only the exchanges added since the last save,
-so saving costs the same at turn 5 and at turn 500. Each save is one ``BEGIN IMMEDIATE``
-transaction that checks the version column first. Locks for a whole turn are rows of a ``locks``
-table: a lease of ``LEASE`` seconds that the holder's heartbeat renews, so a killed holder blocks
-its conversation for one lease at most (see :mod:`llm_fsm.store.base`). Migrations are idempotent:
-opening a database creates what is missing.
+so saving costs the same at turn 5 and at turn 500, and a load reads the conversation's row and the
+turns from its ``history_start`` on (the tail a turn needs, see :func:`~llm_fsm.store.base.carried_from`),
+so loading does too; :meth:`SQLiteStore.history` pages through the rest by the primary key. Each
+save is one ``BEGIN IMMEDIATE`` transaction that checks the version column first. Locks for a whole
+turn are rows of a ``locks`` table: a lease of ``LEASE`` seconds that the holder's heartbeat renews,
+so a killed holder blocks its conversation for one lease at most (see :mod:`llm_fsm.store.base`).
+Migrations are idempotent: opening a database creates what is missing, and adds the columns an older
+version's database lacks.
 """
 
 from __future__ import annotations
@@ -27,17 +30,16 @@ from llm_fsm.store.base import (
     Info,
     Record,
     Store,
-    appended,
     assemble,
     check_id,
     conflict,
-    exchange_json,
     failures_as_store_errors,
     head_json,
     private_directory,
     private_file,
     seconds,
 )
+from llm_fsm.store.history import Page, check_page, page_of, page_window, rows_to_write
 
 # one statement: insert the lock, or take over a row whose lease ran out (the WHERE); a row changed
 # means it is ours, none means another turn holds it
@@ -72,6 +74,12 @@ CREATE TABLE IF NOT EXISTS locks (
     expires_at REAL NOT NULL
 );
 """
+# Added by history paging: the first turn a load reads. Rows saved before it get 0, so their first load reads the
+# whole history, as it did; their next save sets it.
+MIGRATION = "ALTER TABLE conversations ADD COLUMN history_start INTEGER NOT NULL DEFAULT 0"
+COLUMNS = (
+    "id, version, definition_name, state, status, turns, head, history_len, last_exchange, updated_at, history_start"
+)
 
 
 class SQLiteStore(Store):
@@ -87,6 +95,7 @@ class SQLiteStore(Store):
             private_directory(self.path.parent)
             private_file(self.path)  # SQLite gives its -wal and -shm files the database file's mode
             self._db().executescript(SCHEMA)  # idempotent: creates only what is missing
+            self._migrate()
         except (OSError, sqlite3.Error) as exc:
             raise StoreError(f"cannot open the store {self.path}: {exc}") from exc
 
@@ -101,6 +110,14 @@ class SQLiteStore(Store):
             db.execute("PRAGMA synchronous=FULL")
             self._local.db = db
         return db
+
+    def _migrate(self) -> None:
+        """Add the columns a database made by an older version lacks: idempotent, and safe when several
+        processes open one database at once (the check and the change are one write transaction)."""
+        with self._transaction() as db:
+            columns = {row[1] for row in db.execute("PRAGMA table_info(conversations)")}
+            if "history_start" not in columns:
+                db.execute(MIGRATION)
 
     @contextmanager
     def _transaction(self) -> Iterator[sqlite3.Connection]:
@@ -124,26 +141,19 @@ class SQLiteStore(Store):
             found, stored_len, stored_last = row if row else (0, 0, None)
             if expected_version is not None and expected_version != found:
                 raise conflict(conversation_id, expected_version, found)
-            self._write_history(db, conversation_id, snapshot, stored_len, stored_last)
-            last = exchange_json(snapshot.history[-1]) if snapshot.history else None
+            rows = rows_to_write(conversation_id, stored_len, stored_last, snapshot, self.tail)
+            if rows.rewrites:  # the history was rewound (undo) or replaced: rewrite it from there
+                db.execute("DELETE FROM turns WHERE conversation_id = ? AND idx >= ?", (conversation_id, rows.first))
+            db.executemany(
+                "INSERT INTO turns VALUES (?, ?, ?)",
+                [(conversation_id, rows.first + i, text) for i, text in enumerate(rows.exchanges)],
+            )
             db.execute(
-                "INSERT OR REPLACE INTO conversations VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                f"INSERT OR REPLACE INTO conversations ({COLUMNS}) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (conversation_id, found + 1, snapshot.definition_name, snapshot.state, snapshot.status,
-                 snapshot.turns, head_json(snapshot), len(snapshot.history), last, time.time()),
+                 snapshot.turns, head_json(snapshot, self.tail), rows.length, rows.last, time.time(), rows.carried),
             )  # fmt: skip
         return int(found) + 1
-
-    def _write_history(
-        self, db: sqlite3.Connection, conversation_id: str, snapshot: Snapshot, stored_len: int, stored_last: str | None
-    ) -> None:
-        new = appended(stored_len, stored_last, snapshot.history)
-        start = stored_len
-        if new is None:  # the history was rewound (undo) or replaced: rewrite it
-            db.execute("DELETE FROM turns WHERE conversation_id = ?", (conversation_id,))
-            new, start = [exchange_json(e) for e in snapshot.history], 0
-        db.executemany(
-            "INSERT INTO turns VALUES (?, ?, ?)", [(conversation_id, start + i, text) for i, text in enumerate(new)]
-        )
 
     def load(self, conversation_id: str) -> Record | None:
         check_id(conversation_id)
@@ -151,16 +161,37 @@ class SQLiteStore(Store):
         db.execute("BEGIN")  # one read snapshot for both tables
         try:
             row = db.execute(
-                "SELECT head, version, updated_at FROM conversations WHERE id = ?", (conversation_id,)
+                "SELECT head, version, updated_at, history_start FROM conversations WHERE id = ?", (conversation_id,)
             ).fetchone()
+            # the tail only: the primary key (conversation_id, idx) finds it without reading earlier turns
             turns = db.execute(
-                "SELECT exchange FROM turns WHERE conversation_id = ? ORDER BY idx", (conversation_id,)
+                "SELECT exchange FROM turns WHERE conversation_id = ? AND idx >= ? ORDER BY idx",
+                (conversation_id, row[3] if row else 0),
             ).fetchall()
         finally:
             db.execute("COMMIT")
         if row is None:
             return None
-        return Record(conversation_id, assemble(row[0], [t[0] for t in turns]), int(row[1]), float(row[2]))
+        snapshot = assemble(row[0], [t[0] for t in turns], int(row[3]))
+        return Record(conversation_id, snapshot, int(row[1]), float(row[2]))
+
+    def history(self, conversation_id: str, *, before: int | None = None, limit: int = 50) -> Page | None:
+        check_id(conversation_id)
+        check_page(before, limit)
+        db = self._db()
+        db.execute("BEGIN")
+        try:
+            row = db.execute("SELECT history_len FROM conversations WHERE id = ?", (conversation_id,)).fetchone()
+            if row is None:
+                return None
+            low, high = page_window(before, limit, int(row[0]))
+            rows = db.execute(
+                "SELECT idx, exchange FROM turns WHERE conversation_id = ? AND idx >= ? AND idx < ?",
+                (conversation_id, low, high),
+            ).fetchall()
+        finally:
+            db.execute("COMMIT")
+        return page_of(rows, int(row[0]))
 
     def delete(self, conversation_id: str) -> bool:
         check_id(conversation_id)

@@ -23,6 +23,7 @@ from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.llm import LLMClient
 from llm_fsm.store import idempotency
 from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
+from llm_fsm.store.history import Page, bounded, whole
 from llm_fsm.subflows import stack
 from llm_fsm.turn import TurnResult
 from llm_fsm.values import derived_uid
@@ -85,6 +86,7 @@ class StoredConversation:
             # version-checked even under the lock: a turn that lost its lock (its lease ran out) fails here
             # rather than overwrite the turn that took it over
             self.version = self.store.save(self.id, self.conversation.snapshot(), expected_version=self.version)
+            self._carry_tail()
         return result
 
     async def arun(
@@ -103,7 +105,27 @@ class StoredConversation:
                 result = await action(self.conversation)
             self._remember(idempotency_key, fingerprint, result)
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
+            self._carry_tail()
         return result
+
+    def _carry_tail(self) -> None:
+        """Once saved, the conversation keeps only the history's tail a turn needs, as a load gives it: the
+        rest is in the store (:meth:`history`), so a long-lived conversation does not grow in memory."""
+        conversation = self.conversation
+        conversation._snapshot = bounded(conversation.snapshot(), self.store.tail)
+
+    def history(self, *, before: int | None = None, limit: int = 50) -> Page | None:
+        """A page of the stored history (see :meth:`Store.history`): exchanges with their index, oldest first,
+        and the cursor of the page before; None when nothing is stored yet."""
+        return self.store.history(self.id, before=before, limit=limit)
+
+    async def ahistory(self, *, before: int | None = None, limit: int = 50) -> Page | None:
+        return await self.store.ahistory(self.id, before=before, limit=limit)
+
+    def whole(self) -> Snapshot:
+        """The conversation's snapshot with its whole history (the stored exchanges before the tail it
+        carries, read page by page): for a file that must hold everything, such as chat's ``/save``."""
+        return whole(self.store, self.id, self.conversation.snapshot())
 
     @contextmanager
     def _holding(self) -> Iterator[None]:
@@ -131,6 +153,7 @@ class StoredConversation:
             record = self.store.load(self.id)
             self._conversation, self.version = conversation, record.version if record else 0
             self.version = self.store.save(self.id, conversation.snapshot(), expected_version=self.version)
+            self._carry_tail()
 
     def _answered(self, key: str | None, fingerprint: str | None) -> KeyedResult | None:
         """The kept answer to ``key`` in the newest version (read under the lock), if any."""
@@ -160,7 +183,7 @@ class StoredConversation:
         that request, in any process (a retry finds nothing stored and makes the conversation again)."""
         conversation = self.conversation
         snapshot = conversation.snapshot()
-        if snapshot.turns or snapshot.history or snapshot.pending is not None:
+        if snapshot.turns or snapshot.history_len or snapshot.pending is not None:
             return  # it has begun (in this object, unsaved): its uid stays
         uid = derived_uid("stored-conversation", self.id, key)
         fresh = snapshot.model_copy(update={"uid": uid, "stack": ()})  # its frames' uids derive from the root's

@@ -13,6 +13,8 @@ const page = {
   conversation: null, // the conversation as GET /conversations/{id} gives it
   path: [], // the states the conversation went through, in order
   busy: false,
+  older: null, // the index of the first turn shown when earlier ones are in the store (their page's cursor)
+  loadingOlder: false,
   drawing: 0, // the latest graph drawing (an older one that finishes late is dropped)
 };
 
@@ -206,6 +208,7 @@ async function startConversation(event) {
     showConversation(created.conversation);
     page.path = [created.conversation.state];
     $("transcript").replaceChildren();
+    offerOlder(null);
     $("why").replaceChildren();
     await runTurn(null); // the opening, streamed
   } catch (error) {
@@ -229,6 +232,8 @@ async function restoreConversation() {
     }
     page.path = collapse(conversation.history.map((exchange) => exchange.state));
     if (!page.path.length) page.path = [conversation.state];
+    // a stored conversation comes with its history's tail: earlier turns load as you scroll up
+    offerOlder(conversation.history_start > 0 ? conversation.history_start : null);
     const note = el("li", "fine", "Earlier turns of this conversation: what they refused is shown only as they run.");
     $("why").replaceChildren(note);
     showConversation(conversation);
@@ -236,6 +241,52 @@ async function restoreConversation() {
     sessionStorage.removeItem(CONVERSATION_KEY); // deleted, expired or another client's: start afresh
     if (error.status !== 404) showError(error);
   }
+}
+
+// -- earlier turns: read page by page from GET /conversations/{id}/history ---------------------------
+
+const OLDER_PAGE = 50; // turns per request
+
+function offerOlder(before) {
+  page.older = before;
+  const offered = $("transcript").querySelector("li.older");
+  if (offered) offered.remove();
+  if (before === null) return;
+  const item = el("li", "older");
+  const button = el("button", null, "Show earlier turns");
+  button.type = "button";
+  button.addEventListener("click", loadOlder);
+  item.append(button);
+  $("transcript").prepend(item);
+}
+
+async function loadOlder() {
+  if (page.older === null || page.loadingOlder || !page.conversation) return;
+  page.loadingOlder = true;
+  try {
+    const id = encodeURIComponent(page.conversation.id);
+    const query = `before=${page.older}&limit=${OLDER_PAGE}`;
+    const older = await (await api("GET", `conversations/${id}/history?${query}`)).json();
+    const height = document.documentElement.scrollHeight;
+    const first = $("transcript").querySelector("li.older").nextSibling;
+    for (const exchange of older.exchanges) {
+      if (exchange.user !== null) $("transcript").insertBefore(bubble("user", exchange.user), first);
+      $("transcript").insertBefore(bubble("assistant", exchange.assistant, `in ${exchange.state}`), first);
+    }
+    page.path = collapse([...older.exchanges.map((exchange) => exchange.state), ...page.path]);
+    offerOlder(older.next_before);
+    showPath();
+    // the turns in view stay where they were: the page grew above them
+    window.scrollBy(0, document.documentElement.scrollHeight - height);
+  } catch (error) {
+    showError(error);
+  } finally {
+    page.loadingOlder = false;
+  }
+}
+
+function nearTheTop() {
+  if (window.scrollY < 80 && page.older !== null) loadOlder();
 }
 
 function collapse(states) {
@@ -345,9 +396,14 @@ async function refresh() {
 
 // -- what the page shows --------------------------------------------------------------------------
 
-function addBubble(who, text, meta) {
+function bubble(who, text, meta) {
   const item = el("li", who);
   item.append(el("span", "text", text), el("span", "meta", meta || ""));
+  return item;
+}
+
+function addBubble(who, text, meta) {
+  const item = bubble(who, text, meta);
   $("transcript").append(item);
   item.scrollIntoView({ block: "nearest" });
   return item;
@@ -544,6 +600,7 @@ function wire() {
   $("token-form").addEventListener("submit", useToken);
   $("forget-token").addEventListener("click", forgetToken);
   $("error-close").addEventListener("click", clearError);
+  window.addEventListener("scroll", nearTheTop, { passive: true });
   $("show-labels").addEventListener("change", (event) => {
     $("graph").classList.toggle("no-labels", !event.target.checked);
   });
