@@ -24,9 +24,9 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from benchmarks import (  # noqa: E402
     bench_async,
     bench_contention,
-    bench_prefix,
-    bench_peer,
     bench_history,
+    bench_peer,
+    bench_prefix,
     bench_startup,
     bench_store,
     bench_tools,
