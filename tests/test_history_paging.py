@@ -177,3 +177,30 @@ def test_chat_history_pages_back_through_the_stored_history(tmp_path):
     assert shown[1].startswith("\nyou> bot> hello (chat)\nyou> m0\n")  # "you> ": the next prompt
     assert "you> m3\nbot> reply 3 (chat)\n" in shown[1]
     assert "No earlier exchanges: /history shows the last ones." in shown[1]
+
+
+def test_a_window_wider_than_the_stores_tail_comes_back_whole_from_a_load(tmp_path):
+    """A conversation whose prompt shows more exchanges than the store's default tail carries them all."""
+    from llm_fsm.prompt import PromptBuilder, PromptSettings
+
+    wide = TAIL + 10
+    turns = wide + 5
+    builder = PromptBuilder(settings=PromptSettings(history_window=wide))
+    llm = ScriptedLLM([reply("chat", f"reply {i}") for i in range(turns + 1)])
+
+    def make(snapshot):
+        if snapshot is None:
+            return llm_fsm.Conversation(llm_fsm.load(CHAT), llm, prompt=builder)
+        return llm_fsm.Conversation.restore(snapshot, llm_fsm.load(CHAT), llm, prompt=builder)
+
+    url = f"sqlite://{tmp_path / 'c.db'}"
+    stored = StoredConversation(open_store(url), "c", make)
+    for i in range(turns):
+        stored.run(lambda c, i=i: c.send(f"message {i}"))
+    again = StoredConversation(open_store(url), "c", make)  # a new process: its store has the default tail
+    loaded = again.load().snapshot()
+    assert len(loaded.history) >= wide and loaded.history[-1].user == f"message {turns - 1}"
+    again.run(lambda c: c.send("one more"))
+    shown = llm.requests[-1].messages[0]["content"]
+    # the last ``wide`` exchanges before "one more": message 5 to message 34
+    assert f"message {turns - wide}<" in shown and f"message {turns - wide - 1}<" not in shown

@@ -143,7 +143,8 @@ class Store(ABC):
     """Whether other processes see the same conversations (``serve --workers`` needs it; ``memory:`` is not)."""
     tail: int = TAIL
     """Exchanges a loaded snapshot carries at least (its history's tail; all of it when shorter), besides those
-    waiting for a summary: it must cover the prompt's ``history_window`` (plus the summary ``batch``)."""
+    waiting for a summary: it must cover the prompt's ``history_window`` (plus the summary ``batch``), which
+    :class:`~llm_fsm.store.stored.StoredConversation` sees to for the conversations it keeps."""
 
     def __init__(self) -> None:
         self._gates = _Gates()

@@ -193,8 +193,21 @@ class StoredConversation:
         conversation = self.make(None if record is None else record.snapshot)
         if conversation.id is None:  # its traces name it by its store id
             conversation.id = self.id
+        # the tail a save carries covers what this conversation's prompt shows (a window wider than the
+        # store's default would otherwise come back narrower from a load); a store only ever carries more
+        self.store.tail = max(self.store.tail, shown_at_most(conversation))
         self._conversation = conversation
         self.version = record.version if record is not None else 0
+
+
+def shown_at_most(conversation: Conversation) -> int:
+    """The most exchanges a prompt of ``conversation`` shows: its history window, and with running summaries
+    up to ``batch`` more waiting to be folded (see :func:`llm_fsm.memory.summaries.visible`)."""
+    from llm_fsm.memory import summaries
+
+    window = max(conversation.settings.prompt.settings.history_window, 0)
+    definition = conversation.definition
+    return window + (summaries.spec(definition).batch if any(summaries.enabled(definition)) else 0)
 
 
 def advance(
