@@ -158,3 +158,20 @@ def test_llm_fsm_fields_reach_the_prompt():
     prompt = render(llm_fsm.load(data))
     for text in ("EXTRACT-HOW", "RESPOND-HOW", "U-LINE", "A-LINE"):
         assert text in prompt
+
+
+@pytest.mark.parametrize(
+    ("description", "about"),
+    [
+        ("Books a table.", '"desk": Books a table.</about>'),
+        ("Books a table", '"desk": Books a table.</about>'),
+        ("Ready?  ", '"desk": Ready?</about>'),
+        ("", '"desk".</about>'),
+    ],
+)
+def test_the_machine_is_named_in_one_sentence(description, about):
+    definition = llm_fsm.load(
+        {"name": "desk", "description": description, "initial_state": "a", "states": {"a": {"purpose": "p"}}}
+    )
+    prompt = PromptBuilder().system_prompt(definition, initial_snapshot(definition))
+    assert about in prompt
