@@ -195,7 +195,7 @@ def section(quick: bool, old: Path | None = None) -> list[str]:
         stop_all(stop)
     command = f"python benchmarks/bench_history.py{' --quick' if quick else ''}{f' --old {old}' if old else ''}"
     return [
-        "## 15. History out of the snapshot (issue 26 §3): a stored turn at 10 / 1,000 / 100,000 turns",
+        "## 17. History out of the snapshot (issue 26 §3): a stored turn at 10 / 1,000 / 100,000 turns",
         "",
         f"`{command}`: medians of {reps} turns per row and round, {1 if quick else 2} round(s) pooled (fewer "
         "turns for the file store and the old tree at 100,000, where each turn reads the whole history). A turn "

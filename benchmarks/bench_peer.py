@@ -225,7 +225,7 @@ def section(quick: bool) -> list[str]:
     times = measure(rounds, conversations, {"ours": ROOT})
     peer, ours = statistics.median(times["peer"]) * 1000, statistics.median(times["ours"]) * 1000
     return [
-        "## 15. Runtime overhead against the peer (llm-fsm 0.1.1)",
+        "## 18. Runtime overhead against the peer, llm-fsm 0.1.1 (issue 26 §4)",
         "",
         f"`order_flow` in the peer's format, its scripted replies (one model call a turn, both walk the same "
         f"states), {rounds} alternating rounds of {conversations} conversations of {len(script_lines())} user "

@@ -179,7 +179,7 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
             renders["old"].append(measure(old, render=True)["order_flow"])
         renders["new"].append(measure(ROOT, render=True)["order_flow"])
     lines = [
-        "## Prompt prefix shared by consecutive model calls (provider prompt caching)",
+        "## 15. A prompt providers can cache (issue 26 §1): the prefix consecutive model calls share",
         "",
         "Every example's scripted run, state changes included; per call, the byte-identical prefix it shares with "
         'the previous call over its own length (before → after). "Not shared": the characters of a call after '

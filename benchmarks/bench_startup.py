@@ -216,7 +216,7 @@ def section(quick: bool) -> list[str]:
     ]
     written = figures["model-written opening"][1]
     return [
-        "## Chat's first prompt: a state's own opening against a model-written one",
+        "## 16. No model call for a fixed opening (issue 26 §2): chat's first prompt",
         "",
         f"`llm-fsm chat fsm_definitions/small_talk.json` until its banner and its first `you>` prompt (medians "
         f"of {runs} runs, alternated with `python -c pass`); the model-written opening is the same file without "

@@ -187,6 +187,38 @@ def kept_sections(previous: str, written: list[str]) -> list[str]:
     return kept
 
 
+def in_order(lines: list[str]) -> list[str]:
+    """The results with their numbered sections in the order of their numbers (a section's comment stays
+    above it); what comes before the first section stays first, and unnumbered sections go last."""
+    head: list[str] = []
+    sections: list[tuple[float, list[str]]] = []
+    for line in lines:
+        commented = bool(sections) and sections[-1][1][0].startswith("<!-- section")
+        if line.startswith("## ") and commented and not any(s.strip() for s in sections[-1][1][1:]):
+            sections[-1][1].append(line)  # the heading under its comment: the number is the heading's
+            sections[-1] = (_number(line), sections[-1][1])
+        elif line.startswith("## ") or (line.startswith("<!-- section") and line.endswith("-->")):
+            sections.append((_number(line), [line]))
+        elif sections:
+            sections[-1][1].append(line)
+        else:
+            head.append(line)
+    ordered = sorted(sections, key=lambda s: s[0])  # stable: equal numbers keep their order
+    return head + [line for _, block in ordered for line in _spaced(block)]
+
+
+def _spaced(block: list[str]) -> list[str]:
+    """A section that ends with one blank line, whatever came after it before."""
+    while block and not block[-1].strip():
+        block = block[:-1]
+    return [*block, ""]
+
+
+def _number(line: str) -> float:
+    digits = line[3:].split(".", 1)[0] if line.startswith("## ") else ""
+    return float(digits) if digits.isdigit() else float("inf")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
@@ -223,7 +255,7 @@ def main() -> None:
         lines += part
     output = Path(args.output)
     previous = output.read_text(encoding="utf-8") if output.exists() else ""
-    lines += kept_sections(previous, lines)
+    lines = in_order(lines + kept_sections(previous, lines))
     output.write_text("\n".join(lines), encoding="utf-8")
     print(f"written to {args.output}")
 

@@ -36,3 +36,13 @@ def test_a_section_is_matched_by_title_not_number() -> None:
 
 def test_nothing_is_kept_from_an_empty_file() -> None:
     assert kept_sections("", ["## 1. Anything"]) == []
+
+
+def test_sections_are_written_in_the_order_of_their_numbers() -> None:
+    from benchmarks.run_all import in_order
+
+    lines = ["# Results", "", "## 2. Two", "b", "<!-- section 1: by hand -->", "", "## 1. One", "a", "## Extra", "x"]
+    assert in_order(lines) == [
+        "# Results", "", "<!-- section 1: by hand -->", "", "## 1. One", "a", "", "## 2. Two", "b", "",
+        "## Extra", "x", "",
+    ]  # fmt: skip
