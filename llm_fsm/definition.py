@@ -41,7 +41,9 @@ from llm_fsm.definition_parts import (
     _Frozen,
 )
 from llm_fsm.memory.spec import MemorySpec, StateSummaries, SummarySpec
+from llm_fsm.opening import MAX_CHARS as MAX_OPENING_CHARS
 from llm_fsm.opening import compile_opening, is_template
+from llm_fsm.values import blank
 
 __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported from here
     "RETURN",
@@ -119,8 +121,14 @@ class State(_Frozen):
     @classmethod
     def _opening_compiles(cls, value: str | None) -> str | None:
         # compiled at load time, so a template that cannot work is a problem of the file, not of a turn
-        if value is not None and is_template(value):
+        if value is None:
+            return value
+        if blank(value):
+            raise ValueError("the opening has no visible text: the user would read nothing")
+        if is_template(value):
             compile_opening(value)
+        elif len(value) > MAX_OPENING_CHARS:
+            raise ValueError(f"the opening is {len(value)} characters long; one chat message holds {MAX_OPENING_CHARS}")
         return value
 
     @field_validator("example_dialogue", mode="before")

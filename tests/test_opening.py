@@ -390,3 +390,56 @@ def test_a_message_without_markup_is_shown_as_plain_text():
     assert isinstance(rendered(HELLO), Text) and isinstance(rendered("Price: 5 USD (50% off) - ok?"), Text)
     for marked in ("Your **name**?", "a\nb", "- item", "1. first", "    code", "# Title", "[a](b)", "x_y_", "> q"):
         assert isinstance(rendered(marked), Markdown), marked
+
+
+# -- bounds: an opening is one chat message, and a definition's text cannot hang or fill the process ----------
+
+
+@pytest.mark.parametrize(
+    ("template", "said"),
+    [
+        ("{{ 'x' * 10**9 }}", "a repetition over 4000 items"),
+        ("{{ 9 ** (9 ** 9) }}", "an exponent over 64"),
+        ("{% for i in range(10**7) %}x{% endfor %}", "loops over more than 1000 items"),
+        ("{% for i in range(40) %}{% for j in range(40) %}{% endfor %}{% endfor %}", "loops over more than 1000"),
+        ("{{ 'x' * 3000 }}{{ 'y' * 3000 }}", "writes more than 4000 characters"),
+        ("{% include 'other.j2' %}", "no loader"),
+        ("{% macro f(n) %}{{ f(n) }}{% endmacro %}{{ f(1) }}", "RecursionError"),
+        ("{{ '' }}{# nothing #}", "wrote nothing a user could read"),
+        ("{{ name * 'ab' }}", "a repetition over 4000 items"),
+    ],
+)
+def test_an_opening_the_sandbox_bounds_is_an_opening_error_and_validate_names_it(template, said):
+    from llm_fsm.authoring.analysis import analyze
+
+    definition = llm_fsm.load(signup(template))  # loads at once: nothing is computed at compile time
+    with pytest.raises(OpeningError, match=said):
+        llm_fsm.Conversation(definition, never(), context={"name": 10**8}).start()
+    if "name" not in template:  # one that reads a key is told by opening_needs_context instead
+        found = [d for d in analyze(signup(template)) if d.code == "opening_fails"]
+        assert found and said.split(" (")[0] in found[0].message
+
+
+def test_an_opening_within_the_bounds_is_written():
+    opening = "Hello {{ 2 ** 10 }}: {% for i in range(3) %}{{ i }}{% endfor %} {{ '-' * 10 }}"
+    result = llm_fsm.Conversation(llm_fsm.load(signup(opening)), never()).start()
+    assert result.message == "Hello 1024: 012 ----------"
+
+
+@pytest.mark.parametrize("blank", ["", "   ", "\u200b\n"])
+def test_an_opening_with_no_visible_text_is_a_load_error(blank):
+    with pytest.raises(DefinitionError, match="no visible text"):
+        llm_fsm.load(signup(blank))
+
+
+def test_serve_refuses_an_opening_the_sandbox_bounds_with_400_and_stores_nothing():
+    from fastapi.testclient import TestClient
+
+    from llm_fsm.server import create_app
+    from llm_fsm.store import open_store
+
+    store = open_store("memory:")
+    http = TestClient(create_app([llm_fsm.load(signup("{{ 'x' * n }}"))], never(), store=store))
+    refused = http.post("/conversations", json={"context": {"n": 10**8}})
+    assert refused.status_code == 400 and "repetition" in refused.json()["error"]["message"]
+    assert store.list() == []

@@ -60,6 +60,10 @@ Warnings are about definitions that load but probably do not do what their autho
 ``opening_needs_context``
     a state's ``opening`` reads a context key (``{{ name }}``) without a default: a conversation that opens
     there fails unless its initial context holds the key (only an initial context is set at the opening).
+``opening_fails``
+    a state's ``opening`` cannot be written even with the keys it reads: the sandbox refuses it (a loop over
+    more than 1,000 items, a repetition or a text over 4,000 characters, an exponent over 64), it includes a
+    template, or it writes nothing a user could read.
 ``ignored_field``, ``unknown_field``
     the loader's warnings, passed through.
 
@@ -242,7 +246,7 @@ def _tools_unused(definition: FSMDefinition) -> Iterator[Finding]:
 
 
 def _openings(definition: FSMDefinition) -> Iterator[Finding]:
-    from llm_fsm.opening import missing_keys
+    from llm_fsm.opening import missing_keys, opening_failure
 
     for sid, state in definition.states.items():
         if state.opening is None:
@@ -257,6 +261,13 @@ def _openings(definition: FSMDefinition) -> Iterator[Finding]:
             )
         # only the initial context is set when a conversation opens: written over none, what is missing?
         missing = missing_keys(state.opening, {})
+        if missing is None and (failure := opening_failure(state.opening)) is not None:
+            yield Finding(
+                ("states", sid, "opening"),
+                "opening_fails",
+                f"the opening of state '{sid}' cannot be written: {failure}",
+                "keep an opening to one short message: no includes, small loops, no huge values",
+            )
         if missing is not None:
             yield Finding(
                 ("states", sid, "opening"),
