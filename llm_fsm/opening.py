@@ -39,7 +39,8 @@ MAX_POWER = 64  # the largest exponent ``**`` takes (9 ** 9 ** 9 would take the 
 def _environment() -> ImmutableSandboxedEnvironment:
     # imported with the first opening template, not with the package (plain openings never import it)
     import jinja2
-    from jinja2.sandbox import ImmutableSandboxedEnvironment, SecurityError
+    from jinja2.exceptions import SecurityError
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     class Bounded(ImmutableSandboxedEnvironment):
         """The sandbox, with the operators that can build huge values checked: an intercepted operator is
@@ -62,7 +63,7 @@ def _environment() -> ImmutableSandboxedEnvironment:
 
 def _budgeted_range() -> Any:
     """``range`` for one rendering: every loop over it draws from one budget of :data:`MAX_LOOP` items."""
-    from jinja2.sandbox import SecurityError
+    from jinja2.exceptions import SecurityError
 
     left = [MAX_LOOP]
 
@@ -78,7 +79,7 @@ def _budgeted_range() -> Any:
 
 def _write(template: Template, context: Mapping[str, Any]) -> str:
     """The template rendered chunk by chunk, stopped as soon as it writes more than :data:`MAX_CHARS`."""
-    from jinja2.sandbox import SecurityError
+    from jinja2.exceptions import SecurityError
 
     chunks, size = [], 0
     for chunk in template.generate({**context, "range": _budgeted_range()}):
