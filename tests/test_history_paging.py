@@ -118,7 +118,8 @@ def test_a_stored_conversation_keeps_its_tail_and_reads_the_rest_from_the_store(
 
 
 def served(turns: int) -> tuple[Any, str, list[str]]:
-    """A server whose store carries a tail of 3, and a conversation of ``turns`` messages after its opening."""
+    """A server whose store carries a tail of 3, which its conversations raise to what their prompt shows (the
+    default window: 6), and a conversation of ``turns`` messages after its opening."""
     kept = open_store("memory:")
     kept.tail = 3
     llm = ScriptedLLM([reply("chat", "hello"), *(reply("chat", f"reply {i}") for i in range(turns))])
@@ -132,7 +133,7 @@ def served(turns: int) -> tuple[Any, str, list[str]]:
 def test_serve_pages_the_history_with_a_cursor():
     http, cid, replies = served(9)
     shown = http.get(f"/conversations/{cid}", headers=auth(ALICE)).json()
-    assert shown["history_start"] == 7 and shown["history_len"] == 10 and len(shown["history"]) == 3
+    assert shown["history_start"] == 4 and shown["history_len"] == 10 and len(shown["history"]) == 6
     seen, before = [], shown["history_start"]
     while before is not None:
         page = http.get(f"/conversations/{cid}/history?before={before}&limit=3", headers=auth(ALICE))
@@ -141,7 +142,7 @@ def test_serve_pages_the_history_with_a_cursor():
         assert body["total"] == 10 and all(e["index"] < before for e in body["exchanges"])
         seen[:0] = body["exchanges"]
         before = body["next_before"]
-    assert [e["index"] for e in seen] == list(range(7)) and [e["assistant"] for e in seen] == replies[:7]
+    assert [e["index"] for e in seen] == list(range(4)) and [e["assistant"] for e in seen] == replies[:4]
     last = http.get(f"/conversations/{cid}/history", headers=auth(ALICE)).json()
     assert [e["assistant"] for e in last["exchanges"]] == replies and last["next_before"] is None
 
