@@ -339,3 +339,29 @@ def test_chat_back_goes_no_further_back_than_turns_taken_up_from_elsewhere(tmp_p
     result, opened = chat_with_another_writer(tmp_path, monkeypatch, text, "three")
     assert "Nothing to undo." in result.stdout
     assert said(opened)[-5:] == ["one", "two", "elsewhere 0", "elsewhere 1", "elsewhere 2"]
+
+
+def test_chat_back_after_load_restores_the_whole_long_conversation(tmp_path, monkeypatch):
+    from tests.test_store import CHAT
+
+    monkeypatch.chdir(tmp_path)
+    definition = tmp_path / "chat.json"
+    definition.write_text(json.dumps(CHAT))
+    store = f"sqlite://{tmp_path / 'store.db'}"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([reply("chat", f"reply {i}") for i in range(30)]))
+
+    def chat(cid, text):
+        args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", cid]
+        result = runner.invoke(app, args, input=text, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result
+
+    chat("b", "another\n/save b.json\n/quit\n")
+    # longer than the tail a stored conversation carries: its first exchanges are only in the store's rows
+    messages = [f"m{i}" for i in range(25)]
+    result = chat("c", "".join(f"{m}\n" for m in messages) + "/load b.json\n/back\n/quit\n")
+    assert "Undone" in result.stdout, result.stderr
+    with open_store(store) as opened:
+        assert [e.user for _, e in opened.history("c", limit=100).exchanges][-25:] == messages
+        assert opened.load("c").snapshot.history_start > 0
