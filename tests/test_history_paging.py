@@ -205,3 +205,43 @@ def test_a_window_wider_than_the_stores_tail_comes_back_whole_from_a_load(tmp_pa
     shown = llm.requests[-1].messages[0]["content"]
     # the last ``wide`` exchanges before "one more": message 5 to message 34
     assert f"message {turns - wide}<" in shown and f"message {turns - wide - 1}<" not in shown
+
+
+def other_conversation(turns: int) -> llm_fsm.Snapshot:
+    """A conversation other than ``snapshot_after``'s: its exchanges differ from theirs."""
+    conversation = llm_fsm.Conversation(
+        llm_fsm.load(CHAT), ScriptedLLM([reply("chat", f"other reply {i}") for i in range(turns)])
+    )
+    for i in range(turns):
+        conversation.send(f"other message {i}")
+    return conversation.snapshot()
+
+
+def test_the_tail_of_another_conversation_is_refused_not_spliced(store, long_snapshot):
+    version = store.save("long1", long_snapshot)
+    other = other_conversation(LONG - 10)
+    store.save("b", other)
+    tail = store.load("b").snapshot  # carries its history from exchange LONG - 10 - TAIL on
+    assert tail.history_start > 0
+    with pytest.raises(StoreError, match="whole snapshot") as refused:
+        store.save("long1", tail, expected_version=version)
+    assert long_snapshot.uid in str(refused.value) and other.uid in str(refused.value)
+    # nothing changed: A's history, head and version are as they were
+    assert whole(store, "long1") == long_snapshot.history
+    loaded = store.load("long1")
+    assert loaded.version == version and loaded.snapshot.uid == long_snapshot.uid
+    # the whole snapshot replaces it, as before
+    store.save("long1", other, expected_version=version)
+    assert whole(store, "long1") == other.history and store.load("long1").snapshot.uid == other.uid
+
+
+def test_a_whole_snapshot_of_another_conversation_is_rewritten_even_when_it_extends_the_stored_rows(store):
+    a = snapshot_after(5)
+    store.save("c", a)
+    # another conversation whose history ends, at the stored length, with the stored last exchange: without its
+    # uid compared, the save would only append its two new exchanges to a's rows
+    first = Exchange(user="a different start", assistant="indeed", state="chat")
+    extra = (Exchange(user="six", assistant="6", state="chat"), Exchange(user="seven", assistant="7", state="chat"))
+    b = a.model_copy(update={"uid": "another-conversation", "history": (first, *a.history[1:], *extra)})
+    store.save("c", b)
+    assert whole(store, "c") == b.history

@@ -283,3 +283,85 @@ def test_chat_load_honours_the_definition_options(setup, tmp_path):
     assert "--allow-changed-definition" in refused.stderr and "loaded" not in refused.stdout
     allowed = runner.invoke(app, [*chat_args, "--allow-changed-definition"], input=text, env={"COLUMNS": "200"})
     assert allowed.exit_code == 0 and f"loaded {saved}: state ask_email" in allowed.stdout, allowed.output
+
+
+def chat_with_another_writer(tmp_path, monkeypatch, text, when):
+    """A chat on conversation "c" of a SQLite store, while another process takes three turns of it just
+    before the chat reads the line ``when``; the chat's result, and the store."""
+    import llm_fsm
+    from llm_fsm.cli import chat as chat_module
+    from llm_fsm.store import advance
+    from llm_fsm.testing import ScriptedLLM
+    from tests.test_store import CHAT
+
+    definition = tmp_path / "chat.json"
+    definition.write_text(json.dumps(CHAT))
+    store = f"sqlite://{tmp_path / 'store.db'}"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([reply("chat", f"reply {i}") for i in range(5)]))
+    original, done = chat_module._read, []
+
+    def read(prompt, before=None):
+        line = original(prompt, before)
+        if line is not None and line.strip() == when and not done:
+            done.append(True)
+            other = ScriptedLLM([reply("chat", f"elsewhere reply {i}") for i in range(3)])
+            with open_store(store) as opened:
+                for i in range(3):
+                    advance(opened, "c", llm_fsm.load(CHAT), other, f"elsewhere {i}")
+        return line
+
+    monkeypatch.setattr(chat_module, "_read", read)
+    args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", "c"]
+    result = runner.invoke(app, args, input=text, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    return result, open_store(store)
+
+
+def said(opened):
+    page = opened.history("c", limit=100)
+    return [e.user for _, e in page.exchanges]
+
+
+@pytest.mark.parametrize("command", ["/back", "/reset", "/load saved.json"])
+def test_chat_back_reset_and_load_refuse_to_drop_turns_saved_elsewhere(tmp_path, monkeypatch, command):
+    monkeypatch.chdir(tmp_path)
+    text = f"one\ntwo\n/save saved.json\n{command}\n/quit\n"
+    result, opened = chat_with_another_writer(tmp_path, monkeypatch, text, command)
+    name = command.split()[0]
+    assert "the conversation changed elsewhere since this chat last saw it" in result.stderr
+    assert f"{name} would drop what it saved, so nothing changed" in result.stderr
+    assert said(opened)[-5:] == ["one", "two", "elsewhere 0", "elsewhere 1", "elsewhere 2"]
+
+
+def test_chat_back_goes_no_further_back_than_turns_taken_up_from_elsewhere(tmp_path, monkeypatch):
+    text = "one\ntwo\nthree\n/back\n/back\n/quit\n"
+    result, opened = chat_with_another_writer(tmp_path, monkeypatch, text, "three")
+    assert "Nothing to undo." in result.stdout
+    assert said(opened)[-5:] == ["one", "two", "elsewhere 0", "elsewhere 1", "elsewhere 2"]
+
+
+def test_chat_back_after_load_restores_the_whole_long_conversation(tmp_path, monkeypatch):
+    from tests.test_store import CHAT
+
+    monkeypatch.chdir(tmp_path)
+    definition = tmp_path / "chat.json"
+    definition.write_text(json.dumps(CHAT))
+    store = f"sqlite://{tmp_path / 'store.db'}"
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([reply("chat", f"reply {i}") for i in range(30)]))
+
+    def chat(cid, text):
+        args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", cid]
+        result = runner.invoke(app, args, input=text, env={"COLUMNS": "200"})
+        assert result.exit_code == 0, result.output
+        return result
+
+    chat("b", "another\n/save b.json\n/quit\n")
+    # longer than the tail a stored conversation carries: its first exchanges are only in the store's rows
+    messages = [f"m{i}" for i in range(25)]
+    result = chat("c", "".join(f"{m}\n" for m in messages) + "/load b.json\n/back\n/quit\n")
+    assert "Undone" in result.stdout, result.stderr
+    with open_store(store) as opened:
+        assert [e.user for _, e in opened.history("c", limit=100).exchanges][-25:] == messages
+        assert opened.load("c").snapshot.history_start > 0

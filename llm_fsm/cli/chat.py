@@ -164,19 +164,62 @@ class ChatSession:
         if self.conversation.paused:
             errors.print("The conversation is paused: type [bold]/resume JSON[/] to continue it.")
             return None
-        before = self.conversation.snapshot()
         try:
-            result = self.tracked.run(lambda conversation: show_stream(conversation.stream(text), self.mask))
+            result = self.run(lambda conversation: show_stream(conversation.stream(text), self.mask))
         except KeyboardInterrupt:
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
             error(one_line(exc))
             return None
-        self.undo.append(before)
         self.show_result(result)
         self.approve(result.pending)
         return result
+
+    def run(self, action: Callable[[Conversation], TurnResult]) -> TurnResult:
+        """``action`` as a stored turn; once it is saved, /back can return to the snapshot it ran on. That is
+        the newest stored version, which may hold turns another process saved since this chat last looked:
+        then the older undo snapshots come from before those turns, and are dropped (going back to one would
+        drop them)."""
+        seen = self.tracked.version
+        ran_on: list[Snapshot] = []
+        took_up: list[bool] = []
+
+        def recorded(conversation: Conversation) -> TurnResult:
+            # run under the lock on the newest version: a version other than the one this chat saw means
+            # another process saved since (the turn's own checkpoints come after this)
+            ran_on.append(conversation.snapshot())
+            took_up.append(self.tracked.version != seen)
+            return action(conversation)
+
+        result = self.tracked.run(recorded)
+        if any(took_up):
+            self.undo.clear()
+        self.undo.extend(ran_on[:1])
+        return result
+
+    def replace(self, command: str, conversation: Conversation) -> bool:
+        """Save ``conversation`` over the stored one for ``command`` (/back, /load, /reset); False, and nothing
+        changed, when it cannot be: someone else saved the conversation since this chat last saw it."""
+        from llm_fsm.errors import ConflictError
+
+        try:
+            self.tracked.replace(conversation)
+        except ConflictError as exc:
+            record = self.tracked.store.load(self.tracked.id)
+            if record is None or record.version == self.tracked.version:
+                error(one_line(exc))  # its lock is held by a turn running elsewhere
+                return False
+            error(
+                f"the conversation changed elsewhere since this chat last saw it (another process saved it): "
+                f"{command} would drop what it saved, so nothing changed. /history shows it; your next message "
+                f"continues from it"
+            )
+            return False
+        except FSMError as exc:  # e.g. a file holding only the tail of another conversation's history
+            error(one_line(exc))
+            return False
+        return True
 
     def approve(self, pending: llm_fsm.PendingEvent | None) -> None:
         """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume). One
@@ -286,8 +329,16 @@ class ChatSession:
         except FSMError as exc:
             error(one_line(exc))
             return
-        self.undo.append(self.conversation.snapshot())
-        self.tracked.replace(restored)
+        # the whole snapshot to go back to: the file's conversation replaces the stored rows, so the tail this
+        # chat holds could not be saved back over them (see llm_fsm.store.history.check_same)
+        try:
+            current = self.tracked.whole()
+        except FSMError as exc:
+            error(one_line(exc))
+            return
+        if not self.replace("/load", restored):
+            return
+        self.undo.append(current)
         where = f"state {self.conversation.state}, {self.conversation.snapshot().history_len} messages"
         console.print(f"loaded {path}: {where}", markup=False)
 
@@ -304,17 +355,15 @@ class ChatSession:
         if not isinstance(result, dict):
             error('/resume takes a JSON object, e.g. /resume {"approved": true}')
             return
-        before = self.conversation.snapshot()
         try:
             with console.status("resuming…"):
-                outcome = self.tracked.run(lambda conversation: conversation.resume(pending.token, result))
+                outcome = self.run(lambda conversation: conversation.resume(pending.token, result))
         except KeyboardInterrupt:
             errors.print("[yellow](resume cancelled: nothing changed)[/]")
             return
         except FSMError as exc:
             error(one_line(exc))
             return
-        self.undo.append(before)
         self.show_result(outcome)
         self.approve(outcome.pending)
 
@@ -328,11 +377,14 @@ class ChatSession:
             tool = pending.payload.get("tool", "?")
             error(f"/back cannot undo the call to '{tool}': it was approved and ran (going back could run it twice)")
             return
-        self.tracked.replace(self.make(self.undo.pop()))
+        if not self.replace("/back", self.make(target)):
+            return
+        self.undo.pop()
         console.print(f"Undone: back in state {self.conversation.state}.")
 
     def reset(self, _: str) -> None:
-        self.tracked.replace(self.make(None))
+        if not self.replace("/reset", self.make(None)):
+            return
         self.undo.clear()
         self.last = None
         console.print("Starting over.")

@@ -82,7 +82,9 @@ class FileStore(Store):
             return snapshot
         before = stored.history if stored is not None else ()
         last = exchange_json(before[-1]) if before else None
-        rows = rows_to_write(conversation_id, len(before), last, snapshot, self.tail)  # refuses a gap
+        uid = stored.uid if stored is not None else None
+        # refuses a gap, and another conversation's tail
+        rows = rows_to_write(conversation_id, len(before), last, snapshot, self.tail, uid)
         history = (*before[: rows.first], *snapshot.history[rows.first - snapshot.history_start :])
         return snapshot.model_copy(update={"history": history, "history_start": 0})
 

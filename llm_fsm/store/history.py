@@ -10,6 +10,7 @@ The rest is read a page at a time (``Store.history``), newest page first. Every 
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
@@ -73,16 +74,56 @@ class Rows:
     rewrites: bool = False  # True: the rows from ``first`` on are deleted before ``exchanges`` are written
 
 
+# the stored head's uid, read from its JSON text without parsing it: the head is a Snapshot dumped by pydantic,
+# whose uid field comes before any nested object (context, stack), and an unescaped ``"uid":"`` can only be a key,
+# so the first match is the conversation's own uid
+HEAD_UID = re.compile(r'"uid":"([^"\\]*)"')
+
+
+def head_uid(head: str | bytes | None) -> str | None:
+    """The uid in a stored head's JSON (None: no head, or none in it)."""
+    if head is None:
+        return None
+    text = head.decode() if isinstance(head, bytes) else head
+    found = HEAD_UID.search(text)
+    return found.group(1) if found else None
+
+
+def check_same(conversation_id: str, stored_uid: str | None, snapshot: Snapshot) -> None:
+    """A snapshot carrying only its history's tail (``history_start`` > 0) continues the conversation stored
+    under the id, or is refused: its earlier exchanges are that conversation's rows, and saved over another
+    conversation it would splice the other's past to its tail. A stored head without a uid (written by hand)
+    cannot tell, and is taken as the same."""
+    if snapshot.history_start and stored_uid and stored_uid != snapshot.uid:
+        raise StoreError(
+            f"conversation {conversation_id!r} holds conversation {stored_uid}, and the snapshot saved over it is "
+            f"conversation {snapshot.uid or '(no uid)'} carrying only its history from exchange "
+            f"{snapshot.history_start} on: save its whole snapshot (StoredConversation.whole(), or a snapshot "
+            "with its whole history) to replace it"
+        )
+
+
 def rows_to_write(
-    conversation_id: str, stored_len: int, stored_last: str | None, snapshot: Snapshot, tail: int
+    conversation_id: str,
+    stored_len: int,
+    stored_last: str | None,
+    snapshot: Snapshot,
+    tail: int,
+    stored_uid: str | None,
 ) -> Rows:
     """The rows a save writes: the exchanges added since the stored ones, or, when the snapshot's history does
     not extend what is stored (an undo, a replacement), its carried exchanges over the stored ones from its
-    ``history_start`` on (the rows before it are that conversation's past and stay)."""
+    ``history_start`` on (the rows before it are that conversation's past and stay). ``stored_uid``: the uid of
+    the stored head (None: nothing stored); a tail of another conversation is refused (:func:`check_same`)."""
+    check_same(conversation_id, stored_uid, snapshot)
     start, carried = snapshot.history_start, snapshot.history
     length = start + len(carried)
     last = exchange_json(carried[-1]) if carried else None
     keep = carried_from(length, snapshot.summary, tail)
+    if stored_uid and stored_uid != snapshot.uid:
+        # another conversation's whole history (check_same let only start 0 through): it replaces every row,
+        # even when its exchanges happen to extend the stored ones
+        return Rows(0, [exchange_json(e) for e in carried], length, last, keep, rewrites=True)
     if start > stored_len:
         raise StoreError(
             f"conversation {conversation_id!r}: the snapshot carries its history from exchange {start} on, and the "

@@ -51,7 +51,8 @@ class MemoryStore(Store):
             if expected_version is not None and expected_version != found:
                 raise conflict(conversation_id, expected_version, found)
             stored = current.exchanges if current else []
-            rows = rows_to_write(conversation_id, len(stored), current.last if current else None, snapshot, self.tail)
+            last, uid = (current.last, current.head.uid) if current else (None, None)
+            rows = rows_to_write(conversation_id, len(stored), last, snapshot, self.tail, uid)
             new = snapshot.history[rows.first - snapshot.history_start :]
             # a new list, never the old one changed: a history page read meanwhile keeps what it read
             exchanges = [*stored[: rows.first], *new] if rows.rewrites else stored + list(new)

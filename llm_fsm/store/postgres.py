@@ -97,7 +97,11 @@ ALTER TABLE {s}.conversations ADD COLUMN IF NOT EXISTS history_start integer NOT
 TABLES = ("conversations", "turns", "locks")
 
 STATEMENTS = {
-    "read_for_save": "SELECT version, history_len, last_exchange FROM {s}.conversations WHERE id = %s FOR UPDATE",
+    # the head's uid (see history.HEAD_UID) by a regular expression: head is text, and a cast to json would fail on
+    # an escaped NUL anywhere in it
+    "read_for_save": """
+        SELECT version, history_len, last_exchange, substring(head from '"uid":"([^"\\\\]*)"')
+        FROM {s}.conversations WHERE id = %s FOR UPDATE""",
     "delete_turns": "DELETE FROM {s}.turns WHERE conversation_id = %s",
     "delete_turns_from": "DELETE FROM {s}.turns WHERE conversation_id = %s AND idx >= %s",
     "append_turns": "INSERT INTO {s}.turns SELECT %s, %s + n - 1, e FROM unnest(%s::text[]) WITH ORDINALITY AS t(e, n)",
@@ -216,10 +220,10 @@ class PostgresStore(Store):
 
     def _save(self, cid: str, snapshot: Snapshot, expected: int | None) -> Plan[int]:
         rows, _ = yield "read_for_save", (cid,)
-        found, stored_len, stored_last = rows[0] if rows else (0, 0, None)
+        found, stored_len, stored_last, stored_uid = rows[0] if rows else (0, 0, None, None)
         if expected is not None and expected != found:
             raise conflict(cid, expected, found)
-        plan = rows_to_write(cid, stored_len, stored_last, snapshot, self.tail)
+        plan = rows_to_write(cid, stored_len, stored_last, snapshot, self.tail, stored_uid)
         if plan.rewrites:  # the history was rewound (undo) or replaced: rewrite it from there
             yield "delete_turns_from", (cid, plan.first)
         if plan.exchanges:

@@ -35,7 +35,7 @@ from llm_fsm.store.base import (
     public_url,
     seconds,
 )
-from llm_fsm.store.history import Page, Rows, check_page, page_of, rows_to_write
+from llm_fsm.store.history import Page, Rows, check_page, head_uid, page_of, rows_to_write
 
 RELEASE = "if redis.call('get', KEYS[1]) == ARGV[1] then return redis.call('del', KEYS[1]) else return 0 end"
 # One round trip, atomic (a script runs alone): the hash, and the exchanges from its history_start on (hashes
@@ -93,7 +93,8 @@ def _plan(
         raise conflict(cid, expected, found)
     last = fields.get(b"last_exchange")
     stored_len = int(fields.get(b"history_len", 0))
-    return found + 1, rows_to_write(cid, stored_len, last.decode() if last else None, snapshot, tail)
+    uid = head_uid(fields.get(b"head"))  # of the stored conversation: another's tail is refused
+    return found + 1, rows_to_write(cid, stored_len, last.decode() if last else None, snapshot, tail, uid)
 
 
 def _mapping(snapshot: Snapshot, rows: Rows, version: int, now: float, tail: int) -> dict[str, Any]:

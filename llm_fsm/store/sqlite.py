@@ -136,12 +136,15 @@ class SQLiteStore(Store):
         check_id(conversation_id)
         with self._transaction() as db:
             row = db.execute(
-                "SELECT version, history_len, last_exchange FROM conversations WHERE id = ?", (conversation_id,)
+                # the head's uid: a snapshot of another conversation must not be spliced onto its rows
+                "SELECT version, history_len, last_exchange, json_extract(head, '$.uid') FROM conversations "
+                "WHERE id = ?",
+                (conversation_id,),
             ).fetchone()
-            found, stored_len, stored_last = row if row else (0, 0, None)
+            found, stored_len, stored_last, stored_uid = row if row else (0, 0, None, None)
             if expected_version is not None and expected_version != found:
                 raise conflict(conversation_id, expected_version, found)
-            rows = rows_to_write(conversation_id, stored_len, stored_last, snapshot, self.tail)
+            rows = rows_to_write(conversation_id, stored_len, stored_last, snapshot, self.tail, stored_uid)
             if rows.rewrites:  # the history was rewound (undo) or replaced: rewrite it from there
                 db.execute("DELETE FROM turns WHERE conversation_id = ? AND idx >= ?", (conversation_id, rows.first))
             db.executemany(

@@ -145,14 +145,16 @@ class StoredConversation:
         self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
 
     def replace(self, conversation: Conversation) -> None:
-        """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one."""
+        """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one:
+        only over the version this object last saw. :class:`ConflictError`, and nothing changed, when
+        someone else saved since: what they saved is not what the replacement was chosen over (an undo to
+        this object's last snapshot would drop their turns)."""
         if conversation.id is None:
             conversation.id = self.id
         with self.store.lock(self.id, timeout=self.wait):
-            # read for its version only: the replacement is saved over whatever is stored, on purpose
-            record = self.store.load(self.id)
-            self._conversation, self.version = conversation, record.version if record else 0
+            # the version check does it all: a turn saved by another process since fails the save
             self.version = self.store.save(self.id, conversation.snapshot(), expected_version=self.version)
+            self._conversation = conversation
             self._carry_tail()
 
     def _answered(self, key: str | None, fingerprint: str | None) -> KeyedResult | None:
