@@ -330,3 +330,12 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
         terminalreporter.section("real model: the examples' turns")
         for line in SCORECARD.lines():
             terminalreporter.write_line(line)
+
+
+def model_opens(path: str | Path) -> llm_fsm.FSMDefinition:
+    """The example at ``path`` with the model writing its opening: the examples write their own (a state's
+    ``opening``, no model call), and this suite is about what the model writes, the opening included."""
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    for state in data["states"].values():
+        state.pop("opening", None)
+    return llm_fsm.load(data)

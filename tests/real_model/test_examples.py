@@ -13,7 +13,7 @@ import pytest
 
 import llm_fsm
 from tests.conftest import EXAMPLES, example_hooks
-from tests.real_model.conftest import check_turn
+from tests.real_model.conftest import check_turn, model_opens
 
 pytestmark = pytest.mark.real_model
 
@@ -27,7 +27,7 @@ def script_lines(path: Path) -> list[str]:
 
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_opening_and_turns_keep_the_invariants(path, make_client, scorecard):
-    definition = llm_fsm.load(path)
+    definition = model_opens(path)
     conversation = llm_fsm.Conversation(definition, make_client(), hooks=example_hooks(path))
     before = conversation.snapshot()
     result = conversation.start()
@@ -49,7 +49,7 @@ def test_opening_and_turns_keep_the_invariants(path, make_client, scorecard):
 
 
 def test_the_async_api_against_the_real_server(make_client):
-    definition = llm_fsm.load(Path(EXAMPLES[0]).parent / "small_talk.json")
+    definition = model_opens(Path(EXAMPLES[0]).parent / "small_talk.json")
     conversation = llm_fsm.Conversation(definition, make_client())
 
     async def two_turns() -> None:

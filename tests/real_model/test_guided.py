@@ -11,7 +11,7 @@ import pytest
 import llm_fsm
 from llm_fsm.guided import guided_schema, portable_patterns
 from tests.conftest import ROOT
-from tests.real_model.conftest import check_turn
+from tests.real_model.conftest import check_turn, model_opens
 
 pytestmark = pytest.mark.real_model
 
@@ -20,7 +20,7 @@ LINES = ["maya chen", "maya.chen@example.com", "I'm 34."]
 
 
 def test_guided_replies_obey_the_schema_of_each_turn_and_the_model_moves(make_client, recorded):
-    definition = llm_fsm.load(FORM)
+    definition = model_opens(FORM)
     conversation = llm_fsm.Conversation(definition, make_client(api_base=recorded.base_url, guided=True))
     expected = []  # the schema each call should carry: made from the state and context before the turn
     before = conversation.snapshot()

@@ -11,7 +11,7 @@ import llm_fsm
 from llm_fsm.contract import state_reply_schemas
 from llm_fsm.turn import DEFAULT_FALLBACK
 from tests.conftest import ROOT
-from tests.real_model.conftest import check_turn, unchanged
+from tests.real_model.conftest import check_turn, model_opens, unchanged
 
 pytestmark = pytest.mark.real_model
 
@@ -20,7 +20,7 @@ SMALL_TALK = ROOT / "fsm_definitions" / "small_talk.json"
 
 
 def test_the_strict_json_schema_is_sent_accepted_and_obeyed(make_client, recorded):
-    definition = llm_fsm.load(FORM)
+    definition = model_opens(FORM)
     conversation = llm_fsm.Conversation(definition, make_client(api_base=recorded.base_url))
     states = [conversation.state]
     conversation.start()
@@ -41,7 +41,7 @@ def test_the_strict_json_schema_is_sent_accepted_and_obeyed(make_client, recorde
 
 
 def test_auto_asks_a_model_litellm_does_not_know_for_json_mode(make_client, recorded):
-    definition = llm_fsm.load(SMALL_TALK)
+    definition = model_opens(SMALL_TALK)
     # in JSON mode SmolLM2 tends to write until the limit: a short one, as only the request matters here
     llm = make_client(api_base=recorded.base_url, response_format="auto", max_tokens=48)
     conversation = llm_fsm.Conversation(definition, llm)
@@ -54,7 +54,7 @@ def test_auto_asks_a_model_litellm_does_not_know_for_json_mode(make_client, reco
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 def test_a_reply_cut_by_max_tokens_is_rejected_and_not_committed(make_client, recorded, stream):
-    definition = llm_fsm.load(FORM)
+    definition = model_opens(FORM)
     conversation = llm_fsm.Conversation(definition, make_client())
     conversation.start()
     before = conversation.snapshot()
@@ -73,7 +73,7 @@ def test_a_reply_cut_by_max_tokens_is_rejected_and_not_committed(make_client, re
 
 @pytest.mark.parametrize("stream", [False, True], ids=["complete", "stream"])
 def test_a_message_longer_than_the_context_is_refused_and_changes_nothing(make_client, stream):
-    definition = llm_fsm.load(SMALL_TALK)
+    definition = model_opens(SMALL_TALK)
     conversation = llm_fsm.Conversation(definition, make_client(stream=stream))
     before = conversation.snapshot()
     with pytest.raises(llm_fsm.LLMContextWindowError) as caught:
@@ -85,7 +85,7 @@ def test_a_message_longer_than_the_context_is_refused_and_changes_nothing(make_c
 
 
 def test_a_server_with_a_small_context_refuses_every_prompt(small_context_model):
-    definition = llm_fsm.load(SMALL_TALK)
+    definition = model_opens(SMALL_TALK)
     llm = llm_fsm.LiteLLMClient(
         "openai/smollm2", api_base=small_context_model.base_url, api_key="none", max_retries=0, quiet=True
     )

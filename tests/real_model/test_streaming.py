@@ -14,7 +14,7 @@ from llm_fsm.conversation import TurnResult
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.streaming import MessageDelta, MessageReset
 from tests.conftest import ROOT
-from tests.real_model.conftest import check_turn, generating, unchanged, wait_for
+from tests.real_model.conftest import check_turn, generating, model_opens, unchanged, wait_for
 
 pytestmark = pytest.mark.real_model
 
@@ -54,7 +54,7 @@ def test_a_stream_cut_by_max_tokens_says_length(make_client):
 
 
 def test_a_streamed_turn_shows_its_message_as_it_arrives(make_client):
-    definition = llm_fsm.load(SMALL_TALK)
+    definition = model_opens(SMALL_TALK)
     conversation = llm_fsm.Conversation(definition, make_client(stream=True))
     before = conversation.snapshot()
     events = list(conversation.stream())
@@ -80,7 +80,7 @@ def first_delta(events) -> MessageDelta:
 
 
 def test_closing_a_stream_midway_leaves_the_conversation_unchanged(make_client):
-    definition = llm_fsm.load(SMALL_TALK)
+    definition = model_opens(SMALL_TALK)
     conversation = llm_fsm.Conversation(definition, make_client(stream=True))
     conversation.start()
     before = conversation.snapshot()
@@ -93,7 +93,7 @@ def test_closing_a_stream_midway_leaves_the_conversation_unchanged(make_client):
 
 
 def test_cancelling_an_async_turn_while_the_model_writes_changes_nothing_and_stops_the_server(make_client, local_model):
-    definition = llm_fsm.load(SMALL_TALK)
+    definition = model_opens(SMALL_TALK)
     conversation = llm_fsm.Conversation(definition, make_client(stream=True))
     text = "Hi there, how is your day going?"
 
