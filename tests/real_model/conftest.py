@@ -338,4 +338,8 @@ def model_opens(path: str | Path) -> llm_fsm.FSMDefinition:
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     for state in data["states"].values():
         state.pop("opening", None)
+        subflow = state.get("subflow")
+        if isinstance(subflow, dict) and isinstance(subflow.get("definition"), str):
+            # loaded from a dict, a relative path would be read from the working directory, not the file's
+            subflow["definition"] = str(Path(path).parent / subflow["definition"])
     return llm_fsm.load(data)
