@@ -94,6 +94,11 @@ def script(source: Path) -> tuple[list[str], list[str], list[str]]:
     scripts = source.parent / "scripts"
     replies = json.loads((scripts / f"{source.stem}.json").read_text())["replies"]
     lines = [x for x in (scripts / f"{source.stem}.txt").read_text().splitlines() if x.strip()]
+    data = json.loads(source.read_text())
+    opening = data["states"][data["initial_state"]].get("opening")
+    if opening is not None:  # our example writes its own opening; both sides here open with a model call
+        start = {"transition": {"target_state": data["initial_state"], "context_update": {}}, "message": opening}
+        replies = [start, *replies]
     if source.stem == "order_flow":  # reply 6 marks the order as paid: a handler-only key, refused by ours
         replies = replies[:6] + replies[7:]
     states = [r["transition"]["target_state"] for r in replies[1:]]
