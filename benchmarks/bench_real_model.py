@@ -1,13 +1,14 @@
 """The scorecard of the local model (SmolLM2-135M on llama-server) under each reply variant.
 
     python scripts/local-model provision
-    python benchmarks/bench_real_model.py [--variants plain,guided] [--repeat N] [--json out.json]
+    python benchmarks/bench_real_model.py [--variants plain,guided] [--repeat N] [--json out.json] [--model-opens]
 
 Starts its own server (``scripts/local-model start --name bench``), plays every example's course
 (``llm_fsm.testing.scorecard``) once per variant at temperature 0 with ``max_tokens`` 256 and the
 strict JSON schema, prints one line per variant, and stops the server. The variants:
 
 - ``plain``: the default reply schema and prompt (what ``LiteLLMClient(response_format="json_schema")`` sends);
+- ``plain-no-map``, ``guided-no-map``: ``plain`` and ``guided`` with the prompt's ``<state_map>`` left out;
 - ``plain-update-first``: the same, with ``context_update`` before ``target_state`` in the schema;
 - ``guided-lazy``: the guided schema (``llm_fsm.guided``) without tying "stay" to null values;
 - ``guided-wide``: the guided schema without the values the conditions' comparisons allow;
@@ -26,6 +27,7 @@ import argparse
 import copy
 import dataclasses
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -96,8 +98,17 @@ def short_prompt(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
     return dataclasses.replace(request, messages=[system, *request.messages[1:]])
 
 
+def without_state_map(request: LLMRequest, _definition: FSMDefinition) -> LLMRequest:
+    """The prompt without its ``<state_map>`` (issue 26: is the map what makes a small model ramble?)."""
+    system = request.messages[0]
+    text = re.sub(r"<state_map>.*?</state_map>\n?", "", system["content"], flags=re.S)
+    return dataclasses.replace(request, messages=[{**system, "content": text}, *request.messages[1:]])
+
+
 VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request, guided conversation)
     "plain": (None, False),
+    "plain-no-map": (without_state_map, False),
+    "guided-no-map": (without_state_map, True),
     "plain-update-first": (update_first, False),
     "guided-lazy": (guided_with(eager=False), True),
     "guided-wide": (guided_with(narrow=False), True),
@@ -123,9 +134,18 @@ class Client(LiteLLMClient):
         return super().complete(request)
 
 
-def play(url: str, name: str, repeat: int, timeout: float = 60.0) -> dict[str, Any]:
+def model_opens(course: scorecard.Course) -> scorecard.Course:
+    """The course with the model writing the opening, as every example did before states had an ``opening``
+    (issue 26 §2): a before/after comparison with older code plays the same calls on both sides."""
+    states = {sid: state.model_copy(update={"opening": None}) for sid, state in course.definition.states.items()}
+    return dataclasses.replace(course, definition=course.definition.model_copy(update={"states": states}))
+
+
+def play(url: str, name: str, repeat: int, timeout: float = 60.0, openings: bool = True) -> dict[str, Any]:
     rewrite, guided = VARIANTS[name]
     courses = [scorecard.course(ROOT / "fsm_definitions" / f"{example}.json") for example in EXAMPLES]
+    if not openings:
+        courses = [model_opens(c) for c in courses]
     runs = []
     for _ in range(repeat):
         scores = [scorecard.score(c, Client(url, rewrite, c.definition, guided, timeout)) for c in courses]
@@ -157,6 +177,9 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", type=Path)
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per model call")
+    parser.add_argument(
+        "--model-opens", action="store_true", help="the model writes each opening (as before states had their own)"
+    )
     args = parser.parse_args()
     names = [n for n in args.variants.split(",") if n]
     unknown = [n for n in names if n not in VARIANTS]
@@ -170,7 +193,7 @@ def main() -> None:
     try:
         for name in names:
             started = time.perf_counter()
-            results.append(play(url, name, args.repeat, args.timeout))
+            results.append(play(url, name, args.repeat, args.timeout, openings=not args.model_opens))
             print(line(results[-1]), f"({time.perf_counter() - started:.0f} s)", flush=True)
     finally:
         subprocess.run([*script, "stop", "--name", "bench"], check=False, capture_output=True)

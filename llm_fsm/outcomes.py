@@ -67,6 +67,7 @@ def exhausted(work: Working, refining: bool) -> Outcome:
         message = f"state '{state.id}': checks still failing after {state.max_retries} retries"
         raise RefinementError(message, state=state.id, failures=failures)
     work.trace.note("llm_fsm.fallback", True)
+    work.fallback = True
     target = state.id
     if refining and state.on_exhausted == "fallback_state" and state.fallback_state:
         target = state.fallback_state
@@ -141,5 +142,6 @@ def finish(
         pending=pending,
         tool_calls=tuple(work.tool_runs),
         memory_updates=dict(work.memory.changed),
+        fallback=work.fallback,
     )
     return snapshot, result

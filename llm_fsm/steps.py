@@ -112,6 +112,9 @@ class TurnResult:
     # turn, and the (definition, state) of the sub-conversation the turn ran in (None: the root's)
     frames: tuple[tuple[str, str], ...] = ()
     ran_in: tuple[str, str] | None = None
+    # True when no reply was accepted and the runtime said the fallback message: a model may copy that text
+    # from the history, so the message alone does not tell
+    fallback: bool = False
 
     @property
     def transitioned(self) -> bool:
@@ -141,6 +144,7 @@ class TurnResult:
             "tool_calls": [run.model_dump() for run in self.tool_calls],
             "memory_updates": self.memory_updates,
             "summary": self.summary.to_dict() if self.summary else None,
+            "fallback": self.fallback,
             # frames and ran_in are written only with sub-conversations: from_dict reads them with .get
             **({"frames": [list(f) for f in self.frames], "ran_in": self.ran_in} if self.frames else {}),
         }
@@ -163,6 +167,7 @@ class TurnResult:
             summary=None if summary is None else summaries.SummaryRun.from_dict(summary),
             frames=tuple((f[0], f[1]) for f in data.get("frames", ())),
             ran_in=None if ran_in is None else (ran_in[0], ran_in[1]),
+            fallback=data.get("fallback", False),  # answers stored before the field read as not a fallback
         )  # fmt: skip
 
 

@@ -67,6 +67,7 @@ class Working:
         self.memory = MemoryAccess(definition, base.memory)  # handlers' ``memory``: the turn's working memory
         self.memory_proposal: dict[str, Any] = {}  # the memory_update of the last reply read
         self.last_decision: Decision | None = None
+        self.fallback = False  # no reply accepted: the turn says the fallback message
         self.messages: list[dict[str, Any]] = []
         self.tool_runs: list[ToolRun] = []
         self.rounds = 0  # rounds of tool calls made in this turn

@@ -76,6 +76,7 @@ def test_run_prints_one_json_line_per_turn_and_stops_at_the_terminal_state(files
         "tool_calls": [],
         "memory_updates": {},
         "summary": None,
+        "fallback": False,
     }
     assert turns[2]["ended"] is True and turns[2]["context"] == {"name": "Ann", "email": "ann@example.com"}
     usage = {"prompt_tokens", "completion_tokens", "total_tokens", "cost", "cached_tokens", "cache_write_tokens"}

@@ -36,6 +36,18 @@ def test_a_reply_of_another_shape_never_becomes_a_stay(signup):
     result = llm_fsm.Conversation(signup, ScriptedLLM([UNWRAPPED, NULL])).send("I'm Ann")
     assert result.state == "ask_name" and "UNWRAPPED" not in result.message and "NULL" not in result.message
     assert result.message == llm_fsm.conversation.DEFAULT_FALLBACK and result.context == {}
+    assert result.fallback and result.to_dict()["fallback"] is True
+
+
+def test_a_model_that_repeats_the_fallback_message_is_not_a_fallback(signup):
+    # Seen with SmolLM2-135M: after a fallback turn, the model copied the fallback text from the history into a
+    # valid move; the result must say what happened (a move, not a fallback), whatever the message reads.
+    conversation = llm_fsm.Conversation(signup, ScriptedLLM([UNWRAPPED, NULL]))
+    assert conversation.send("I'm Ann").fallback
+    conversation.llm.add(reply("ask_email", llm_fsm.conversation.DEFAULT_FALLBACK, name="Ann"))
+    result = conversation.send("I'm Ann, really")
+    assert result.state == "ask_email" and result.message == llm_fsm.conversation.DEFAULT_FALLBACK
+    assert not result.fallback and result.to_dict()["fallback"] is False
 
 
 class Truncating:

@@ -243,8 +243,8 @@ def check_turn(
     assert not set(result.context_updates) & set(definition.handler_only_keys)
     refused_keys = {r.key for r in result.rejected if r.kind == "context_key" and r.key}
     assert not refused_keys & set(result.context_updates)
-    if result.message == DEFAULT_FALLBACK:  # every reply refused: stayed, kept only what was valid
-        assert state == previous
+    if result.fallback:  # every reply refused: stayed, kept only what was valid, said the fallback message
+        assert state == previous and result.message == DEFAULT_FALLBACK
         assert result.rejected
 
 

@@ -25,17 +25,7 @@ def script_lines(path: Path) -> list[str]:
     return [line for line in text.splitlines() if line.strip()]
 
 
-# Known since 2026-11-26 (issue 26's cache-ordered prompt, benchmarks/REAL_MODEL.md): on insurance_claim the
-# model's replies were all refused and the turn said the fallback message while the state moved to "handover";
-# whether the engine or the check is wrong is not settled yet. Not strict: it passes on some runs.
-REGRESSED = pytest.mark.xfail(reason="issue 26: fallback message with a move to handover, under investigation")
-
-
-@pytest.mark.parametrize(
-    "path",
-    [pytest.param(p, marks=REGRESSED) if p.stem == "insurance_claim" else p for p in EXAMPLES],
-    ids=lambda p: p.stem,
-)
+@pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_opening_and_turns_keep_the_invariants(path, make_client, scorecard):
     definition = model_opens(path)
     conversation = llm_fsm.Conversation(definition, make_client(), hooks=example_hooks(path))
