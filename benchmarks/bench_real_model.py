@@ -105,9 +105,32 @@ def without_state_map(request: LLMRequest, _definition: FSMDefinition) -> LLMReq
     return dataclasses.replace(request, messages=[{**system, "content": text}, *request.messages[1:]])
 
 
+def with_reminder(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
+    """The prompt with a closing reminder after the history: the reply's shape and the current state's id to
+    stay in (the stable rules open the prompt, far from where a small model starts writing)."""
+    system = request.messages[0]
+    state = request.state or definition.initial_state
+    found = re.search(r"<valid_states>(.*?)</valid_states>", system["content"])
+    moves = [s.strip() for s in found.group(1).split(",") if s.strip() != state] if found else []
+    others = ", ".join(json.dumps(m) for m in moves)
+    where = f"{json.dumps(state)} to stay" + (f", or {others} to move" if moves else "")
+    text = (
+        system["content"].rstrip()
+        + f'\n<reply_now>Answer the user\'s last message with the JSON object only; "target_state": {where}.'
+        + " Keep the message short.</reply_now>\n"
+    )
+    return dataclasses.replace(request, messages=[{**system, "content": text}, *request.messages[1:]])
+
+
+def without_map_with_reminder(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
+    return with_reminder(without_state_map(request, definition), definition)
+
+
 VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request, guided conversation)
     "plain": (None, False),
     "plain-no-map": (without_state_map, False),
+    "plain-reminder": (with_reminder, False),
+    "plain-no-map-reminder": (without_map_with_reminder, False),
     "guided-no-map": (without_state_map, True),
     "plain-update-first": (update_first, False),
     "guided-lazy": (guided_with(eager=False), True),

@@ -325,6 +325,34 @@ def test_a_server_killed_between_calls_is_down_until_the_next_call_starts_it_aga
         server.close()
 
 
+def test_calls_that_arrive_while_a_server_restarts_wait_for_it() -> None:
+    # Seen: a second caller during the restart failed at once with "is not running" (the new session
+    # was not ready yet, and nothing said the server was still down); under serve, conversations share it.
+    server = MCPServer(COMMAND, name="restarting", env={"MCP_TEST_START_DELAY": "1.5"}, timeout=60)
+    try:
+        pid = server.call("whoami", {})["pid"]
+        os.kill(pid, signal.SIGKILL)
+        assert wait_for(lambda: server.down is not None)
+        pids: list[Any] = []
+
+        def call() -> None:
+            try:
+                pids.append(server.call("whoami", {})["pid"])
+            except MCPError as exc:  # the failure under test: kept, so the assertion below shows it
+                pids.append(exc)
+
+        first = threading.Thread(target=call)
+        first.start()
+        assert wait_for(lambda: server._restarting)  # the first caller is starting it again (1.5 s)
+        assert server.down == "the MCP server 'restarting' is restarting"
+        call()  # arrives mid-restart: waits for it, then goes to the new process
+        first.join(60)
+        assert len(pids) == 2 and not any(isinstance(p, MCPError) for p in pids), pids
+        assert pids[0] == pids[1] != pid and server.down is None
+    finally:
+        server.close()
+
+
 def test_restarts_back_off_while_a_server_cannot_come_back(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # a backoff this loaded machine cannot outlast between two calls
     monkeypatch.setattr(mcp.server, "_RESTART_FIRST", 5.0)

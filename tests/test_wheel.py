@@ -84,6 +84,10 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
     turns = [json.loads(line) for line in done.stdout.splitlines()]
     assert [t["state"] for t in turns] == ["greet", "bye"] and turns[-1]["message"] == "Goodbye!"
     where = subprocess.run(
-        [str(python), "-c", "import llm_fsm; print(llm_fsm.__file__)"], capture_output=True, text=True, cwd=work
+        [str(python), "-c", "import llm_fsm; print(llm_fsm.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd=work,
+        env=env,
     )
     assert str(env_dir) in where.stdout and str(ROOT) not in where.stdout

@@ -125,6 +125,8 @@ def _run_http(transport: str, port: int) -> None:
 
 
 def _note_start() -> None:
+    if os.environ.get("MCP_TEST_START_DELAY"):  # a server slow to come up: calls arrive while it starts
+        time.sleep(float(os.environ["MCP_TEST_START_DELAY"]))
     if os.environ.get("MCP_TEST_STARTS"):
         with open(os.environ["MCP_TEST_STARTS"], "a") as starts:
             starts.write(f"{os.getpid()}\n")

@@ -95,6 +95,7 @@ class MCPServer(_Session):
         self._backoff = _Backoff()
         self._session: Any = None
         self._accepting = False
+        self._restarting = False  # a restart is under way (under _start_lock): callers wait for its end
         self._failure: str | None = None  # why calls fail now: the server exited, its connection broke, or was closed
         self._tools: dict[str, MCPTool] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
@@ -136,6 +137,8 @@ class MCPServer(_Session):
     def down(self) -> str | None:
         """Why calls cannot reach the server now (its process exited, its connection broke, a restart
         failed), or None: it is up, or not started yet, or closed (the caller's doing, not a fault)."""
+        if self._restarting:  # the new session is not ready yet: a call now would find nobody to answer it
+            return self._failure or f"the MCP server '{self.name}' is restarting"
         return self._failure if self._state in ("running", "down") else None
 
     def revive(self, *, block: bool = True) -> str | None:
@@ -183,6 +186,7 @@ class MCPServer(_Session):
             return f"{reason} (next restart attempt in {wait:.1f} s)"
         logger.warning("%s; %s", reason, "starting it again" if self.command else "connecting again")
         self._shut_down()  # the lost session's thread is ending by itself; the SDK reaps the child
+        self._restarting = True  # down until the new session is ready: other callers wait on _start_lock
         try:
             self._open()
         except MCPError as exc:
@@ -190,6 +194,7 @@ class MCPServer(_Session):
             logger.warning("%s", self._failure)
             return self._failure
         finally:
+            self._restarting = False
             self._backoff.attempted()  # counted from the attempt's end: a slow failing start is no busy loop
         return None
 
