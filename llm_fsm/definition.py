@@ -1,7 +1,9 @@
 """Pydantic models of the definition format, and the JSON Schema they generate.
 
 This module holds the whole (:class:`FSMDefinition`: its states, hashes and outline); the parts it is
-built from (transitions, checks, tools...) are in :mod:`llm_fsm.definition_parts`.
+built from (transitions, checks, tools...) are in :mod:`llm_fsm.definition_parts`; what its hashes
+and outline are made of (its canonical form, its prose apart from its structure) in
+:mod:`llm_fsm.definition_outline`.
 
 The models validate field types and shapes. Checks that span the whole file (targets exist,
 a terminal state is reachable, JsonLogic operators are allowed) live in :mod:`llm_fsm.loader_checks`;
@@ -10,14 +12,30 @@ the loader reports them together with the field errors.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
 from pydantic import Field, field_validator
 
+from llm_fsm.definition_outline import (
+    _GLOBAL_PART,
+    _STATE_PARTS,
+    _STATE_PARTS_BEFORE_PROSE,
+    _STATE_PROSE,
+    _STATE_PROSE_PART,
+    _TOP_PARTS,
+    _TOP_PARTS_BEFORE_PROSE,
+    _TOP_PROSE,
+    _TOP_PROSE_PART,
+    _TOP_PROSE_PARTS,
+    _TOP_STRUCTURE,
+    _TRANSITION_PROSE,
+    _canonical,
+    _canonical_state,
+    _changes,
+    _digest,
+)
 from llm_fsm.definition_parts import (
     RETURN,
     Approval,
@@ -364,40 +382,6 @@ class FSMDefinition(_Frozen):
         return found
 
 
-SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
-SCHEMA_ID = "urn:llm-fsm-runtime:schema:fsm-definition"
-_STATE_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"  # the loader's identifier rule
-
-
-# The prose fields, as pydantic include/exclude specs: text shown to the model, which a restore may
-# see edited (unless strict). Everything else is structure: what the runtime checks and enforces.
-_TOP_PROSE = {"description", "persona", "version"}
-_CHECKS_PROSE = {"__all__": {"description": True}}
-_TRANSITION_PROSE: dict[str, Any] = {"description": True, "conditions": _CHECKS_PROSE}
-_STATE_PROSE: dict[str, Any] = {
-    **dict.fromkeys(
-        ("description", "purpose", "instructions", "extraction_instructions", "response_instructions"), True
-    ),
-    "opening": True,  # words for the user: editing them does not block restoring a conversation
-    "example_dialogue": True,
-    "transitions": {"__all__": _TRANSITION_PROSE},
-    "checks": _CHECKS_PROSE,
-}
-# How changes_since names what changed: outline keys (after "<state id>." for a state's) -> words.
-_STATE_PARTS = {"transitions": "transitions of state", "structure": "keys, checks or settings of state"}
-_STATE_PROSE_PART = {"prose": "descriptions or instructions of state"}
-_TOP_STRUCTURE = "$definition.structure"  # "$" is not allowed in a state id: these never clash with a state's
-_TOP_PROSE_PART = "$definition.prose"
-_GLOBAL_PART = "$definition.global_transitions"
-_TOP_PARTS = {
-    _TOP_STRUCTURE: "top-level fields changed (name, initial state, keys, schemas...)",
-    _GLOBAL_PART: "global transitions changed",
-}
-_TOP_PROSE_PARTS = {_TOP_PROSE_PART: "top-level description, persona or version changed"}
-_STATE_PARTS_BEFORE_PROSE = {"transitions": "transitions of state", "text": "purpose or instructions of state"}
-_TOP_PARTS_BEFORE_PROSE = {"fsm": "top-level fields changed (name, persona, initial state, schemas...)"}
-
-
 def _memory_prose(definition: FSMDefinition) -> dict[str, Any]:
     """The prose of the working memory and the summaries: slot descriptions and summary instructions."""
     prose: dict[str, Any] = {}
@@ -409,64 +393,9 @@ def _memory_prose(definition: FSMDefinition) -> dict[str, Any]:
     return prose
 
 
-def _changes(
-    old: dict[str, str], new: dict[str, str], state_parts: dict[str, str], top_parts: dict[str, str]
-) -> list[str]:
-    """The differences between two outlines of one kind, in words, for the parts named in ``state_parts``
-    (each state's) and ``top_parts``."""
-    top = {key for key in (*old, *new) if key.startswith("$") or key == "fsm"}
-    old_states = {key.rsplit(".", 1)[0] for key in old if key not in top}
-    new_states = {key.rsplit(".", 1)[0] for key in new if key not in top}
-    changes = [f"state '{s}' removed" for s in sorted(old_states - new_states)]
-    changes += [f"state '{s}' added" for s in sorted(new_states - old_states)]
-    for sid in sorted(old_states & new_states):
-        parts = state_parts.items()
-        changes += [
-            f"{words} '{sid}' changed" for part, words in parts if old.get(f"{sid}.{part}") != new[f"{sid}.{part}"]
-        ]
-    changes += [words for key, words in top_parts.items() if old.get(key) != new.get(key)]
-    return changes
-
-
-# Fields added after definitions were first hashed: left out of the hashes while they hold their
-# default, so that conversations stored before they existed still restore onto the same definition.
-_ADDED_TOP = {
-    "tools": {},
-    "mcp_servers": {},
-    "max_tool_rounds": 3,
-    "max_tool_calls": 8,
-    "memory": None,
-    "summaries": None,
-    "global_transitions": [],
-    "tool_error_detail": "message",
-}
-_ADDED_STATE: dict[str, Any] = {
-    "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None,
-}  # fmt: skip
-_ADDED_TOOL: dict[str, Any] = {"error_detail": None}
-
-
-def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
-    """A dumped definition without the added fields that hold their default (states included)."""
-    top = {key: value for key, value in dumped.items() if key not in _ADDED_TOP or value != _ADDED_TOP[key]}
-    if isinstance(top.get("states"), dict):
-        top["states"] = {sid: _canonical_state(state) for sid, state in top["states"].items()}
-    if isinstance(top.get("tools"), dict):  # tools gained fields too: a definition's hash must not move
-        top["tools"] = {name: _without_added(tool, _ADDED_TOOL) for name, tool in top["tools"].items()}
-    return top
-
-
-def _canonical_state(dumped: dict[str, Any]) -> dict[str, Any]:
-    return _without_added(dumped, _ADDED_STATE)
-
-
-def _without_added(dumped: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:
-    return {key: value for key, value in dumped.items() if key not in added or value != added[key]}
-
-
-def _digest(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(text.encode()).hexdigest()
+SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
+SCHEMA_ID = "urn:llm-fsm-runtime:schema:fsm-definition"
+_STATE_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"  # the loader's identifier rule
 
 
 def json_schema() -> dict[str, Any]:

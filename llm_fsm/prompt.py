@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from collections.abc import Iterable, Mapping, MutableMapping, Sequence
+from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
@@ -24,16 +24,14 @@ from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
 from llm_fsm.errors import PromptError
 from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
+from llm_fsm.prompt_calls import CallPrompts, Message
 
 if TYPE_CHECKING:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
-    from llm_fsm.checks import Proposal
     from llm_fsm.definition import FSMDefinition
-    from llm_fsm.engine import Rejection, Snapshot
-    from llm_fsm.tools.calling import BoundTool, ToolRun
-
-Message = dict[str, Any]
+    from llm_fsm.engine import Snapshot
+    from llm_fsm.tools.calling import BoundTool
 
 _MAX_KEY_CHARS = 100  # context key names are model-written too: bounded like values
 _CACHE_SIZE = 512  # definition-wide, state and tools parts kept
@@ -113,7 +111,7 @@ class PromptSettings:
     max_value_chars: int = 500
 
 
-class PromptBuilder:
+class PromptBuilder(CallPrompts):
     """Renders prompts; keep one per runtime, since its Jinja environment caches compiled templates."""
 
     def __init__(
@@ -163,20 +161,6 @@ class PromptBuilder:
         ``guided``: the reply is held to a guided schema (see ``llm_fsm.guided``), whose key order it states."""
         system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode, guided=guided)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
-
-    def resume_note(self, reason: str, result: Mapping[str, Any]) -> str:
-        """The user-turn text of the call that follows a resume."""
-        return self._render("resume.xml.j2", {"reason": reason, "result": result})
-
-    def approval_note(self, tool: str, decision: Mapping[str, Any]) -> str:
-        """The user-turn text of the call that follows a person's decision about a tool call."""
-        return self._render("approval.xml.j2", {"tool": tool, "decision": dict(decision)})
-
-    def tool_results(self, runs: Sequence[ToolRun]) -> str:
-        """The user-turn text that gives the model its tool calls' results (the JSON form of tool calling)."""
-        from llm_fsm.tools.calling import result_text
-
-        return self._render("tool_results.xml.j2", {"runs": list(runs), "text": result_text})
 
     def system_prompt(
         self,
@@ -325,21 +309,6 @@ class PromptBuilder:
             self._cache[key] = text
         return text
 
-    def correction(self, rejections: Iterable[Rejection], state: str) -> str:
-        """The user-turn text of a corrective call: exactly what was wrong with the last reply."""
-        return self._render("correction.xml.j2", {"rejections": list(rejections), "state": state})
-
-    def judge_messages(self, definition: FSMDefinition, rubric: str, proposal: Proposal) -> list[Message]:
-        """The messages of a judge call: the rubric, the user's message and the proposed reply."""
-        variables = {
-            "rubric": rubric,
-            "state": definition.states[proposal.state],
-            "user": proposal.user,
-            "message": proposal.message,
-        }
-        system = self._render("judge.xml.j2", variables)
-        return [{"role": "system", "content": system}, {"role": "user", "content": "Grade the proposed reply."}]
-
     def _render(self, name: str, variables: dict[str, Any]) -> str:
         try:
             return self.env.get_template(name).render(variables)
@@ -368,21 +337,6 @@ class PromptBuilder:
         return [
             Said(None if h.user is None else _truncate(h.user, limit), _truncate(h.assistant, limit)) for h in recent
         ]
-
-    def summary_messages(
-        self, definition: FSMDefinition, previous: str, exchanges: Sequence[Any], bounds: Any, *, left: str | None
-    ) -> list[Message]:
-        """The messages of a summary call: the previous summary and the exchanges to fold into it."""
-        variables = {
-            "fsm": definition,
-            "previous": previous,
-            "exchanges": [{**self._window([e])[0].as_dict(), "state": e.state} for e in exchanges],
-            "max_chars": bounds.max_chars,
-            "instructions": bounds.instructions,
-            "left": left,
-        }
-        system = self._render("summary.xml.j2", variables)
-        return [{"role": "system", "content": system}, {"role": "user", "content": "Write the updated summary."}]
 
 
 def state_map(definition: FSMDefinition) -> dict[str, Any]:

@@ -1,5 +1,6 @@
 """The package's layout (docs/architecture.md): no module imports one that imports it back, directly
-or through others, and each layer imports only the layers it may.
+or through others, and each layer imports only the layers it may; no module or class grows too long to
+take in (over 500 and 250 lines).
 
 Every import statement counts: top-level, inside functions and under ``if TYPE_CHECKING:``.
 ``from llm_fsm.x import y`` is an import of the module ``llm_fsm.x.y`` when there is one, else of
@@ -136,3 +137,48 @@ def test_the_architecture_page_names_every_module_and_no_other():
     assert not named - modules, "docs/architecture.md's module map names modules that do not exist: " + ", ".join(
         sorted(named - modules)
     )
+
+
+# A newcomer reads a module, or a class, whole: past these sizes it is split into modules of one concept each
+# (see docs/architecture.md). The module is every line of its file; a class, from its "class" line to its last.
+MAX_MODULE_LINES = 500
+MAX_CLASS_LINES = 250
+
+
+def oversized(name: str, text: str) -> list[str]:
+    """What in the module ``name`` (its source ``text``) is over the limits, each with its size."""
+    found = []
+    lines = len(text.splitlines())
+    if lines > MAX_MODULE_LINES:
+        found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
+    for node in ast.walk(ast.parse(text)):
+        if isinstance(node, ast.ClassDef):
+            size = (node.end_lineno or node.lineno) - node.lineno + 1
+            if size > MAX_CLASS_LINES:
+                found.append(f"{name}: class {node.name}, {size} lines (at most {MAX_CLASS_LINES})")
+    return found
+
+
+def test_the_size_check_names_each_long_module_and_class_with_its_size():
+    def klass(name: str, lines: int, indent: str = "") -> str:
+        body = "".join(f"{indent}    x{i} = {i}\n" for i in range(lines - 1))
+        return f"{indent}class {name}:\n{body}"
+
+    fits = klass("Fits", MAX_CLASS_LINES) + "y = 0\n" * (MAX_MODULE_LINES - MAX_CLASS_LINES)
+    assert len(fits.splitlines()) == MAX_MODULE_LINES and oversized("fits.py", fits) == []
+    nested = "def f():\n" + klass("Inner", MAX_CLASS_LINES + 1, indent="    ")  # classes in functions count too
+    long = klass("Long", MAX_CLASS_LINES + 1) + nested + "y = 0\n" * 10
+    assert oversized("llm_fsm/long.py", long) == [
+        f"llm_fsm/long.py: {2 * MAX_CLASS_LINES + 13} lines (at most {MAX_MODULE_LINES})",
+        f"llm_fsm/long.py: class Long, {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})",
+        f"llm_fsm/long.py: class Inner, {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})",
+    ]
+
+
+def test_no_module_or_class_is_too_long_to_take_in():
+    found = [
+        problem
+        for path in sorted(PACKAGE.rglob("*.py"))
+        for problem in oversized(path.relative_to(PACKAGE.parent).as_posix(), path.read_text(encoding="utf-8"))
+    ]
+    assert not found, "split these into modules of one concept each (docs/architecture.md): " + "; ".join(found)

@@ -21,9 +21,9 @@ from rich.markup import escape
 from rich.text import Text
 
 import llm_fsm
+from llm_fsm.cli.chat_stored import StoredChat
 from llm_fsm.cli.chat_views import (
     COMMANDS,
-    Mask,
     already_decided,
     console,
     error,
@@ -33,7 +33,6 @@ from llm_fsm.cli.chat_views import (
     show_context,
     show_end,
     show_help,
-    show_history,
     show_pending,
     show_state,
     show_stream,
@@ -65,20 +64,16 @@ from llm_fsm.cli.options import (
     load_hooks,
     with_model_options,
 )
-from llm_fsm.errors import ConversationError, FSMError
+from llm_fsm.errors import FSMError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
-    from llm_fsm.conversation import Conversation
-    from llm_fsm.engine import Snapshot
-    from llm_fsm.store.stored import StoredConversation
     from llm_fsm.turn import TurnResult
 
 __all__ = ["COMMANDS", "ChatSession", "chat", "readline_prompt", "status_line"]  # status_line: the tests' import
 
 _ESCAPE = re.compile(r"(\x1b\[[0-9;]*m)")
-HISTORY_PAGE = 20  # exchanges /history shows at a time
 
 
 def readline_prompt(markup: str) -> str:
@@ -88,23 +83,10 @@ def readline_prompt(markup: str) -> str:
     return _ESCAPE.sub("\x01\\1\x02", capture.get())
 
 
-class ChatSession:
-    """One chat: the conversation, the snapshots that /back returns to, and the last turn's result."""
-
-    def __init__(
-        self,
-        tracked: StoredConversation,
-        make: ConversationFactory,
-        mask: Mask = lambda context: context,
-        show_secrets: bool = False,
-    ) -> None:
-        self.tracked = tracked
-        self.make = make
-        self.mask = mask
-        self.show_secrets = show_secrets  # for the sub-definitions' own masks
-        self.undo: list[llm_fsm.Snapshot] = []
-        self.last: TurnResult | None = None
-        self.older: int | None = None  # where "/history older" goes on: the first exchange /history showed
+class ChatSession(StoredChat):
+    """One chat: its turns, the tool calls it asks approval for, and the meta commands. What it keeps in the
+    store (the conversation, the snapshots /back returns to) and the commands that read or replace that
+    are :class:`~llm_fsm.cli.chat_stored.StoredChat`'s."""
 
     # -- turns ----------------------------------------------------------------------------------
 
@@ -176,51 +158,6 @@ class ChatSession:
         self.approve(result.pending)
         return result
 
-    def run(self, action: Callable[[Conversation], TurnResult]) -> TurnResult:
-        """``action`` as a stored turn; once it is saved, /back can return to the snapshot it ran on. That is
-        the newest stored version, which may hold turns another process saved since this chat last looked:
-        then the older undo snapshots come from before those turns, and are dropped (going back to one would
-        drop them)."""
-        seen = self.tracked.version
-        ran_on: list[Snapshot] = []
-        took_up: list[bool] = []
-
-        def recorded(conversation: Conversation) -> TurnResult:
-            # run under the lock on the newest version: a version other than the one this chat saw means
-            # another process saved since (the turn's own checkpoints come after this)
-            ran_on.append(conversation.snapshot())
-            took_up.append(self.tracked.version != seen)
-            return action(conversation)
-
-        result = self.tracked.run(recorded)
-        if any(took_up):
-            self.undo.clear()
-        self.undo.extend(ran_on[:1])
-        return result
-
-    def replace(self, command: str, conversation: Conversation) -> bool:
-        """Save ``conversation`` over the stored one for ``command`` (/back, /load, /reset); False, and nothing
-        changed, when it cannot be: someone else saved the conversation since this chat last saw it."""
-        from llm_fsm.errors import ConflictError
-
-        try:
-            self.tracked.replace(conversation)
-        except ConflictError as exc:
-            record = self.tracked.store.load(self.tracked.id)
-            if record is None or record.version == self.tracked.version:
-                error(one_line(exc))  # its lock is held by a turn running elsewhere
-                return False
-            error(
-                f"the conversation changed elsewhere since this chat last saw it (another process saved it): "
-                f"{command} would drop what it saved, so nothing changed. /history shows it; your next message "
-                f"continues from it"
-            )
-            return False
-        except FSMError as exc:  # e.g. a file holding only the tail of another conversation's history
-            error(one_line(exc))
-            return False
-        return True
-
     def approve(self, pending: llm_fsm.PendingEvent | None) -> None:
         """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume). One
         already approved, whose process stopped while it ran or before its turn ended, is not asked again:
@@ -248,10 +185,6 @@ class ChatSession:
             self.resume(json.dumps({"approved": False, "reason": reason} if reason else {"approved": False}))
             return False
         return None
-
-    @property
-    def conversation(self) -> Conversation:
-        return self.tracked.conversation
 
     def show_result(self, result: TurnResult) -> None:
         self.last = result
@@ -295,53 +228,6 @@ class ChatSession:
             return True
         return handler(argument) is not False
 
-    def history(self, argument: str) -> None:
-        """A page of the stored history (the last ``HISTORY_PAGE`` exchanges); ``older``: the page before."""
-        if argument not in ("", "older"):
-            error(f"/history takes 'older' or nothing (usage: /history [older]), not {argument!r}")
-            return
-        if argument == "older" and not self.older:
-            console.print("No earlier exchanges: /history shows the last ones.")
-            return
-        before = self.older if argument == "older" else None
-        page = self.tracked.history(before=before, limit=HISTORY_PAGE)
-        if page is None:  # nothing stored yet (the opening failed): what this chat holds
-            snapshot = self.conversation.snapshot()
-            exchanges = [(snapshot.history_start + i, e) for i, e in enumerate(snapshot.history)]
-            show_history(exchanges[-HISTORY_PAGE:], snapshot.history_len)
-            return
-        self.older = page.exchanges[0][0] if page.exchanges else None
-        show_history(page.exchanges, page.total)
-
-    def save(self, path: str) -> None:
-        from llm_fsm.jsonfiles import write_private
-
-        try:  # the file holds everything the user said, the whole history: readable by them only
-            write_private(path, self.tracked.whole().model_dump_json(indent=2))
-        except OSError as exc:
-            error(f"cannot write {path}: {exc.strerror or exc}")
-            return
-        console.print(f"saved to {path}", markup=False)
-
-    def load(self, path: str) -> None:
-        try:
-            restored = self.make.build(read_snapshot(path))
-        except FSMError as exc:
-            error(one_line(exc))
-            return
-        # the whole snapshot to go back to: the file's conversation replaces the stored rows, so the tail this
-        # chat holds could not be saved back over them (see llm_fsm.store.history.check_same)
-        try:
-            current = self.tracked.whole()
-        except FSMError as exc:
-            error(one_line(exc))
-            return
-        if not self.replace("/load", restored):
-            return
-        self.undo.append(current)
-        where = f"state {self.conversation.state}, {self.conversation.snapshot().history_len} messages"
-        console.print(f"loaded {path}: {where}", markup=False)
-
     def resume(self, argument: str) -> None:
         pending = self.conversation.pending
         if pending is None:
@@ -367,21 +253,6 @@ class ChatSession:
         self.show_result(outcome)
         self.approve(outcome.pending)
 
-    def back(self, _: str) -> None:
-        if not self.undo:
-            console.print("Nothing to undo.")
-            return
-        target, used = self.undo[-1], set(self.conversation.snapshot().used_tokens)
-        pending = target.pending
-        if pending is not None and pending.kind == "tool_approval" and pending.token in used:
-            tool = pending.payload.get("tool", "?")
-            error(f"/back cannot undo the call to '{tool}': it was approved and ran (going back could run it twice)")
-            return
-        if not self.replace("/back", self.make(target)):
-            return
-        self.undo.pop()
-        console.print(f"Undone: back in state {self.conversation.state}.")
-
     def reset(self, _: str) -> None:
         if not self.replace("/reset", self.make(None)):
             return
@@ -399,26 +270,6 @@ def _misused(name: str, argument: str) -> str | None:
     if not argument and expected and not expected.startswith("["):
         return f"{name} needs a {expected} (usage: {name} {expected})"
     return None
-
-
-def read_snapshot(path: str) -> Snapshot:
-    """The conversation a ``/save`` wrote to ``path``; ConversationError saying, in one line, what the file
-    is and why it cannot be loaded."""
-    from pydantic import ValidationError
-
-    from llm_fsm.engine import Snapshot
-    from llm_fsm.jsonfiles import JSONFileError, not_a, other_kind, read_json, validation_summary
-
-    try:
-        document = read_json(path, "saved conversation")
-        if not isinstance(document, dict) or other_kind(document, "saved conversation"):
-            wrong = not_a(path, document, "saved conversation", "it is not a JSON object")
-            raise JSONFileError(f"{wrong} (/load takes a file written by /save)")
-        return Snapshot.model_validate(document)
-    except JSONFileError as exc:
-        raise ConversationError(str(exc)) from None
-    except ValidationError as exc:
-        raise ConversationError(f"{path} is not a saved conversation: {validation_summary(exc)}") from None
 
 
 def _read(prompt: str, before: Callable[[], None] | None = None) -> str | None:
