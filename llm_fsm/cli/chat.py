@@ -65,7 +65,7 @@ from llm_fsm.cli.options import (
     load_hooks,
     with_model_options,
 )
-from llm_fsm.errors import ConversationError, FSMError
+from llm_fsm.errors import ConversationError, FSMError, OpeningError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.values import blank
 
@@ -137,7 +137,8 @@ class ChatSession:
         return current.status == "new" and talking.states[where.state].opening is None
 
     def opening(self) -> None:
-        """The opening message; when it fails, the next message the user types tries it again first."""
+        """The opening message; when its model call fails, the next message the user types tries it again
+        first (an opening the state writes that cannot be written ends the chat: see :meth:`turn`)."""
         if self.turn(None) is None:
             errors.print("[dim](no opening yet: it is tried again when you type your next message)[/]")
 
@@ -170,6 +171,10 @@ class ChatSession:
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
+            if text is None and isinstance(exc, OpeningError):
+                # the state's own opening could not be written over the context: every try fails the same
+                # way (the chat cannot change the context), so it says so once and leaves, not retry it
+                fail(one_line(exc), 1)
             error(one_line(exc))
             return None
         self.show_result(result)
