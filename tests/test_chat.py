@@ -312,7 +312,7 @@ def test_continuing_a_paused_stored_conversation_shows_the_pause_again(paused_de
     assert "paused: staff approval needed" in first.stdout
     again = chat(paused_definition, tmp_path, [DONE], "/quit\n", *kept)
     assert again.exit_code == 0, again.output
-    shown = again.stdout.split("Continuing conversation p: state ask_email, 2 messages.")[1]
+    shown = again.stdout.split("Continuing conversation p: state ask_email, 2 exchanges.")[1]
     assert "paused: staff approval needed" in shown and '{"name": "Ann"}' in shown
     assert "Type /resume JSON (for example /resume {}) to continue." in shown
 
