@@ -63,7 +63,17 @@ logger = logging.getLogger(__name__)
 # batch due gets one try until a call succeeds again
 MAX_FAILURES = 3
 
-__all__ = ["MAX_FAILURES", "RunningSummary", "StateSummaries", "SummaryRun", "SummarySpec", "job", "mark_due", "parse", "visible"]
+__all__ = [
+    "MAX_FAILURES",
+    "RunningSummary",
+    "StateSummaries",
+    "SummaryRun",
+    "SummarySpec",
+    "job",
+    "mark_due",
+    "parse",
+    "visible",
+]
 
 
 @dataclass(frozen=True)
