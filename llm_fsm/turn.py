@@ -139,11 +139,14 @@ class TurnRunner:
             # model call ran in the turn that paused, which had already made the call asking for the tool
             work.messages = yield from rounds.after_approval(work)
             return (yield from self.replies(request(work, work.messages), "tool_results"))
+        # the opening turn: the first one, or the resume of a pause a start handler made before it (that
+        # pause's message is not the opening: the start handlers left go on, then the state's opening)
+        opening = work.opening or (work.resuming is not None and work.resuming.timing == "start")
         # a conversation paused in its terminal state has ended: the resume only runs the handlers left
-        if work.resuming is not None and work.definition.states[state].terminal:
+        if work.resuming is not None and work.definition.states[state].terminal and not opening:
             return (yield from close_terminal(work))
         try:
-            if work.opening:
+            if opening:
                 yield from fire(work, "start", state)
                 if (text := work.definition.states[state].opening) is not None:
                     return (yield from self.written_opening(text))

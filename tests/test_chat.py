@@ -312,7 +312,7 @@ def test_continuing_a_paused_stored_conversation_shows_the_pause_again(paused_de
     assert "paused: staff approval needed" in first.stdout
     again = chat(paused_definition, tmp_path, [DONE], "/quit\n", *kept)
     assert again.exit_code == 0, again.output
-    shown = again.stdout.split("Continuing conversation p: state ask_email, 2 messages.")[1]
+    shown = again.stdout.split("Continuing conversation p: state ask_email, 2 exchanges.")[1]
     assert "paused: staff approval needed" in shown and '{"name": "Ann"}' in shown
     assert "Type /resume JSON (for example /resume {}) to continue." in shown
 
@@ -441,3 +441,18 @@ def test_a_call_approved_before_the_session_stopped_is_not_asked_again(tool_defi
     assert again.exit_code == 0, again.output
     assert "approve? [y/n]" not in again.stdout and "interrupted: the approved call to wipe" in again.stdout
     assert "It may have run. Email?" in again.stdout
+
+
+def test_an_opening_the_state_cannot_write_is_one_error_and_exit_1(tmp_path):
+    # the state's own opening reads a key no context gives: it fails the same way at every try, so the chat
+    # says so once and leaves, instead of trying it again before each message typed
+    data = json.loads(json.dumps(OPEN))
+    data["states"]["ask_name"]["opening"] = "Welcome back, {{ name }}!"
+    path = tmp_path / "signup.json"
+    path.write_text(json.dumps(data))
+    result = chat(path, tmp_path, [], "hello\nhello again\n")
+    assert result.exit_code == 1, result.output
+    assert result.stderr.count("error:") == 1 and "'name' is undefined" in result.stderr
+    assert "tried again" not in result.stderr and "bot>" not in result.stdout
+    passed = chat(path, tmp_path, [], "", "--context", '{"name": "Ann"}')  # with the key, it opens
+    assert passed.exit_code == 0 and "Welcome back, Ann!" in passed.stdout

@@ -245,3 +245,22 @@ def test_a_whole_snapshot_of_another_conversation_is_rewritten_even_when_it_exte
     b = a.model_copy(update={"uid": "another-conversation", "history": (first, *a.history[1:], *extra)})
     store.save("c", b)
     assert whole(store, "c") == b.history
+
+
+def test_chat_history_older_before_any_history_shows_the_page_before_the_last(tmp_path):
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(CHAT))
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps([reply("chat", "hello"), *(reply("chat", f"reply {i}") for i in range(24))]))
+    typed = "".join(f"m{i}\n" for i in range(24)) + "/history older\n/history older\n"
+    store = f"sqlite://{tmp_path / 'c.db'}"
+    args = ["chat", str(path), "--model", f"scripted:{script}", "--store", store, "-c", "c1"]
+    result = CliRunner().invoke(app, args, input=typed, env={"COLUMNS": "200"})
+    assert result.exit_code == 0, result.output
+    # /history would show exchanges 6-25; /history older, typed first, the 5 before them
+    shown = result.stdout.split("you> m23")[-1]
+    assert "bot> hello (chat)\nyou> m0\n" in shown and "you> m3\nbot> reply 3 (chat)\n" in shown
+    assert "you> m4\n" not in shown and "No earlier exchanges" in shown.split("reply 3 (chat)")[1]
+    # a chat continuing it says how many exchanges (not messages) the history holds
+    again = CliRunner().invoke(app, args, input="", env={"COLUMNS": "200"})
+    assert "Continuing conversation c1: state chat, 25 exchanges." in again.stdout

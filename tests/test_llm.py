@@ -215,3 +215,13 @@ def test_a_forced_tool_mode_does_not_import_litellm():
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "native False"
+
+
+def test_a_streamed_call_is_priced_like_a_whole_one(fake_openai):
+    # litellm prices the stream's usage chunk as it prices a whole response: the same cost either way
+    fake_openai.add("hello there", "hello there")
+    prices = {"input_cost_per_token": 1e-6, "output_cost_per_token": 2e-6}  # litellm's own per-call prices
+    whole = client(fake_openai, **prices).complete(REQUEST).usage
+    streamed = client(fake_openai, stream=True, **prices).complete(REQUEST).usage
+    assert whole.cost == pytest.approx(50 * 1e-6 + 10 * 2e-6)
+    assert streamed.cost == whole.cost and streamed.total_tokens == whole.total_tokens

@@ -140,6 +140,46 @@ def test_a_break_in_start_pauses_before_the_opening():
     assert result.paused and result.message == "One moment." and result.llm_calls == 0
 
 
+def test_the_resume_of_a_break_in_start_writes_the_opening_with_no_model_call():
+    hooks, seen = Hooks(), []
+
+    @hooks.on("start")
+    def hold(**_: Any) -> None:
+        seen.append("hold")
+        raise llm_fsm.Break("look the customer up", message="One moment.")
+
+    @hooks.on("start")
+    def after(**_: Any) -> dict[str, Any]:  # after the one that paused: runs on the resume
+        seen.append("after")
+        return {"plan": "gold"}
+
+    llm = never()
+    conversation = llm_fsm.Conversation(llm_fsm.load(signup("Hello {{ name }} ({{ plan }})!")), llm, hooks=hooks)
+    paused = conversation.start()
+    assert paused.paused and paused.message == "One moment."
+    assert paused.pending is not None
+    result = conversation.resume(paused.pending.token, {"name": "Ann"})
+    assert result.message == "Hello Ann (gold)!" and result.llm_calls == 0 and llm.requests == []
+    assert seen == ["hold", "after"] and conversation.status == "active"
+    assert [e.assistant for e in conversation.history] == ["One moment.", "Hello Ann (gold)!"]
+
+
+def test_the_resume_of_a_break_in_start_in_a_terminal_state_writes_its_opening_and_ends():
+    hooks, seen = Hooks(), []
+
+    @hooks.on("start")
+    def hold(**_: Any) -> None:
+        raise llm_fsm.Break("check the hours", message="One moment.")
+
+    hooks.on("end")(lambda **_: seen.append("end"))
+    data = {"name": "notice", "initial_state": "closed", "states": {"closed": {"opening": "We are closed today."}}}
+    conversation = llm_fsm.Conversation(llm_fsm.load(data), never(), hooks=hooks)
+    paused = conversation.start()
+    assert paused.pending is not None
+    result = conversation.resume(paused.pending.token, {})
+    assert result.message == "We are closed today." and result.ended and seen == ["end"]
+
+
 def test_a_conversation_started_in_another_state_opens_with_that_states_opening():
     data = signup(None)
     data["states"]["ask_email"]["opening"] = "Your email, please?"

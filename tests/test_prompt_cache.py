@@ -167,3 +167,15 @@ def test_the_turns_pieces_read_the_same_through_a_users_templates(signup, tmp_pa
     )
     custom = llm_fsm.PromptBuilder([tmp_path]).system_prompt(signup, snapshot)
     assert custom.endswith('{"name": "A &amp; B"}[None|Hi &lt;b&gt;][Ann|Ok]</fsm>\n')
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_cached_tokens_never_exceed_the_prompt_tokens(fake_openai, stream):
+    # a provider that reports more cached tokens than the prompt held (counted apart, or a quirk): clamped
+    # where usage is read, so no figure built on it (cache hit rates, the eval card) goes past 100 %
+    from llm_fsm.llm import LLMRequest
+
+    fake_openai.cached_tokens = 80  # the fake's prompt_tokens are 50
+    fake_openai.add("hello")
+    response = client(fake_openai, stream=stream).complete(LLMRequest([{"role": "user", "content": "hi"}]))
+    assert (response.usage.prompt_tokens, response.usage.cached_tokens) == (50, 50)

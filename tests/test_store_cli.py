@@ -92,7 +92,7 @@ def test_chat_continues_a_stored_conversation(setup, tmp_path):
     args = ["chat", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", "c2"]
     result = runner.invoke(app, args, input="ann@example.com\n", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    assert "Continuing conversation c2: state ask_email, 2 messages." in result.stdout
+    assert "Continuing conversation c2: state ask_email, 2 exchanges." in result.stdout
     assert "Thanks Ann! Email?" in result.stdout and "All set!" in result.stdout
     assert open_store(store).load("c2").snapshot.status == "ended"
 

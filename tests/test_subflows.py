@@ -585,3 +585,81 @@ def test_chat_context_inside_a_subflow_shows_what_the_sub_conversation_holds(fol
     assert result.exit_code == 0, result.output
     shown = result.output.split("/context", 1)[-1] if "/context" in result.output else result.output
     assert "in identity_check" in shown and '"dob": "1990-01-01"' in shown
+
+
+# -- a sub-definition's own opening -------------------------------------------------------------
+
+
+def with_opening(folder: Path, opening: str) -> None:
+    edit(folder, "identity_check.json", lambda d: d["states"]["ask_dob"].update(opening=opening))
+
+
+def test_a_pushed_sub_conversation_writes_its_opening_after_the_move_with_no_model_call(folder: Path) -> None:
+    with_opening(folder, "{{ name }}, your date of birth, please?")
+    conversation, llm = claim(folder, OPEN, TO_IDENTITY, DOB)
+    conversation.start()
+    result = conversation.send("P1, I'm Ann")
+    # the move's message, then the sub-conversation's opening: one turn, one model call (the move's)
+    assert result.message == "Thanks, let's check who you are.\n\nAnn, your date of birth, please?"
+    assert result.llm_calls == 1 and len(llm.requests) == 2
+    assert result.frames == (("claim", "identity"), ("identity_check", "ask_dob"))
+    frame = conversation.snapshot().stack[0].snapshot
+    assert frame.status == "active" and frame.turns == 0
+    assert [(e.user, e.assistant) for e in frame.history] == [(None, "Ann, your date of birth, please?")]
+    assert conversation.history[-1].assistant == result.message  # the root heard what the user saw
+    assert conversation.snapshot().turns == 1
+    # the sub-conversation's first prompt shows its opening, answered by the user's message
+    conversation.send("1 Jan 1990")
+    system = llm.requests[-1].messages[0]["content"]
+    assert "your date of birth, please?" in system and llm.requests[-1].state == "ask_dob"
+
+
+def test_a_pushed_opening_streams_after_the_moves_message(folder: Path) -> None:
+    with_opening(folder, "Your date of birth?")
+    conversation, _ = claim(folder, OPEN, TO_IDENTITY)
+    conversation.start()
+    events = list(conversation.stream("P1, I'm Ann"))
+    text = "".join(e.text for e in events if type(e).__name__ == "MessageDelta")
+    assert text == events[-1].message == "Thanks, let's check who you are.\n\nYour date of birth?"
+
+
+def test_a_pushed_opening_runs_the_sub_definitions_start_handlers_first(folder: Path) -> None:
+    with_opening(folder, "Hello {{ name }} ({{ tier }}): your date of birth?")
+    hooks = Hooks()
+    hooks.on("start", states=["ask_dob"])(lambda **_: {"tier": "gold"})
+    conversation, _ = claim(folder, OPEN, TO_IDENTITY, hooks=hooks)
+    conversation.start()
+    assert conversation.send("P1, I'm Ann").message.endswith("Hello Ann (gold): your date of birth?")
+
+
+def test_a_pushed_opening_that_cannot_be_written_fails_the_turn_naming_the_sub_state_and_our_key(
+    folder: Path,
+) -> None:
+    with_opening(folder, "{{ name }}, your date of birth?")
+    move = reply("identity", "Thanks, let's check who you are.", policy_number="P1")  # no customer_name
+    conversation, _ = claim(folder, OPEN, move)
+    conversation.start()
+    before = conversation.snapshot()
+    with pytest.raises(llm_fsm.OpeningError) as caught:
+        conversation.send("P1")
+    said = str(caught.value)
+    assert "state 'ask_dob' of the subflow 'identity_check'" in said and "state 'identity'" in said
+    assert "'name' is undefined" in said and "'customer_name'" in said  # the key our context lacks
+    assert "initial context" not in said  # that advice is for a conversation's own opening
+    assert conversation.snapshot() == before  # the failed turn changed nothing
+
+
+def test_a_conversation_opening_in_a_subflow_names_our_key_when_its_opening_fails(folder: Path) -> None:
+    with_opening(folder, "{{ name }}, your date of birth?")
+    edit(folder, "claim.json", lambda d: d.update(initial_state="identity"))
+    conversation = Conversation(llm_fsm.load(folder / "claim.json"), ScriptedLLM([]))
+    with pytest.raises(llm_fsm.OpeningError) as caught:
+        conversation.start()
+    said = str(caught.value)
+    assert "state 'ask_dob' of the subflow 'identity_check'" in said and "'customer_name'" in said
+    assert (
+        Conversation(llm_fsm.load(folder / "claim.json"), ScriptedLLM([]), context={"customer_name": "Bo"})
+        .start()
+        .message
+        == "Bo, your date of birth?"
+    )

@@ -440,3 +440,44 @@ def test_a_summary_request_that_cannot_be_made_never_fails_the_turn():
     assert [r.message for r in results] == ["r0", "r1", "r2"] and results[2].summary is not None
     assert not results[2].summary.ok and "the summary template broke" in results[2].summary.error
     assert kinds(llm).count("summary") == 0
+
+
+def test_a_summary_model_that_always_fails_leaves_the_stored_snapshot_bounded(tmp_path, caplog):
+    # every summary call fails: after MAX_FAILURES tries in a row the due exchanges are given up on (left out
+    # of the summary, kept in the store's history rows), so the snapshot a store saves does not grow with age
+    from llm_fsm.store import StoredConversation, open_store
+
+    turns = 120
+    llm = ScriptedLLM(
+        [reply("chat", "Hello!"), *(reply("chat", f"r{i}") for i in range(turns))],
+        summaries=lambda _: LLMUnavailableError("summaries are down"),
+    )
+    store = open_store(f"sqlite://{tmp_path / 'c.db'}")
+
+    def make(snapshot):
+        if snapshot is None:
+            return llm_fsm.Conversation(definition(), llm, prompt=window(2))
+        return llm_fsm.Conversation.restore(snapshot, definition(), llm, prompt=window(2))
+
+    stored = StoredConversation(store, "c", make)
+    stored.run(lambda c: c.start())
+    sizes, results = [], []
+    with caplog.at_level("WARNING", logger="llm_fsm"):
+        for i in range(turns):
+            results.append(stored.run(lambda c, i=i: c.send(f"u{i}")))
+            sizes.append(len(store.load("c").snapshot.history))
+    assert all(r.message == f"r{i}" for i, r in enumerate(results)), "a failed summary never fails the turn"
+    assert max(sizes[turns // 2 :]) <= max(sizes[: turns // 2]) <= 30, sizes  # flat, not growing with the turns
+    summary = store.load("c").snapshot.summary
+    assert summary.text == "" and summary.through > turns - 30 and "summaries are down" in summary.error
+    gave_up = [r for r in caplog.records if "gave up" in r.getMessage()]
+    assert gave_up and "summaries are down" in gave_up[0].getMessage()
+    # the exchanges given up on are still in the store's history
+    page = store.history("c", before=10, limit=10)
+    assert [e.user for _, e in page.exchanges][1:] == [f"u{i}" for i in range(9)]
+    calls = kinds(llm).count("summary")
+    assert calls <= turns // 2, "a failing summary is not tried again every turn for ever"
+
+
+def test_a_failure_short_of_the_limit_keeps_the_exchanges_due():
+    assert summaries.MAX_FAILURES >= 3  # test_a_failed_summary_never_fails_the_turn_and_is_retried_next_turn

@@ -21,7 +21,7 @@ from rich.markup import escape
 from rich.text import Text
 
 import llm_fsm
-from llm_fsm.cli.chat_stored import StoredChat
+from llm_fsm.cli.chat_stored import StoredChat, exchanges
 from llm_fsm.cli.chat_views import (
     COMMANDS,
     already_decided,
@@ -64,7 +64,7 @@ from llm_fsm.cli.options import (
     load_hooks,
     with_model_options,
 )
-from llm_fsm.errors import FSMError
+from llm_fsm.errors import FSMError, OpeningError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.values import blank
 
@@ -98,7 +98,7 @@ class ChatSession(StoredChat):
         current = self.conversation
         console.print(
             f"Continuing conversation {self.tracked.id}: state {current.state}, "
-            f"{current.snapshot().history_len} messages."
+            f"{exchanges(current.snapshot().history_len)}."
         )
         if current.history:
             console.print(rendered(current.history[-1].assistant))
@@ -119,7 +119,8 @@ class ChatSession(StoredChat):
         return current.status == "new" and talking.states[where.state].opening is None
 
     def opening(self) -> None:
-        """The opening message; when it fails, the next message the user types tries it again first."""
+        """The opening message; when its model call fails, the next message the user types tries it again
+        first (an opening the state writes that cannot be written ends the chat: see :meth:`turn`)."""
         if self.turn(None) is None:
             errors.print("[dim](no opening yet: it is tried again when you type your next message)[/]")
 
@@ -152,6 +153,10 @@ class ChatSession(StoredChat):
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
+            if text is None and isinstance(exc, OpeningError):
+                # the state's own opening could not be written over the context: every try fails the same
+                # way (the chat cannot change the context), so it says so once and leaves, not retry it
+                fail(one_line(exc), 1)
             error(one_line(exc))
             return None
         self.show_result(result)

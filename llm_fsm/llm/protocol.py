@@ -14,8 +14,9 @@ Message = dict[str, Any]  # role and content; an assistant's may carry "tool_cal
 class Usage:
     """Tokens (and cost in USD when litellm knows the model's price) of one or more calls.
     ``cached_tokens``: the prompt tokens the provider served from its prompt cache (part of
-    ``prompt_tokens``, billed cheaper); ``cache_write_tokens``: those it wrote to it (Anthropic's
-    ``cache_creation_input_tokens``, billed dearer once)."""
+    ``prompt_tokens``, billed cheaper; never more than it: see :mod:`llm_fsm.llm.responses`);
+    ``cache_write_tokens``: those it wrote to it (Anthropic's ``cache_creation_input_tokens``, billed
+    dearer once)."""
 
     prompt_tokens: int = 0
     completion_tokens: int = 0

@@ -29,10 +29,18 @@ def _usage(response: Any) -> Usage:
     hidden = getattr(response, "_hidden_params", None) or {}
     if usage is None:
         return Usage(cost=hidden.get("response_cost"))
+    return _read_usage(usage, hidden.get("response_cost"))
+
+
+def _read_usage(usage: Any, cost: float | None) -> Usage:
+    """litellm's usage object as ours (the same for a whole response and a stream's usage chunk)."""
     prompt = usage.prompt_tokens or 0
     completion = usage.completion_tokens or 0
     total = usage.total_tokens or prompt + completion
-    return Usage(prompt, completion, total, hidden.get("response_cost"), *_cache_tokens(usage))
+    read, written = _cache_tokens(usage)
+    # some providers count cached tokens apart from prompt_tokens, or report more than the prompt held:
+    # what was served from the cache is part of the prompt, never more than all of it
+    return Usage(prompt, completion, total, cost, min(read, prompt), written)
 
 
 def _cache_tokens(usage: Any) -> tuple[int, int]:
@@ -60,12 +68,16 @@ def _check_finished(model: str, finished: bool, parts: list[str]) -> None:
 
 
 def _chunk_usage(chunk: Any) -> Usage | None:
+    """The usage of a stream's usage chunk (the last, asked for with ``include_usage``), with its cost: litellm
+    prices that chunk as it prices a whole response (``_hidden_params["response_cost"]``, also ``usage.cost``)."""
     usage = getattr(chunk, "usage", None)
     if not usage or not getattr(usage, "total_tokens", None):
         return None
-    return Usage(
-        usage.prompt_tokens or 0, usage.completion_tokens or 0, usage.total_tokens, None, *_cache_tokens(usage)
-    )
+    hidden = getattr(chunk, "_hidden_params", None) or {}
+    cost = hidden.get("response_cost")
+    if not isinstance(cost, int | float):
+        cost = getattr(usage, "cost", None)
+    return _read_usage(usage, cost if isinstance(cost, int | float) else None)
 
 
 class _StreamReader:

@@ -34,6 +34,10 @@ the process died, the call failed) is made at the start of that turn, before its
 
 A failed summary call never fails the turn: the summary stays as it was, the failure is reported
 (``SummaryRun.error``, ``Snapshot.summary.error``) and the due exchanges are folded at the next try.
+After :data:`MAX_FAILURES` failures in a row the exchanges of the failing call are given up on (logged as
+a warning): ``through`` moves past them, they stay out of the summary and in the history, and each next
+batch due gets a single try until a call succeeds (which resets the count). So a summary model that keeps
+failing costs a call per batch, not one per turn, and a stored snapshot stays bounded.
 Since ``through`` (what is summarised) and ``due`` are in the snapshot, every store keeps them, and a
 conversation restored after a crash summarises what was due. A summary is applied only to the
 history it was made from: if the conversation went back (``/back``) meanwhile, it is dropped.
@@ -41,6 +45,7 @@ history it was made from: if the conversation went back (``/back``) meanwhile, i
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -52,7 +57,23 @@ if TYPE_CHECKING:
     from llm_fsm.engine import Exchange, Snapshot
     from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 
-__all__ = ["RunningSummary", "StateSummaries", "SummaryRun", "SummarySpec", "job", "mark_due", "parse", "visible"]
+logger = logging.getLogger(__name__)
+
+# failed summary calls in a row before the exchanges due are given up on (see outcome); after that, each next
+# batch due gets one try until a call succeeds again
+MAX_FAILURES = 3
+
+__all__ = [
+    "MAX_FAILURES",
+    "RunningSummary",
+    "StateSummaries",
+    "SummaryRun",
+    "SummarySpec",
+    "job",
+    "mark_due",
+    "parse",
+    "visible",
+]
 
 
 @dataclass(frozen=True)
@@ -238,9 +259,16 @@ def outcome(definition: FSMDefinition, snapshot: Snapshot, work: Job, answer: An
         text, cut = parse(answer.text, spec(definition).max_chars)
     except (ReplyFormatError, Exception) as exc:  # noqa: BLE001 (reported, retried at the next summary)
         error = f"{type(exc).__name__}: {exc}" if not isinstance(exc, ReplyFormatError) else str(exc)
-        failed = summary.model_copy(
-            update={"calls": summary.calls + 1, "failures": summary.failures + 1, "error": error}
-        )
+        update: dict[str, Any] = {"calls": summary.calls + 1, "failures": summary.failures + 1, "error": error}
+        if summary.failures + 1 >= MAX_FAILURES:
+            # Given up: a stored snapshot carries every exchange still due (store.history.carried_from), so a
+            # summary that never succeeds would grow it with the conversation's age. These exchanges are left
+            # out of the summary (they stay in the history, and in a store's history rows); the next due ones
+            # get one try each until a call succeeds again.
+            update["through"] = work.end
+            error = f"{error} (gave up on exchanges {work.start + 1}-{work.end} after {summary.failures + 1} failures)"
+            logger.warning("running summary: %s; they are not in the summary, only in the history", error)
+        failed = summary.model_copy(update=update)
         return snapshot.model_copy(update={"summary": failed}), SummaryRun(work.start, work.end, usage, error)
     done = summary.model_copy(
         update={"text": text, "through": work.end, "calls": summary.calls + 1, "failures": 0, "error": None}

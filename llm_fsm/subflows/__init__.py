@@ -20,9 +20,13 @@ How it runs (the runtime decides; no extra model call):
 - **Push.** When a turn ends in a subflow state (a move into it, or the initial state at construction),
   the sub-conversation is pushed onto ``Snapshot.stack``. The message the user sees is the one of the
   turn that moved there; the sub-definition's turns start with the user's next message (its own
-  prompts, history and bounds; no opening of its own, which would be a second model call in the turn).
-  A conversation whose initial state runs a subflow opens with the sub-definition's opening (its initial
-  state's own ``opening`` when it has one: no model call; ``input`` may pass the keys that opening reads).
+  prompts, history and bounds; no opening written by the model, which would be a second model call in
+  the turn). When its initial state has its own ``opening`` (no model call), that opening turn runs at
+  once (``start`` handlers, the opening): the user sees the move's message, a blank line, the opening
+  (``StackTurn.open_pushed``). A conversation whose initial state runs a subflow opens with the
+  sub-definition's opening (its initial state's own ``opening`` when it has one: no model call;
+  ``input`` may pass the keys that opening reads). An opening that fails names the sub-definition's state
+  and the key of ours its ``input`` reads the missing key from.
 - **Turns.** While the stack is not empty, every turn (send, stream, resume) runs in the innermost
   sub-conversation. Its exchange is also added to the history of each level below it, so a parent's
   prompt, once it talks again, knows what was said.

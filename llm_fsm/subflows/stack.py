@@ -20,12 +20,13 @@ from llm_fsm.engine import (
     unmet_condition,
     write,
 )
-from llm_fsm.errors import ConversationError, ResumeError
+from llm_fsm.errors import ConversationError, OpeningError, ResumeError
+from llm_fsm.opening import keys_read, missing_keys
 from llm_fsm.outcomes import accept
 from llm_fsm.steps import Checkpoint, Runtime, Step, Steps, TurnResult
 from llm_fsm.subflows.definition import MAX_DEPTH
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import plain_turn
+from llm_fsm.turn import TurnRunner, plain_turn
 from llm_fsm.turn_state import Working
 from llm_fsm.values import derived_uid
 
@@ -302,6 +303,10 @@ class StackTurn:
                 sent = yield step
         except StopIteration as done:
             snapshot, result = done.value
+        except OpeningError as exc:  # a conversation that opens in a sub-conversation: said in its parent's terms
+            if len(self.defs) == 1:
+                raise
+            raise _opening_error(self.defs, self.snaps, len(self.defs) - 1, self.inner.context, exc) from None
         return (yield from self.settle(snapshot, result))
 
     def settle(self, snapshot: Snapshot, result: TurnResult) -> Steps:
@@ -317,7 +322,10 @@ class StackTurn:
             snaps[-1] = yield from self.pop_into(defs[-1], snaps[-1], sub, child, result.message)
         for i in range(len(snaps) - 1):  # the levels below the one that committed the turn hear it too
             snaps[i] = _heard(snaps[i], self.user, result.message)
+        talked = len(snaps)
         _push(defs, snaps)
+        if len(snaps) > talked and defs[-1].states[snaps[-1].state].opening is not None:
+            result = yield from self.open_pushed(defs, snaps, talked, result)
         root = _rooted(defs, snaps)
         if self.token is not None:
             # kept in the root, whichever level paused: a second resume with it is refused up front (__init__)
@@ -335,6 +343,30 @@ class StackTurn:
             frames=tuple((f["definition"], f["state"]) for f in frames(defs[0], root)),
             ran_in=(self.defs[-1].name, self.snaps[-1].state) if len(self.defs) > 1 else None,
         )
+
+    def open_pushed(
+        self, defs: list[FSMDefinition], snaps: list[Snapshot], talked: int, result: TurnResult
+    ) -> Generator[Step, Any, TurnResult]:
+        """The opening turn of the sub-conversation just pushed (changes ``snaps``): its initial state writes
+        its own opening, so it is said at once, after the move's message, with no model call; as when a
+        conversation opens there, its ``start`` handlers run first (a ``Break`` pauses it). The user sees
+        both messages as the turn's one; the levels that heard the move hear both too."""
+        sub, child = defs[-1], snaps[-1]
+        work = Working(sub, child, self.runtime.hooks, self.runtime.settings(sub), user=None,
+                       handle=self.runtime.handle)  # fmt: skip
+        work.trace = self.inner.trace
+        try:
+            snaps[-1], opened = yield from TurnRunner(work).turn()
+        except OpeningError as exc:
+            raise _opening_error(defs, snaps, len(defs) - 1, work.context, exc) from None
+        message = f"{result.message}\n\n{opened.message}" if result.message else opened.message
+        for i in range(talked):  # each holds this turn's exchange last: it said the move's message only
+            last = snaps[i].history[-1]
+            history = (*snaps[i].history[:-1], last.model_copy(update={"assistant": message}))
+            snaps[i] = snaps[i].model_copy(update={"history": history})
+        for i in range(talked, len(snaps) - 1):  # levels pushed on the way to it hear its opening, as at a start
+            snaps[i] = _heard(snaps[i], None, opened.message)
+        return replace(result, message=message)
 
     def pop_into(
         self, parent: FSMDefinition, snapshot: Snapshot, sub: FSMDefinition, child: Snapshot, message: str
@@ -363,6 +395,31 @@ class StackTurn:
         work.trace = self.inner.trace
         moved, _ = yield from accept(work, Decision(True, target, snapshot.context, {}, ()), message)
         return moved
+
+
+def _opening_error(
+    defs: list[FSMDefinition], snaps: list[Snapshot], level: int, context: Mapping[str, Any], error: OpeningError
+) -> OpeningError:
+    """``error``, of the opening of the sub-conversation at ``level`` (over ``context``), naming its state
+    and sub-definition, and, for a key it lacks, the key of ours its ``input`` reads it from (the context a
+    conversation is started with is the root's: the sub-conversation has only what its input passes)."""
+    parent, sub, state = defs[level - 1], defs[level], snaps[level].state
+    runner = snaps[level - 1].state
+    where = f"state '{state}' of the subflow '{sub.name}' (run by state '{runner}' of '{parent.name}')"
+    text = sub.states[state].opening or ""
+    missing = missing_keys(text, context)
+    if missing is None:  # not a missing key: the sandbox refused it, or a value of the wrong kind
+        return OpeningError(f"{where}: {str(error).removeprefix(f'state {state!r}: ')}")
+    spec = parent.states[runner].subflow
+    passed = dict(spec.input) if spec is not None else {}
+    advice = []
+    for key in sorted(k for k in keys_read(text) if k not in context and f"'{k}'" in missing):
+        if key in passed:
+            advice.append(f"its input reads '{key}' from '{passed[key]}', which the context of '{parent.name}' lacks")
+        else:
+            advice.append(f"its input does not pass '{key}': add it to the subflow input of state '{runner}'")
+    hint = "; ".join([*advice, "or give it a default: {{ key | default('...') }}"])
+    return OpeningError(f"{where}: its opening needs a value its context does not have: {missing} ({hint})")
 
 
 def _heard(snapshot: Snapshot, user: str | None, message: str) -> Snapshot:
