@@ -22,6 +22,12 @@ if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.turn import TurnResult
 
 HISTORY_PAGE = 20  # exchanges /history shows at a time
+NOT_SHOWN = -1  # StoredChat.older before any page of the history was shown
+
+
+def exchanges(count: int) -> str:
+    """``count`` exchanges (a history counts exchanges, each a reply and the message it answers, if any)."""
+    return f"{count} exchange{'' if count == 1 else 's'}"
 
 
 class StoredChat:
@@ -40,7 +46,9 @@ class StoredChat:
         self.show_secrets = show_secrets  # for the sub-definitions' own masks
         self.undo: list[llm_fsm.Snapshot] = []
         self.last: TurnResult | None = None
-        self.older: int | None = None  # where "/history older" goes on: the first exchange /history showed
+        # where "/history older" goes on: the first exchange the last page shown starts at (None: that page
+        # began the history; NOT_SHOWN: no page shown yet, so the page before the one /history shows)
+        self.older: int | None = NOT_SHOWN
 
     @property
     def conversation(self) -> Conversation:
@@ -89,6 +97,7 @@ class StoredChat:
         except FSMError as exc:  # e.g. a file holding only the tail of another conversation's history
             error(one_line(exc))
             return False
+        self.older = NOT_SHOWN  # another history: "/history older" starts from its last page
         return True
 
     # -- meta commands that read or replace the stored conversation ----------------------------
@@ -98,17 +107,22 @@ class StoredChat:
         if argument not in ("", "older"):
             error(f"/history takes 'older' or nothing (usage: /history [older]), not {argument!r}")
             return
-        if argument == "older" and not self.older:
-            console.print("No earlier exchanges: /history shows the last ones.")
-            return
-        before = self.older if argument == "older" else None
+        before = None
+        if argument == "older":
+            if self.older == NOT_SHOWN:  # no page shown yet: the one before the last page, the one /history shows
+                last = self.tracked.history(limit=HISTORY_PAGE)
+                self.older = last.before if last is not None else None
+            if not self.older:
+                console.print("No earlier exchanges: /history shows the last ones.")
+                return
+            before = self.older
         page = self.tracked.history(before=before, limit=HISTORY_PAGE)
         if page is None:  # nothing stored yet (the opening failed): what this chat holds
             snapshot = self.conversation.snapshot()
             exchanges = [(snapshot.history_start + i, e) for i, e in enumerate(snapshot.history)]
             show_history(exchanges[-HISTORY_PAGE:], snapshot.history_len)
             return
-        self.older = page.exchanges[0][0] if page.exchanges else None
+        self.older = page.before
         show_history(page.exchanges, page.total)
 
     def save(self, path: str) -> None:
@@ -137,7 +151,7 @@ class StoredChat:
         if not self.replace("/load", restored):
             return
         self.undo.append(current)
-        where = f"state {self.conversation.state}, {self.conversation.snapshot().history_len} messages"
+        where = f"state {self.conversation.state}, {exchanges(self.conversation.snapshot().history_len)}"
         console.print(f"loaded {path}: {where}", markup=False)
 
     def back(self, _: str) -> None:
