@@ -160,12 +160,25 @@ def measure(root: Path, render: bool = False) -> dict[str, dict[str, float]]:
     return figures
 
 
+# the first piece of a system prompt that depends on the conversation (memory, summary, context), in any tree
+_CONVERSATION_TAGS = ("<background>", "<memory>", "<conversation_summary>", "<current_context>")
+
+
+def state_stable(prompt: str) -> float:
+    """The share of a call's prompt that every conversation in the same state sends alike (everything before
+    its memory, summary and context): what a provider's cache, shared by a service's conversations, can
+    serve even on a change of state."""
+    starts = [i for i in (prompt.find(tag) for tag in _CONVERSATION_TAGS) if i >= 0]
+    return min(starts, default=0) / len(prompt)
+
+
 def figures(calls: list[tuple[str, str]]) -> dict[str, float]:
     """The shares over every call, and over the reply calls alone ("reply_*"): summary calls have a prompt of
     their own (and may go to another model, ``summary_llm``), so the replies are the chain a cache keeps."""
     replies = [text for kind, text in calls if kind == "reply"]
     alone = shares(replies) if len(replies) > 1 else {}
-    return {**shares([text for _, text in calls]), **{f"reply_{k}": v for k, v in alone.items()}}
+    service = {"service": statistics.median(state_stable(text) for text in replies)} if replies else {}
+    return {**shares([text for _, text in calls]), **service, **{f"reply_{k}": v for k, v in alone.items()}}
 
 
 def section(quick: bool = False, old: Path = OLD) -> list[str]:
@@ -184,14 +197,16 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         "Every example's scripted run, state changes included; per call, the byte-identical prefix it shares with "
         'the previous call over its own length (before → after). "Not shared": the characters of a call after '
         'that prefix, which a provider bills at the full price. "Vs any earlier call": the longest prefix shared '
-        "with any earlier call of the run, as a provider's cache sees it. "
+        'with any earlier call of the run, as a provider\'s cache sees it. "Across conversations": per reply '
+        "call, the share of its prompt that any conversation in the same state sends alike (all before memory and "
+        "context), which a cache shared by a service's conversations serves on a change of state too. "
         "Command: `python benchmarks/bench_prefix.py --old /tmp/old-prompt`"
         + (f" (old tree: `{old}`)" if before else " (no old tree found)")
         + ".",
         "",
         "| example | calls | prompt chars (median) | not shared, chars (median) | median share "
-        "| lowest | overall | overall, vs any earlier call | overall, reply calls alone |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| lowest | overall | overall, vs any earlier call | overall, reply calls alone | across conversations |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def pair(name: str, key: str, form: str = ".0%") -> str:
@@ -199,7 +214,7 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         return f"{format(before[name][key], form)} → {after}" if name in before else after
 
     for name, f in new.items():
-        keys = ("median", "min", "overall", "anywhere", "reply_overall")
+        keys = ("median", "min", "overall", "anywhere", "reply_overall", "service")
         shown = [pair(name, key) if key in new[name] and key in before.get(name, new[name]) else "-" for key in keys]
         lines.append(
             f"| {name} | {f['calls']:.0f} | {pair(name, 'chars', '.0f')} | {pair(name, 'fresh', '.0f')} | "
@@ -213,7 +228,8 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         f"{min(f['min'] for f in new.values()):.0%}, the lowest overall share "
         f"{min(f['overall'] for f in new.values()):.0%}; over the reply calls alone (a summary call has a prompt "
         f"of its own, and may go to another model) the lowest overall share is "
-        f"{min(f.get('reply_overall', f['overall']) for f in new.values()):.0%}.",
+        f"{min(f.get('reply_overall', f['overall']) for f in new.values()):.0%}; across conversations in the same "
+        f"state, the lowest median is {min(f.get('service', 0) for f in new.values()):.0%}.",
         "",
     ]
     cost = {side: statistics.median(r["us"] for r in runs) for side, runs in renders.items() if runs}

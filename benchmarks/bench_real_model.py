@@ -9,6 +9,9 @@ strict JSON schema, prints one line per variant, and stops the server. The varia
 
 - ``plain``: the default reply schema and prompt (what ``LiteLLMClient(response_format="json_schema")`` sends);
 - ``plain-no-map``, ``guided-no-map``: ``plain`` and ``guided`` with the prompt's ``<state_map>`` left out;
+- ``plain-rules-first``, ``guided-rules-first``: the reply rules opening the prompt (issue 26's first order);
+- ``plain-rules-before-state``, ``guided-rules-before-state``: the reply rules just before the current state;
+- ``plain-history-early``: the history just after the definition-wide part;
 - ``plain-update-first``: the same, with ``context_update`` before ``target_state`` in the schema;
 - ``guided-lazy``: the guided schema (``llm_fsm.guided``) without tying "stay" to null values;
 - ``guided-wide``: the guided schema without the values the conditions' comparisons allow;
@@ -105,38 +108,45 @@ def without_state_map(request: LLMRequest, _definition: FSMDefinition) -> LLMReq
     return dataclasses.replace(request, messages=[{**system, "content": text}, *request.messages[1:]])
 
 
-def with_reminder(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
-    """The prompt with a closing reminder after the history: the reply's shape and the current state's id to
-    stay in (the stable rules open the prompt, far from where a small model starts writing)."""
-    system = request.messages[0]
-    state = request.state or definition.initial_state
-    found = re.search(r"<valid_states>(.*?)</valid_states>", system["content"])
-    moves = [s.strip() for s in found.group(1).split(",") if s.strip() != state] if found else []
-    others = ", ".join(json.dumps(m) for m in moves)
-    where = f"{json.dumps(state)} to stay" + (f", or {others} to move" if moves else "")
-    text = (
-        system["content"].rstrip()
-        + f'\n<reply_now>Answer the user\'s last message with the JSON object only; "target_state": {where}.'
-        + " Keep the message short.</reply_now>\n"
-    )
-    return dataclasses.replace(request, messages=[{**system, "content": text}, *request.messages[1:]])
+def moving(pattern: str, before: str) -> Rewrite:
+    """A rewrite that moves the block ``pattern`` matches in the system prompt to just before ``before``."""
+
+    def rewrite(request: LLMRequest, _definition: FSMDefinition) -> LLMRequest:
+        system = request.messages[0]
+        text = system["content"]
+        found = re.search(pattern, text, flags=re.S)
+        if found and before in text:
+            text = text.replace(found.group(0), "", 1)
+            at = text.index(before)
+            text = text[:at] + found.group(0) + text[at:]
+        return dataclasses.replace(request, messages=[{**system, "content": text}, *request.messages[1:]])
+
+    return rewrite
 
 
-def without_map_with_reminder(request: LLMRequest, definition: FSMDefinition) -> LLMRequest:
-    return with_reminder(without_state_map(request, definition), definition)
+RULES = r"<response>.*?</format_rules>\n"  # the reply rules, which close the state's part
+# issue 26's alternatives to the rules closing the state's part (REAL_MODEL.md): the rules first, where every
+# call of any definition shares them; just before the state, where every call of the definition does; and the
+# history moved up to just after the definition-wide part, so that consecutive calls share it too
+rules_first = moving(RULES, "<fsm>")
+rules_before_state = moving(RULES, "<current_state>")
+history_early = moving(r"<conversation_history>.*?</conversation_history>\n", "<current_state>")
 
 
 VARIANTS: dict[str, tuple[Rewrite | None, bool]] = {  # (rewrite of each request, guided conversation)
     "plain": (None, False),
     "plain-no-map": (without_state_map, False),
-    "plain-reminder": (with_reminder, False),
-    "plain-no-map-reminder": (without_map_with_reminder, False),
-    "guided-no-map": (without_state_map, True),
+    "plain-rules-first": (rules_first, False),
+    "plain-rules-before-state": (rules_before_state, False),
+    "plain-history-early": (history_early, False),
     "plain-update-first": (update_first, False),
     "guided-lazy": (guided_with(eager=False), True),
     "guided-wide": (guided_with(narrow=False), True),
     "guided-plain-prompt": (guided_with(), False),
     "guided-short-prompt": (short_prompt, True),
+    "guided-no-map": (without_state_map, True),
+    "guided-rules-first": (rules_first, True),
+    "guided-rules-before-state": (rules_before_state, True),
     "guided": (None, True),
 }
 

@@ -171,8 +171,9 @@ class PromptBuilder(CallPrompts):
         tool_mode: str = "native",
         guided: bool = False,
     ) -> str:
-        """The definition-wide part, the state's part, the state's tools, then the conversation part (memory,
-        context, history): a :class:`~llm_fsm.llm.PromptText` that knows where its stable parts end."""
+        """The definition-wide part, the state's part, the state's tools, the reply rules, then the conversation
+        part (memory, context, history): a :class:`~llm_fsm.llm.PromptText` that knows where its stable parts
+        end."""
         back_to = definition.return_target(snapshot.state, snapshot.came_from)
         # from the most stable to the least, so that consecutive calls share the longest prefix a provider's
         # prompt cache can bill cheaper: a change of state keeps the definition-wide part
@@ -180,6 +181,8 @@ class PromptBuilder(CallPrompts):
         head = wide + self._state_part(definition, snapshot.state, guided, back_to)
         if tools:
             head += self._tools_part(tools, tool_mode)
+        # the reply rules last before the conversation: a small model follows best what it read last
+        head += self._rules_part(definition, snapshot.state, guided)
         # the text knows where its stable parts end: a client whose provider wants the cached prefix marked
         # (Anthropic) marks it there
         return PromptText(head + self._conversation_part(definition, snapshot), (len(wide), len(head)))
@@ -219,6 +222,16 @@ class PromptBuilder(CallPrompts):
                 "guided": guided,
             }
             text = self._keep(key, self._render("system_state.xml.j2", variables))
+        return text
+
+    def _rules_part(self, definition: FSMDefinition, state_id: str, guided: bool) -> str:
+        # the packaged rules vary only with the state's id (the way to stay) and the reply's key order; a
+        # template that overrides them may read the definition too
+        key = ("rules", definition.content_hash, state_id, guided)
+        text = self._cache.get(key)
+        if text is None:
+            variables = {"fsm": definition, "state_id": state_id, "guided": guided}
+            text = self._keep(key, self._render("system_rules.xml.j2", variables))
         return text
 
     def _tools_part(self, tools: Sequence[BoundTool], mode: str) -> str:

@@ -274,10 +274,10 @@ def test_memory_comes_after_the_cache_stable_part_which_memory_updates_leave_alo
     assert all(p.startswith(stable) for p in prompts), "every prompt in the state shares the definition part"
     assert '<slot name="facts" section="memory" max_chars="40">Facts the user gave</slot>' in stable
     assert "first" not in stable and "<memory>" not in stable
-    order = [  # the rules every definition shares, the definition's memory rules, its states; then the turn's
-        "</format_rules>",
+    order = [  # the definition's memory rules, its states, the reply rules; then the turn's
         "<memory_rules>",
         "<current_state>",
+        "</format_rules>",
         "<background>",
         "<memory>",
         "<current_context>",

@@ -60,9 +60,11 @@ def test_a_change_of_state_keeps_the_definition_wide_prefix(signup):
     assert all(isinstance(p, PromptText) and p.breaks[0] == len(stable) for p in prompts)
     # the state's part ends where the turn's begins
     assert all(p[p.breaks[1] :].startswith("<current_context>") for p in prompts)
-    # the map of the states names every state, the response rules name none: they hold in every state
+    # the map of the states names every state; the reply rules close the state's part, naming its id
     assert all(f'<state id="{state}"' in stable for state in signup.states)
-    assert '"ask_name" to stay' not in stable and "the current state's id" in stable
+    assert "<response>" not in stable
+    assert all(p[: p.breaks[1]].endswith("</format_rules>\n") for p in prompts)
+    assert [p.count('"ask_name" to stay') for p in prompts] == [1, 1, 0] and '"ask_email" to stay' in prompts[2]
 
 
 def test_each_part_renders_once(signup):

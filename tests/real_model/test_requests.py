@@ -19,10 +19,6 @@ FORM = ROOT / "fsm_definitions" / "form_filling.json"
 SMALL_TALK = ROOT / "fsm_definitions" / "small_talk.json"
 
 
-@pytest.mark.xfail(
-    reason="issue 26: under the cache-ordered prompt (with its state map) SmolLM2 in plain mode writes until the "
-    "token limit, so no answer is whole (benchmarks/REAL_MODEL.md); to be fixed in the prompt, not here"
-)
 def test_the_strict_json_schema_is_sent_accepted_and_obeyed(make_client, recorded):
     definition = model_opens(FORM)
     conversation = llm_fsm.Conversation(definition, make_client(api_base=recorded.base_url))
