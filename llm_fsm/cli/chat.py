@@ -347,7 +347,7 @@ def chat(
     connect_mcp(fsm, definition, registry, mcp, ctx)
     initial_context = _parse_context(context)
     _check_state(fsm, state)
-    llm = model.client(stream=True, record=record)
+    llm = model.client(stream=True, record=record, definitions=[fsm])
     make = ConversationFactory(
         fsm, llm, registry, state=state, context=initial_context,
         allow_changed_definition=allow_changed_definition, strict_definition=strict_definition,

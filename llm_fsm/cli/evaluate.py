@@ -42,6 +42,8 @@ def evaluate(
         fail(f"no such file or folder: {', '.join(missing)}", 2)
     if not model.name:
         fail("eval needs a model: --model NAME (or LLM_FSM_MODEL)", 2)
+    if model.simulated:  # it follows no user: its score would measure nothing about a model
+        fail("eval scores how a model follows the courses' users; the simulated model reads none: give a real one", 2)
     if json_out is not None:
         check_writable(json_out)
     files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]

@@ -2,7 +2,8 @@
 
 A definition (``load_definition``), a ``Hooks`` object (``--hooks``), MCP servers (``--mcp``) and the
 model: ``--model`` and the nine options of :class:`Provider`, declared once and given to a command as one
-:class:`ModelOptions` by :func:`with_model_options`, which makes the client (``--record``, ``--replay``).
+:class:`ModelOptions` by :func:`with_model_options`, which makes the client (``--record``, ``--replay``):
+litellm's, scripted replies (``scripted:FILE``) or the simulated model (``simulated``, no key, no network).
 Each exits with a one-line error when what was given cannot be used. The conversation a command works
 on is made in :mod:`llm_fsm.cli.conversation_factory`.
 """
@@ -13,7 +14,7 @@ import functools
 import inspect
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -28,9 +29,17 @@ from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
 
 if TYPE_CHECKING:
+    from llm_fsm.definition import FSMDefinition
     from llm_fsm.tools.mcp import MCPServer
 
 SCRIPTED_PREFIX = "scripted:"
+SIMULATED = "simulated"  # the model of llm_fsm.testing.simulation: valid replies along the graph, offline
+# What the error for a missing --model offers: the offline walk, a hosted model, the local model server
+NO_MODEL = (
+    f"no model configured: pass --model {SIMULATED} (walks the definition offline, no key), a real model such as "
+    "--model openai/gpt-4o-mini, or the local model server (--model openai/smollm2 --api-base URL of "
+    "'scripts/local-model start'); or set LLM_FSM_MODEL"
+)
 
 
 def complete_definitions(incomplete: str) -> list[str]:
@@ -98,7 +107,8 @@ ModelOption = Annotated[
         "-m",
         envvar="LLM_FSM_MODEL",
         show_envvar=True,
-        help=f"litellm model name (e.g. openai/gpt-4o-mini), or {SCRIPTED_PREFIX}FILE for scripted replies.",
+        help=f"litellm model name (e.g. openai/gpt-4o-mini), {SIMULATED} (walks the definition offline, no key), "
+        f"or {SCRIPTED_PREFIX}FILE for scripted replies.",
     ),
 ]
 ApiBaseOption = Annotated[
@@ -313,9 +323,23 @@ class ModelOptions:
     name: str | None = None
     provider: Provider = Provider()
 
-    def client(self, *, stream: bool = False, record: Path | None = None, replay: Path | None = None) -> LLMClient:
+    @property
+    def simulated(self) -> bool:
+        """``--model simulated``: the simulated model of the command's definitions."""
+        return self.name == SIMULATED
+
+    def client(
+        self,
+        *,
+        stream: bool = False,
+        record: Path | None = None,
+        replay: Path | None = None,
+        definitions: Sequence[FSMDefinition] = (),
+    ) -> LLMClient:
         """:func:`make_client` with these options."""
-        return make_client(self.name, self.provider, stream=stream, record=record, replay=replay)
+        return make_client(
+            self.name, self.provider, stream=stream, record=record, replay=replay, definitions=definitions
+        )
 
 
 Command = TypeVar("Command", bound=Callable[..., Any])
@@ -366,8 +390,10 @@ def make_client(
     stream: bool = False,
     record: Path | None = None,
     replay: Path | None = None,
+    definitions: Sequence[FSMDefinition] = (),
 ) -> LLMClient:
-    """The model a command talks to: a cassette, scripted replies, or litellm; recorded if asked."""
+    """The model a command talks to: a cassette, scripted replies, the simulated model of ``definitions``
+    (the ones the command talks to), or litellm; recorded if asked."""
     if replay is not None:
         from llm_fsm.testing.cassette import ReplayLLM
 
@@ -375,7 +401,7 @@ def make_client(
             return ReplayLLM(replay)
         except LLMError as exc:
             fail(str(exc), 2)
-    client = _model(model, provider, stream)
+    client = _model(model, provider, stream, definitions)
     if record is not None:
         from llm_fsm.testing.cassette import RecordingLLM
 
@@ -386,9 +412,17 @@ def make_client(
     return client
 
 
-def _model(model: str | None, provider: Provider, stream: bool) -> LLMClient:
+def _model(model: str | None, provider: Provider, stream: bool, definitions: Sequence[FSMDefinition]) -> LLMClient:
     if not model:
-        fail("no model configured: pass --model or set LLM_FSM_MODEL", 2)
+        fail(NO_MODEL, 2)
+    if model == SIMULATED:
+        # no litellm import: it answers in-process, as `llm-fsm test` has always made it (seed 0; the provider
+        # options are about reaching a provider, and it has none). A command that has no definition cannot use it.
+        from llm_fsm.testing.simulation import SimulatedLLM, SimulatedModels
+
+        if not definitions:
+            fail(f"--model {SIMULATED} walks a definition, and this command gives it none", 2)
+        return SimulatedLLM(definitions[0]) if len(definitions) == 1 else SimulatedModels(definitions)
     if model.startswith(SCRIPTED_PREFIX):
         from llm_fsm.testing.scripted import ScriptedLLM
 

@@ -85,7 +85,7 @@ def run(
     fsm = load_definition(definition)
     registry = load_hooks(hooks)
     connect_mcp(fsm, definition, registry, mcp, ctx)
-    llm = model.client(record=record, replay=replay)
+    llm = model.client(record=record, replay=replay, definitions=[fsm])
     builder = PromptBuilder(settings=PromptSettings(history_window=history_window))
     make = ConversationFactory(
         fsm, llm, registry, options={"max_corrections": max_corrections, "prompt": builder},

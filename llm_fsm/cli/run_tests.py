@@ -132,11 +132,10 @@ def _model_factory(model: ModelOptions, replay: Path | None) -> Callable[[FSMDef
     if replay is not None:
         cassette = model.client(replay=replay)
         return lambda definition: cassette
-    if model.name == "simulated":
-        from llm_fsm.testing.simulation import SimulatedLLM
+    if model.simulated:  # a fresh one per case, as each case starts a fresh conversation
 
         def simulated(definition: FSMDefinition) -> LLMClient:
-            return SimulatedLLM(definition)
+            return model.client(definitions=[definition])
 
         return simulated
     if model.name:

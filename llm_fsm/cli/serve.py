@@ -240,7 +240,7 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
         fsm = load_definition(path)
         servers += connect_mcp(fsm, path, registry, None, command)
         fsms.append(fsm)
-    llm = s.model.client()  # astream streams whatever it is told: a message's reply comes whole
+    llm = s.model.client(definitions=fsms)  # astream streams whatever it is told: a message's reply comes whole
     from llm_fsm.llm import LiteLLMClient
 
     if isinstance(llm, LiteLLMClient):

@@ -400,7 +400,7 @@ def _tool_response(calls: list[dict[str, Any]], request: int, *, native: bool) -
     return LLMResponse("", Usage(0, size, size), "simulated", "tool_calls", requested)
 
 
-__all__ = ["SimulatedLLM", "arguments_for", "sample_value", "schema_value"]
+__all__ = ["SimulatedLLM", "SimulatedModels", "arguments_for", "sample_value", "schema_value"]
 
 
 def _sub_definition(definition: FSMDefinition, name: str) -> FSMDefinition | None:
@@ -410,3 +410,39 @@ def _sub_definition(definition: FSMDefinition, name: str) -> FSMDefinition | Non
         if found is not None:
             return found
     return None
+
+
+class SimulatedModels:
+    """The simulated models of several definitions behind one client (``llm-fsm serve --model simulated``).
+
+    A reply request goes to the model of the definition it names, or of the one running it as a
+    sub-definition; judge and summary calls name none, and every model answers them alike: the first does."""
+
+    def __init__(self, definitions: Sequence[FSMDefinition], seed: int = 0) -> None:
+        self.models = [SimulatedLLM(definition, seed=seed) for definition in definitions]
+
+    def tool_mode(self) -> Literal["native", "json"]:
+        return "native"  # every model's: SimulatedLLM's default
+
+    def model(self, request: LLMRequest) -> SimulatedLLM:
+        name = request.definition
+        if name is not None:
+            for model in self.models:
+                if model.definition.name == name:
+                    return model
+            for model in self.models:
+                if _sub_definition(model.definition, name) is not None:
+                    return model
+        return self.models[0]
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        return self.model(request).complete(request)
+
+    async def acomplete(self, request: LLMRequest) -> LLMResponse:
+        return self.model(request).complete(request)
+
+    def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]:
+        return self.model(request).stream_complete(request)
+
+    def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]:
+        return self.model(request).astream_complete(request)
