@@ -98,3 +98,20 @@ def test_serve_talks_to_each_definition_with_its_simulated_model(monkeypatch: py
     cid = http.post("/conversations", json={"definition": "quiz"}).json()["id"]
     turn = http.post(f"/conversations/{cid}/messages", json={"message": "ready"})  # the quiz's own model answers
     assert turn.status_code == 200 and turn.json()["state"] in quiz["states"] and not turn.json()["rejected"]
+
+
+def test_a_simulated_model_that_keeps_little_forgets_old_requests_but_walks_the_same():
+    # serve --model simulated runs for long: its models keep only recent requests and replies
+    import llm_fsm
+    from llm_fsm.testing.simulation import SimulatedLLM
+
+    definition = llm_fsm.load(EXAMPLES / "small_talk.json")
+    walks = []
+    for keep in (None, 2):
+        llm = SimulatedLLM(definition, seed=3, keep=keep)
+        conversation = llm_fsm.Conversation(definition, llm)
+        conversation.start()
+        states = [conversation.send(f"line {i}").state for i in range(12) if not conversation.ended]
+        walks.append((states, llm.calls))
+        assert keep is None or len(llm.requests) <= 2 * keep and len(llm.replies) == len(llm.requests)
+    assert walks[0] == walks[1] and walks[0][1] >= 2

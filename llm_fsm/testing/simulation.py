@@ -34,6 +34,8 @@ class SimulatedLLM:
 
     ``replies`` holds every answer it gave, tool requests (``{"tool_calls": [...]}``) included.
     ``tool_calling`` is how it takes tools (what a conversation asks through :meth:`tool_mode`).
+    ``keep``: hold only the last ``keep`` requests and replies (a long-running ``serve --model simulated``
+    would otherwise hold every one it was sent).
     """
 
     def __init__(
@@ -43,19 +45,28 @@ class SimulatedLLM:
         seed: int = 0,
         *,
         tool_calling: Literal["native", "json"] = "native",
+        keep: int | None = None,
     ) -> None:
         self.definition = definition
+        self.keep = keep
         self.path = list(path or [])
         self.random = random.Random(seed)
         self.tool_calling = tool_calling
         self.requests: list[LLMRequest] = []
         self.replies: list[dict[str, Any]] = []
+        self.calls = 0  # requests answered: numbers tool call ids, however few requests are kept
         self.inners: dict[str, SimulatedLLM] = {}
+
+    def _forget(self) -> None:
+        if self.keep is not None and len(self.requests) > 2 * self.keep:  # trimmed now and then, not per call
+            del self.requests[: -self.keep], self.replies[: -self.keep]
 
     def tool_mode(self) -> Literal["native", "json"]:
         return self.tool_calling
 
     def complete(self, request: LLMRequest) -> LLMResponse:
+        self.calls += 1
+        self._forget()
         inner = self.inner(request)
         if inner is not None:  # a sub-conversation talks: answer as a model of its definition would
             response = inner.complete(request)
@@ -71,7 +82,7 @@ class SimulatedLLM:
         calls = self.tool_calls(state, request)
         if calls:
             self.replies.append({"tool_calls": calls})
-            return _tool_response(calls, len(self.requests), native=bool(request.tools))
+            return _tool_response(calls, self.calls, native=bool(request.tools))
         reply = self.reply(state, dict(request.context or {}), request)
         self.replies.append(reply)
         return _response(reply)
@@ -88,7 +99,7 @@ class SimulatedLLM:
         if found is None:
             return None
         if request.definition not in self.inners:
-            model = SimulatedLLM(found, tool_calling=self.tool_calling)
+            model = SimulatedLLM(found, tool_calling=self.tool_calling, keep=self.keep)
             model.random = self.random
             self.inners[request.definition] = model
         return self.inners[request.definition]
@@ -419,7 +430,8 @@ class SimulatedModels:
     sub-definition; judge and summary calls name none, and every model answers them alike: the first does."""
 
     def __init__(self, definitions: Sequence[FSMDefinition], seed: int = 0) -> None:
-        self.models = [SimulatedLLM(definition, seed=seed) for definition in definitions]
+        # a service runs for long: each model keeps only its recent requests and replies
+        self.models = [SimulatedLLM(definition, seed=seed, keep=100) for definition in definitions]
 
     def tool_mode(self) -> Literal["native", "json"]:
         return "native"  # every model's: SimulatedLLM's default
