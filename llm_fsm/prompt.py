@@ -202,7 +202,8 @@ class PromptBuilder(CallPrompts):
     ) -> str:
         """Everything that depends only on the definition and the state (and, in a state with a
         ``"$return"`` move, where it goes back to: ``back_to``): the definition-wide part, rendered once per
-        definition, then the state's part, rendered once per state."""
+        definition, then the state's part, rendered once per state (in a prompt the state's tools and the
+        reply rules follow it)."""
         return self.stable_prefix(definition, guided=guided) + self._state_part(definition, state_id, guided, back_to)
 
     def _state_part(self, definition: FSMDefinition, state_id: str, guided: bool, back_to: str | None) -> str:

@@ -164,13 +164,19 @@ def test_serve_shows_no_history_of_another_clients_conversation():
 # -- chat ----------------------------------------------------------------------------------------
 
 
-def test_chat_history_pages_back_through_the_stored_history(tmp_path):
+def chat_args(tmp_path):
+    """A stored chat of 24 typed messages (m0..m23) after the opening: its command line, and what is typed."""
     path = tmp_path / "chat.json"
     path.write_text(json.dumps(CHAT))
     script = tmp_path / "replies.json"
     script.write_text(json.dumps([reply("chat", "hello"), *(reply("chat", f"reply {i}") for i in range(24))]))
-    typed = "".join(f"m{i}\n" for i in range(24)) + "/history\n/history older\n/history older\n"
     args = ["chat", str(path), "--model", f"scripted:{script}", "--store", f"sqlite://{tmp_path / 'c.db'}"]
+    return args, "".join(f"m{i}\n" for i in range(24))
+
+
+def test_chat_history_pages_back_through_the_stored_history(tmp_path):
+    args, typed = chat_args(tmp_path)
+    typed += "/history\n/history older\n/history older\n"
     result = CliRunner().invoke(app, args, input=typed, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     shown = result.stdout.split("(exchanges 6-25 of 25: /history older shows the ones before)")
@@ -248,13 +254,8 @@ def test_a_whole_snapshot_of_another_conversation_is_rewritten_even_when_it_exte
 
 
 def test_chat_history_older_before_any_history_shows_the_page_before_the_last(tmp_path):
-    path = tmp_path / "chat.json"
-    path.write_text(json.dumps(CHAT))
-    script = tmp_path / "replies.json"
-    script.write_text(json.dumps([reply("chat", "hello"), *(reply("chat", f"reply {i}") for i in range(24))]))
-    typed = "".join(f"m{i}\n" for i in range(24)) + "/history older\n/history older\n"
-    store = f"sqlite://{tmp_path / 'c.db'}"
-    args = ["chat", str(path), "--model", f"scripted:{script}", "--store", store, "-c", "c1"]
+    args, typed = chat_args(tmp_path)
+    args, typed = [*args, "-c", "c1"], typed + "/history older\n/history older\n"
     result = CliRunner().invoke(app, args, input=typed, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     # /history would show exchanges 6-25; /history older, typed first, the 5 before them
