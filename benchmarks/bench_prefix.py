@@ -57,8 +57,9 @@ def common_prefix(a: str, b: str) -> int:
     return low
 
 
-def record(root: Path) -> dict[str, list[tuple[str, str]]]:
-    """Every example's calls, as (kind, flattened prompt), over its scripted run (run in the tree on ``sys.path``)."""
+def record(root: Path, order: str | None = None) -> dict[str, list[tuple[str, str]]]:
+    """Every example's calls, as (kind, flattened prompt), over its scripted run (run in the tree on ``sys.path``),
+    with the prompt in ``order`` (a tree from before the prompt orders has one: None)."""
     import llm_fsm
     from llm_fsm.testing import ScriptedLLM
 
@@ -71,7 +72,8 @@ def record(root: Path) -> dict[str, list[tuple[str, str]]]:
         module = path.parent / "hooks" / f"{path.stem}.py"
         hooks = llm_fsm.Hooks.load(f"{module}:hooks") if module.is_file() else llm_fsm.Hooks()
         llm = ScriptedLLM(script["replies"])
-        conversation = llm_fsm.Conversation(definition, llm, hooks=hooks)
+        options = {"prompt_order": order} if order else {}
+        conversation = llm_fsm.Conversation(definition, llm, hooks=hooks, **options)
         conversation.start()
         for line in text.splitlines():
             if line.strip():
@@ -98,6 +100,8 @@ def shares(prompts: list[str]) -> dict[str, float]:
         "overall": shared / total,
         "anywhere": anywhere / total,
         "chars": statistics.median(len(p) for p in prompts),
+        "total": total,  # the characters of the calls after the first, and how many of them a cache could serve
+        "shared": shared,
         "fresh": statistics.median(fresh),
     }
 
@@ -150,15 +154,20 @@ def render_cost(root: Path, name: str = "order_flow", rounds: int = 300) -> dict
     return {"us": statistics.median(times) * 1e6, "calls": calls / len(turns)}
 
 
-def measure(root: Path, render: bool = False) -> dict[str, dict[str, float]]:
+def measure(root: Path, render: bool = False, order: str | None = None) -> dict[str, dict[str, float]]:
     """The figures of the tree at ``root``, measured in a subprocess whose ``PYTHONPATH`` is that tree:
-    the prefix shares per example, or (``render``) the render cost."""
+    the prefix shares per example (with the prompt in ``order``), or (``render``) the render cost."""
     env = {**os.environ, "PYTHONPATH": str(root), "LITELLM_LOCAL_MODEL_COST_MAP": "True"}
     command = [sys.executable, __file__, "--worker", str(root), *(["--render"] if render else [])]
+    command += ["--order", order] if order else []
     out = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
     figures: dict[str, dict[str, float]] = json.loads(out.stdout)
     return figures
 
+
+# what providers take off the price of cached prompt tokens: 90 % (Anthropic, DeepSeek, OpenAI's GPT-5 models),
+# 75 % (OpenAI's GPT-4.1 and o-series, Gemini 2.5), 50 % (OpenAI's GPT-4o models)
+DISCOUNTS = (0.9, 0.75, 0.5)
 
 # the first piece of a system prompt that depends on the conversation (memory, summary, context), in any tree
 _CONVERSATION_TAGS = ("<background>", "<memory>", "<conversation_summary>", "<current_context>")
@@ -184,7 +193,9 @@ def figures(calls: list[tuple[str, str]]) -> dict[str, float]:
 def section(quick: bool = False, old: Path = OLD) -> list[str]:
     """The RESULTS.md section: before (the tree at ``old``, when there) and after. The shares are exact (one
     run); the render cost alternates old and new, 2 runs each with ``quick``, else 5."""
-    new = measure(ROOT)
+    # the two orders of today's prompt (llm_fsm.prompt.PromptOrder): "recency" for models without a prompt
+    # cache (local ones), "cache" for the providers that have one
+    recency, new = measure(ROOT, order="recency"), measure(ROOT, order="cache")
     before = measure(old) if (old / "llm_fsm").is_dir() else {}
     renders: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for _ in range(2 if quick else 5):
@@ -195,9 +206,14 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         "## 15. A prompt providers can cache (issue 26 §1): the prefix consecutive model calls share",
         "",
         "Every example's scripted run, state changes included; per call, the byte-identical prefix it shares with "
-        'the previous call over its own length (before → after). "Not shared": the characters of a call after '
-        'that prefix, which a provider bills at the full price. "Vs any earlier call": the longest prefix shared '
-        'with any earlier call of the run, as a provider\'s cache sees it. "Across conversations": per reply '
+        "the previous call over its own length. Each cell: before → the recency order (what models without a "
+        "prompt cache get: the reply rules after the state) → the cache order (what OpenAI, Anthropic, DeepSeek, "
+        'Gemini and the like get: the rules and a map of the states before the state). "Not shared": the '
+        "characters of a call after that prefix, which a provider bills at the full price. "
+        '"Vs any earlier call": the longest prefix shared '
+        "with any earlier call of the run, as a provider's cache sees it. \"Billed\": the cache order's calls "
+        "after the first against the old tree's, the characters a cache can serve billed at 10 %, 25 % or 50 % of "
+        'the price (the discounts providers give), the rest in full. "Across conversations": per reply '
         "call, the share of its prompt that any conversation in the same state sends alike (all before memory and "
         "context), which a cache shared by a service's conversations serves on a change of state too. "
         "Command: `python benchmarks/bench_prefix.py --old /tmp/old-prompt`"
@@ -205,17 +221,28 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         + ".",
         "",
         "| example | calls | prompt chars (median) | not shared, chars (median) | median share "
-        "| lowest | overall | overall, vs any earlier call | overall, reply calls alone | across conversations |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| lowest | overall | overall, vs any earlier call | overall, reply calls alone | across conversations "
+        "| billed, cached at 90 % / 75 % / 50 % off |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
 
     def pair(name: str, key: str, form: str = ".0%") -> str:
-        after = format(new[name][key], form)
+        after = f"{format(recency[name][key], form)} → {format(new[name][key], form)}"
         return f"{format(before[name][key], form)} → {after}" if name in before else after
+
+    def billed(name: str) -> str:
+        """What the calls after the first cost against the old tree's, their cached prefix billed at each of
+        the ``DISCOUNTS``, the rest in full."""
+        if name not in before:
+            return "-"
+        old, now = before[name], new[name]
+        cost = [(now["total"] - off * now["shared"]) / (old["total"] - off * old["shared"]) for off in DISCOUNTS]
+        return " / ".join(f"{c:.2f}×" for c in cost)
 
     for name, f in new.items():
         keys = ("median", "min", "overall", "anywhere", "reply_overall", "service")
         shown = [pair(name, key) if key in new[name] and key in before.get(name, new[name]) else "-" for key in keys]
+        shown.append(billed(name))
         lines.append(
             f"| {name} | {f['calls']:.0f} | {pair(name, 'chars', '.0f')} | {pair(name, 'fresh', '.0f')} | "
             + " | ".join(shown)
@@ -224,7 +251,7 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
     worst = min(new.values(), key=lambda f: f["median"])
     lines += [
         "",
-        f"After: the lowest median share is {worst['median']:.0%}, the lowest single call "
+        f"The cache order: the lowest median share is {worst['median']:.0%}, the lowest single call "
         f"{min(f['min'] for f in new.values()):.0%}, the lowest overall share "
         f"{min(f['overall'] for f in new.values()):.0%}; over the reply calls alone (a summary call has a prompt "
         f"of its own, and may go to another model) the lowest overall share is "
@@ -254,12 +281,13 @@ def main() -> None:
     parser.add_argument("--old", type=Path, default=OLD, help="the tree to compare with (a git worktree)")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--render", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--order", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker and args.render:
         print(json.dumps({"order_flow": render_cost(args.worker)}))
         return
     if args.worker:
-        print(json.dumps({name: figures(calls) for name, calls in record(args.worker).items()}))
+        print(json.dumps({name: figures(calls) for name, calls in record(args.worker, args.order).items()}))
         return
     print("\n".join(section(old=args.old)))
 

@@ -37,7 +37,7 @@ from llm_fsm.errors import (
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.memory import summaries
-from llm_fsm.prompt import PromptBuilder
+from llm_fsm.prompt import PROMPT_ORDERS, PromptBuilder, PromptOrder
 from llm_fsm.refusals import turn_refusal
 from llm_fsm.restoring import restored
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
@@ -75,6 +75,8 @@ class Conversation:
     Summaries (:mod:`llm_fsm.memory.summaries`, when the definition asks for them) are written by
     ``summary_llm`` (default: ``llm``), at the end of the turn that made them due, or with
     ``background_summaries=True`` after it returned (:meth:`summarize_pending`, or a task ``asend`` starts).
+    ``guided`` and ``prompt_order`` (where the prompt puts the reply rules: :data:`~llm_fsm.prompt.PromptOrder`)
+    default to what ``llm`` says it wants.
     """
 
     def __init__(
@@ -90,6 +92,7 @@ class Conversation:
         fallback_message: str = DEFAULT_FALLBACK,
         prompt: PromptBuilder | None = None,
         guided: bool | None = None,
+        prompt_order: PromptOrder | None = None,
         id: str | None = None,  # the conversation's id, as a store or the caller knows it
         summary_llm: LLMClient | None = None,
         background_summaries: bool = False,
@@ -107,6 +110,7 @@ class Conversation:
             prompt or _shared_builder(), max(0, max_corrections), max(1, max_calls_per_turn), fallback_message,
             tools=check_bindings(definition, self.hooks), tool_mode=lambda: tool_mode(self.llm),
             guided=bool(getattr(llm, "guided", False)) if guided is None else guided,
+            prompt_order=(lambda: wanted_order(self.llm)) if prompt_order is None else (lambda: prompt_order),
             summary_llm=summary_llm, background_summaries=background_summaries,
         )  # fmt: skip
         self._runtime = runtime(definition, self.hooks, self.settings, self)  # what each turn is opened with
@@ -301,6 +305,13 @@ class Conversation:
         refused = turn_refusal(self, user, busy=self._busy, resuming=resuming)
         if refused is not None:
             raise refused.error()
+
+
+def wanted_order(llm: LLMClient) -> PromptOrder:
+    """Where ``llm`` wants the prompt's reply rules (:data:`~llm_fsm.prompt.PromptOrder`): its
+    ``prompt_order`` if it names one, else ``"recency"``."""
+    order = getattr(llm, "prompt_order", None)
+    return order if order in PROMPT_ORDERS else "recency"
 
 
 def tool_mode(llm: LLMClient) -> ToolMode:

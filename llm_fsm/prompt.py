@@ -4,9 +4,11 @@ Templates live in ``prompts/`` and render in a sandboxed, immutable Jinja enviro
 ``StrictUndefined`` and autoescaping: every value that comes from a user or a model is escaped, so
 it can never open or close a prompt element. A user template directory overrides single templates.
 
-The system prompt is ordered for prompt caching: everything that depends only on the definition
-and the current state comes first; the context and the history, which change every turn, come last.
-The user's message is sent once, as the user turn.
+The system prompt runs from the most stable part to the least: what depends only on the definition, then
+the current state, then the context and the history, which change every turn. Two orders place the reply
+rules (:data:`PromptOrder`): ``"recency"`` right after the state, where a small model follows them, and
+``"cache"`` before anything that depends on the state, with a map of the states, so that a change of state
+keeps most of the prompt as a provider's prompt cache saw it. The user's message is sent once, as the user turn.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from collections.abc import MutableMapping, Sequence
 from dataclasses import dataclass
 from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
@@ -38,6 +40,12 @@ _CACHE_SIZE = 512  # definition-wide, state and tools parts kept
 _RECENT_SIZE = 64  # pieces of the turn's part kept (exchanges, history windows, contexts): a few turns' worth
 
 OPENING_REQUEST = "(The conversation begins. Open it as the current state asks.)"
+
+# Where the reply rules go (see the module's docstring): "recency" for models without a prompt cache, small
+# local ones above all; "cache" for providers that bill a cached prompt prefix cheaper. A model client says
+# which it wants in its ``prompt_order`` (LiteLLMClient chooses by provider); "recency" when it says nothing.
+PromptOrder = Literal["recency", "cache"]
+PROMPT_ORDERS: tuple[PromptOrder, ...] = ("recency", "cache")
 
 
 def _templates_dir() -> Path:
@@ -115,9 +123,7 @@ class PromptBuilder(CallPrompts):
     """Renders prompts; keep one per runtime, since its Jinja environment caches compiled templates."""
 
     def __init__(
-        self,
-        template_dirs: Sequence[str | os.PathLike[str]] = (),
-        settings: PromptSettings | None = None,
+        self, template_dirs: Sequence[str | os.PathLike[str]] = (), settings: PromptSettings | None = None
     ) -> None:
         import jinja2  # imported with the first prompt builder, not with the package
         import markupsafe  # jinja2's
@@ -156,10 +162,12 @@ class PromptBuilder(CallPrompts):
         tools: Sequence[BoundTool] = (),
         tool_mode: str = "native",
         guided: bool = False,
+        order: PromptOrder = "recency",
     ) -> list[Message]:
         """The messages of a turn: the system prompt, then the user's text (or the opening request).
-        ``guided``: the reply is held to a guided schema (see ``llm_fsm.guided``), whose key order it states."""
-        system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode, guided=guided)
+        ``guided``: the reply is held to a guided schema (see ``llm_fsm.guided``), whose key order it states;
+        ``order``: where the reply rules go (:data:`PromptOrder`)."""
+        system = self.system_prompt(definition, snapshot, tools=tools, tool_mode=tool_mode, guided=guided, order=order)
         return [{"role": "system", "content": system}, {"role": "user", "content": user_text or OPENING_REQUEST}]
 
     def system_prompt(
@@ -170,46 +178,55 @@ class PromptBuilder(CallPrompts):
         tools: Sequence[BoundTool] = (),
         tool_mode: str = "native",
         guided: bool = False,
+        order: PromptOrder = "recency",
     ) -> str:
-        """The definition-wide part, the state's part, the state's tools, the reply rules, then the conversation
-        part (memory, context, history): a :class:`~llm_fsm.llm.PromptText` that knows where its stable parts
-        end."""
+        """The definition-wide part, the state's part (with the reply rules, in the ``"recency"`` order), the
+        state's tools, then the conversation part (memory, context, history): a
+        :class:`~llm_fsm.llm.PromptText` that knows where its stable parts end."""
         back_to = definition.return_target(snapshot.state, snapshot.came_from)
         # from the most stable to the least, so that consecutive calls share the longest prefix a provider's
         # prompt cache can bill cheaper: a change of state keeps the definition-wide part
-        wide = self.stable_prefix(definition, guided=guided)
-        head = wide + self._state_part(definition, snapshot.state, guided, back_to)
+        wide = self.stable_prefix(definition, guided=guided, order=order)
+        head = wide + self._state_part(definition, snapshot.state, guided, back_to, order)
+        if order == "recency":  # the rules right after the state: a small model follows best what it read last
+            head += self._rules_part(definition, snapshot.state, guided)
         if tools:
             head += self._tools_part(tools, tool_mode)
-        # the reply rules last before the conversation: a small model follows best what it read last
-        head += self._rules_part(definition, snapshot.state, guided)
         # the text knows where its stable parts end: a client whose provider wants the cached prefix marked
         # (Anthropic) marks it there
         return PromptText(head + self._conversation_part(definition, snapshot), (len(wide), len(head)))
 
-    def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False) -> str:
+    def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False, order: PromptOrder = "recency") -> str:
         """The part of every system prompt of ``definition`` that is the same in every state: the prefix a
-        provider that needs a marker (Anthropic) is told to cache."""
-        key = ("definition", definition.content_hash, guided)
+        provider that needs a marker (Anthropic) is told to cache. In the ``"cache"`` order it holds the reply
+        rules and the map of the states too."""
+        key = ("definition", definition.content_hash, guided, order)
         text = self._cache.get(key)
         if text is None:
-            variables = {"fsm": definition, "guided": guided, **state_map(definition), **memory_rules(definition)}
+            variables = {"fsm": definition, "guided": guided, "order": order, "state_id": None}
+            variables |= memory_rules(definition)
+            if order == "cache":
+                variables |= state_map(definition)
             text = self._keep(key, self._render("system_definition.xml.j2", variables))
         return text
 
     def definition_part(
-        self, definition: FSMDefinition, state_id: str, *, guided: bool = False, back_to: str | None = None
-    ) -> str:
+        self, definition: FSMDefinition, state_id: str, *, guided: bool = False, back_to: str | None = None,
+        order: PromptOrder = "recency",
+    ) -> str:  # fmt: skip
         """Everything that depends only on the definition and the state (and, in a state with a
         ``"$return"`` move, where it goes back to: ``back_to``): the definition-wide part, rendered once per
-        definition, then the state's part, rendered once per state (in a prompt the state's tools and the
-        reply rules follow it)."""
-        return self.stable_prefix(definition, guided=guided) + self._state_part(definition, state_id, guided, back_to)
+        definition, then the state's part, rendered once per state (in a prompt the reply rules, in the
+        ``"recency"`` order, and the state's tools follow it)."""
+        wide = self.stable_prefix(definition, guided=guided, order=order)
+        return wide + self._state_part(definition, state_id, guided, back_to, order)
 
-    def _state_part(self, definition: FSMDefinition, state_id: str, guided: bool, back_to: str | None) -> str:
+    def _state_part(
+        self, definition: FSMDefinition, state_id: str, guided: bool, back_to: str | None, order: PromptOrder
+    ) -> str:
         # keyed by content, not by object: two loads of one definition share a rendering, and an edited
         # definition never meets a stale one
-        key = ("state", definition.content_hash, state_id, guided, back_to)
+        key = ("state", definition.content_hash, state_id, guided, back_to, order)
         text = self._cache.get(key)
         if text is None:
             state = definition.states[state_id]
@@ -221,6 +238,7 @@ class PromptBuilder(CallPrompts):
                 "collect": writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN)),
                 "valid_states": [state.id, *dict.fromkeys(t.target_state for t in moves)],
                 "guided": guided,
+                "order": order,  # "cache": the transitions' conditions are in the state map, not repeated here
             }
             text = self._keep(key, self._render("system_state.xml.j2", variables))
         return text
@@ -354,8 +372,10 @@ class PromptBuilder(CallPrompts):
 
 
 def state_map(definition: FSMDefinition) -> dict[str, Any]:
-    """The map of the states the definition-wide part shows: each state with what it is for and where it
-    leads, and the moves open from any state. Plain dicts and strings: cheap for the sandbox to read."""
+    """The map of the states the cache order's definition-wide part shows: each state with what it is for and
+    its transitions (where, when, priority), and the moves open from any state: the transitions in full, once
+    for every state, so that a state's part only names the ones open in it. Plain dicts and strings: cheap for
+    the sandbox to read."""
     states = [
         {
             "id": state.id,
@@ -374,8 +394,16 @@ def _move(transition: Any) -> dict[str, Any]:
     return {
         "target": back if transition.target_state == RETURN else transition.target_state,
         "description": transition.description,
-        "when": [c.description for c in transition.conditions if c.description],
+        "priority": transition.priority,
+        "when": [_condition(c) for c in transition.conditions],
     }
+
+
+def _condition(condition: Any) -> str:
+    """A condition as the map shows it: what ``transitions.xml.j2`` says of it, on one line."""
+    needs = f" (needs: {', '.join(condition.requires_context_keys)})" if condition.requires_context_keys else ""
+    rule = f" (rule: {_to_json(condition.logic)})" if condition.logic is not None else ""
+    return f"{condition.description or ''}{needs}{rule}".strip()
 
 
 def memory_rules(definition: FSMDefinition) -> dict[str, Any]:

@@ -24,7 +24,7 @@ def prompt_messages(work: Working) -> list[dict[str, Any]]:
     mode = work.tool_mode() if tools else "native"
     return work.settings.prompt.messages(
         work.definition, work.snapshot(), work.user or work.note, tools=tools, tool_mode=mode,
-        guided=work.settings.guided,
+        guided=work.settings.guided, order=work.settings.prompt_order(),
     )  # fmt: skip
 
 

@@ -17,7 +17,7 @@ from llm_fsm.engine import PendingEvent, Rejection, Snapshot
 from llm_fsm.hooks import Await, Hooks
 from llm_fsm.llm import LLMRequest, Usage
 from llm_fsm.memory import summaries
-from llm_fsm.prompt import PromptBuilder
+from llm_fsm.prompt import PromptBuilder, PromptOrder
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolMode, ToolRun
 
 if TYPE_CHECKING:
@@ -41,6 +41,9 @@ class TurnSettings:
     tools: Mapping[str, BoundTool] = field(default_factory=dict)
     tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
     guided: bool = False  # a reply schema made per turn, for small models (see llm_fsm.guided)
+    # where the prompt puts the reply rules (llm_fsm.prompt.PromptOrder): asked at each call, like tool_mode,
+    # since a client may need litellm to know its provider
+    prompt_order: Callable[[], PromptOrder] = field(default=lambda: "recency")
     summary_llm: Any = None  # the client of summary calls (None: the conversation's own)
     background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.memory.summaries)
 

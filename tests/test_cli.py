@@ -247,18 +247,19 @@ def test_the_model_options_are_declared_once_and_given_as_one_object():
         seen.update(name=name, model=model, loud=loud)
 
     args = ["ann", "-m", "openai/x", "--timeout", "5", "--response-format", "json_schema", "--guided", "--loud"]
-    result = runner.invoke(toy, args, env={"LLM_FSM_API_KEY": "k"})
+    result = runner.invoke(toy, args, env={"LLM_FSM_API_KEY": "k", "LLM_FSM_PROMPT_ORDER": "cache"})
     assert result.exit_code == 0, result.output
-    provider = Provider(api_key="k", timeout=5.0, response_format="json_schema", guided=True)
+    provider = Provider(api_key="k", timeout=5.0, response_format="json_schema", guided=True, prompt_order="cache")
     assert seen == {"name": "ann", "model": ModelOptions("openai/x", provider), "loud": True}
+    assert seen["model"].client().prompt_order == "cache"  # forced, though a guided model would take recency
 
 
-def test_the_model_commands_list_the_same_ten_options_in_the_same_place():
+def test_the_model_commands_list_the_same_eleven_options_in_the_same_place():
     import re
 
     names = ("--model", "--api-base", "--api-key", "--timeout", "--max-retries", "--temperature",
-             "--response-format", "--max-tokens", "--tool-calling", "--guided")  # fmt: skip
+             "--response-format", "--max-tokens", "--tool-calling", "--guided", "--prompt-order")  # fmt: skip
     for command in ("run", "chat", "test", "eval", "serve"):
         text = runner.invoke(app, [command, "--help"], env={"COLUMNS": "200"}).stdout
         listed = re.findall(r"│ (--[a-z-]+)", text)
-        assert tuple(listed[:10]) == names, f"{command}: {listed}"
+        assert tuple(listed[:11]) == names, f"{command}: {listed}"

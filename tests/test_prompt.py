@@ -32,12 +32,12 @@ def structure(prompt: str) -> list[str]:
     return paths
 
 
-def render(definition, *, context=None, history=(), state=None, builder=None):
+def render(definition, *, context=None, history=(), state=None, builder=None, order="recency"):
     snap = initial_snapshot(definition, state, context).model_copy(update={"history": tuple(history)})
-    return (builder or PromptBuilder()).system_prompt(definition, snap)
+    return (builder or PromptBuilder()).system_prompt(definition, snap, order=order)
 
 
-def test_sections_in_cache_stable_order(signup):
+def test_sections_in_recency_order(signup):
     prompt = render(signup)
     top = [p for p in structure(prompt) if p.count("/") <= 2]
     assert top == [  # what every call of any definition shares, then the definition's, the state's, the turn's
@@ -45,7 +45,6 @@ def test_sections_in_cache_stable_order(signup):
         "/fsm",
         "/fsm/about",
         "/fsm/persona",
-        "/fsm/state_map",
         "/fsm/current_state",
         "/fsm/valid_states",
         "/fsm/transitions",
@@ -58,6 +57,34 @@ def test_sections_in_cache_stable_order(signup):
     ]
     for tag in ("id", "purpose", "information_to_collect"):
         assert f"/fsm/current_state/{tag}" in structure(prompt)
+    assert '"ask_name" to stay' in prompt and "its states and where they lead" not in prompt
+
+
+def test_sections_in_cache_order(signup):
+    prompt = render(signup, order="cache")
+    top = [p for p in structure(prompt) if p.count("/") <= 2]
+    assert top == [  # the rules and the map before anything that depends on the state
+        "/task",
+        "/response",
+        "/guidelines",
+        "/format_rules",
+        "/fsm",
+        "/fsm/about",
+        "/fsm/persona",
+        "/fsm/state_map",
+        "/fsm/current_state",
+        "/fsm/valid_states",
+        "/fsm/transitions",
+        "/fsm/current_context",
+        "/fsm/conversation_history",
+    ]
+    assert "the current state's id (in current_state below) to stay" in prompt and '"ask_name" to stay' not in prompt
+    assert "its states and where they lead" in prompt
+    # the transitions in full are in the map, once for every state; the state's part names the open ones
+    stable, state_part = prompt.split("<current_state>")
+    assert '<move to="ask_email" priority="100">' in stable and "(needs: name)" in stable
+    assert "Open now, in priority order (their conditions are in the state map): ask_email." in state_part
+    assert "<priority>" not in prompt
 
 
 def test_hostile_text_cannot_change_the_prompt_structure(signup):

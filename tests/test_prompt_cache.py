@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import pickle
 
 import pytest
@@ -47,24 +48,73 @@ def client(server, model: str = "openai/test-model", **kwargs):
     return llm_fsm.LiteLLMClient(model, api_base=server.url, tool_calling="json", **options)
 
 
-def test_a_change_of_state_keeps_the_definition_wide_prefix(signup):
+def three_calls(signup, **options):
+    """Two calls in ask_name, then one in ask_email: the requests' system prompts, and the conversation."""
     llm = ScriptedLLM([reply("ask_name", "Hi"), reply("ask_email", "Email?", name="Ann"), reply("ask_name", "Name?")])
-    conversation = llm_fsm.Conversation(signup, llm)
+    conversation = llm_fsm.Conversation(signup, llm, **options)
     conversation.start()
     conversation.send("Ann")
     conversation.send("change my name")
     assert [r.state for r in llm.requests] == ["ask_name", "ask_name", "ask_email"]
-    prompts = [r.messages[0]["content"] for r in llm.requests]
+    return [r.messages[0]["content"] for r in llm.requests], conversation
+
+
+def test_a_change_of_state_keeps_the_definition_wide_prefix(signup):
+    prompts, conversation = three_calls(signup)  # ScriptedLLM names no order: "recency"
     stable = conversation.prompt.stable_prefix(signup)
     assert all(p.startswith(stable) for p in prompts) and "<current_state>" not in stable
     assert all(isinstance(p, PromptText) and p.breaks[0] == len(stable) for p in prompts)
     # the state's part ends where the turn's begins
     assert all(p[p.breaks[1] :].startswith("<current_context>") for p in prompts)
-    # the map of the states names every state; the reply rules close the state's part, naming its id
-    assert all(f'<state id="{state}"' in stable for state in signup.states)
-    assert "<response>" not in stable
+    # the reply rules follow the state, naming its id; no map of the states
+    assert "<response>" not in stable and "<state_map>" not in stable
     assert all(p[: p.breaks[1]].endswith("</format_rules>\n") for p in prompts)
     assert [p.count('"ask_name" to stay') for p in prompts] == [1, 1, 0] and '"ask_email" to stay' in prompts[2]
+
+
+def test_in_the_cache_order_a_change_of_state_keeps_the_rules_and_the_map(signup):
+    prompts, conversation = three_calls(signup, prompt_order="cache")
+    stable = conversation.prompt.stable_prefix(signup, order="cache")
+    assert all(p.startswith(stable) for p in prompts) and "<current_state>" not in stable
+    assert all(isinstance(p, PromptText) and p.breaks[0] == len(stable) for p in prompts)
+    assert all(p[p.breaks[1] :].startswith("<current_context>") for p in prompts)
+    # the map of the states names every state, the rules are in the stable part and name no state
+    assert all(f'<state id="{state}"' in stable for state in signup.states)
+    assert "<response>" in stable and "<format_rules>" in stable and " to stay" in stable
+    assert not any('"ask_name" to stay' in p or '"ask_email" to stay' in p for p in prompts)
+    # what a change of state keeps: most of the prompt (the recency order keeps its definition part only)
+    recency, _ = three_calls(signup)
+    kept = len(os.path.commonprefix([prompts[1], prompts[2]])) / len(prompts[2])
+    kept_recency = len(os.path.commonprefix([recency[1], recency[2]])) / len(recency[2])
+    assert kept > 0.6 > kept_recency
+
+
+@pytest.mark.parametrize(
+    ("model", "api_base", "guided", "order"),
+    [
+        ("openai/gpt-5-mini", None, False, "cache"),  # cached tokens at a tenth of the price
+        ("gpt-4.1-mini", None, False, "cache"),  # a quarter
+        ("anthropic/claude-3-5-haiku-20241022", None, False, "cache"),
+        ("deepseek/deepseek-chat", None, False, "cache"),
+        ("gemini/gemini-2.5-flash", None, False, "cache"),
+        ("openai/gpt-4o-mini", None, False, "recency"),  # half: the longer prompt would cost more
+        ("openai/local", "http://127.0.0.1:8080/v1", False, "recency"),  # a server of one's own
+        ("openai/gpt-5-mini", None, True, "recency"),  # guided replies are for small models
+        ("ollama/llama3", None, False, "recency"),
+        ("groq/llama-3.1-8b-instant", None, False, "recency"),
+    ],
+)
+def test_the_client_chooses_the_order_by_provider(model, api_base, guided, order):
+    assert llm_fsm.LiteLLMClient(model, api_base=api_base, guided=guided).prompt_order == order
+    forced = "cache" if order == "recency" else "recency"
+    assert llm_fsm.LiteLLMClient(model, api_base=api_base, prompt_order=forced).prompt_order == forced
+
+
+def test_a_conversation_takes_the_order_its_client_names(signup, fake_openai):
+    fake_openai.add(json.dumps(reply("ask_name", "Hi")))
+    llm_fsm.Conversation(signup, client(fake_openai, prompt_order="cache")).start()
+    system = fake_openai.requests[0]["messages"][0]["content"]
+    assert system.index("<response>") < system.index("<current_state>") and "<state_map>" in system
 
 
 def test_each_part_renders_once(signup):
@@ -133,10 +183,12 @@ def test_anthropic_requests_mark_the_stable_prefix_for_caching(signup, fake_open
     assert result.usage.cached_tokens == 900 and result.usage.cache_write_tokens == 60
     body = fake_openai.requests[0]  # what litellm sent to the Messages API
     system = body["system"]
-    prompt = conversation.prompt.system_prompt(signup, conversation.snapshot().model_copy(update={"history": ()}))
+    # Anthropic caches a marked prefix: the client asks for the cache order, even at an api_base
+    snapshot = conversation.snapshot().model_copy(update={"history": ()})
+    prompt = conversation.prompt.system_prompt(signup, snapshot, order="cache")
     assert "".join(block["text"] for block in system) == prompt
     assert [block.get("cache_control") for block in system] == [{"type": "ephemeral"}, {"type": "ephemeral"}, None]
-    assert system[0]["text"] == conversation.prompt.stable_prefix(signup)
+    assert system[0]["text"] == conversation.prompt.stable_prefix(signup, order="cache")
     assert system[1]["text"].startswith("<current_state>") and system[2]["text"].startswith("<current_context>")
 
 

@@ -150,6 +150,12 @@ class ToolCalling(StrEnum):
     json = "json"
 
 
+class PromptOrderChoice(StrEnum):
+    auto = "auto"
+    recency = "recency"
+    cache = "cache"
+
+
 ResponseFormatOption = Annotated[
     ResponseFormat,
     typer.Option("--response-format", envvar="LLM_FSM_RESPONSE_FORMAT", show_envvar=True,
@@ -171,6 +177,13 @@ GuidedOption = Annotated[
     typer.Option("--guided", envvar="LLM_FSM_GUIDED", show_envvar=True,
                  help="Guided replies for small models: a reply schema made per turn (needs --response-format "
                       "json_schema on a server that enforces it, such as llama.cpp's)."),
+]  # fmt: skip
+PromptOrderOption = Annotated[
+    PromptOrderChoice,
+    typer.Option("--prompt-order", envvar="LLM_FSM_PROMPT_ORDER", show_envvar=True,
+                 help="Where the prompt puts the reply rules: recency (after the current state, for small local "
+                      "models), cache (first, with a map of the states, so a provider's prompt cache keeps most of "
+                      "each prompt) or auto (cache where cached tokens cost at most a quarter of the price)."),
 ]  # fmt: skip
 HooksOption = Annotated[
     str | None,
@@ -288,7 +301,8 @@ def load_hooks(spec: str | None) -> Hooks:
 @dataclass(frozen=True)
 class Provider:
     """How to reach the model: what ``--api-base``, ``--api-key``, ``--timeout``, ``--max-retries``,
-    ``--temperature``, ``--response-format``, ``--max-tokens``, ``--tool-calling`` and ``--guided`` say.
+    ``--temperature``, ``--response-format``, ``--max-tokens``, ``--tool-calling``, ``--guided`` and
+    ``--prompt-order`` say.
     These defaults are the options' defaults."""
 
     api_base: str | None = None
@@ -300,6 +314,7 @@ class Provider:
     max_tokens: int | None = None
     tool_calling: ToolCalling = ToolCalling.auto
     guided: bool = False
+    prompt_order: PromptOrderChoice = PromptOrderChoice.auto
 
 
 # The option that sets each field of Provider, in the order --help lists them (after --model).
@@ -313,6 +328,7 @@ _PROVIDER_OPTIONS: dict[str, Any] = {
     "max_tokens": MaxTokensOption,
     "tool_calling": ToolCallingOption,
     "guided": GuidedOption,
+    "prompt_order": PromptOrderOption,
 }
 
 
@@ -346,12 +362,12 @@ Command = TypeVar("Command", bound=Callable[..., Any])
 
 
 def with_model_options(model_option: Any = ModelOption) -> Callable[[Command], Command]:
-    """Declare ``--model`` and the nine :class:`Provider` options on a command, which receives them as one
+    """Declare ``--model`` and the ten :class:`Provider` options on a command, which receives them as one
     :class:`ModelOptions` in its parameter annotated so; ``model_option`` replaces the usual ``--model``.
 
     Typer reads a command's options from its signature, one parameter each, and cannot expand a dataclass
     into options. So the command declares one ``ModelOptions`` parameter, and this decorator shows typer a
-    signature where the ten options stand in its place (where each command's --help has always listed
+    signature where the eleven options stand in its place (where each command's --help has always listed
     them); the call collects them back into the one object."""
 
     def decorate(command: Command) -> Command:

@@ -87,7 +87,8 @@ class LiteLLMClient:
     supports one, else JSON mode where supported, else nothing. ``stream`` streams each call (with
     usage). ``tool_calling``: how tools reach the model (see :meth:`tool_mode`). litellm is kept
     quiet (no banners on stdout, its log records through ``logging`` only): ``quiet`` is accepted for
-    compatibility and changes nothing. Further keyword arguments go to ``litellm.completion`` unchanged.
+    compatibility and changes nothing. ``prompt_order``: where conversations put the prompt's reply rules
+    (see :attr:`prompt_order`). Further keyword arguments go to ``litellm.completion`` unchanged.
     """
 
     def __init__(
@@ -106,10 +107,12 @@ class LiteLLMClient:
         stream: bool = False,
         quiet: bool = True,
         guided: bool = False,
+        prompt_order: Literal["auto", "recency", "cache"] = "auto",
         **extra: Any,
     ) -> None:
         self.model = model
         self.guided = guided  # conversations give this model guided reply schemas (see llm_fsm.guided)
+        self._prompt_order = prompt_order
         self.api_base = api_base
         self.api_key = api_key
         self.temperature = temperature
@@ -240,6 +243,28 @@ class LiteLLMClient:
             params.update(stream=True, stream_options={"include_usage": True})
         return params
 
+    @property
+    def prompt_order(self) -> Literal["recency", "cache"]:
+        """Where conversations with this model put the prompt's reply rules (``llm_fsm.prompt.PromptOrder``).
+
+        ``"cache"`` puts them, with a map of every state's transitions, before the current state, so that
+        consecutive calls share most of the prompt even across a change of state: what a provider's prompt cache
+        bills cheaper. ``"recency"`` puts them right after the state, where a small model follows them
+        (SmolLM2-135M with the rules first gave a valid reply in 4 of 12 first turns, against 18 of 23 with them
+        after the state: ``benchmarks/REAL_MODEL.md``, issue 26). The cache order's prompt is longer (the map),
+        so it pays where cached tokens cost at most a quarter of the price (``benchmarks/RESULTS.md`` §15).
+
+        ``"auto"`` (the default) chooses ``"cache"`` for Anthropic models (cached reads cost a tenth; direct, on
+        Bedrock, Vertex AI or OpenRouter) and for the models whose cached prompt tokens litellm's price table
+        puts at 25 % of the price or less (OpenAI's GPT-4.1, GPT-5 and o-series, DeepSeek, Gemini 2.5, ...),
+        and ``"recency"`` for the rest: a model whose cache takes off only half (GPT-4o), an ``openai/<name>``
+        model at an ``api_base`` (a server of your own: llama.cpp's, vLLM, Ollama), a guided model, a model the
+        price table does not know. Computed once per client.
+        """
+        if self._prompt_order == "auto":
+            self._prompt_order = _auto_order(self.model, self.api_base, self.guided)
+        return self._prompt_order
+
     def tool_mode(self) -> Literal["native", "json"]:
         """How this client offers tools: ``native`` sends them as the provider's ``tools`` parameter and
         reads the calls back from the response; ``json`` sends none (the prompt describes them and the
@@ -347,6 +372,22 @@ _GENAI_PROVIDERS = {
     "mistral": "mistral_ai", "cohere": "cohere", "cohere_chat": "cohere", "deepseek": "deepseek",
     "perplexity": "perplexity", "xai": "x_ai", "watsonx": "ibm.watsonx.ai",
 }  # fmt: skip
+
+
+def _auto_order(model: str, api_base: str | None, guided: bool) -> Literal["recency", "cache"]:
+    """``prompt_order="auto"`` (see :attr:`LiteLLMClient.prompt_order`)."""
+    if guided:
+        return "recency"  # guided replies are for small local models
+    if _provider_and_model(model)[0] == "openai" and api_base:
+        return "recency"  # an OpenAI-compatible server of your own: most often a local model
+    if _wants_cache_marks(model):
+        return "cache"  # Anthropic's cached reads cost a tenth of the price
+    try:
+        info = _import_litellm().get_model_info(model)
+        price, cached = info.get("input_cost_per_token"), info.get("cache_read_input_token_cost")
+    except Exception:  # a model litellm's price table does not know
+        return "recency"
+    return "cache" if price and cached is not None and cached <= price / 4 else "recency"
 
 
 @functools.cache
