@@ -5,8 +5,9 @@ disallowed target, unmet condition, a value its schema refuses) gets up to ``max
 corrective calls whose prompt says exactly what was wrong; failed acceptance checks get up to the
 state's ``max_retries`` calls with feedback; no turn makes more than ``max_calls_per_turn`` calls.
 If the reply is still invalid, the conversation stays where it is, keeps the context updates that
-were valid, and answers with ``fallback_message``: a message that describes a state the
-conversation did not enter is never returned. A turn that fails raises and changes nothing.
+were valid, and answers with ``fallback_message`` (default: the definition's, see :mod:`llm_fsm.texts`):
+a message that describes a state the conversation did not enter is never returned. A turn that fails
+raises and changes nothing.
 
 Handlers (:mod:`llm_fsm.hooks`) may pause the conversation by raising ``Break``; ``resume`` with
 the pending event's token continues it, exactly once.
@@ -89,7 +90,7 @@ class Conversation:
         hooks: Hooks | None = None,
         max_corrections: int = 1,
         max_calls_per_turn: int = 8,
-        fallback_message: str = DEFAULT_FALLBACK,
+        fallback_message: str | None = None,
         prompt: PromptBuilder | None = None,
         guided: bool | None = None,
         prompt_order: PromptOrder | None = None,

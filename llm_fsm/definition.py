@@ -50,6 +50,7 @@ from llm_fsm.definition_parts import (
     PythonCheck,
     RegexCheck,
     RequiredKeysCheck,
+    RuntimeTexts,
     SchemaCheck,
     Subflow,
     Tool,
@@ -80,6 +81,7 @@ __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported fr
     "PythonCheck",
     "RegexCheck",
     "RequiredKeysCheck",
+    "RuntimeTexts",
     "SchemaCheck",
     "State",
     "Subflow",
@@ -183,6 +185,16 @@ class FSMDefinition(_Frozen):
     version: str = Field("1.0", description="Version of this definition, for your own bookkeeping.")
     initial_state: str = Field(description="Id of the state the conversation starts in.")
     persona: str = Field("", description="Who the assistant is and how it speaks.")
+    language: str = Field(
+        "",
+        max_length=64,
+        description='The language the assistant speaks with its users: a name ("Spanish") or a tag ("es", "de-CH"). '
+        "The prompt asks the model to write its messages in it, and the runtime's own texts default to it.",
+    )
+    texts: RuntimeTexts | None = Field(
+        None,
+        description="What the runtime itself says to users (fallback, pause, approval), in the definition's words.",
+    )
     states: dict[str, State] = Field(description="States keyed by id (a list of states also loads).")
     global_transitions: tuple[GlobalTransition, ...] = Field(
         (),
@@ -293,6 +305,8 @@ class FSMDefinition(_Frozen):
         prose (descriptions, persona, purpose, instructions, examples), so a text edit can be told apart.
         """
         top_prose: dict[str, Any] = dict.fromkeys(_TOP_PROSE, True)
+        # words for the users (set: hashed with the prose; unset: left out, so that older outlines still match)
+        top_prose |= {name: True for name in ("language", "texts") if getattr(self, name)}
         tool_prose = {"tools": {"__all__": {"description": True}}} if self.tools else {}
         tool_prose |= _memory_prose(self)
         global_prose = {"global_transitions": {"__all__": _TRANSITION_PROSE}} if self.global_transitions else {}

@@ -75,6 +75,8 @@ _ADDED_TOP = {
     "summaries": None,
     "global_transitions": [],
     "tool_error_detail": "message",
+    "language": "",
+    "texts": None,
 }
 _ADDED_STATE: dict[str, Any] = {
     "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None,

@@ -140,6 +140,21 @@ class Example(_Frozen):
     content: str = Field(description="What they say.")
 
 
+class RuntimeTexts(_Frozen):
+    """What the runtime itself says to users, in the definition's words (see :mod:`llm_fsm.texts`); unset: the
+    built-in text in the definition's ``language``, else in English."""
+
+    fallback: str | None = Field(
+        None, min_length=1, description="The message of a turn that found no valid reply (nothing changed)."
+    )
+    pause: str | None = Field(
+        None, min_length=1, description="The message of a turn a handler paused without a message of its own."
+    )
+    approval: str | None = Field(
+        None, min_length=1, description="The message of a turn whose tool call waits for a person's approval."
+    )
+
+
 class Approval(_Frozen):
     """Ask a person before the call runs when ``when`` holds: JsonLogic on ``{"args": ..., "context": ...}``."""
 

@@ -32,6 +32,7 @@ from llm_fsm.definition import (
     FSMDefinition,
     GlobalTransition,
     JSONLogic,
+    RuntimeTexts,
     State,
     Transition,
 )
@@ -50,6 +51,7 @@ from llm_fsm.jsonfiles import other_kind
 from llm_fsm.loader_checks import FileChecks, _dict_items, _get
 from llm_fsm.memory.spec import MemorySpec, Slot, StateSummaries, SummarySpec
 from llm_fsm.subflows import definition as subflows
+from llm_fsm.texts import missing_texts
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
 from llm_fsm.wording import what as _what
 
@@ -193,6 +195,14 @@ class _Reader:
         checks.tools(data)
         if definition is not None and not self.errors and subflows.has_subflows(definition):
             self._check_subflows(definition)
+        if definition is not None and (untranslated := missing_texts(definition)):
+            names = ", ".join(untranslated)
+            self.warn(
+                ("language",),
+                f"no built-in texts in {definition.language!r}: the runtime's {names} message(s) stay in English",
+                code="untranslated_texts",
+                hint=f'set them under "texts": {{{", ".join(f"{n!r}: ..." for n in untranslated)}}}'.replace("'", '"'),
+            )
         if self.errors:
             definition = None
         return LoadReport(definition, self.errors, self.warnings, self.source)
@@ -367,7 +377,7 @@ def _says_nothing(value: Any, default: object) -> bool:
 _NOUNS: dict[Any, str] = {
     State: "state", Transition: "transition", GlobalTransition: "global transition", Condition: "condition",
     Example: "example line", MemorySpec: "memory", Slot: "memory slot", SummarySpec: "summaries setting",
-    StateSummaries: "summaries setting",
+    StateSummaries: "summaries setting", RuntimeTexts: "texts",
 }  # fmt: skip
 _WORDS = Vocabulary(
     FSMDefinition,

@@ -17,10 +17,11 @@ from llm_fsm.firing import fire
 from llm_fsm.hooks import Break, new_token, now
 from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Step, Steps, TurnResult
+from llm_fsm.texts import BUILT_IN, runtime_text
 from llm_fsm.turn_state import Working
 from llm_fsm.values import as_json_data, clean_text, copied
 
-DEFAULT_PAUSE_MESSAGE = "One moment, please: this needs to be checked before we continue."
+DEFAULT_PAUSE_MESSAGE = BUILT_IN["en"]["pause"]  # a definition in another language says it in its own
 
 Outcome = Generator[Step, Any, tuple[Snapshot, TurnResult]]
 
@@ -43,7 +44,7 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
             yield from fire(work, "before_transition", current, target=target, message=message)
             yield from fire(work, "state_exit", current, target=target, message=message)
     except Break as pause:
-        return paused(work, pause, current, pause.message or DEFAULT_PAUSE_MESSAGE)
+        return paused(work, pause, current, pause.message or runtime_text(work.definition, "pause"))
     try:
         if target != current:
             yield from fire(work, "after_transition", current, target=target, message=message)
@@ -77,7 +78,8 @@ def exhausted(work: Working, refining: bool) -> Outcome:
     applied = {k: v for k, v in kept.items() if k not in failed_keys}
     decision = Decision(True, target, merge(work.context, applied), applied, ())
     # through accept() like any reply, so the handlers around a move run for the fallback's move too
-    return (yield from accept(work, decision, work.settings.fallback_message))
+    message = work.settings.fallback_message or runtime_text(work.definition, "fallback")
+    return (yield from accept(work, decision, message))
 
 
 def close_terminal(work: Working) -> Steps:
@@ -89,7 +91,7 @@ def close_terminal(work: Working) -> Steps:
             yield from fire(work, "state_enter", state, target=state)
         yield from fire(work, "end", state)
     except Break as pause:
-        return paused(work, pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
+        return paused(work, pause, state, pause.message or runtime_text(work.definition, "pause"))
     return finish(work, state, "", {})
 
 

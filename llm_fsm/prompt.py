@@ -27,6 +27,7 @@ from llm_fsm.definition import RETURN
 from llm_fsm.errors import PromptError
 from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
 from llm_fsm.prompt_calls import CallPrompts, Message
+from llm_fsm.texts import language_name
 
 if TYPE_CHECKING:
     from jinja2.sandbox import ImmutableSandboxedEnvironment
@@ -203,10 +204,7 @@ class PromptBuilder(CallPrompts):
         key = ("definition", definition.content_hash, guided, order)
         text = self._cache.get(key)
         if text is None:
-            variables = {"fsm": definition, "guided": guided, "order": order, "state_id": None}
-            variables |= memory_rules(definition)
-            if order == "cache":
-                variables |= state_map(definition)
+            variables = definition_variables(definition, guided, order)
             text = self._keep(key, self._render("system_definition.xml.j2", variables))
         return text
 
@@ -369,6 +367,14 @@ class PromptBuilder(CallPrompts):
         return [
             Said(None if h.user is None else _truncate(h.user, limit), _truncate(h.assistant, limit)) for h in recent
         ]
+
+
+def definition_variables(definition: FSMDefinition, guided: bool, order: PromptOrder) -> dict[str, Any]:
+    """What ``system_definition.xml.j2`` reads: the definition, its language's name, its memory rules and,
+    in the cache order, the map of its states (the reply rules render there too: no state is named)."""
+    variables = {"fsm": definition, "guided": guided, "order": order, "state_id": None, **memory_rules(definition)}
+    variables["language"] = language_name(definition.language) if definition.language else ""
+    return variables | state_map(definition) if order == "cache" else variables
 
 
 def state_map(definition: FSMDefinition) -> dict[str, Any]:

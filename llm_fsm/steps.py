@@ -18,13 +18,14 @@ from llm_fsm.hooks import Await, Hooks
 from llm_fsm.llm import LLMRequest, Usage
 from llm_fsm.memory import summaries
 from llm_fsm.prompt import PromptBuilder, PromptOrder
+from llm_fsm.texts import BUILT_IN
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolMode, ToolRun
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoTrace
     from llm_fsm.telemetry.spans import TurnTrace
 
-DEFAULT_FALLBACK = "Sorry, I couldn't take that step yet. Could you tell me a bit more?"
+DEFAULT_FALLBACK = BUILT_IN["en"]["fallback"]  # a definition in another language says it in its own
 
 Preview = Callable[[Any], bool]
 Purpose = Literal["reply", "correction", "refinement", "tool_results", "judge", "summary"]
@@ -37,7 +38,7 @@ class TurnSettings:
     prompt: PromptBuilder
     max_corrections: int = 1
     max_calls_per_turn: int = 8
-    fallback_message: str = DEFAULT_FALLBACK
+    fallback_message: str | None = None  # None: the definition's (llm_fsm.texts.runtime_text)
     tools: Mapping[str, BoundTool] = field(default_factory=dict)
     tool_mode: Callable[[], ToolMode] = field(default=lambda: "native")  # asked only in states with tools
     guided: bool = False  # a reply schema made per turn, for small models (see llm_fsm.guided)

@@ -55,6 +55,7 @@ from llm_fsm.steps import (
     TurnResult,
     TurnSettings,
 )
+from llm_fsm.texts import runtime_text
 from llm_fsm.tools import rounds
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.tools.rounds import DEFAULT_APPROVAL_MESSAGE, INTERRUPTED, NO_MORE_TOOLS
@@ -152,7 +153,7 @@ class TurnRunner:
                     return (yield from self.written_opening(text))
             yield from fire(work, "before_llm_call", state)
         except Break as pause:
-            return paused(work, pause, state, pause.message or DEFAULT_PAUSE_MESSAGE)
+            return paused(work, pause, state, pause.message or runtime_text(work.definition, "pause"))
         work.messages = prompt_messages(work)
         return (yield from self.replies(request(work, work.messages)))
 
@@ -184,7 +185,7 @@ class TurnRunner:
             try:
                 decision, reply, problems = yield from verdict(work, response)
             except Break as pause:  # an after_reply handler: before the commit, so the move is not made
-                return paused(work, pause, work.base.state, pause.message or DEFAULT_PAUSE_MESSAGE)
+                return paused(work, pause, work.base.state, pause.message or runtime_text(work.definition, "pause"))
             if decision is not None and reply is not None and not problems:
                 return (yield from accept(work, decision, reply.message))
             # failed checks (or values a schema refuses) are refined within the state's max_retries;

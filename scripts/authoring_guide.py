@@ -34,6 +34,7 @@ SECTIONS = [
     ("Summaries (the definition's)", "SummarySpec"),
     ("Summaries (a state's)", "StateSummaries"),
     ("A subflow (a state's sub-conversation)", "Subflow"),
+    ("The runtime's texts (`texts`)", "RuntimeTexts"),
     ('A check of kind "required_keys"', "RequiredKeysCheck"),
     ('A check of kind "schema"', "SchemaCheck"),
     ('A check of kind "regex"', "RegexCheck"),

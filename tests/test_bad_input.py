@@ -75,6 +75,7 @@ PROVIDER = {
     "response_format": ["xml", ""],
     "max_tokens": ["0", "-5", "many"],
     "tool_calling": ["sometimes", ""],
+    "prompt_order": ["first", ""],
 }
 BAD_HOOKS = ["nosuch_module:hooks", "{missing}.py:hooks", "{definition}:hooks", "{folder}.py:hooks", "no-name", ":", ""]
 BAD_MCP = ["no-such-command-xyz", "", "http://127.0.0.1:9/mcp"]

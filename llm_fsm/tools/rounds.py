@@ -18,12 +18,13 @@ from llm_fsm.outcomes import finish
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.requests import prompt_messages
 from llm_fsm.steps import Checkpoint, RunTools, Step, TurnResult
+from llm_fsm.texts import BUILT_IN, runtime_text
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolRun
 from llm_fsm.turn_state import Working
 from llm_fsm.values import as_json_data
 
-DEFAULT_APPROVAL_MESSAGE = "One moment, please: a person has to approve this step before I can go on."
+DEFAULT_APPROVAL_MESSAGE = BUILT_IN["en"]["approval"]  # a definition in another language says it in its own
 NO_MORE_TOOLS = "no more tool calls in this turn: give your final reply now, with what you have"
 INTERRUPTED = (
     "the process running this approved call stopped before its result was saved: it may have run, so it is "
@@ -141,7 +142,7 @@ def pause_for_approval(work: Working, held: Prepared) -> tuple[Snapshot, TurnRes
         tool_call=waiting.model_dump(),
         tool_runs=tuple(run.model_dump() for run in work.tool_runs),
     )
-    return finish(work, state, DEFAULT_APPROVAL_MESSAGE, {}, pending=event)
+    return finish(work, state, runtime_text(work.definition, "approval"), {}, pending=event)
 
 
 # -- after the approval -------------------------------------------------------------------------
