@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from tests.conftest import reply
+from tests.conftest import ROOT, reply
 from tests.fake_openai import Hang
 from tests.test_chat import OPEN
 from tests.test_cli import command
@@ -119,6 +119,30 @@ def test_ctrl_c_cancels_a_reply_and_then_leaves(tmp_path, fake_openai):
         assert "you> I am Ann" not in screen.split("/history")[-1], "the cancelled turn left no trace"
         terminal.wait_for_prompt()
         terminal.keys("C-c")
+        screen = terminal.wait_for(r"EXITED=\d+")
+        assert "EXITED=0" in screen and "Traceback" not in screen
+    finally:
+        terminal.kill()
+
+
+def test_chat_with_the_simulated_model_in_a_real_terminal(tmp_path):
+    # a newcomer's first chat: no key, no server, no network (issue 27 §2)
+    chat = [*command(), "chat", "fsm_definitions/form_filling.json", "--model", "simulated", "--store", "memory:"]
+    environment = "env -u OPENAI_API_KEY -u LLM_FSM_MODEL TERM=xterm-256color"
+    shell = f"cd {shlex.quote(str(ROOT))} && {environment} {shlex.join(chat)}; echo EXITED=$?; sleep 60"
+    terminal = Terminal(f"fsm-e2e-s-{os.getpid()}")
+    terminal.start(shell)
+    try:
+        screen = terminal.wait_for(r"what's your full name\?")
+        assert "form_filling · simulated" in screen
+        terminal.wait_for_prompt()
+        terminal.keys("Maya Chen", "Enter")
+        terminal.wait_for(r"state collect_name → collect_email · collected name · 1 LLM call")
+        terminal.wait_for_prompt()
+        terminal.keys("maya@example.com", "Enter")
+        terminal.wait_for(r"state collect_email → collect_age")
+        terminal.wait_for_prompt()
+        terminal.keys("C-d")
         screen = terminal.wait_for(r"EXITED=\d+")
         assert "EXITED=0" in screen and "Traceback" not in screen
     finally:
