@@ -200,6 +200,8 @@ def line(result: dict[str, Any]) -> str:
         f"({100 * median('reached_rate'):.0f}%)  ended as expected {median('finished'):.0f}/{first['courses']}  "
         f"valid 1st {100 * median('first_valid_rate'):.0f}%  calls/turn {median('calls_per_turn'):.2f}  "
         f"completion tok/turn {median('completion_tokens_per_turn'):.0f}  s/turn {median('seconds_per_turn'):.2f}  "
+        # messages a person could not use (llm_fsm.testing.message_quality): repeated, looping, copied
+        f"unusable {median('repeated_messages'):.0f}/{median('looping_messages'):.0f}/{median('copied_messages'):.0f}  "
         f"[{per_course}]"
     )
 

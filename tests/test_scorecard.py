@@ -137,3 +137,33 @@ def test_eval_exits_1_when_a_model_call_failed_after_printing_the_card():
     )  # fmt: skip
     assert result.exit_code == 1, result.output
     assert "model call failed: 1" in result.stdout and "1 model call(s) failed" in result.stderr
+
+
+def test_the_card_counts_messages_a_person_could_not_use():
+    quiz = course(EXAMPLES / "quiz.json")
+    scripted = replies("quiz")
+    clean = summary([score(quiz, ScriptedLLM(scripted))])
+    assert (clean["repeated_messages"], clean["looping_messages"], clean["copied_messages"]) == (0, 0, 0)
+    bad = [dict(r) for r in scripted]
+    bad[1]["message"] = bad[0]["message"].upper() + "!!"  # the same words again
+    bad[2]["message"] = "I'm a simple AI. I'm a simple AI. I'm a simple AI. I'm a simple AI."
+    # the runtime's rules, from the prompt: not the definition's words for the user (its instructions are)
+    bad[3]["message"] = "Sure. Collect the information this state needs; ask for what is missing, one by one."
+    figures = summary([score(quiz, ScriptedLLM(bad))])
+    assert (figures["repeated_messages"], figures["looping_messages"], figures["copied_messages"]) == (1, 1, 1)
+
+
+def test_loops_and_copies_need_a_real_run_of_words():
+    from llm_fsm.testing.message_quality import counts, loops
+
+    assert loops("no no no") and loops("ok, I see. ok, I see. ok, I see.") and not loops("one two one two three")
+    prose = frozenset({tuple(["ask", "the", "user", "for", "their", "full", "name", "and"])})
+    said = ["Please ask the user for their full name and then stop", "ask the user for their name"]
+    assert counts(said, prose) == {"repeated_messages": 0, "looping_messages": 0, "copied_messages": 1}
+
+
+@pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.json")))
+def test_the_hand_written_conversations_have_no_unusable_message(name):
+    # no false alarm: a quiz's questions, a read-back of what the user said, are the definition's words to say
+    figures = summary([score(course(EXAMPLES / f"{name}.json"), ScriptedLLM(replies(name)))])
+    assert (figures["repeated_messages"], figures["looping_messages"], figures["copied_messages"]) == (0, 0, 0)

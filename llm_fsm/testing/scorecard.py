@@ -24,8 +24,11 @@ from llm_fsm.errors import FSMError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
+from llm_fsm.testing import message_quality
 from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
+
+QUALITY = ("repeated_messages", "looping_messages", "copied_messages")
 
 # kinds of refusal that mean the model's first reply was not a valid move (a dropped key is not)
 _INVALID_FIRST = ("format", "truncated", "target", "condition", "context_value")
@@ -56,6 +59,8 @@ class TurnScore:
     rejected: list[str]
     error: str | None = None
     cached_tokens: int = 0  # of prompt_tokens: served from the provider's prompt cache
+    message: str = ""  # what the user read
+    written: bool = False  # the model wrote the message (not the definition's opening, not the fallback)
 
 
 @dataclass
@@ -65,6 +70,8 @@ class CourseScore:
     expected_end: str
     end: str | None
     course_turns: int = 0  # the course's length: turns not played (it ended or paused early) count as missed
+    # the model's messages a person could not use (see llm_fsm.testing.message_quality)
+    quality: dict[str, int] = field(default_factory=dict)
 
     @property
     def finished(self) -> bool:
@@ -131,7 +138,9 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
             turns.append(TurnScore(user, expected, None, False, False, 0, 0, 0, seconds, [], text))
             break
         turns.append(_turn(user, expected, result, time.perf_counter() - started))
-    return CourseScore(course.name, turns, course.expected[-1], conversation.state, len(course.expected))
+    written = [t.message for t in turns if t.written]
+    quality = message_quality.counts(written, message_quality.prose_runs(course.definition))
+    return CourseScore(course.name, turns, course.expected[-1], conversation.state, len(course.expected), quality)
 
 
 def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -> TurnScore:
@@ -139,7 +148,8 @@ def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -
     return TurnScore(
         user, expected, result.state, result.state == expected, not first, result.llm_calls,
         result.usage.prompt_tokens, result.usage.completion_tokens, seconds, [r.kind for r in result.rejected],
-        cached_tokens=result.usage.cached_tokens,
+        cached_tokens=result.usage.cached_tokens, message=result.message,
+        written=bool(result.llm_calls) and not result.fallback,
     )  # fmt: skip
 
 
@@ -168,6 +178,8 @@ def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
         "completion_tokens_per_turn": sum(t.completion_tokens for t in modelled) / count,
         "seconds_per_turn": sum(t.seconds for t in modelled) / count,
         "errors": sum(t.error is not None for t in turns),
+        # the model's messages a person could not use, summed over the conversations
+        **{name: sum(s.quality.get(name, 0) for s in scores) for name in QUALITY},
         "rejected": dict(sorted(kinds.items())),
     }
 
