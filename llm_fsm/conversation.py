@@ -100,6 +100,8 @@ class Conversation:
     ) -> None:
         if state is not None and state not in definition.states:
             raise ConversationError(f"unknown state '{state}'", state=state)
+        if prompt_order is not None and prompt_order not in PROMPT_ORDERS:
+            raise ValueError(f"prompt_order is 'recency' or 'cache' (or None: the model's), not {prompt_order!r}")
         if id is not None and not isinstance(id, str):
             raise TypeError(f"a conversation's id is a str, not {type(id).__name__} ({id!r:.40})")
         self.id = id  # in traces (gen_ai.conversation.id); a StoredConversation sets it to its id

@@ -11,6 +11,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
+from llm_fsm.values import blank
+
 JSONLogic = dict[str, Any] | StrictBool  # strict: the text "yes" is not a rule that always holds
 
 
@@ -142,7 +144,8 @@ class Example(_Frozen):
 
 class RuntimeTexts(_Frozen):
     """What the runtime itself says to users, in the definition's words (see :mod:`llm_fsm.texts`); unset: the
-    built-in text in the definition's ``language``, else in English."""
+    built-in text in the definition's ``language``, else in English. Plain text, shown as written (not a
+    template, unlike a state's ``opening``)."""
 
     fallback: str | None = Field(
         None, min_length=1, description="The message of a turn that found no valid reply (nothing changed)."
@@ -153,6 +156,13 @@ class RuntimeTexts(_Frozen):
     approval: str | None = Field(
         None, min_length=1, description="The message of a turn whose tool call waits for a person's approval."
     )
+
+    @field_validator("fallback", "pause", "approval")
+    @classmethod
+    def _visible(cls, value: str | None) -> str | None:
+        if value is not None and blank(value):
+            raise ValueError("the text has nothing visible: the user would read nothing")
+        return value
 
 
 class Approval(_Frozen):

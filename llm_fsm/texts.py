@@ -59,21 +59,21 @@ BUILT_IN: dict[str, dict[TextName, str]] = {
 
 # the languages' names, in English (as the prompt names them) and in themselves (as authors may write them)
 NAMES: dict[str, tuple[str, ...]] = {
-    "en": ("English",),
-    "es": ("Spanish", "español", "castellano"),
-    "de": ("German", "Deutsch"),
-    "fr": ("French", "français"),
-    "it": ("Italian", "italiano"),
-    "pt": ("Portuguese", "português"),
-    "nl": ("Dutch", "Nederlands"),
+    "en": ("English", "eng"),
+    "es": ("Spanish", "español", "espanol", "castellano", "spa"),
+    "de": ("German", "Deutsch", "deu", "ger"),
+    "fr": ("French", "français", "francais", "fra", "fre"),
+    "it": ("Italian", "italiano", "ita"),
+    "pt": ("Portuguese", "português", "portugues", "por"),
+    "nl": ("Dutch", "Nederlands", "Vlaams", "nld", "dut"),
 }
 _BY_NAME = {name.casefold(): code for code, names in NAMES.items() for name in names}
 
 
 def language_code(language: str) -> str | None:
-    """The built-in language ``language`` names: a tag (``"es"``, ``"de-CH"``, ``"pt_BR"``) or a name
-    (``"Spanish"``, ``"Deutsch"``), in any case; None for any other."""
-    text = language.strip()
+    """The built-in language ``language`` names: a tag (``"es"``, ``"de-CH"``, ``"pt_BR"``, ``"deu"``) or a
+    name (``"Spanish"``, ``"Deutsch"``, ``"Dutch (Belgium)"``), in any case; None for any other."""
+    text = language.split("(")[0].strip()  # "Dutch (Belgium)": the language before the region
     code = text.replace("_", "-").split("-")[0].casefold()
     if code in BUILT_IN:
         return code
@@ -81,14 +81,16 @@ def language_code(language: str) -> str | None:
 
 
 def language_name(language: str) -> str:
-    """How the prompt names ``language``: the English name of a built-in one (with its tag when the
-    author gave a regional one, ``"Portuguese (pt-BR)"``), else the author's words."""
+    """How the prompt names ``language``: the English name of a built-in one, with the region the author
+    gave (``"Portuguese (pt-BR)"``, ``"German (Schweiz)"``), else the author's words."""
     text = language.strip()
     code = language_code(text)
     if code is None:
         return text
-    name = NAMES[code][0]
-    return name if text.casefold() in (code, name.casefold()) else f"{name} ({text})"
+    name, base = NAMES[code][0], text.split("(")[0].strip()
+    if base.casefold() in (code, *(n.casefold() for n in NAMES[code])):  # "Deutsch (Schweiz)": "German (Schweiz)"
+        return f"{name} {text[len(base) :].strip()}".strip()
+    return f"{name} ({text})"  # a regional tag: "German (de-CH)"
 
 
 def missing_texts(definition: FSMDefinition) -> list[TextName]:

@@ -203,3 +203,25 @@ def test_the_machine_is_named_in_one_sentence(description, about):
     )
     prompt = PromptBuilder().system_prompt(definition, initial_snapshot(definition))
     assert about in prompt
+
+
+def test_the_cache_orders_open_moves_name_each_target_once():
+    data = {
+        "name": "twice",
+        "initial_state": "a",
+        "states": {
+            "a": {
+                "purpose": "p",
+                "transitions": [
+                    {"target_state": "b", "priority": 1, "conditions": [{"requires_context_keys": ["x"]}]},
+                    {"target_state": "c", "priority": 5},
+                    {"target_state": "b", "priority": 9, "conditions": [{"requires_context_keys": ["y"]}]},
+                ],
+            },
+            "b": {},
+            "c": {},
+        },
+    }
+    prompt = render(llm_fsm.load(data), order="cache")
+    assert "in the state map): b, c." in prompt
+    assert prompt.count('<move to="b"') == 2  # both, with their conditions, in the map

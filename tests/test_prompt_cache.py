@@ -233,3 +233,44 @@ def test_cached_tokens_never_exceed_the_prompt_tokens(fake_openai, stream):
     fake_openai.add("hello")
     response = client(fake_openai, stream=stream).complete(LLMRequest([{"role": "user", "content": "hi"}]))
     assert (response.usage.prompt_tokens, response.usage.cached_tokens) == (50, 50)
+
+
+def test_an_order_that_is_not_one_is_refused(signup):
+    for wrong in ("auto", "bogus", "Cache", ""):
+        with pytest.raises(ValueError, match="prompt_order is 'recency' or 'cache'"):
+            llm_fsm.Conversation(signup, ScriptedLLM(), prompt_order=wrong)
+    for wrong in ("bogus", "CACHE", None, ""):
+        with pytest.raises(ValueError, match="prompt_order is 'auto', 'recency' or 'cache'"):
+            llm_fsm.LiteLLMClient("openai/gpt-4.1", prompt_order=wrong)
+
+
+def test_a_recording_keeps_the_order_and_its_replay_sends_the_same_prompts(signup, tmp_path):
+    from llm_fsm.testing.cassette import RecordingLLM, ReplayLLM
+
+    inner = ScriptedLLM([reply("ask_name", "Hi"), reply("ask_email", "Email?", name="Ann")])
+    inner.prompt_order = "cache"
+    cassette = tmp_path / "c.json"
+    recorded = llm_fsm.Conversation(signup, RecordingLLM(inner, cassette))
+    recorded.start()
+    recorded.send("Ann")
+    assert "<state_map>" in inner.requests[0].messages[0]["content"]
+    assert json.loads(cassette.read_text())["prompt_order"] == "cache"
+    replayed = llm_fsm.Conversation(signup, ReplayLLM(cassette))
+    replayed.start()
+    assert replayed.send("Ann").state == "ask_email"  # the same prompts: no mismatch
+
+
+def test_the_command_lines_order_reaches_scripted_and_simulated_replies(tmp_path):
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+    from tests.conftest import ROOT
+
+    examples = ROOT / "fsm_definitions"
+    cassette = tmp_path / "run.json"
+    args = ["run", str(examples / "quiz.json"), "--model", f"scripted:{examples / 'scripts' / 'quiz.json'}"]
+    args += ["--input", str(examples / "scripts" / "quiz.txt"), "--record", str(cassette), "--prompt-order", "cache"]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, result.output
+    prompts = [call["messages"][0]["content"] for call in json.loads(cassette.read_text())["interactions"]]
+    assert prompts and all("<state_map>" in p for p in prompts)

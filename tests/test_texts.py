@@ -15,6 +15,7 @@ from llm_fsm.errors import DefinitionError
 from llm_fsm.loader import DefinitionWarning
 from llm_fsm.testing import ScriptedLLM, reply, tool_calls
 from llm_fsm.texts import BUILT_IN, language_code, language_name, runtime_text
+from tests.conftest import ROOT
 from tests.test_tools import SUPPORT, make_hooks
 
 CITA = {
@@ -50,7 +51,7 @@ def test_the_prompt_asks_for_the_definitions_language():
 def test_a_regional_or_unknown_language_is_named_as_the_author_wrote_it(order):
     for language, said in (
         ("pt-BR", "Portuguese (pt-BR)"),
-        ("Deutsch", "German (Deutsch)"),
+        ("Deutsch (Schweiz)", "German (Schweiz)"),
         ("Kiswahili", "Kiswahili"),
     ):
         with warnings.catch_warnings():
@@ -144,3 +145,36 @@ def test_a_definition_without_a_language_keeps_its_hash_and_outline():
     assert plain.content_hash != spanish.content_hash
     assert spanish.changes_since(plain.outline, prose=False) == []  # a language is words, not structure
     assert spanish.changes_since(plain.outline) != []
+
+
+def test_blank_or_invisible_texts_are_refused(tmp_path):
+    for text in ("   ", "\u200b", "\u00ad\n"):
+        with pytest.raises(DefinitionError, match="nothing visible"):
+            load(CITA, texts={"fallback": text})
+
+
+def test_a_shared_sub_definition_speaks_the_language_of_the_conversation_that_runs_it(tmp_path):
+    import shutil
+
+    for part in ("insurance_claim.json", "subflows", "hooks"):
+        source = ROOT / "fsm_definitions" / part
+        (shutil.copytree if source.is_dir() else shutil.copy)(source, tmp_path / part)
+    path = tmp_path / "insurance_claim.json"
+    data = json.loads(path.read_text(encoding="utf-8"))
+    path.write_text(json.dumps({**data, "language": "de", "texts": {"fallback": "Bitte noch einmal."}}), "utf-8")
+    script = json.loads((ROOT / "fsm_definitions" / "scripts" / "insurance_claim.json").read_text())["replies"]
+    lines = (ROOT / "fsm_definitions" / "scripts" / "insurance_claim.txt").read_text().splitlines()
+    llm = ScriptedLLM([script[0], BAD, BAD])
+    conversation = llm_fsm.Conversation(llm_fsm.load(path), llm, prompt_order="cache")
+    conversation.start()
+    assert conversation.send(lines[0]).state == "identity"  # the sub-conversation talks
+    result = conversation.send("Warum?")
+    assert result.fallback and result.message == "Bitte noch einmal."  # the parent's own text
+    sub_prompt = llm.requests[-1].messages[0]["content"]
+    assert '"identity_check"' in sub_prompt and "in German.</language>" in sub_prompt
+    assert (
+        runtime_text(conversation.definition.subflow_definitions["subflows/identity_check.json"], "fallback")
+        == (
+            BUILT_IN["en"]["fallback"]  # the shared file itself is unchanged
+        )
+    )

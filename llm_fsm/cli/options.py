@@ -418,6 +418,9 @@ def make_client(
         except LLMError as exc:
             fail(str(exc), 2)
     client = _model(model, provider, stream, definitions)
+    if provider.prompt_order != "auto" and not isinstance(client, LiteLLMClient):
+        # scripted or simulated replies: the prompts a real model would get in that order are recorded and tested
+        client.prompt_order = str(provider.prompt_order)  # type: ignore[attr-defined]  # ScriptedLLM's, SimulatedLLM's
     if record is not None:
         from llm_fsm.testing.cassette import RecordingLLM
 

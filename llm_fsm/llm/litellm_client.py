@@ -112,6 +112,8 @@ class LiteLLMClient:
     ) -> None:
         self.model = model
         self.guided = guided  # conversations give this model guided reply schemas (see llm_fsm.guided)
+        if prompt_order not in ("auto", "recency", "cache"):
+            raise ValueError(f"prompt_order is 'auto', 'recency' or 'cache', not {prompt_order!r}")
         self._prompt_order = prompt_order
         self.api_base = api_base
         self.api_key = api_key

@@ -213,12 +213,32 @@ def offering(defs: list[FSMDefinition], moves: Mapping[str, tuple[int, GlobalTra
             purpose = f"{owner.states[target].purpose} (this ends '{sub.name}' and goes on in '{owner.name}')"
             states[target] = State(id=target, purpose=purpose.strip())
             added.append(GlobalTransition(target_state=target, description=move.description, priority=move.priority))
-        copy = sub.model_copy(update={"states": states, "global_transitions": tuple(added)})
-        for name in ("_derived", "content_hash", "outline", "_outline_before_prose", "code_only_keys"):
-            copy.__dict__.pop(name, None)  # computed again for the copy (the prompt cache keys on the hash)
-        return copy
+        return _changed(sub, states=states, global_transitions=tuple(added))
 
     return sub.derived(key, sub.initial_state, compute)
+
+
+def speaking(defs: list[FSMDefinition], top: FSMDefinition) -> FSMDefinition:
+    """``top`` (the talking level's definition) in the language of the nearest level below it that names
+    one, when it names none itself: a shared sub-definition speaks the language of the conversation that runs
+    it, its prompt and the runtime's own words alike (its own ``texts`` first, then that level's)."""
+    if top.language or len(defs) < 2:
+        return top
+    outer = next((d for d in reversed(defs[:-1]) if d.language), None)
+    if outer is None:
+        return top
+
+    def compute(_: State) -> FSMDefinition:
+        return _changed(top, language=outer.language, texts=top.texts or outer.texts)
+
+    return top.derived(f"language:{outer.content_hash}", top.initial_state, compute)
+
+
+def _changed(definition: FSMDefinition, **update: Any) -> FSMDefinition:
+    copy = definition.model_copy(update=update)
+    for name in ("_derived", "content_hash", "outline", "_outline_before_prose", "code_only_keys"):
+        copy.__dict__.pop(name, None)  # computed again for the copy (the prompt cache keys on the hash)
+    return copy
 
 
 # -- turns --------------------------------------------------------------------------------------
@@ -244,7 +264,7 @@ class StackTurn:
         top, top_snapshot = self.defs[-1], self.snaps[-1]
         settings = runtime.settings(top)
         self.outer = outer_moves(self.defs, self.snaps) if len(self.defs) > 1 else {}
-        top = offering(self.defs, self.outer)
+        top = speaking(self.defs, offering(self.defs, self.outer))
         if resume is not None and resume[0] in snapshot.used_tokens:
             # every token spent at any level is kept in the root (see settle)
             raise ResumeError(

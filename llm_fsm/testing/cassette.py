@@ -42,7 +42,19 @@ class RecordingLLM:
         self.interactions: list[dict[str, Any]] = []
         self.mode: Literal["native", "json"] | None = None  # asked of the inner client when a state has tools
         self.guided = bool(getattr(inner, "guided", False))  # the prompts and schemas depend on it: noted too
+        self.order: str | None = None  # the prompt order of the wrapped client, asked at the first call
         self._write()
+
+    @property
+    def prompt_order(self) -> Literal["recency", "cache"]:
+        """The wrapped client's prompt order (``llm_fsm.prompt.PromptOrder``), noted in the cassette."""
+        order: Literal["recency", "cache"] = (
+            "cache" if getattr(self.inner, "prompt_order", None) == "cache" else "recency"
+        )
+        if order != self.order:
+            self.order = order
+            self._write()
+        return order
 
     def tool_mode(self) -> Literal["native", "json"]:
         """The wrapped client's way of taking tools (the JSON form when it says nothing), noted in the cassette."""
@@ -100,6 +112,8 @@ class RecordingLLM:
                 cassette["tool_mode"] = self.mode
             if self.guided:
                 cassette["guided"] = True
+            if self.order == "cache":
+                cassette["prompt_order"] = "cache"
             write_private(self.path, json.dumps(cassette, ensure_ascii=False, indent=1))
         except OSError as exc:
             raise LLMError(f"cannot write the cassette {self.path}: {exc.strerror or exc}") from None
@@ -117,6 +131,10 @@ class ReplayLLM:
             raise LLMError(str(exc), model="replay") from None
         self.mode: Literal["native", "json"] = "native" if cassette.get("tool_mode") == "native" else "json"
         self.guided = cassette.get("guided") is True  # recorded with guided replies: replayed with them
+        # recorded in the cache order: replayed so, for the prompts to match
+        self.prompt_order: Literal["recency", "cache"] = (
+            "cache" if cassette.get("prompt_order") == "cache" else "recency"
+        )
         self.position = 0
 
     def tool_mode(self) -> Literal["native", "json"]:

@@ -69,6 +69,7 @@ class ScriptedLLM:
             summaries if summaries is None or callable(summaries) else deque(summaries)
         )
         self.tool_calling = tool_calling
+        self.prompt_order: Literal["recency", "cache"] = "recency"  # what a conversation's prompts are made in
         self._replies: deque[dict[str, Any] | str | BaseException] = deque(replies)
         self._lock = threading.Lock()
         self.requests: list[LLMRequest] = []

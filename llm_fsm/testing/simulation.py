@@ -52,6 +52,7 @@ class SimulatedLLM:
         self.path = list(path or [])
         self.random = random.Random(seed)
         self.tool_calling = tool_calling
+        self.prompt_order: Literal["recency", "cache"] = "recency"  # what a conversation's prompts are made in
         self.requests: list[LLMRequest] = []
         self.replies: list[dict[str, Any]] = []
         self.calls = 0  # requests answered: numbers tool call ids, however few requests are kept
@@ -432,6 +433,7 @@ class SimulatedModels:
     def __init__(self, definitions: Sequence[FSMDefinition], seed: int = 0) -> None:
         # a service runs for long: each model keeps only its recent requests and replies
         self.models = [SimulatedLLM(definition, seed=seed, keep=100) for definition in definitions]
+        self.prompt_order: Literal["recency", "cache"] = "recency"  # what a conversation's prompts are made in
 
     def tool_mode(self) -> Literal["native", "json"]:
         return "native"  # every model's: SimulatedLLM's default
