@@ -72,8 +72,10 @@ def create_app(store_url: str | None = None) -> FastAPI:
             raise HTTPException(409, str(exc)) from exc
         except llm_fsm.StoreError as exc:  # a user id the store refuses as a conversation id
             raise HTTPException(400, str(exc)) from exc
-        except (llm_fsm.ConversationError, llm_fsm.EmptyMessageError) as exc:  # ended, paused, empty text
+        except llm_fsm.ConversationError as exc:  # it ended, or it waits for a pause to be resumed
             raise HTTPException(409, str(exc)) from exc
+        except llm_fsm.EmptyMessageError as exc:  # no text: only spaces
+            raise HTTPException(422, str(exc)) from exc
         except llm_fsm.LLMError as exc:  # the provider failed, after its retries: nothing was saved
             raise HTTPException(502, str(exc)) from exc
         return {"reply": result.message, "state": result.state}

@@ -101,7 +101,7 @@ def test_the_fastapi_app_keeps_each_users_conversation_apart(tmp_path: Path, mon
         assert ended.status_code == 409 and "ended" in ended.json()["detail"]
         assert client.get("/users/nobody").status_code == 404
         assert client.post("/users/-bad/messages", json={"text": "hi"}).status_code == 400
-        assert client.post("/users/bob/messages", json={"text": "  "}).status_code == 409  # empty text
+        assert client.post("/users/bob/messages", json={"text": "  "}).status_code == 422  # no text
         assert client.get("/users/bob").json() == bob  # a refused turn changed nothing
 
 
