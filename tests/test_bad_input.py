@@ -49,12 +49,14 @@ BASE = {
     "conversations unlock": ["conversations", "unlock", "{arg}", "--store", "{store}"],
     "conversations prune": ["conversations", "prune", "--older-than", "30d", "--store", "{store}"],
     "serve": ["serve", "{arg}", "-m", "scripted:{script}", "--store", "{store}"],
+    "new": ["new", "{arg}"],
 }
 GOOD_ARG = {
     "test": "{tests}",
     "conversations show": "c1",
     "conversations delete": "c1",
     "conversations unlock": "c1",
+    "new": "shop",
 }  # else the definition
 
 NO_FILE = ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}"]  # and then a file of another kind
@@ -153,6 +155,8 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("serve", "cors_origin"): ["", "app.example", "https://app.example/path", "ftp://app.example"],
     ("serve", "history_window"): ["-1", "six"],
     ("serve", "max_corrections"): ["-1"],
+    ("new", "name"): ["my bot", "1st", "../x", "bot.json", "x" * 65, ""],
+    ("new", "folder"): ["{binary}", "{binary}/under"],
 }
 
 

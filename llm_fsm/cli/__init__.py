@@ -3,15 +3,15 @@
 This module only assembles it. :mod:`~llm_fsm.cli.main` holds the Typer app, :mod:`~llm_fsm.cli.options`
 the options that commands share and what they build; importing a command module registers its
 commands on the app: ``run``, ``authoring`` (validate, graph, schema, paths), ``chat``, ``run_tests``
-(test), ``evaluate`` (eval), ``conversations`` and ``serve``. Pydantic models, Jinja and litellm load inside the
-commands that use them, so ``llm-fsm --help`` starts fast.
+(test), ``evaluate`` (eval), ``conversations``, ``serve`` and ``new`` (a bot's starting files). Pydantic
+models, Jinja and litellm load inside the commands that use them, so ``llm-fsm --help`` starts fast.
 """
 
 from llm_fsm.cli.main import app, entry_point
 
 # --help lists the commands in the order their modules are imported.
 # isort: off
-from llm_fsm.cli import run, authoring, chat, run_tests, evaluate, conversations, serve  # noqa: F401
+from llm_fsm.cli import run, authoring, chat, run_tests, evaluate, conversations, serve, new  # noqa: F401
 # isort: on
 
 __all__ = ["app", "entry_point"]
