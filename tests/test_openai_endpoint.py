@@ -117,7 +117,12 @@ def test_resent_messages_continue_one_conversation(server: str):
     assert len(ids) == 1 and not any(extension["branched_from"] for extension in extensions)
     conversation = native(server, ids.pop())
     assert conversation["history_len"] == 4  # the opening, then three turns
-    assert [exchange["user"] for exchange in conversation["history"]] == [None, "hello", "Ada Lovelace", "ada@example.com"]
+    assert [exchange["user"] for exchange in conversation["history"]] == [
+        None,
+        "hello",
+        "Ada Lovelace",
+        "ada@example.com",
+    ]
     # the first reply holds the opening, then the answer to "hello": what the client shows is what it resends
     assert messages[1]["content"].startswith(conversation["history"][0]["assistant"])
     assert extensions[-1]["state"] == conversation["state"]
@@ -162,7 +167,10 @@ def test_an_async_client_streams_and_continues(server: str):
         client = openai.AsyncOpenAI(base_url=f"{server}/v1", api_key=ALICE, max_retries=0)
         messages: list[dict[str, Any]] = [{"role": "user", "content": "hello there"}]
         first = await client.chat.completions.create(model=MODEL, messages=messages)
-        messages += [first.choices[0].message.model_dump(include={"role", "content"}), {"role": "user", "content": "Alan"}]
+        messages += [
+            first.choices[0].message.model_dump(include={"role", "content"}),
+            {"role": "user", "content": "Alan"},
+        ]
         stream = await client.chat.completions.create(model=MODEL, messages=messages, stream=True)
         last = [chunk async for chunk in stream][-1]
         return first.model_extra["llm_fsm"]["conversation_id"], last.model_extra["llm_fsm"]["conversation_id"]
@@ -234,17 +242,21 @@ def test_bad_requests_get_openai_errors(server: str):
     assert unknown.value.code == "model_not_found" and unknown.value.param == "model"
     for token in ("", "wrong-token-0123456789abcdef"):
         with pytest.raises(openai.AuthenticationError) as refused:
-            ask(openai.OpenAI(base_url=f"{server}/v1", api_key=token or "-", max_retries=0), [{"role": "user", "content": "hi"}])
+            ask(
+                openai.OpenAI(base_url=f"{server}/v1", api_key=token or "-", max_retries=0),
+                [{"role": "user", "content": "hi"}],
+            )
         assert refused.value.status_code == 401 and refused.value.body["type"] == "authentication_error"
     response = httpx.get(f"{server}/v1/models")  # no Authorization header at all
     assert response.status_code == 401 and set(response.json()["error"]) == {"message", "type", "param", "code"}
+    image = [{"type": "image_url", "image_url": {"url": "x"}}]
     bad = {
         "messages": ([], "messages"),
         "last": ([{"role": "user", "content": "hi"}, {"role": "assistant", "content": "yes?"}], "messages"),
-        "image": ([{"role": "user", "content": [{"type": "image_url", "image_url": {"url": "x"}}]}], "messages[0].content[0]"),
-        "tool": ([{"role": "tool", "content": "42", "tool_call_id": "c"}, {"role": "user", "content": "x"}], "messages[0].role"),
+        "image": ([{"role": "user", "content": image}], "messages[0].content[0]"),
+        "tool": ([{"role": "tool", "content": "42"}, {"role": "user", "content": "x"}], "messages[0].role"),
         "blank": ([{"role": "user", "content": "   "}], "messages"),
-    }  # fmt: skip
+    }
     for name, (messages, param) in bad.items():
         with pytest.raises(openai.BadRequestError) as refused:
             ask(client, messages)

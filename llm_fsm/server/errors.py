@@ -216,7 +216,9 @@ def add_error_handlers(app: FastAPI) -> None:
 
     async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
         logger.error("unexpected error on %s %s", request.method, request.url.path, exc_info=error)
-        return JSONResponse(body_for(request.url.path, APIError(500, "internal_error", "internal error")), status_code=500)
+        return JSONResponse(
+            body_for(request.url.path, APIError(500, "internal_error", "internal error")), status_code=500
+        )
 
     app.add_exception_handler(APIError, on_api_error)
     app.add_exception_handler(FSMError, on_fsm_error)

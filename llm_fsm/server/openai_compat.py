@@ -63,7 +63,9 @@ def add_openai_routes(app: FastAPI, service: Service) -> None:
         definition = _definition(service, body.model)
         transcript, text, notes = read_messages(body)
         if blank(text):
-            raise APIError(400, "empty_message", "the user's message is empty: there is nothing to answer", param="messages")
+            raise APIError(
+                400, "empty_message", "the user's message is empty: there is nothing to answer", param="messages"
+            )
         first = await turns.plan(service, client, definition, transcript, _named(body, named))
         ident = "chatcmpl-" + secrets.token_hex(12)
         if body.stream:

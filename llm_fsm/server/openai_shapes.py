@@ -148,7 +148,12 @@ def completion(ident: str, model: str, content: str, usage: Usage | None, extens
         "created": int(time.time()),
         "model": model,
         "choices": [
-            {"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop", "logprobs": None}
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
         ],
         "usage": usage_of(usage),
         "llm_fsm": extension.model_dump(),
@@ -172,7 +177,13 @@ def chunk(ident: str, model: str, delta: dict[str, Any], finish: str | None = No
 DONE_LINE = b"data: [DONE]\n\n"
 
 
-OPENAI_HEADERS = ("X-LLM-FSM-Conversation-Id", "X-LLM-FSM-State", "X-LLM-FSM-Status", "X-LLM-FSM-Ended", "X-LLM-FSM-Paused")
+OPENAI_HEADERS = (
+    "X-LLM-FSM-Conversation-Id",
+    "X-LLM-FSM-State",
+    "X-LLM-FSM-Status",
+    "X-LLM-FSM-Ended",
+    "X-LLM-FSM-Paused",
+)
 
 
 def headers_of(extension: Conversed, *, final: bool = True) -> dict[str, str]:

@@ -210,7 +210,9 @@ def extension(turn: ChatTurn, notes: list[str]) -> Conversed:
     )
 
 
-async def keep_mark(service: Service, client: str, definition: FSMDefinition, transcript: list[index.Said], turn: ChatTurn) -> None:
+async def keep_mark(
+    service: Service, client: str, definition: FSMDefinition, transcript: list[index.Said], turn: ChatTurn
+) -> None:
     """Keep the mark of the transcript the client now holds: its messages, the user's, the reply it got."""
     stored = turn.plan.item.stored
     saved = stored.conversation.snapshot()

@@ -128,7 +128,9 @@ class Service:
 
     def at(self, client: str, conversation_id: str, make: Callable[[Snapshot | None], Conversation]) -> Stored:
         """The client's conversation ``conversation_id``, built by ``make`` when its turn first reads it."""
-        return Stored(conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait))
+        return Stored(
+            conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
+        )
 
     async def loaded(self, client: str, conversation_id: str) -> Stored:
         """:meth:`stored`, read now (without the lock: to show it)."""
