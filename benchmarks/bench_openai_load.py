@@ -72,7 +72,7 @@ def serving(tree: Path, definition: Path, model_url: str, store_url: str) -> Ite
             time.sleep(0.1)
         yield base
     finally:
-        ended(process)  # type: ignore[arg-type]  # a Popen of text or bytes alike
+        ended(process)
 
 
 Turn = Callable[[int, str], Awaitable[bool]]

@@ -379,3 +379,32 @@ def test_transcript_points_end_after_assistant_messages():
     assert [length for length, _ in found] == [4, 2]
     assert points("x", said[:2])[0] == found[1]  # a prefix's hash is the same however long the list
     assert points("y", said)[0] != found[0]  # and each definition has its own
+
+
+def test_a_tool_call_waiting_for_approval_takes_yes_or_no():
+    from llm_fsm.testing import tool_calls
+    from tests.test_server import TOOLS
+
+    hooks, ran = Hooks(), []
+
+    @hooks.tool()
+    def find_order(order_id: str) -> dict[str, str]:
+        ran.append(order_id)
+        return {"status": "shipped"}
+
+    definition = {**TOOLS, "tools": {"find_order": {**TOOLS["tools"]["find_order"], "approval": "always"}}}
+    llm = ScriptedLLM([reply("help", "How can I help?"), tool_calls(("find_order", {"order_id": "A-17"})),
+                       reply("help", "A-17 has shipped.")])  # fmt: skip
+    client, _ = in_process(llm, hooks, llm_fsm.load(definition))
+    messages = [{"role": "user", "content": "Where is A-17?"}]
+    content, paused = ask(client, messages, model="orders")
+    question = 'May I run find_order with {"order_id": "A-17"}? (yes or no)'
+    assert paused["paused"] and paused["question"] == question and content.endswith(question) and ran == []
+    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "maybe"}]
+    content, asked_again = ask(client, messages, model="orders")
+    assert content == f"Please answer yes or no. {question}" and asked_again["paused"] and ran == []
+    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "Yes"}]
+    chunks = list(client.chat.completions.create(model="orders", messages=messages, stream=True))
+    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "A-17 has shipped."
+    extension = chunks[-1].model_extra["llm_fsm"]
+    assert not extension["paused"] and extension["conversation_id"] == paused["conversation_id"] and ran == ["A-17"]

@@ -28,6 +28,7 @@ from llm_fsm.server.openai_shapes import (
     DONE_LINE,
     ChatRequest,
     Conversed,
+    Mask,
     chunk,
     completion,
     headers_of,
@@ -70,7 +71,8 @@ def add_openai_routes(app: FastAPI, service: Service) -> None:
         ident = "chatcmpl-" + secrets.token_hex(12)
         if body.stream:
             return await _stream(service, client, definition, transcript, text, first, ident, notes, body)
-        make = functools.partial(_turn, text=text, queue=None, ident=ident, model=definition.name)
+        mask = service.mask(definition)
+        make = functools.partial(_turn, text=text, queue=None, ident=ident, model=definition.name, mask=mask)
         turn, _ = await turns.run(service, client, definition, transcript, first, make, _whole)
         await turns.keep_mark(service, client, definition, transcript, turn)
         extension = turns.extension(turn, notes)
@@ -95,8 +97,8 @@ def _named(body: ChatRequest, header: str | None) -> str | None:
     return given
 
 
-def _turn(plan: turns.Plan, *, text: str, queue: Any, ident: str, model: str) -> turns.ChatTurn:
-    return turns.ChatTurn(plan, text, turns.Reply(queue, lambda delta: chunk(ident, model, delta)))
+def _turn(plan: turns.Plan, *, text: str, queue: Any, ident: str, model: str, mask: Mask) -> turns.ChatTurn:
+    return turns.ChatTurn(plan, text, turns.Reply(queue, lambda delta: chunk(ident, model, delta)), mask)
 
 
 async def _whole(turn: turns.ChatTurn) -> None:
@@ -139,7 +141,7 @@ async def _stream(
         return task
 
     make: Callable[[turns.Plan], turns.ChatTurn] = functools.partial(
-        _turn, text=text, queue=queue, ident=ident, model=model
+        _turn, text=text, queue=queue, ident=ident, model=model, mask=service.mask(definition)
     )
     turn, task = await turns.run(service, client, definition, transcript, first, make, started)
     conversed = Conversed(conversation_id=turn.plan.item.id, state="", status="", ended=False, paused=False)

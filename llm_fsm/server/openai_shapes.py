@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -28,8 +29,8 @@ class ChatRequest(BaseModel):
 
     model: str
     messages: list[dict[str, Any]]
-    stream: bool = False
-    n: int | None = None
+    stream: bool = Field(False, strict=True)  # strict: "stream": "yes" is refused, not read as true
+    n: int | None = Field(None, strict=True)
     metadata: dict[str, Any] | None = None
     stream_options: dict[str, Any] | None = None
 
@@ -92,12 +93,17 @@ def _text(content: object, number: int) -> str:
     raise invalid(f"{where} must be text or a list of text parts", where)
 
 
-def question_of(pending: PendingEvent | None) -> str | None:
-    """What a pause asks the person: a tool call's approval, or a pause's ``question`` (else its reason)."""
+Mask = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def question_of(pending: PendingEvent | None, mask: Mask) -> str | None:
+    """What a pause asks the person: a tool call's approval (its secret-looking arguments masked, as the native
+    routes show them), or a pause's ``question`` (else its reason)."""
     if pending is None:
         return None
     if pending.kind == "tool_approval":
-        arguments = json.dumps(pending.payload.get("arguments"), ensure_ascii=False, default=str)
+        given = pending.payload.get("arguments")
+        arguments = json.dumps(mask(given) if isinstance(given, dict) else given, ensure_ascii=False, default=str)
         return f"May I run {pending.payload.get('tool')} with {arguments}? (yes or no)"
     question = pending.payload.get("question")
     return question if isinstance(question, str) and question.strip() else pending.reason

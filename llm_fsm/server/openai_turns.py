@@ -20,7 +20,7 @@ from llm_fsm.engine import Snapshot
 from llm_fsm.llm import Usage
 from llm_fsm.refusals import turn_refusal
 from llm_fsm.server import openai_index as index
-from llm_fsm.server.openai_shapes import Conversed, answer_of, question_of
+from llm_fsm.server.openai_shapes import Conversed, Mask, answer_of, question_of
 from llm_fsm.server.service import Service, Stored
 from llm_fsm.server.sse import STARTED
 from llm_fsm.streaming import MessageDelta, MessageReset
@@ -119,8 +119,8 @@ class Reply:
 class ChatTurn:
     """The turn of one request on ``plan``'s conversation: ``text`` is the person's message."""
 
-    def __init__(self, plan: Plan, text: str, reply: Reply) -> None:
-        self.plan, self.text, self.reply = plan, text, reply
+    def __init__(self, plan: Plan, text: str, reply: Reply, mask: Mask) -> None:
+        self.plan, self.text, self.reply, self.mask = plan, text, reply, mask
         self.streamed = reply.queue is not None
         self.usage = Usage()
         self.ran = False  # whether a turn ran (a message that does not answer a pause runs none)
@@ -136,13 +136,13 @@ class ChatTurn:
         if conversation.status == "new":
             await self._run(conversation, None)
         if pending is not None and answer is None:  # not an answer: the question is asked again, nothing runs
-            self.reply.add(f"Please answer yes or no. {question_of(pending)}")
+            self.reply.add(f"Please answer yes or no. {question_of(pending, self.mask)}")
             return
         if pending is not None and answer is not None:
             self._took(await conversation.aresume(pending.token, answer), self.reply.next_part())
         else:
             await self._run(conversation, self.text)
-        question = question_of(conversation.pending)
+        question = question_of(conversation.pending, self.mask)
         if question is not None and question not in self.reply.text:
             self.reply.add(SEPARATOR + question)
 
@@ -204,7 +204,7 @@ def extension(turn: ChatTurn, notes: list[str]) -> Conversed:
         status=conversation.status,
         ended=conversation.ended,
         paused=conversation.paused,
-        question=question_of(conversation.pending),
+        question=question_of(conversation.pending, turn.mask),
         branched_from=turn.plan.branched_from,
         notes=notes + turn.plan.notes,
     )
