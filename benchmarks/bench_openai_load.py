@@ -168,15 +168,19 @@ async def _warm_up(base: str) -> None:
 
 
 def table(figures: Rounds, clients: list[int], turns: int) -> list[str]:
-    rows = ["| clients N | path | turns/s | openai / native | lost turns |", "|---|---|---|---|---|"]
+    rows = ["| clients N | path | turns/s | ratio | lost turns |", "|---|---|---|---|---|"]
+    ratios: dict[str, Callable[[dict[str, float]], str]] = {
+        "native": lambda speed: "1.00",
+        "openai": lambda speed: f"openai / native {speed['openai'] / speed['native']:.2f}",
+        "native (old)": lambda speed: f"native / old {speed['native'] / speed['native (old)']:.2f}",
+    }
     for n in clients:
         speed = {path: statistics.median(turns_answered / seconds for seconds, turns_answered, _ in runs)
                  for (path, count), runs in figures.items() if count == n}  # fmt: skip
         for (path, count), runs in figures.items():
             if count != n:
                 continue
-            ratio = f"{speed[path] / speed['native']:.2f}" if path != "native (old)" else \
-                f"native / old {speed['native'] / speed[path]:.2f}"  # fmt: skip
+            ratio = ratios[path](speed)
             lost = sum(lost for _, _, lost in runs)
             rows.append(f"| {n} | {path} | {speed[path]:.1f} | {ratio} | {lost} of {n * turns * len(runs)} |")
     return rows
