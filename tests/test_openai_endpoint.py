@@ -408,3 +408,30 @@ def test_a_tool_call_waiting_for_approval_takes_yes_or_no():
     assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "A-17 has shipped."
     extension = chunks[-1].model_extra["llm_fsm"]
     assert not extension["paused"] and extension["conversation_id"] == paused["conversation_id"] and ran == ["A-17"]
+
+
+def test_a_stream_that_fails_after_it_started_ends_with_an_error_and_saves_nothing():
+    down = LLMUnavailableError("openai/x: 503 overloaded", model="x", status_code=503)
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), down, reply("ask_name", "Hi! Your name?"),
+                       reply("ask_email", "Thanks Ada.", name="Ada")])  # fmt: skip
+    client, http = in_process(llm)
+    messages = [{"role": "user", "content": "Ada"}]
+    with pytest.raises(openai.APIError) as failed:
+        list(client.chat.completions.create(model="signup", messages=messages, stream=True))
+    assert "provider" in str(failed.value)
+    content, extension = ask(client, messages, model="signup")  # sent again: a new conversation, as the first was
+    assert extension["state"] == "ask_email" and extension["notes"] == []
+    assert http.get(f"/conversations/{extension['conversation_id']}").json()["history_len"] == 2
+
+
+def test_a_deleted_conversation_is_branched_from_its_mark():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?"),
+                       reply("ask_email", "Thanks Ada.", name="Ada")])  # fmt: skip
+    client, http = in_process(llm)
+    messages, extensions = talk_signup(client, "hello")
+    gone = extensions[0]["conversation_id"]
+    assert http.delete(f"/conversations/{gone}").status_code == 204
+    messages.append({"role": "user", "content": "Ada"})
+    _, extension = ask(client, messages, model="signup")
+    assert extension["branched_from"] == gone and extension["state"] == "ask_email"
+    assert http.get(f"/conversations/{extension['conversation_id']}").json()["history_len"] == 3
