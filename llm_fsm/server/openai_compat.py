@@ -12,9 +12,10 @@ chunk, and in ``X-LLM-FSM-*`` headers.
 
 from __future__ import annotations
 
+import asyncio
 import functools
+import json
 import secrets
-from collections.abc import Callable
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header
@@ -23,12 +24,10 @@ from fastapi.responses import JSONResponse, Response
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.server import openai_turns as turns
 from llm_fsm.server.errors import APIError, api_error
-from llm_fsm.server.openai_index import Said
 from llm_fsm.server.openai_shapes import (
     DONE_LINE,
     ChatRequest,
     Conversed,
-    Mask,
     chunk,
     completion,
     headers_of,
@@ -67,17 +66,16 @@ def add_openai_routes(app: FastAPI, service: Service) -> None:
             raise APIError(
                 400, "empty_message", "the user's message is empty: there is nothing to answer", param="messages"
             )
-        first = await turns.plan(service, client, definition, transcript, _named(body, named))
+        asked = turns.Asked(service, client, definition, transcript, text, notes)
+        first = await turns.plan(asked, _named(body, named))
         ident = "chatcmpl-" + secrets.token_hex(12)
         if body.stream:
-            return await _stream(service, client, definition, transcript, text, first, ident, notes, body)
-        mask = service.mask(definition)
-        make = functools.partial(_turn, text=text, queue=None, ident=ident, model=definition.name, mask=mask)
-        turn, _ = await turns.run(service, client, definition, transcript, first, make, _whole)
-        await turns.keep_mark(service, client, definition, transcript, turn)
-        extension = turns.extension(turn, notes)
-        usage = turn.usage if turn.ran else None
-        answer = completion(ident, definition.name, turn.reply.text, usage, extension)
+            return await _stream(asked, first, ident, body)
+        make = functools.partial(_turn, queue=None, ident=ident, asked=asked)
+        turn, _ = await turns.run(asked, first, make, _whole)
+        await turns.keep_mark(asked, turn)
+        extension = turns.extension(turn, asked)
+        answer = completion(ident, definition.name, turn.reply.text, turn.usage if turn.ran else None, extension)
         return JSONResponse(answer, headers=headers_of(extension))
 
 
@@ -97,53 +95,40 @@ def _named(body: ChatRequest, header: str | None) -> str | None:
     return given
 
 
-def _turn(plan: turns.Plan, *, text: str, queue: Any, ident: str, model: str, mask: Mask) -> turns.ChatTurn:
-    return turns.ChatTurn(plan, text, turns.Reply(queue, lambda delta: chunk(ident, model, delta)), mask)
+def _turn(plan: turns.Plan, *, queue: asyncio.Queue[Any] | None, ident: str, asked: turns.Asked) -> turns.ChatTurn:
+    model, mask = asked.definition.name, asked.service.mask(asked.definition)
+    return turns.ChatTurn(plan, asked.text, turns.Reply(queue, lambda delta: chunk(ident, model, delta)), mask)
 
 
 async def _whole(turn: turns.ChatTurn) -> None:
     await turn.plan.item.stored.arun(turn)
 
 
-async def _stream(
-    service: Service,
-    client: str,
-    definition: FSMDefinition,
-    transcript: list[Said],
-    text: str,
-    first: turns.Plan,
-    ident: str,
-    notes: list[str],
-    body: ChatRequest,
-) -> Response:
+async def _stream(asked: turns.Asked, first: turns.Plan, ident: str, body: ChatRequest) -> Response:
     """The turn as chunks: the role's, the message's deltas, the last (``finish_reason`` and ``llm_fsm``), the
     usage's when ``stream_options.include_usage`` asks, then ``[DONE]``. Errors before the turn starts are
     answered with their status; one after is a ``data: {"error": ...}`` line, as OpenAI's streams carry them."""
-    import asyncio
-
-    model = definition.name
+    model = asked.definition.name
     include_usage = bool((body.stream_options or {}).get("include_usage"))
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
     async def work(turn: turns.ChatTurn) -> None:
         await turn.plan.item.stored.arun(turn)
-        await turns.keep_mark(service, client, definition, transcript, turn)
-        extension = turns.extension(turn, notes)
+        await turns.keep_mark(asked, turn)
+        extension = turns.extension(turn, asked)
         queue.put_nowait(chunk(ident, model, {}, "stop", llm_fsm=extension.model_dump()))
         if include_usage:
             queue.put_nowait(chunk(ident, model, {}, usage=usage_of(turn.usage if turn.ran else None)))
         queue.put_nowait(DONE_LINE)
 
-    async def started(turn: turns.ChatTurn) -> Any:
+    async def started(turn: turns.ChatTurn) -> asyncio.Task[None]:
         task, event = await launch(queue, work(turn))
         if event is DONE:
             task.result()  # the turn's error (or Moved): raised before the stream's 200
         return task
 
-    make: Callable[[turns.Plan], turns.ChatTurn] = functools.partial(
-        _turn, text=text, queue=queue, ident=ident, model=model, mask=service.mask(definition)
-    )
-    turn, task = await turns.run(service, client, definition, transcript, first, make, started)
+    make = functools.partial(_turn, queue=queue, ident=ident, asked=asked)
+    turn, task = await turns.run(asked, first, make, started)
     conversed = Conversed(conversation_id=turn.plan.item.id, state="", status="", ended=False, paused=False)
     return EventStream(queue, task, _encode, headers=headers_of(conversed, final=False))
 
@@ -152,6 +137,4 @@ def _encode(event: Any) -> bytes:
     """A queued chunk as it is; an error as OpenAI's streams carry one."""
     if isinstance(event, bytes):
         return event
-    import json
-
     return f"data: {json.dumps(api_error(event).openai_body(), ensure_ascii=False)}\n\n".encode()

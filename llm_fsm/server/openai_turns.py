@@ -10,9 +10,9 @@ text is gathered as the client receives it (:class:`Reply`), and the transcript'
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
@@ -26,11 +26,25 @@ from llm_fsm.server.sse import STARTED
 from llm_fsm.streaming import MessageDelta, MessageReset
 from llm_fsm.turn import TurnResult
 
+T = TypeVar("T")
 SEPARATOR = "\n\n"  # between the opening and the reply, and before a pause's question
 
 
 class Moved(Exception):  # noqa: N818 (a signal: the conversation went on past the mark)
     """The conversation a mark was taken from is no longer at the mark's point: branch from the mark instead."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request asks: whose conversation (``client``), of which definition, after which transcript (the
+    messages before the last user message), the person's ``text``, and the notes on what was left out."""
+
+    service: Service
+    client: str
+    definition: FSMDefinition
+    transcript: list[index.Said]
+    text: str
+    notes: list[str]
 
 
 @dataclass
@@ -44,17 +58,16 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-async def plan(
-    service: Service, client: str, definition: FSMDefinition, transcript: list[index.Said], named: str | None
-) -> Plan:
+async def plan(asked: Asked, named: str | None) -> Plan:
     """The conversation a request names, else the one its transcript's mark points to (or a branch of it, or a
     new one: see :mod:`llm_fsm.server.openai_index`)."""
+    service, client, transcript = asked.service, asked.client, asked.transcript
     if named is not None:
         return Plan(service.stored(client, named))
-    mark = await index.find(service.store, client, definition.name, transcript)
+    mark = await index.find(service.store, client, asked.definition.name, transcript)
     if mark is None:
         notes = ["no conversation holds these messages: a new one started"] if transcript else []
-        return Plan(service.new(client, definition, None, {}, None), notes=notes)
+        return Plan(service.new(client, asked.definition, None, {}, None), notes=notes)
     if mark.length < len(transcript):
         return branch(service, client, mark, [f"the messages after the first {mark.length} are not the conversation's"])
     return Plan(service.at(client, mark.conversation_id, _continued(service, mark)), mark)
@@ -175,14 +188,8 @@ def _refuse(conversation: Conversation, text: str) -> None:
 
 
 async def run(
-    service: Service,
-    client: str,
-    definition: FSMDefinition,
-    transcript: list[index.Said],
-    first: Plan,
-    make_turn: Callable[[Plan], ChatTurn],
-    launch: Callable[[Any], Any],
-) -> tuple[ChatTurn, Any]:
+    asked: Asked, first: Plan, make_turn: Callable[[Plan], ChatTurn], launch: Callable[[ChatTurn], Awaitable[T]]
+) -> tuple[ChatTurn, T]:
     """Run the turn on ``first``'s conversation, or, when that one went on past its mark, on a branch of it.
     ``launch`` runs the turn's coroutine (awaits it, or starts a stream's task); returns the turn and what
     ``launch`` gave."""
@@ -192,11 +199,11 @@ async def run(
     except Moved:
         assert first.mark is not None  # only a mark's conversation can have moved
         notes = [f"conversation {first.mark.conversation_id} went on from here: this turn branched from it"]
-        turn = make_turn(branch(service, client, first.mark, first.notes + notes))
+        turn = make_turn(branch(asked.service, asked.client, first.mark, first.notes + notes))
         return turn, await launch(turn)
 
 
-def extension(turn: ChatTurn, notes: list[str]) -> Conversed:
+def extension(turn: ChatTurn, asked: Asked) -> Conversed:
     conversation = turn.plan.item.stored.conversation
     return Conversed(
         conversation_id=turn.plan.item.id,
@@ -206,13 +213,11 @@ def extension(turn: ChatTurn, notes: list[str]) -> Conversed:
         paused=conversation.paused,
         question=question_of(conversation.pending, turn.mask),
         branched_from=turn.plan.branched_from,
-        notes=notes + turn.plan.notes,
+        notes=asked.notes + turn.plan.notes,
     )
 
 
-async def keep_mark(
-    service: Service, client: str, definition: FSMDefinition, transcript: list[index.Said], turn: ChatTurn
-) -> None:
+async def keep_mark(asked: Asked, turn: ChatTurn) -> None:
     """Keep the mark of the transcript the client now holds: its messages, the user's, the reply it got."""
     stored = turn.plan.item.stored
     saved = stored.conversation.snapshot()
@@ -220,6 +225,6 @@ async def keep_mark(
     if whole is None and turn.plan.mark is not None:
         whole = index.extended(turn.plan.mark.snapshot, saved)
     if whole is None:
-        whole = await index.whole(service.store, stored.id, saved)
-    after = [*transcript, ("user", turn.text), ("assistant", turn.reply.text)]
-    await index.keep(service.store, client, definition.name, after, turn.plan.item.id, whole)
+        whole = await index.whole(asked.service.store, stored.id, saved)
+    after = [*asked.transcript, ("user", asked.text), ("assistant", turn.reply.text)]
+    await index.keep(asked.service.store, asked.client, asked.definition.name, after, turn.plan.item.id, whole)
