@@ -25,6 +25,7 @@ from benchmarks import (  # noqa: E402
     bench_async,
     bench_contention,
     bench_history,
+    bench_openai_load,
     bench_peer,
     bench_prefix,
     bench_startup,
@@ -248,6 +249,7 @@ def main() -> None:
         lambda: bench_prefix.section(quick),
         lambda: bench_peer.section(quick),
         lambda: bench_history.section(quick),
+        lambda: bench_openai_load.section(quick),
     ]
     for section in sections:
         part = section()

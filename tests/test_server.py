@@ -543,6 +543,9 @@ def test_the_openapi_document_lists_every_route():
         "/conversations/{conversation_id}/stream",
         "/conversations/{conversation_id}/resume",
         "/conversations/{conversation_id}/history",
+        "/v1/models",
+        "/v1/models/{name}",
+        "/v1/chat/completions",
     }
     assert set(schema["paths"]["/conversations/{conversation_id}"]) == {"get", "delete"}
     assert "HTTPBearer" in schema["components"]["securitySchemes"]

@@ -22,6 +22,8 @@ This module assembles the app; each concern has a module of its own:
 ``errors``      the JSON error bodies, the status of each runtime error, the app's exception handlers
 ``limits``      the request body's size limit
 ``auth``        bearer tokens; ``retries``: the ``Idempotency-Key`` header; ``page``: the web page at ``/``
+``openai_*``    OpenAI's chat completions (``/v1``): ``compat`` the routes, ``turns`` a turn, ``index`` the
+                conversation a message list leads to, ``shapes`` the bodies
 ==============  ======================================================================================
 """
 
@@ -39,6 +41,8 @@ from llm_fsm.llm import LLMClient
 from llm_fsm.server.auth import parse_tokens
 from llm_fsm.server.errors import add_error_handlers
 from llm_fsm.server.limits import DEFAULT_MAX_BODY, BodyLimit
+from llm_fsm.server.openai_compat import add_openai_routes
+from llm_fsm.server.openai_shapes import OPENAI_HEADERS
 from llm_fsm.server.page import add_page
 from llm_fsm.server.retries import REPLAYED
 from llm_fsm.server.routes import add_routes
@@ -112,6 +116,7 @@ def create_app(
     )
     app.state.service = service
     add_routes(app, service)
+    add_openai_routes(app, service)
     add_page(app)
     add_error_handlers(app)
     app.add_middleware(BodyLimit, limit=max_body)
@@ -123,8 +128,8 @@ def create_app(
             CORSMiddleware,
             allow_origins=origins,
             allow_methods=["GET", "POST", "DELETE"],
-            allow_headers=["Authorization", "Content-Type", "Idempotency-Key"],
-            expose_headers=[REPLAYED, "Location"],
+            allow_headers=["Authorization", "Content-Type", "Idempotency-Key", "X-Conversation-Id"],
+            expose_headers=[REPLAYED, "Location", *OPENAI_HEADERS],
         )
     return app
 

@@ -81,6 +81,23 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         return {"error": {"type": self.type, "message": self.message, "status": self.status, **self.extra}}
 
+    def openai_body(self) -> dict[str, Any]:
+        """The error in OpenAI's shape (the ``/v1`` routes): ``type`` OpenAI's kind of error, ``code`` ours
+        (``not_found``, ``busy``...; ``model_not_found`` for an unknown model), ``param`` the field at fault."""
+        param = self.extra.get("param")
+        kind = "server_error" if self.status >= 500 else _OPENAI_KINDS.get(self.status, "invalid_request_error")
+        code = "model_not_found" if param == "model" and self.status == 404 else self.type
+        return {"error": {"message": self.message, "type": kind, "param": param, "code": code}}
+
+
+_OPENAI_KINDS = {401: "authentication_error", 403: "permission_error", 429: "rate_limit_error"}
+OPENAI_PREFIX = "/v1/"  # the OpenAI-compatible routes, whose errors take OpenAI's shape
+
+
+def body_for(path: str, error: APIError) -> dict[str, Any]:
+    """The error's body for a request to ``path``: OpenAI's shape under ``/v1/``, else ours."""
+    return error.openai_body() if path.startswith(OPENAI_PREFIX) else error.body()
+
 
 def not_found(what: str) -> APIError:
     return APIError(404, "not_found", what)
@@ -170,7 +187,7 @@ def add_error_handlers(app: FastAPI) -> None:
     async def on_api_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, APIError)
         headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
-        return JSONResponse(error.body(), status_code=error.status, headers=headers)
+        return JSONResponse(body_for(request.url.path, error), status_code=error.status, headers=headers)
 
     async def on_fsm_error(request: Request, error: Exception) -> JSONResponse:
         return await on_api_error(request, api_error(error))
@@ -179,9 +196,10 @@ def add_error_handlers(app: FastAPI) -> None:
         assert isinstance(error, RequestValidationError)
         problems = [_problem(e) for e in error.errors()]
         summary = "; ".join(f"{p['where']}: {p['message']}" if p["where"] else p["message"] for p in problems)
-        return await on_api_error(
-            request, APIError(400, "invalid_request", f"invalid request: {summary}", errors=problems)
-        )
+        extra: dict[str, Any] = {"errors": problems}
+        if request.url.path.startswith(OPENAI_PREFIX):  # OpenAI's shape names the field at fault, not a list
+            extra = {"param": problems[0]["where"].removeprefix("body.") if problems else None}
+        return await on_api_error(request, APIError(400, "invalid_request", f"invalid request: {summary}", **extra))
 
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
@@ -198,7 +216,9 @@ def add_error_handlers(app: FastAPI) -> None:
 
     async def on_unexpected(request: Request, error: Exception) -> JSONResponse:
         logger.error("unexpected error on %s %s", request.method, request.url.path, exc_info=error)
-        return JSONResponse(APIError(500, "internal_error", "internal error").body(), status_code=500)
+        return JSONResponse(
+            body_for(request.url.path, APIError(500, "internal_error", "internal error")), status_code=500
+        )
 
     app.add_exception_handler(APIError, on_api_error)
     app.add_exception_handler(FSMError, on_fsm_error)

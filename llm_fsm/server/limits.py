@@ -6,7 +6,7 @@ from __future__ import annotations
 from fastapi.responses import JSONResponse
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
-from llm_fsm.server.errors import APIError
+from llm_fsm.server.errors import APIError, body_for
 
 DEFAULT_MAX_BODY = 64 * 1024
 
@@ -23,7 +23,7 @@ class BodyLimit:
             return
         declared = dict(scope["headers"]).get(b"content-length")
         if declared is not None and (not declared.isdigit() or int(declared) > self.limit):
-            await self._refuse(send)
+            await self._refuse(scope, send)
             return
         body, more = b"", True
         while more:
@@ -33,7 +33,7 @@ class BodyLimit:
             body += message.get("body", b"")
             more = message.get("more_body", False)
             if len(body) > self.limit:
-                await self._refuse(send)
+                await self._refuse(scope, send)
                 return
         replayed = False
 
@@ -46,9 +46,9 @@ class BodyLimit:
 
         await self.app(scope, replay, send)
 
-    async def _refuse(self, send: Send) -> None:
+    async def _refuse(self, scope: Scope, send: Send) -> None:
         error = APIError(413, "request_too_large", f"the request body is longer than {self.limit} bytes")
-        await JSONResponse(error.body(), status_code=413)({"type": "http"}, _nothing, send)
+        await JSONResponse(body_for(scope["path"], error), status_code=413)({"type": "http"}, _nothing, send)
 
 
 async def _nothing() -> Message:  # pragma: no cover (a JSON response reads nothing)

@@ -85,15 +85,14 @@ class Service:
 
         def make(snapshot: Snapshot | None) -> Conversation:
             if snapshot is not None and key is not None:  # made by this key before: its answer is in it
-                return self._restored(conversation_id, snapshot)
+                return self.restored(conversation_id, snapshot)
             if snapshot is not None:  # 128 random bits do not collide; refuse rather than take another's
                 raise APIError(409, "conversation_conflict", "this conversation id is taken")
             return Conversation(
                 definition, self.llm, state, context, hooks=self.hooks, id=conversation_id, **self.options
             )
 
-        key = _key(client, conversation_id)
-        return Stored(conversation_id, StoredConversation(self.store, key, make, wait=self.wait))
+        return self.at(client, conversation_id, make)
 
     def stored(self, client: str, conversation_id: str) -> Stored:
         """The client's stored conversation, read when its turn holds the lock. 404 when there is none (or
@@ -105,13 +104,11 @@ class Service:
         def make(snapshot: Snapshot | None) -> Conversation:
             if snapshot is None:  # never stored, another client's, or deleted: never start one in its place
                 raise not_found(f"no conversation {conversation_id!r}")
-            return self._restored(conversation_id, snapshot)
+            return self.restored(conversation_id, snapshot)
 
-        return Stored(
-            conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
-        )
+        return self.at(client, conversation_id, make)
 
-    def _restored(self, conversation_id: str, snapshot: Snapshot) -> Conversation:
+    def restored(self, conversation_id: str, snapshot: Snapshot) -> Conversation:
         """The stored conversation; 422 when its definition is not served or changed in structure."""
         definition = self.definitions.get(snapshot.definition_name)
         if definition is None:
@@ -128,6 +125,12 @@ class Service:
         except ConversationError as exc:  # its definition's structure changed since it began
             advice = "serve the version of the definition it began with, or delete the conversation"
             raise APIError(422, "definition_error", f"{_without_api_advice(str(exc))}: {advice}") from None
+
+    def at(self, client: str, conversation_id: str, make: Callable[[Snapshot | None], Conversation]) -> Stored:
+        """The client's conversation ``conversation_id``, built by ``make`` when its turn first reads it."""
+        return Stored(
+            conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
+        )
 
     async def loaded(self, client: str, conversation_id: str) -> Stored:
         """:meth:`stored`, read now (without the lock: to show it)."""

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable, Mapping
-from typing import Any
+from collections.abc import Callable, Coroutine, Mapping
+from typing import Any, TypeVar
 
 import anyio
 from fastapi.responses import Response
@@ -25,10 +25,11 @@ from llm_fsm.server.views import result_view
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 from llm_fsm.turn import TurnResult
 
+T = TypeVar("T")
 PING_SECONDS = 15.0  # a comment line this often keeps proxies from closing a quiet stream
 
-_STARTED = object()  # the turn holds the lock and may run: the response starts
-_DONE = object()  # the turn's task ended (its result or error is on the task)
+STARTED = object()  # the turn holds the lock and may run: the response starts
+DONE = object()  # the turn's task ended (its result or error is on the task)
 
 
 def _refusal(conversation: Conversation, text: str | None) -> None:
@@ -51,22 +52,16 @@ async def start_stream(
 
     async def turn(conversation: Conversation) -> TurnResult | None:
         _refusal(conversation, text)
-        queue.put_nowait(_STARTED)
+        queue.put_nowait(STARTED)
         last = None
         async for event in conversation.astream(text):
             queue.put_nowait(event)
             last = event
         return last if isinstance(last, TurnResult) else None  # the result, kept for the key
 
-    task = asyncio.create_task(item.stored.arun(turn, **keyed(key, *asked(text))))
-    task.add_done_callback(lambda _: queue.put_nowait(_DONE))
-    try:
-        first = await queue.get()
-    except BaseException:
-        task.cancel()
-        raise
+    task, first = await launch(queue, item.stored.arun(turn, **keyed(key, *asked(text))))
     encode = functools.partial(_encode, mask=mask_of(item.definition))
-    if first is _DONE:
+    if first is DONE:
         kept = task.result()  # raises the turn's error: a JSON error response
         if item.stored.replayed and isinstance(kept, TurnResult):
             return _replay(kept, task, encode)
@@ -74,11 +69,24 @@ async def start_stream(
     return EventStream(queue, task, encode)
 
 
+async def launch(queue: asyncio.Queue[Any], work: Coroutine[Any, Any, T]) -> tuple[asyncio.Task[T], Any]:
+    """``work`` in a task of its own (its end puts :data:`DONE` on ``queue``), and the first event it queues:
+    :data:`STARTED` once its turn holds the lock, or :data:`DONE` when it ended first (its error, if any,
+    is on the task)."""
+    task = asyncio.create_task(work)
+    task.add_done_callback(lambda _: queue.put_nowait(DONE))
+    try:
+        return task, await queue.get()
+    except BaseException:  # the request was cancelled while waiting for the lock: so is the turn
+        task.cancel()
+        raise
+
+
 def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], bytes]) -> Response:
     """A kept turn as a stream: its whole message as one ``delta`` (the deltas still add up to the message),
     then its ``result``; the tool calls it made are in the result (they ran once, in the first attempt)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
-    for event in (MessageDelta(kept.message), kept, _DONE):
+    for event in (MessageDelta(kept.message), kept, DONE):
         queue.put_nowait(event)
     return EventStream(queue, task, encode, headers={REPLAYED: "true"})
 
@@ -151,7 +159,7 @@ class EventStream(Response):
             except TimeoutError:
                 await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
                 continue
-            if event is _DONE:
+            if event is DONE:
                 if not self.task.cancelled() and (error := self.task.exception()) is not None:
                     await send({"type": "http.response.body", "body": self.encode(api_error(error)), "more_body": True})
                 break

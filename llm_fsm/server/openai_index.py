@@ -1,0 +1,111 @@
+"""Which conversation a chat-completions request continues, found from the messages an unmodified client resends.
+
+An OpenAI client keeps no conversation id: it sends the whole message list on every call. The transcript a
+client holds after a turn (its user and assistant messages, system messages left out) is therefore the key:
+after each turn the server keeps a *mark*, the conversation's snapshot at that point, stored under a hash of
+that transcript (``CLIENT@oai-HASH``, in the server's own store: it survives restarts and every worker sees
+it). A request hashes its messages before its last user message and looks the mark up:
+
+- found, and the conversation it was taken from is still at that point: the turn continues that conversation;
+- found, and that conversation went on since (the person edited an earlier message, or asked for a
+  regeneration): a new conversation is restored from the mark's snapshot and the turn runs there; the
+  original stays as it was;
+- not found: the longest earlier point of the list that has a mark (a transcript point ends after an
+  assistant message; at most :data:`MAX_WALK` are tried) is branched from; none: a new conversation.
+
+A mark's snapshot carries the whole history up to its point (a branch needs all of it), so a conversation of
+``n`` turns stores ``n`` marks of up to ``n`` exchanges each; ``llm-fsm conversations prune`` drops old ones
+with the conversations. The mark's ``uid`` field holds the id of the conversation it was taken from: a mark
+is never run as it is (a branch gets a uid of its own), so the field is free to say where it came from.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import secrets
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from llm_fsm.engine import Snapshot
+from llm_fsm.store import Store
+from llm_fsm.values import derived_uid
+
+Said = tuple[str, str]  # (role, text) of one message a client resends: "user" or "assistant"
+MAX_WALK = 64  # earlier points tried when a transcript is not found (each one store read)
+
+
+def points(definition_name: str, transcript: Sequence[Said]) -> list[tuple[int, str]]:
+    """``(length, hash)`` of each point a mark may be kept at, longest first: the whole transcript, then each
+    prefix ending with an assistant message. The hash chains the messages, so computing them all reads each
+    message once; the definition's name starts the chain (two definitions' equal transcripts differ)."""
+    digest = hashlib.sha256(f"llm-fsm openai {definition_name}".encode()).digest()
+    found = []
+    for length, said in enumerate(transcript, 1):
+        digest = hashlib.sha256(digest + json.dumps(list(said), ensure_ascii=False).encode()).digest()
+        if length == len(transcript) or said[0] == "assistant":
+            found.append((length, digest.hex()[:40]))
+    return found[::-1]
+
+
+def mark_id(client: str, digest: str) -> str:
+    return f"{client}@oai-{digest}"
+
+
+@dataclass(frozen=True)
+class Mark:
+    """The conversation ``conversation_id`` at a transcript point: its ``snapshot`` there (whole history)
+    and how many of the request's messages the point covers (``length``)."""
+
+    conversation_id: str
+    snapshot: Snapshot
+    length: int
+
+
+async def find(store: Store, client: str, definition_name: str, transcript: Sequence[Said]) -> Mark | None:
+    """The mark of the longest point of ``transcript`` that has one (see the module's docstring); None: none."""
+    if not transcript:
+        return None
+    for length, digest in points(definition_name, transcript)[:MAX_WALK]:
+        record = await store.aload(mark_id(client, digest))
+        if record is not None and record.snapshot.definition_name == definition_name:
+            return Mark(record.snapshot.uid, record.snapshot, length)
+    return None
+
+
+async def keep(
+    store: Store, client: str, definition_name: str, transcript: Sequence[Said], conversation_id: str, whole: Snapshot
+) -> None:
+    """Keep ``whole`` (a snapshot with its whole history) as the mark of ``transcript``, taken from
+    ``conversation_id``. Saved over any mark of the same transcript: the newest conversation there wins."""
+    digest = points(definition_name, transcript)[0][1]
+    marked = whole.model_copy(update={"uid": conversation_id, "idempotency": ()})
+    await store.asave(mark_id(client, digest), marked)
+
+
+def branch_of(mark: Mark, conversation_id: str) -> Snapshot:
+    """The snapshot a branch from ``mark`` starts from: a conversation of its own (its own uid, so its tool
+    calls' idempotency keys are not the original's), with no kept answers of the original's requests."""
+    return mark.snapshot.model_copy(update={"uid": derived_uid("openai-branch", conversation_id), "idempotency": ()})
+
+
+def new_id() -> str:
+    return secrets.token_hex(16)  # as the native API's: 128 random bits, 32 hex digits
+
+
+def extended(before: Snapshot, after: Snapshot) -> Snapshot | None:
+    """``after`` (a saved snapshot, carrying its history's tail) with its whole history, when ``before`` (whole,
+    an earlier point of the same conversation) holds every exchange before that tail; None when it does not."""
+    if before.history_start or after.history_start > before.history_len:
+        return None
+    history = (*before.history[: after.history_start], *after.history)
+    return after.model_copy(update={"history": history, "history_start": 0})
+
+
+async def whole(store: Store, stored_id: str, snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with its whole history, the exchanges before its tail read from the store (in a worker
+    thread: the pages are read with the store's sync calls)."""
+    from llm_fsm.store.history import whole as read_whole
+
+    return await asyncio.to_thread(read_whole, store, stored_id, snapshot)

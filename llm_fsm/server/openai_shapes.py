@@ -1,0 +1,213 @@
+"""What the OpenAI-compatible endpoints read and write: the request body, the transcript and the user's
+message taken from it (each bad input a 400 naming its ``param``), the completion and its chunks, the
+``llm_fsm`` extension field and headers, and the errors in OpenAI's shape.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from llm_fsm.engine import PendingEvent
+from llm_fsm.llm import Usage
+from llm_fsm.server.errors import APIError
+from llm_fsm.server.openai_index import Said
+
+IGNORED_ROLES = ("system", "developer")  # the definition is the system prompt: a client's own is left out
+NOTE_SYSTEM = "system messages are ignored: the definition is the system prompt"
+
+
+class ChatRequest(BaseModel):
+    """The part of OpenAI's chat-completions body the server reads; every other field (``temperature``,
+    ``max_tokens``, ``tools``...) is accepted and ignored: the definition decides how the model is called."""
+
+    model_config = ConfigDict(extra="allow")
+
+    model: str
+    messages: list[dict[str, Any]]
+    stream: bool = Field(False, strict=True)  # strict: "stream": "yes" is refused, not read as true
+    n: int | None = Field(None, strict=True)
+    metadata: dict[str, Any] | None = None
+    stream_options: dict[str, Any] | None = None
+
+
+class Conversed(BaseModel):
+    """What a chat client cannot show, as the ``llm_fsm`` field of a completion and of its last chunk."""
+
+    conversation_id: str
+    state: str
+    status: str
+    ended: bool
+    paused: bool
+    question: str | None = Field(None, description="The pause's question (the message asks it too).")
+    branched_from: str | None = Field(None, description="The conversation this one was branched from, if any.")
+    notes: list[str] = Field(default_factory=list)
+
+
+def invalid(message: str, param: str | None, status: int = 400, code: str = "invalid_request") -> APIError:
+    return APIError(status, code, message, param=param)
+
+
+def read_messages(request: ChatRequest) -> tuple[list[Said], str, list[str]]:
+    """The transcript before the last user message, that message's text, and notes on what was left out.
+    400 for an empty list, a last message not the user's, an unknown role, or content that is not text."""
+    if request.n not in (None, 1):
+        raise invalid("n must be 1: a conversation gives one reply per turn", "n")
+    if not request.messages:
+        raise invalid("messages must hold at least the user's message", "messages")
+    said: list[Said] = []
+    notes: list[str] = []
+    for number, message in enumerate(request.messages):
+        role = message.get("role")
+        if role in IGNORED_ROLES:
+            notes[:] = [NOTE_SYSTEM]
+            continue
+        if role not in ("user", "assistant"):
+            raise invalid(
+                f"messages[{number}].role must be system, developer, user or assistant, not {role!r}",
+                f"messages[{number}].role",
+            )
+        said.append((str(role), _text(message.get("content"), number)))
+    if not said or said[-1][0] != "user":
+        raise invalid("the last message must be the user's (the one the conversation answers)", "messages")
+    return said[:-1], said[-1][1], notes
+
+
+def _text(content: object, number: int) -> str:
+    """A message's text: a string, or a list of text parts (joined by newlines)."""
+    where = f"messages[{number}].content"
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list) and content:
+        texts = []
+        for index, part in enumerate(content):
+            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
+                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
+                raise invalid(f"{where}[{index}] must be a text part, not {kind!r}", f"{where}[{index}]")
+            texts.append(part["text"])
+        return "\n".join(texts)
+    raise invalid(f"{where} must be text or a list of text parts", where)
+
+
+Mask = Callable[[dict[str, Any]], dict[str, Any]]
+
+
+def question_of(pending: PendingEvent | None, mask: Mask) -> str | None:
+    """What a pause asks the person: a tool call's approval (its secret-looking arguments masked, as the native
+    routes show them), or a pause's ``question`` (else its reason)."""
+    if pending is None:
+        return None
+    if pending.kind == "tool_approval":
+        given = pending.payload.get("arguments")
+        arguments = json.dumps(mask(given) if isinstance(given, dict) else given, ensure_ascii=False, default=str)
+        return f"May I run {pending.payload.get('tool')} with {arguments}? (yes or no)"
+    question = pending.payload.get("question")
+    return question if isinstance(question, str) and question.strip() else pending.reason
+
+
+def answer_of(pending: PendingEvent, text: str) -> dict[str, Any] | None:
+    """The resume result a person's message gives a pause; None when the message does not answer it. A tool
+    approval takes yes or no; a pause whose payload names an ``answer_key`` takes the message as that key's
+    value. Any other pause is resumed through ``POST /conversations/{id}/resume`` (409 here)."""
+    if pending.kind == "tool_approval":
+        if isinstance(pending.tool_call, dict) and pending.tool_call.get("approval") is not None:
+            return {"approved": True}  # decided before a process stopped: it goes on with that decision
+        word = text.strip().lower().rstrip(".!")
+        return {"approved": True} if word in ("y", "yes") else {"approved": False} if word in ("n", "no") else None
+    key = pending.payload.get("answer_key")
+    if isinstance(key, str) and key:
+        return {key: text}
+    raise APIError(
+        409,
+        "conversation_paused",
+        f"the conversation is paused ({pending.reason}) and this pause takes no chat message: "
+        "resume it with POST /conversations/{id}/resume",
+        param="messages",
+    )
+
+
+def with_question(message: str, question: str | None) -> str:
+    """The message a chat client shows: the turn's, then the pause's question when the message does not ask it."""
+    if question is None or question in message:
+        return message
+    return f"{message}\n\n{question}" if message else question
+
+
+def usage_of(usage: Usage | None) -> dict[str, int] | None:
+    if usage is None:
+        return None
+    return {
+        "prompt_tokens": usage.prompt_tokens,
+        "completion_tokens": usage.completion_tokens,
+        "total_tokens": usage.total_tokens or usage.prompt_tokens + usage.completion_tokens,
+    }
+
+
+def completion(ident: str, model: str, content: str, usage: Usage | None, extension: Conversed) -> dict[str, Any]:
+    return {
+        "id": ident,
+        "object": "chat.completion",
+        "created": int(time.time()),
+        "model": model,
+        "choices": [
+            {
+                "index": 0,
+                "message": {"role": "assistant", "content": content},
+                "finish_reason": "stop",
+                "logprobs": None,
+            }
+        ],
+        "usage": usage_of(usage),
+        "llm_fsm": extension.model_dump(),
+    }
+
+
+def chunk(ident: str, model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+    """One ``data:`` line of a stream (an empty ``choices`` with ``usage``: the usage chunk)."""
+    choices = [] if "usage" in extra else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
+    body = {
+        "id": ident,
+        "object": "chat.completion.chunk",
+        "created": int(time.time()),
+        "model": model,
+        "choices": choices,
+        **extra,
+    }
+    return f"data: {json.dumps(body, ensure_ascii=False, default=str)}\n\n".encode()
+
+
+DONE_LINE = b"data: [DONE]\n\n"
+
+
+OPENAI_HEADERS = (
+    "X-LLM-FSM-Conversation-Id",
+    "X-LLM-FSM-State",
+    "X-LLM-FSM-Status",
+    "X-LLM-FSM-Ended",
+    "X-LLM-FSM-Paused",
+)
+
+
+def headers_of(extension: Conversed, *, final: bool = True) -> dict[str, str]:
+    """The extension as headers; a stream's are sent before its turn runs: the conversation's id only."""
+    found = {"X-LLM-FSM-Conversation-Id": extension.conversation_id}
+    if final:
+        found |= {
+            "X-LLM-FSM-State": extension.state,
+            "X-LLM-FSM-Status": extension.status,
+            "X-LLM-FSM-Ended": str(extension.ended).lower(),
+            "X-LLM-FSM-Paused": str(extension.paused).lower(),
+        }
+    return found
+
+
+def model_list(names: list[str]) -> dict[str, Any]:
+    return {"object": "list", "data": [model_card(name) for name in names]}
+
+
+def model_card(name: str) -> dict[str, Any]:
+    return {"id": name, "object": "model", "created": 0, "owned_by": "llm-fsm"}

@@ -1,0 +1,230 @@
+"""One chat-completions turn: which stored conversation it runs on (:func:`plan`, from the messages or a named
+id; see :mod:`llm_fsm.server.openai_index`), and the turn itself (:class:`ChatTurn`): the opening first when the
+conversation is new, a pause answered by the person's message where the pause allows it, else the message sent.
+
+The turn runs as every turn of ``serve`` does, in :meth:`StoredConversation.arun`: under the conversation's
+lock, saved with a version check, nothing saved when it fails. Its reply is what the client will resend, so the
+text is gathered as the client receives it (:class:`Reply`), and the transcript's mark is kept from it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from llm_fsm.conversation import Conversation
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.engine import Snapshot
+from llm_fsm.llm import Usage
+from llm_fsm.refusals import turn_refusal
+from llm_fsm.server import openai_index as index
+from llm_fsm.server.openai_shapes import Conversed, Mask, answer_of, question_of
+from llm_fsm.server.service import Service, Stored
+from llm_fsm.server.sse import STARTED
+from llm_fsm.streaming import MessageDelta, MessageReset
+from llm_fsm.turn import TurnResult
+
+T = TypeVar("T")
+SEPARATOR = "\n\n"  # between the opening and the reply, and before a pause's question
+
+
+class Moved(Exception):  # noqa: N818 (a signal: the conversation went on past the mark)
+    """The conversation a mark was taken from is no longer at the mark's point: branch from the mark instead."""
+
+
+@dataclass(frozen=True)
+class Asked:
+    """What a request asks: whose conversation (``client``), of which definition, after which transcript (the
+    messages before the last user message), the person's ``text``, and the notes on what was left out."""
+
+    service: Service
+    client: str
+    definition: FSMDefinition
+    transcript: list[index.Said]
+    text: str
+    notes: list[str]
+
+
+@dataclass
+class Plan:
+    """Where a turn runs: the stored conversation, the mark it must still be at (None: no condition), and
+    the conversation it branches from."""
+
+    item: Stored
+    mark: index.Mark | None = None
+    branched_from: str | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+async def plan(asked: Asked, named: str | None) -> Plan:
+    """The conversation a request names, else the one its transcript's mark points to (or a branch of it, or a
+    new one: see :mod:`llm_fsm.server.openai_index`)."""
+    service, client, transcript = asked.service, asked.client, asked.transcript
+    if named is not None:
+        return Plan(service.stored(client, named))
+    mark = await index.find(service.store, client, asked.definition.name, transcript)
+    if mark is None:
+        notes = ["no conversation holds these messages: a new one started"] if transcript else []
+        return Plan(service.new(client, asked.definition, None, {}, None), notes=notes)
+    if mark.length < len(transcript):
+        return branch(service, client, mark, [f"the messages after the first {mark.length} are not the conversation's"])
+    return Plan(service.at(client, mark.conversation_id, _continued(service, mark)), mark)
+
+
+def branch(service: Service, client: str, mark: index.Mark, notes: list[str] | None = None) -> Plan:
+    """A new conversation restored from ``mark``'s snapshot (the one it was taken from stays as it was)."""
+    conversation_id = index.new_id()
+    start = index.branch_of(mark, conversation_id)
+
+    def make(snapshot: Snapshot | None) -> Conversation:
+        return service.restored(conversation_id, snapshot or start)
+
+    return Plan(service.at(client, conversation_id, make), mark, mark.conversation_id, notes or [])
+
+
+def _continued(service: Service, mark: index.Mark) -> Callable[[Snapshot | None], Conversation]:
+    def make(snapshot: Snapshot | None) -> Conversation:
+        if snapshot is None:  # deleted since the mark was kept: the mark still holds that point
+            raise Moved
+        return service.restored(mark.conversation_id, snapshot)
+
+    return make
+
+
+def _position(snapshot: Snapshot) -> tuple[Any, ...]:
+    """Where a conversation stands: two snapshots of one conversation at one point have the same."""
+    return (snapshot.history_len, snapshot.turns, snapshot.status, snapshot.pending)
+
+
+class Reply:
+    """The assistant message as the client receives it: streamed as chunks into ``queue`` (None: whole)."""
+
+    def __init__(self, queue: asyncio.Queue[Any] | None, chunk: Callable[[dict[str, Any]], bytes]) -> None:
+        self.text = ""
+        self.queue, self.chunk = queue, chunk
+
+    def start(self) -> None:
+        """The turn holds its conversation and may run: a stream's response starts, with the role's chunk."""
+        if self.queue is not None:
+            self.queue.put_nowait(STARTED)
+            self.queue.put_nowait(self.chunk({"role": "assistant", "content": ""}))
+
+    def add(self, text: str) -> None:
+        if text:
+            self.text += text
+            if self.queue is not None:
+                self.queue.put_nowait(self.chunk({"content": text}))
+
+    def part(self, message: str, since: int) -> None:
+        """After a turn whose deltas were added from ``since`` on: the client then holds ``message`` (the rest
+        of it is added), or, when what it was sent is not the start of it (text the turn discarded), the
+        discarded text and ``message`` after it: what the client holds is what it will resend."""
+        sent = self.text[since:]
+        self.add(message[len(sent) :] if message.startswith(sent) else SEPARATOR + message)
+
+    def next_part(self) -> int:
+        self.add(SEPARATOR if self.text else "")
+        return len(self.text)
+
+
+class ChatTurn:
+    """The turn of one request on ``plan``'s conversation: ``text`` is the person's message."""
+
+    def __init__(self, plan: Plan, text: str, reply: Reply, mask: Mask) -> None:
+        self.plan, self.text, self.reply, self.mask = plan, text, reply, mask
+        self.streamed = reply.queue is not None
+        self.usage = Usage()
+        self.ran = False  # whether a turn ran (a message that does not answer a pause runs none)
+
+    async def __call__(self, conversation: Conversation) -> None:
+        if self.plan.mark is not None and _position(conversation.snapshot()) != _position(self.plan.mark.snapshot):
+            raise Moved
+        pending = conversation.pending
+        answer = answer_of(pending, self.text) if pending is not None else None  # 409 when it takes no message
+        if pending is None and conversation.status != "new":
+            _refuse(conversation, self.text)  # ended, or an empty message: the error's status, before any 200
+        self.reply.start()
+        if conversation.status == "new":
+            await self._run(conversation, None)
+        if pending is not None and answer is None:  # not an answer: the question is asked again, nothing runs
+            self.reply.add(f"Please answer yes or no. {question_of(pending, self.mask)}")
+            return
+        if pending is not None and answer is not None:
+            self._took(await conversation.aresume(pending.token, answer), self.reply.next_part())
+        else:
+            await self._run(conversation, self.text)
+        question = question_of(conversation.pending, self.mask)
+        if question is not None and question not in self.reply.text:
+            self.reply.add(SEPARATOR + question)
+
+    async def _run(self, conversation: Conversation, text: str | None) -> None:
+        since = self.reply.next_part()
+        if not self.streamed:
+            self._took(await (conversation.astart() if text is None else conversation.asend(text)), since)
+            return
+        result, discarded = None, False
+        async for event in conversation.astream(text):
+            if isinstance(event, MessageReset):
+                discarded = True  # a chat client cannot take text back: the rest comes whole, after what it has
+            elif isinstance(event, MessageDelta) and not discarded:
+                self.reply.add(event.text)
+            elif isinstance(event, TurnResult):
+                result = event
+        assert result is not None  # a stream that ends without its result raised instead
+        self._took(result, since)
+
+    def _took(self, result: TurnResult, since: int) -> None:
+        self.reply.part(result.message, since)
+        self.usage += result.usage
+        self.ran = True
+
+
+def _refuse(conversation: Conversation, text: str) -> None:
+    refused = turn_refusal(conversation, text)
+    if refused is not None:
+        raise refused.error()
+
+
+async def run(
+    asked: Asked, first: Plan, make_turn: Callable[[Plan], ChatTurn], launch: Callable[[ChatTurn], Awaitable[T]]
+) -> tuple[ChatTurn, T]:
+    """Run the turn on ``first``'s conversation, or, when that one went on past its mark, on a branch of it.
+    ``launch`` runs the turn's coroutine (awaits it, or starts a stream's task); returns the turn and what
+    ``launch`` gave."""
+    try:
+        turn = make_turn(first)
+        return turn, await launch(turn)
+    except Moved:
+        assert first.mark is not None  # only a mark's conversation can have moved
+        notes = [f"conversation {first.mark.conversation_id} went on from here: this turn branched from it"]
+        turn = make_turn(branch(asked.service, asked.client, first.mark, first.notes + notes))
+        return turn, await launch(turn)
+
+
+def extension(turn: ChatTurn, asked: Asked) -> Conversed:
+    conversation = turn.plan.item.stored.conversation
+    return Conversed(
+        conversation_id=turn.plan.item.id,
+        state=conversation.state,
+        status=conversation.status,
+        ended=conversation.ended,
+        paused=conversation.paused,
+        question=question_of(conversation.pending, turn.mask),
+        branched_from=turn.plan.branched_from,
+        notes=asked.notes + turn.plan.notes,
+    )
+
+
+async def keep_mark(asked: Asked, turn: ChatTurn) -> None:
+    """Keep the mark of the transcript the client now holds: its messages, the user's, the reply it got."""
+    stored = turn.plan.item.stored
+    saved = stored.conversation.snapshot()
+    whole = saved if not saved.history_start else None
+    if whole is None and turn.plan.mark is not None:
+        whole = index.extended(turn.plan.mark.snapshot, saved)
+    if whole is None:
+        whole = await index.whole(asked.service.store, stored.id, saved)
+    after = [*asked.transcript, ("user", asked.text), ("assistant", turn.reply.text)]
+    await index.keep(asked.service.store, asked.client, asked.definition.name, after, turn.plan.item.id, whole)
