@@ -440,6 +440,9 @@ def state_reply_schemas(
         # the keys of every move, "$return" unresolved, as engine.model_writable_keys counts them: the
         # strict schema asks for what decide() lets the model write, wherever the way back leads
         keys = writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN))
+        # and the keys it may correct: whether they are collected yet is the engine's to judge (the schema is
+        # the state's, the same on every turn)
+        keys += [key for key in definition.correctable_keys(state_id) if key not in keys]
         return reply_schema(state, strict=False, moves=moves), reply_schema(state, strict=True, moves=moves, keys=keys)
 
     return definition.derived(f"reply_schemas:{back_to or ''}", state_id, compute)

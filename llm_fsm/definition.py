@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from llm_fsm.definition_outline import (
     _GLOBAL_PART,
@@ -91,6 +91,8 @@ __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported fr
 ]
 
 T = TypeVar("T")
+# what "corrections" holds: every collected key (true), none (false), or the keys named (see llm_fsm.corrections)
+Corrections = StrictBool | tuple[str, ...]
 
 
 class State(_Frozen):
@@ -107,8 +109,11 @@ class State(_Frozen):
     handlers: tuple[str, ...] = Field((), description="Names of handlers (registered in code) that run in this state.")
     writable_keys: tuple[str, ...] | None = Field(
         None,
-        description="Context keys the model may write here. Default: required_context_keys, the keys this "
-        "state's conditions read, and _extra.",
+        description="Context keys the model may write here. Default: required_context_keys, the keys the "
+        "conditions of its moves read (global moves included), and _extra.",
+    )
+    corrections: Corrections | None = Field(
+        None, description="The keys the model may correct here once collected, over the definition's corrections."
     )
     checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
     tools: tuple[str, ...] = Field((), description="Names of the tools the model may call in this state.")
@@ -190,6 +195,11 @@ class FSMDefinition(_Frozen):
         "state except those in its except_states and its own target, with the state's own transitions.",
     )
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
+    corrections: Corrections = Field(
+        False,
+        description="Keys the model may correct in any state once they are in the context (a person changing what "
+        "they said): true for every key a state collects, or a list of them. Default false: none.",
+    )
     mask_secrets: bool = Field(
         True,
         strict=True,
@@ -227,6 +237,25 @@ class FSMDefinition(_Frozen):
         """The keys the model may never write: ``handler_only_keys`` and the tools' result keys."""
         results = (tool.result_key for tool in self.tools.values() if tool.result_key)
         return tuple(dict.fromkeys([*self.handler_only_keys, *results]))
+
+    @cached_property
+    def collected_keys(self) -> tuple[str, ...]:
+        """The keys some state asks the model for (``contract.writable_keys``): what ``corrections`` may name."""
+        from llm_fsm.contract import writable_keys  # contract imports this module
+
+        every = (writable_keys(s, self.code_only_keys, self.moves(sid, RETURN)) for sid, s in self.states.items())
+        return tuple(dict.fromkeys(key for keys in every for key in keys))
+
+    def correctable_keys(self, state_id: str) -> tuple[str, ...]:
+        """The keys the model may correct in ``state_id`` once they are in the context: its ``corrections``, else
+        the definition's (true: :attr:`collected_keys`); never code's keys (see :mod:`llm_fsm.corrections`)."""
+
+        def compute(state: State) -> tuple[str, ...]:
+            setting = self.corrections if state.corrections is None else state.corrections
+            named = self.collected_keys if setting is True else setting or ()
+            return tuple(k for k in named if k in self.collected_keys)  # load refuses the others: kept out anyway
+
+        return self.derived("correctable_keys", state_id, compute)
 
     @cached_property
     def content_hash(self) -> str:

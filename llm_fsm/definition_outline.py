@@ -75,9 +75,10 @@ _ADDED_TOP = {
     "summaries": None,
     "global_transitions": [],
     "tool_error_detail": "message",
+    "corrections": False,
 }
 _ADDED_STATE: dict[str, Any] = {
-    "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None,
+    "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None, "corrections": None,
 }  # fmt: skip
 _ADDED_TOOL: dict[str, Any] = {"error_detail": None}
 

@@ -25,6 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from llm_fsm import corrections
 from llm_fsm.definition import (
     Check,
     Condition,
@@ -191,6 +192,8 @@ class _Reader:
         checks = FileChecks(self.error)
         checks.graph(data, ids_known=not self._states_without_id)
         checks.tools(data)
+        for loc, message, code, hint in corrections.problems(definition) if definition is not None else ():
+            self.error(loc, message, code=code, hint=hint)
         if definition is not None and not self.errors and subflows.has_subflows(definition):
             self._check_subflows(definition)
         if self.errors:

@@ -1,0 +1,87 @@
+"""Corrections: a person changing what they said earlier ("make it Friday" at a read-back).
+
+The one rule of what the model may write, in the words the guides use (``docs/authoring.md`` and
+``docs/turns.md`` quote :data:`RULE`; a test holds them to it):
+
+    In a state the model writes the keys listed in its `writable_keys`, or, without that list, the keys it
+    collects (`required_context_keys`), the keys the conditions of its moves read (global moves included) and
+    `_extra`; where `corrections` allows, it also rewrites keys already in the context. It never writes keys
+    starting with `_` (except `_extra`), `handler_only_keys` or a tool's `result_key`.
+
+``corrections`` (the definition's, or a state's over it) is ``true`` (every key some state collects:
+:attr:`FSMDefinition.collected_keys`), ``false`` (none, the default) or a list of such keys
+(:meth:`FSMDefinition.correctable_keys`). A correctable key is writable only once it is in the context: a
+correction never writes a key the state may not write. A write that changes a value already there is
+reported as a correction (``TurnResult.corrections``, the ``context_update`` handlers' ``corrections``);
+the moves are judged on the corrected context like on any update, so a move a correction breaks is refused.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from typing import TYPE_CHECKING, Any
+
+from llm_fsm.definition import FSMDefinition
+from llm_fsm.wording import did_you_mean
+
+if TYPE_CHECKING:
+    from llm_fsm.engine import Rejection
+
+RULE = (
+    "In a state the model writes the keys listed in its `writable_keys`, or, without that list, the keys it "
+    "collects (`required_context_keys`), the keys the conditions of its moves read (global moves included) and "
+    "`_extra`; where `corrections` allows, it also rewrites keys already in the context. It never writes keys "
+    "starting with `_` (except `_extra`), `handler_only_keys` or a tool's `result_key`."
+)
+
+
+def writable(
+    definition: FSMDefinition, state_id: str, context: Mapping[str, Any], keys: frozenset[str]
+) -> frozenset[str]:
+    """``keys`` (what the state writes) with the keys it may correct that are already in ``context``."""
+    fixable = [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
+    return keys.union(fixable) if fixable else keys
+
+
+def explained(definition: FSMDefinition, state_id: str, refused: list[Rejection]) -> list[Rejection]:
+    """``refused`` with the refusals of keys the state may correct once collected saying so (a correction
+    never writes a new key)."""
+    fixable = definition.correctable_keys(state_id)
+    if not fixable:
+        return refused
+    later = "; it may be corrected once collected, and it has not been"
+    return [r.model_copy(update={"reason": r.reason + later}) if r.key in fixable else r for r in refused]
+
+
+def corrected(
+    definition: FSMDefinition, state_id: str, before: Mapping[str, Any], applied: Mapping[str, Any]
+) -> dict[str, dict[str, Any]]:
+    """The corrections in ``applied`` (an accepted update in ``state_id``): each correctable key that
+    ``before`` held with another value, ``{"from": old, "to": new}``."""
+    from llm_fsm.engine import merge  # the engine imports this module
+
+    found: dict[str, dict[str, Any]] = {}
+    for key in definition.correctable_keys(state_id):  # most states correct nothing: no loop
+        if key in applied and key in before:
+            new = merge({key: before[key]}, {key: applied[key]})[key]  # an object merges into the old one
+            if new != before[key]:
+                found[key] = {"from": before[key], "to": new}
+    return found
+
+
+def problems(definition: FSMDefinition) -> Iterator[tuple[tuple[Any, ...], str, str, str | None]]:
+    """(where, message, code, hint) for each key a ``corrections`` list names that no state collects."""
+    collected = definition.collected_keys
+    settings = [(("corrections",), definition.corrections)]
+    settings += [(("states", sid, "corrections"), state.corrections) for sid, state in definition.states.items()]
+    for where, setting in settings:
+        for index, key in enumerate(setting if isinstance(setting, tuple) else ()):
+            if key in collected:
+                continue
+            if key.startswith("_") or key in definition.code_only_keys:
+                why = f"is {'internal to the runtime' if key.startswith('_') else 'set by code'}: the model never writes it"
+                hint = "only keys a state collects can be corrected"
+            else:
+                why = "is not collected by any state"
+                hint = did_you_mean(key, collected) or "list keys a state collects (required_context_keys)"
+            yield (*where, index), f"'{key}' cannot be corrected: it {why}", "correction_key", hint
