@@ -5,8 +5,9 @@ The one rule of what the model may write, in the words the guides use (``docs/au
 
     In a state the model writes the keys listed in its `writable_keys`, or, without that list, the keys it
     collects (`required_context_keys`), the keys the conditions of its moves read (global moves included) and
-    `_extra`; where `corrections` allows, it also rewrites keys already in the context. It never writes keys
-    starting with `_` (except `_extra`), `handler_only_keys` or a tool's `result_key`.
+    `_extra`; it also corrects the keys `corrections` allows once they are in the context. It never writes
+    keys starting with `_` (except `_extra`), `handler_only_keys` or a tool's `result_key`. Other writes are
+    dropped and reported in `rejected`.
 
 ``corrections`` (the definition's, or a state's over it) is ``true`` (every key some state collects:
 :attr:`FSMDefinition.collected_keys`), ``false`` (none, the default) or a list of such keys
@@ -30,8 +31,9 @@ if TYPE_CHECKING:
 RULE = (
     "In a state the model writes the keys listed in its `writable_keys`, or, without that list, the keys it "
     "collects (`required_context_keys`), the keys the conditions of its moves read (global moves included) and "
-    "`_extra`; where `corrections` allows, it also rewrites keys already in the context. It never writes keys "
-    "starting with `_` (except `_extra`), `handler_only_keys` or a tool's `result_key`."
+    "`_extra`; it also corrects the keys `corrections` allows once they are in the context. It never writes keys "
+    "starting with `_` (except `_extra`), `handler_only_keys` or a tool's `result_key`. Other writes are dropped "
+    "and reported in `rejected`."
 )
 
 
