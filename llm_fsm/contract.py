@@ -454,15 +454,4 @@ def writable_keys(
     """Keys the model is asked about in ``state``: its ``writable_keys`` when it has them, else those to
     collect and those the conditions of its ``moves`` read (by default its own transitions; pass
     ``FSMDefinition.moves`` to count the global ones); never internal ``_`` keys or ``protected`` ones."""
-    from llm_fsm.logic import keys_read
-
-    if state.writable_keys is not None:  # said outright: exactly what the engine lets the model write
-        return [k for k in state.writable_keys if not k.startswith("_") and k not in protected]
-    keys = dict.fromkeys(state.required_context_keys)
-    for transition in state.transitions if moves is None else moves:
-        for condition in transition.conditions:
-            keys.update(dict.fromkeys(condition.requires_context_keys))
-            if condition.logic is not None:
-                # a condition that reads "a.b" needs the model to write the object "a"
-                keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
-    return [k for k in keys if not k.startswith("_") and k not in protected]
+    return state.asked_keys(protected, moves)

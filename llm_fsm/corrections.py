@@ -19,14 +19,13 @@ the moves are judged on the corrected context like on any update, so a move a co
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Collection, Iterator, Mapping
+from typing import Any, TypeVar
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition import Corrections, FSMDefinition
 from llm_fsm.wording import did_you_mean
 
-if TYPE_CHECKING:
-    from llm_fsm.engine import Rejection
+R = TypeVar("R")
 
 RULE = (
     "In a state the model writes the keys listed in its `writable_keys`, or, without that list, the keys it "
@@ -45,43 +44,42 @@ def writable(
     return keys.union(fixable) if fixable else keys
 
 
-def explained(definition: FSMDefinition, state_id: str, refused: list[Rejection]) -> list[Rejection]:
-    """``refused`` with the refusals of keys the state may correct once collected saying so (a correction
-    never writes a new key)."""
+def explained(definition: FSMDefinition, state_id: str, refused: list[R]) -> list[R]:
+    """``refused`` (the engine's rejections) with the refusals of keys the state may correct once collected
+    saying so: a correction never writes a new key."""
     fixable = definition.correctable_keys(state_id)
     if not fixable:
         return refused
     later = "; it may be corrected once collected, and it has not been"
-    return [r.model_copy(update={"reason": r.reason + later}) if r.key in fixable else r for r in refused]
+    # read as Any: the engine's Rejection, which this module cannot import (the engine imports this one)
+    found: list[Any] = refused
+    return [r.model_copy(update={"reason": r.reason + later}) if r.key in fixable else r for r in found]
 
 
 def corrected(
-    definition: FSMDefinition, state_id: str, before: Mapping[str, Any], applied: Mapping[str, Any]
+    definition: FSMDefinition, state_id: str, before: Mapping[str, Any], after: Mapping[str, Any], keys: Collection[str]
 ) -> dict[str, dict[str, Any]]:
-    """The corrections in ``applied`` (an accepted update in ``state_id``): each correctable key that
-    ``before`` held with another value, ``{"from": old, "to": new}``."""
-    from llm_fsm.engine import merge  # the engine imports this module
-
+    """The corrections a turn in ``state_id`` made, from the context ``before`` it to the context ``after``
+    the model's update ``keys``: each correctable key written that ``before`` held with another value."""
     found: dict[str, dict[str, Any]] = {}
     for key in definition.correctable_keys(state_id):  # most states correct nothing: no loop
-        if key in applied and key in before:
-            new = merge({key: before[key]}, {key: applied[key]})[key]  # an object merges into the old one
-            if new != before[key]:
-                found[key] = {"from": before[key], "to": new}
+        if key in keys and key in before and after.get(key) != before[key]:
+            found[key] = {"from": before[key], "to": after.get(key)}
     return found
 
 
 def problems(definition: FSMDefinition) -> Iterator[tuple[tuple[Any, ...], str, str, str | None]]:
     """(where, message, code, hint) for each key a ``corrections`` list names that no state collects."""
     collected = definition.collected_keys
-    settings = [(("corrections",), definition.corrections)]
+    settings: list[tuple[tuple[str, ...], Corrections | None]] = [(("corrections",), definition.corrections)]
     settings += [(("states", sid, "corrections"), state.corrections) for sid, state in definition.states.items()]
     for where, setting in settings:
         for index, key in enumerate(setting if isinstance(setting, tuple) else ()):
             if key in collected:
                 continue
             if key.startswith("_") or key in definition.code_only_keys:
-                why = f"is {'internal to the runtime' if key.startswith('_') else 'set by code'}: the model never writes it"
+                whose = "internal to the runtime" if key.startswith("_") else "set by code"
+                why = f"is {whose}: the model never writes it"
                 hint = "only keys a state collects can be corrected"
             else:
                 why = "is not collected by any state"

@@ -12,7 +12,7 @@ the loader reports them together with the field errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
@@ -172,6 +172,19 @@ class State(_Frozen):
     def transitions_by_priority(self) -> tuple[Transition, ...]:
         return tuple(sorted(self.transitions, key=lambda t: t.priority))
 
+    def asked_keys(self, protected: Collection[str] = (), moves: Sequence[Transition] | None = None) -> list[str]:
+        """What ``contract.writable_keys`` says (here so that :attr:`FSMDefinition.collected_keys` can ask it)."""
+        from llm_fsm.logic import keys_read
+
+        if self.writable_keys is not None:  # said outright: exactly what the engine lets the model write
+            return [k for k in self.writable_keys if not k.startswith("_") and k not in protected]
+        keys = dict.fromkeys(self.required_context_keys)
+        for condition in (c for t in (self.transitions if moves is None else moves) for c in t.conditions):
+            keys.update(dict.fromkeys(condition.requires_context_keys))
+            if condition.logic is not None:  # a condition that reads "a.b" needs the model to write the object "a"
+                keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
+        return [k for k in keys if not k.startswith("_") and k not in protected]
+
 
 def _example_lines(item: Any) -> list[Any]:
     if isinstance(item, dict) and "role" not in item:
@@ -241,9 +254,7 @@ class FSMDefinition(_Frozen):
     @cached_property
     def collected_keys(self) -> tuple[str, ...]:
         """The keys some state asks the model for (``contract.writable_keys``): what ``corrections`` may name."""
-        from llm_fsm.contract import writable_keys  # contract imports this module
-
-        every = (writable_keys(s, self.code_only_keys, self.moves(sid, RETURN)) for sid, s in self.states.items())
+        every = (s.asked_keys(self.code_only_keys, self.moves(sid, RETURN)) for sid, s in self.states.items())
         return tuple(dict.fromkeys(key for keys in every for key in keys))
 
     def correctable_keys(self, state_id: str) -> tuple[str, ...]:

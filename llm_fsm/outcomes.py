@@ -39,7 +39,7 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
     try:
         if decision.applied:
             keys = frozenset(decision.applied)
-            fixed = corrected(work.definition, current, work.base.context, decision.applied)
+            fixed = corrected(work.definition, current, work.base.context, work.context, decision.applied)
             yield from fire(work, "context_update", current, keys=keys, update=decision.applied, corrections=fixed)
         if target != current:
             yield from fire(work, "before_transition", current, target=target, message=message)
@@ -145,6 +145,6 @@ def finish(
         tool_calls=tuple(work.tool_runs),
         memory_updates=dict(work.memory.changed),
         fallback=work.fallback,
-        corrections=corrected(work.definition, work.base.state, work.base.context, applied),
+        corrections=corrected(work.definition, work.base.state, work.base.context, snapshot.context, applied),
     )
     return snapshot, result

@@ -96,7 +96,9 @@ def test_a_correction_that_breaks_a_move_is_refused_by_the_engine_itself():
 
 def test_named_keys_only_are_correctable_and_true_means_every_collected_key():
     named = dentist(corrections=["preferred_day"])
-    conversation = at_read_back(named, reply("read_back", "Tuesday at 11, right?", time="11:00", preferred_day="Friday"))
+    conversation = at_read_back(
+        named, reply("read_back", "Tuesday at 11, right?", time="11:00", preferred_day="Friday")
+    )
     result = conversation.send("Friday at 11 instead")
     assert [r.key for r in result.rejected] == ["time"]
     assert result.corrections == {"preferred_day": {"from": "Tuesday", "to": "Friday"}}
@@ -121,7 +123,8 @@ def test_a_state_overrides_the_definition_and_false_turns_corrections_off():
 def test_a_key_never_collected_is_not_correctable():
     # a correction never writes a new key: in ask_service, preferred_day is not collected yet
     conversation = llm_fsm.Conversation(
-        dentist(corrections=True), ScriptedLLM([reply("ask_day", "A cleaning: which day?", service="cleaning", preferred_day="Friday")])
+        dentist(corrections=True),
+        ScriptedLLM([reply("ask_day", "A cleaning: which day?", service="cleaning", preferred_day="Friday")]),
     )
     result = conversation.send("A cleaning, on Friday")
     (refusal,) = result.rejected
@@ -160,7 +163,10 @@ def test_the_reply_schemas_admit_the_correctable_keys():
     _, strict = state_reply_schemas(definition, "read_back")
     keys = strict["properties"]["transition"]["properties"]["context_update"]["properties"]
     assert list(keys) == ["confirmed", "preferred_day", "time"]
-    corrected = {"target_state": "read_back", "context_update": {"confirmed": None, "preferred_day": "Fri", "time": None}}
+    corrected = {
+        "target_state": "read_back",
+        "context_update": {"confirmed": None, "preferred_day": "Fri", "time": None},
+    }
     jsonschema.validate({"transition": corrected, "message": "m", "reasoning": "r"}, strict)
     # unchanged without corrections
     _, old = state_reply_schemas(dentist(corrections=None), "read_back")
@@ -171,8 +177,16 @@ def test_the_guided_schema_admits_the_correctable_keys_once_collected():
     definition = dentist()
     schema = guided_schema(definition, "read_back", BOOKED)
     branches = schema["properties"]["transition"]["anyOf"]
-    assert all(set(b["properties"]["context_update"]["properties"]) == {"confirmed", "preferred_day", "time"} for b in branches)
-    sent = {"transition": {"context_update": {"confirmed": True, "preferred_day": "Friday", "time": None}, "target_state": "booked"}, "message": "m"}
+    assert all(
+        set(b["properties"]["context_update"]["properties"]) == {"confirmed", "preferred_day", "time"} for b in branches
+    )
+    sent = {
+        "transition": {
+            "context_update": {"confirmed": True, "preferred_day": "Friday", "time": None},
+            "target_state": "booked",
+        },
+        "message": "m",
+    }
     jsonschema.validate(sent, schema)
     fresh = guided_schema(definition, "read_back", {"service": "cleaning"})  # nothing collected to correct
     keys = [set(b["properties"]["context_update"]["properties"]) for b in fresh["properties"]["transition"]["anyOf"]]
@@ -203,12 +217,19 @@ def test_a_definition_without_corrections_keeps_its_hash():
 @pytest.mark.parametrize(
     ("corrections", "where", "message", "hint"),
     [
-        (["preferred_day", "tme"], "corrections[1]", "'tme' cannot be corrected: it is not collected by any state", "did you mean 'time'?"),
+        (
+            ["preferred_day", "tme"],
+            "corrections[1]",
+            "'tme' cannot be corrected: it is not collected by any state",
+            "did you mean 'time'?",
+        ),
         (["_extra"], "corrections[0]", "'_extra' cannot be corrected: it is internal to the runtime", None),
     ],
 )
 def test_named_keys_must_be_keys_a_state_collects(corrections, where, message, hint):
-    text = DENTIST.read_text().replace('"corrections": ["preferred_day", "time"]', f'"corrections": {json.dumps(corrections)}')
+    text = DENTIST.read_text().replace(
+        '"corrections": ["preferred_day", "time"]', f'"corrections": {json.dumps(corrections)}'
+    )
     report = load_text(text, source="dentist.json")
     (problem,) = report.errors
     assert (problem.path, problem.code, problem.line) == (where, "correction_key", 5)
