@@ -255,3 +255,51 @@ def test_the_guides_state_the_one_rule():
     for page in ("docs/authoring.md", "docs/turns.md"):
         text = " ".join((ROOT / page).read_text().split())
         assert RULE in text, f"{page} does not state the rule in the words of llm_fsm.corrections.RULE"
+
+
+def test_run_and_serve_mask_a_secret_correction_like_the_context():
+    from llm_fsm.secrets import mask
+    from llm_fsm.server.views import result_view
+
+    definition = llm_fsm.load(
+        {
+            "name": "pins",
+            "initial_state": "ask",
+            "corrections": True,
+            "states": {
+                "ask": {"required_context_keys": ["pin_code"], "transitions": [{"target_state": "done"}]},
+                "done": {},
+            },
+        }
+    )
+    conversation = llm_fsm.Conversation(
+        definition, ScriptedLLM([reply("ask", "Noted", pin_code="9999")]), context={"pin_code": "1234"}
+    )
+    result = conversation.send("Actually it is 9999")
+    assert result.corrections == {"pin_code": {"from": "1234", "to": "9999"}}
+    assert result_view(result, mask)["corrections"] == {"pin_code": "[masked]"}
+
+
+def test_run_prints_the_corrections_of_a_turn(tmp_path):
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    script = [
+        reply("ask_service", "Hello! What is the appointment for?"),
+        reply("ask_day", "A cleaning: which day and time?", service="cleaning"),
+        reply("read_back", "Tuesday at 10 for a cleaning, right?", preferred_day="Tuesday", time="10:00"),
+        reply("read_back", "Friday at 10 for a cleaning, right?", preferred_day="Friday"),
+    ]
+    (tmp_path / "script.json").write_text(json.dumps(script))
+    (tmp_path / "inputs.txt").write_text("A cleaning\nTuesday at 10\nMake it Friday\n")
+    args = ["run", str(DENTIST), "--model", f"scripted:{tmp_path / 'script.json'}", "--input"]
+    result = CliRunner().invoke(app, [*args, str(tmp_path / "inputs.txt")])
+    assert result.exit_code == 0, result.output
+    turns = [json.loads(line) for line in result.stdout.splitlines()]
+    assert [t.get("corrections") for t in turns] == [
+        None,
+        None,
+        None,
+        {"preferred_day": {"from": "Tuesday", "to": "Friday"}},
+    ]
