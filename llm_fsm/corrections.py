@@ -70,11 +70,12 @@ def corrected(
 
 def problems(definition: FSMDefinition) -> Iterator[tuple[tuple[Any, ...], str, str, str | None]]:
     """(where, message, code, hint) for each key a ``corrections`` list names that no state collects."""
-    collected = definition.collected_keys
     settings: list[tuple[tuple[str, ...], Corrections | None]] = [(("corrections",), definition.corrections)]
     settings += [(("states", sid, "corrections"), state.corrections) for sid, state in definition.states.items()]
-    for where, setting in settings:
-        for index, key in enumerate(setting if isinstance(setting, tuple) else ()):
+    named = [(where, setting) for where, setting in settings if isinstance(setting, tuple) and setting]
+    collected = definition.collected_keys if named else ()  # most definitions name none: nothing to read
+    for where, setting in named:
+        for index, key in enumerate(setting):
             if key in collected:
                 continue
             if key.startswith("_") or key in definition.code_only_keys:
