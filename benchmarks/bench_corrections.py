@@ -77,14 +77,33 @@ def course(corrections: bool) -> dict[str, Any]:
     }
 
 
+def decide_cost() -> dict[str, float]:
+    """``engine.decide`` on a reply that fills the keys of the largest example's first state (no corrections):
+    microseconds per call, the best of 7 repeats of 20,000 calls."""
+    import timeit
+
+    from benchmarks import bench_turn
+    from llm_fsm import load
+    from llm_fsm.contract import Reply
+    from llm_fsm.engine import decide, initial_snapshot
+
+    definition = load(bench_turn.largest_example())
+    state = definition.initial_state
+    snapshot = initial_snapshot(definition, state, {})
+    update = dict.fromkeys(definition.states[state].required_context_keys, "x")
+    reply = Reply.model_validate({"transition": {"target_state": state, "context_update": update}, "message": "m"})
+    best = min(timeit.repeat(lambda: decide(definition, snapshot, reply), number=20_000, repeat=7))
+    return {"decide_us": best / 20_000 * 1e6}
+
+
 def worker(rounds: int, dentist: bool) -> dict[str, float]:
-    """In a subprocess, in the tree on ``PYTHONPATH``: the turn's overhead on the largest example, or on the
-    dentist course with corrections (this tree only)."""
+    """In a subprocess, in the tree on ``PYTHONPATH``: the turn's overhead and the cost of ``decide`` on the
+    largest example, or the turn's overhead on the dentist course with corrections (this tree only)."""
     sys.path.insert(0, os.environ["PYTHONPATH"])
     from benchmarks import bench_turn
 
     if not dentist:
-        return bench_turn.overhead(bench_turn.largest_example(), rounds)
+        return {**bench_turn.overhead(bench_turn.largest_example(), rounds), **decide_cost()}
     import tempfile
 
     # bench_turn.overhead reads a definition's script and inputs beside it, as the examples keep them
@@ -112,12 +131,13 @@ def section(quick: bool = False, old: Path = OLD, rounds: int | None = None) -> 
     rounds = rounds or (2 if quick else 5)
     per_run = 20 if quick else 60  # conversations per subprocess
     before, after = course(False), course(True)
-    runs: dict[str, list[float]] = {"old": [], "new": [], "dentist": []}
+    runs: dict[str, list[float]] = {"old": [], "new": [], "dentist": [], "old_decide": [], "new_decide": []}
     has_old = (old / "llm_fsm").is_dir()
     for _ in range(rounds):
-        if has_old:
-            runs["old"].append(measure(old, per_run)["median_ms"])
-        runs["new"].append(measure(ROOT, per_run)["median_ms"])
+        for tree, root in [("old", old), ("new", ROOT)] if has_old else [("new", ROOT)]:
+            figures = measure(root, per_run)
+            runs[tree].append(figures["median_ms"])
+            runs[f"{tree}_decide"].append(figures["decide_us"])
         runs["dentist"].append(measure(ROOT, per_run, dentist=True)["median_ms"])
     med = {name: statistics.median(values) for name, values in runs.items() if values}
     lines = [
@@ -145,8 +165,12 @@ def section(quick: bool = False, old: Path = OLD, rounds: int | None = None) -> 
     if "old" in med:
         lines.append(f"| largest example, before (old tree) | {med['old']:.3f} ms | 1.000 |")
         lines.append(f"| largest example, after | {med['new']:.3f} ms | {med['new'] / med['old']:.3f} |")
+        lines.append(f"| `engine.decide` alone, before | {med['old_decide']:.2f} µs | 1.000 |")
+        ratio = med["new_decide"] / med["old_decide"]
+        lines.append(f"| `engine.decide` alone, after | {med['new_decide']:.2f} µs | {ratio:.3f} |")
     else:
         lines.append(f"| largest example, after | {med['new']:.3f} ms | |")
+        lines.append(f"| `engine.decide` alone, after | {med['new_decide']:.2f} µs | |")
     lines += [f"| dentist course with corrections, after | {med['dentist']:.3f} ms | |", ""]
     return lines
 
