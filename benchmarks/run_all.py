@@ -24,6 +24,7 @@ os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 from benchmarks import (  # noqa: E402
     bench_async,
     bench_contention,
+    bench_corrections,
     bench_history,
     bench_openai_load,
     bench_peer,
@@ -250,6 +251,7 @@ def main() -> None:
         lambda: bench_peer.section(quick),
         lambda: bench_history.section(quick),
         lambda: bench_openai_load.section(quick),
+        lambda: bench_corrections.section(quick),
     ]
     for section in sections:
         part = section()

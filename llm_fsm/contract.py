@@ -440,6 +440,9 @@ def state_reply_schemas(
         # the keys of every move, "$return" unresolved, as engine.model_writable_keys counts them: the
         # strict schema asks for what decide() lets the model write, wherever the way back leads
         keys = writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN))
+        # and the keys it may correct: whether they are collected yet is the engine's to judge (the schema is
+        # the state's, the same on every turn)
+        keys += [key for key in definition.correctable_keys(state_id) if key not in keys]
         return reply_schema(state, strict=False, moves=moves), reply_schema(state, strict=True, moves=moves, keys=keys)
 
     return definition.derived(f"reply_schemas:{back_to or ''}", state_id, compute)
@@ -451,15 +454,4 @@ def writable_keys(
     """Keys the model is asked about in ``state``: its ``writable_keys`` when it has them, else those to
     collect and those the conditions of its ``moves`` read (by default its own transitions; pass
     ``FSMDefinition.moves`` to count the global ones); never internal ``_`` keys or ``protected`` ones."""
-    from llm_fsm.logic import keys_read
-
-    if state.writable_keys is not None:  # said outright: exactly what the engine lets the model write
-        return [k for k in state.writable_keys if not k.startswith("_") and k not in protected]
-    keys = dict.fromkeys(state.required_context_keys)
-    for transition in state.transitions if moves is None else moves:
-        for condition in transition.conditions:
-            keys.update(dict.fromkeys(condition.requires_context_keys))
-            if condition.logic is not None:
-                # a condition that reads "a.b" needs the model to write the object "a"
-                keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
-    return [k for k in keys if not k.startswith("_") and k not in protected]
+    return state.asked_keys(protected, moves)

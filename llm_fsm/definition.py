@@ -12,11 +12,11 @@ the loader reports them together with the field errors.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from functools import cached_property
 from typing import Any, Literal, TypeVar
 
-from pydantic import Field, field_validator
+from pydantic import Field, StrictBool, field_validator
 
 from llm_fsm.definition_outline import (
     _GLOBAL_PART,
@@ -35,6 +35,7 @@ from llm_fsm.definition_outline import (
     _canonical_state,
     _changes,
     _digest,
+    _memory_prose,
 )
 from llm_fsm.definition_parts import (
     RETURN,
@@ -93,6 +94,8 @@ __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported fr
 ]
 
 T = TypeVar("T")
+# what "corrections" holds: every collected key (true), none (false), or the keys named (see llm_fsm.corrections)
+Corrections = StrictBool | tuple[str, ...]
 
 
 class State(_Frozen):
@@ -109,8 +112,11 @@ class State(_Frozen):
     handlers: tuple[str, ...] = Field((), description="Names of handlers (registered in code) that run in this state.")
     writable_keys: tuple[str, ...] | None = Field(
         None,
-        description="Context keys the model may write here. Default: required_context_keys, the keys this "
-        "state's conditions read, and _extra.",
+        description="Context keys the model may write here. Default: required_context_keys, the keys the "
+        "conditions of its moves read (global moves included), and _extra.",
+    )
+    corrections: Corrections | None = Field(
+        None, description="The keys the model may correct here once collected, over the definition's corrections."
     )
     checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
     tools: tuple[str, ...] = Field((), description="Names of the tools the model may call in this state.")
@@ -169,6 +175,19 @@ class State(_Frozen):
     def transitions_by_priority(self) -> tuple[Transition, ...]:
         return tuple(sorted(self.transitions, key=lambda t: t.priority))
 
+    def asked_keys(self, protected: Collection[str] = (), moves: Sequence[Transition] | None = None) -> list[str]:
+        """What ``contract.writable_keys`` says (here so that :attr:`FSMDefinition.collected_keys` can ask it)."""
+        from llm_fsm.logic import keys_read
+
+        if self.writable_keys is not None:  # said outright: exactly what the engine lets the model write
+            return [k for k in self.writable_keys if not k.startswith("_") and k not in protected]
+        keys = dict.fromkeys(self.required_context_keys)
+        for condition in (c for t in (self.transitions if moves is None else moves) for c in t.conditions):
+            keys.update(dict.fromkeys(condition.requires_context_keys))
+            if condition.logic is not None:  # a condition that reads "a.b" needs the model to write the object "a"
+                keys.update(dict.fromkeys(sorted(k.split(".")[0] for k in keys_read(condition.logic))))
+        return [k for k in keys if not k.startswith("_") and k not in protected]
+
 
 def _example_lines(item: Any) -> list[Any]:
     if isinstance(item, dict) and "role" not in item:
@@ -202,6 +221,11 @@ class FSMDefinition(_Frozen):
         "state except those in its except_states and its own target, with the state's own transitions.",
     )
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
+    corrections: Corrections = Field(
+        False,
+        description="Keys the model may correct in any state once they are in the context (a person changing what "
+        "they said): true for every key a state collects, or a list of them. Default false: none.",
+    )
     mask_secrets: bool = Field(
         True,
         strict=True,
@@ -239,6 +263,23 @@ class FSMDefinition(_Frozen):
         """The keys the model may never write: ``handler_only_keys`` and the tools' result keys."""
         results = (tool.result_key for tool in self.tools.values() if tool.result_key)
         return tuple(dict.fromkeys([*self.handler_only_keys, *results]))
+
+    @cached_property
+    def collected_keys(self) -> tuple[str, ...]:
+        """The keys some state asks the model for (``contract.writable_keys``): what ``corrections`` may name."""
+        every = (s.asked_keys(self.code_only_keys, self.moves(sid, RETURN)) for sid, s in self.states.items())
+        return tuple(dict.fromkeys(key for keys in every for key in keys))
+
+    def correctable_keys(self, state_id: str) -> tuple[str, ...]:
+        """The keys the model may correct in ``state_id`` once they are in the context: its ``corrections``, else
+        the definition's (true: :attr:`collected_keys`); never code's keys (see :mod:`llm_fsm.corrections`)."""
+
+        def compute(state: State) -> tuple[str, ...]:
+            setting = self.corrections if state.corrections is None else state.corrections
+            named = self.collected_keys if setting is True else setting or ()
+            return tuple(k for k in named if k in self.collected_keys)  # load refuses the others: kept out anyway
+
+        return self.derived("correctable_keys", state_id, compute)
 
     @cached_property
     def content_hash(self) -> str:
@@ -394,17 +435,6 @@ class FSMDefinition(_Frozen):
         except KeyError:
             found = self._derived[key] = compute(self.states[state_id])
         return found
-
-
-def _memory_prose(definition: FSMDefinition) -> dict[str, Any]:
-    """The prose of the working memory and the summaries: slot descriptions and summary instructions."""
-    prose: dict[str, Any] = {}
-    if definition.memory is not None:
-        described = {"__all__": {"description": True}}
-        prose["memory"] = {group: described for group in ("background", "slots") if getattr(definition.memory, group)}
-    if definition.summaries is not None:
-        prose["summaries"] = {"instructions": True}
-    return prose
 
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"

@@ -77,9 +77,10 @@ _ADDED_TOP = {
     "tool_error_detail": "message",
     "language": "",
     "texts": None,
+    "corrections": False,
 }
 _ADDED_STATE: dict[str, Any] = {
-    "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None,
+    "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None, "corrections": None,
 }  # fmt: skip
 _ADDED_TOOL: dict[str, Any] = {"error_detail": None}
 
@@ -105,3 +106,14 @@ def _without_added(dumped: dict[str, Any], added: dict[str, Any]) -> dict[str, A
 def _digest(value: Any) -> str:
     text = json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _memory_prose(definition: Any) -> dict[str, Any]:
+    """The prose of the working memory and the summaries: slot descriptions and summary instructions."""
+    prose: dict[str, Any] = {}
+    if definition.memory is not None:
+        described = {"__all__": {"description": True}}
+        prose["memory"] = {group: described for group in ("background", "slots") if getattr(definition.memory, group)}
+    if definition.summaries is not None:
+        prose["summaries"] = {"instructions": True}
+    return prose

@@ -13,7 +13,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llm_fsm import logic
+from llm_fsm import corrections, logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import RETURN, Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
@@ -171,10 +171,11 @@ class Decision:
 
 
 def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attempt: int = 1) -> Decision:
-    """Check ``reply`` in the snapshot's state: filter its context update, then validate its move."""
-    update = reply.transition.context_update
-    writable = model_writable_keys(definition, snapshot.state)
+    """Check ``reply`` in the snapshot's state: filter its update (by ``corrections.RULE``), then validate its move."""
+    update, sid = reply.transition.context_update, snapshot.state
+    writable = corrections.writable(definition, sid, snapshot.context, model_writable_keys(definition, sid))
     applied, refused = filter_update(update, writable=writable, protected=definition.code_only_keys, attempt=attempt)
+    refused = corrections.explained(definition, sid, refused)
     applied, invalid = check_values(definition, applied, attempt=attempt)
     context = merge(snapshot.context, applied)
     target = reply.transition.target_state
@@ -191,7 +192,7 @@ def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attem
 
 def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[str]:
     """What the model may write in a state: its ``writable_keys``, or by default the keys it collects,
-    the keys its conditions read, and ``_extra``."""
+    the keys its moves' conditions read, and ``_extra`` (and, once collected, the keys it may correct: decide)."""
 
     def compute(state: State) -> frozenset[str]:
         if state.writable_keys is not None:

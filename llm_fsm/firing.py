@@ -47,6 +47,7 @@ def _fire(
             # a copy, read-only: a handler changes the context by returning a delta, never in place
             "context": MappingProxyType(copy.deepcopy(work.context)),
             "update": extra.get("update", {}),
+            "corrections": extra.get("corrections", {}),  # context_update: the keys whose values it changed
             "user": work.user,
             "reply": extra.get("reply"),
             "message": extra.get("message"),

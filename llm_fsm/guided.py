@@ -83,6 +83,8 @@ def guided_schema(
     state = definition.states[state_id]
     every = definition.moves(state_id, RETURN)
     keys = [] if opening else writable_keys(state, protected or definition.code_only_keys, every)
+    if not opening:  # and the keys it may correct, once collected (llm_fsm.corrections)
+        keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
     values = {key: value_schema(definition, state, key) for key in keys}
     moves: list[dict[str, Any]] = []
     # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)

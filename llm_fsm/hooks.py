@@ -17,10 +17,11 @@ conversation a runtime creates)::
 
 A handler is called with keyword arguments only (those it does not declare are not passed, so
 handlers keep working when arguments are added): ``conversation``, ``timing``, ``state``,
-``target``, ``context`` (a read-only view), ``update`` (keys updated this turn), ``user``,
-``reply``, ``message``, ``error``, ``memory`` (the turn's working memory, to read and write: see
-:class:`llm_fsm.memory.MemoryAccess`). It returns a context delta or None; a key set to None in a delta
-deletes it. Raising :class:`Break` pauses the conversation.
+``target``, ``context`` (a read-only view), ``update`` (keys updated this turn), ``corrections``
+(at ``context_update``: the updated keys whose collected value changed, ``{"from": ..., "to": ...}`` each;
+see :mod:`llm_fsm.corrections`), ``user``, ``reply``, ``message``, ``error``, ``memory`` (the turn's working
+memory, to read and write: see :class:`llm_fsm.memory.MemoryAccess`). It returns a context delta or None; a
+key set to None in a delta deletes it. Raising :class:`Break` pauses the conversation.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from llm_fsm.corrections import corrected
 from llm_fsm.engine import Decision, PendingEvent, Snapshot, commit, merge
 from llm_fsm.errors import RefinementError
 from llm_fsm.firing import fire
@@ -39,7 +40,8 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
     try:
         if decision.applied:
             keys = frozenset(decision.applied)
-            yield from fire(work, "context_update", current, keys=keys, update=decision.applied)
+            fixed = corrected(work.definition, current, work.base.context, work.context, decision.applied)
+            yield from fire(work, "context_update", current, keys=keys, update=decision.applied, corrections=fixed)
         if target != current:
             yield from fire(work, "before_transition", current, target=target, message=message)
             yield from fire(work, "state_exit", current, target=target, message=message)
@@ -145,5 +147,6 @@ def finish(
         tool_calls=tuple(work.tool_runs),
         memory_updates=dict(work.memory.changed),
         fallback=work.fallback,
+        corrections=corrected(work.definition, work.base.state, work.base.context, snapshot.context, applied),
     )
     return snapshot, result

@@ -119,6 +119,9 @@ class TurnResult:
     # True when no reply was accepted and the runtime said the fallback message: a model may copy that text
     # from the history, so the message alone does not tell
     fallback: bool = False
+    # the model's writes that changed a value already collected, where the definition allows corrections
+    # (llm_fsm.corrections): key -> {"from": the old value, "to": the new one}
+    corrections: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def transitioned(self) -> bool:
@@ -151,6 +154,8 @@ class TurnResult:
             "fallback": self.fallback,
             # frames and ran_in are written only with sub-conversations: from_dict reads them with .get
             **({"frames": [list(f) for f in self.frames], "ran_in": self.ran_in} if self.frames else {}),
+            # written only when the turn corrected something: from_dict reads it with .get
+            **({"corrections": self.corrections} if self.corrections else {}),
         }
 
     @classmethod
@@ -172,6 +177,7 @@ class TurnResult:
             frames=tuple((f[0], f[1]) for f in data.get("frames", ())),
             ran_in=None if ran_in is None else (ran_in[0], ran_in[1]),
             fallback=data.get("fallback", False),  # answers stored before the field read as not a fallback
+            corrections=data.get("corrections", {}),
         )  # fmt: skip
 
 

@@ -175,6 +175,8 @@ def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) 
     from llm_fsm.secrets import mask_pending, mask_run
 
     line["context"], line["context_updates"] = mask(line["context"]), mask(line["context_updates"])
+    if "corrections" in line:  # key -> {"from", "to"}: a secret key's values are masked whole
+        line["corrections"] = mask(line["corrections"])
     line["pending"] = mask_pending(line["pending"], mask)
     line["tool_calls"] = [mask_run(run, mask) for run in line["tool_calls"]]
     sys.stdout.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")

@@ -17,6 +17,8 @@ def result_view(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, A
 
     data = result.to_dict()
     data["context"], data["context_updates"] = mask(data["context"]), mask(data["context_updates"])
+    if "corrections" in data:  # key -> {"from", "to"}: a secret key's values are masked whole
+        data["corrections"] = mask(data["corrections"])
     data["pending"] = mask_pending(data["pending"], mask)
     data["tool_calls"] = [mask_run(run, mask) for run in data["tool_calls"]]
     return data

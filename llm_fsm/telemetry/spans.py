@@ -313,6 +313,8 @@ def _committed_attributes(result: TurnResult) -> dict[str, Any]:
     }
     if kinds:
         attributes["llm_fsm.rejection.kinds"] = kinds
+    if result.corrections:  # the keys only: their values are content (llm_fsm.context, when captured)
+        attributes["llm_fsm.corrections"] = list(result.corrections)
     if result.usage.cost is not None:
         attributes["llm_fsm.usage.cost"] = result.usage.cost
     if result.pending is not None:
