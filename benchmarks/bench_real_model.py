@@ -1,7 +1,7 @@
 """The scorecard of the local model (SmolLM2-135M on llama-server) under each reply variant.
 
     python scripts/local-model provision
-    python benchmarks/bench_real_model.py [--variants plain,guided] [--repeat N] [--json out.json] [--model-opens]
+    python benchmarks/bench_real_model.py [--variants plain,guided] [--examples a,b] [--repeat N] [--json out.json] [--model-opens]
 
 Starts its own server (``scripts/local-model start --name bench``), plays every example's course
 (``llm_fsm.testing.scorecard``) once per variant at temperature 0 with ``max_tokens`` 256 and the
@@ -174,9 +174,11 @@ def model_opens(course: scorecard.Course) -> scorecard.Course:
     return dataclasses.replace(course, definition=course.definition.model_copy(update={"states": states}))
 
 
-def play(url: str, name: str, repeat: int, timeout: float = 60.0, openings: bool = True) -> dict[str, Any]:
+def play(
+    url: str, name: str, repeat: int, timeout: float = 60.0, openings: bool = True, examples: list[str] = EXAMPLES
+) -> dict[str, Any]:
     rewrite, guided = VARIANTS[name]
-    courses = [scorecard.course(ROOT / "fsm_definitions" / f"{example}.json") for example in EXAMPLES]
+    courses = [scorecard.course(ROOT / "fsm_definitions" / f"{example}.json") for example in examples]
     if not openings:
         courses = [model_opens(c) for c in courses]
     runs = []
@@ -211,6 +213,7 @@ def main() -> None:
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--examples", default=",".join(EXAMPLES), help="the examples to play (default: the six)")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per model call")
     parser.add_argument(
         "--model-opens", action="store_true", help="the model writes each opening (as before states had their own)"
@@ -228,7 +231,8 @@ def main() -> None:
     try:
         for name in names:
             started = time.perf_counter()
-            results.append(play(url, name, args.repeat, args.timeout, openings=not args.model_opens))
+            examples = [e for e in args.examples.split(",") if e]
+            results.append(play(url, name, args.repeat, args.timeout, not args.model_opens, examples))
             print(line(results[-1]), f"({time.perf_counter() - started:.0f} s)", flush=True)
     finally:
         subprocess.run([*script, "stop", "--name", "bench"], check=False, capture_output=True)
