@@ -1,7 +1,8 @@
 """The scorecard of the local model (SmolLM2-135M on llama-server) under each reply variant.
 
     python scripts/local-model provision
-    python benchmarks/bench_real_model.py [--variants plain,guided] [--examples a,b] [--repeat N] [--json out.json] [--model-opens]
+    python benchmarks/bench_real_model.py [--variants plain,guided] [--examples a,b] [--repeat N] [--json out.json]
+                                          [--model-opens]
 
 Starts its own server (``scripts/local-model start --name bench``), plays every example's course
 (``llm_fsm.testing.scorecard``) once per variant at temperature 0 with ``max_tokens`` 256 and the
