@@ -133,7 +133,7 @@ def test_chat_with_the_simulated_model_in_a_real_terminal(tmp_path):
     terminal = Terminal(f"fsm-e2e-s-{os.getpid()}")
     terminal.start(shell)
     try:
-        screen = terminal.wait_for(r"what's your full name\?")
+        screen = terminal.wait_for(r"what's your full\s+name\?")  # the line may wrap
         assert "form_filling · simulated" in screen
         terminal.wait_for_prompt()
         terminal.keys("Maya Chen", "Enter")
