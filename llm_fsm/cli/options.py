@@ -10,11 +10,12 @@ on is made in :mod:`llm_fsm.cli.conversation_factory`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -237,20 +238,54 @@ ShowSecretsOption = Annotated[
 
 
 def load_definition(path: Path) -> llm_fsm.FSMDefinition:
-    """Load or exit 2, printing each problem (and each warning) as one line on stderr."""
-    from llm_fsm.loader import DefinitionWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DefinitionWarning)
+    """Load or exit 2, printing each problem (and each warning, as ``validate`` does) as one line on stderr."""
+    with definition_warnings():
         try:
-            definition = llm_fsm.load(path)
+            return llm_fsm.load(path)
         except DefinitionError as exc:
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(2) from None
-    for warning in caught:
-        typer.echo(f"warning: {warning.message}", err=True)
-    return definition
+
+
+@contextlib.contextmanager
+def definition_warnings() -> Iterator[None]:
+    """Print each ``DefinitionWarning`` issued inside on stderr as one line, as ``llm-fsm validate`` does
+    (``file:line:col: warning[code] path: message (hint: ...)``), once each however often the file loads;
+    other warnings go where they went.
+
+    Left to Python, a warning reads ``.../scorecard.py:80: DefinitionWarning: ...`` with our source line under
+    it, and only the first time in a process; the commands that load definitions inside the library (``eval``'s
+    courses, ``test``'s cases) load them in here."""
+    from llm_fsm.loader import DefinitionWarning
+
+    shown: set[str] = set()
+    with warnings.catch_warnings():  # restores the filters and showwarning when it ends
+        warnings.simplefilter("always", DefinitionWarning)  # ours to show once: not Python's once per location
+        others = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if not isinstance(message, DefinitionWarning):
+                others(message, category, *args, **kwargs)
+                return
+            line = _warning_line(message)
+            if line not in shown:
+                shown.add(line)
+                typer.echo(line, err=True)
+
+        warnings.showwarning = show
+        yield
+
+
+def _warning_line(warning: Warning) -> str:
+    """A definition's warning as ``validate`` writes it (its code and hint: the warning's problem has them)."""
+    problem = getattr(warning, "problem", None)
+    if problem is None:
+        return f"warning: {warning}"
+    from llm_fsm.authoring.analysis import Diagnostic
+
+    p = problem
+    return str(Diagnostic("warning", p.code, p.path, p.line, p.column, p.message, p.hint, p.source))
 
 
 def check_readable(paths: list[Path]) -> None:
