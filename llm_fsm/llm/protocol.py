@@ -143,8 +143,8 @@ def longer_budget(budget: int, schema: dict[str, Any] | None) -> int:
     or when it does not bound the reply (free text with no ``maxLength``: the plain reply schema's message
     and reasoning), the budget doubles, from the client's own each time: never 4x. A guided schema bounds
     it (the message 240 characters, each value 80), so a small model that loops on a local server writes at
-    most what a whole reply can need before it is cut again, not twice the budget (768 tokens of a 384
-    budget: a 120 s timeout).
+    most what a whole reply can need before it is cut again, not twice the budget (each token of which a
+    slow local server takes its time over: a 120 s timeout).
 
     A token per character: an ASCII character (JSON's punctuation, keys, numbers) is never more than one
     token, and text averages fewer (SmolLM2's tokenizer: English 3.9 characters a token, French 3.2,
