@@ -10,8 +10,8 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from llm_fsm.cli.main import app, fail
-from llm_fsm.cli.options import ModelOptions, check_writable, definition_warnings, with_model_options, write_output
+from llm_fsm.cli.main import app, definition_warnings, fail
+from llm_fsm.cli.options import ModelOptions, check_writable, with_model_options, write_output
 
 if TYPE_CHECKING:
     from llm_fsm.testing.scorecard import CourseScore

@@ -10,12 +10,10 @@ on is made in :mod:`llm_fsm.cli.conversation_factory`.
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import inspect
 import os
-import warnings
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -24,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 import llm_fsm
-from llm_fsm.cli.main import fail
+from llm_fsm.cli.main import definition_warnings, fail
 from llm_fsm.errors import DefinitionError, HooksLoadError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
@@ -246,46 +244,6 @@ def load_definition(path: Path) -> llm_fsm.FSMDefinition:
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(2) from None
-
-
-@contextlib.contextmanager
-def definition_warnings() -> Iterator[None]:
-    """Print each ``DefinitionWarning`` issued inside on stderr as one line, as ``llm-fsm validate`` does
-    (``file:line:col: warning[code] path: message (hint: ...)``), once each however often the file loads;
-    other warnings go where they went.
-
-    Left to Python, a warning reads ``.../scorecard.py:80: DefinitionWarning: ...`` with our source line under
-    it, and only the first time in a process; the commands that load definitions inside the library (``eval``'s
-    courses, ``test``'s cases) load them in here."""
-    from llm_fsm.loader import DefinitionWarning
-
-    shown: set[str] = set()
-    with warnings.catch_warnings():  # restores the filters and showwarning when it ends
-        warnings.simplefilter("always", DefinitionWarning)  # ours to show once: not Python's once per location
-        others = warnings.showwarning
-
-        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
-            if not isinstance(message, DefinitionWarning):
-                others(message, category, *args, **kwargs)
-                return
-            line = _warning_line(message)
-            if line not in shown:
-                shown.add(line)
-                typer.echo(line, err=True)
-
-        warnings.showwarning = show
-        yield
-
-
-def _warning_line(warning: Warning) -> str:
-    """A definition's warning as ``validate`` writes it (its code and hint: the warning's problem has them)."""
-    problem = getattr(warning, "problem", None)
-    if problem is None:
-        return f"warning: {warning}"
-    from llm_fsm.authoring.analysis import Diagnostic
-
-    p = problem
-    return str(Diagnostic("warning", p.code, p.path, p.line, p.column, p.message, p.hint, p.source))
 
 
 def check_readable(paths: list[Path]) -> None:

@@ -8,12 +8,11 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.main import app, definition_warnings, fail
 from llm_fsm.cli.options import (
     HooksOption,
     ModelOptions,
     check_writable,
-    definition_warnings,
     non_empty,
     with_model_options,
     write_output,

@@ -222,10 +222,8 @@ class LiteLLMClient:
                 params[name] = getattr(self, name)
         response_format = self._response_format(request)
         native_tools = bool(request.tools) and self.tool_mode() == "native"
-        if request.longer:
-            # the schema the reply is held to bounds the retry's budget; not when the model may call tools
-            # natively instead (their arguments are not in it)
-            held = response_format is not None and response_format["type"] == "json_schema" and not native_tools
+        if request.longer:  # bounded by the schema the reply is held to (not if it may call tools natively)
+            held = (response_format or {}).get("type") == "json_schema" and not native_tools
             for budget in ("max_tokens", "max_completion_tokens"):
                 if isinstance(params.get(budget), int):
                     params[budget] = longer_budget(params[budget], request.strict_schema if held else None)
