@@ -95,7 +95,12 @@ _KNOWN: dict[str, frozenset[str]] = {
 
 
 class DefinitionWarning(UserWarning):
-    """A definition loaded, but part of it is ignored or suspicious."""
+    """A definition loaded, but part of it is ignored or suspicious. ``problem``: where and what (its code
+    and hint too, which the message, ``str(problem)``, leaves out), when :func:`load` issued it."""
+
+    def __init__(self, problem: Problem | str) -> None:
+        super().__init__(str(problem))
+        self.problem = problem if isinstance(problem, Problem) else None
 
 
 @dataclass
@@ -118,7 +123,7 @@ def load(source: str | os.PathLike[str] | Mapping[str, Any], *, strict: bool = F
     if report.definition is None:
         raise DefinitionError(report.errors, source=report.source)
     for problem in report.warnings:
-        warnings.warn(str(problem), DefinitionWarning, stacklevel=2)
+        warnings.warn(DefinitionWarning(problem), stacklevel=2)
     return report.definition
 
 

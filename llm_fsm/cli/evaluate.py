@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
-from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.main import app, definition_warnings, fail
 from llm_fsm.cli.options import ModelOptions, check_writable, with_model_options, write_output
 
 if TYPE_CHECKING:
@@ -51,11 +51,12 @@ def evaluate(
     if not files:
         fail(f"no definitions in {', '.join(map(str, paths))}", 2)
     courses = []
-    for file in files:
-        try:
-            courses.append(course(file, scripts))
-        except FSMError as exc:
-            fail(str(exc).strip(), 2)
+    with definition_warnings():  # course() loads the definition: its warnings as validate writes them
+        for file in files:
+            try:
+                courses.append(course(file, scripts))
+            except FSMError as exc:
+                fail(str(exc).strip(), 2)
     model.client()  # a bad model or option fails here, before any course starts
 
     runs = run(courses, model.client, repeat=repeat, on_score=_progress)
@@ -75,8 +76,9 @@ def _progress(number: int, score: CourseScore) -> None:
     if not failed and len(score.turns) < score.course_turns:
         note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
     console.print(
-        f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim", markup=False
-    )
+        f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}",
+        style="dim", markup=False, soft_wrap=True,  # one line, however long the reason: the terminal wraps it
+    )  # fmt: skip
 
 
 def _print(runs: list[list[CourseScore]]) -> None:
@@ -91,7 +93,13 @@ def _print(runs: list[list[CourseScore]]) -> None:
         table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
     table.add_row("[bold]all[/]", *_cells([summary(scores) for scores in runs]), end_section=True)
     table.caption = "valid 1st reply and the figures per turn: over the turns that called the model"
-    console.print(table)
+    out = console
+    if not console.is_terminal:
+        # piped or redirected: no terminal to fit, and rich's default of 80 columns cut every cell ("refu…",
+        # "comp…"); at the table's natural width every cell is whole, and nothing wider is padded
+        whole = console.measure(table, options=console.options.update_width(10_000)).maximum
+        out = Console(highlight=False, width=whole)
+    out.print(table)
 
 
 def _cells(figures: list[dict[str, Any]]) -> list[str]:

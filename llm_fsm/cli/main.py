@@ -1,13 +1,15 @@
-"""The ``llm-fsm`` Typer application, its ``--version``, the console script, and how commands fail.
+"""The ``llm-fsm`` Typer application, its ``--version``, the console script, and how commands fail and warn.
 
 Commands never print a traceback: expected failures print one ``error:`` line per problem on
 stderr and exit with 2 (usage or definition) or 1 (the model or provider failed). Click's own
 usage errors (an option's bad value, a missing argument, an unknown option) are such lines too.
+A definition's warnings are lines as ``validate`` writes them (:func:`definition_warnings`).
 """
 
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Annotated, Any, NoReturn
@@ -73,6 +75,46 @@ def main(
 def fail(message: str, code: int) -> NoReturn:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code)
+
+
+@contextmanager
+def definition_warnings() -> Iterator[None]:
+    """Print each ``DefinitionWarning`` issued inside on stderr as one line, as ``llm-fsm validate`` does
+    (``file:line:col: warning[code] path: message (hint: ...)``), once each however often the file loads;
+    other warnings go where they went.
+
+    Left to Python, a warning reads ``.../scorecard.py:80: DefinitionWarning: ...`` with our source line under
+    it, and only the first time in a process; the commands that load definitions inside the library (``eval``'s
+    courses, ``test``'s cases) load them in here."""
+    from llm_fsm.loader import DefinitionWarning
+
+    shown: set[str] = set()
+    with warnings.catch_warnings():  # restores the filters and showwarning when it ends
+        warnings.simplefilter("always", DefinitionWarning)  # ours to show once: not Python's once per location
+        others = warnings.showwarning
+
+        def show(message: Warning | str, category: type[Warning], *args: Any, **kwargs: Any) -> None:
+            if not isinstance(message, DefinitionWarning):
+                others(message, category, *args, **kwargs)
+                return
+            line = _warning_line(message)
+            if line not in shown:
+                shown.add(line)
+                typer.echo(line, err=True)
+
+        warnings.showwarning = show
+        yield
+
+
+def _warning_line(warning: Warning) -> str:
+    """A definition's warning as ``validate`` writes it (its code and hint: the warning's problem has them)."""
+    problem = getattr(warning, "problem", None)
+    if problem is None:
+        return f"warning: {warning}"
+    from llm_fsm.authoring.analysis import Diagnostic
+
+    p = problem
+    return str(Diagnostic("warning", p.code, p.path, p.line, p.column, p.message, p.hint, p.source))
 
 
 def entry_point() -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import functools
 import inspect
 import os
-import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,7 +22,7 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 import llm_fsm
-from llm_fsm.cli.main import fail
+from llm_fsm.cli.main import definition_warnings, fail
 from llm_fsm.errors import DefinitionError, HooksLoadError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
@@ -237,20 +236,14 @@ ShowSecretsOption = Annotated[
 
 
 def load_definition(path: Path) -> llm_fsm.FSMDefinition:
-    """Load or exit 2, printing each problem (and each warning) as one line on stderr."""
-    from llm_fsm.loader import DefinitionWarning
-
-    with warnings.catch_warnings(record=True) as caught:
-        warnings.simplefilter("always", DefinitionWarning)
+    """Load or exit 2, printing each problem (and each warning, as ``validate`` does) as one line on stderr."""
+    with definition_warnings():
         try:
-            definition = llm_fsm.load(path)
+            return llm_fsm.load(path)
         except DefinitionError as exc:
             for problem in exc.problems:
                 typer.echo(f"error: {problem}", err=True)
             raise typer.Exit(2) from None
-    for warning in caught:
-        typer.echo(f"warning: {warning.message}", err=True)
-    return definition
 
 
 def check_readable(paths: list[Path]) -> None:

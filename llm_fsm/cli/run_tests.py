@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.main import app, definition_warnings, fail
 from llm_fsm.cli.options import (
     HooksOption,
     ModelOptions,
@@ -73,7 +73,8 @@ def test(
         check_writable(junit)
     factory = _model_factory(model, replay)
     # --hooks is loaded only for the files that name no hooks of their own: if it cannot be, their cases fail
-    outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
+    with definition_warnings():  # the cases' definitions load in there: their warnings as validate writes them
+        outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
     for outcome in outcomes:
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""

@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from llm_fsm import telemetry
 from llm_fsm.errors import LLMError, LLMUnavailableError
-from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling
+from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, longer_budget
 from llm_fsm.llm.provider_errors import provider_error
 from llm_fsm.llm.responses import _alast_response, _last_response, _StreamReader, whole_response
 from llm_fsm.secrets import without_url_passwords
@@ -222,17 +222,19 @@ class LiteLLMClient:
         for name in ("api_base", "api_key", "temperature"):
             if getattr(self, name) is not None:
                 params[name] = getattr(self, name)
-        if request.longer:
+        response_format = self._response_format(request)
+        native_tools = bool(request.tools) and self.tool_mode() == "native"
+        if request.longer:  # bounded by the schema the reply is held to (not if it may call tools natively)
+            held = (response_format or {}).get("type") == "json_schema" and not native_tools
             for budget in ("max_tokens", "max_completion_tokens"):
                 if isinstance(params.get(budget), int):
-                    params[budget] *= 2
+                    params[budget] = longer_budget(params[budget], request.strict_schema if held else None)
         if request.max_tokens is not None:  # never above the client's own budget
             ceiling = params.get("max_tokens")
             params["max_tokens"] = min(ceiling, request.max_tokens) if isinstance(ceiling, int) else request.max_tokens
-        response_format = self._response_format(request)
         if response_format is not None:
             params["response_format"] = response_format
-        if request.tools and self.tool_mode() == "native":
+        if native_tools and request.tools:
             params["tools"] = list(request.tools)
             if request.tool_choice is not None:
                 params["tool_choice"] = request.tool_choice

@@ -3,6 +3,7 @@ and :class:`Usage`, and the :class:`LLMClient` protocol any model (litellm's, a 
 
 from __future__ import annotations
 
+import json
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -70,8 +71,9 @@ class LLMRequest:
     ``kind`` (``reply``, ``judge``, or ``summary``: see ``llm_fsm.memory.summaries``), ``state`` and ``context``
     describe the call for test doubles and recorders (the simulated model reads them); they are never
     sent to a provider. ``max_tokens`` bounds this call's completion (never above the client's own
-    ``max_tokens``). ``longer``: the previous reply
-    was cut off at the token limit, so a client with a ``max_tokens`` budget doubles it for this call.
+    ``max_tokens``). ``longer``: the previous reply was cut off at the token limit, so a client with a
+    ``max_tokens`` budget raises it for this call, to :func:`longer_budget` (at most double, and no more
+    than the reply schema it holds the model to can need).
     ``tools``: OpenAI function-tool specs (``{"type": "function", "function": {"name", "description",
     "parameters"}}``) and ``tool_choice`` (``"auto"``, ``"none"``, ``"required"``), sent to the provider
     only when the client calls tools natively (see ``LiteLLMClient.tool_mode``). ``back_to``: where a
@@ -125,6 +127,84 @@ class StreamingLLMClient(LLMClient, Protocol):
     def stream_complete(self, request: LLMRequest) -> Iterator[str | LLMResponse]: ...
 
     def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]: ...
+
+
+# -- the budget of a retry after a reply cut at the token limit ---------------------------------------------
+
+NUMBER_CHARS = 40  # a number without bounds: a grammar bounds its digits (llama.cpp: 16 each side of the point)
+
+
+def longer_budget(budget: int, schema: dict[str, Any] | None) -> int:
+    """The token budget of the call after a reply cut at ``budget`` tokens: double, but no more than the
+    longest reply ``schema`` allows, counted a token per character (:func:`max_reply_chars`), and never
+    less than ``budget``.
+
+    ``schema``: the one the model is held to (a grammar, a strict ``json_schema``), else None. Without one,
+    or when it does not bound the reply (free text with no ``maxLength``: the plain reply schema's message
+    and reasoning), the budget doubles, from the client's own each time: never 4x. A guided schema bounds
+    it (the message 240 characters, each value 80), so a small model that loops on a local server writes at
+    most what a whole reply can need before it is cut again, not twice the budget (each token of which a
+    slow local server takes its time over: a 120 s timeout).
+
+    A token per character: an ASCII character (JSON's punctuation, keys, numbers) is never more than one
+    token, and text averages fewer (SmolLM2's tokenizer: English 3.9 characters a token, French 3.2,
+    German 3.0, Spanish 2.7). Text in Chinese takes about two tokens a character there: such a reply can
+    need up to twice the estimate, and the budget then stays at most doubled, as before."""
+    chars = max_reply_chars(schema) if schema is not None else None
+    return 2 * budget if chars is None else min(2 * budget, max(budget, chars))
+
+
+def max_reply_chars(schema: dict[str, Any]) -> int | None:
+    """The most characters of JSON that ``schema`` allows (as ``json.dumps`` writes it, a space after each
+    comma and colon), or None when it has no bound: a string without ``maxLength`` or ``enum``, an open
+    object, an array without ``maxItems``, a schema this does not read."""
+    if "const" in schema:
+        return len(json.dumps(schema["const"]))
+    if "enum" in schema:
+        return max((len(json.dumps(value)) for value in schema["enum"]), default=0)
+    branches = schema.get("anyOf", schema.get("oneOf"))
+    if branches is not None:
+        sizes = _bounded([max_reply_chars(branch) for branch in branches])
+        return None if sizes is None else max(sizes, default=0)
+    types = schema.get("type")
+    if types is None:
+        return None
+    sizes = _bounded([_max_chars_of_type(kind, schema) for kind in (types if isinstance(types, list) else [types])])
+    return None if sizes is None else max(sizes, default=0)
+
+
+def _bounded(sizes: list[int | None]) -> list[int] | None:
+    """``sizes``, or None when one of them has no bound."""
+    known = [size for size in sizes if size is not None]
+    return known if len(known) == len(sizes) else None
+
+
+def _max_chars_of_type(kind: str, schema: dict[str, Any]) -> int | None:
+    if kind in ("null", "boolean"):
+        return 5
+    if kind == "string":
+        limit = schema.get("maxLength")
+        return limit + 2 if isinstance(limit, int) else None
+    if kind in ("integer", "number"):
+        bounds = [schema.get(k) for k in ("minimum", "maximum")]
+        if kind == "integer" and all(isinstance(b, int) for b in bounds):
+            return max(len(str(b)) for b in bounds)
+        return NUMBER_CHARS
+    if kind == "object":
+        properties: dict[str, Any] = schema.get("properties", {})
+        if schema.get("additionalProperties", True) is not False or schema.get("patternProperties"):
+            return None
+        sizes = _bounded([max_reply_chars(value) for value in properties.values()])
+        if sizes is None:
+            return None
+        # {"key": value, ...}: the braces, each member's key, colon and space, and value, a comma and space between
+        members = sum(len(json.dumps(key)) + 2 + size for key, size in zip(properties, sizes, strict=True))
+        return 2 + members + 2 * max(0, len(sizes) - 1)
+    if kind == "array":
+        most, items = schema.get("maxItems"), schema.get("items")
+        size = max_reply_chars(items) if isinstance(items, dict) else None
+        return None if not isinstance(most, int) or size is None else 2 + most * size + 2 * max(0, most - 1)
+    return None
 
 
 ResponseFormat = Literal["auto", "json_schema", "json_object", "none"]

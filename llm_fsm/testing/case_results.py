@@ -3,13 +3,14 @@ case's outcome, and the reports made of them: state and transition coverage, JUn
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from llm_fsm.definition import RETURN, FSMDefinition
 from llm_fsm.errors import FSMError
-from llm_fsm.loader import load
+from llm_fsm.loader import DefinitionWarning, load
 from llm_fsm.turn import TurnResult
 
 
@@ -87,7 +88,9 @@ def coverage(outcomes: Iterable[CaseOutcome]) -> list[Coverage]:
     report = []
     for path, cases in sorted(by_definition.items()):
         try:
-            definition = load(path)
+            with warnings.catch_warnings():  # its warnings were issued when its cases loaded it
+                warnings.simplefilter("ignore", DefinitionWarning)
+                definition = load(path)
         except FSMError:
             continue
         edges = {(sid, t.target_state) for sid, s in definition.states.items() for t in s.transitions}

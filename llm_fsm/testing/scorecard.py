@@ -103,17 +103,29 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
         for number, line in enumerate(lines, 1):
             if conversation.ended or conversation.paused:
                 break
+            state = conversation.state
             result = conversation.send(line)
             if result.llm_calls and len({r.attempt for r in result.rejected}) >= result.llm_calls:
-                first = result.rejected[-1]
-                raise FSMError(
-                    f"{replies_file}: the scripted run is refused at line {number} of {lines_file.name} "
-                    f"({first.kind}: {first.reason}): the course would expect the wrong states"
-                )
+                raise FSMError(_refused(replies_file, f"line {number} of {lines_file.name}", state, result))
             expected.append(result.state)
     except LLMError as exc:
         raise FSMError(f"{replies_file}: {exc} (the replies do not match {lines_file.name})") from None
     return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks)
+
+
+def _refused(replies: Path, line: str, state: str, result: TurnResult) -> str:
+    """Why a scripted reply cannot make a course: the keys it writes that ``state`` does not let the model write
+    (the script's mistake, to fix there), else what the turn refused last."""
+    keys = [r for r in result.rejected if r.kind == "context_key" and r.key]
+    if keys:
+        # each reason reads "context key 'k' is not writable in this state (writable: ...)": said of the key
+        why = "; ".join(f"'{r.key}' {r.reason.removeprefix(f'context key {r.key!r} ')}" for r in keys)
+        return (
+            f"{replies}: the scripted reply to {line} writes keys state '{state}' does not let the model write: {why}"
+        )
+    last = result.rejected[-1]
+    why = f"{last.kind}: {last.reason}"
+    return f"{replies}: the scripted run is refused at {line} ({why}): the course would expect the wrong states"
 
 
 def _hooks_next_to(path: Path) -> Hooks:
