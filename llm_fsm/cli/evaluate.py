@@ -87,7 +87,8 @@ def _print(runs: list[list[CourseScore]]) -> None:
     from llm_fsm.testing.scorecard import summary
 
     table = Table("definition", "turns reached", "ended as expected", "valid 1st reply", "calls/turn",
-                  "prompt tok/turn (cached)", "completion tok/turn", "s/turn", "refused (kind: count)")  # fmt: skip
+                  "prompt tok/turn (cached)", "completion tok/turn", "s/turn", "refused (kind: count)",
+                  "unusable messages (repeated/looping/copied)")  # fmt: skip
     names = [score.name for score in runs[0]]
     for index, name in enumerate(names):
         table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
@@ -131,4 +132,6 @@ def _cells(figures: list[dict[str, Any]]) -> list[str]:
         f"{mean('completion_tokens_per_turn'):.0f}",
         f"{mean('seconds_per_turn'):.2f}",
         ", ".join(f"{k}: {v:g}" for k, v in sorted(kinds.items())) or "-",
+        # the model's messages a person could not use (llm_fsm.testing.message_quality)
+        "/".join(f"{mean(key):g}" for key in ("repeated_messages", "looping_messages", "copied_messages")),
     ]

@@ -249,21 +249,16 @@ class LiteLLMClient:
 
     @property
     def prompt_order(self) -> Literal["recency", "cache"]:
-        """Where conversations with this model put the prompt's reply rules (``llm_fsm.prompt.PromptOrder``).
+        """Where conversations with this model put the prompt's reply rules (``llm_fsm.prompt.PromptOrder``):
+        ``"cache"`` first, with a map of every state's transitions, so that consecutive calls share most of the
+        prompt across a change of state (what a provider's prompt cache bills cheaper; the prompt is longer);
+        ``"recency"`` after the state, where a small model follows them (``benchmarks/REAL_MODEL.md``, issue 26).
 
-        ``"cache"`` puts them, with a map of every state's transitions, before the current state, so that
-        consecutive calls share most of the prompt even across a change of state: what a provider's prompt cache
-        bills cheaper. ``"recency"`` puts them right after the state, where a small model follows them
-        (SmolLM2-135M with the rules first gave a valid reply in 4 of 12 first turns, against 18 of 23 with them
-        after the state: ``benchmarks/REAL_MODEL.md``, issue 26). The cache order's prompt is longer (the map),
-        so it pays where cached tokens cost at most a quarter of the price (``benchmarks/RESULTS.md`` §15).
-
-        ``"auto"`` (the default) chooses ``"cache"`` for Anthropic models (cached reads cost a tenth; direct, on
-        Bedrock, Vertex AI or OpenRouter) and for the models whose cached prompt tokens litellm's price table
-        puts at 25 % of the price or less (OpenAI's GPT-4.1, GPT-5 and o-series, DeepSeek, Gemini 2.5, ...),
-        and ``"recency"`` for the rest: a model whose cache takes off only half (GPT-4o), an ``openai/<name>``
-        model at an ``api_base`` (a server of your own: llama.cpp's, vLLM, Ollama), a guided model, a model the
-        price table does not know. Computed once per client.
+        ``"auto"`` (the default) chooses ``"cache"`` for Anthropic models (cached reads cost a tenth) and for
+        the models whose cached prompt tokens litellm's price table puts at 25 % of the price or less (GPT-4.1,
+        GPT-5, o3, DeepSeek, Gemini 2.5, ...); ``"recency"`` for the rest: half-price caches (GPT-4o), an
+        ``openai/<name>`` model at an ``api_base`` (a server of your own), a guided model, a model the price
+        table does not know. Computed once per client (``benchmarks/RESULTS.md`` §15 has the costs).
         """
         if self._prompt_order == "auto":
             self._prompt_order = _auto_order(self.model, self.api_base, self.guided)
