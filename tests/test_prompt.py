@@ -43,7 +43,6 @@ def test_sections_in_recency_order(signup):
     assert top == [  # what every call of any definition shares, then the definition's, the state's, the turn's
         "/task",
         "/fsm",
-        "/fsm/about",
         "/fsm/persona",
         "/fsm/current_state",
         "/fsm/valid_states",
@@ -57,7 +56,7 @@ def test_sections_in_recency_order(signup):
     ]
     for tag in ("id", "purpose", "information_to_collect"):
         assert f"/fsm/current_state/{tag}" in structure(prompt)
-    assert '"ask_name" to stay' in prompt and "its states and where they lead" not in prompt
+    assert '"ask_name" to stay' in prompt and "<state_map>" not in prompt
 
 
 def test_sections_in_cache_order(signup):
@@ -69,7 +68,6 @@ def test_sections_in_cache_order(signup):
         "/guidelines",
         "/format_rules",
         "/fsm",
-        "/fsm/about",
         "/fsm/persona",
         "/fsm/state_map",
         "/fsm/current_state",
@@ -79,7 +77,6 @@ def test_sections_in_cache_order(signup):
         "/fsm/conversation_history",
     ]
     assert "the current state's id (in current_state below) to stay" in prompt and '"ask_name" to stay' not in prompt
-    assert "its states and where they lead" in prompt
     # the transitions in full are in the map, once for every state; the state's part names the open ones
     stable, state_part = prompt.split("<current_state>")
     assert '<move to="ask_email" priority="100">' in stable and "(needs: name)" in stable
@@ -191,10 +188,10 @@ def test_llm_fsm_fields_reach_the_prompt():
 @pytest.mark.parametrize(
     ("description", "about"),
     [
-        ("Books a table.", '"desk": Books a table.</about>'),
-        ("Books a table", '"desk": Books a table.</about>'),
-        ("Ready?  ", '"desk": Ready?</about>'),
-        ("", '"desk".</about>'),
+        ("Books a table.", '"desk": Books a table.\n'),
+        ("Books a table", '"desk": Books a table.\n'),
+        ("Ready?  ", '"desk": Ready?\n'),
+        ("", '"desk".\n'),
     ],
 )
 def test_the_machine_is_named_in_one_sentence(description, about):
