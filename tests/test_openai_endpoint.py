@@ -381,8 +381,7 @@ def test_transcript_points_end_after_assistant_messages():
     assert points("y", said)[0] != found[0]  # and each definition has its own
 
 
-def test_a_tool_call_waiting_for_approval_takes_yes_or_no():
-    from llm_fsm.testing import tool_calls
+def orders_with_approval(llm: Any) -> tuple[Any, TestClient, list[str]]:
     from tests.test_server import TOOLS
 
     hooks, ran = Hooks(), []
@@ -393,21 +392,38 @@ def test_a_tool_call_waiting_for_approval_takes_yes_or_no():
         return {"status": "shipped"}
 
     definition = {**TOOLS, "tools": {"find_order": {**TOOLS["tools"]["find_order"], "approval": "always"}}}
+    client, http = in_process(llm, hooks, llm_fsm.load(definition))
+    return client, http, ran
+
+
+def test_a_tool_call_waiting_for_approval_is_not_the_chat_users_to_approve():
+    from llm_fsm.testing import tool_calls
+    from llm_fsm.texts import runtime_text
+
     llm = ScriptedLLM([reply("help", "How can I help?"), tool_calls(("find_order", {"order_id": "A-17"})),
-                       reply("help", "A-17 has shipped.")])  # fmt: skip
-    client, _ = in_process(llm, hooks, llm_fsm.load(definition))
+                       reply("help", "A-17 has shipped."), reply("help", "You are welcome.")])  # fmt: skip
+    client, http, ran = orders_with_approval(llm)
+    waiting = runtime_text(signup(), "approval")  # the built-in English text
     messages = [{"role": "user", "content": "Where is A-17?"}]
     content, paused = ask(client, messages, model="orders")
-    question = 'May I run find_order with {"order_id": "A-17"}? (yes or no)'
-    assert paused["paused"] and paused["question"] == question and content.endswith(question) and ran == []
-    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "maybe"}]
-    content, asked_again = ask(client, messages, model="orders")
-    assert content == f"Please answer yes or no. {question}" and asked_again["paused"] and ran == []
-    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "Yes"}]
-    chunks = list(client.chat.completions.create(model="orders", messages=messages, stream=True))
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "A-17 has shipped."
-    extension = chunks[-1].model_extra["llm_fsm"]
-    assert not extension["paused"] and extension["conversation_id"] == paused["conversation_id"] and ran == ["A-17"]
+    conversation_id = paused["conversation_id"]
+    assert paused["paused"] and paused["question"] == waiting and content.endswith(waiting) and ran == []
+    assert "May I run" not in content and any(f"/conversations/{conversation_id}/resume" in n for n in paused["notes"])
+    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "yes"}]
+    response = http.post("/v1/chat/completions", json={"model": "orders", "messages": messages})
+    assert response.status_code == 409 and response.json()["error"]["code"] == "conversation_paused"
+    assert response.headers["x-should-retry"] == "false" and ran == []  # the SDK does not send it again
+    assert response.headers["X-LLM-FSM-Conversation-Id"] == conversation_id
+    message = response.json()["error"]["message"]
+    assert f"POST /conversations/{conversation_id}/resume" in message and "{id}" not in message
+    # a person approves it through the native route; the chat then goes on in the same conversation
+    token = http.get(f"/conversations/{conversation_id}").json()["pending"]["token"]
+    resumed = http.post(f"/conversations/{conversation_id}/resume", json={"token": token, "result": {"approved": True}})
+    assert resumed.status_code == 200 and ran == ["A-17"]
+    messages[-1] = {"role": "user", "content": "thanks"}
+    content, after = ask(client, messages, model="orders")
+    assert content == "You are welcome." and after["conversation_id"] == conversation_id
+    assert after["branched_from"] is None and not after["paused"]
 
 
 def test_a_stream_that_fails_after_it_started_ends_with_an_error_and_saves_nothing():
