@@ -454,8 +454,8 @@ def test_a_deleted_conversation_is_branched_from_its_mark():
 
 
 def test_a_request_sent_again_with_its_idempotency_key_gets_the_kept_answer():
-    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada"),
-                       reply("ask_name", "Hi again! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada")])  # fmt: skip
+    thanks = reply("ask_email", "Thanks Ada.", name="Ada")
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), thanks, reply("ask_name", "Hi again! Your name?"), thanks])
     _, http = in_process(llm)
     body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}]}
     first = http.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k-1"})

@@ -89,7 +89,7 @@ def add_openai_routes(app: FastAPI, service: Service) -> None:
             )
         asked = turns.Asked(service, client, definition, transcript, text, notes)
         keys = _answer_keys(asked, key, _named(body, named))
-        kept = await _kept(asked, keys, key is not None or _retried(retry))
+        kept = await _kept(asked, keys, key is not None, _retried(retry))
         if kept is not None:
             return _replay(kept, body, key is not None)
         known: list[str] = []  # the conversation an error is about, once known
@@ -120,14 +120,15 @@ async def _body(request: Request) -> ChatRequest:
 
 
 def _answer_keys(asked: turns.Asked, key: str | None, named: tuple[str, str] | None) -> dict[str, Any]:
-    """Where a request's answer is kept: under its ``Idempotency-Key`` (with what it asked, to refuse the key
-    with another request), and under its messages (a retry of the same request finds it)."""
+    """Where a request's answer is kept: under its messages (and the conversation it names: two named
+    conversations' short lists may be equal), and under its ``Idempotency-Key``, with what it asked (the key
+    with another request is refused)."""
     name = asked.definition.name
     messages = [list(said) for said in asked.transcript]
-    asked_for = fingerprint("openai", [name, named[0] if named else None, messages, asked.text])
-    keys = {index.asked_digest(name, asked.transcript, asked.text): None}
+    named_id = named[0] if named else None
+    keys = {index.asked_digest(name, named_id, asked.transcript, asked.text): None}
     if key is not None:
-        keys[index.key_digest(name, key)] = asked_for
+        keys[index.key_digest(name, key)] = fingerprint("openai", [name, named_id, messages, asked.text])
     return keys
 
 
@@ -136,16 +137,15 @@ def _retried(retry: str | None) -> bool:
     return retry is not None and retry.strip().isdigit() and int(retry) > 0
 
 
-async def _kept(asked: turns.Asked, keys: dict[str, Any], replayable: bool) -> dict[str, Any] | None:
-    """The kept answer a request sent again gets: its key's (422 when the key came with another request), else,
-    for an SDK's retry, the answer to the same messages. None: the turn runs."""
-    if not replayable:
-        return None
-    store, client = asked.service.store, asked.client
-    for digest, asked_for in reversed(keys.items()):  # the key's first: its fingerprint is checked
-        found = await index.kept_answer(store, client, digest, asked_for)
-        if found is not None or asked_for is None:
-            return found
+async def _kept(asked: turns.Asked, keys: dict[str, Any], keyed: bool, retried: bool) -> dict[str, Any] | None:
+    """The kept answer a request sent again gets: with an ``Idempotency-Key``, the key's (422 when it came
+    with another request); else, for an SDK's retry, the answer to the same messages. None: the turn runs."""
+    (messages, _), *by_key = keys.items()
+    if keyed:
+        digest, asked_for = by_key[0]
+        return await index.kept_answer(asked.service.store, asked.client, digest, asked_for)
+    if retried:
+        return await index.kept_answer(asked.service.store, asked.client, messages, None)
     return None
 
 

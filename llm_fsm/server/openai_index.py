@@ -132,9 +132,11 @@ def answer_id(client: str, digest: str) -> str:
     return f"{client}@oai-answer-{digest}"
 
 
-def asked_digest(definition_name: str, transcript: Sequence[Said], text: str) -> str:
-    """The digest of a request's messages up to and with the user's last one."""
-    return "m" + points(definition_name, [*transcript, ("user", text)])[0][1]
+def asked_digest(definition_name: str, named: str | None, transcript: Sequence[Said], text: str) -> str:
+    """The digest of a request's messages up to and with the user's last one, and of the conversation it
+    names (None: none)."""
+    start = definition_name if named is None else f"{definition_name} {named}"
+    return "m" + points(start, [*transcript, ("user", text)])[0][1]
 
 
 def key_digest(definition_name: str, key: str) -> str:
