@@ -119,14 +119,14 @@ async def _body(request: Request) -> ChatRequest:
         raise RequestValidationError(problems) from None
 
 
-def _answer_keys(asked: turns.Asked, key: str | None, named: tuple[str, str] | None) -> dict[str, Any]:
+def _answer_keys(asked: turns.Asked, key: str | None, named: tuple[str, str] | None) -> dict[str, str | None]:
     """Where a request's answer is kept: under its messages (and the conversation it names: two named
     conversations' short lists may be equal), and under its ``Idempotency-Key``, with what it asked (the key
     with another request is refused)."""
     name = asked.definition.name
     messages = [list(said) for said in asked.transcript]
     named_id = named[0] if named else None
-    keys = {index.asked_digest(name, named_id, asked.transcript, asked.text): None}
+    keys: dict[str, str | None] = {index.asked_digest(name, named_id, asked.transcript, asked.text): None}
     if key is not None:
         keys[index.key_digest(name, key)] = fingerprint("openai", [name, named_id, messages, asked.text])
     return keys
