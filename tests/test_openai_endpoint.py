@@ -515,6 +515,7 @@ def test_a_named_conversation_of_another_definition_or_none_is_refused():
     body = {"model": "bye", "messages": [{"role": "user", "content": "hi"}]}
     wrong = http.post("/v1/chat/completions", json=body, headers={"X-Conversation-Id": conversation_id})
     assert wrong.status_code == 400 and "'signup'" in wrong.json()["error"]["message"]
+    assert wrong.headers["X-LLM-FSM-Conversation-Id"] == conversation_id
     assert "'bye'" in wrong.json()["error"]["message"]
     long = "f" * 500
     missing = http.post("/v1/chat/completions", json={**body, "metadata": {"conversation_id": long}})
@@ -522,6 +523,7 @@ def test_a_named_conversation_of_another_definition_or_none_is_refused():
     assert missing.status_code == 404 and error["param"] == "metadata.conversation_id" and long not in error["message"]
     missing = http.post("/v1/chat/completions", json=body, headers={"X-Conversation-Id": "0" * 32})
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "X-Conversation-Id"
+    assert "X-LLM-FSM-Conversation-Id" not in missing.headers
 
 
 def test_small_request_details():

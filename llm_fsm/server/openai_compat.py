@@ -97,7 +97,7 @@ def add_openai_routes(app: FastAPI, service: Service) -> None:
             return await _answer(asked, body, _named(body, named), keys, known)
         except (APIError, FSMError) as error:
             failed = api_error(error)
-            if known:
+            if known and failed.status != 404:  # a 404: the conversation named is not known
                 failed.headers[CONVERSATION_HEADER] = known[0]
             raise failed from error
 
