@@ -128,13 +128,12 @@ def _position(snapshot: Snapshot) -> tuple[Any, ...]:
 def _at_mark(live: Snapshot, mark: Snapshot) -> bool:
     """Whether the live conversation is where the chat client left it: at the mark's point, or, when the mark
     is a pause, just past it: resumed with the pause's token (through the native route, which the chat client
-    does not see) and no further."""
+    does not see) and no further (paused again, it answers the new pause's 409)."""
     if _position(live) == _position(mark):
         return True
     pause = mark.pending
     return (
         pause is not None
-        and live.pending is None
         and pause.token in live.used_tokens
         and live.turns <= mark.turns + 1
         and live.history_len <= mark.history_len + 1
