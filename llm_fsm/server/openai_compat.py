@@ -7,7 +7,10 @@ An unmodified client resends the whole message list on every call: the conversat
 (:mod:`llm_fsm.server.openai_index`); a client that can send an id names it (the ``X-Conversation-Id`` header
 or ``metadata.conversation_id``). What a chat client cannot show (the state, whether the conversation ended
 or paused, the pause's question) comes in the ``llm_fsm`` field of the completion and of a stream's last
-chunk, and in ``X-LLM-FSM-*`` headers.
+chunk, and in ``X-LLM-FSM-*`` headers. A tool call waiting for approval is never approved by a chat message:
+someone else decides, through ``POST /conversations/{id}/resume``. A request sent again with its
+``Idempotency-Key``, or as an OpenAI SDK's retry (``X-Stainless-Retry-Count`` above 0), gets the answer kept
+for it (:mod:`llm_fsm.server.openai_index`); the same list sent again without either is a regeneration.
 """
 
 from __future__ import annotations
