@@ -381,8 +381,7 @@ def test_transcript_points_end_after_assistant_messages():
     assert points("y", said)[0] != found[0]  # and each definition has its own
 
 
-def test_a_tool_call_waiting_for_approval_takes_yes_or_no():
-    from llm_fsm.testing import tool_calls
+def orders_with_approval(llm: Any) -> tuple[Any, TestClient, list[str]]:
     from tests.test_server import TOOLS
 
     hooks, ran = Hooks(), []
@@ -393,21 +392,38 @@ def test_a_tool_call_waiting_for_approval_takes_yes_or_no():
         return {"status": "shipped"}
 
     definition = {**TOOLS, "tools": {"find_order": {**TOOLS["tools"]["find_order"], "approval": "always"}}}
+    client, http = in_process(llm, hooks, llm_fsm.load(definition))
+    return client, http, ran
+
+
+def test_a_tool_call_waiting_for_approval_is_not_the_chat_users_to_approve():
+    from llm_fsm.testing import tool_calls
+    from llm_fsm.texts import runtime_text
+
     llm = ScriptedLLM([reply("help", "How can I help?"), tool_calls(("find_order", {"order_id": "A-17"})),
-                       reply("help", "A-17 has shipped.")])  # fmt: skip
-    client, _ = in_process(llm, hooks, llm_fsm.load(definition))
+                       reply("help", "A-17 has shipped."), reply("help", "You are welcome.")])  # fmt: skip
+    client, http, ran = orders_with_approval(llm)
+    waiting = runtime_text(signup(), "approval")  # the built-in English text
     messages = [{"role": "user", "content": "Where is A-17?"}]
     content, paused = ask(client, messages, model="orders")
-    question = 'May I run find_order with {"order_id": "A-17"}? (yes or no)'
-    assert paused["paused"] and paused["question"] == question and content.endswith(question) and ran == []
-    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "maybe"}]
-    content, asked_again = ask(client, messages, model="orders")
-    assert content == f"Please answer yes or no. {question}" and asked_again["paused"] and ran == []
-    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "Yes"}]
-    chunks = list(client.chat.completions.create(model="orders", messages=messages, stream=True))
-    assert "".join(c.choices[0].delta.content or "" for c in chunks if c.choices) == "A-17 has shipped."
-    extension = chunks[-1].model_extra["llm_fsm"]
-    assert not extension["paused"] and extension["conversation_id"] == paused["conversation_id"] and ran == ["A-17"]
+    conversation_id = paused["conversation_id"]
+    assert paused["paused"] and paused["question"] == waiting and content.endswith(waiting) and ran == []
+    assert "May I run" not in content and any(f"/conversations/{conversation_id}/resume" in n for n in paused["notes"])
+    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "yes"}]
+    response = http.post("/v1/chat/completions", json={"model": "orders", "messages": messages})
+    assert response.status_code == 409 and response.json()["error"]["code"] == "conversation_paused"
+    assert response.headers["x-should-retry"] == "false" and ran == []  # the SDK does not send it again
+    assert response.headers["X-LLM-FSM-Conversation-Id"] == conversation_id
+    message = response.json()["error"]["message"]
+    assert f"POST /conversations/{conversation_id}/resume" in message and "{id}" not in message
+    # a person approves it through the native route; the chat then goes on in the same conversation
+    token = http.get(f"/conversations/{conversation_id}").json()["pending"]["token"]
+    resumed = http.post(f"/conversations/{conversation_id}/resume", json={"token": token, "result": {"approved": True}})
+    assert resumed.status_code == 200 and ran == ["A-17"]
+    messages[-1] = {"role": "user", "content": "thanks"}
+    content, after = ask(client, messages, model="orders")
+    assert content == "You are welcome." and after["conversation_id"] == conversation_id
+    assert after["branched_from"] is None and not after["paused"]
 
 
 def test_a_stream_that_fails_after_it_started_ends_with_an_error_and_saves_nothing():
@@ -435,3 +451,112 @@ def test_a_deleted_conversation_is_branched_from_its_mark():
     _, extension = ask(client, messages, model="signup")
     assert extension["branched_from"] == gone and extension["state"] == "ask_email"
     assert http.get(f"/conversations/{extension['conversation_id']}").json()["history_len"] == 3
+
+
+def test_a_request_sent_again_with_its_idempotency_key_gets_the_kept_answer():
+    thanks = reply("ask_email", "Thanks Ada.", name="Ada")
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), thanks, reply("ask_name", "Hi again! Your name?"), thanks])
+    _, http = in_process(llm)
+    body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}]}
+    first = http.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k-1"})
+    again = http.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k-1"})
+    assert again.status_code == 200 and again.headers["Idempotent-Replayed"] == "true"
+    assert again.json()["choices"] == first.json()["choices"] and again.json()["llm_fsm"] == first.json()["llm_fsm"]
+    assert llm.calls == 2  # the turn ran once
+    streamed = http.post("/v1/chat/completions", json={**body, "stream": True}, headers={"Idempotency-Key": "k-1"})
+    assert streamed.headers["Idempotent-Replayed"] == "true" and streamed.text.endswith("data: [DONE]\n\n")
+    other = {**body, "messages": [{"role": "user", "content": "Bob"}]}
+    reused = http.post("/v1/chat/completions", json=other, headers={"Idempotency-Key": "k-1"})
+    assert reused.status_code == 422 and reused.json()["error"]["code"] == "idempotency_key_reused"
+    regenerated = http.post("/v1/chat/completions", json=body)  # no key, no retry: a regeneration (a branch)
+    assert regenerated.json()["llm_fsm"]["conversation_id"] != first.json()["llm_fsm"]["conversation_id"]
+
+
+def test_an_sdk_retry_of_an_answered_request_gets_the_kept_answer():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada")])
+    _, http = in_process(llm)
+    body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}]}
+    first = http.post("/v1/chat/completions", json=body, headers={"X-Stainless-Retry-Count": "0"})
+    retried = http.post("/v1/chat/completions", json=body, headers={"X-Stainless-Retry-Count": "1"})
+    assert retried.status_code == 200 and retried.headers["Idempotent-Replayed"] == "true"
+    assert retried.json()["llm_fsm"] == first.json()["llm_fsm"] and llm.calls == 2
+
+
+def test_a_lone_surrogate_is_replaced_not_a_500():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?"),
+                       reply("ask_name", "Your name?")])  # fmt: skip
+    client, http = in_process(llm)
+    body = '{"model": "signup", "messages": [{"role": "user", "content": "hi \\ud800"}]}'
+    response = http.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 200, response.text
+    said = response.json()["choices"][0]["message"]["content"]
+    messages = [{"role": "user", "content": "hi \ufffd"}, {"role": "assistant", "content": said}]
+    _, extension = ask(client, [*messages, {"role": "user", "content": "x"}], model="signup")
+    assert extension["conversation_id"] == response.json()["llm_fsm"]["conversation_id"]
+
+
+def test_resent_messages_are_matched_with_their_whitespace_stripped():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?"),
+                       reply("ask_name", "Your name?")])  # fmt: skip
+    client, _ = in_process(llm)
+    messages, extensions = talk_signup(client, "  hello ")
+    trimmed = [{"role": m["role"], "content": m["content"].strip() + "\n"} for m in messages]
+    _, extension = ask(client, [*trimmed, {"role": "user", "content": "x"}], model="signup")
+    assert extension["conversation_id"] == extensions[0]["conversation_id"] and extension["branched_from"] is None
+
+
+def test_a_named_conversation_of_another_definition_or_none_is_refused():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?")])
+    other = llm_fsm.load(BYE)
+    app = create_app([signup(), other], llm, store="memory:")
+    http = TestClient(app, raise_server_exceptions=False)
+    made = http.post("/v1/chat/completions", json={"model": "signup", "messages": [{"role": "user", "content": "hi"}]})
+    conversation_id = made.json()["llm_fsm"]["conversation_id"]
+    body = {"model": "bye", "messages": [{"role": "user", "content": "hi"}]}
+    wrong = http.post("/v1/chat/completions", json=body, headers={"X-Conversation-Id": conversation_id})
+    assert wrong.status_code == 400 and "'signup'" in wrong.json()["error"]["message"]
+    assert wrong.headers["X-LLM-FSM-Conversation-Id"] == conversation_id
+    assert "'bye'" in wrong.json()["error"]["message"]
+    long = "f" * 500
+    missing = http.post("/v1/chat/completions", json={**body, "metadata": {"conversation_id": long}})
+    error = missing.json()["error"]
+    assert missing.status_code == 404 and error["param"] == "metadata.conversation_id" and long not in error["message"]
+    missing = http.post("/v1/chat/completions", json=body, headers={"X-Conversation-Id": "0" * 32})
+    assert missing.status_code == 404 and missing.json()["error"]["param"] == "X-Conversation-Id"
+    assert "X-LLM-FSM-Conversation-Id" not in missing.headers
+
+
+def test_small_request_details():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?")])
+    app = create_app([signup()], llm, store="memory:", tokens={ALICE: "alice"})
+    http = TestClient(app, raise_server_exceptions=False)
+    refused = http.post("/v1/chat/completions", content=b"{not json", headers={"Authorization": "Bearer wrong"})
+    assert refused.status_code == 401  # the token is read before the body
+    bad = http.post("/v1/chat/completions", content=b"{not json", headers={"Authorization": f"Bearer {ALICE}"})
+    assert bad.status_code == 400 and bad.json()["error"]["param"] == "body"
+    body = {"model": "signup", "messages": [{"role": "user", "content": "hi"}], "stream": None}
+    answered = http.post("/v1/chat/completions", json=body, headers={"Authorization": f"Bearer {ALICE}"})
+    assert answered.status_code == 200 and answered.json()["object"] == "chat.completion"
+
+
+def test_a_pause_resumed_through_the_native_route_lets_the_chat_go_on():
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada"),
+                       reply("ask_email", "Your email?"), reply("ask_email", "Got it.")])  # fmt: skip
+    client, http = in_process(llm, asking_hooks({}))
+    messages = [{"role": "user", "content": "Ada"}]
+    content, paused = ask(client, messages, model="signup")
+    conversation_id = paused["conversation_id"]
+    messages += [{"role": "assistant", "content": content}, {"role": "user", "content": "ada@example.com"}]
+    token = http.get(f"/conversations/{conversation_id}").json()["pending"]["token"]
+    assert http.post(f"/conversations/{conversation_id}/resume", json={"token": token}).status_code == 200
+    _, extension = ask(client, messages, model="signup")  # before the fix: 409 paused, for ever
+    assert extension["conversation_id"] == conversation_id and extension["branched_from"] is None
+
+
+def test_a_stream_that_fails_after_it_started_still_ends_with_done():
+    down = LLMUnavailableError("openai/x: 503 overloaded", model="x", status_code=503)
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), down])
+    _, http = in_process(llm)
+    body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}], "stream": True}
+    streamed = http.post("/v1/chat/completions", json=body)
+    assert '"error"' in streamed.text and streamed.text.endswith("data: [DONE]\n\n")

@@ -77,6 +77,7 @@ class APIError(Exception):
         self.type = type
         self.message = message
         self.extra = extra
+        self.headers: dict[str, str] = {}  # the response's headers (the conversation an error is about...)
 
     def body(self) -> dict[str, Any]:
         return {"error": {"type": self.type, "message": self.message, "status": self.status, **self.extra}}
@@ -186,7 +187,10 @@ def add_error_handlers(app: FastAPI) -> None:
 
     async def on_api_error(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, APIError)
-        headers = {"WWW-Authenticate": "Bearer"} if error.status == 401 else None
+        headers = {**error.headers, **({"WWW-Authenticate": "Bearer"} if error.status == 401 else {})}
+        if error.status == 409 and request.url.path.startswith(OPENAI_PREFIX):
+            # OpenAI's SDKs retry a 409 unless told not to; a paused or busy conversation answers the same again
+            headers["x-should-retry"] = "false"
         return JSONResponse(body_for(request.url.path, error), status_code=error.status, headers=headers)
 
     async def on_fsm_error(request: Request, error: Exception) -> JSONResponse:

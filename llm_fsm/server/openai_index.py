@@ -27,8 +27,10 @@ import json
 import secrets
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
-from llm_fsm.engine import Snapshot
+from llm_fsm.engine import KeyedResult, Snapshot
+from llm_fsm.errors import IdempotencyKeyReused
 from llm_fsm.store import Store
 from llm_fsm.values import derived_uid
 
@@ -43,7 +45,9 @@ def points(definition_name: str, transcript: Sequence[Said]) -> list[tuple[int, 
     digest = hashlib.sha256(f"llm-fsm openai {definition_name}".encode()).digest()
     found = []
     for length, said in enumerate(transcript, 1):
-        digest = hashlib.sha256(digest + json.dumps(list(said), ensure_ascii=False).encode()).digest()
+        # each text stripped: a client that trims the messages it keeps still finds its conversation
+        role, text = said
+        digest = hashlib.sha256(digest + json.dumps([role, text.strip()], ensure_ascii=False).encode()).digest()
         if length == len(transcript) or said[0] == "assistant":
             found.append((length, digest.hex()[:40]))
     return found[::-1]
@@ -90,6 +94,11 @@ def branch_of(mark: Mark, conversation_id: str) -> Snapshot:
     return mark.snapshot.model_copy(update={"uid": derived_uid("openai-branch", conversation_id), "idempotency": ()})
 
 
+def is_id(text: str) -> bool:
+    """Whether ``text`` can be a conversation's id (as :func:`new_id` and the native API make them)."""
+    return len(text) == 32 and all(c in "0123456789abcdef" for c in text)
+
+
 def new_id() -> str:
     return secrets.token_hex(16)  # as the native API's: 128 random bits, 32 hex digits
 
@@ -109,3 +118,49 @@ async def whole(store: Store, stored_id: str, snapshot: Snapshot) -> Snapshot:
     from llm_fsm.store.history import whole as read_whole
 
     return await asyncio.to_thread(read_whole, store, stored_id, snapshot)
+
+
+# -- answers kept for a request sent again ------------------------------------------------------------
+# A request sent again after its answer was lost (the SDK's automatic retries, or a client's
+# ``Idempotency-Key``) must get that answer, not run the turn again. The answer is kept under a digest of the
+# request (its key, or its messages up to the user's last one), in a record of the server's store whose
+# snapshot carries it as its one kept answer (history left out: the record only carries the answer). It is
+# written after the turn's save: a process that dies between the two leaves a turn a resend runs again.
+
+
+def answer_id(client: str, digest: str) -> str:
+    return f"{client}@oai-answer-{digest}"
+
+
+def asked_digest(definition_name: str, named: str | None, transcript: Sequence[Said], text: str) -> str:
+    """The digest of a request's messages up to and with the user's last one, and of the conversation it
+    names (None: none)."""
+    start = definition_name if named is None else f"{definition_name} {named}"
+    return "m" + points(start, [*transcript, ("user", text)])[0][1]
+
+
+def key_digest(definition_name: str, key: str) -> str:
+    return "k" + hashlib.sha256(f"llm-fsm openai key {definition_name} {key}".encode()).hexdigest()[:40]
+
+
+async def kept_answer(store: Store, client: str, digest: str, fingerprint: str | None) -> dict[str, Any] | None:
+    """The answer kept under ``digest``; :class:`IdempotencyKeyReused` when it was kept for another request
+    (its ``fingerprint`` differs; None: not compared)."""
+    record = await store.aload(answer_id(client, digest))
+    if record is None or not record.snapshot.idempotency:
+        return None
+    kept = record.snapshot.idempotency[-1]
+    if None not in (fingerprint, kept.fingerprint) and kept.fingerprint != fingerprint:
+        raise IdempotencyKeyReused(
+            "idempotency key was sent before with another request: send a new request with a new key",
+            state=record.snapshot.state,
+        )
+    return kept.result
+
+
+async def keep_answer(
+    store: Store, client: str, digest: str, fingerprint: str | None, saved: Snapshot, answer: dict[str, Any]
+) -> None:
+    entry = KeyedResult(key=digest, fingerprint=fingerprint, result=answer)
+    carrier = saved.model_copy(update={"history": (), "history_start": 0, "idempotency": (entry,)})
+    await store.asave(answer_id(client, digest), carrier)

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,6 +15,7 @@ from llm_fsm.engine import PendingEvent
 from llm_fsm.llm import Usage
 from llm_fsm.server.errors import APIError
 from llm_fsm.server.openai_index import Said
+from llm_fsm.values import clean_text
 
 IGNORED_ROLES = ("system", "developer")  # the definition is the system prompt: a client's own is left out
 NOTE_SYSTEM = "system messages are ignored: the definition is the system prompt"
@@ -29,7 +29,8 @@ class ChatRequest(BaseModel):
 
     model: str
     messages: list[dict[str, Any]]
-    stream: bool = Field(False, strict=True)  # strict: "stream": "yes" is refused, not read as true
+    # strict: "stream": "yes" is refused, not read as true; null (as some clients send it) is false
+    stream: bool | None = Field(False, strict=True)
     n: int | None = Field(None, strict=True)
     metadata: dict[str, Any] | None = None
     stream_options: dict[str, Any] | None = None
@@ -71,7 +72,9 @@ def read_messages(request: ChatRequest) -> tuple[list[Said], str, list[str]]:
                 f"messages[{number}].role must be system, developer, user or assistant, not {role!r}",
                 f"messages[{number}].role",
             )
-        said.append((str(role), _text(message.get("content"), number)))
+        # a lone surrogate (JSON allows "\ud800", UTF-8 does not) is replaced as the native routes' texts are:
+        # the text is hashed and stored, and neither may fail after the turn ran
+        said.append((str(role), clean_text(_text(message.get("content"), number))))
     if not said or said[-1][0] != "user":
         raise invalid("the last message must be the user's (the one the conversation answers)", "messages")
     return said[:-1], said[-1][1], notes
@@ -93,39 +96,41 @@ def _text(content: object, number: int) -> str:
     raise invalid(f"{where} must be text or a list of text parts", where)
 
 
-Mask = Callable[[dict[str, Any]], dict[str, Any]]
-
-
-def question_of(pending: PendingEvent | None, mask: Mask) -> str | None:
-    """What a pause asks the person: a tool call's approval (its secret-looking arguments masked, as the native
-    routes show them), or a pause's ``question`` (else its reason)."""
+def question_of(pending: PendingEvent | None, approval: str) -> str | None:
+    """What a pause tells the person: for a tool call waiting for approval, the definition's ``approval`` text
+    (someone else decides, through the native resume route: the chat user cannot approve it); else the
+    pause's ``question`` (else its reason)."""
     if pending is None:
         return None
     if pending.kind == "tool_approval":
-        given = pending.payload.get("arguments")
-        arguments = json.dumps(mask(given) if isinstance(given, dict) else given, ensure_ascii=False, default=str)
-        return f"May I run {pending.payload.get('tool')} with {arguments}? (yes or no)"
+        return approval
     question = pending.payload.get("question")
     return question if isinstance(question, str) and question.strip() else pending.reason
 
 
-def answer_of(pending: PendingEvent, text: str) -> dict[str, Any] | None:
-    """The resume result a person's message gives a pause; None when the message does not answer it. A tool
-    approval takes yes or no; a pause whose payload names an ``answer_key`` takes the message as that key's
-    value. Any other pause is resumed through ``POST /conversations/{id}/resume`` (409 here)."""
+def answer_of(pending: PendingEvent, text: str, conversation_id: str) -> dict[str, Any]:
+    """The resume result a person's message gives a pause whose payload names an ``answer_key`` (the message
+    is that key's value). Any other pause, a tool call's approval among them, is resumed through
+    ``POST /conversations/{id}/resume`` (409 here): a tool's approval is someone else's decision."""
     if pending.kind == "tool_approval":
         if isinstance(pending.tool_call, dict) and pending.tool_call.get("approval") is not None:
-            return {"approved": True}  # decided before a process stopped: it goes on with that decision
-        word = text.strip().lower().rstrip(".!")
-        return {"approved": True} if word in ("y", "yes") else {"approved": False} if word in ("n", "no") else None
+            return {"approved": True}  # decided (natively) before a process stopped: it goes on with that decision
+        raise paused(
+            conversation_id,
+            f"a call of the tool {pending.payload.get('tool')!r} waits for a person's approval, which a chat "
+            "message cannot give",
+        )
     key = pending.payload.get("answer_key")
     if isinstance(key, str) and key:
         return {key: text}
-    raise APIError(
+    raise paused(conversation_id, f"it is paused ({pending.reason}) and this pause takes no chat message")
+
+
+def paused(conversation_id: str, why: str) -> APIError:
+    return APIError(
         409,
         "conversation_paused",
-        f"the conversation is paused ({pending.reason}) and this pause takes no chat message: "
-        "resume it with POST /conversations/{id}/resume",
+        f"conversation {conversation_id}: {why}: resume it with POST /conversations/{conversation_id}/resume",
         param="messages",
     )
 

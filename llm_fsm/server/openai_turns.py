@@ -20,13 +20,15 @@ from llm_fsm.engine import Snapshot
 from llm_fsm.llm import Usage
 from llm_fsm.refusals import turn_refusal
 from llm_fsm.server import openai_index as index
-from llm_fsm.server.openai_shapes import Conversed, Mask, answer_of, question_of
+from llm_fsm.server.errors import APIError
+from llm_fsm.server.openai_shapes import Conversed, answer_of, question_of
 from llm_fsm.server.service import Service, Stored
 from llm_fsm.server.sse import STARTED
 from llm_fsm.streaming import MessageDelta, MessageReset
 from llm_fsm.turn import TurnResult
 
 T = TypeVar("T")
+SHOWN_ID = 64  # characters of a named conversation id an error echoes (the id is the client's text)
 SEPARATOR = "\n\n"  # between the opening and the reply, and before a pause's question
 
 
@@ -58,12 +60,12 @@ class Plan:
     notes: list[str] = field(default_factory=list)
 
 
-async def plan(asked: Asked, named: str | None) -> Plan:
-    """The conversation a request names, else the one its transcript's mark points to (or a branch of it, or a
-    new one: see :mod:`llm_fsm.server.openai_index`)."""
+async def plan(asked: Asked, named: tuple[str, str] | None) -> Plan:
+    """The conversation a request names (``(id, param)``: where the id came from), else the one its
+    transcript's mark points to (or a branch of it, or a new one: see :mod:`llm_fsm.server.openai_index`)."""
     service, client, transcript = asked.service, asked.client, asked.transcript
     if named is not None:
-        return Plan(service.stored(client, named))
+        return Plan(_named(asked, *named))
     mark = await index.find(service.store, client, asked.definition.name, transcript)
     if mark is None:
         notes = ["no conversation holds these messages: a new one started"] if transcript else []
@@ -71,6 +73,31 @@ async def plan(asked: Asked, named: str | None) -> Plan:
     if mark.length < len(transcript):
         return branch(service, client, mark, [f"the messages after the first {mark.length} are not the conversation's"])
     return Plan(service.at(client, mark.conversation_id, _continued(service, mark)), mark)
+
+
+def _named(asked: Asked, conversation_id: str, param: str) -> Stored:
+    """The client's conversation ``conversation_id``: 404 naming ``param`` when there is none, 400 when it runs
+    another definition than the request's ``model``."""
+    service, model = asked.service, asked.definition.name
+    shown = conversation_id if len(conversation_id) <= SHOWN_ID else conversation_id[:SHOWN_ID] + "..."
+    missing = APIError(404, "not_found", f"no conversation {shown!r}", param=param)
+    if not index.is_id(conversation_id):
+        raise missing
+
+    def make(snapshot: Snapshot | None) -> Conversation:
+        if snapshot is None:  # never stored, another client's, or deleted
+            raise missing
+        if snapshot.definition_name != model:
+            raise APIError(
+                400,
+                "invalid_request",
+                f"conversation {conversation_id} runs the definition {snapshot.definition_name!r}, not the model "
+                f"{model!r} the request names",
+                param="model",
+            )
+        return service.restored(conversation_id, snapshot)
+
+    return service.at(asked.client, conversation_id, make)
 
 
 def branch(service: Service, client: str, mark: index.Mark, notes: list[str] | None = None) -> Plan:
@@ -96,6 +123,21 @@ def _continued(service: Service, mark: index.Mark) -> Callable[[Snapshot | None]
 def _position(snapshot: Snapshot) -> tuple[Any, ...]:
     """Where a conversation stands: two snapshots of one conversation at one point have the same."""
     return (snapshot.history_len, snapshot.turns, snapshot.status, snapshot.pending)
+
+
+def _at_mark(live: Snapshot, mark: Snapshot) -> bool:
+    """Whether the live conversation is where the chat client left it: at the mark's point, or, when the mark
+    is a pause, just past it: resumed with the pause's token (through the native route, which the chat client
+    does not see) and no further (paused again, it answers the new pause's 409)."""
+    if _position(live) == _position(mark):
+        return True
+    pause = mark.pending
+    return (
+        pause is not None
+        and pause.token in live.used_tokens
+        and live.turns <= mark.turns + 1
+        and live.history_len <= mark.history_len + 1
+    )
 
 
 class Reply:
@@ -132,30 +174,28 @@ class Reply:
 class ChatTurn:
     """The turn of one request on ``plan``'s conversation: ``text`` is the person's message."""
 
-    def __init__(self, plan: Plan, text: str, reply: Reply, mask: Mask) -> None:
-        self.plan, self.text, self.reply, self.mask = plan, text, reply, mask
+    def __init__(self, plan: Plan, text: str, reply: Reply, approval: str) -> None:
+        self.plan, self.text, self.reply, self.approval = plan, text, reply, approval
         self.streamed = reply.queue is not None
         self.usage = Usage()
         self.ran = False  # whether a turn ran (a message that does not answer a pause runs none)
 
     async def __call__(self, conversation: Conversation) -> None:
-        if self.plan.mark is not None and _position(conversation.snapshot()) != _position(self.plan.mark.snapshot):
+        if self.plan.mark is not None and not _at_mark(conversation.snapshot(), self.plan.mark.snapshot):
             raise Moved
         pending = conversation.pending
-        answer = answer_of(pending, self.text) if pending is not None else None  # 409 when it takes no message
+        # 409 when the pause takes no chat message (a tool's approval among them)
+        answer = answer_of(pending, self.text, self.plan.item.id) if pending is not None else None
         if pending is None and conversation.status != "new":
             _refuse(conversation, self.text)  # ended, or an empty message: the error's status, before any 200
         self.reply.start()
         if conversation.status == "new":
             await self._run(conversation, None)
-        if pending is not None and answer is None:  # not an answer: the question is asked again, nothing runs
-            self.reply.add(f"Please answer yes or no. {question_of(pending, self.mask)}")
-            return
         if pending is not None and answer is not None:
             self._took(await conversation.aresume(pending.token, answer), self.reply.next_part())
         else:
             await self._run(conversation, self.text)
-        question = question_of(conversation.pending, self.mask)
+        question = question_of(conversation.pending, self.approval)
         if question is not None and question not in self.reply.text:
             self.reply.add(SEPARATOR + question)
 
@@ -211,10 +251,21 @@ def extension(turn: ChatTurn, asked: Asked) -> Conversed:
         status=conversation.status,
         ended=conversation.ended,
         paused=conversation.paused,
-        question=question_of(conversation.pending, turn.mask),
+        question=question_of(conversation.pending, turn.approval),
         branched_from=turn.plan.branched_from,
-        notes=asked.notes + turn.plan.notes,
+        notes=asked.notes + turn.plan.notes + _awaiting(conversation, turn.plan.item.id),
     )
+
+
+def _awaiting(conversation: Conversation, conversation_id: str) -> list[str]:
+    pending = conversation.pending
+    if pending is None or pending.kind != "tool_approval":
+        return []
+    tool = pending.payload.get("tool")
+    return [
+        f"a call of the tool {tool!r} waits for a person's approval: approve or refuse it with "
+        f"POST /conversations/{conversation_id}/resume (a chat message cannot)"
+    ]
 
 
 async def keep_mark(asked: Asked, turn: ChatTurn) -> None:
