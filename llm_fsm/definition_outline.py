@@ -40,7 +40,10 @@ _TOP_PARTS = {
     _TOP_STRUCTURE: "top-level fields changed (name, initial state, keys, schemas...)",
     _GLOBAL_PART: "global transitions changed",
 }
-_TOP_PROSE_PARTS = {_TOP_PROSE_PART: "top-level description, persona, version, language or texts changed"}
+_TOP_PROSE_PARTS = {
+    _TOP_PROSE_PART: "top-level prose changed (description, persona, version, language, texts, or a description of "
+    "a tool, a memory slot or the summaries)"
+}
 _STATE_PARTS_BEFORE_PROSE = {"transitions": "transitions of state", "text": "purpose or instructions of state"}
 _TOP_PARTS_BEFORE_PROSE = {"fsm": "top-level fields changed (name, persona, initial state, schemas...)"}
 

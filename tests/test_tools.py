@@ -1037,7 +1037,7 @@ def test_editing_a_tools_description_is_prose(support):
     data["tools"]["refund"]["description"] = "Give the money back"
     edited = llm_fsm.load(data)
     assert llm_fsm.Conversation.restore(conversation.snapshot(), edited, ScriptedLLM(), hooks=make_hooks())
-    with pytest.raises(llm_fsm.ConversationError, match="top-level description, persona or version changed"):
+    with pytest.raises(llm_fsm.ConversationError, match=r"top-level prose changed \(description, .*a tool"):
         llm_fsm.Conversation.restore(
             conversation.snapshot(), edited, ScriptedLLM(), hooks=make_hooks(), strict_definition=True
         )
