@@ -84,5 +84,6 @@ def problems(definition: FSMDefinition) -> Iterator[tuple[tuple[Any, ...], str, 
                 hint = "only keys a state collects can be corrected"
             else:
                 why = "is not collected by any state"
-                hint = did_you_mean(key, collected) or "list keys a state collects (required_context_keys)"
+                collects = "its required_context_keys, writable_keys or the keys its conditions read"
+                hint = did_you_mean(key, collected) or f"list keys a state collects ({collects})"
             yield (*where, index), f"'{key}' cannot be corrected: it {why}", "correction_key", hint

@@ -54,6 +54,7 @@ app = typer.Typer(
     cls=_Commands,
     no_args_is_help=True,
     pretty_exceptions_show_locals=False,
+    context_settings={"help_option_names": ["-h", "--help"]},  # -h, as people type it
 )
 
 

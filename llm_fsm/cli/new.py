@@ -171,7 +171,8 @@ def new(
     """Start a bot: a definition, its conversation tests and its hooks, which validate and test pass at once."""
     if not _NAME.match(name):
         fail(
-            f"new: {name!r} is not a usable name: use letters, digits, _ and - (starting with a letter, at most 64)",
+            f"new: {name!r} is not a usable name: use ASCII letters, digits, _ and - "
+            "(starting with a letter, at most 64)",
             2,
         )
     if folder.exists() and not folder.is_dir():
