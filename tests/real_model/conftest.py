@@ -29,7 +29,7 @@ import pytest
 
 import llm_fsm
 from llm_fsm.engine import model_writable_keys, unmet_condition
-from llm_fsm.turn import DEFAULT_FALLBACK
+from llm_fsm.texts import runtime_text
 from tests.conftest import ROOT, wait_for
 
 SCRIPT = ROOT / "scripts" / "local-model"
@@ -244,7 +244,7 @@ def check_turn(
     refused_keys = {r.key for r in result.rejected if r.kind == "context_key" and r.key}
     assert not refused_keys & set(result.context_updates)
     if result.fallback:  # every reply refused: stayed, kept only what was valid, said the fallback message
-        assert state == previous and result.message == DEFAULT_FALLBACK
+        assert state == previous and result.message == runtime_text(definition, "fallback")  # in its language
         assert result.rejected
 
 
