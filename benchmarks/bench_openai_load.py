@@ -44,7 +44,7 @@ for name in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROX
 import httpx
 
 from benchmarks.bench_async import CHAT, start_server
-from benchmarks.bench_serve_load import answers, drive, ended, tally
+from benchmarks.bench_serve_load import drive, ended, started, tally
 from tests import postgres_server
 
 MODEL_DELAY = 0.1
@@ -64,13 +64,7 @@ def serving(tree: Path, definition: Path, model_url: str, store_url: str) -> Ite
     env.pop("LLM_FSM_SERVER_TOKENS", None)
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while not answers(base):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llm-fsm serve from {tree} did not start")
-            time.sleep(0.1)
-        yield base
+        yield started(process, port, f"llm-fsm serve from {tree}")
     finally:
         ended(process)
 

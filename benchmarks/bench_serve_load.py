@@ -197,17 +197,23 @@ def serving(
     ]  # fmt: skip
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
     try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 120
-        while not answers(base):
-            if process.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"llm-fsm serve --workers {workers} --store {store_url} did not start")
-            time.sleep(0.1)
+        base = started(process, port, f"llm-fsm serve --workers {workers} --store {store_url}")
         yield process, base
     finally:
         if process.poll() is None:
             os.killpg(process.pid, signal.SIGTERM)  # the supervisor and its workers
             process.wait(timeout=30)
+
+
+def started(process: subprocess.Popen[bytes], port: int, what: str) -> str:
+    """The base URL of the server ``process`` starts on ``port``, once it answers (two minutes at most)."""
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 120
+    while not answers(base):
+        if process.poll() is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"{what} did not start")
+        time.sleep(0.1)
+    return base
 
 
 def answers(base: str) -> bool:
