@@ -33,7 +33,7 @@ An opening (no user text yet) offers no keys at all, since there is nothing to e
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from llm_fsm.contract import writable_keys
@@ -46,11 +46,14 @@ from llm_fsm.guided_conditions import (
     _needed,
 )
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, portable_pattern, portable_patterns
+from llm_fsm.guided_values import closed_set, derived_values, text_shape
+from llm_fsm.guided_words import from_words, named_in, pool, spans
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
     "MAX_MESSAGE",
     "MAX_STAY_BRANCHES",
     "MAX_TEXT",
+    "fulfilled_move",
     "guided_schema",
     "portable_pattern",
     "portable_patterns",
@@ -72,13 +75,17 @@ def guided_schema(
     eager: bool = True,
     narrow: bool = True,
     back_to: str | None = None,
+    said: str | None = None,
+    results: Iterable[Any] = (),
 ) -> dict[str, Any]:
     """The reply schema of one turn in ``state_id`` on ``context`` (see the module's description).
 
     The moves are the state's own and the global ones that apply (``FSMDefinition.moves``), a
     ``"$return"`` one going to ``back_to`` (left out without it). ``eager=False`` lets the model stay
     whatever it wrote; ``narrow=False`` leaves out the values the transitions' simple comparisons
-    allow. Both are on in guided mode: the variants exist to measure them.
+    allow. Both are on in guided mode: the variants exist to measure them. ``said``: the user's message,
+    ``results``: what the turn's tools answered; the values of free text and numbers are taken from them
+    where they fit (:mod:`llm_fsm.guided_words`).
     """
     state = definition.states[state_id]
     every = definition.moves(state_id, RETURN)
@@ -86,6 +93,10 @@ def guided_schema(
     if not opening:  # and the keys it may correct, once collected (llm_fsm.corrections)
         keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
     values = {key: value_schema(definition, state, key) for key in keys}
+    # yes/no flags last: the model writes what the user's words hold (a name, the field to correct) before
+    # it judges a flag (confirmed, cancelled), and a grammar writes keys in this order
+    values = dict(sorted(values.items(), key=lambda item: item[1].get("type") == "boolean"))
+    collected = [key for key in state.required_context_keys if key in values and context.get(key) is None]
     moves: list[dict[str, Any]] = []
     # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)
     fulfilled: list[dict[str, dict[str, Any] | None]] = []
@@ -99,17 +110,32 @@ def guided_schema(
         # an earlier (higher-priority) move the update fulfils wins: this one is offered with one of its keys
         # left null or given a value that breaks it
         groups = [_breakers(earlier, needed) for earlier in fulfilled] if eager else []
+        # a key the move ties to others (a price to the product's) is offered with the consistent values only
+        offers = _named_offers(derived_values(transition, context, own), said) if narrow else []
+        offers = offers or [{}]
+        if eager and not transition.conditions and collected:
+            # a move on the model's judgment alone (a hand-over, a cancellation) is taken only by a reply that
+            # collects none of what the state asks for: a user who answers the question is on the flow
+            groups.extend([(key, None)] for key in collected)
         for combo in _combos([group for group in groups if group is not None]):
-            moves.append(_branch(transition.target_state, own, need=needed, given=_given(combo)))
+            for offer in offers:
+                branch = _branch(transition.target_state, {**own, **offer}, need=[*needed, *offer], given=_given(combo))
+                moves.append(branch)
         breaking = {
             key: _breaking(values[key], own[key], _contained(transition, key), _format_parts(definition, key))
             for key in needed
         }
-        if needed and eager and all(value is not False for value in breaking.values()):
+        if offers != [{}] and eager:  # staying leaves the first key it ties (the product) null
+            fulfilled.append({next(iter(offers[0])): None})
+        elif needed and eager and all(value is not False for value in breaking.values()):
             # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
             fulfilled.append(breaking)  # type: ignore[arg-type]  # False was ruled out just above
     stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
     branches = _unique([*moves, *stays])
+    offered = pool(said, results) if narrow else None
+    if offered is not None:
+        kept = [found for branch in branches if (found := _from_words(branch, offered, context)) is not None]
+        branches = kept or branches
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return {
         "type": "object",
@@ -117,6 +143,42 @@ def guided_schema(
         "required": ["transition", "message"],
         "additionalProperties": False,
     }
+
+
+def fulfilled_move(
+    definition: FSMDefinition,
+    state_id: str,
+    before: Mapping[str, Any],
+    after: Mapping[str, Any],
+    back_to: str | None = None,
+) -> str | None:
+    """Where a guided reply that stays in ``state_id`` goes instead: the first move (by priority) whose
+    conditions hold on ``after`` (the context with the reply's update), when they read a key the update
+    gave or changed; None when that move held already on ``before`` (the model chose to stay) or no move holds.
+
+    The guided schema already makes a reply that writes what a move needs name the move, where a grammar
+    can say the move's conditions; this is the same rule where it cannot (a price that must equal the
+    product's, a score summed over three answers): the engine evaluates them, so the runtime can apply it.
+    """
+    from llm_fsm.engine import unmet_condition
+    from llm_fsm.logic import LogicError, keys_read
+
+    changed = {key for key, value in after.items() if before.get(key) != value}
+    if not changed:
+        return None
+    for transition in definition.moves(state_id, back_to):
+        if not transition.conditions or unmet_condition(transition, dict(after)) is not None:
+            continue
+        try:
+            reads = {
+                key.split(".")[0]
+                for condition in transition.conditions
+                for key in (*condition.requires_context_keys, *keys_read(condition.logic))
+            }
+        except LogicError:
+            return None
+        return transition.target_state if reads & changed else None
+    return None
 
 
 T = TypeVar("T")
@@ -215,6 +277,11 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
         schema = {k: v for k, v in declared.items() if k in _VALUE_KEYWORDS}
     else:
         schema = {"type": _inferred_type(definition.moves(state.id, RETURN), key)}
+        closed, shape = closed_set(definition, key), text_shape(definition, key)
+        if closed and schema["type"] in ("string", None):  # it only ever routes on these: offer exactly them
+            schema = {"type": "string", "enum": closed}
+        elif shape and schema["type"] == "string":  # ordered as text against "17:00": written as "21:00"
+            schema["pattern"] = shape
     types = schema.get("type")
     if (types == "string" or (isinstance(types, list) and "string" in types)) and "enum" not in schema:
         schema["maxLength"] = min(int(schema.get("maxLength", MAX_TEXT)), MAX_TEXT)
@@ -269,6 +336,28 @@ def _branch(
         "required": ["context_update", "target_state"],
         "additionalProperties": False,
     }
+
+
+def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> list[dict[str, dict[str, Any]]]:
+    """Of the consistent combinations, those whose text values the user's words name, if any do."""
+    texts = spans(said) if said else []
+    named = [
+        offer
+        for offer in offers
+        if any(isinstance(v.get("const"), str) and named_in(v["const"], texts) for v in offer.values())
+    ]
+    return named or offers
+
+
+def _from_words(
+    branch: dict[str, Any], said: tuple[Sequence[str], Sequence[int | float]], context: Mapping[str, Any]
+) -> dict[str, Any] | None:
+    """``branch`` with its values taken from what was said (None: a value it needs cannot be)."""
+    update = branch["properties"]["context_update"]
+    values = {key: from_words(schema, said, context.get(key)) for key, schema in update["properties"].items()}
+    if any(value is None for value in values.values()):
+        return None
+    return {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
 
 
 def _unique(branches: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -72,7 +72,10 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
 
         schema, strict = definition.derived(f"memory_reply_schemas:{back_to}", state, compute)
     if work.settings.guided:  # made for this turn: it knows which keys are missing and which moves hold
-        guided = guided_schema(definition, state, work.context, opening=work.opening, back_to=back_to)
+        results = [run.result for run in work.tool_runs if run.error is None]
+        guided = guided_schema(
+            definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results
+        )
         strict = with_memory_update(guided, definition, strict=True, guided=True)
     return schema, strict
 

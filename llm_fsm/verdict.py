@@ -13,6 +13,7 @@ from llm_fsm.definition import Check
 from llm_fsm.engine import Decision, Rejection, decide
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.firing import fire
+from llm_fsm.guided import fulfilled_move
 from llm_fsm.hooks import Run
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.memory.working import apply_model_update
@@ -42,6 +43,8 @@ def verdict(
     # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
     decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
+    if work.settings.guided and decision.accepted and decision.state == work.base.state:
+        reply, decision = _fulfilled(work, reply, decision)
     work.rejected.extend(decision.rejected)
     work.memory_proposal = reply.transition.memory_update
     if work.memory_proposal:  # reported now; applied with the reply the turn settles on
@@ -56,6 +59,18 @@ def verdict(
     failures = yield from run_checks(work, decision, reply.message)
     work.rejected.extend(failures)
     return decision, reply, tuple(failures)
+
+
+def _fulfilled(work: Working, reply: Reply, decision: Decision) -> tuple[Reply, Decision]:
+    """Guided: a reply that stays though its update fulfils a move takes the move (``guided.fulfilled_move``)."""
+    base = work.base
+    back_to = work.definition.return_target(base.state, base.came_from)
+    target = fulfilled_move(work.definition, base.state, work.context, decision.context, back_to)
+    if target is None:
+        return reply, decision
+    moved = reply.model_copy(update={"transition": reply.transition.model_copy(update={"target_state": target})})
+    again = decide(work.definition, work.snapshot(), moved, attempt=work.calls)
+    return (moved, again) if again.accepted else (reply, decision)
 
 
 def run_checks(work: Working, decision: Decision, message: str) -> Generator[Step, Any, list[Rejection]]:

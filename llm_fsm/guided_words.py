@@ -1,0 +1,148 @@
+"""Values from the user's words: a guided schema offers, for a key the user states, the pieces of what
+they said that can be its value.
+
+A 135M model held to "any text up to 80 characters" writes whatever its prompt makes likely: the
+definition's own words ("triage" as an issue summary), the greeting ("Hi there, I'm Sunny!" as a
+topic), a looping sentence. What a user states, though, is in their message: a name, an email, an
+answer, a number. So the turn's schema offers, per value:
+
+- **text** with no closed set: the spans of the user's words (one to :data:`MAX_SPAN_WORDS` words,
+  punctuation at the edges left off) that the key's schema accepts (its pattern, its bounds), and the
+  text values the turn's tools answered with;
+- **numbers** with no closed set: the numbers written in digits in the message, and those the tools
+  answered with, that the key's schema accepts.
+
+When nothing the user said fits (a date said in words where the schema wants ``2026-06-13``, a
+number said in words), the schema is left as it was: the model writes the value in the form asked
+for. Values with a closed set (enums, constants, booleans) and formats are never touched.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+MAX_SPAN_WORDS = 8  # the longest span offered, in words
+MAX_WORDS = 60  # of a long message, the last words are the ones offered
+MAX_OFFERED = 400  # values offered for one key (a grammar of a few thousand characters at most)
+_EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’"
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)?(?![\w])")
+
+
+def pool(text: str | None, results: Iterable[Any] = ()) -> tuple[list[str], list[int | float]] | None:
+    """The text and the numbers a turn's values may be taken from: ``text`` (the user's message) and
+    the scalar values inside ``results`` (what the turn's tools answered); None without user text."""
+    if not text or not text.strip():
+        return None
+    texts = spans(text)
+    numbers = [_number(match.group()) for match in _NUMBER.finditer(text)]
+    for value in _leaves(results):
+        if isinstance(value, str) and value.strip():
+            texts.append(value.strip())
+        elif isinstance(value, int | float) and not isinstance(value, bool):
+            numbers.append(value)
+    return list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))
+
+
+def spans(text: str) -> list[str]:
+    """Every run of one to :data:`MAX_SPAN_WORDS` consecutive words of ``text`` (its last
+    :data:`MAX_WORDS` words), with the punctuation at its edges left off; longest first per start."""
+    words = text.split()[-MAX_WORDS:]
+    found: list[str] = []
+    for start in range(len(words)):
+        for end in range(min(len(words), start + MAX_SPAN_WORDS), start, -1):
+            span = " ".join(words[start:end]).strip(_EDGE)
+            if span:
+                found.append(span)
+    return list(dict.fromkeys(found))
+
+
+def from_words(
+    schema: dict[str, Any], said: tuple[Sequence[str], Sequence[int | float]], current: Any = None
+) -> dict[str, Any] | None:
+    """``schema`` (one key's value schema, perhaps ``anyOf`` with null) with each part made the values of
+    ``said`` it accepts: free text and numbers from the pool; a closed set (an ``enum`` of text) the values
+    the user's words name, when they name any. None when no value can come from what was said: numbers
+    were written and none fits (a branch that needs more than 8 guests, when the user wrote 4).
+
+    What nothing said fits is left as the schema says (a date said in words, written in the form asked
+    for), unless ``current`` holds the key's collected value: a collected value changes only to one the
+    user said, so the part becomes that value (writing it again changes nothing)."""
+    if "anyOf" in schema and set(schema) == {"anyOf"}:
+        parts = [part for part in (from_words(part, said, current) for part in schema["anyOf"]) if part is not None]
+        return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
+    texts, numbers = said
+    if "enum" in schema and "const" not in schema:
+        named = [value for value in schema["enum"] if isinstance(value, str) and named_in(value, texts)]
+        if named:
+            return {**schema, "enum": named}
+        return {"const": current} if current in schema["enum"] else schema
+    if {"const", "format"} & set(schema) or schema.get("type") in ("null", "boolean"):
+        return schema
+    kind = schema.get("type")
+    if kind == "string":
+        offered: list[Any] = list(texts)
+    elif kind in ("integer", "number"):
+        offered = [int(n) if kind == "integer" else n for n in numbers if kind == "number" or float(n).is_integer()]
+        if not offered:
+            return schema if current is None else {"const": current}
+    elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
+        offered = [*texts, *numbers]
+        schema = {key: value for key, value in schema.items() if key != "type"}
+    else:
+        return schema
+    accepts = _checker(schema)
+    fitting = [value for value in offered if accepts(value)]
+    if not fitting:
+        if current is not None:
+            return {"const": current}
+        return None if kind in ("integer", "number") else schema
+    if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
+        fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
+    return {"enum": fitting[:MAX_OFFERED]}
+
+
+def named_in(value: str, texts: Sequence[str]) -> bool:
+    """Whether the user's words name ``value`` (``burr_grinder`` in "the burr grinder", any case)."""
+    wanted = _plain(value)
+    return bool(wanted) and any(_plain(text) == wanted for text in texts)
+
+
+def _plain(text: str) -> str:
+    return " ".join(re.sub(r"[_\-]+", " ", text).casefold().split())
+
+
+def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
+    import jsonschema  # where first used (checks the values a turn offers)
+
+    validator = jsonschema.Draft202012Validator(dict(schema))
+
+    def accepts(value: Any) -> bool:
+        try:
+            return bool(validator.is_valid(value))
+        except re.error:  # a pattern Python's re does not read: nothing is known to fit
+            return False
+
+    return accepts
+
+
+def _number(text: str) -> int | float:
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", text):  # 12,000: thousands
+        return int(text.replace(",", ""))
+    text = text.replace(",", ".")  # 2,5: a decimal comma
+    return float(text) if "." in text else int(text)
+
+
+def _leaves(value: Any) -> Iterable[Any]:
+    if isinstance(value, Mapping):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+__all__ = ["MAX_OFFERED", "MAX_SPAN_WORDS", "MAX_WORDS", "from_words", "named_in", "pool", "spans"]
