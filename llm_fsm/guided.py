@@ -48,6 +48,7 @@ from llm_fsm.guided_conditions import (
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, portable_pattern, portable_patterns
 from llm_fsm.guided_values import closed_set, derived_values, text_shape
 from llm_fsm.guided_words import from_words, named_in, pool, spans
+from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
     "MAX_MESSAGE",
@@ -96,7 +97,11 @@ def guided_schema(
     # yes/no flags last: the model writes what the user's words hold (a name, the field to correct) before
     # it judges a flag (confirmed, cancelled), and a grammar writes keys in this order
     values = dict(sorted(values.items(), key=lambda item: item[1].get("type") == "boolean"))
-    collected = [key for key in state.required_context_keys if key in values and context.get(key) is None]
+    # the keys the state asks for that its conditional moves need: the flow, which a move on judgment alone
+    # (a hand-over, a detour) gives way to (where only unconditional moves lead on, one of them is the flow)
+    conditional = [t for t in definition.moves(state_id, back_to) if t.conditions]
+    flow = {key for t in conditional for key in (_needed(t, context, keys) or ())}
+    collected = [key for key in state.required_context_keys if key in values and key in flow]
     moves: list[dict[str, Any]] = []
     # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)
     fulfilled: list[dict[str, dict[str, Any] | None]] = []
@@ -131,8 +136,13 @@ def guided_schema(
             # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
             fulfilled.append(breaking)  # type: ignore[arg-type]  # False was ruled out just above
     stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
+    if eager and not values and moves and said:
+        # a state with nothing to collect (a greeting, a help detour) exists to route: the user's message is
+        # routed to one of its moves, where a small model offered "stay" beside them stayed forever
+        stays = []
     branches = _unique([*moves, *stays])
-    offered = pool(said, results) if narrow else None
+    language = language_code(definition.language) if definition.language else None
+    offered = pool(said, results, language) if narrow else None
     if offered is not None:
         kept = [found for branch in branches if (found := _from_words(branch, offered, context)) is not None]
         branches = kept or branches
@@ -161,7 +171,8 @@ def fulfilled_move(
     product's, a score summed over three answers): the engine evaluates them, so the runtime can apply it.
     """
     from llm_fsm.engine import unmet_condition
-    from llm_fsm.logic import LogicError, keys_read
+    from llm_fsm.errors import LogicError
+    from llm_fsm.logic import keys_read
 
     changed = {key for key, value in after.items() if before.get(key) != value}
     if not changed:

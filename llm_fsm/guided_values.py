@@ -145,7 +145,8 @@ def derived_values(
     """The consistent values of the keys ``transition`` ties to expressions: one dict (key -> a ``const``
     schema) per consistent combination, or [] when it ties none the update can write (``schemas``: the
     value schema of each key this update may write, with the move's own narrowing)."""
-    from llm_fsm.logic import LogicError, evaluate
+    from llm_fsm.errors import LogicError
+    from llm_fsm.logic import evaluate
 
     ties = [tie for condition in transition.conditions for rule in _conjuncts(condition.logic) if (tie := _tie(rule))]
     ties = [(key, expr) for key, expr in ties if key in schemas]

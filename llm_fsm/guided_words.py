@@ -26,16 +26,48 @@ from typing import Any
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
 MAX_WORDS = 60  # of a long message, the last words are the ones offered
 MAX_OFFERED = 400  # values offered for one key (a grammar of a few thousand characters at most)
-_EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’"
-_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:[.,]\d+)?(?![\w])")
+# words that carry no value on their own (articles, pronouns, prepositions, auxiliaries, fillers): a span made
+# only of them ("to", "the", "all", "is fine") is not something a user states as a name or an answer. English
+# always (users mix it in), and the definition's language when it is a built-in one (llm_fsm.texts)
+FUNCTION_WORDS: dict[str, frozenset[str]] = {
+    code: frozenset(words.split())
+    for code, words in {
+        "en": "a an the this that these those it its it's i i'm i'd i'll me my we we're our you you're your he she "
+        "they them their to of in on at by for from with about as into than then so and or but if is are was were be "
+        "been am do does did have has had will would can could should may might must not no yes ok okay oh hmm um "
+        "well just also too very all any some what which who how when where why there here please thanks thank "
+        "maybe like really actually anyway sure fine good great one",
+        "es": "el la los las un una unos unas lo de del a al en con por para sin sobre y o pero si no sí que qué "
+        "es son está estoy soy ser me mi mis te tu tus su sus se le les nos yo tú él ella ellos muy ya bueno "
+        "vale pues gracias hola favor puede ser",
+        "de": "der die das den dem des ein eine einen einem einer und oder aber wenn ob nicht ja nein ist sind bin "
+        "war ich du er sie es wir ihr mich mir dich dir mein meine dein zu von mit für auf in im an am bei aus "
+        "nach über sehr auch schon gut danke bitte hallo",
+        "fr": "le la les un une des du de d' l' à au aux en dans sur pour par avec sans et ou mais si ne pas oui "
+        "non est sont suis je tu il elle nous vous ils elles me te se mon ma mes ton ta tes son sa ses ce cette "
+        "ça très bien merci bonjour",
+        "it": "il lo la i gli le un uno una di del della a al in con per su da e o ma se non sì no è sono io tu lui "
+        "lei noi voi mi ti si mio mia tuo tua suo sua che molto bene grazie ciao",
+        "pt": "o a os as um uma uns umas de do da dos das em no na por para com sem e ou mas se não sim é são sou "
+        "eu tu ele ela nós vós me te se meu minha seu sua que muito bem obrigado obrigada olá",
+        "nl": "de het een en of maar als niet ja nee is zijn ben was ik jij je hij zij wij we mij me mijn jouw "
+        "zijn haar van in op aan met voor naar bij uit over heel ook wel goed dank bedankt hallo",
+    }.items()
+}
+_EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
+_NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:[.,]\d+)?(?![\w])")
 
 
-def pool(text: str | None, results: Iterable[Any] = ()) -> tuple[list[str], list[int | float]] | None:
+def pool(
+    text: str | None, results: Iterable[Any] = (), language: str | None = None
+) -> tuple[list[str], list[int | float]] | None:
     """The text and the numbers a turn's values may be taken from: ``text`` (the user's message) and
-    the scalar values inside ``results`` (what the turn's tools answered); None without user text."""
+    the scalar values inside ``results`` (what the turn's tools answered); None without user text.
+    Spans made only of function words (of English and ``language``'s code) are left out."""
     if not text or not text.strip():
         return None
-    texts = spans(text)
+    empty = FUNCTION_WORDS["en"] | FUNCTION_WORDS.get(language or "en", frozenset())
+    texts = [span for span in spans(text) if not _only(span, empty)]
     numbers = [_number(match.group()) for match in _NUMBER.finditer(text)]
     for value in _leaves(results):
         if isinstance(value, str) and value.strip():
@@ -53,7 +85,7 @@ def spans(text: str) -> list[str]:
     for start in range(len(words)):
         for end in range(min(len(words), start + MAX_SPAN_WORDS), start, -1):
             span = " ".join(words[start:end]).strip(_EDGE)
-            if span:
+            if any(c.isalnum() for c in span):
                 found.append(span)
     return list(dict.fromkeys(found))
 
@@ -103,6 +135,11 @@ def from_words(
     return {"enum": fitting[:MAX_OFFERED]}
 
 
+def _only(span: str, words: frozenset[str]) -> bool:
+    """Whether every word of ``span`` is one of ``words`` (a number is never a function word)."""
+    return all(word.strip(_EDGE).casefold() in words for word in span.split())
+
+
 def named_in(value: str, texts: Sequence[str]) -> bool:
     """Whether the user's words name ``value`` (``burr_grinder`` in "the burr grinder", any case)."""
     wanted = _plain(value)
@@ -145,4 +182,4 @@ def _leaves(value: Any) -> Iterable[Any]:
         yield value
 
 
-__all__ = ["MAX_OFFERED", "MAX_SPAN_WORDS", "MAX_WORDS", "from_words", "named_in", "pool", "spans"]
+__all__ = ["FUNCTION_WORDS", "MAX_OFFERED", "MAX_SPAN_WORDS", "MAX_WORDS", "from_words", "named_in", "pool", "spans"]

@@ -222,6 +222,8 @@ class LiteLLMClient:
         for name in ("api_base", "api_key", "temperature"):
             if getattr(self, name) is not None:
                 params[name] = getattr(self, name)
+        if self.guided and "extra_body" not in self.extra and _own_server(self.model, self.api_base):
+            params["extra_body"] = dict(GUIDED_SAMPLING)
         response_format = self._response_format(request)
         native_tools = bool(request.tools) and self.tool_mode() == "native"
         if request.longer:  # bounded by the schema the reply is held to (not if it may call tools natively)
@@ -373,11 +375,23 @@ _GENAI_PROVIDERS = {
 }  # fmt: skip
 
 
+# a small model on a server of your own, guided: llama.cpp's DRY sampler, at the value its author suggests,
+# stops the loops a 135M model writes ("please, please, please, ..."); JSON's quotes and colons break its
+# sequences, so the values it copies from the user's words are not held against it (benchmarks/REAL_MODEL.md,
+# issue 28). Servers that do not know the field ignore it; extra_body=... of your own replaces it
+GUIDED_SAMPLING: dict[str, Any] = {"dry_multiplier": 0.8}
+
+
+def _own_server(model: str, api_base: str | None) -> bool:
+    """An OpenAI-compatible server of your own (``openai/<name>`` at an ``api_base``)."""
+    return bool(api_base) and _provider_and_model(model)[0] == "openai"
+
+
 def _auto_order(model: str, api_base: str | None, guided: bool) -> Literal["recency", "cache"]:
     """``prompt_order="auto"`` (see :attr:`LiteLLMClient.prompt_order`)."""
     if guided:
         return "recency"  # guided replies are for small local models
-    if _provider_and_model(model)[0] == "openai" and api_base:
+    if _own_server(model, api_base):
         return "recency"  # an OpenAI-compatible server of your own: most often a local model
     if _wants_cache_marks(model):
         return "cache"  # Anthropic's cached reads cost a tenth of the price

@@ -1,0 +1,211 @@
+"""Issue 28: what a guided schema offers from the user's words and the whole definition's conditions
+(llm_fsm.guided_words, llm_fsm.guided_values), and the move a staying reply's update fulfils."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import llm_fsm
+from llm_fsm.guided import fulfilled_move, guided_schema
+from llm_fsm.guided_values import closed_set, derived_values, text_shape
+from llm_fsm.guided_words import from_words, pool, spans
+from llm_fsm.testing import ScriptedLLM
+from tests.test_guided import branches, definition_with, example, move, reply, valid
+
+WORDS = ("maya chen", "Sydney", "the burr grinder")
+
+
+def targets(schema: dict[str, Any]) -> set[str]:
+    return {branch["properties"]["target_state"]["enum"][0] for branch in branches(schema)}
+
+
+def test_spans_are_runs_of_words_without_the_punctuation_at_their_edges():
+    found = spans("Hey! I'm Maya, from Leeds.")
+    assert "Maya" in found and "Maya, from Leeds" in found and "Leeds" in found
+    assert "Maya," not in found and "Leeds." not in found
+    assert len(spans(" ".join(f"w{i}" for i in range(200)))) < 60 * 8 + 1  # the last 60 words, 8 at most
+
+
+def test_a_span_of_function_words_only_is_no_value_but_one_with_a_word_of_content_is():
+    texts, numbers = pool("Why do you need all this? I'm 34.") or ([], [])
+    assert "all" not in texts and "do you" not in texts and "this" not in texts
+    assert "need all this" in texts and numbers == [34]
+    # the definition's language counts too: "para una" carries nothing in Spanish
+    spanish = pool("quería pedir cita para una limpieza", language="es")
+    assert spanish is not None and "para una" not in spanish[0] and "limpieza" in spanish[0]
+    assert pool(None) is None and pool("   ") is None
+
+
+def test_numbers_are_read_as_written_and_codes_are_not_numbers():
+    assert pool("a table for 4, at 9.30, 12,000 dollars or 2,5 kg")[1] == [4, 9.3, 12000, 2.5]  # type: ignore[index]  # not None
+    assert pool("policy HM-204518")[1] == []  # type: ignore[index]  # not None: a code, not a number
+
+
+def test_tool_results_are_values_too():
+    texts, numbers = pool("what do you have?", [{"slot": "19:30", "seats": 4, "ok": True}]) or ([], [])
+    assert "19:30" in texts and numbers == [4]
+
+
+def test_free_text_becomes_the_spans_a_shaped_value_the_least_span_that_has_it():
+    said = pool("it's maya.chen@example.com, thanks")
+    assert said is not None
+    assert from_words({"type": "string", "maxLength": 80}, said) == {"enum": said[0]}
+    email = from_words({"type": "string", "pattern": "@"}, said)
+    assert email == {"enum": ["maya.chen@example.com"]}  # not "it's maya.chen@example.com, thanks"
+    # nothing fits a date said in words: the model writes it in the form asked for
+    date = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
+    assert from_words(date, said) == date
+    # ... unless the key holds a value already: it changes only to one the user said
+    assert from_words(date, said, current="2026-06-13") == {"const": "2026-06-13"}
+
+
+def test_numbers_come_from_the_digits_written_and_a_branch_none_fits_cannot_be_written():
+    said = pool("a table for 4, please")
+    assert said is not None
+    assert from_words({"type": "integer", "minimum": 1, "maximum": 8}, said) == {"enum": [4]}
+    assert from_words({"type": "integer", "exclusiveMinimum": 8}, said) is None  # a large party: not said
+    # null stays possible: the part that cannot be is dropped
+    assert from_words({"anyOf": [{"type": "integer", "exclusiveMinimum": 8}, {"type": "null"}]}, said) == {
+        "type": "null"
+    }
+    words_only = pool("two, please")
+    assert words_only is not None and from_words({"type": "integer"}, words_only) == {"type": "integer"}
+
+
+def test_a_closed_set_narrows_to_the_values_the_words_name():
+    said = pool("I'd like the burr grinder, please")
+    assert said is not None
+    products = {"type": "string", "enum": ["espresso_machine", "burr_grinder"]}
+    assert from_words(products, said) == {"type": "string", "enum": ["burr_grinder"]}
+    other = pool("whatever you recommend")
+    assert other is not None and from_words(products, other) == products
+    assert from_words(products, other, current="espresso_machine") == {"const": "espresso_machine"}
+    assert from_words({"type": "boolean"}, said) == {"type": "boolean"}  # a flag is the model's to judge
+
+
+def test_a_key_compared_only_with_text_constants_is_that_closed_set():
+    triage = example("support_triage")
+    assert closed_set(triage, "category") == ["billing", "technical", "account_access"]
+    assert set(closed_set(triage, "severity") or []) == {"critical", "low", "medium", "high"}
+    assert closed_set(triage, "issue_summary") is None  # only required, never compared
+    schema = guided_schema(triage, "triage", {})
+    assert not valid(schema, reply("triage", {"category": "triage"}))  # what the 135M model wrote
+
+
+def test_a_key_read_any_other_way_is_not_closed():
+    for logic in (
+        {"==": [{"var": ["x", "basic"]}, "basic"]},  # a default: a missing key reads as "basic"
+        {"and": [{"==": [{"var": "x"}, "a"]}, {"!=": [{"var": "x"}, "b"]}]},
+        {"and": [{"==": [{"var": "x"}, "a"]}, {"in": ["@", {"var": "x"}]}]},
+    ):
+        assert closed_set(definition_with([move("b", logic)]), "x") is None, logic
+    assert closed_set(definition_with([move("b", {"in": [{"var": "x"}, ["a", "b"]]})]), "x") == ["a", "b"]
+
+
+def test_a_price_tied_to_the_product_is_offered_only_with_the_consistent_pairs():
+    order = example("order_flow")
+    schema = guided_schema(order, "select_product", {}, said="Hi! I'd like to order the burr grinder.")
+    moving = [b for b in branches(schema) if b["properties"]["target_state"]["enum"] == ["choose_quantity"]]
+    assert len(moving) == 1  # the product the user named
+    update = moving[0]["properties"]["context_update"]["properties"]
+    assert update["product"] == {"const": "burr_grinder"} and update["unit_price"] == {"const": 129}
+    grinder = {"product": "burr_grinder", "unit_price": 129, "customer_cancelled": None}
+    assert not valid(schema, reply("select_product", grinder))
+    assert valid(schema, reply("choose_quantity", grinder))
+    # unsaid, every product is offered with its own price
+    every = guided_schema(order, "select_product", {}, said="what do you sell?")
+    frother = {"product": "milk_frother", "unit_price": 59, "customer_cancelled": None}
+    assert valid(every, reply("choose_quantity", frother))
+    assert not valid(every, reply("choose_quantity", {**frother, "unit_price": 129}))
+
+
+def test_a_total_within_a_cent_is_computed_and_the_keys_it_reads_keep_their_values():
+    order = example("order_flow")
+    move_ = next(t for t in order.moves("shipping_method") if t.target_state == "review")
+    context = {"unit_price": 129, "quantity": 2}
+    schemas = {"shipping_method": {"type": "string", "enum": ["standard", "express"]}, "shipping_cost": {},
+               "order_total": {}, "quantity": {"type": "number"}, "unit_price": {"type": "number"}}  # fmt: skip
+    offers = derived_values(move_, context, schemas)
+    by_method = {offer["shipping_method"]["const"]: offer for offer in offers}
+    assert by_method["standard"]["shipping_cost"] == {"const": 0} and by_method["standard"]["order_total"] == {
+        "const": 258
+    }
+    assert by_method["express"]["order_total"] == {"const": 277}
+    assert by_method["express"]["quantity"] == {"anyOf": [{"const": 2}, {"type": "null"}]}  # not rewritten
+
+
+def test_text_ordered_against_a_time_is_written_in_that_shape():
+    booking = example("restaurant_booking")
+    assert text_shape(booking, "time") == "^[0-9][0-9]:[0-9][0-9]$"
+    assert text_shape(booking, "guest_name") is None
+
+
+def test_a_move_on_judgment_alone_is_not_offered_with_an_answer_to_the_state():
+    claim = example("insurance_claim")
+    schema = guided_schema(claim, "ask_policy", {}, said="my policy is HM-204518")
+    assert not valid(schema, reply("handover", {"policy_number": "HM-204518"}))
+    assert valid(schema, reply("identity", {"policy_number": "HM-204518"}))
+    assert valid(schema, reply("handover", {"policy_number": None}))  # asked for a person, nothing else
+
+
+def test_where_only_moves_on_judgment_lead_on_one_of_them_is_the_flow():
+    # "the role is known: ask about the budget", with no condition: it is offered with the role written
+    unconditional = {"target_state": "b", "priority": 100, "description": "The role is known"}
+    person = {"target_state": "c", "priority": 20, "description": "The user asks for a person"}
+    definition = definition_with([person, unconditional], required_context_keys=["role"])
+    schema = guided_schema(definition, "a", {}, said="I run the support team")
+    assert valid(schema, reply("b", {"role": "support team"}))
+
+
+def test_flags_are_written_after_the_values_the_words_hold():
+    schema = guided_schema(example("form_filling"), "confirm", {"name": "A", "email": "a@b.co", "age": 30})
+    for branch in branches(schema):
+        keys = list(branch["properties"]["context_update"]["properties"])
+        assert keys[-2:] == ["confirmed", "cancelled"], keys
+
+
+def test_a_staying_reply_whose_update_fulfils_a_move_takes_it():
+    quiz = example("quiz")
+    before = {"q1_correct": True, "q2_correct": True, "q1_answer": "Canberra", "q2_answer": "Mars"}
+    after = {**before, "q3_answer": "Six", "q3_correct": True}
+    assert fulfilled_move(quiz, "q3", before, after) == "passed"
+    assert fulfilled_move(quiz, "q3", before, before) is None  # nothing new: the model chose to stay
+    # a move that held before the update was declined: a later one the update fulfils is not taken
+    talk = example("small_talk")
+    declined = fulfilled_move(talk, "chatting", {"user_said_goodbye": True}, {"user_said_goodbye": True, "topic": "x"})
+    assert declined is None
+
+
+def test_a_guided_conversation_takes_the_move_its_update_fulfils_and_a_plain_one_does_not():
+    quiz = example("quiz")
+    context = {"q1_correct": True, "q2_correct": False, "q1_answer": "Canberra", "q2_answer": "Venus"}
+    stay = reply("q3", {"q3_answer": "Six", "q3_correct": True}, "Right, six!")
+    guided = llm_fsm.Conversation(quiz, ScriptedLLM([stay]), state="q3", context=context, guided=True)
+    assert guided.send("Six!").state == "passed"
+    plain = llm_fsm.Conversation(quiz, ScriptedLLM([stay]), state="q3", context=context)
+    assert plain.send("Six!").state == "q3"
+
+
+def test_a_state_with_nothing_to_collect_routes_the_users_message():
+    workshop = example("workshop_signup")
+    routed = guided_schema(workshop, "help", {"name": "Maya"}, back_to="ask_email", said="ok, that's fine")
+    assert "help" not in targets(routed) and "ask_email" in targets(routed)
+    # with no message to route (a resume) it may stay, as it may where there is something to collect
+    assert "help" in targets(guided_schema(workshop, "help", {"name": "Maya"}, back_to="ask_email"))
+    assert "ask_email" in targets(guided_schema(workshop, "ask_email", {"name": "Maya"}, said="how much is it?"))
+
+
+def test_a_guided_client_on_a_server_of_your_own_asks_for_the_dry_sampler(fake_openai, signup):
+    import json
+
+    from tests.test_llm import client
+
+    good = json.dumps(reply("ask_email", {"name": "Ann"}, "Your email?"))
+    fake_openai.add(good, good, good)
+    for options in ({"guided": True}, {}, {"guided": True, "extra_body": {"repeat_penalty": 1.1}}):
+        llm = client(fake_openai, response_format="json_schema", **options)
+        llm_fsm.Conversation(signup, llm).send("I'm Ann")
+    guided, plain, own = fake_openai.requests
+    assert guided["dry_multiplier"] == 0.8  # llama.cpp's DRY sampler: no "please, please, please"
+    assert "dry_multiplier" not in plain  # a plain client sends what it always sent
+    assert own["repeat_penalty"] == 1.1 and "dry_multiplier" not in own  # your own extra_body replaces it
