@@ -33,21 +33,23 @@ An opening (no user text yet) offers no keys at all, since there is nothing to e
 from __future__ import annotations
 
 import itertools
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
+from llm_fsm.errors import LogicError
 from llm_fsm.guided_conditions import (
     _contained,
     _inferred_type,
     _is_number,
     _narrowed,
     _needed,
+    _required_keys,
 )
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, portable_pattern, portable_patterns
 from llm_fsm.guided_values import closed_set, derived_values, text_shape
-from llm_fsm.guided_words import from_words, named_in, pool, spans
+from llm_fsm.guided_words import Said, from_words, named_in, pool, spans
 from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
@@ -109,7 +111,15 @@ def guided_schema(
         needed = _needed(transition, context, keys)
         if needed is None:
             continue
-        narrowed = {key: _narrowed(values[key], transition, key, _format_parts(definition, key)) for key in needed}
+        # the keys it needs, and the collected ones its conditions read that the update may write again: a
+        # value written in the move's branch keeps the move (a corrected email still holds an "@")
+        read = [key for key in values if key not in needed and key in context and _reads_key(transition, key)]
+        # a move with conditions beyond a grammar still needs what its plain parts need (customer_confirmed
+        # true beside a total within a cent): it is offered with those values, never forced
+        forced, needed = needed, needed or _plainly_missing(transition, context, values)
+        narrowed = {
+            key: _narrowed(values[key], transition, key, _format_parts(definition, key)) for key in [*needed, *read]
+        }
         narrowed = narrowed if narrow else {}
         own = {**values, **narrowed}
         # an earlier (higher-priority) move the update fulfils wins: this one is offered with one of its keys
@@ -128,17 +138,20 @@ def guided_schema(
                 moves.append(branch)
         breaking = {
             key: _breaking(values[key], own[key], _contained(transition, key), _format_parts(definition, key))
-            for key in needed
+            for key in forced
         }
         if offers != [{}] and eager:  # staying leaves the first key it ties (the product) null
             fulfilled.append({next(iter(offers[0])): None})
-        elif needed and eager and all(value is not False for value in breaking.values()):
+        elif forced and eager and all(value is not False for value in breaking.values()):
             # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
             fulfilled.append(breaking)  # type: ignore[arg-type]  # False was ruled out just above
     stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
-    if eager and not values and moves and said:
-        # a state with nothing to collect (a greeting, a help detour) exists to route: the user's message is
-        # routed to one of its moves, where a small model offered "stay" beside them stayed forever
+    targets = [back_to if t.target_state == RETURN else t.target_state for t in state.transitions]
+    open_ = {branch["properties"]["target_state"]["enum"][0] for branch in moves}
+    if eager and not values and said and targets and all(target in open_ for target in targets):
+        # a state with nothing to collect whose own moves are all open (a greeting, a help detour with the way
+        # back) exists to route: the user's message is routed to one of its moves, where a small model offered
+        # "stay" beside them stayed forever. A move that waits on code, or nowhere to go back to, keeps it
         stays = []
     branches = _unique([*moves, *stays])
     language = language_code(definition.language) if definition.language else None
@@ -171,7 +184,6 @@ def fulfilled_move(
     product's, a score summed over three answers): the engine evaluates them, so the runtime can apply it.
     """
     from llm_fsm.engine import unmet_condition
-    from llm_fsm.errors import LogicError
     from llm_fsm.logic import keys_read
 
     changed = {key for key, value in after.items() if before.get(key) != value}
@@ -286,6 +298,9 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
     declared = (definition.context_schema or {}).get(key)
     if declared:
         schema = {k: v for k, v in declared.items() if k in _VALUE_KEYWORDS}
+        if isinstance(schema.get("type"), list) and "null" in schema["type"]:  # null is offered anyway
+            rest = [kind for kind in schema["type"] if kind != "null"]
+            schema["type"] = rest[0] if len(rest) == 1 else rest
     else:
         schema = {"type": _inferred_type(definition.moves(state.id, RETURN), key)}
         closed, shape = closed_set(definition, key), text_shape(definition, key)
@@ -349,6 +364,26 @@ def _branch(
     }
 
 
+def _plainly_missing(transition: Any, context: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:
+    """The keys a move's plain requirements and comparisons need that the context lacks, when its
+    conditions also hold parts a grammar cannot say (else [], as ``_needed`` says for plain moves)."""
+    required, plain = _required_keys(transition)
+    return [] if plain else [key for key in required if key in values and context.get(key) is None]
+
+
+def _reads_key(transition: Any, key: str) -> bool:
+    """Whether the transition's conditions read ``key`` (a plain read: requirements and ``var``)."""
+    from llm_fsm.logic import keys_read
+
+    for condition in transition.conditions:
+        try:
+            if key in condition.requires_context_keys or key in keys_read(condition.logic):
+                return True
+        except LogicError:
+            return False
+    return False
+
+
 def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> list[dict[str, dict[str, Any]]]:
     """Of the consistent combinations, those whose text values the user's words name, if any do."""
     texts = spans(said) if said else []
@@ -360,9 +395,7 @@ def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> 
     return named or offers
 
 
-def _from_words(
-    branch: dict[str, Any], said: tuple[Sequence[str], Sequence[int | float]], context: Mapping[str, Any]
-) -> dict[str, Any] | None:
+def _from_words(branch: dict[str, Any], said: Said, context: Mapping[str, Any]) -> dict[str, Any] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be)."""
     update = branch["properties"]["context_update"]
     values = {key: from_words(schema, said, context.get(key)) for key, schema in update["properties"].items()}

@@ -153,9 +153,9 @@ def derived_values(
     if not ties:
         return []
     read = sorted({name for _, expr in ties for name in _reads_of(expr)} - {key for key, _ in ties})
-    # a key the update may write from a finite set is chosen with the tied one (a branch per value); a key
-    # it may write freely keeps its collected value (or is left out); a key it may not write is as it is
-    free = [name for name in read if name in schemas and _finite(schemas[name]) is not None]
+    # a key the update may write from a finite set, not collected yet, is chosen with the tied one (a branch per
+    # value); a collected key keeps its value (or is left out); a key it may not write is as it is
+    free = [name for name in read if name in schemas and name not in context and _finite(schemas[name]) is not None]
     pinned = {name: context[name] for name in read if name not in free and name in schemas and name in context}
     if any(name not in free and name not in pinned and name in schemas for name in read):
         return []  # an expression reads a key the update may write freely and nothing holds yet

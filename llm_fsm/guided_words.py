@@ -21,10 +21,10 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from typing import Any
+from typing import Any, NamedTuple
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
-MAX_WORDS = 60  # of a long message, the last words are the ones offered
+MAX_WORDS = 60  # of a longer message, the first and the last 30 words are the ones offered
 MAX_OFFERED = 400  # values offered for one key (a grammar of a few thousand characters at most)
 # words that carry no value on their own (articles, pronouns, prepositions, auxiliaries, fillers): a span made
 # only of them ("to", "the", "all", "is fine") is not something a user states as a name or an answer. English
@@ -55,72 +55,86 @@ FUNCTION_WORDS: dict[str, frozenset[str]] = {
     }.items()
 }
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
-_NUMBER = re.compile(r"(?<![\w.-])-?\d+(?:[.,]\d+)?(?![\w])")
+_NUMBER = re.compile(r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?)(?![\w])")
+MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
+_LARGEST = 10**15
 
 
-def pool(
-    text: str | None, results: Iterable[Any] = (), language: str | None = None
-) -> tuple[list[str], list[int | float]] | None:
-    """The text and the numbers a turn's values may be taken from: ``text`` (the user's message) and
-    the scalar values inside ``results`` (what the turn's tools answered); None without user text.
-    Spans made only of function words (of English and ``language``'s code) are left out."""
+class Said(NamedTuple):
+    """What a turn's values may be taken from: ``texts`` (the spans worth offering and the tools' text),
+    ``numbers`` (written in digits, and the tools'), ``every`` (all spans, function words included: they
+    still name a closed set's value, such as "no")."""
+
+    texts: list[str]
+    numbers: list[int | float]
+    every: list[str]
+
+
+def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
+    """What ``text`` (the user's message) and ``results`` (the scalar values inside what the turn's tools
+    answered) offer; None without user text. Spans made only of function words (of English and
+    ``language``'s code) are not offered as text values."""
     if not text or not text.strip():
         return None
     empty = FUNCTION_WORDS["en"] | FUNCTION_WORDS.get(language or "en", frozenset())
-    texts = [span for span in spans(text) if not _only(span, empty)]
-    numbers = [_number(match.group()) for match in _NUMBER.finditer(text)]
+    every = spans(text)
+    texts = [span for span in every if not _only(span, empty)]
+    numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
     for value in _leaves(results):
         if isinstance(value, str) and value.strip():
             texts.append(value.strip())
-        elif isinstance(value, int | float) and not isinstance(value, bool):
+        elif isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < _LARGEST:
             numbers.append(value)
-    return list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))
+    return Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every)
 
 
 def spans(text: str) -> list[str]:
-    """Every run of one to :data:`MAX_SPAN_WORDS` consecutive words of ``text`` (its last
-    :data:`MAX_WORDS` words), with the punctuation at its edges left off; longest first per start."""
-    words = text.split()[-MAX_WORDS:]
+    """Every run of one to :data:`MAX_SPAN_WORDS` consecutive words of ``text``, with the punctuation at its
+    edges left off; longest first per start. Of a long message, the first and the last :data:`MAX_WORDS`
+    halves (a name said first, the answer said last)."""
+    words = text.split()
+    windows = [words] if len(words) <= MAX_WORDS else [words[: MAX_WORDS // 2], words[-MAX_WORDS // 2 :]]
     found: list[str] = []
-    for start in range(len(words)):
-        for end in range(min(len(words), start + MAX_SPAN_WORDS), start, -1):
-            span = " ".join(words[start:end]).strip(_EDGE)
-            if any(c.isalnum() for c in span):
-                found.append(span)
+    for window in windows:
+        for start in range(len(window)):
+            for end in range(min(len(window), start + MAX_SPAN_WORDS), start, -1):
+                span = " ".join(window[start:end]).strip(_EDGE)
+                if any(c.isalnum() for c in span):
+                    found.append(span)
     return list(dict.fromkeys(found))
 
 
-def from_words(
-    schema: dict[str, Any], said: tuple[Sequence[str], Sequence[int | float]], current: Any = None
-) -> dict[str, Any] | None:
-    """``schema`` (one key's value schema, perhaps ``anyOf`` with null) with each part made the values of
-    ``said`` it accepts: free text and numbers from the pool; a closed set (an ``enum`` of text) the values
-    the user's words name, when they name any. None when no value can come from what was said: numbers
-    were written and none fits (a branch that needs more than 8 guests, when the user wrote 4).
+def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[str, Any] | None:
+    """``schema`` (one key's value schema in a branch, perhaps ``anyOf`` with null) with each part made the
+    values of ``said`` it accepts: free text and numbers from the pool; a closed set (an ``enum`` of text)
+    the values the user's words name, when they name any. None when no value can come from what was said:
+    numbers were written and none fits (a branch that needs more than 8 guests, when the user wrote 4; 14
+    nights at most, when the user wrote 20).
 
     What nothing said fits is left as the schema says (a date said in words, written in the form asked
     for), unless ``current`` holds the key's collected value: a collected value changes only to one the
     user said, so the part becomes that value (writing it again changes nothing)."""
     if "anyOf" in schema and set(schema) == {"anyOf"}:
-        parts = [part for part in (from_words(part, said, current) for part in schema["anyOf"]) if part is not None]
+        found = (from_words(part, said, current) for part in schema["anyOf"])
+        parts = [part for part in found if part is not None]
         return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
-    texts, numbers = said
     if "enum" in schema and "const" not in schema:
-        named = [value for value in schema["enum"] if isinstance(value, str) and named_in(value, texts)]
+        named = [value for value in schema["enum"] if isinstance(value, str) and named_in(value, said.every)]
         if named:
             return {**schema, "enum": named}
-        return {"const": current} if current in schema["enum"] else schema
+        return {"const": current} if current is not None and current in schema["enum"] else schema
     if {"const", "format"} & set(schema) or schema.get("type") in ("null", "boolean"):
         return schema
     kind = schema.get("type")
     if kind == "string":
-        offered: list[Any] = list(texts)
+        offered: list[Any] = list(said.texts)
     elif kind in ("integer", "number"):
-        offered = [int(n) if kind == "integer" else n for n in numbers if kind == "number" or float(n).is_integer()]
-        if not offered:
+        offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
+        offered = [int(n) if kind == "integer" else n for n in offered]
+        if not offered:  # no number written (four, said in words): the model writes it
             return schema if current is None else {"const": current}
     elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
-        offered = [*texts, *numbers]
+        offered = [*said.texts, *said.numbers]
         schema = {key: value for key, value in schema.items() if key != "type"}
     else:
         return schema
@@ -164,10 +178,15 @@ def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
     return accepts
 
 
-def _number(text: str) -> int | float:
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+", text):  # 12,000: thousands
-        return int(text.replace(",", ""))
-    text = text.replace(",", ".")  # 2,5: a decimal comma
+def _number(text: str) -> int | float | None:
+    """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma);
+    None for a code: past 15 digits, or four digits or more after a leading zero."""
+    digits = sum(c.isdigit() for c in text)
+    if digits > 15 or (digits >= 4 and text.lstrip("-").startswith("0")):
+        return None  # a pasted reference, a phone number (0612345678): no amount
+    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text):
+        text = text.replace(",", "")
+    text = text.replace(",", ".")
     return float(text) if "." in text else int(text)
 
 
@@ -182,4 +201,15 @@ def _leaves(value: Any) -> Iterable[Any]:
         yield value
 
 
-__all__ = ["FUNCTION_WORDS", "MAX_OFFERED", "MAX_SPAN_WORDS", "MAX_WORDS", "from_words", "named_in", "pool", "spans"]
+__all__ = [
+    "FUNCTION_WORDS",
+    "MAX_NUMBERS",
+    "MAX_OFFERED",
+    "Said",
+    "MAX_SPAN_WORDS",
+    "MAX_WORDS",
+    "from_words",
+    "named_in",
+    "pool",
+    "spans",
+]

@@ -27,29 +27,38 @@ def test_spans_are_runs_of_words_without_the_punctuation_at_their_edges():
 
 
 def test_a_span_of_function_words_only_is_no_value_but_one_with_a_word_of_content_is():
-    texts, numbers = pool("Why do you need all this? I'm 34.") or ([], [])
+    texts, numbers, _ = pool("Why do you need all this? I'm 34.") or ([], [], [])
     assert "all" not in texts and "do you" not in texts and "this" not in texts
     assert "need all this" in texts and numbers == [34]
     # the definition's language counts too: "para una" carries nothing in Spanish
     spanish = pool("quería pedir cita para una limpieza", language="es")
-    assert spanish is not None and "para una" not in spanish[0] and "limpieza" in spanish[0]
+    assert spanish is not None and "para una" not in spanish.texts and "limpieza" in spanish.texts
     assert pool(None) is None and pool("   ") is None
 
 
+def numbers(text: str) -> list[int | float]:
+    said = pool(text)
+    assert said is not None
+    return said.numbers
+
+
 def test_numbers_are_read_as_written_and_codes_are_not_numbers():
-    assert pool("a table for 4, at 9.30, 12,000 dollars or 2,5 kg")[1] == [4, 9.3, 12000, 2.5]  # type: ignore[index]  # not None
-    assert pool("policy HM-204518")[1] == []  # type: ignore[index]  # not None: a code, not a number
+    assert numbers("a table for 4, at 9.30, 12,000 dollars or 2,5 kg") == [4, 9.3, 12000, 2.5]
+    assert numbers("$1,299.99 please") == [1299.99]
+    assert numbers("policy HM-204518") == []  # a code, not a number
+    assert numbers("ref " + "7" * 400 + ", 2 units") == [2]  # a pasted reference is no amount (no overflow)
+    assert len(numbers(" ".join(str(n) for n in range(600)))) == 20  # the grammar stays small
 
 
 def test_tool_results_are_values_too():
-    texts, numbers = pool("what do you have?", [{"slot": "19:30", "seats": 4, "ok": True}]) or ([], [])
-    assert "19:30" in texts and numbers == [4]
+    said = pool("what do you have?", [{"slot": "19:30", "seats": 4, "ok": True}])
+    assert said is not None and "19:30" in said.texts and said.numbers == [4]
 
 
 def test_free_text_becomes_the_spans_a_shaped_value_the_least_span_that_has_it():
     said = pool("it's maya.chen@example.com, thanks")
     assert said is not None
-    assert from_words({"type": "string", "maxLength": 80}, said) == {"enum": said[0]}
+    assert from_words({"type": "string", "maxLength": 80}, said) == {"enum": said.texts}
     email = from_words({"type": "string", "pattern": "@"}, said)
     assert email == {"enum": ["maya.chen@example.com"]}  # not "it's maya.chen@example.com, thanks"
     # nothing fits a date said in words: the model writes it in the form asked for
@@ -64,12 +73,15 @@ def test_numbers_come_from_the_digits_written_and_a_branch_none_fits_cannot_be_w
     assert said is not None
     assert from_words({"type": "integer", "minimum": 1, "maximum": 8}, said) == {"enum": [4]}
     assert from_words({"type": "integer", "exclusiveMinimum": 8}, said) is None  # a large party: not said
-    # null stays possible: the part that cannot be is dropped
-    assert from_words({"anyOf": [{"type": "integer", "exclusiveMinimum": 8}, {"type": "null"}]}, said) == {
-        "type": "null"
-    }
+    # null stays possible: the part that cannot be is dropped (20 nights, where 14 is the most: stay)
+    large = {"anyOf": [{"type": "integer", "exclusiveMinimum": 8}, {"type": "null"}]}
+    assert from_words(large, said) == {"type": "null"}
     words_only = pool("two, please")
     assert words_only is not None and from_words({"type": "integer"}, words_only) == {"type": "integer"}
+    # a phone number is no amount: four, said in words, is the model's to write
+    guests = {"type": "integer", "minimum": 1, "maximum": 8}
+    phone = pool("we are four, call me on 0612345678")
+    assert phone is not None and phone.numbers == [] and from_words(guests, phone) == guests
 
 
 def test_a_closed_set_narrows_to_the_values_the_words_name():
@@ -209,3 +221,42 @@ def test_a_guided_client_on_a_server_of_your_own_asks_for_the_dry_sampler(fake_o
     assert guided["dry_multiplier"] == 0.8  # llama.cpp's DRY sampler: no "please, please, please"
     assert "dry_multiplier" not in plain  # a plain client sends what it always sent
     assert own["repeat_penalty"] == 1.1 and "dry_multiplier" not in own  # your own extra_body replaces it
+
+
+def test_a_name_said_first_in_a_long_message_is_offered():
+    long = "Hi, my name is Maya Chen. " + " ".join(["and then something else happened"] * 14)
+    assert "Maya Chen" in spans(long) and len(long.split()) > 60
+
+
+def test_a_collected_yes_can_become_no_and_an_enum_with_null_is_not_pinned():
+    answer = {"type": "string", "enum": ["yes", "no"]}
+    said = pool("no, not yes... I mean NO")
+    assert said is not None and from_words(answer, said, current="yes") == {**answer, "enum": ["yes", "no"]}
+    assert from_words(answer, pool("no") or pool("x"), current="yes") == {**answer, "enum": ["no"]}  # type: ignore[arg-type]  # pool("no") is not None
+    sizes = {"enum": ["small", "large", None]}
+    assert from_words(sizes, pool("whatever") or pool("x")) == sizes  # type: ignore[arg-type]  # not None
+
+
+def test_a_state_whose_move_waits_on_code_or_has_no_way_back_may_still_stay():
+    claim = example("insurance_claim")
+    nowhere = guided_schema(claim, "help", {"policy_number": "HM-204518"}, said="ok, thanks")
+    assert "help" in targets(nowhere)  # no way back: staying, not a forced hand-over or cancellation
+    routed = guided_schema(claim, "help", {"policy_number": "HM-204518"}, back_to="damage", said="ok, thanks")
+    assert "help" not in targets(routed) and "damage" in targets(routed)
+
+
+def test_a_nullable_declared_type_is_narrowed_like_its_type():
+    data = {"name": "t", "initial_state": "a", "context_schema": {"k": {"type": ["integer", "null"]}},
+            "states": {"a": {"id": "a", "purpose": "p", "transitions": [move("b", {">": [{"var": "k"}, 3]})]},
+                       "b": {"id": "b", "purpose": "end", "transitions": []}}}  # fmt: skip
+    schema = guided_schema(llm_fsm.FSMDefinition.model_validate(data), "a", {}, said="I have 2")
+    assert valid(schema, reply("a", {"k": 2})) and not valid(schema, reply("b", {"k": 2}))
+
+
+def test_the_dry_sampler_goes_only_to_a_server_on_this_machine_or_your_network():
+    from llm_fsm.llm.litellm_client import _local_server
+
+    assert _local_server("openai/smollm2", "http://127.0.0.1:8080/v1")
+    assert _local_server("openai/smollm2", "http://llama:8080/v1")  # a container's name
+    assert not _local_server("openai/gpt-4o-mini", "https://api.openai.com/v1")
+    assert not _local_server("groq/llama3", "http://127.0.0.1:8080/v1")

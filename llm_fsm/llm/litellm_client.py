@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import ipaddress
 import logging
 import os
 import random
@@ -222,7 +223,7 @@ class LiteLLMClient:
         for name in ("api_base", "api_key", "temperature"):
             if getattr(self, name) is not None:
                 params[name] = getattr(self, name)
-        if self.guided and "extra_body" not in self.extra and _own_server(self.model, self.api_base):
+        if self.guided and "extra_body" not in self.extra and _local_server(self.model, self.api_base):
             params["extra_body"] = dict(GUIDED_SAMPLING)
         response_format = self._response_format(request)
         native_tools = bool(request.tools) and self.tool_mode() == "native"
@@ -378,13 +379,28 @@ _GENAI_PROVIDERS = {
 # a small model on a server of your own, guided: llama.cpp's DRY sampler, at the value its author suggests,
 # stops the loops a 135M model writes ("please, please, please, ..."); JSON's quotes and colons break its
 # sequences, so the values it copies from the user's words are not held against it (benchmarks/REAL_MODEL.md,
-# issue 28). Servers that do not know the field ignore it; extra_body=... of your own replaces it
+# issue 28). Sent only to a server on this machine or your network; extra_body=... of your own replaces it
 GUIDED_SAMPLING: dict[str, Any] = {"dry_multiplier": 0.8}
 
 
 def _own_server(model: str, api_base: str | None) -> bool:
     """An OpenAI-compatible server of your own (``openai/<name>`` at an ``api_base``)."""
     return bool(api_base) and _provider_and_model(model)[0] == "openai"
+
+
+def _local_server(model: str, api_base: str | None) -> bool:
+    """A server of your own on this machine or your network (loopback, private addresses, a bare host name
+    such as a container's): the servers that take llama.cpp's sampling fields. A hosted API would refuse them."""
+    if not _own_server(model, api_base) or api_base is None:
+        return False
+    host = urlsplit(api_base if "//" in api_base else f"//{api_base}").hostname or ""
+    if host == "localhost" or host.endswith(".local") or ("." not in host and ":" not in host):
+        return True
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return address.is_loopback or address.is_private or address.is_link_local
 
 
 def _auto_order(model: str, api_base: str | None, guided: bool) -> Literal["recency", "cache"]:
