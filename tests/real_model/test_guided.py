@@ -30,7 +30,8 @@ def test_guided_replies_obey_the_schema_of_each_turn_and_the_model_moves(make_cl
         before = conversation.snapshot()
         result = conversation.send(line)
         check_turn(definition, conversation, before, result)
-        expected.append(portable_patterns(guided_schema(definition, before.state, before.context)))
+        said = guided_schema(definition, before.state, before.context, said=line)  # values from the user's words
+        expected.append(portable_patterns(said))
     recorded.wait(len(recorded.requests))
     assert set(recorded.statuses) == {200}
     replies = recorded.replies()
