@@ -148,10 +148,12 @@ def guided_schema(
     stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
     targets = [back_to if t.target_state == RETURN else t.target_state for t in state.transitions]
     open_ = {branch["properties"]["target_state"]["enum"][0] for branch in moves}
-    if eager and not values and said and targets and all(target in open_ for target in targets):
+    onward = all(target is not None and not definition.states[target].terminal for target in targets)
+    if eager and not values and said and targets and onward and all(target in open_ for target in targets):
         # a state with nothing to collect whose own moves are all open (a greeting, a help detour with the way
         # back) exists to route: the user's message is routed to one of its moves, where a small model offered
-        # "stay" beside them stayed forever. A move that waits on code, or nowhere to go back to, keeps it
+        # "stay" beside them stayed forever. A move that waits on code, nowhere to go back to, or a move that
+        # ends the conversation (a chat whose only way out is goodbye) keeps it
         stays = []
     branches = _unique([*moves, *stays])
     language = language_code(definition.language) if definition.language else None

@@ -237,6 +237,12 @@ def test_a_collected_yes_can_become_no_and_an_enum_with_null_is_not_pinned():
     assert from_words(sizes, pool("whatever") or pool("x")) == sizes  # type: ignore[arg-type]  # not None
 
 
+def test_a_chat_whose_only_way_out_ends_the_conversation_may_stay():
+    chat = {"target_state": "b", "priority": 10, "description": "The user leaves"}
+    schema = guided_schema(definition_with([chat]), "a", {}, said="I went hiking today")
+    assert targets(schema) == {"a", "b"}  # never a goodbye forced on every message
+
+
 def test_a_state_whose_move_waits_on_code_or_has_no_way_back_may_still_stay():
     claim = example("insurance_claim")
     nowhere = guided_schema(claim, "help", {"policy_number": "HM-204518"}, said="ok, thanks")
