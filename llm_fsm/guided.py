@@ -151,10 +151,13 @@ def guided_schema(
     onward = all(target is not None and not definition.states[target].terminal for target in targets)
     if eager and not values and said and targets and onward and all(target in open_ for target in targets):
         # a state with nothing to collect whose own moves are all open (a greeting, a help detour with the way
-        # back) exists to route: the user's message is routed to one of its moves, where a small model offered
-        # "stay" beside them stayed forever. A move that waits on code, nowhere to go back to, or a move that
-        # ends the conversation (a chat whose only way out is goodbye) keeps it
+        # back) exists to route: the user's message is routed to one of its own moves, where a small model
+        # offered "stay" beside them stayed forever. Not to a global one: the model takes the first move its
+        # prompt lists, and a hand-over (priority 5) forced on "ok, thanks" is worse than staying. A move that
+        # waits on code, nowhere to go back to, or a move that ends the conversation (a chat whose only way out
+        # is goodbye) keeps staying
         stays = []
+        moves = [branch for branch in moves if branch["properties"]["target_state"]["enum"][0] in targets]
     branches = _unique([*moves, *stays])
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
