@@ -113,7 +113,8 @@ def guided_schema(
             continue
         # the keys it needs, and the collected ones its conditions read that the update may write again: a
         # value written in the move's branch keeps the move (a corrected email still holds an "@")
-        read = [key for key in values if key not in needed and key in context and _reads_key(transition, key)]
+        reads = _keys_of(transition)
+        read = [key for key in values if key not in needed and key in context and key in reads]
         # a move with conditions beyond a grammar still needs what its plain parts need (customer_confirmed
         # true beside a total within a cent): it is offered with those values, never forced
         forced, needed = needed, needed or _plainly_missing(transition, context, values)
@@ -189,7 +190,6 @@ def fulfilled_move(
     product's, a score summed over three answers): the engine evaluates them, so the runtime can apply it.
     """
     from llm_fsm.engine import unmet_condition
-    from llm_fsm.logic import keys_read
 
     changed = {key for key, value in after.items() if before.get(key) != value}
     if not changed:
@@ -197,15 +197,7 @@ def fulfilled_move(
     for transition in definition.moves(state_id, back_to):
         if not transition.conditions or unmet_condition(transition, dict(after)) is not None:
             continue
-        try:
-            reads = {
-                key.split(".")[0]
-                for condition in transition.conditions
-                for key in (*condition.requires_context_keys, *keys_read(condition.logic))
-            }
-        except LogicError:
-            return None
-        return transition.target_state if reads & changed else None
+        return transition.target_state if _keys_of(transition) & changed else None
     return None
 
 
@@ -376,17 +368,18 @@ def _plainly_missing(transition: Any, context: Mapping[str, Any], values: Mappin
     return [] if plain else [key for key in required if key in values and context.get(key) is None]
 
 
-def _reads_key(transition: Any, key: str) -> bool:
-    """Whether the transition's conditions read ``key`` (a plain read: requirements and ``var``)."""
+def _keys_of(transition: Any) -> set[str]:
+    """The keys (dotted paths by their first part) the transition's conditions read: requirements and ``var``."""
     from llm_fsm.logic import keys_read
 
-    for condition in transition.conditions:
-        try:
-            if key in condition.requires_context_keys or key in keys_read(condition.logic):
-                return True
-        except LogicError:
-            return False
-    return False
+    try:
+        return {
+            key.split(".")[0]
+            for condition in transition.conditions
+            for key in (*condition.requires_context_keys, *keys_read(condition.logic))
+        }
+    except LogicError:  # too deep to read: as if it read nothing (the engine still checks it)
+        return set()
 
 
 def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> list[dict[str, dict[str, Any]]]:
