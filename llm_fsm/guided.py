@@ -47,9 +47,9 @@ from llm_fsm.guided_conditions import (
     _needed,
     _required_keys,
 )
-from llm_fsm.guided_patterns import MAX_TEXT, _containing, portable_pattern, portable_patterns
-from llm_fsm.guided_values import closed_set, derived_values, text_shape
-from llm_fsm.guided_words import Said, from_words, named_in, pool, spans
+from llm_fsm.guided_patterns import MAX_TEXT, _containing, not_opening_like, portable_pattern, portable_patterns
+from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape
+from llm_fsm.guided_words import Said, flag, from_words, named_in, pool, spans
 from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
@@ -80,6 +80,7 @@ def guided_schema(
     back_to: str | None = None,
     said: str | None = None,
     results: Iterable[Any] = (),
+    earlier: Iterable[str] = (),
 ) -> dict[str, Any]:
     """The reply schema of one turn in ``state_id`` on ``context`` (see the module's description).
 
@@ -88,7 +89,8 @@ def guided_schema(
     whatever it wrote; ``narrow=False`` leaves out the values the transitions' simple comparisons
     allow. Both are on in guided mode: the variants exist to measure them. ``said``: the user's message,
     ``results``: what the turn's tools answered; the values of free text and numbers are taken from them
-    where they fit (:mod:`llm_fsm.guided_words`).
+    where they fit (:mod:`llm_fsm.guided_words`). ``earlier``: the conversation's messages so far; the message
+    opens like none of them (:func:`llm_fsm.guided_patterns.not_opening_like`).
     """
     state = definition.states[state_id]
     every = definition.moves(state_id, RETURN)
@@ -104,6 +106,11 @@ def guided_schema(
     conditional = [t for t in definition.moves(state_id, back_to) if t.conditions]
     flow = {key for t in conditional for key in (_needed(t, context, keys) or ())}
     collected = [key for key in state.required_context_keys if key in values and key in flow]
+    # a state whose own moves have no conditions ("The role is known: ask about budget") leaves once what it
+    # collects is known: its own moves need the keys it still lacks, and a move on judgment alone from elsewhere
+    # (a global hand-over) is taken by a reply that collects none of them
+    lacking = [] if conditional else [k for k in state.required_context_keys if k in values and context.get(k) is None]
+    collected = collected or lacking
     moves: list[dict[str, Any]] = []
     # per earlier move that an update can be seen to fulfil: key -> a value that breaks it (None: only null)
     fulfilled: list[dict[str, dict[str, Any] | None]] = []
@@ -111,6 +118,8 @@ def guided_schema(
         needed = _needed(transition, context, keys)
         if needed is None:
             continue
+        if lacking and transition in state.transitions:
+            needed = lacking
         # the keys it needs, and the collected ones its conditions read that the update may write again: a
         # value written in the move's branch keeps the move (a corrected email still holds an "@")
         reads = _keys_of(transition)
@@ -129,7 +138,7 @@ def guided_schema(
         # a key the move ties to others (a price to the product's) is offered with the consistent values only
         offers = _named_offers(derived_values(transition, context, own), said) if narrow else []
         offers = offers or [{}]
-        if eager and not transition.conditions and collected:
+        if eager and not transition.conditions and collected and not (lacking and transition in state.transitions):
             # a move on the model's judgment alone (a hand-over, a cancellation) is taken only by a reply that
             # collects none of what the state asks for: a user who answers the question is on the flow
             groups.extend([(key, None)] for key in collected)
@@ -163,12 +172,17 @@ def guided_schema(
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
     if offered is not None:
-        kept = [found for branch in branches if (found := _from_words(branch, offered, context)) is not None]
-        branches = kept or branches
+        flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
+        found = [words for branch in branches if (words := _from_words(branch, offered, context, flags)) is not None]
+        branches = _unbound(found) or [branch for branch, _, _ in found] or branches
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
+    message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
+    fresh = not_opening_like(earlier, MAX_MESSAGE)
+    if fresh is not None:  # no message said twice: the model's greeting, again, on every turn
+        message["pattern"] = fresh
     return {
         "type": "object",
-        "properties": {"transition": transitions, "message": {"type": "string", "maxLength": MAX_MESSAGE}},
+        "properties": {"transition": transitions, "message": message},
         "required": ["transition", "message"],
         "additionalProperties": False,
     }
@@ -393,13 +407,64 @@ def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> 
     return named or offers
 
 
-def _from_words(branch: dict[str, Any], said: Said, context: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``branch`` with its values taken from what was said (None: a value it needs cannot be)."""
-    update = branch["properties"]["context_update"]
-    values = {key: from_words(schema, said, context.get(key)) for key, schema in update["properties"].items()}
+def _from_words(
+    branch: dict[str, Any], said: Said, context: Mapping[str, Any], flags: Mapping[str, frozenset[str] | None]
+) -> tuple[dict[str, Any], set[str], set[str]] | None:
+    """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
+    whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
+    what it is about, :func:`llm_fsm.guided_values.flag_topic`) as the words answer them."""
+    values: dict[str, Any] = {}
+    bound: set[str] = set()
+    free: set[str] = set()
+    for key, schema in _update(branch).items():
+        value = from_words(schema, said, context.get(key))
+        values[key] = flag(value, said, flags[key]) if key in flags and value is not None else value
+        if _open(schema):
+            (free if value == schema else bound).add(key)
     if any(value is None for value in values.values()):
         return None
-    return {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
+    update = branch["properties"]["context_update"]
+    return (
+        {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}},
+        bound,
+        free,
+    )
+
+
+def _update(branch: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = branch["properties"]["context_update"]["properties"]
+    return properties
+
+
+def _open(schema: dict[str, Any]) -> bool:
+    """Whether a value schema leaves text or a number open (not a closed set, a constant or a yes/no)."""
+    parts = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
+    return any(
+        part.get("type") in ("string", "integer", "number") or isinstance(part.get("type"), list)
+        for part in parts
+        if not {"enum", "const"} & set(part)
+    )
+
+
+def _unbound(found: list[tuple[dict[str, Any], set[str], set[str]]]) -> list[dict[str, Any]]:
+    """The branches that do not invent a value the words give elsewhere: where the words decide a key in one
+    branch, a branch that left it free (nothing said fits its form: a corrected email without its dot, where
+    staying needs one) offers it null, or is dropped when it needs a value."""
+    decided = set().union(*(bound for _, bound, _ in found))
+    kept = []
+    for branch, _, free in found:
+        values = dict(_update(branch))
+        for key in free & decided:
+            schema = values[key]
+            if set(schema) != {"anyOf"} or NULL not in schema["anyOf"]:
+                break
+            values[key] = NULL
+        else:
+            update = branch["properties"]["context_update"]
+            kept.append(
+                {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
+            )
+    return kept
 
 
 def _unique(branches: list[dict[str, Any]]) -> list[dict[str, Any]]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from collections.abc import Iterable
 from typing import Any
 
 MAX_TEXT = 80  # characters of a text value (a small model loops: "I'm going to the mountains, I'm going...")
@@ -42,6 +43,45 @@ def _containing(parts: list[str], limit: int, without: str = "") -> str | None:
     gap = f"[^{_TEXT_EXCLUDED}{_in_class(without) if without else ''}]{{0,{free}}}"
     orders = [gap + gap.join(order) + gap for order in itertools.permutations(literals)]  # type: ignore[arg-type]  # no None: refused above
     return "^" + (orders[0] if len(orders) == 1 else "(?:" + "|".join(orders) + ")") + "$"
+
+
+OPENING_CHARS = 12  # a message may not open with the first this many characters of an earlier one
+
+
+def not_opening_like(earlier: Iterable[str], limit: int) -> str | None:
+    """A pattern of text up to ``limit`` characters that opens with none of ``earlier``'s first
+    :data:`OPENING_CHARS` characters: a guided message cannot repeat an earlier one (a 135M model wrote its
+    greeting again, word for word, on every turn). None when there is nothing to avoid."""
+    trie: dict[str, Any] = {}
+    for text in earlier:
+        opening = text.strip()[:OPENING_CHARS]
+        if not opening or _literal(opening) is None:
+            continue
+        node = trie
+        for char in opening:
+            if "" in node:  # a shorter opening ends here: this one is avoided already
+                break
+            node = node.setdefault(char, {})
+        else:
+            node.clear()
+            node[""] = {}  # the end of an opening: whatever follows repeats it
+    if not trie:
+        return None
+
+    def diverging(node: dict[str, Any]) -> str:  # the opening's start, then a character it does not go on with
+        chars = [char for char in node if char]
+        ways = [f"[^{_TEXT_EXCLUDED}{''.join(_in_class(c) for c in chars)}]"]
+        ways += [_literal(char) + diverging(node[char]) for char in chars if "" not in node[char]]  # type: ignore[operator]  # a char of a literal opening
+        return "(?:" + "|".join(ways) + ")"
+
+    def shorter(node: dict[str, Any]) -> str:  # a message that ends before an opening does
+        ways = [_literal(char) + shorter(node[char]) for char in node if char and "" not in node[char]]  # type: ignore[operator]
+        return "(?:" + "|".join(ways) + ")?" if ways else ""
+
+    # one tail after the divergence: a grammar expands each bounded repetition, and llama.cpp refused a
+    # pattern with one per character of the opening
+    tail = f"[^{_TEXT_EXCLUDED}]{{0,{max(0, limit - OPENING_CHARS - 1)}}}"
+    return "^(?:" + diverging(trie) + tail + "|" + shorter(trie) + ")$"
 
 
 # shorthand classes llama.cpp's patterns lack (it then accepts any text); in a JSON string a space is the only

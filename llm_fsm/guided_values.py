@@ -22,7 +22,9 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from llm_fsm.definition import FSMDefinition, Transition
+from llm_fsm.errors import LogicError
 from llm_fsm.guided_conditions import _conjuncts, _is_number
+from llm_fsm.guided_words import FUNCTION_WORDS, word_set
 
 MAX_PAIRS = 8  # consistent combinations offered for one move (past this, the move is offered as it is)
 
@@ -77,6 +79,51 @@ def _text_shapes(definition: FSMDefinition) -> dict[str, str]:
 def _shape(text: str) -> str:
     return "".join(
         "[0-9]" if c.isdigit() else "[A-Za-z]" if c.isascii() and c.isalpha() else re.escape(c) for c in text
+    )
+
+
+# a flag named for one of these (confirmed, reset_confirmed, ready, verified, confirmada) is a yes or a no the
+# user gives; any other (user_said_goodbye, customer_cancelled, wants_human) names something the user does
+_CONFIRMING = ("confirm", "correct", "right", "agree", "approv", "accept", "ready", "proceed", "consent", "verif",
+               "valid", "acept", "bestätig")  # fmt: skip
+# words that name who or how, not what: no flag is about them ("the user says goodbye": goodbye)
+_GENERIC = word_set(
+    "user users customer customers caller callers guest guests client clients visitor person said says say "
+    "saying wants want wanted asks ask asked requests request requested needs need needed flag true false set "
+    "given gives give when only now"
+)
+
+
+def flag_topic(definition: FSMDefinition, key: str) -> frozenset[str] | None:
+    """What a yes/no ``key`` is about: None for a confirmation (its name says confirm, correct, ready...: the
+    user's yes or no decides it); else the words of its name and of the moves and conditions that read it
+    ("user_said_goodbye", "The user says goodbye or wants to end the chat": goodbye, end, chat)."""
+    topics = definition.derived("guided:flag_topics", definition.initial_state, lambda _: _flag_topics(definition))
+    return topics.get(key, _topic_words(key))
+
+
+def _flag_topics(definition: FSMDefinition) -> dict[str, frozenset[str] | None]:
+    from llm_fsm.logic import keys_read
+
+    texts: dict[str, list[str]] = {}
+    for transition in _every_transition(definition):
+        for condition in transition.conditions:
+            try:
+                read = {name.split(".")[0] for name in keys_read(condition.logic)} if condition.logic else set()
+            except LogicError:
+                continue
+            for key in read:
+                texts.setdefault(key, []).extend([transition.description or "", condition.description or ""])
+    return {key: _topic_words(key, " ".join(found)) for key, found in texts.items()}
+
+
+def _topic_words(key: str, text: str = "") -> frozenset[str] | None:
+    name = [word for word in re.split(r"[_\W\d]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", key).casefold()) if word]
+    if any(word.startswith(_CONFIRMING) for word in name):
+        return None
+    skip = _GENERIC.union(*FUNCTION_WORDS.values())
+    return frozenset(
+        word for word in [*name, *re.findall(r"\w+", text.casefold())] if word not in skip and len(word) > 2
     )
 
 

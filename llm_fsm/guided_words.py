@@ -14,7 +14,13 @@ answer, a number. So the turn's schema offers, per value:
 
 When nothing the user said fits (a date said in words where the schema wants ``2026-06-13``, a
 number said in words), the schema is left as it was: the model writes the value in the form asked
-for. Values with a closed set (enums, constants, booleans) and formats are never touched.
+for. Formats are never touched.
+
+What counts as said: the sentences that do not ask ("Why do you need all this?" states no name; "Sydney?"
+is an answer), without spans of function words and fillers ("okay, fair enough" states nothing: a key
+has no value to write then), plus the times of day said with a clock's marks ("9 pm" offers ``21:00``).
+A yes/no flag is answered by the words (:func:`flag`): a confirmation by a yes or a no, a flag about
+something (leaving, cancelling) is true only when the words name it.
 """
 
 from __future__ import annotations
@@ -36,7 +42,8 @@ FUNCTION_WORDS: dict[str, frozenset[str]] = {
         "they them their to of in on at by for from with about as into than then so and or but if is are was were be "
         "been am do does did have has had will would can could should may might must not no yes ok okay oh hmm um "
         "well just also too very all any some what which who how when where why there here please thanks thank "
-        "maybe like really actually anyway sure fine good great one",
+        "maybe like really actually anyway sure fine good great one alright right fair enough cool perfect nice "
+        "awesome lovely got it's that's lol hey hi hello don't can't won't isn't think",
         "es": "el la los las un una unos unas lo de del a al en con por para sin sobre y o pero si no sí que qué "
         "es son está estoy soy ser me mi mis te tu tus su sus se le les nos yo tú él ella ellos muy ya bueno "
         "vale pues gracias hola favor puede ser",
@@ -54,6 +61,33 @@ FUNCTION_WORDS: dict[str, frozenset[str]] = {
         "zijn haar van in op aan met voor naar bij uit over heel ook wel goed dank bedankt hallo",
     }.items()
 }
+
+
+def word_set(text: str) -> frozenset[str]:
+    """The words of ``text``, split at spaces."""
+    return frozenset(text.split())
+
+
+# a sentence that asks (it ends with "?" and opens with one of these) states nothing: "Why do you need all this?" is
+# no name, "whats the difference between medium and large?" names no size ("Sydney?" is an answer, said unsure)
+QUESTION_WORDS = word_set(
+    "what whats what's why how who whom whose when where which can could do does did is are was were will would "
+    "should shall may might have has am isn't aren't don't doesn't qué que por porqué cómo como cuál cual cuánto "
+    "cuanto cuándo dónde donde quién quien puedo puede hay was warum wie wer wann wo welche welcher kann können "
+    "gibt pourquoi quoi comment qui quand où quel quelle combien perché cosa come chi quando dove quale quanto "
+    "posso può porque quem onde qual quanto pode waarom wat hoe wie wanneer waar welke kun"
+)
+# words that say yes, and words that say no (English and the built-in languages): a yes/no flag the user
+# confirms is written from them (llm_fsm.guided: flags)
+YES_WORDS = word_set(
+    "yes yeah yep yup sure ok okay correct right fine perfect great good absolutely definitely exactly confirm "
+    "confirmed agreed ahead sí si claro vale correcto correcta perfecto perfecta exacto exacta ja genau richtig "
+    "korrekt stimmt oui exact exactement parfait sì certo esatto giusto perfetto sim exato klopt prima"
+)
+NO_WORDS = word_set(
+    "no nope nah not never wrong incorrect isn't don't dont doesn't incorrecto incorrecta mal nein "
+    "nicht falsch non pas faux sbagliato sbagliata não errado errada nee niet fout"
+)
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
 _NUMBER = re.compile(r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?)(?![\w])")
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
@@ -68,6 +102,16 @@ class Said(NamedTuple):
     texts: list[str]
     numbers: list[int | float]
     every: list[str]
+    words: frozenset[str] = frozenset()  # the words stated (casefolded), for yes/no flags
+
+    @property
+    def yes(self) -> bool | None:
+        """True when the words say yes and not no, False when no and not yes, else None."""
+        yes, no = (
+            bool(self.words & YES_WORDS),
+            bool(self.words & NO_WORDS) or any(w.endswith("n't") for w in self.words),
+        )
+        return None if yes == no else yes
 
 
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
@@ -77,27 +121,68 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     if not text or not text.strip():
         return None
     empty = FUNCTION_WORDS["en"] | FUNCTION_WORDS.get(language or "en", frozenset())
+    text = stated(text)
     every = spans(text)
     texts = [span for span in every if not _only(span, empty)]
     numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
+    texts += [time for time in times(text) if time not in texts]
     for value in _leaves(results):
         if isinstance(value, str) and value.strip():
             texts.append(value.strip())
         elif isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < _LARGEST:
             numbers.append(value)
-    return Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every)
+    words = frozenset(re.findall(r"[\w']+", text.casefold()))
+    return Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words)
+
+
+def stated(text: str) -> str:
+    """``text`` without the sentences that ask ("Why do you need all this?"): the rest is what the user states."""
+    kept = [sentence for sentence in re.split(r"(?<=[.!?])\s+", text.strip()) if not _asks(sentence)]
+    return " ".join(kept)
+
+
+def _asks(sentence: str) -> bool:
+    words = sentence.casefold().lstrip("¿¡\"' ").split()
+    return sentence.rstrip("\"')» ").endswith("?") and bool(words) and words[0].strip(_EDGE) in QUESTION_WORDS
+
+
+_ENDS = re.compile(r"[.!?]['\")»]*$")  # a word that ends a sentence
+_TIME = re.compile(r"(?<![\w:.])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:])", re.IGNORECASE)
+
+
+def times(text: str) -> list[str]:
+    """The times of day ``text`` says with a clock's marks ("9 pm", "9:30pm", "21h", "19.30"), as ``HH:MM``:
+    a time compared as text ("17:00" <= time) is written that way; "at 9" says no time (nine guests?)."""
+    found = []
+    for match in _TIME.finditer(text):
+        hour, minutes, mark = int(match.group(1)), match.group(2), (match.group(3) or "").casefold().replace(".", "")
+        if not mark and minutes is None:
+            continue
+        if mark in ("am", "pm"):
+            if not 1 <= hour <= 12:
+                continue
+            hour = hour % 12 + (12 if mark == "pm" else 0)
+        if hour > 23 or (minutes is not None and int(minutes) > 59):
+            continue
+        found.append(f"{hour:02d}:{minutes or '00'}")
+    for word, time in (("noon", "12:00"), ("midday", "12:00"), ("midnight", "00:00")):
+        if re.search(rf"\b{word}\b", text, re.IGNORECASE):
+            found.append(time)
+    return list(dict.fromkeys(found))
 
 
 def spans(text: str) -> list[str]:
     """Every run of one to :data:`MAX_SPAN_WORDS` consecutive words of ``text``, with the punctuation at its
     edges left off; longest first per start. Of a long message, the first and the last :data:`MAX_WORDS`
-    halves (a name said first, the answer said last)."""
+    halves (a name said first, the answer said last). A span ends with its sentence ("Two, please. One of them
+    is a gift." offers "One of them is a gift", not "please. One")."""
     words = text.split()
     windows = [words] if len(words) <= MAX_WORDS else [words[: MAX_WORDS // 2], words[-MAX_WORDS // 2 :]]
     found: list[str] = []
     for window in windows:
         for start in range(len(window)):
-            for end in range(min(len(window), start + MAX_SPAN_WORDS), start, -1):
+            last = start + next((i + 1 for i, word in enumerate(window[start:]) if _ENDS.search(word)), len(window))
+            for end in range(min(last, start + MAX_SPAN_WORDS), start, -1):
                 span = " ".join(window[start:end]).strip(_EDGE)
                 if any(c.isalnum() for c in span):
                     found.append(span)
@@ -125,7 +210,14 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         return {"const": current} if current is not None and current in schema["enum"] else schema
     if {"const", "format"} & set(schema) or schema.get("type") in ("null", "boolean"):
         return schema
-    kind = schema.get("type")
+    kind, original = schema.get("type"), schema
+    if (
+        not said.texts
+        and not said.numbers
+        and current is None
+        and (kind in ("string", "integer", "number") or isinstance(kind, list))
+    ):
+        return None  # nothing stated (a question, "okay, fair enough"): no value to write
     if kind == "string":
         offered: list[Any] = list(said.texts)
     elif kind in ("integer", "number"):
@@ -143,10 +235,50 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     if not fitting:
         if current is not None:
             return {"const": current}
-        return None if kind in ("integer", "number") else schema
+        return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
         fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
     return {"enum": fitting[:MAX_OFFERED]}
+
+
+def flag(schema: dict[str, Any], said: Said, topic: frozenset[str] | None) -> dict[str, Any] | None:
+    """``schema`` (a yes/no key's value, perhaps ``anyOf`` with null) with the answers the words allow: a
+    confirmation (``topic`` None) is true on a yes and false on a no; a flag about something (leaving, cancelling)
+    is true only when the words name it (:func:`related`). None when nothing is left."""
+    if topic is None:
+        allowed = {True, False} if said.yes is None else {said.yes}
+    else:
+        allowed = {True, False} if related(said.words, topic) else {False}
+    return _answers(schema, allowed)
+
+
+def related(words: Iterable[str], topic: Iterable[str]) -> bool:
+    """Whether one of ``words`` names the topic: the same word, one sharing its first four letters with a topic word
+    (cancel, cancelled; leave, leaving), or the end of one (bye, goodbye)."""
+    topic = list(topic)
+    for word in words:
+        for other in topic:
+            if word == other or (len(word) >= 3 and other.endswith(word)):
+                return True
+            if len(word) >= 5 and len(other) >= 5 and word[:4] == other[:4]:
+                return True
+    return False
+
+
+def _answers(schema: dict[str, Any], allowed: set[bool]) -> dict[str, Any] | None:
+    if "anyOf" in schema and set(schema) == {"anyOf"}:
+        parts = [part for part in (_answers(each, allowed) for each in schema["anyOf"]) if part is not None]
+        return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
+    if schema.get("type") == "null":
+        return schema
+    if "const" in schema:
+        return schema if schema["const"] in allowed or not isinstance(schema["const"], bool) else None
+    if "enum" in schema:
+        kept = [value for value in schema["enum"] if value in allowed or not isinstance(value, bool)]
+        return {**schema, "enum": kept} if kept else None
+    if schema.get("type") == "boolean" and len(allowed) == 1:
+        return {"type": "boolean", "const": next(iter(allowed))}
+    return schema
 
 
 def _only(span: str, words: frozenset[str]) -> bool:
@@ -203,13 +335,21 @@ def _leaves(value: Any) -> Iterable[Any]:
 
 __all__ = [
     "FUNCTION_WORDS",
+    "NO_WORDS",
+    "QUESTION_WORDS",
+    "YES_WORDS",
     "MAX_NUMBERS",
     "MAX_OFFERED",
     "Said",
     "MAX_SPAN_WORDS",
     "MAX_WORDS",
+    "flag",
     "from_words",
     "named_in",
     "pool",
+    "related",
     "spans",
+    "stated",
+    "times",
+    "word_set",
 ]

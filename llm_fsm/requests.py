@@ -74,8 +74,9 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
     if work.settings.guided:  # made for this turn: it knows which keys are missing and which moves hold
         results = [run.result for run in work.tool_runs if run.error is None]
         guided = guided_schema(
-            definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results
-        )
+            definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results,
+            earlier=[exchange.assistant for exchange in work.base.history],
+        )  # fmt: skip
         strict = with_memory_update(guided, definition, strict=True, guided=True)
     return schema, strict
 

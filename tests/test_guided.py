@@ -175,8 +175,11 @@ def test_a_guided_conversation_sends_the_guided_schema_and_says_the_order_in_its
     opening, turn = llm.requests
     assert opening.strict_schema == guided_schema(conversation.definition, "collect_name", {}, opening=True)
     # the turn's values come from the user's words: the name is a piece of what they wrote
-    assert turn.strict_schema == guided_schema(conversation.definition, "collect_name", {}, said="maya chen")
-    assert turn.strict_schema != guided_schema(conversation.definition, "collect_name", {})
+    # and its message opens like no earlier one (the opening, here)
+    opened = [conversation.history[0].assistant]
+    expected = guided_schema(conversation.definition, "collect_name", {}, said="maya chen", earlier=opened)
+    assert turn.strict_schema == expected and "pattern" in expected["properties"]["message"]
+    assert turn.strict_schema != guided_schema(conversation.definition, "collect_name", {}, earlier=opened)
     system = turn.messages[0]["content"]
     response = system.split("<response>")[1].split("</response>")[0]
     assert '"transition" (its "context_update", then its "target_state"), then "message"' in response

@@ -27,9 +27,12 @@ def test_spans_are_runs_of_words_without_the_punctuation_at_their_edges():
 
 
 def test_a_span_of_function_words_only_is_no_value_but_one_with_a_word_of_content_is():
-    texts, numbers, _ = pool("Why do you need all this? I'm 34.") or ([], [], [])
-    assert "all" not in texts and "do you" not in texts and "this" not in texts
+    said = pool("I need all this. I'm 34.")
+    assert said is not None
+    texts, numbers = said.texts, said.numbers
+    assert "all" not in texts and "I" not in texts and "this" not in texts
     assert "need all this" in texts and numbers == [34]
+    assert "this. I'm" not in texts and "need all this. I'm 34" not in texts  # a span ends with its sentence
     # the definition's language counts too: "para una" carries nothing in Spanish
     spanish = pool("quería pedir cita para una limpieza", language="es")
     assert spanish is not None and "para una" not in spanish.texts and "limpieza" in spanish.texts
@@ -266,3 +269,78 @@ def test_the_dry_sampler_goes_only_to_a_server_on_this_machine_or_your_network()
     assert _local_server("openai/smollm2", "http://llama:8080/v1")  # a container's name
     assert not _local_server("openai/gpt-4o-mini", "https://api.openai.com/v1")
     assert not _local_server("groq/llama3", "http://127.0.0.1:8080/v1")
+
+
+def test_a_question_states_nothing_and_an_answer_said_unsure_still_does():
+    asked = pool("Why do you need all this?")
+    assert asked is not None and asked.texts == [] and asked.numbers == []
+    # free text has nothing to come from: the key is left unwritten (it was "do you need all this" as a name)
+    assert from_words({"type": "string", "maxLength": 80}, asked) is None
+    assert from_words({"anyOf": [{"type": "string"}, {"type": "null"}]}, asked) == {"type": "null"}
+    unsure = pool("Sydney?")
+    assert unsure is not None and unsure.texts == ["Sydney"]
+    # what follows the question is stated; what it names is not (a size asked about is no size chosen)
+    mixed = pool("whats the difference between medium and large? I'll take the large.")
+    sizes = {"type": "string", "enum": ["small", "medium", "large"]}
+    assert mixed is not None and from_words(sizes, mixed) == {"type": "string", "enum": ["large"]}
+    filler = pool("Okay, fair enough.")
+    assert filler is not None and filler.texts == []  # an acknowledgement is no date of birth
+
+
+def test_times_said_with_a_clock_s_marks_are_offered_as_a_clock_writes_them():
+    said = pool("Oh, OK. 9 pm then, or 9:30pm. Not 21h15, 7 people at 9")
+    assert said is not None
+    clock = {"type": "string", "pattern": "^[0-9][0-9]:[0-9][0-9]$"}
+    assert from_words(clock, said) == {"enum": ["21:00", "21:30", "21:15"]}  # "at 9" says no time
+    noon = pool("noon works")
+    assert noon is not None and from_words(clock, noon) == {"enum": ["12:00"]}
+    impossible = pool("at 13 pm")
+    assert impossible is not None and from_words(clock, impossible) == clock  # no such time: the model writes it
+
+
+def test_a_confirmation_is_the_user_s_yes_or_no_and_another_flag_needs_its_words():
+    definition = definition_with(
+        [
+            {**move("b", {"==": [{"var": "confirmed"}, True]}), "description": "The user confirms"},
+            {**move("c", {"==": [{"var": "user_said_goodbye"}, True]}), "description": "The user says goodbye"},
+        ],
+        writable_keys=["confirmed", "user_said_goodbye"],
+    )
+
+    def moves(said: str) -> set[str]:
+        return targets(guided_schema(definition, "a", {}, said=said))
+
+    assert moves("Looks good, go ahead.") == {"a", "b"}  # a yes: confirmed can only be true (or unwritten)
+    assert "b" not in moves("Oh no, the email is wrong.")  # a no: never confirmed
+    assert "c" not in moves("Hey! I'm Maya.")  # nothing about leaving: no goodbye
+    assert "c" in moves("I've got to run. Bye!")
+    said = reply("a", {"confirmed": False, "user_said_goodbye": False})
+    assert not valid(guided_schema(definition, "a", {}, said="Yes, that's all correct now."), said)
+
+
+def test_a_value_the_words_give_one_move_is_not_invented_by_another():
+    # a corrected email: staying would need one without a dot; the user wrote one with a dot
+    form = example("form_filling")
+    schema = guided_schema(form, "collect_email", {"name": "maya chen"}, said="maya.chen@exmaple.com")
+    assert valid(schema, reply("collect_age", {"email": "maya.chen@exmaple.com"}))
+    assert not valid(schema, reply("collect_email", {"email": "maya chen@exmaple-12345"}))  # what the model wrote
+    assert valid(schema, reply("collect_email", {"email": None}))
+
+
+def test_a_guided_message_opens_like_no_earlier_message():
+    import re
+
+    from llm_fsm.guided_patterns import not_opening_like
+
+    earlier = ["Hi! I'll set up your Northwind profile.", "jon"]
+    schema = guided_schema(example("form_filling"), "collect_email", {"name": "maya"}, said="hi", earlier=earlier)
+    message = schema["properties"]["message"]
+    opening = re.compile(message["pattern"])
+    assert not opening.match("Hi! I'll set up your Northwind profile.")  # what the 135M model wrote again
+    assert not opening.match("jon") and not opening.match("jonas")
+    assert opening.match("Hi Maya! What's your email?") and opening.match("jo") and opening.match("")
+    assert not opening.match("x" * 241)  # still bounded
+    assert not_opening_like([], 240) is None and "pattern" not in guided_schema(
+        example("form_filling"), "collect_email", {}, said="hi"
+    )["properties"]["message"]
+    assert not_opening_like(['say "hi"'], 240) is None  # a quote a pattern cannot hold: nothing to avoid
