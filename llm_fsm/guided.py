@@ -49,7 +49,7 @@ from llm_fsm.guided_conditions import (
 )
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, not_opening_like, portable_pattern, portable_patterns
 from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape
-from llm_fsm.guided_words import Said, flag, from_words, named_in, pool, spans
+from llm_fsm.guided_words import Said, Topic, flag, from_words, named_in, pool, spans
 from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
@@ -171,6 +171,11 @@ def guided_schema(
     branches = _unique([*moves, *stays])
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
+    if offered is not None and offered.asked:
+        # a message that only asks ("how much does it cost?") goes to a detour, where the state has one (a
+        # state that comes back: its moves go to "$return"); a 135M model stayed and answered nothing
+        detours = [branch for branch in branches if _detour(definition, _target(branch), state.id)]
+        branches = detours or branches
     if offered is not None:
         flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
         found = [words for branch in branches if (words := _from_words(branch, offered, context, flags)) is not None]
@@ -408,7 +413,7 @@ def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> 
 
 
 def _from_words(
-    branch: dict[str, Any], said: Said, context: Mapping[str, Any], flags: Mapping[str, frozenset[str] | None]
+    branch: dict[str, Any], said: Said, context: Mapping[str, Any], flags: Mapping[str, Topic | None]
 ) -> tuple[dict[str, Any], set[str], set[str]] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
     whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
@@ -429,6 +434,17 @@ def _from_words(
         bound,
         free,
     )
+
+
+def _target(branch: dict[str, Any]) -> str:
+    target: str = branch["properties"]["target_state"]["enum"][0]
+    return target
+
+
+def _detour(definition: FSMDefinition, target: str, here: str) -> bool:
+    """Whether ``target`` is a detour from ``here``: another state, one of whose moves goes back ("$return")."""
+    state = definition.states.get(target)
+    return target != here and state is not None and any(t.target_state == RETURN for t in state.transitions)
 
 
 def _update(branch: dict[str, Any]) -> dict[str, Any]:

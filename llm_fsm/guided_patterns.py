@@ -45,20 +45,23 @@ def _containing(parts: list[str], limit: int, without: str = "") -> str | None:
     return "^" + (orders[0] if len(orders) == 1 else "(?:" + "|".join(orders) + ")") + "$"
 
 
-OPENING_CHARS = 12  # a message may not open with the first this many characters of an earlier one
+OPENING_CHARS = 12  # a message may not open with the first this many letters and digits of an earlier one
+# what may stand between the letters of an opening and still repeat it: "You can now, order" is "You can now order"
+_BETWEEN = " .,;:!?¡¿'()*…–—-"
 
 
 def not_opening_like(earlier: Iterable[str], limit: int) -> str | None:
-    """A pattern of text up to ``limit`` characters that opens with none of ``earlier``'s first
-    :data:`OPENING_CHARS` characters: a guided message cannot repeat an earlier one (a 135M model wrote its
-    greeting again, word for word, on every turn). None when there is nothing to avoid."""
+    """A pattern of text up to about ``limit`` characters that opens with none of ``earlier``'s first
+    :data:`OPENING_CHARS` letters and digits (in any case, with any spaces and punctuation between): a guided
+    message cannot repeat an earlier one (a 135M model wrote its greeting again, word for word, turn after
+    turn, and dodged a first cut of this rule with a comma). None when there is nothing to avoid."""
     trie: dict[str, Any] = {}
     for text in earlier:
-        opening = text.strip()[:OPENING_CHARS]
-        if not opening or _literal(opening) is None:
+        letters = [char for char in text.lower() if char.isalnum() and len(char.upper()) == 1][:OPENING_CHARS]
+        if not letters:
             continue
         node = trie
-        for char in opening:
+        for char in letters:
             if "" in node:  # a shorter opening ends here: this one is avoided already
                 break
             node = node.setdefault(char, {})
@@ -67,20 +70,28 @@ def not_opening_like(earlier: Iterable[str], limit: int) -> str | None:
             node[""] = {}  # the end of an opening: whatever follows repeats it
     if not trie:
         return None
+    between = f"[{''.join(_in_class(c) for c in _BETWEEN)}]{{0,3}}"
+
+    def either(char: str) -> str:
+        return f"[{char}{char.upper()}]" if char.upper() != char else (_literal(char) or "")
+
+    def going_on(node: dict[str, Any]) -> list[str]:
+        return [char for char in node if char and "" not in node[char] and _literal(char) is not None]
 
     def diverging(node: dict[str, Any]) -> str:  # the opening's start, then a character it does not go on with
         chars = [char for char in node if char]
-        ways = [f"[^{_TEXT_EXCLUDED}{''.join(_in_class(c) for c in chars)}]"]
-        ways += [_literal(char) + diverging(node[char]) for char in chars if "" not in node[char]]  # type: ignore[operator]  # a char of a literal opening
-        return "(?:" + "|".join(ways) + ")"
+        avoided = "".join(_in_class(c) for char in chars for c in dict.fromkeys(char + char.upper()))
+        ways = [f"[^{_TEXT_EXCLUDED}{''.join(_in_class(c) for c in _BETWEEN)}{avoided}]"]
+        ways += [either(char) + diverging(node[char]) for char in going_on(node)]
+        return between + "(?:" + "|".join(ways) + ")"
 
     def shorter(node: dict[str, Any]) -> str:  # a message that ends before an opening does
-        ways = [_literal(char) + shorter(node[char]) for char in node if char and "" not in node[char]]  # type: ignore[operator]
-        return "(?:" + "|".join(ways) + ")?" if ways else ""
+        ways = [either(char) + shorter(node[char]) for char in going_on(node)]
+        return between + ("(?:" + "|".join(ways) + ")?" if ways else "")
 
     # one tail after the divergence: a grammar expands each bounded repetition, and llama.cpp refused a
     # pattern with one per character of the opening
-    tail = f"[^{_TEXT_EXCLUDED}]{{0,{max(0, limit - OPENING_CHARS - 1)}}}"
+    tail = f"[^{_TEXT_EXCLUDED}]{{0,{max(0, limit - 2 * OPENING_CHARS)}}}"
     return "^(?:" + diverging(trie) + tail + "|" + shorter(trie) + ")$"
 
 

@@ -24,7 +24,7 @@ from typing import Any
 from llm_fsm.definition import FSMDefinition, Transition
 from llm_fsm.errors import LogicError
 from llm_fsm.guided_conditions import _conjuncts, _is_number
-from llm_fsm.guided_words import FUNCTION_WORDS, word_set
+from llm_fsm.guided_words import FUNCTION_WORDS, Topic, word_set
 
 MAX_PAIRS = 8  # consistent combinations offered for one move (past this, the move is offered as it is)
 
@@ -94,15 +94,15 @@ _GENERIC = word_set(
 )
 
 
-def flag_topic(definition: FSMDefinition, key: str) -> frozenset[str] | None:
+def flag_topic(definition: FSMDefinition, key: str) -> Topic | None:
     """What a yes/no ``key`` is about: None for a confirmation (its name says confirm, correct, ready...: the
-    user's yes or no decides it); else the words of its name and of the moves and conditions that read it
-    ("user_said_goodbye", "The user says goodbye or wants to end the chat": goodbye, end, chat)."""
+    user's yes or no decides it); else the words of its name, and of the moves and conditions that read it
+    ("user_said_goodbye", "The user says goodbye or wants to end the chat": goodbye; end, chat)."""
     topics = definition.derived("guided:flag_topics", definition.initial_state, lambda _: _flag_topics(definition))
-    return topics.get(key, _topic_words(key))
+    return topics.get(key, _topic(key))
 
 
-def _flag_topics(definition: FSMDefinition) -> dict[str, frozenset[str] | None]:
+def _flag_topics(definition: FSMDefinition) -> dict[str, Topic | None]:
     from llm_fsm.logic import keys_read
 
     texts: dict[str, list[str]] = {}
@@ -114,17 +114,19 @@ def _flag_topics(definition: FSMDefinition) -> dict[str, frozenset[str] | None]:
                 continue
             for key in read:
                 texts.setdefault(key, []).extend([transition.description or "", condition.description or ""])
-    return {key: _topic_words(key, " ".join(found)) for key, found in texts.items()}
+    return {key: _topic(key, " ".join(found)) for key, found in texts.items()}
 
 
-def _topic_words(key: str, text: str = "") -> frozenset[str] | None:
+def _topic(key: str, text: str = "") -> Topic | None:
     name = [word for word in re.split(r"[_\W\d]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", key).casefold()) if word]
     if any(word.startswith(_CONFIRMING) for word in name):
         return None
     skip = _GENERIC.union(*FUNCTION_WORDS.values())
-    return frozenset(
-        word for word in [*name, *re.findall(r"\w+", text.casefold())] if word not in skip and len(word) > 2
-    )
+
+    def content(words: Iterable[str]) -> frozenset[str]:
+        return frozenset(word for word in words if word not in skip and len(word) > 2)
+
+    return Topic(content(name), content([*name, *re.findall(r"\w+", text.casefold())]))
 
 
 def _every_transition(definition: FSMDefinition) -> Iterable[Transition]:

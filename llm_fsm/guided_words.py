@@ -94,6 +94,13 @@ MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar sm
 _LARGEST = 10**15
 
 
+class Topic(NamedTuple):
+    """What a yes/no flag is about: the words of its ``name`` (goodbye), and of the moves that read it too."""
+
+    name: frozenset[str]
+    about: frozenset[str]
+
+
 class Said(NamedTuple):
     """What a turn's values may be taken from: ``texts`` (the spans worth offering and the tools' text),
     ``numbers`` (written in digits, and the tools'), ``every`` (all spans, function words included: they
@@ -103,6 +110,7 @@ class Said(NamedTuple):
     numbers: list[int | float]
     every: list[str]
     words: frozenset[str] = frozenset()  # the words stated (casefolded), for yes/no flags
+    asked: bool = False  # the message only asks: every sentence of it is a question
 
     @property
     def yes(self) -> bool | None:
@@ -121,7 +129,7 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     if not text or not text.strip():
         return None
     empty = FUNCTION_WORDS["en"] | FUNCTION_WORDS.get(language or "en", frozenset())
-    text = stated(text)
+    text, whole = stated(text), text
     every = spans(text)
     texts = [span for span in every if not _only(span, empty)]
     numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
@@ -132,7 +140,8 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
         elif isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < _LARGEST:
             numbers.append(value)
     words = frozenset(re.findall(r"[\w']+", text.casefold()))
-    return Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words)
+    asked = not text.strip() and bool(whole.strip())
+    return Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
 
 
 def stated(text: str) -> str:
@@ -142,8 +151,9 @@ def stated(text: str) -> str:
 
 
 def _asks(sentence: str) -> bool:
-    words = sentence.casefold().lstrip("¿¡\"' ").split()
-    return sentence.rstrip("\"')» ").endswith("?") and bool(words) and words[0].strip(_EDGE) in QUESTION_WORDS
+    """A sentence that ends with "?" and has a question word among its first three ("wait, what should I bring?")."""
+    words = [word.strip(_EDGE) for word in sentence.casefold().split()[:3]]
+    return sentence.rstrip("\"')» ").endswith("?") and any(word in QUESTION_WORDS for word in words)
 
 
 _ENDS = re.compile(r"[.!?]['\")»]*$")  # a word that ends a sentence
@@ -241,15 +251,20 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     return {"enum": fitting[:MAX_OFFERED]}
 
 
-def flag(schema: dict[str, Any], said: Said, topic: frozenset[str] | None) -> dict[str, Any] | None:
+def flag(schema: dict[str, Any], said: Said, topic: Topic | None) -> dict[str, Any] | None:
     """``schema`` (a yes/no key's value, perhaps ``anyOf`` with null) with the answers the words allow: a
     confirmation (``topic`` None) is true on a yes and false on a no; a flag about something (leaving, cancelling)
-    is true only when the words name it (:func:`related`). None when nothing is left."""
+    is true when the words name it ("Bye!" for ``user_said_goodbye``) without a no, either when they only touch
+    what its moves are about, and false otherwise (:func:`related`). None when nothing is left."""
     if topic is None:
         allowed = {True, False} if said.yes is None else {said.yes}
+    elif related(said.words, topic.name) and said.yes is not False:
+        allowed = {True}
     else:
-        allowed = {True, False} if related(said.words, topic) else {False}
-    return _answers(schema, allowed)
+        allowed = {True, False} if related(said.words, topic.about) else {False}
+    # a yes, a no, or the thing named is an answer: written, not left null ("Bye!" and staying)
+    answered = topic is None and said.yes is not None or allowed == {True}
+    return _answers(schema, allowed, answered)
 
 
 def related(words: Iterable[str], topic: Iterable[str]) -> bool:
@@ -265,12 +280,13 @@ def related(words: Iterable[str], topic: Iterable[str]) -> bool:
     return False
 
 
-def _answers(schema: dict[str, Any], allowed: set[bool]) -> dict[str, Any] | None:
+def _answers(schema: dict[str, Any], allowed: set[bool], answered: bool = False) -> dict[str, Any] | None:
     if "anyOf" in schema and set(schema) == {"anyOf"}:
-        parts = [part for part in (_answers(each, allowed) for each in schema["anyOf"]) if part is not None]
+        found = (_answers(each, allowed, answered) for each in schema["anyOf"])
+        parts = [part for part in found if part is not None]
         return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
     if schema.get("type") == "null":
-        return schema
+        return None if answered else schema
     if "const" in schema:
         return schema if schema["const"] in allowed or not isinstance(schema["const"], bool) else None
     if "enum" in schema:
@@ -341,6 +357,7 @@ __all__ = [
     "MAX_NUMBERS",
     "MAX_OFFERED",
     "Said",
+    "Topic",
     "MAX_SPAN_WORDS",
     "MAX_WORDS",
     "flag",
