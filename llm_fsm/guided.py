@@ -53,6 +53,7 @@ from llm_fsm.guided_words import Said, Topic, flag, from_words, named_in, pool, 
 from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
+    "MAX_EARLIER",
     "MAX_MESSAGE",
     "MAX_STAY_BRANCHES",
     "MAX_TEXT",
@@ -64,6 +65,7 @@ __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_pa
 ]
 
 MAX_MESSAGE = 240  # characters of the message
+MAX_EARLIER = 20  # the last messages a guided message may not open like (a grammar of some 20 KB at most)
 MAX_STAY_BRANCHES = 8  # past this, staying is left unconstrained (the schema would grow as a product)
 _VALUE_KEYWORDS = ("type", "enum", "const", "minimum", "maximum", "maxLength", "minLength", "pattern")
 
@@ -182,7 +184,7 @@ def guided_schema(
         branches = _unbound(found) or [branch for branch, _, _ in found] or branches
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
-    fresh = not_opening_like(earlier, MAX_MESSAGE)
+    fresh = not_opening_like(list(earlier)[-MAX_EARLIER:], MAX_MESSAGE)
     if fresh is not None:  # no message said twice: the model's greeting, again, on every turn
         message["pattern"] = fresh
     return {
