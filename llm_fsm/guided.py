@@ -39,6 +39,7 @@ from typing import Any, TypeVar
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.errors import LogicError
+from llm_fsm.guided_branches import NULL, as_said
 from llm_fsm.guided_conditions import (
     _contained,
     _inferred_type,
@@ -49,7 +50,7 @@ from llm_fsm.guided_conditions import (
 )
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, not_opening_like, portable_pattern, portable_patterns
 from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape
-from llm_fsm.guided_words import Said, Topic, flag, from_words, named_in, pool, spans
+from llm_fsm.guided_words import named_in, pool, spans
 from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
@@ -173,15 +174,9 @@ def guided_schema(
     branches = _unique([*moves, *stays])
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
-    if offered is not None and offered.asked:
-        # a message that only asks ("how much does it cost?") goes to a detour, where the state has one (a
-        # state that comes back: its moves go to "$return"); a 135M model stayed and answered nothing
-        detours = [branch for branch in branches if _detour(definition, _target(branch), state.id)]
-        branches = detours or branches
     if offered is not None:
         flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
-        found = [words for branch in branches if (words := _from_words(branch, offered, context, flags)) is not None]
-        branches = _unbound(found) or [branch for branch, _, _ in found] or branches
+        branches = as_said(definition, state.id, branches, offered, context, flags)
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
     fresh = not_opening_like(list(earlier)[-MAX_EARLIER:], MAX_MESSAGE)
@@ -223,7 +218,6 @@ def fulfilled_move(
 
 
 T = TypeVar("T")
-NULL: dict[str, Any] = {"type": "null"}
 
 
 def _combos(groups: list[list[T]]) -> list[tuple[T, ...]]:
@@ -412,77 +406,6 @@ def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> 
         if any(isinstance(v.get("const"), str) and named_in(v["const"], texts) for v in offer.values())
     ]
     return named or offers
-
-
-def _from_words(
-    branch: dict[str, Any], said: Said, context: Mapping[str, Any], flags: Mapping[str, Topic | None]
-) -> tuple[dict[str, Any], set[str], set[str]] | None:
-    """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
-    whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
-    what it is about, :func:`llm_fsm.guided_values.flag_topic`) as the words answer them."""
-    values: dict[str, Any] = {}
-    bound: set[str] = set()
-    free: set[str] = set()
-    for key, schema in _update(branch).items():
-        value = from_words(schema, said, context.get(key))
-        values[key] = flag(value, said, flags[key]) if key in flags and value is not None else value
-        if _open(schema):
-            (free if value == schema else bound).add(key)
-    if any(value is None for value in values.values()):
-        return None
-    update = branch["properties"]["context_update"]
-    return (
-        {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}},
-        bound,
-        free,
-    )
-
-
-def _target(branch: dict[str, Any]) -> str:
-    target: str = branch["properties"]["target_state"]["enum"][0]
-    return target
-
-
-def _detour(definition: FSMDefinition, target: str, here: str) -> bool:
-    """Whether ``target`` is a detour from ``here``: another state, one of whose moves goes back ("$return")."""
-    state = definition.states.get(target)
-    return target != here and state is not None and any(t.target_state == RETURN for t in state.transitions)
-
-
-def _update(branch: dict[str, Any]) -> dict[str, Any]:
-    properties: dict[str, Any] = branch["properties"]["context_update"]["properties"]
-    return properties
-
-
-def _open(schema: dict[str, Any]) -> bool:
-    """Whether a value schema leaves text or a number open (not a closed set, a constant or a yes/no)."""
-    parts = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
-    return any(
-        part.get("type") in ("string", "integer", "number") or isinstance(part.get("type"), list)
-        for part in parts
-        if not {"enum", "const"} & set(part)
-    )
-
-
-def _unbound(found: list[tuple[dict[str, Any], set[str], set[str]]]) -> list[dict[str, Any]]:
-    """The branches that do not invent a value the words give elsewhere: where the words decide a key in one
-    branch, a branch that left it free (nothing said fits its form: a corrected email without its dot, where
-    staying needs one) offers it null, or is dropped when it needs a value."""
-    decided = set().union(*(bound for _, bound, _ in found))
-    kept = []
-    for branch, _, free in found:
-        values = dict(_update(branch))
-        for key in free & decided:
-            schema = values[key]
-            if set(schema) != {"anyOf"} or NULL not in schema["anyOf"]:
-                break
-            values[key] = NULL
-        else:
-            update = branch["properties"]["context_update"]
-            kept.append(
-                {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
-            )
-    return kept
 
 
 def _unique(branches: list[dict[str, Any]]) -> list[dict[str, Any]]:

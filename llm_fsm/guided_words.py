@@ -217,7 +217,9 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         named = [value for value in schema["enum"] if isinstance(value, str) and named_in(value, said.every)]
         if named:
             return {**schema, "enum": named}
-        return {"const": current} if current is not None and current in schema["enum"] else schema
+        if current is not None:
+            return {"const": current} if current in schema["enum"] else None
+        return schema if said.every else None  # a message that only asks chooses nothing
     if {"const", "format"} & set(schema) or schema.get("type") in ("null", "boolean"):
         return schema
     kind, original = schema.get("type"), schema
@@ -234,7 +236,7 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
         if not offered:  # no number written (four, said in words): the model writes it
-            return schema if current is None else {"const": current}
+            return schema if current is None else _kept(schema, current)
     elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
         offered = [*said.texts, *said.numbers]
         schema = {key: value for key, value in schema.items() if key != "type"}
@@ -244,11 +246,17 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     fitting = [value for value in offered if accepts(value)]
     if not fitting:
         if current is not None:
-            return {"const": current}
+            return _kept(original, current)
         return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
         fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
     return {"enum": fitting[:MAX_OFFERED]}
+
+
+def _kept(schema: dict[str, Any], current: Any) -> dict[str, Any] | None:
+    """The collected value, where ``schema`` (a branch's part) accepts it; None where the branch needs another
+    (a move for fewer than 50 employees, 120 collected and no new number said)."""
+    return {"const": current} if _checker(schema)(current) else None
 
 
 def flag(schema: dict[str, Any], said: Said, topic: Topic | None) -> dict[str, Any] | None:
@@ -312,6 +320,11 @@ def _plain(text: str) -> str:
     return " ".join(re.sub(r"[_\-]+", " ", text).casefold().split())
 
 
+def accepts(schema: Mapping[str, Any], value: Any) -> bool:
+    """Whether ``schema`` accepts ``value``."""
+    return _checker(schema)(value)
+
+
 def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
     import jsonschema  # where first used (checks the values a turn offers)
 
@@ -360,6 +373,7 @@ __all__ = [
     "Topic",
     "MAX_SPAN_WORDS",
     "MAX_WORDS",
+    "accepts",
     "flag",
     "from_words",
     "named_in",

@@ -353,3 +353,27 @@ def test_a_guided_message_opens_like_no_earlier_message():
         not in guided_schema(example("form_filling"), "collect_email", {}, said="hi")["properties"]["message"]
     )
     assert not_opening_like(["...!"], 240) is None  # no letters: nothing to avoid
+
+
+def test_a_collected_value_that_breaks_a_move_is_not_kept_by_writing_null():
+    # 120 employees collected: "fewer than 50" cannot hold by leaving company_size unwritten (null keeps 120)
+    definition = definition_with(
+        [
+            move("b", {">=": [{"var": "size"}, 50]}, keys=["timeline"]),
+            move("c", {"<": [{"var": "size"}, 50]}, keys=["timeline"]),
+        ],
+        required_context_keys=["timeline"],
+        writable_keys=["timeline", "size"],
+    )
+    schema = guided_schema(definition, "a", {"size": 120}, said="next quarter ideally")
+    assert "b" in targets(schema) and "c" not in targets(schema)
+    # a number said that fits changes it
+    assert "c" in targets(guided_schema(definition, "a", {"size": 120}, said="next quarter, we're 30 now"))
+
+
+def test_a_message_that_only_asks_chooses_nothing_from_a_closed_set():
+    sizes = {"type": "string", "enum": ["small", "medium", "large"]}
+    asked = pool("whats the difference between medium and large?")
+    assert asked is not None and asked.asked and from_words(sizes, asked) is None
+    vague = pool("the big one")
+    assert vague is not None and from_words(sizes, vague) == sizes  # the model normalizes what it names

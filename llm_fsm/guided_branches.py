@@ -1,0 +1,122 @@
+"""A guided schema's branches, as what the user said makes them (``llm_fsm.guided`` builds the branches).
+
+- a message that only asks ("how much does it cost?") goes to a detour, where the state has one (a state whose
+  moves come back: ``"$return"``); a 135M model stayed and answered nothing;
+- each value is taken from the words (:func:`llm_fsm.guided_words.from_words`), each yes/no flag answered by
+  them (:func:`llm_fsm.guided_words.flag`);
+- null leaves a collected value, so where that value breaks a move, the move's branch needs one written;
+- where the words decide a key in one branch, a branch that left it free does not invent one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from llm_fsm.definition import RETURN, FSMDefinition
+from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words
+
+NULL: dict[str, Any] = {"type": "null"}
+
+
+def as_said(
+    definition: FSMDefinition,
+    state_id: str,
+    branches: list[dict[str, Any]],
+    said: Said,
+    context: Mapping[str, Any],
+    flags: Mapping[str, Topic | None],
+) -> list[dict[str, Any]]:
+    """``branches`` (of a turn in ``state_id``) as ``said`` makes them; ``flags``: the yes/no keys and what each
+    is about (:func:`llm_fsm.guided_values.flag_topic`). The branches as they were where none would be left."""
+    if said.asked:
+        detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]
+        branches = detours or branches
+    found = [words for branch in branches if (words := _from_words(branch, said, context, flags)) is not None]
+    return _unbound(found) or [branch for branch, _, _ in found] or branches
+
+
+def _from_words(
+    branch: dict[str, Any], said: Said, context: Mapping[str, Any], flags: Mapping[str, Topic | None]
+) -> tuple[dict[str, Any], set[str], set[str]] | None:
+    """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
+    whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
+    what it is about, :func:`llm_fsm.guided_values.flag_topic`) as the words answer them."""
+    values: dict[str, Any] = {}
+    bound: set[str] = set()
+    free: set[str] = set()
+    for key, schema in _update(branch).items():
+        schema = _null_keeps(schema, context.get(key))
+        value = from_words(schema, said, context.get(key))
+        values[key] = flag(value, said, flags[key]) if key in flags and value is not None else value
+        if _open(schema):
+            (free if value == schema else bound).add(key)
+    if any(value is None for value in values.values()):
+        return None
+    update = branch["properties"]["context_update"]
+    return (
+        {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}},
+        bound,
+        free,
+    )
+
+
+def _target(branch: dict[str, Any]) -> str:
+    target: str = branch["properties"]["target_state"]["enum"][0]
+    return target
+
+
+def _detour(definition: FSMDefinition, target: str, here: str) -> bool:
+    """Whether ``target`` is a detour from ``here``: another state, one of whose moves goes back ("$return")."""
+    state = definition.states.get(target)
+    return target != here and state is not None and any(t.target_state == RETURN for t in state.transitions)
+
+
+def _update(branch: dict[str, Any]) -> dict[str, Any]:
+    properties: dict[str, Any] = branch["properties"]["context_update"]["properties"]
+    return properties
+
+
+def _null_keeps(schema: dict[str, Any], current: Any) -> dict[str, Any]:
+    """``schema`` without its null where the key holds ``current`` and no other part accepts it: null leaves
+    the collected value, so a move that needs another (fewer than 50 employees, 120 collected) needs it written."""
+    if current is None or set(schema) != {"anyOf"} or NULL not in schema["anyOf"]:
+        return schema
+    others = [part for part in schema["anyOf"] if part != NULL]
+    if not others or any(accepts(part, current) for part in others):
+        return schema
+    return others[0] if len(others) == 1 else {"anyOf": others}
+
+
+def _open(schema: dict[str, Any]) -> bool:
+    """Whether a value schema leaves text or a number open (not a closed set, a constant or a yes/no)."""
+    parts = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
+    return any(
+        part.get("type") in ("string", "integer", "number") or isinstance(part.get("type"), list)
+        for part in parts
+        if not {"enum", "const"} & set(part)
+    )
+
+
+def _unbound(found: list[tuple[dict[str, Any], set[str], set[str]]]) -> list[dict[str, Any]]:
+    """The branches that do not invent a value the words give elsewhere: where the words decide a key in one
+    branch, a branch that left it free (nothing said fits its form: a corrected email without its dot, where
+    staying needs one) offers it null, or is dropped when it needs a value."""
+    decided = set().union(*(bound for _, bound, _ in found))
+    kept = []
+    for branch, _, free in found:
+        values = dict(_update(branch))
+        for key in free & decided:
+            schema = values[key]
+            if set(schema) != {"anyOf"} or NULL not in schema["anyOf"]:
+                break
+            values[key] = NULL
+        else:
+            update = branch["properties"]["context_update"]
+            kept.append(
+                {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
+            )
+    return kept
+
+
+__all__ = ["NULL", "as_said"]
