@@ -46,53 +46,79 @@ def _containing(parts: list[str], limit: int, without: str = "") -> str | None:
 
 
 OPENING_CHARS = 12  # a message may not open with the first this many letters and digits of an earlier one
-# what may stand between the letters of an opening and still repeat it: "You can now, order" is "You can now order"
-_BETWEEN = " .,;:!?¡¿'()*…–—-"
+_PREFIX, _EXACT = "prefix", "exact"  # an opening ends here: whatever follows repeats it / only ending here does
+_ASCII = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789"
 
 
 def not_opening_like(earlier: Iterable[str], limit: int) -> str | None:
-    """A pattern of text up to about ``limit`` characters that opens with none of ``earlier``'s first
-    :data:`OPENING_CHARS` letters and digits (in any case, with any spaces and punctuation between): a guided
-    message cannot repeat an earlier one (a 135M model wrote its greeting again, word for word, turn after
-    turn, and dodged a first cut of this rule with a comma). None when there is nothing to avoid."""
+    """A pattern of text up to about ``limit`` characters that repeats none of ``earlier``'s openings: its first
+    :data:`OPENING_CHARS` letters and digits, in any case, with anything else between them (spaces, commas,
+    curly apostrophes, emoji); an earlier message shorter than that is avoided only as a whole ("Ok." forbids
+    "ok!", not "Okay, booked"). A 135M model wrote its greeting again, word for word, turn after turn, and
+    dodged a first cut of this rule with a comma. None when there is nothing to avoid.
+
+    Each character is either a letter the earlier messages use (or an ASCII one), which goes on with an opening
+    or leaves it, or anything else, which is skipped (up to three in a row; a fourth leaves every opening)."""
     trie: dict[str, Any] = {}
+    letters = set(_ASCII)
     for text in earlier:
-        letters = [char for char in text.lower() if char.isalnum() and len(char.upper()) == 1][:OPENING_CHARS]
-        if not letters:
+        chars = [char for char in text.lower() if char.isalnum() and len(char.upper()) == 1]
+        letters.update(chars + [char.upper() for char in chars])
+        if not chars:
             continue
         node = trie
-        for char in letters:
-            if "" in node:  # a shorter opening ends here: this one is avoided already
+        for char in chars[:OPENING_CHARS]:
+            if node.get("") == _PREFIX:  # a shorter opening ends here: this one is avoided already
                 break
             node = node.setdefault(char, {})
         else:
-            node.clear()
-            node[""] = {}  # the end of an opening: whatever follows repeats it
+            if len(chars) > OPENING_CHARS:
+                node.clear()
+                node[""] = _PREFIX
+            elif "" not in node:
+                node[""] = _EXACT
     if not trie:
         return None
-    between = f"[{''.join(_in_class(c) for c in _BETWEEN)}]{{0,3}}"
+    known = _class(letters)
+    other = f"[^{_TEXT_EXCLUDED}{known}]"
 
     def either(char: str) -> str:
-        return f"[{char}{char.upper()}]" if char.upper() != char else (_literal(char) or "")
+        return f"[{_in_class(char)}{_in_class(char.upper())}]" if char.upper() != char else _literal(char) or ""
 
     def going_on(node: dict[str, Any]) -> list[str]:
-        return [char for char in node if char and "" not in node[char] and _literal(char) is not None]
+        return [char for char in node if char and node[char].get("") != _PREFIX and _literal(char) is not None]
 
-    def diverging(node: dict[str, Any]) -> str:  # the opening's start, then a character it does not go on with
-        chars = [char for char in node if char]
-        avoided = "".join(_in_class(c) for char in chars for c in dict.fromkeys(char + char.upper()))
-        ways = [f"[^{_TEXT_EXCLUDED}{''.join(_in_class(c) for c in _BETWEEN)}{avoided}]"]
-        ways += [either(char) + diverging(node[char]) for char in going_on(node)]
-        return between + "(?:" + "|".join(ways) + ")"
+    def diverging(node: dict[str, Any]) -> str:  # the opening's start, then a letter it does not go on with
+        taken = {c for char in node if char for c in (char, char.upper())}
+        ways = [f"[{_class(letters - taken)}]"] + [either(char) + diverging(node[char]) for char in going_on(node)]
+        return f"(?:{other}{{4}}|{other}{{0,3}}(?:{'|'.join(ways)}))"
 
-    def shorter(node: dict[str, Any]) -> str:  # a message that ends before an opening does
-        ways = [either(char) + shorter(node[char]) for char in going_on(node)]
-        return between + ("(?:" + "|".join(ways) + ")?" if ways else "")
+    def shorter(node: dict[str, Any]) -> str | None:  # a message that ends before an opening does
+        ways = [f"{either(char)}{found}" for char in going_on(node) if (found := shorter(node[char])) is not None]
+        if node.get("") == _EXACT:  # the whole of a short earlier message: ending here repeats it
+            return f"{other}{{0,3}}(?:{'|'.join(ways)})" if ways else None
+        return f"{other}{{0,3}}" + (f"(?:{'|'.join(ways)})?" if ways else "")
 
     # one tail after the divergence: a grammar expands each bounded repetition, and llama.cpp refused a
     # pattern with one per character of the opening
     tail = f"[^{_TEXT_EXCLUDED}]{{0,{max(0, limit - 2 * OPENING_CHARS)}}}"
-    return "^(?:" + diverging(trie) + tail + "|" + shorter(trie) + ")$"
+    ended = shorter(trie)
+    return "^(?:" + diverging(trie) + tail + (f"|{ended}" if ended is not None else "") + ")$"
+
+
+def _class(chars: Iterable[str]) -> str:
+    """The inside of a bracket class of ``chars``, consecutive runs written as ranges (``A-Z``)."""
+    ordered = sorted(set(chars))
+    runs: list[list[str]] = []
+    for char in ordered:
+        if runs and ord(char) == ord(runs[-1][-1]) + 1:
+            runs[-1].append(char)
+        else:
+            runs.append([char])
+    return "".join(
+        _in_class(run[0]) + ("-" + _in_class(run[-1]) if len(run) > 2 else _in_class(run[-1]) if len(run) == 2 else "")
+        for run in runs
+    )
 
 
 # shorthand classes llama.cpp's patterns lack (it then accepts any text); in a JSON string a space is the only

@@ -70,13 +70,28 @@ def word_set(text: str) -> frozenset[str]:
 
 # a sentence that asks (it ends with "?" and opens with one of these) states nothing: "Why do you need all this?" is
 # no name, "whats the difference between medium and large?" names no size ("Sydney?" is an answer, said unsure)
-QUESTION_WORDS = word_set(
-    "what whats what's why how who whom whose when where which can could do does did is are was were will would "
-    "should shall may might have has am isn't aren't don't doesn't qué que por porqué cómo como cuál cual cuánto "
-    "cuanto cuándo dónde donde quién quien puedo puede hay was warum wie wer wann wo welche welcher kann können "
-    "gibt pourquoi quoi comment qui quand où quel quelle combien perché cosa come chi quando dove quale quanto "
-    "posso può porque quem onde qual quanto pode waarom wat hoe wie wanneer waar welke kun"
-)
+# ("Can I get a refund?", "Could you book 7pm?" ask for something: a request states it, so can, could, may, will
+# and would are not question words)
+QUESTION_WORDS: dict[str, frozenset[str]] = {  # English always, and the definition's language (as FUNCTION_WORDS)
+    code: word_set(words)
+    for code, words in {
+        "en": "what whats what's why how who whom whose when where which do does did is are was were should have "
+        "has am isn't aren't don't doesn't",
+        "es": "qué que por porqué cómo como cuál cual cuánto cuanto cuándo dónde donde quién quien hay",
+        "de": "was warum wie wer wann wo welche welcher welches gibt",
+        "fr": "pourquoi quoi comment qui quand où quel quelle combien est-ce",
+        "it": "perché cosa come chi quando dove quale quanto",
+        "pt": "porque quem onde qual quanto quando como",
+        "nl": "waarom wat hoe wie wanneer waar welke",
+    }.items()
+}
+# phrases that say yes with a no-word in them, and words that turn a yes into "yes, but..." (the model's to read)
+YES_PHRASES = (
+    "no problem", "not a problem", "no worries", "why not", "no doubt", "of course", "no hay problema",
+    "sin problema", "kein problem", "pas de problème", "pas de souci", "nessun problema", "sem problema",
+    "geen probleem",
+)  # fmt: skip
+BUT_WORDS = word_set("but however although except pero aber mais ma mas maar")
 # words that say yes, and words that say no (English and the built-in languages): a yes/no flag the user
 # confirms is written from them (llm_fsm.guided: flags)
 YES_WORDS = word_set(
@@ -85,11 +100,23 @@ YES_WORDS = word_set(
     "korrekt stimmt oui exact exactement parfait sì certo esatto giusto perfetto sim exato klopt prima"
 )
 NO_WORDS = word_set(
-    "no nope nah not never wrong incorrect isn't don't dont doesn't incorrecto incorrecta mal nein "
+    "no nope nah not never nothing none nobody wrong incorrect isn't don't dont doesn't incorrecto incorrecta mal nein "
     "nicht falsch non pas faux sbagliato sbagliata não errado errada nee niet fout"
 )
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
-_NUMBER = re.compile(r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:[.,]\d+)?)(?![\w])")
+_NUMBER = re.compile(
+    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d+(?:[.,]\d+)?)(?![\w])"
+)
+# words that say a number, a time of day or a day: a value shaped with digits (a time, a date) may be said in them
+NUMBER_WORDS = word_set(
+    "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty half quarter noon "
+    "midnight today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday january february "
+    "march april may june july august september october november december uno dos tres cuatro cinco seis siete "
+    "ocho nueve diez once doce media cuarto mediodía hoy mañana lunes martes miércoles jueves viernes sábado "
+    "domingo eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf halb heute morgen montag dienstag "
+    "mittwoch donnerstag freitag samstag sonntag un deux trois quatre cinq sept huit neuf dix onze douze demie "
+    "midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi samedi dimanche"
+)
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
 
@@ -111,15 +138,8 @@ class Said(NamedTuple):
     every: list[str]
     words: frozenset[str] = frozenset()  # the words stated (casefolded), for yes/no flags
     asked: bool = False  # the message only asks: every sentence of it is a question
-
-    @property
-    def yes(self) -> bool | None:
-        """True when the words say yes and not no, False when no and not yes, else None."""
-        yes, no = (
-            bool(self.words & YES_WORDS),
-            bool(self.words & NO_WORDS) or any(w.endswith("n't") for w in self.words),
-        )
-        return None if yes == no else yes
+    yes: bool | None = None  # the words say yes (True), no (False), or neither or both (None)
+    numeric: bool = False  # a digit or a word for a number, a time or a day was stated ("half past", "Friday")
 
 
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
@@ -129,7 +149,7 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     if not text or not text.strip():
         return None
     empty = FUNCTION_WORDS["en"] | FUNCTION_WORDS.get(language or "en", frozenset())
-    text, whole = stated(text), text
+    text, whole = stated(text, language), text
     every = spans(text)
     texts = [span for span in every if not _only(span, empty)]
     numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
@@ -141,19 +161,41 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
             numbers.append(value)
     words = frozenset(re.findall(r"[\w']+", text.casefold()))
     asked = not text.strip() and bool(whole.strip())
-    return Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
+    texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
+    numeric = any(c.isdigit() for c in text) or bool(words & NUMBER_WORDS)
+    said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
+    return said._replace(yes=_answer(text), numeric=numeric)
 
 
-def stated(text: str) -> str:
-    """``text`` without the sentences that ask ("Why do you need all this?"): the rest is what the user states."""
-    kept = [sentence for sentence in re.split(r"(?<=[.!?])\s+", text.strip()) if not _asks(sentence)]
-    return " ".join(kept)
+def _answer(text: str) -> bool | None:
+    """True when ``text`` says yes and not no, False when no and not yes; None for neither, both, or "yes, but"."""
+    lowered, phrased = text.casefold(), False
+    for phrase in YES_PHRASES:
+        if phrase in lowered:
+            lowered, phrased = lowered.replace(phrase, " "), True
+    words = set(re.findall(r"[\w'’]+", lowered.replace("’", "'")))
+    yes = phrased or bool(words & YES_WORDS)
+    no = bool(words & NO_WORDS) or any(word.endswith("n't") for word in words)
+    if yes == no or (yes and words & BUT_WORDS):
+        return None
+    return yes
 
 
-def _asks(sentence: str) -> bool:
-    """A sentence that ends with "?" and has a question word among its first three ("wait, what should I bring?")."""
-    words = [word.strip(_EDGE) for word in sentence.casefold().split()[:3]]
-    return sentence.rstrip("\"')» ").endswith("?") and any(word in QUESTION_WORDS for word in words)
+def _sentences(text: str) -> list[str]:
+    return re.split(r"(?<=[.!?])\s+", text.strip())
+
+
+def stated(text: str, language: str | None = None) -> str:
+    """``text`` without the sentences that ask ("Why do you need all this?"): the rest is what the user states.
+    A sentence asks when it ends with "?" and has a question word (of English or ``language``'s code) among its
+    first three words ("wait, what should I bring?"); "Sydney?" is an answer, "Can I get a refund?" a request."""
+    questions = QUESTION_WORDS["en"] | QUESTION_WORDS.get(language or "en", frozenset())
+
+    def asks(sentence: str) -> bool:
+        words = [word.strip(_EDGE) for word in sentence.casefold().split()[:3]]
+        return sentence.rstrip("\"')» ").endswith("?") and any(word in questions for word in words)
+
+    return " ".join(sentence for sentence in _sentences(text) if not asks(sentence))
 
 
 _ENDS = re.compile(r"[.!?]['\")»]*$")  # a word that ends a sentence
@@ -247,10 +289,17 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     if not fitting:
         if current is not None:
             return _kept(original, current)
+        if kind == "string" and _digits_in(schema.get("pattern")) and not said.numeric:
+            return None  # a time or a code the words do not say, not even in words ("I'm Ana"): not invented
         return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
         fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
     return {"enum": fitting[:MAX_OFFERED]}
+
+
+def _digits_in(pattern: Any) -> bool:
+    """Whether a pattern asks for digits (``^[0-9]{2}:[0-9]{2}$``, ``\\d``)."""
+    return isinstance(pattern, str) and ("0-9" in pattern or "\\d" in pattern)
 
 
 def _kept(schema: dict[str, Any], current: Any) -> dict[str, Any] | None:
@@ -340,13 +389,15 @@ def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
 
 
 def _number(text: str) -> int | float | None:
-    """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma);
+    """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma, ``1.200,50``);
     None for a code: past 15 digits, or four digits or more after a leading zero."""
     digits = sum(c.isdigit() for c in text)
     if digits > 15 or (digits >= 4 and text.lstrip("-").startswith("0")):
         return None  # a pasted reference, a phone number (0612345678): no amount
     if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text):
         text = text.replace(",", "")
+    elif re.fullmatch(r"-?\d{1,3}(\.\d{3})+(,\d+)?", text):  # 50.000 and 1.200,50, as written in Europe
+        text = text.replace(".", "")
     text = text.replace(",", ".")
     return float(text) if "." in text else int(text)
 
@@ -365,7 +416,10 @@ def _leaves(value: Any) -> Iterable[Any]:
 __all__ = [
     "FUNCTION_WORDS",
     "NO_WORDS",
+    "BUT_WORDS",
+    "NUMBER_WORDS",
     "QUESTION_WORDS",
+    "YES_PHRASES",
     "YES_WORDS",
     "MAX_NUMBERS",
     "MAX_OFFERED",

@@ -66,7 +66,10 @@ def test_free_text_becomes_the_spans_a_shaped_value_the_least_span_that_has_it()
     assert email == {"enum": ["maya.chen@example.com"]}  # not "it's maya.chen@example.com, thanks"
     # nothing fits a date said in words: the model writes it in the form asked for
     date = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
-    assert from_words(date, said) == date
+    in_words = pool("next Friday, the thirteenth")
+    assert in_words is not None and from_words(date, in_words) == date
+    # a message that says no date at all, not even in words, gives none to write (it is not invented)
+    assert from_words(date, said) is None
     # ... unless the key holds a value already: it changes only to one the user said
     assert from_words(date, said, current="2026-06-13") == {"const": "2026-06-13"}
 
@@ -344,8 +347,10 @@ def test_a_guided_message_opens_like_no_earlier_message():
     opening = re.compile(message["pattern"])
     assert not opening.match("Hi! I'll set up your Northwind profile.")  # what the 135M model wrote again
     # in any case, with other spaces and punctuation: the opening's first 12 letters and digits
-    assert not opening.match("hi, I'll setup your profile") and not opening.match("Jon") and not opening.match("jonas")
-    assert opening.match("Hi Maya! What's your email?") and opening.match("jo") and opening.match("")
+    assert not opening.match("hi, I’ll setup your profile") and not opening.match("😀 Hi! I'll set up your")
+    # a short earlier message is avoided as a whole only: "jon" again, not "jonas"
+    assert not opening.match("Jon!") and opening.match("jonas") and opening.match("jo")
+    assert opening.match("Hi Maya! What's your email?") and opening.match("")
     assert opening.match("Hi! I'll set it up") and not opening.match("x" * 241)  # still bounded
     assert (
         not_opening_like([], 240) is None
@@ -377,3 +382,26 @@ def test_a_message_that_only_asks_chooses_nothing_from_a_closed_set():
     assert asked is not None and asked.asked and from_words(sizes, asked) is None
     vague = pool("the big one")
     assert vague is not None and from_words(sizes, vague) == sizes  # the model normalizes what it names
+
+
+def test_a_yes_or_a_no_is_read_from_phrases_and_a_yes_but_is_neither():
+    for text, answer in [
+        ("Looks good, go ahead.", True),
+        ("no problem", True),
+        ("Why not.", True),
+        ("Oh no, the email is wrong.", False),
+        ("Nothing is right here", None),
+        ("yes, but make it 8pm", None),
+        ("I'm Ana", None),
+    ]:
+        said = pool(text)
+        assert said is not None and said.yes is answer, text
+
+
+def test_numbers_written_the_european_way_and_requests_that_are_not_questions():
+    assert numbers("50.000 € or 1.200,50 €") == [50000, 1200.5]
+    for request in ("Can I get a refund?", "Can I come at 7pm?", "Could you book it for Ana?"):
+        said = pool(request)
+        assert said is not None and not said.asked and said.texts, request
+    assert pool("Che cosa? Come?", language="it").asked  # the definition's language's question words
+    assert not pool("Can I come at 7pm?", language="en").asked  # "come" asks only in Italian
