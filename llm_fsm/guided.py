@@ -162,7 +162,8 @@ def guided_schema(
     targets = [back_to if t.target_state == RETURN else t.target_state for t in state.transitions]
     open_ = {branch["properties"]["target_state"]["enum"][0] for branch in moves}
     onward = all(target is not None and not definition.states[target].terminal for target in targets)
-    if eager and not values and said and targets and onward and all(target in open_ for target in targets):
+    asks = state.required_context_keys
+    if eager and not asks and said and targets and onward and all(target in open_ for target in targets):
         # a state with nothing to collect whose own moves are all open (a greeting, a help detour with the way
         # back) exists to route: the user's message is routed to one of its own moves, where a small model
         # offered "stay" beside them stayed forever. Not to a global one: the model takes the first move its

@@ -25,6 +25,7 @@ something (leaving, cancelling) is true only when the words name it.
 
 from __future__ import annotations
 
+import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
@@ -140,6 +141,7 @@ class Said(NamedTuple):
     asked: bool = False  # the message only asks: every sentence of it is a question
     yes: bool | None = None  # the words say yes (True), no (False), or neither or both (None)
     numeric: bool = False  # a digit or a word for a number, a time or a day was stated ("half past", "Friday")
+    days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
 
 
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
@@ -153,7 +155,7 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     every = spans(text)
     texts = [span for span in every if not _only(span, empty)]
     numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
-    texts += [time for time in times(text) if time not in texts]
+    texts += [time for time in [*times(text), *dates(text)] if time not in texts]
     for value in _leaves(results):
         if isinstance(value, str) and value.strip():
             texts.append(value.strip())
@@ -164,7 +166,8 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
     numeric = any(c.isdigit() for c in text) or bool(words & NUMBER_WORDS)
     said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
-    return said._replace(yes=_answer(text), numeric=numeric)
+    days = tuple(int(day) for day in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)\b", text) if 1 <= int(day) <= 31)
+    return said._replace(yes=_answer(text), numeric=numeric, days=days)
 
 
 def _answer(text: str) -> bool | None:
@@ -200,6 +203,55 @@ def stated(text: str, language: str | None = None) -> str:
 
 _ENDS = re.compile(r"[.!?]['\")»]*$")  # a word that ends a sentence
 _TIME = re.compile(r"(?<![\w:.])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:])", re.IGNORECASE)
+
+
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        [
+            "january jan enero janvier januar",
+            "february feb febrero février fevrier februar",
+            "march mar marzo mars märz",
+            "april apr abril avril",
+            "may mayo mai",
+            "june jun junio juin juni",
+            "july jul julio juillet juli",
+            "august aug agosto août aout",
+            "september sep sept septiembre septembre",
+            "october oct octubre octobre oktober",
+            "november nov noviembre novembre",
+            "december dec diciembre décembre dezember",
+        ],  # fmt: skip
+        start=1,
+    )
+    for name in names.split()
+}
+_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th|er|º|\.)?"
+_DATES = (
+    re.compile(rf"\b{_DAY}\s+(?:of\s+|de\s+)?{_MONTH}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # 13 June (2026)
+    re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # June 13th (, 2026)
+)
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def dates(text: str, today: datetime.date | None = None) -> list[str]:
+    """The dates ``text`` says with a month's name ("June 13th", "13 de junio", "le 13 juin 2027"), as
+    ``YYYY-MM-DD``: of the year said, else the next such day from ``today``."""
+    today = today or datetime.date.today()
+    found = []
+    for index, pattern in enumerate(_DATES):
+        for match in pattern.finditer(text):
+            day, month = (match.group(1), match.group(2)) if index == 0 else (match.group(2), match.group(1))
+            year = int(match.group(3)) if match.group(3) else today.year
+            try:
+                when = datetime.date(year, _MONTHS[month.casefold()], int(day))
+                if not match.group(3) and when < today:
+                    when = datetime.date(year + 1, when.month, when.day)
+            except (ValueError, KeyError):  # the 31st of June, a name the table lacks
+                continue
+            found.append(when.isoformat())
+    return list(dict.fromkeys(found))
 
 
 def times(text: str) -> list[str]:
@@ -262,8 +314,10 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         if current is not None:
             return {"const": current} if current in schema["enum"] else None
         return schema if said.every else None  # a message that only asks chooses nothing
-    if {"const", "format"} & set(schema) or schema.get("type") in ("null", "boolean"):
-        return schema
+    if "const" in schema or schema.get("format", "date") != "date" or schema.get("type") in ("null", "boolean"):
+        return schema  # a date format is read as its pattern (below); other formats are the model's to write
+    if schema.get("format") == "date" and "pattern" not in schema:
+        schema = {**schema, "pattern": _ISO_DATE.pattern}
     kind, original = schema.get("type"), schema
     if (
         not said.texts
@@ -274,6 +328,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         return None  # nothing stated (a question, "okay, fair enough"): no value to write
     if kind == "string":
         offered: list[Any] = list(said.texts)
+        if isinstance(current, str) and _ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
+            offered += [f"{current[:8]}{day:02d}" for day in said.days]
     elif kind in ("integer", "number"):
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
@@ -420,6 +476,7 @@ __all__ = [
     "NUMBER_WORDS",
     "QUESTION_WORDS",
     "YES_PHRASES",
+    "dates",
     "YES_WORDS",
     "MAX_NUMBERS",
     "MAX_OFFERED",

@@ -405,3 +405,28 @@ def test_numbers_written_the_european_way_and_requests_that_are_not_questions():
         assert said is not None and not said.asked and said.texts, request
     assert pool("Che cosa? Come?", language="it").asked  # the definition's language's question words
     assert not pool("Can I come at 7pm?", language="en").asked  # "come" asks only in Italian
+
+
+def test_dates_said_with_a_month_s_name_are_offered_as_iso_and_a_day_alone_is_of_the_month_collected():
+    import datetime
+
+    from llm_fsm.guided_words import dates
+
+    today = datetime.date(2026, 11, 26)
+    assert dates("Hi, I need a room from March 14th", today) == ["2027-03-14"]  # the next March 14th
+    assert dates("el 13 de junio", today) == ["2027-06-13"] and dates("le 13 juin 2026", today) == ["2026-06-13"]
+    assert dates("Dec. 3", today) == ["2026-12-03"] and dates("the 31st of June", today) == []
+    iso = {"type": "string", "format": "date"}
+    again = pool("make it the 15th instead")
+    assert again is not None and from_words(iso, again, current="2027-03-14") == {"enum": ["2027-03-15"]}
+    spans_only = pool("make it later")
+    assert spans_only is not None and from_words(iso, spans_only) is None  # no span is a date, none said
+
+
+def test_a_state_that_asks_for_nothing_routes_to_its_moves_that_already_hold():
+    # a change desk: every answer is there and valid, the user names the new one: back to the review
+    hotel = llm_fsm.load("benchmarks/unseen/hotel_booking.json")
+    context = {"check_in": "2027-03-14", "nights": 10, "guests": 2, "field_to_change": "check_in", "confirmed": False}
+    schema = guided_schema(hotel, "change_answer", context, said="make it the 15th instead")
+    assert targets(schema) == {"review"}
+    assert valid(schema, reply("review", {"check_in": "2027-03-15", "nights": None, "guests": None}))
