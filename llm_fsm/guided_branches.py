@@ -5,7 +5,8 @@
 - each value is taken from the words (:func:`llm_fsm.guided_words.from_words`), each yes/no flag answered by
   them (:func:`llm_fsm.guided_words.flag`);
 - null leaves a collected value, so where that value breaks a move, the move's branch needs one written;
-- where the words decide a key in one branch, a branch that left it free does not invent one.
+- where the words decide a key in one branch, a branch that left it free does not invent one;
+- the JSON tool form's arguments come from what was said or collected, where they fit (:func:`guided_arguments`).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from llm_fsm.definition import RETURN, FSMDefinition
-from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words
+from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words, pool
 
 NULL: dict[str, Any] = {"type": "null"}
 
@@ -34,6 +35,30 @@ def as_said(
         branches = detours or branches
     found = [words for branch in branches if (words := _from_words(branch, said, context, flags)) is not None]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
+
+
+def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON tool form's ``schema`` with each call's scalar arguments taken from what was said in ``text`` or
+    collected in ``context`` where they fit, what was said first ("9 pm then" offers 21:00 before the 22:00
+    collected); an argument nothing fits is left as the tool declares it."""
+    # what was said first, then what was collected: "9 pm then" offers 21:00 before the 22:00 collected, and a
+    # party of 2 collected stays possible beside the 7 of "friday at 7"
+    known = pool(text, [value for value in context.values() if not isinstance(value, bool)])
+    if known is None:
+        return schema
+    items = schema["properties"]["tool_calls"]["items"]
+    calls = items.get("anyOf", [items])
+    for call in calls:
+        arguments = call["properties"]["arguments"]
+        properties = arguments.get("properties") if isinstance(arguments, dict) else None
+        if not isinstance(properties, dict):
+            continue
+        narrowed = {}
+        for name, value in properties.items():
+            found = from_words(value, known) if isinstance(value, dict) and _open(value) else None
+            narrowed[name] = found if found is not None else value
+        call["properties"]["arguments"] = {**arguments, "properties": narrowed}
+    return schema
 
 
 def _from_words(
@@ -119,4 +144,4 @@ def _unbound(found: list[tuple[dict[str, Any], set[str], set[str]]]) -> list[dic
     return kept
 
 
-__all__ = ["NULL", "as_said"]
+__all__ = ["NULL", "as_said", "guided_arguments"]

@@ -10,6 +10,7 @@ from llm_fsm.contract import partial_reply, state_reply_schemas
 from llm_fsm.engine import Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
 from llm_fsm.guided import guided_schema, portable_patterns
+from llm_fsm.guided_branches import guided_arguments
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
 from llm_fsm.memory.working import with_memory_update
@@ -48,7 +49,8 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
             strict = None
         elif fresh:
             most = min(work.definition.max_tool_calls, len(fresh))
-            strict = {"anyOf": [strict, calling.json_request_schema(fresh, most)]}
+            asking = guided_arguments(calling.json_request_schema(fresh, most), work.user, work.context)
+            strict = {"anyOf": [strict, asking]}
     if work.settings.guided and strict is not None:  # for a grammar: patterns in the classes servers read
         strict = portable_patterns(strict)
     return LLMRequest(

@@ -430,3 +430,26 @@ def test_a_state_that_asks_for_nothing_routes_to_its_moves_that_already_hold():
     schema = guided_schema(hotel, "change_answer", context, said="make it the 15th instead")
     assert targets(schema) == {"review"}
     assert valid(schema, reply("review", {"check_in": "2027-03-15", "nights": None, "guests": None}))
+
+
+def test_a_guided_tool_request_takes_its_arguments_from_what_was_said_then_from_what_was_collected():
+    from llm_fsm.guided_branches import guided_arguments
+
+    params = {
+        "type": "object",
+        "properties": {
+            "date": {"type": "string", "pattern": "^\\d{4}-\\d{2}-\\d{2}$"},
+            "time": {"type": "string", "pattern": "^([01]\\d|2[0-3]):[0-5]\\d$"},
+            "party_size": {"type": "integer", "minimum": 1, "maximum": 8},
+            "notes": {"type": "object"},
+        },
+    }
+    call = {"type": "object", "properties": {"name": {"enum": ["check"]}, "arguments": params}}
+    schema = {"type": "object", "properties": {"tool_calls": {"type": "array", "items": call}}}
+    context = {"date": "2026-06-13", "time": "22:00", "party_size": 4}
+    out = guided_arguments(schema, "Oh, OK. 9 pm then.", context)
+    arguments = out["properties"]["tool_calls"]["items"]["properties"]["arguments"]["properties"]
+    # 21:00 as the user just said, before the 22:00 collected; the date and the party as collected
+    assert arguments["time"] == {"enum": ["21:00", "22:00"]} and arguments["date"] == {"enum": ["2026-06-13"]}
+    assert arguments["party_size"] == {"enum": [4]} and arguments["notes"] == {"type": "object"}
+    assert guided_arguments(schema, None, context) == schema  # a resume: nothing said, the tool as declared
