@@ -10,11 +10,12 @@ from llm_fsm.contract import partial_reply, state_reply_schemas
 from llm_fsm.engine import Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
 from llm_fsm.guided import guided_schema, portable_patterns
-from llm_fsm.guided_branches import guided_arguments
+from llm_fsm.guided_branches import guided_arguments, guided_memory
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
 from llm_fsm.memory.working import with_memory_update
 from llm_fsm.steps import Call, Preview, Purpose
+from llm_fsm.texts import language_code
 from llm_fsm.tools import calling
 from llm_fsm.turn_state import Working
 
@@ -80,6 +81,9 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
             earlier=[exchange.assistant for exchange in work.base.history],
         )  # fmt: skip
         strict = with_memory_update(guided, definition, strict=True, guided=True)
+        if definition.memory is not None:
+            language = language_code(definition.language) if definition.language else None
+            strict = guided_memory(strict, work.user, language)
     return schema, strict
 
 

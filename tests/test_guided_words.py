@@ -453,3 +453,25 @@ def test_a_guided_tool_request_takes_its_arguments_from_what_was_said_then_from_
     assert arguments["time"] == {"enum": ["21:00", "22:00"]} and arguments["date"] == {"enum": ["2026-06-13"]}
     assert arguments["party_size"] == {"enum": [4]} and arguments["notes"] == {"type": "object"}
     assert guided_arguments(schema, None, context) == schema  # a resume: nothing said, the tool as declared
+
+
+def test_a_guided_memory_slot_holds_what_the_user_said_or_nothing():
+    insurance = example("insurance_claim")
+    script = [reply("ask_policy", {}, "Hi")] * 2
+    llm = ScriptedLLM(script)
+    conversation = llm_fsm.Conversation(insurance, llm, guided=True)
+    conversation.start()
+    conversation.send("Hi, my policy is HM-204518. I'm at work until 5pm, call me after.")
+    schema = llm.requests[-1].strict_schema
+    branch = branches(schema)[0]
+    slot = branch["properties"]["memory_update"]["properties"]["preferences"]
+    said = {"transition": {**branch_reply(branch), "memory_update": {"preferences": "I'm at work until 5pm"}}}
+    assert valid(schema, {**said, "message": "Thanks!"})
+    looping = {"transition": {**branch_reply(branch), "memory_update": {"preferences": "10.1.1.2.1.0.0.1.3.3"}}}
+    assert not valid(schema, {**looping, "message": "Thanks!"}), slot  # what the 135M model wrote, to the limit
+
+
+def branch_reply(branch: dict[str, Any]) -> dict[str, Any]:
+    """A reply's transition that the branch takes, every key null."""
+    keys = branch["properties"]["context_update"]["properties"]
+    return {"context_update": dict.fromkeys(keys), "target_state": branch["properties"]["target_state"]["enum"][0]}
