@@ -44,9 +44,13 @@ def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[
     collected); an argument nothing fits is left as the tool declares it."""
     # what was said first, then what was collected: "9 pm then" offers 21:00 before the 22:00 collected, and a
     # party of 2 collected stays possible beside the 7 of "friday at 7"
-    known = pool(text, [value for value in context.values() if not isinstance(value, bool)])
-    if known is None:
+    said = pool(text)
+    if said is None:
         return schema
+    collected = [value for value in context.values() if not isinstance(value, bool)]
+    texts = [value for value in collected if isinstance(value, str)]
+    numbers = [value for value in collected if isinstance(value, int | float)]
+    known = said._replace(texts=[*said.texts, *texts], numbers=[*said.numbers, *numbers])
     items = schema["properties"]["tool_calls"]["items"]
     calls = items.get("anyOf", [items])
     for call in calls:

@@ -142,6 +142,7 @@ class Said(NamedTuple):
     yes: bool | None = None  # the words say yes (True), no (False), or neither or both (None)
     numeric: bool = False  # a digit or a word for a number, a time or a day was stated ("half past", "Friday")
     days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
+    told: tuple[Any, ...] = ()  # the text and numbers the turn's tools answered with
 
 
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
@@ -156,18 +157,19 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     texts = [span for span in every if not _only(span, empty)]
     numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
     texts += [time for time in [*times(text), *dates(text)] if time not in texts]
+    texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
+    told: list[Any] = []  # what the tools answered: offered where nothing the user said fits
     for value in _leaves(results):
         if isinstance(value, str) and value.strip():
-            texts.append(value.strip())
+            told.append(value.strip())
         elif isinstance(value, int | float) and not isinstance(value, bool) and abs(value) < _LARGEST:
-            numbers.append(value)
+            told.append(value)
     words = frozenset(re.findall(r"[\w']+", text.casefold()))
     asked = not text.strip() and bool(whole.strip())
-    texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
     numeric = any(c.isdigit() for c in text) or bool(words & NUMBER_WORDS)
     said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
     days = tuple(int(day) for day in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)\b", text) if 1 <= int(day) <= 31)
-    return said._replace(yes=_answer(text), numeric=numeric, days=days)
+    return said._replace(yes=_answer(text), numeric=numeric, days=days, told=tuple(dict.fromkeys(told)))
 
 
 def _answer(text: str) -> bool | None:
@@ -319,9 +321,11 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     if schema.get("format") == "date" and "pattern" not in schema:
         schema = {**schema, "pattern": _ISO_DATE.pattern}
     kind, original = schema.get("type"), schema
+    kind_free = isinstance(kind, list)  # nothing says what it holds: text or a number
     if (
         not said.texts
         and not said.numbers
+        and not said.told
         and current is None
         and (kind in ("string", "integer", "number") or isinstance(kind, list))
     ):
@@ -333,7 +337,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     elif kind in ("integer", "number"):
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
-        if not offered:  # no number written (four, said in words): the model writes it
+        told = any(isinstance(value, int | float) and not isinstance(value, bool) for value in said.told)
+        if not offered and not told:  # no number written (four, said in words): the model writes it
             return schema if current is None else _kept(schema, current)
     elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
         offered = [*said.texts, *said.numbers]
@@ -341,7 +346,11 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     else:
         return schema
     accepts = _checker(schema)
-    fitting = [value for value in offered if accepts(value)]
+    # what the user said first; what the tools answered where nothing said fits ("9 pm then": 21:00, not the
+    # 22:00 the availability check was asked about)
+    fitting = [value for value in offered if accepts(value)] or [
+        value for value in said.told if (isinstance(value, str) == (kind == "string") or kind_free) and accepts(value)
+    ]
     if not fitting:
         if current is not None:
             return _kept(original, current)

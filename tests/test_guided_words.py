@@ -55,7 +55,12 @@ def test_numbers_are_read_as_written_and_codes_are_not_numbers():
 
 def test_tool_results_are_values_too():
     said = pool("what do you have?", [{"slot": "19:30", "seats": 4, "ok": True}])
-    assert said is not None and "19:30" in said.texts and said.numbers == [4]
+    assert said is not None and said.told == ("19:30", 4)
+    clock = {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}
+    assert from_words(clock, said) == {"enum": ["19:30"]} and from_words({"type": "integer"}, said) == {"enum": [4]}
+    # what the user says comes first: "9 pm then" is 21:00, not the 22:00 a tool was asked about
+    again = pool("Oh, OK. 9 pm then.", [{"time": "22:00", "available": False}])
+    assert again is not None and from_words(clock, again) == {"enum": ["21:00"]}
 
 
 def test_free_text_becomes_the_spans_a_shaped_value_the_least_span_that_has_it():
