@@ -33,6 +33,7 @@ An opening (no user text yet) offers no keys at all, since there is nothing to e
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
@@ -60,6 +61,7 @@ __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_pa
     "MAX_TEXT",
     "fulfilled_move",
     "guided_schema",
+    "tidy",
     "portable_pattern",
     "portable_patterns",
     "value_schema",
@@ -189,6 +191,30 @@ def guided_schema(
         "required": ["transition", "message"],
         "additionalProperties": False,
     }
+
+
+_WORDS = re.compile(r"\w+")
+
+
+def tidy(message: str) -> str:
+    """A guided ``message`` without what a small model writes once it has lost its way: a run of one to twelve
+    words said a third time in a row ("I'm happy, I'm happy. I'm happy."), cut after its first time, and the
+    prompt's own tags ("</assistant>"), cut where they start. Text that needs neither comes back as it was."""
+    for tag in ("</", "&lt;/"):
+        if tag in message and message.index(tag) > 0:
+            message = message[: message.index(tag)].rstrip()
+    found = list(_WORDS.finditer(message))
+    words = [match.group().casefold() for match in found]
+    for start in range(len(words)):
+        for size in range(1, 13):
+            run = words[start : start + size]
+            if (
+                len(words) >= start + 3 * size
+                and run == words[start + size : start + 2 * size] == words[start + 2 * size : start + 3 * size]
+            ):
+                kept = message[: found[start + size - 1].end()]
+                return kept + "." if kept[-1].isalnum() else kept
+    return message
 
 
 def fulfilled_move(

@@ -13,7 +13,7 @@ from llm_fsm.definition import Check
 from llm_fsm.engine import Decision, Rejection, decide
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.firing import fire
-from llm_fsm.guided import fulfilled_move
+from llm_fsm.guided import fulfilled_move, tidy
 from llm_fsm.hooks import Run
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.memory.working import apply_model_update
@@ -35,6 +35,8 @@ def verdict(
                 "answer again, with a shorter message"
             )
         reply = parse_reply(response.text)
+        if work.settings.guided and (tidied := tidy(reply.message)) != reply.message:
+            reply = reply.model_copy(update={"message": tidied})  # a small model's loop, cut
     except ReplyFormatError as exc:
         truncated = isinstance(exc, ReplyTruncated)
         problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.calls)

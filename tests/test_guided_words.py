@@ -10,7 +10,7 @@ from llm_fsm.guided import fulfilled_move, guided_schema
 from llm_fsm.guided_values import closed_set, derived_values, text_shape
 from llm_fsm.guided_words import from_words, pool, spans
 from llm_fsm.testing import ScriptedLLM
-from tests.test_guided import branches, definition_with, example, move, reply, valid
+from tests.test_guided import branches, definition_with, example, move, reply, scripted_conversation, valid
 
 WORDS = ("maya chen", "Sydney", "the burr grinder")
 
@@ -480,3 +480,22 @@ def branch_reply(branch: dict[str, Any]) -> dict[str, Any]:
     """A reply's transition that the branch takes, every key null."""
     keys = branch["properties"]["context_update"]["properties"]
     return {"context_update": dict.fromkeys(keys), "target_state": branch["properties"]["target_state"]["enum"][0]}
+
+
+def test_a_guided_message_loses_a_loop_and_the_prompt_s_tags_and_nothing_else():
+    from llm_fsm.guided import tidy
+
+    looping = "Happy Friday! I'm happy to see you. I'm happy, I'm happy. I'm happy.</assistant>"
+    assert tidy(looping) == "Happy Friday! I'm happy to see you. I'm happy."
+    assert tidy("please, please, please call me") == "please."
+    for fine in ("A normal message. Yes, yes.", "What's your name?", "¿Cuál es tu nombre?"):
+        assert tidy(fine) == fine
+
+    # and the turn sends the user the tidied message
+    conversation, _ = scripted_conversation(
+        "form_filling",
+        [reply("collect_name", {}, "Hi!"), reply("collect_email", {"name": "Maya"}, "Thanks. Thanks. Thanks.")],
+        guided=True,
+    )
+    conversation.start()
+    assert conversation.send("maya").message == "Thanks."
