@@ -218,7 +218,9 @@ def test_a_state_with_nothing_to_collect_routes_the_users_message():
     assert "ask_email" in targets(guided_schema(workshop, "ask_email", {"name": "Maya"}, said="it's maya@x.org"))
     # a message that only asks goes to the detour (a state whose move goes back), where the state has one
     assert targets(guided_schema(workshop, "ask_email", {"name": "Maya"}, said="how much is it?")) == {"help"}
-    assert targets(guided_schema(workshop, "ask_email", {"name": "Maya"}, said="wait, what should I bring?")) == {"help"}
+    assert targets(guided_schema(workshop, "ask_email", {"name": "Maya"}, said="wait, what should I bring?")) == {
+        "help"
+    }
     asked_and_answered = guided_schema(workshop, "ask_email", {"name": "Maya"}, said="Is it paid? It's maya@x.org")
     assert "choose_session" in targets(asked_and_answered)  # it also states something: not only a detour
 
