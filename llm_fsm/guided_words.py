@@ -25,10 +25,11 @@ something (leaving, cancelling) is true only when the words name it.
 
 from __future__ import annotations
 
-import datetime
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
+
+from llm_fsm.guided_dates import ISO_DATE, dates, times
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
 MAX_WORDS = 60  # of a longer message, the first and the last 30 words are the ones offered
@@ -141,6 +142,7 @@ class Said(NamedTuple):
     asked: bool = False  # the message only asks: every sentence of it is a question
     yes: bool | None = None  # the words say yes (True), no (False), or neither or both (None)
     numeric: bool = False  # a digit or a word for a number, a time or a day was stated ("half past", "Friday")
+    digits: bool = False  # a digit was stated
     days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
     told: tuple[Any, ...] = ()  # the text and numbers the turn's tools answered with
 
@@ -169,7 +171,8 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     numeric = any(c.isdigit() for c in text) or bool(words & NUMBER_WORDS)
     said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
     days = tuple(int(day) for day in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)\b", text) if 1 <= int(day) <= 31)
-    return said._replace(yes=_answer(text), numeric=numeric, days=days, told=tuple(dict.fromkeys(told)))
+    digits = any(c.isdigit() for c in text)
+    return said._replace(yes=_answer(text), numeric=numeric, digits=digits, days=days, told=tuple(dict.fromkeys(told)))
 
 
 def _answer(text: str) -> bool | None:
@@ -178,7 +181,10 @@ def _answer(text: str) -> bool | None:
     for phrase in YES_PHRASES:
         if phrase in lowered:
             lowered, phrased = lowered.replace(phrase, " "), True
-    words = set(re.findall(r"[\w'’]+", lowered.replace("’", "'")))
+    # a yes or a no opens what it answers ("Oh no, the email is wrong", "Looks good, go ahead"); one further on is
+    # about something else ("my mail is camille@gmail.fr, pas .com")
+    opening = [sentence.split()[:4] for sentence in _sentences(lowered.replace("’", "'"))]
+    words = {word.strip(_EDGE) for first in opening for word in first}
     yes = phrased or bool(words & YES_WORDS)
     no = bool(words & NO_WORDS) or any(word.endswith("n't") for word in words)
     if yes == no or (yes and words & BUT_WORDS):
@@ -204,77 +210,6 @@ def stated(text: str, language: str | None = None) -> str:
 
 
 _ENDS = re.compile(r"[.!?]['\")»]*$")  # a word that ends a sentence
-_TIME = re.compile(r"(?<![\w:.])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:])", re.IGNORECASE)
-
-
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        [
-            "january jan enero janvier januar",
-            "february feb febrero février fevrier februar",
-            "march mar marzo mars märz",
-            "april apr abril avril",
-            "may mayo mai",
-            "june jun junio juin juni",
-            "july jul julio juillet juli",
-            "august aug agosto août aout",
-            "september sep sept septiembre septembre",
-            "october oct octubre octobre oktober",
-            "november nov noviembre novembre",
-            "december dec diciembre décembre dezember",
-        ],  # fmt: skip
-        start=1,
-    )
-    for name in names.split()
-}
-_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
-_DAY = r"(\d{1,2})(?:st|nd|rd|th|er|º|\.)?"
-_DATES = (
-    re.compile(rf"\b{_DAY}\s+(?:of\s+|de\s+)?{_MONTH}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # 13 June (2026)
-    re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # June 13th (, 2026)
-)
-_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
-
-
-def dates(text: str, today: datetime.date | None = None) -> list[str]:
-    """The dates ``text`` says with a month's name ("June 13th", "13 de junio", "le 13 juin 2027"), as
-    ``YYYY-MM-DD``: of the year said, else the next such day from ``today``."""
-    today = today or datetime.date.today()
-    found = []
-    for index, pattern in enumerate(_DATES):
-        for match in pattern.finditer(text):
-            day, month = (match.group(1), match.group(2)) if index == 0 else (match.group(2), match.group(1))
-            year = int(match.group(3)) if match.group(3) else today.year
-            try:
-                when = datetime.date(year, _MONTHS[month.casefold()], int(day))
-                if not match.group(3) and when < today:
-                    when = datetime.date(year + 1, when.month, when.day)
-            except (ValueError, KeyError):  # the 31st of June, a name the table lacks
-                continue
-            found.append(when.isoformat())
-    return list(dict.fromkeys(found))
-
-
-def times(text: str) -> list[str]:
-    """The times of day ``text`` says with a clock's marks ("9 pm", "9:30pm", "21h", "19.30"), as ``HH:MM``:
-    a time compared as text ("17:00" <= time) is written that way; "at 9" says no time (nine guests?)."""
-    found = []
-    for match in _TIME.finditer(text):
-        hour, minutes, mark = int(match.group(1)), match.group(2), (match.group(3) or "").casefold().replace(".", "")
-        if not mark and minutes is None:
-            continue
-        if mark in ("am", "pm"):
-            if not 1 <= hour <= 12:
-                continue
-            hour = hour % 12 + (12 if mark == "pm" else 0)
-        if hour > 23 or (minutes is not None and int(minutes) > 59):
-            continue
-        found.append(f"{hour:02d}:{minutes or '00'}")
-    for word, time in (("noon", "12:00"), ("midday", "12:00"), ("midnight", "00:00")):
-        if re.search(rf"\b{word}\b", text, re.IGNORECASE):
-            found.append(time)
-    return list(dict.fromkeys(found))
 
 
 def spans(text: str) -> list[str]:
@@ -319,7 +254,7 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     if "const" in schema or schema.get("format", "date") != "date" or schema.get("type") in ("null", "boolean"):
         return schema  # a date format is read as its pattern (below); other formats are the model's to write
     if schema.get("format") == "date" and "pattern" not in schema:
-        schema = {**schema, "pattern": _ISO_DATE.pattern}
+        schema = {**schema, "pattern": ISO_DATE.pattern}
     kind, original = schema.get("type"), schema
     kind_free = isinstance(kind, list)  # nothing says what it holds: text or a number
     if (
@@ -332,7 +267,7 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         return None  # nothing stated (a question, "okay, fair enough"): no value to write
     if kind == "string":
         offered: list[Any] = list(said.texts)
-        if isinstance(current, str) and _ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
+        if isinstance(current, str) and ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
             offered += [f"{current[:8]}{day:02d}" for day in said.days]
     elif kind in ("integer", "number"):
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
@@ -354,8 +289,10 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     if not fitting:
         if current is not None:
             return _kept(original, current)
-        if kind == "string" and _digits_in(schema.get("pattern")) and not said.numeric:
-            return None  # a time or a code the words do not say, not even in words ("I'm Ana"): not invented
+        if kind == "string" and _digits_in(schema.get("pattern")) and (not said.numeric or said.digits):
+            # a time or a code the words do not say ("I'm Ana"), or say wrong (a 5-character reference where 6
+            # are asked): not invented; said in words only ("diez y media") it is the model's to write
+            return None
         return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
         fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
@@ -485,7 +422,6 @@ __all__ = [
     "NUMBER_WORDS",
     "QUESTION_WORDS",
     "YES_PHRASES",
-    "dates",
     "YES_WORDS",
     "MAX_NUMBERS",
     "MAX_OFFERED",
@@ -501,6 +437,5 @@ __all__ = [
     "related",
     "spans",
     "stated",
-    "times",
     "word_set",
 ]

@@ -310,7 +310,12 @@ def test_times_said_with_a_clock_s_marks_are_offered_as_a_clock_writes_them():
     noon = pool("noon works")
     assert noon is not None and from_words(clock, noon) == {"enum": ["12:00"]}
     impossible = pool("at 13 pm")
-    assert impossible is not None and from_words(clock, impossible) == clock  # no such time: the model writes it
+    assert impossible is not None and from_words(clock, impossible) is None  # no such time: none invented
+    in_words = pool("a las diez y media")
+    assert in_words is not None and from_words(clock, in_words) == clock  # said in words: the model writes it
+    code = {"type": "string", "pattern": "^[A-Z0-9]{6}$"}
+    short = pool("booking ref is Q7K2L")
+    assert short is not None and from_words(code, short) is None  # a reference one character short: not made up
 
 
 def test_a_confirmation_is_the_user_s_yes_or_no_and_another_flag_needs_its_words():
@@ -400,6 +405,7 @@ def test_a_yes_or_a_no_is_read_from_phrases_and_a_yes_but_is_neither():
         ("Nothing is right here", None),
         ("yes, but make it 8pm", None),
         ("I'm Ana", None),
+        ("ah pardon, mon mail c'est camille.durand@gmail.fr, pas .com", None),  # a no further on is about the mail
     ]:
         said = pool(text)
         assert said is not None and said.yes is answer, text
@@ -417,7 +423,7 @@ def test_numbers_written_the_european_way_and_requests_that_are_not_questions():
 def test_dates_said_with_a_month_s_name_are_offered_as_iso_and_a_day_alone_is_of_the_month_collected():
     import datetime
 
-    from llm_fsm.guided_words import dates
+    from llm_fsm.guided_dates import dates
 
     today = datetime.date(2026, 11, 26)
     assert dates("Hi, I need a room from March 14th", today) == ["2027-03-14"]  # the next March 14th

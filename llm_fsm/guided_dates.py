@@ -1,0 +1,81 @@
+"""Times and dates said in a message, as a clock and a calendar write them (``21:00``, ``2027-03-14``): a
+guided value shaped that way is offered from them (:mod:`llm_fsm.guided_words`)."""
+
+from __future__ import annotations
+
+import datetime
+import re
+
+_TIME = re.compile(r"(?<![\w:.])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:])", re.IGNORECASE)
+
+_MONTHS = {
+    name: number
+    for number, names in enumerate(
+        [
+            "january jan enero janvier januar",
+            "february feb febrero février fevrier februar",
+            "march mar marzo mars märz",
+            "april apr abril avril",
+            "may mayo mai",
+            "june jun junio juin juni",
+            "july jul julio juillet juli",
+            "august aug agosto août aout",
+            "september sep sept septiembre septembre",
+            "october oct octubre octobre oktober",
+            "november nov noviembre novembre",
+            "december dec diciembre décembre dezember",
+        ],  # fmt: skip
+        start=1,
+    )
+    for name in names.split()
+}
+_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_DAY = r"(\d{1,2})(?:st|nd|rd|th|er|º|\.)?"
+_DATES = (
+    re.compile(rf"\b{_DAY}\s+(?:of\s+|de\s+)?{_MONTH}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # 13 June (2026)
+    re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # June 13th (, 2026)
+)
+ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+
+
+def dates(text: str, today: datetime.date | None = None) -> list[str]:
+    """The dates ``text`` says with a month's name ("June 13th", "13 de junio", "le 13 juin 2027"), as
+    ``YYYY-MM-DD``: of the year said, else the next such day from ``today``."""
+    today = today or datetime.date.today()
+    found = []
+    for index, pattern in enumerate(_DATES):
+        for match in pattern.finditer(text):
+            day, month = (match.group(1), match.group(2)) if index == 0 else (match.group(2), match.group(1))
+            year = int(match.group(3)) if match.group(3) else today.year
+            try:
+                when = datetime.date(year, _MONTHS[month.casefold()], int(day))
+                if not match.group(3) and when < today:
+                    when = datetime.date(year + 1, when.month, when.day)
+            except (ValueError, KeyError):  # the 31st of June, a name the table lacks
+                continue
+            found.append(when.isoformat())
+    return list(dict.fromkeys(found))
+
+
+def times(text: str) -> list[str]:
+    """The times of day ``text`` says with a clock's marks ("9 pm", "9:30pm", "21h", "19.30"), as ``HH:MM``:
+    a time compared as text ("17:00" <= time) is written that way; "at 9" says no time (nine guests?)."""
+    found = []
+    for match in _TIME.finditer(text):
+        hour, minutes, mark = int(match.group(1)), match.group(2), (match.group(3) or "").casefold().replace(".", "")
+        if not mark and minutes is None:
+            continue
+        if mark in ("am", "pm"):
+            if not 1 <= hour <= 12:
+                continue
+            hour = hour % 12 + (12 if mark == "pm" else 0)
+        if hour > 23 or (minutes is not None and int(minutes) > 59):
+            continue
+        found.append(f"{hour:02d}:{minutes or '00'}")
+    for word, time in (("noon", "12:00"), ("midday", "12:00"), ("midnight", "00:00")):
+        if re.search(rf"\b{word}\b", text, re.IGNORECASE):
+            found.append(time)
+    return list(dict.fromkeys(found))
+
+
+__all__ = ["ISO_DATE", "dates", "times"]
