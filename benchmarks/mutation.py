@@ -179,8 +179,6 @@ EQUIVALENT: dict[str, str] = {
     "grammar as json.loads, so trying json.loads first cannot succeed",
     "llm_fsm.contract.x__repaired__mutmut_6": "as _repaired__mutmut_3",
     "llm_fsm.contract.x__repaired__mutmut_8": "as _repaired__mutmut_3",
-    "llm_fsm.contract.x_state_reply_schemas__mutmut_18": "strict=None is falsy like strict=False",
-    "llm_fsm.contract.x_state_reply_schemas__mutmut_40": "the cache key names no state unless one is called 'XXXX'",
     "llm_fsm.store.files.xǁFileStoreǁ_replace__mutmut_19": "codec names are case-insensitive: 'UTF-8' is 'utf-8'",
     "llm_fsm.store.files.xǁFileStoreǁunlock__mutmut_13": "missing_ok=False after path.exists() just above (and "
     "filelock's release leaves the file): differs only if another process unlocks the same id in between",

@@ -16,12 +16,12 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
+from llm_fsm.definition import State, Transition
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.values import blank, clean_text
 
@@ -394,6 +394,7 @@ def reply_schema(
     protected: Collection[str] = (),
     moves: Sequence[Transition] | None = None,
     keys: Sequence[str] | None = None,
+    values: Mapping[str, dict[str, Any]] | None = None,
 ) -> dict[str, Any]:
     """JSON Schema of a valid reply in ``state``: ``target_state`` is an enum of the allowed moves.
 
@@ -401,7 +402,8 @@ def reply_schema(
     included, ``"$return"`` resolved); by default its own transitions. With ``strict`` (OpenAI-style
     structured outputs) every object is closed and every property required, so ``context_update``
     lists the keys this state may write (``keys``, by default :func:`writable_keys`); the model writes
-    null for keys it did not learn, and nulls are ignored by the merge.
+    null for keys it did not learn, and nulls are ignored by the merge. ``values``: the schema of a key's
+    value, where it is known (else any scalar or null).
     """
     moves = state.transitions if moves is None else moves
     # the state itself is always a target: staying needs no transition (see engine._check_target)
@@ -410,11 +412,12 @@ def reply_schema(
     if strict:
         keys = list(writable_keys(state, protected) if keys is None else keys)
         scalar = {"type": ["string", "number", "boolean", "null"]}
-        update.update(properties={k: scalar for k in keys}, required=keys, additionalProperties=False)
+        values = {key: (values or {}).get(key, scalar) for key in keys}
+        update.update(properties=values, required=keys, additionalProperties=False)
     transition = {
         "type": "object",
-        "properties": {"target_state": {"type": "string", "enum": targets}, "context_update": update},
-        "required": ["target_state", "context_update"],
+        "properties": {"context_update": update, "target_state": {"type": "string", "enum": targets}},
+        "required": ["context_update", "target_state"],
         "additionalProperties": False,
     }
     return {
@@ -427,25 +430,6 @@ def reply_schema(
         "required": ["transition", "message", "reasoning"],
         "additionalProperties": False,
     }
-
-
-def state_reply_schemas(
-    definition: FSMDefinition, state_id: str, back_to: str | None = None
-) -> tuple[dict[str, Any], dict[str, Any]]:
-    """The loose and strict reply schemas of a state, computed once per definition, state and
-    ``back_to`` (where its ``"$return"`` moves go: ``FSMDefinition.return_target``)."""
-
-    def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
-        moves = definition.moves(state_id, back_to)
-        # the keys of every move, "$return" unresolved, as engine.model_writable_keys counts them: the
-        # strict schema asks for what decide() lets the model write, wherever the way back leads
-        keys = writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN))
-        # and the keys it may correct: whether they are collected yet is the engine's to judge (the schema is
-        # the state's, the same on every turn)
-        keys += [key for key in definition.correctable_keys(state_id) if key not in keys]
-        return reply_schema(state, strict=False, moves=moves), reply_schema(state, strict=True, moves=moves, keys=keys)
-
-    return definition.derived(f"reply_schemas:{back_to or ''}", state_id, compute)
 
 
 def writable_keys(

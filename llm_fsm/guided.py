@@ -194,12 +194,14 @@ def guided_schema(
 
 
 _WORDS = re.compile(r"\w+")
+_SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 
 def tidy(message: str) -> str:
-    """A guided ``message`` without what a small model writes once it has lost its way: a run of one to twelve
-    words said a third time in a row ("I'm happy, I'm happy. I'm happy."), cut after its first time, and the
-    prompt's own tags ("</assistant>"), cut where they start. Text that needs neither comes back as it was."""
+    """A ``message`` without what a small model writes once it has lost its way: a run of one to twelve words
+    said a third time in a row ("I'm happy, I'm happy. I'm happy."), cut after its first time (at its last
+    sentence end, where it crosses one), and the prompt's own tags ("</assistant>"), cut where they start.
+    Text that needs neither comes back as it was."""
     for tag in ("</", "&lt;/"):
         if tag in message and message.index(tag) > 0:
             message = message[: message.index(tag)].rstrip()
@@ -212,8 +214,10 @@ def tidy(message: str) -> str:
                 len(words) >= start + 3 * size
                 and run == words[start + size : start + 2 * size] == words[start + 2 * size : start + 3 * size]
             ):
-                kept = message[: found[start + size - 1].end()]
-                return kept + "." if kept[-1].isalnum() else kept
+                first, end = found[start].start(), found[start + size - 1].end()
+                if kept := [m.start() + 1 for m in _SENTENCE_END.finditer(message, first, end)]:
+                    return message[: kept[-1]]  # the run crosses a sentence: "Your email? And your" → "Your email?"
+                return message[:end] + "." if message[end - 1].isalnum() else message[:end]
     return message
 
 
@@ -359,6 +363,22 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
         # nothing says what the key holds: any scalar, but bounded, so that a looping model still ends it
         schema = {"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT}
     return schema
+
+
+_JSON_TYPES = {str: "string", bool: "boolean", int: "number", float: "number"}
+SCALAR = {"type": ["string", "number", "boolean", "null"]}
+
+
+def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
+    """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
+    and the closed set :func:`value_schema` finds, or null (a ``confirmed`` flag is a boolean, a ``severity``
+    routed on three constants is one of them); any scalar where it finds neither."""
+    schema = value_schema(definition, state, key)
+    if isinstance(schema.get("enum"), list) and all(type(v) in _JSON_TYPES for v in schema["enum"]):
+        kinds = sorted({_JSON_TYPES[type(v)] for v in schema["enum"]})
+        return {"type": [*kinds, "null"], "enum": [*schema["enum"], None]}
+    kind = schema.get("type")
+    return {"type": [kind, "null"]} if kind in ("string", "number", "integer", "boolean") else dict(SCALAR)
 
 
 # the formats llama.cpp's grammars hold; an email (all jsonschema checks of one: an "@") becomes a pattern

@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_fsm.contract import partial_reply, state_reply_schemas
+from llm_fsm.contract import partial_reply, reply_schema, writable_keys
+from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.engine import Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
-from llm_fsm.guided import guided_schema, portable_patterns
+from llm_fsm.guided import guided_schema, portable_patterns, strict_value
 from llm_fsm.guided_branches import guided_arguments, guided_memory
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
@@ -34,7 +35,7 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
     """A reply request with ``messages``: the reply schemas, and the state's tools in this model's form."""
     back_to = work.definition.return_target(work.base.state, work.base.came_from)  # where "$return" goes
     schema, closed = reply_schemas(work, back_to)
-    strict: dict[str, Any] | None = closed
+    strict: dict[str, Any] = closed
     tools = work.state_tools()
     specs: tuple[dict[str, Any], ...] | None = None
     if tools and work.tool_mode() == "native":
@@ -42,17 +43,17 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
     elif tools and work.rounds < work.tool_round_limit():  # the JSON form: a reply may be a tool request
         # instead, while rounds are left (after them the schema, and a grammar held to it, asks for the answer)
         schema = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}
-        # a grammar-driven server takes the alternatives; a provider's strict mode wants one object.
-        # Guided (a small model, which repeats a call it has the answer of): each tool once per turn
+        # a grammar-driven server takes the alternatives (a provider's strict mode wants one object: the client
+        # asks those for a JSON object instead). Guided (a small model, which repeats a call it has the answer
+        # of): each tool once per turn
         ran = {run.name for run in work.tool_runs if run.error is None}
-        fresh = [tool for tool in tools if tool.name not in ran]
-        if not work.settings.guided:
-            strict = None
-        elif fresh:
-            most = min(work.definition.max_tool_calls, len(fresh))
-            asking = guided_arguments(calling.json_request_schema(fresh, most), work.user, work.context)
+        offered = [tool for tool in tools if tool.name not in ran] if work.settings.guided else tools
+        if offered:
+            asking = calling.json_request_schema(offered, min(work.definition.max_tool_calls, len(offered)))
+            if work.settings.guided:
+                asking = guided_arguments(asking, work.user, work.context)
             strict = {"anyOf": [strict, asking]}
-    if work.settings.guided and strict is not None:  # for a grammar: patterns in the classes servers read
+    if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
         strict = portable_patterns(strict)
     return LLMRequest(
         messages, schema, strict, state=work.base.state, context=work.context, longer=longer, tools=specs,
@@ -85,6 +86,28 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
             language = language_code(definition.language) if definition.language else None
             strict = guided_memory(strict, work.user, language)
     return schema, strict
+
+
+def state_reply_schemas(
+    definition: FSMDefinition, state_id: str, back_to: str | None = None
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The loose and strict reply schemas of a state, computed once per definition, state and
+    ``back_to`` (where its ``"$return"`` moves go: ``FSMDefinition.return_target``). The strict one holds
+    each value to its type and closed set where the definition says them (``guided.strict_value``)."""
+
+    def compute(state: State) -> tuple[dict[str, Any], dict[str, Any]]:
+        moves = definition.moves(state_id, back_to)
+        # the keys of every move, "$return" unresolved, as engine.model_writable_keys counts them: the
+        # strict schema asks for what decide() lets the model write, wherever the way back leads
+        keys = writable_keys(state, definition.code_only_keys, definition.moves(state_id, RETURN))
+        # and the keys it may correct: whether they are collected yet is the engine's to judge (the schema is
+        # the state's, the same on every turn)
+        keys += [key for key in definition.correctable_keys(state_id) if key not in keys]
+        values = {key: strict_value(definition, state, key) for key in keys}
+        strict = reply_schema(state, strict=True, moves=moves, keys=keys, values=values)
+        return reply_schema(state, strict=False, moves=moves), strict
+
+    return definition.derived(f"reply_schemas:{back_to or ''}", state_id, compute)
 
 
 def correction(work: Working, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:

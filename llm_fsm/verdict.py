@@ -4,6 +4,8 @@ of the turn). What it finds wrong is what the next corrective call is told."""
 
 from __future__ import annotations
 
+import json
+import re
 from collections.abc import Generator
 from typing import Any
 
@@ -19,6 +21,7 @@ from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.memory.working import apply_model_update
 from llm_fsm.steps import Call, Step
 from llm_fsm.turn_state import Working
+from llm_fsm.values import clean_text
 
 Problems = tuple[Rejection, ...]
 
@@ -28,13 +31,14 @@ def verdict(
 ) -> Generator[Step, Any, tuple[Decision | None, Reply | None, Problems]]:
     """Parse and check one reply; the problems that call for another try (none: accepted)."""
     try:
-        # checked before parsing: a reply cut at the token limit is refused even if what came parses
-        if response.finish_reason == "length":
+        # a reply cut at the token limit is refused even if what came parses, unless it can stand (cut_reply)
+        cut = response.finish_reason == "length"
+        reply = cut_reply(response.text) if cut else parse_reply(response.text)
+        if reply is None:
             raise ReplyTruncated(
                 f"the reply was cut off at the token limit after {len(response.text)} characters: "
                 "answer again, with a shorter message"
             )
-        reply = parse_reply(response.text)
         if work.settings.guided and (tidied := tidy(reply.message)) != reply.message:
             reply = reply.model_copy(update={"message": tidied})  # a small model's loop, cut
     except ReplyFormatError as exc:
@@ -45,7 +49,7 @@ def verdict(
     # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
     decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
-    if work.settings.guided and decision.accepted and decision.state == work.base.state:
+    if decision.accepted and decision.state == work.base.state and not work.opening:
         reply, decision = _fulfilled(work, reply, decision)
     work.rejected.extend(decision.rejected)
     work.memory_proposal = reply.transition.memory_update
@@ -63,8 +67,35 @@ def verdict(
     return decision, reply, tuple(failures)
 
 
+# where a reply's message or reasoning starts, as the strict schemas order them: after its transition
+_CUT_KEYS = re.compile(r',\s*"(message|reasoning)"\s*:\s*"')
+
+
+def cut_reply(text: str) -> Reply | None:
+    """A reply the token limit cut once its move was whole, where it can stand: cut in its ``reasoning``
+    (the last key), with the reasoning so far; cut in a message that loops ("You can buy it for £10. You can
+    buy it for £10. You can..."), with the message up to the loop. None for any other cut: a message cut
+    mid-sentence is not shown."""
+    cuts = list(_CUT_KEYS.finditer(text))
+    if not cuts:
+        return None
+    found = cuts[-1]  # a message that quotes the key comes before it
+    rest = ', "message": "-"}' if found[1] == "message" else "}"
+    try:
+        reply = parse_reply(text[: found.start()] + rest)
+        so_far = clean_text(json.loads(f'"{text[found.end() :]}"'))
+    except ValueError:  # no whole move, or a cut inside an escape
+        return None
+    if found[1] == "reasoning":
+        return reply.model_copy(update={"reasoning": so_far})
+    message = tidy(so_far)
+    return reply.model_copy(update={"message": message, "reasoning": None}) if message != so_far else None
+
+
 def _fulfilled(work: Working, reply: Reply, decision: Decision) -> tuple[Reply, Decision]:
-    """Guided: a reply that stays though its update fulfils a move takes the move (``guided.fulfilled_move``)."""
+    """A reply that stays though its update fulfils a move takes the move (``guided.fulfilled_move``): the
+    definition says the move follows from those keys; a move that held before the update is not forced, and an
+    opening, with nothing the user said, keeps its state."""
     base = work.base
     back_to = work.definition.return_target(base.state, base.came_from)
     target = fulfilled_move(work.definition, base.state, work.context, decision.context, back_to)

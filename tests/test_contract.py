@@ -139,9 +139,9 @@ def test_deeply_nested_replies_are_refused_not_recursed_into():
 
 def test_explicit_writable_keys_are_what_the_strict_schema_and_the_prompt_offer():
     import llm_fsm
-    from llm_fsm.contract import state_reply_schemas
     from llm_fsm.engine import initial_snapshot
     from llm_fsm.prompt import PromptBuilder
+    from llm_fsm.requests import state_reply_schemas
     from tests.conftest import SIGNUP
 
     data = json.loads(json.dumps(SIGNUP))
@@ -313,7 +313,7 @@ def test_writable_keys_leave_out_internal_and_protected_keys_and_read_the_moves_
 
 def test_the_reply_schemas_are_exact():
     import llm_fsm
-    from llm_fsm.contract import state_reply_schemas
+    from llm_fsm.requests import state_reply_schemas
 
     definition = llm_fsm.load(
         {
@@ -341,10 +341,10 @@ def test_the_reply_schemas_are_exact():
                 "transition": {
                     "type": "object",
                     "properties": {
-                        "target_state": {"type": "string", "enum": targets},
                         "context_update": update,
+                        "target_state": {"type": "string", "enum": targets},
                     },
-                    "required": ["target_state", "context_update"],
+                    "required": ["context_update", "target_state"],
                     "additionalProperties": False,
                 },
                 "message": {"type": "string"},
@@ -373,11 +373,58 @@ def test_the_reply_schemas_are_exact():
     assert state_reply_schemas(definition, "b")[0] == schema(["b", "done", "help"], {"type": "object"})
     keys = {"type": "object", "properties": {"k": scalar}, "required": ["k"], "additionalProperties": False}
     assert reply_schema(definition.states["a"], strict=True, keys=["k"]) == schema(["a", "b"], keys)
+    # a grammar writes properties in order: what the model learned before the move it names
+    assert list(state_reply_schemas(definition, "a")[1]["properties"]["transition"]["properties"]) == [
+        "context_update",
+        "target_state",
+    ]
+
+
+def test_a_strict_schema_holds_each_value_to_its_declared_or_compared_type():
+    import llm_fsm
+    from llm_fsm.requests import state_reply_schemas
+
+    definition = llm_fsm.load(
+        {
+            "name": "s",
+            "initial_state": "a",
+            "context_schema": {
+                "confirmed": {"type": "boolean"},
+                "plan": {"type": "string", "enum": ["basic", "pro"], "maxLength": 5},
+                "email": {"type": "string", "pattern": "^[^@]+@[^@]+$", "maxLength": 254},
+                "notes": {"type": "object"},
+            },
+            "states": {
+                "a": {
+                    "purpose": "p",
+                    "required_context_keys": ["confirmed", "plan", "email", "age", "severity", "notes", "free"],
+                    "transitions": [
+                        {"target_state": "b", "conditions": [{"logic": {">=": [{"var": "age"}, 18]}}]},
+                        {"target_state": "b", "conditions": [{"logic": {"==": [{"var": "severity"}, "high"]}}]},
+                        {"target_state": "b", "conditions": [{"logic": {"==": [{"var": "severity"}, "low"]}}]},
+                    ],
+                },
+                "b": {"purpose": "q"},
+            },
+        }
+    )
+    values = state_reply_schemas(definition, "a")[1]["properties"]["transition"]["properties"]["context_update"]
+    assert values["properties"] == {
+        "confirmed": {"type": ["boolean", "null"]},
+        "plan": {"type": ["string", "null"], "enum": ["basic", "pro", None]},
+        # only what every provider's strict mode takes: no pattern, no length
+        "email": {"type": ["string", "null"]},
+        "age": {"type": ["number", "null"]},
+        # only ever compared with these constants: one of them
+        "severity": {"type": ["string", "null"], "enum": ["high", "low", None]},
+        "notes": {"type": ["string", "number", "boolean", "null"]},
+        "free": {"type": ["string", "number", "boolean", "null"]},
+    }
 
 
 def test_reply_schemas_offer_the_keys_of_a_way_back_and_are_kept_per_way_back():
     import llm_fsm
-    from llm_fsm.contract import state_reply_schemas
+    from llm_fsm.requests import state_reply_schemas
 
     definition = llm_fsm.load(
         {

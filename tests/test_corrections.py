@@ -10,13 +10,13 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.contract import state_reply_schemas
 from llm_fsm.corrections import RULE
 from llm_fsm.engine import decide, initial_snapshot, model_writable_keys
 from llm_fsm.errors import DefinitionError
 from llm_fsm.guided import guided_schema
 from llm_fsm.loader import load_text
 from llm_fsm.prompt import PromptBuilder
+from llm_fsm.requests import state_reply_schemas
 from llm_fsm.steps import TurnResult
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import reply
@@ -165,9 +165,13 @@ def test_the_reply_schemas_admit_the_correctable_keys():
     assert list(keys) == ["confirmed", "preferred_day", "time"]
     corrected = {
         "target_state": "read_back",
-        "context_update": {"confirmed": None, "preferred_day": "Fri", "time": None},
+        "context_update": {"confirmed": None, "preferred_day": "Friday", "time": None},
     }
     jsonschema.validate({"transition": corrected, "message": "m", "reasoning": "r"}, strict)
+    # held to the day names the definition declares
+    corrected["context_update"] = {**corrected["context_update"], "preferred_day": "Fri"}
+    with pytest.raises(jsonschema.ValidationError, match="'Fri' is not one of"):
+        jsonschema.validate({"transition": corrected, "message": "m", "reasoning": "r"}, strict)
     # unchanged without corrections
     _, old = state_reply_schemas(dentist(corrections=None), "read_back")
     assert list(old["properties"]["transition"]["properties"]["context_update"]["properties"]) == ["confirmed"]

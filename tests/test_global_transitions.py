@@ -13,11 +13,11 @@ import pytest
 import llm_fsm
 from llm_fsm.authoring.analysis import analyze
 from llm_fsm.authoring.diagram import to_dot, to_mermaid
-from llm_fsm.contract import state_reply_schemas
 from llm_fsm.definition import RETURN
 from llm_fsm.engine import Snapshot, way_back
 from llm_fsm.errors import DefinitionError
 from llm_fsm.guided import guided_schema
+from llm_fsm.requests import state_reply_schemas
 from llm_fsm.store import open_store
 from llm_fsm.testing import ScriptedLLM, SimulatedLLM
 from llm_fsm.testing.conversation_tests import CaseOutcome, coverage

@@ -195,7 +195,10 @@ def test_an_unguided_conversation_is_unchanged():
     conversation.start()
     (request,) = llm.requests
     assert request.strict_schema["required"] == ["transition", "message", "reasoning"]
-    assert '{"transition": {"target_state":' in request.messages[0]["content"]
+    # the keys in the order the strict schema writes them, and no placeholder text a small model copies
+    system = request.messages[0]["content"]
+    assert '"transition" (its "context_update", then its "target_state"), then "message", then "reasoning"' in system
+    assert "what the user sees" not in system and "<example_dialogue>" in system
 
 
 def test_the_client_says_whether_its_conversations_are_guided():

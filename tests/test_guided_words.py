@@ -199,14 +199,18 @@ def test_a_staying_reply_whose_update_fulfils_a_move_takes_it():
     assert declined is None
 
 
-def test_a_guided_conversation_takes_the_move_its_update_fulfils_and_a_plain_one_does_not():
+def test_a_conversation_takes_the_move_its_update_fulfils_guided_or_not():
     quiz = example("quiz")
     context = {"q1_correct": True, "q2_correct": False, "q1_answer": "Canberra", "q2_answer": "Venus"}
     stay = reply("q3", {"q3_answer": "Six", "q3_correct": True}, "Right, six!")
     guided = llm_fsm.Conversation(quiz, ScriptedLLM([stay]), state="q3", context=context, guided=True)
     assert guided.send("Six!").state == "passed"
     plain = llm_fsm.Conversation(quiz, ScriptedLLM([stay]), state="q3", context=context)
-    assert plain.send("Six!").state == "q3"
+    assert plain.send("Six!").state == "passed"
+    # an opening has nothing the user said: a key it writes does not move it on
+    form = example("form_filling")
+    opening = llm_fsm.Conversation(form, ScriptedLLM([reply("collect_name", {"name": "Ann"}, "Hi! Your name?")]))
+    assert opening.start().state == "collect_name"
 
 
 def test_a_state_with_nothing_to_collect_routes_the_users_message():

@@ -182,6 +182,17 @@ def test_strict_schema_is_requested_when_asked(fake_openai, signup):
     assert list(schema["properties"]) == ["transition", "message", "reasoning"]
 
 
+def test_alternatives_at_the_root_go_to_a_server_of_your_own_and_a_provider_is_asked_for_json():
+    from llm_fsm.llm.litellm_client import _format
+
+    reply_or_call = {"anyOf": [{"type": "object"}, {"type": "object", "properties": {"tool_calls": {}}}]}
+    assert _format("json_schema", reply_or_call, own_server=True)["json_schema"]["schema"] == reply_or_call
+    # OpenAI's strict mode refuses a root that is not one object
+    assert _format("json_schema", reply_or_call, own_server=False) == {"type": "json_object"}
+    assert _format("json_schema", {"type": "object"}, own_server=False)["type"] == "json_schema"
+    assert _format("none", reply_or_call, own_server=True) is None
+
+
 def test_json_mode_when_asked(fake_openai):
     fake_openai.add("{}")
     client(fake_openai, response_format="json_object").complete(REQUEST)

@@ -292,7 +292,7 @@ def test_the_strict_schema_requires_memory_update_and_accepts_a_reply(notes):
     conversation.send("a")
     strict = llm.requests[-1].strict_schema
     transition = strict["properties"]["transition"]
-    assert transition["required"] == ["target_state", "context_update", "memory_update"]
+    assert transition["required"] == ["context_update", "target_state", "memory_update"]
     assert transition["properties"]["memory_update"]["required"] == ["goals", "facts"], "budget is code's"
     sent = remember("talk", "ok", {"facts": "x", "goals": None})
     sent["transition"]["context_update"] = (

@@ -74,6 +74,37 @@ def test_a_reply_cut_at_the_token_limit_is_refused_and_the_retry_may_be_longer(s
     assert [r.longer for r in llm.requests] == [False, True]
 
 
+class CutOnce(Truncating):
+    """Answers first with ``text``, cut at the token limit, then with a whole reply."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__()
+        self.text = text
+
+    def complete(self, request: LLMRequest) -> LLMResponse:
+        self.requests.append(request)
+        if len(self.requests) == 1:
+            return LLMResponse(self.text, finish_reason="length")
+        return LLMResponse(json.dumps(GOOD), finish_reason="stop")
+
+
+def test_a_reply_cut_in_its_reasoning_or_in_a_looping_message_stands_and_one_cut_mid_sentence_does_not(signup):
+    loop = WHOLE[: WHOLE.index("Thanks Ann!")] + "Thanks Ann! Your email? " + "And your email? " * 5 + "And yo"
+    result = llm_fsm.Conversation(signup, CutOnce(loop)).send("I'm Ann")
+    # the loop cut after its first time; the move and the update as written, in one call
+    assert (result.message, result.state, result.llm_calls) == (
+        "Thanks Ann! Your email?",
+        "ask_email",
+        1,
+    )
+    reasoning = json.dumps({**reply("ask_email", "Your email?", name="Ann"), "reasoning": "The user gave a name and"})
+    result = llm_fsm.Conversation(signup, CutOnce(reasoning[:-3])).send("I'm Ann")
+    assert (result.message, result.llm_calls, result.rejected) == ("Your email?", 1, ())
+    # a message cut mid-sentence, with no loop, is never shown
+    result = llm_fsm.Conversation(signup, CutOnce(MID_MESSAGE)).send("I'm Ann")
+    assert result.message == GOOD["message"] and [r.kind for r in result.rejected] == ["truncated"]
+
+
 @pytest.mark.parametrize("text", [MID_MESSAGE, OPEN_OBJECT], ids=["mid-message", "open-object"])
 def test_json_that_stops_short_is_never_committed(signup, text):
     result = llm_fsm.Conversation(signup, ScriptedLLM([text, GOOD])).send("I'm Ann")

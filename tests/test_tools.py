@@ -1031,6 +1031,16 @@ def test_in_the_json_form_the_reply_schema_offers_a_tool_request_while_rounds_ar
     assert "anyOf" not in llm.requests[-1].schema and "transition" in llm.requests[-1].schema["properties"]
 
 
+def test_in_the_json_form_the_strict_schema_holds_a_reply_or_a_request_for_the_states_tools(support):
+    conversation, llm = started(support, [reply("ask", "Which order?")], tool_calling="json")
+    conversation.send("x")
+    answer, call = llm.requests[-1].strict_schema["anyOf"]
+    assert answer["required"] == ["transition", "message", "reasoning"]
+    items = call["properties"]["tool_calls"]["items"]
+    names = [option["properties"]["name"]["enum"] for option in items.get("anyOf", [items])]
+    assert sorted(name for (name,) in names) == sorted(SUPPORT["states"]["ask"]["tools"])
+
+
 def test_editing_a_tools_description_is_prose(support):
     conversation = llm_fsm.Conversation(support, ScriptedLLM(), hooks=make_hooks())
     data = json.loads(json.dumps(SUPPORT))

@@ -296,12 +296,7 @@ class LiteLLMClient:
 
     def _response_format(self, request: LLMRequest) -> dict[str, Any] | None:
         kind = self._format_kind or self._pick_format()
-        if kind == "json_schema" and request.strict_schema is not None:
-            schema = {"name": "fsm_reply", "schema": request.strict_schema, "strict": True}
-            return {"type": "json_schema", "json_schema": schema}
-        if kind in ("json_schema", "json_object"):
-            return {"type": "json_object"}
-        return None
+        return _format(kind, request.strict_schema, _own_server(self.model, self.api_base))
 
     def _pick_format(self) -> str:
         kind = self.response_format
@@ -381,6 +376,15 @@ _GENAI_PROVIDERS = {
 # sequences, so the values it copies from the user's words are not held against it (benchmarks/REAL_MODEL.md,
 # issue 28). Sent only to a server on this machine or your network; extra_body=... of your own replaces it
 GUIDED_SAMPLING: dict[str, Any] = {"dry_multiplier": 0.8}
+
+
+def _format(kind: str, strict: dict[str, Any] | None, own_server: bool) -> dict[str, Any] | None:
+    """The ``response_format`` of a reply held to ``strict`` (None: no schema), for a client whose format is
+    ``kind``. Alternatives at the root (a reply or a JSON-form tool request) are for a server of your own,
+    whose grammar takes them: a provider's strict mode wants one object, and gets asked for JSON instead."""
+    if kind == "json_schema" and strict is not None and (own_server or "anyOf" not in strict):
+        return {"type": "json_schema", "json_schema": {"name": "fsm_reply", "schema": strict, "strict": True}}
+    return {"type": "json_object"} if kind in ("json_schema", "json_object") else None
 
 
 def _own_server(model: str, api_base: str | None) -> bool:

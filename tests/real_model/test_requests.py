@@ -8,7 +8,7 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.contract import state_reply_schemas
+from llm_fsm.requests import state_reply_schemas
 from llm_fsm.turn import DEFAULT_FALLBACK
 from tests.conftest import ROOT
 from tests.real_model.conftest import check_turn, model_opens, unchanged
