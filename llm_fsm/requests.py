@@ -4,8 +4,10 @@ a streamed reply's message may be shown."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
+from llm_fsm import engine
 from llm_fsm.contract import partial_reply, reply_schema, writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.engine import Rejection, decide
@@ -75,16 +77,18 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
             return loose, with_memory_update(closed, definition, strict=True)
 
         schema, strict = definition.derived(f"memory_reply_schemas:{back_to}", state, compute)
-    if work.settings.guided:  # made for this turn: it knows which keys are missing and which moves hold
-        results = [run.result for run in work.tool_runs if run.error is None]
-        guided = guided_schema(
-            definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results,
-            earlier=[exchange.assistant for exchange in work.base.history],
-        )  # fmt: skip
-        strict = with_memory_update(guided, definition, strict=True, guided=True)
-        if definition.memory is not None:
-            language = language_code(definition.language) if definition.language else None
-            strict = guided_memory(strict, work.user, language)
+    if not work.settings.guided:  # the state's, less the keys it may correct once collected, while they are not
+        return schema, without_uncollected(strict, definition, state, work.context)
+    # guided: made for this turn, it knows which keys are missing and which moves hold
+    results = [run.result for run in work.tool_runs if run.error is None]
+    guided = guided_schema(
+        definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results,
+        earlier=[exchange.assistant for exchange in work.base.history],
+    )  # fmt: skip
+    strict = with_memory_update(guided, definition, strict=True, guided=True)
+    if definition.memory is not None:
+        language = language_code(definition.language) if definition.language else None
+        strict = guided_memory(strict, work.user, language)
     return schema, strict
 
 
@@ -108,6 +112,23 @@ def state_reply_schemas(
         return reply_schema(state, strict=False, moves=moves), strict
 
     return definition.derived(f"reply_schemas:{back_to or ''}", state_id, compute)
+
+
+def without_uncollected(
+    strict: dict[str, Any], definition: FSMDefinition, state_id: str, context: Mapping[str, Any]
+) -> dict[str, Any]:
+    """``strict`` without the keys the state may only correct (``corrections``) that ``context`` does not hold
+    yet: the engine refuses them, and a model asked for them fills them (a small one invents an email)."""
+    asked = engine.model_writable_keys(definition, state_id)
+    later = [key for key in definition.correctable_keys(state_id) if key not in context and key not in asked]
+    transition = strict["properties"]["transition"]
+    update = transition["properties"]["context_update"]
+    if not any(key in update.get("properties", {}) for key in later):
+        return strict
+    kept = {key: value for key, value in update["properties"].items() if key not in later}
+    update = {**update, "properties": kept, "required": list(kept)}
+    transition = {**transition, "properties": {**transition["properties"], "context_update": update}}
+    return {**strict, "properties": {**strict["properties"], "transition": transition}}
 
 
 def correction(work: Working, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:

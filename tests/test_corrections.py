@@ -307,3 +307,16 @@ def test_run_prints_the_corrections_of_a_turn(tmp_path):
         None,
         {"preferred_day": {"from": "Tuesday", "to": "Friday"}},
     ]
+
+
+def test_a_plain_request_asks_for_a_correctable_key_only_once_it_is_collected():
+    def asked(context: dict[str, Any]) -> list[str]:
+        llm = ScriptedLLM([reply("read_back", "Tuesday at 10, right?")])
+        llm_fsm.Conversation(dentist(), llm, state="read_back", context=context).send("hm")
+        update = llm.requests[-1].strict_schema["properties"]["transition"]["properties"]["context_update"]
+        assert update["required"] == list(update["properties"])
+        return list(update["properties"])
+
+    assert asked(BOOKED) == ["confirmed", "preferred_day", "time"]
+    # the engine would refuse a day written before one is collected: the schema does not ask for it
+    assert asked({"service": "cleaning", "time": "10:00"}) == ["confirmed", "time"]
