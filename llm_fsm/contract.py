@@ -387,6 +387,10 @@ def _describe(exc: ValidationError) -> str:
     return "the reply does not follow the format: " + "; ".join(parts)
 
 
+# a value of a key whose type nothing says, in a strict schema: any scalar, or null (not learned)
+SCALAR: dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
+
+
 def reply_schema(
     state: State,
     *,
@@ -411,8 +415,7 @@ def reply_schema(
     update: dict[str, Any] = {"type": "object"}
     if strict:
         keys = list(writable_keys(state, protected) if keys is None else keys)
-        scalar = {"type": ["string", "number", "boolean", "null"]}
-        values = {key: (values or {}).get(key, scalar) for key in keys}
+        values = {key: (values or {}).get(key, SCALAR) for key in keys}
         update.update(properties=values, required=keys, additionalProperties=False)
     transition = {
         "type": "object",

@@ -37,7 +37,7 @@ import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
-from llm_fsm.contract import writable_keys
+from llm_fsm.contract import SCALAR, writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.errors import LogicError
 from llm_fsm.guided_branches import NULL, as_said
@@ -366,7 +366,6 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
 
 
 _JSON_TYPES = {str: "string", bool: "boolean", int: "number", float: "number"}
-SCALAR = {"type": ["string", "number", "boolean", "null"]}
 
 
 def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
