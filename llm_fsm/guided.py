@@ -48,6 +48,7 @@ from llm_fsm.guided_conditions import (
     _narrowed,
     _needed,
     _required_keys,
+    asked_elsewhere,
 )
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, not_opening_like, portable_pattern, portable_patterns
 from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape
@@ -100,6 +101,11 @@ def guided_schema(
     state = definition.states[state_id]
     every = definition.moves(state_id, RETURN)
     keys = [] if opening else writable_keys(state, protected or definition.code_only_keys, every)
+    if state.writable_keys is None:  # a key another state asks for is that state's to collect (asked_elsewhere)
+        elsewhere = asked_elsewhere(definition, state_id)
+        asks = state.required_context_keys
+        readback = len(asks) == 1 and value_schema(definition, state, asks[0]).get("type") == "boolean"
+        keys = [key for key in keys if key not in elsewhere or (readback and key in context)]
     if not opening:  # and the keys it may correct, once collected (llm_fsm.corrections)
         keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
     values = {key: value_schema(definition, state, key) for key in keys}
@@ -174,12 +180,18 @@ def guided_schema(
         # is goodbye) keeps staying
         stays = []
         moves = [branch for branch in moves if branch["properties"]["target_state"]["enum"][0] in targets]
-    branches = _unique([*moves, *stays])
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
+    if eager and asks and offered is not None and not offered.asked and _done(state, context, open_):
+        # everything the state asks is known and one of its own moves holds: a reply that only stays would stay
+        # forever (a small model writes the same values on every turn). A message that only asks may still stay
+        stays = []
+    branches = _unique([*moves, *stays])
     if offered is not None:
         flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
-        branches = as_said(definition, state.id, branches, offered, context, flags)
+        # a yes/no key that is all the state asks is the state's question (guided_words.flag)
+        sole = asks[0] if len(asks) == 1 and asks[0] in flags else None
+        branches = as_said(definition, state.id, branches, offered, context, flags, sole)
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
     fresh = not_opening_like(list(earlier)[-MAX_EARLIER:], MAX_MESSAGE)
@@ -369,15 +381,28 @@ _JSON_TYPES = {str: "string", bool: "boolean", int: "number", float: "number"}
 
 
 def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
-    """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
-    and the closed set :func:`value_schema` finds, or null (a ``confirmed`` flag is a boolean, a ``severity``
-    routed on three constants is one of them); any scalar where it finds neither."""
+    """A value of ``key`` in a plain strict schema, or null: the type and the closed set :func:`value_schema`
+    finds (a ``confirmed`` flag is a boolean, a ``severity`` routed on three constants is one of them), with the
+    bounds, lengths, pattern and grammar format its ``context_schema`` declares (an email's "@" where only the
+    format says it); any scalar where it finds no type. A server of your own holds the reply to all of it; a
+    provider's strict mode gets the type and the closed set only (``llm.protocol.hosted_schema``)."""
     schema = value_schema(definition, state, key)
     if isinstance(schema.get("enum"), list) and all(type(v) in _JSON_TYPES for v in schema["enum"]):
         kinds = sorted({_JSON_TYPES[type(v)] for v in schema["enum"]})
         return {"type": [*kinds, "null"], "enum": [*schema["enum"], None]}
     kind = schema.get("type")
-    return {"type": [kind, "null"]} if kind in ("string", "number", "integer", "boolean") else dict(SCALAR)
+    if kind not in ("string", "number", "integer", "boolean"):
+        return dict(SCALAR)
+    declared = (definition.context_schema or {}).get(key) or {}
+    held = {k: v for k, v in declared.items() if k in _STRICT_BOUNDS}
+    if "pattern" in schema and "pattern" not in held:  # an email's "@", a time compared as text
+        held["pattern"] = schema["pattern"]
+    if "format" in schema:
+        held["format"] = schema["format"]
+    return {"anyOf": [{"type": kind, **held}, {"type": "null"}]} if held else {"type": [kind, "null"]}
+
+
+_STRICT_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern")
 
 
 # the formats llama.cpp's grammars hold; an email (all jsonschema checks of one: an "@") becomes a pattern
@@ -420,6 +445,16 @@ def _branch(
         "required": ["context_update", "target_state"],
         "additionalProperties": False,
     }
+
+
+def _done(state: State, context: Mapping[str, Any], offered: Collection[str]) -> bool:
+    """Whether ``context`` holds every key ``state`` asks for and one of its own moves, offered, holds on it."""
+    from llm_fsm.engine import unmet_condition
+
+    if any(context.get(key) is None for key in state.required_context_keys):
+        return False
+    own = [t for t in state.transitions if t.target_state in offered]
+    return any(unmet_condition(t, dict(context)) is None for t in own)
 
 
 def _plainly_missing(transition: Any, context: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:

@@ -28,13 +28,15 @@ def as_said(
     said: Said,
     context: Mapping[str, Any],
     flags: Mapping[str, Topic | None],
+    sole: str | None = None,
 ) -> list[dict[str, Any]]:
     """``branches`` (of a turn in ``state_id``) as ``said`` makes them; ``flags``: the yes/no keys and what each
-    is about (:func:`llm_fsm.guided_values.flag_topic`). The branches as they were where none would be left."""
+    is about (:func:`llm_fsm.guided_values.flag_topic`); ``sole``: the yes/no key that is all the state asks (see
+    :func:`llm_fsm.guided_words.flag`). The branches as they were where none would be left."""
     if said.asked:
         detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]
         branches = detours or branches
-    found = [words for branch in branches if (words := _from_words(branch, said, context, flags)) is not None]
+    found = [words for branch in branches if (words := _from_words(branch, said, context, flags, sole)) is not None]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
 
 
@@ -83,7 +85,11 @@ def guided_memory(schema: dict[str, Any], text: str | None, language: str | None
 
 
 def _from_words(
-    branch: dict[str, Any], said: Said, context: Mapping[str, Any], flags: Mapping[str, Topic | None]
+    branch: dict[str, Any],
+    said: Said,
+    context: Mapping[str, Any],
+    flags: Mapping[str, Topic | None],
+    sole: str | None = None,
 ) -> tuple[dict[str, Any], set[str], set[str]] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
     whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
@@ -94,7 +100,7 @@ def _from_words(
     for key, schema in _update(branch).items():
         schema = _null_keeps(schema, context.get(key))
         value = from_words(schema, said, context.get(key))
-        values[key] = flag(value, said, flags[key]) if key in flags and value is not None else value
+        values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         if _open(schema):
             (free if value == schema else bound).add(key)
     if any(value is None for value in values.values()):

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from llm_fsm.definition import Transition
+from llm_fsm.definition import FSMDefinition, State, Transition
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, _literal
 
 _NUMERIC_OPS = frozenset({"<", "<=", ">", ">=", "+", "-", "*", "/", "%", "min", "max"})
@@ -234,3 +234,17 @@ def _reads(node: Any, key: str) -> bool:
 
 def _is_number(value: Any) -> bool:
     return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def asked_elsewhere(definition: FSMDefinition, state_id: str) -> frozenset[str]:
+    """The keys other states ask for and ``state_id`` does not: a move of this state may read them (a booking that
+    skips the contact step when the contact is known), but a small model asked for them here fills them with what
+    this turn's user said (an age as the trip's length, the day as the owner's name). A guided turn leaves them as
+    they are: collected in their own state, corrected where ``corrections`` allows or in a read-back (a state
+    that asks only a yes/no question: "is all this right?"), once collected."""
+
+    def compute(state: State) -> frozenset[str]:
+        others = (other.required_context_keys for other in definition.states.values() if other.id != state.id)
+        return frozenset(key for keys in others for key in keys) - set(state.required_context_keys)
+
+    return definition.derived("guided:asked_elsewhere", state_id, compute)

@@ -91,7 +91,7 @@ QUESTION_WORDS: dict[str, frozenset[str]] = {  # English always, and the definit
 YES_PHRASES = (
     "no problem", "not a problem", "no worries", "why not", "no doubt", "of course", "no hay problema",
     "sin problema", "kein problem", "pas de problème", "pas de souci", "nessun problema", "sem problema",
-    "geen probleem",
+    "geen probleem", "let's go", "lets go", "go for it", "do it", "sounds good",
 )  # fmt: skip
 BUT_WORDS = word_set("but however although except pero aber mais ma mas maar")
 # words that say yes, and words that say no (English and the built-in languages): a yes/no flag the user
@@ -105,6 +105,9 @@ NO_WORDS = word_set(
     "no nope nah not never nothing none nobody wrong incorrect isn't don't dont doesn't incorrecto incorrecta mal nein "
     "nicht falsch non pas faux sbagliato sbagliata não errado errada nee niet fout"
 )
+# words that take back what was said, opening a sentence ("hmm wait, can I change the date?", "oh wait, Saturday is
+# my sister's wedding"): to a read-back they say no
+CHANGE_WORDS = word_set("wait change instead espera cambiar moment ändern attends attendez changer aspetta cambiare")
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
 _NUMBER = re.compile(
     r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d+(?:[.,]\d+)?)(?![\w])"
@@ -186,7 +189,7 @@ def _answer(text: str) -> bool | None:
     opening = [sentence.split()[:4] for sentence in _sentences(lowered.replace("’", "'"))]
     words = {word.strip(_EDGE) for first in opening for word in first}
     yes = phrased or bool(words & YES_WORDS)
-    no = bool(words & NO_WORDS) or any(word.endswith("n't") for word in words)
+    no = bool(words & (NO_WORDS | CHANGE_WORDS)) or any(word.endswith("n't") for word in words)
     if yes == no or (yes and words & BUT_WORDS):
         return None
     return yes
@@ -286,6 +289,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     fitting = [value for value in offered if accepts(value)] or [
         value for value in said.told if (isinstance(value, str) == (kind == "string") or kind_free) and accepts(value)
     ]
+    if not fitting and kind == "string" and "pattern" in schema:  # a code typed loosely: "pf 4471 9902 de"
+        fitting = [value for value in dict.fromkeys(_compacted(offered)) if accepts(value)]
     if not fitting:
         if current is not None:
             return _kept(original, current)
@@ -299,6 +304,14 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
     return {"enum": fitting[:MAX_OFFERED]}
 
 
+def _compacted(texts: Iterable[Any]) -> Iterable[str]:
+    """Each text without its spaces and dashes, as typed and in capitals ("kd17 xrf": "kd17xrf", "KD17XRF"): a
+    reference, a plate or a phone number as a pattern writes it."""
+    for text in texts:
+        if isinstance(text, str) and (compact := re.sub(r"[\s-]+", "", text)) != text:
+            yield from (compact, compact.upper())
+
+
 def _digits_in(pattern: Any) -> bool:
     """Whether a pattern asks for digits (``^[0-9]{2}:[0-9]{2}$``, ``\\d``)."""
     return isinstance(pattern, str) and ("0-9" in pattern or "\\d" in pattern)
@@ -310,11 +323,20 @@ def _kept(schema: dict[str, Any], current: Any) -> dict[str, Any] | None:
     return {"const": current} if _checker(schema)(current) else None
 
 
-def flag(schema: dict[str, Any], said: Said, topic: Topic | None) -> dict[str, Any] | None:
+def flag(schema: dict[str, Any], said: Said, topic: Topic | None, sole: bool = False) -> dict[str, Any] | None:
     """``schema`` (a yes/no key's value, perhaps ``anyOf`` with null) with the answers the words allow: a
     confirmation (``topic`` None) is true on a yes and false on a no; a flag about something (leaving, cancelling)
     is true when the words name it ("Bye!" for ``user_said_goodbye``) without a no, either when they only touch
-    what its moves are about, and false otherwise (:func:`related`). None when nothing is left."""
+    what its moves are about, and false otherwise (:func:`related`). None when nothing is left.
+
+    ``sole``: the flag is all its state asks, the state's question ("block the card?", "bestaetigt"): a yes or a
+    no answers it, whatever its name says; words that say neither ("will my direct debits still go out?", a new
+    address) leave it null, unless they name what it is about ("restarted it" for ``restarted``). Beside other
+    keys, the words may answer a flag without a yes ("send it to 14 Albert Road, can I get it quicker?")."""
+    if sole and said.yes is not None:
+        return _answers(schema, {said.yes}, answered=True)
+    if sole and (topic is None or not related(said.words, topic.name)):
+        return _answers(schema, set())
     if topic is None:
         allowed = {True, False} if said.yes is None else {said.yes}
     elif related(said.words, topic.name) and said.yes is not False:
@@ -351,6 +373,8 @@ def _answers(schema: dict[str, Any], allowed: set[bool], answered: bool = False)
     if "enum" in schema:
         kept = [value for value in schema["enum"] if value in allowed or not isinstance(value, bool)]
         return {**schema, "enum": kept} if kept else None
+    if schema.get("type") == "boolean" and not allowed:
+        return None
     if schema.get("type") == "boolean" and len(allowed) == 1:
         return {"type": "boolean", "const": next(iter(allowed))}
     return schema
@@ -418,6 +442,7 @@ def _leaves(value: Any) -> Iterable[Any]:
 __all__ = [
     "FUNCTION_WORDS",
     "NO_WORDS",
+    "CHANGE_WORDS",
     "BUT_WORDS",
     "NUMBER_WORDS",
     "QUESTION_WORDS",

@@ -55,8 +55,7 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
             if work.settings.guided:
                 asking = guided_arguments(asking, work.user, work.context)
             strict = {"anyOf": [strict, asking]}
-    if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
-        strict = portable_patterns(strict)
+    strict = portable_patterns(strict)  # for a grammar: patterns in the classes servers read
     return LLMRequest(
         messages, schema, strict, state=work.base.state, context=work.context, longer=longer, tools=specs,
         back_to=back_to, definition=work.definition.name,
@@ -85,7 +84,8 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
         definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results,
         earlier=[exchange.assistant for exchange in work.base.history],
     )  # fmt: skip
-    strict = with_memory_update(guided, definition, strict=True, guided=True)
+    refused = {r.target_state for r in work.rejected if r.kind in ("condition", "target") and r.target_state}
+    strict = with_memory_update(without_moves(guided, refused), definition, strict=True, guided=True)
     if definition.memory is not None:
         language = language_code(definition.language) if definition.language else None
         strict = guided_memory(strict, work.user, language)
@@ -129,6 +129,20 @@ def without_uncollected(
     update = {**update, "properties": kept, "required": list(kept)}
     transition = {**transition, "properties": {**transition["properties"], "context_update": update}}
     return {**strict, "properties": {**strict["properties"], "transition": transition}}
+
+
+def without_moves(schema: dict[str, Any], targets: set[str]) -> dict[str, Any]:
+    """A guided ``schema`` without the branches that move to ``targets`` (refused earlier in the turn: a small model
+    at temperature 0 would write the same move again), unless none would be left."""
+    transition = schema["properties"]["transition"]
+    branches = transition.get("anyOf", [transition])
+    kept = [b for b in branches if b["properties"]["target_state"].get("enum", [None])[0] not in targets]
+    if not targets or not kept or len(kept) == len(branches):
+        return schema
+    return {
+        **schema,
+        "properties": {**schema["properties"], "transition": kept[0] if len(kept) == 1 else {"anyOf": kept}},
+    }
 
 
 def correction(work: Working, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:

@@ -14,7 +14,7 @@ from typer.testing import CliRunner
 from llm_fsm.cli import app
 from llm_fsm.cli.options import ModelOptions, Provider, with_model_options  # its annotations are read by name
 from tests.conftest import ROOT, SIGNUP, reply
-from tests.fake_openai import Hang, HTTPError
+from tests.fake_openai import Cut, Hang, HTTPError
 
 runner = CliRunner()
 
@@ -148,6 +148,26 @@ def test_provider_error_exits_1(files, fake_openai):
     assert result.stderr.startswith("error: model call failed") and "Traceback" not in result.output
     assert result.stderr.count("\n") == 1
     assert lines(result.stdout) == [], "stdout stays pure JSON lines (no litellm banners)"
+
+
+def test_a_turn_whose_every_reply_was_cut_at_the_token_limit_says_so(files, fake_openai):
+    fake_openai.add(*[Cut('{"transition": {"context_update": {"na')] * 3)
+    args = [
+        "run",
+        str(files[0]),
+        "-m",
+        "openai/x",
+        "--api-base",
+        fake_openai.url,
+        "--api-key",
+        "k",
+        "--max-tokens",
+        "5",
+    ]
+    result = runner.invoke(app, args, input="")
+    assert result.exit_code == 0, result.output
+    assert lines(result.stdout)[0]["fallback"] is True
+    assert "cut at the token limit (--max-tokens): the turn fell back" in result.stderr
 
 
 def test_version_and_help():

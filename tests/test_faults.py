@@ -166,6 +166,7 @@ def test_a_timeout_on_every_attempt(fake_openai, signup, mode):
     error, requests = failed_turn(conversation, mode, fake_openai, LLMUnavailableError)
     assert requests == error.attempts == 2
     assert time.monotonic() - started < 1.9, "each attempt stopped at the client timeout, not the server's hang"
+    assert str(error) == f"openai/test-model at {fake_openai.url}: no answer within the timeout of 0.3 s"
 
 
 @pytest.mark.parametrize("mode", MODES)

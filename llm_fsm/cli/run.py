@@ -171,6 +171,11 @@ def _lines(stream: TextIO, name: str) -> Iterator[str]:
 
 
 def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+    if result.fallback and result.rejected and all(r.kind == "truncated" for r in result.rejected):
+        # no reply fit: a token limit too low for any reply reads as the model asking the user for more
+        typer.echo(
+            "note: every reply of this turn was cut at the token limit (--max-tokens): the turn fell back", err=True
+        )
     line = result.to_dict()
     from llm_fsm.secrets import mask_pending, mask_run
 

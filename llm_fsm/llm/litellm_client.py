@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from llm_fsm import telemetry
 from llm_fsm.errors import LLMError, LLMUnavailableError
-from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, longer_budget
+from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, hosted_schema, longer_budget
 from llm_fsm.llm.provider_errors import provider_error
 from llm_fsm.llm.responses import _alast_response, _last_response, _StreamReader, whole_response
 from llm_fsm.secrets import without_url_passwords
@@ -315,7 +315,9 @@ class LiteLLMClient:
     # -- errors ---------------------------------------------------------------------------------
 
     def _translate(self, exc: Exception, attempt: int) -> LLMError:
-        return provider_error(exc, attempt, model=self.model, api_base=self.api_base, api_key=self.api_key)
+        return provider_error(
+            exc, attempt, model=self.model, api_base=self.api_base, api_key=self.api_key, timeout=self.timeout
+        )
 
     def _should_retry(self, error: LLMError, attempt: int) -> bool:
         return isinstance(error, LLMUnavailableError) and attempt <= self.max_retries
@@ -381,9 +383,11 @@ GUIDED_SAMPLING: dict[str, Any] = {"dry_multiplier": 0.8}
 def _format(kind: str, strict: dict[str, Any] | None, own_server: bool) -> dict[str, Any] | None:
     """The ``response_format`` of a reply held to ``strict`` (None: no schema), for a client whose format is
     ``kind``. Alternatives at the root (a reply or a JSON-form tool request) are for a server of your own,
-    whose grammar takes them: a provider's strict mode wants one object, and gets asked for JSON instead."""
+    whose grammar takes them: a provider's strict mode wants one object, and gets asked for JSON instead. A
+    provider gets the schema without what its strict mode may refuse (:func:`hosted_schema`)."""
     if kind == "json_schema" and strict is not None and (own_server or "anyOf" not in strict):
-        return {"type": "json_schema", "json_schema": {"name": "fsm_reply", "schema": strict, "strict": True}}
+        schema = strict if own_server else hosted_schema(strict)
+        return {"type": "json_schema", "json_schema": {"name": "fsm_reply", "schema": schema, "strict": True}}
     return {"type": "json_object"} if kind in ("json_schema", "json_object") else None
 
 

@@ -16,8 +16,17 @@ from llm_fsm.errors import (
 from llm_fsm.secrets import KEY_SHAPED, without_url_passwords
 
 
-def provider_error(exc: Exception, attempt: int, *, model: str, api_base: str | None, api_key: str | None) -> LLMError:
-    """``exc``, raised by litellm on the ``attempt``-th try of a call to ``model``, as our error."""
+def provider_error(
+    exc: Exception,
+    attempt: int,
+    *,
+    model: str,
+    api_base: str | None,
+    api_key: str | None,
+    timeout: float | None = None,
+) -> LLMError:
+    """``exc``, raised by litellm on the ``attempt``-th try of a call to ``model``, as our error; a timeout says
+    the client's ``timeout`` it ran out of."""
     if isinstance(exc, LLMError):
         exc.attempts = attempt
         return exc
@@ -26,6 +35,8 @@ def provider_error(exc: Exception, attempt: int, *, model: str, api_base: str | 
     where = api_base or "the provider"
     if _cannot_connect(exc):
         message = f"{model}: cannot connect to {where}"
+    elif name in ("Timeout", "APITimeoutError") and timeout is not None:
+        message = f"{model} at {where}: no answer within the timeout of {timeout:g} s"
     else:
         message = f"{model} at {where}: {_without_prefixes(_first_line(exc))}"
     message = scrubbed(message, api_key)
