@@ -37,7 +37,55 @@ def as_said(
         detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]
         branches = detours or branches
     found = [words for branch in branches if (words := _from_words(branch, said, context, flags, sole)) is not None]
+    found = [(_holding(definition, state_id, branch, context), bound, free) for branch, bound, free in found]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
+
+
+def _holding(
+    definition: FSMDefinition, state_id: str, branch: dict[str, Any], context: Mapping[str, Any]
+) -> dict[str, Any]:
+    """A move's ``branch`` whose one key with several values on offer (a time said without am or pm: 05:45 and
+    17:45) keeps those with which the move's conditions hold, the other keys being collected or given one value;
+    the branch as it is where that cannot be told (a free value, several such keys) or no value would be left."""
+    from llm_fsm.engine import unmet_condition
+
+    target = _target(branch)
+    moves = [t for t in definition.moves(state_id, None) if t.target_state == target and t.conditions]
+    if target == state_id or not moves:
+        return branch
+    fixed, several = dict(context), None
+    for key, schema in _update(branch).items():
+        choices = _choices(schema)
+        if choices and len(choices) == 1:
+            fixed[key] = choices[0]
+        elif choices:
+            if several is not None:
+                return branch
+            several = key, choices
+    if several is None:
+        return branch
+    key, choices = several
+    kept = [value for value in choices if any(unmet_condition(t, {**fixed, key: value}) is None for t in moves)]
+    if not kept or len(kept) == len(choices):
+        return branch
+    schema = _update(branch)[key]
+    parts = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
+    narrowed = [{"enum": kept} if part != NULL else part for part in parts]
+    update = branch["properties"]["context_update"]
+    values = {**_update(branch), key: narrowed[0] if len(narrowed) == 1 else {"anyOf": narrowed}}
+    return {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
+
+
+def _choices(schema: dict[str, Any]) -> list[Any] | None:
+    """The values ``schema`` allows besides null, when it names them all (a constant, a closed set); else None."""
+    if "const" in schema:
+        return [schema["const"]]
+    if isinstance(schema.get("enum"), list):
+        return [value for value in schema["enum"] if value is not None]
+    if set(schema) == {"anyOf"}:
+        found = [_choices(part) if part != NULL else [] for part in schema["anyOf"]]
+        return None if any(part is None for part in found) else [v for part in found for v in part]  # type: ignore[union-attr]
+    return None
 
 
 def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[str, Any]) -> dict[str, Any]:

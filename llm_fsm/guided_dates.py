@@ -59,7 +59,9 @@ def dates(text: str, today: datetime.date | None = None) -> list[str]:
 
 def times(text: str) -> list[str]:
     """The times of day ``text`` says with a clock's marks ("9 pm", "9:30pm", "21h", "19.30"), as ``HH:MM``:
-    a time compared as text ("17:00" <= time) is written that way; "at 9" says no time (nine guests?)."""
+    a time compared as text ("17:00" <= time) is written that way; "at 9" says no time (nine guests?). A time
+    from 1 to 11 without am or pm ("tuesday 5.45") is either: both are offered, and a move's conditions (opening
+    hours) keep the one that fits."""
     found = []
     for match in _TIME.finditer(text):
         hour, minutes, mark = int(match.group(1)), match.group(2), (match.group(3) or "").casefold().replace(".", "")
@@ -72,6 +74,8 @@ def times(text: str) -> list[str]:
         if hour > 23 or (minutes is not None and int(minutes) > 59):
             continue
         found.append(f"{hour:02d}:{minutes or '00'}")
+        if not mark and 1 <= hour <= 11:  # "5.45" with no am or pm: the afternoon's too, after the morning's
+            found.append(f"{hour + 12:02d}:{minutes}")
     for word, time in (("noon", "12:00"), ("midday", "12:00"), ("midnight", "00:00")):
         if re.search(rf"\b{word}\b", text, re.IGNORECASE):
             found.append(time)

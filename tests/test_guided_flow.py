@@ -161,3 +161,33 @@ def test_a_state_whose_keys_are_known_and_whose_move_holds_does_not_stay_unless_
     assert "people" in targets_of(guided_schema(definition, "people", context, said="what does it cover?"))
     # while the move does not hold, staying is offered as before
     assert "people" in targets_of(guided_schema(definition, "people", {"days": 120, "age": 71}, said="ok then"))
+
+
+def test_a_time_said_without_am_or_pm_is_either_and_the_move_s_hours_pick_one():
+    from llm_fsm.guided_dates import times
+
+    assert times("yes tuesday 5.45 is fine") == ["05:45", "17:45"]
+    assert times("9:30am") == ["09:30"] and times("19.30") == ["19:30"] and times("21h") == ["21:00"]
+    definition = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "slot",
+            "initial_state": "a",
+            "context_schema": {"time": {"type": "string", "pattern": "^([01][0-9]|2[0-3]):[0-5][0-9]$"}},
+            "states": {
+                "a": {
+                    "id": "a",
+                    "purpose": "A time within opening hours",
+                    "required_context_keys": ["time"],
+                    "transitions": [
+                        {
+                            "target_state": "b",
+                            "conditions": [{"logic": {"<=": ["08:30", {"var": "time"}, "17:45"]}}],
+                        }
+                    ],
+                },
+                "b": {"id": "b", "purpose": "Booked", "transitions": []},
+            },
+        }
+    )
+    schema = guided_schema(definition, "a", {}, said="yes tuesday 5.45 is fine")
+    assert valid(schema, reply("b", {"time": "17:45"})) and not valid(schema, reply("b", {"time": "05:45"}))
