@@ -381,28 +381,15 @@ _JSON_TYPES = {str: "string", bool: "boolean", int: "number", float: "number"}
 
 
 def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
-    """A value of ``key`` in a plain strict schema, or null: the type and the closed set :func:`value_schema`
-    finds (a ``confirmed`` flag is a boolean, a ``severity`` routed on three constants is one of them), with the
-    bounds, lengths, pattern and grammar format its ``context_schema`` declares (an email's "@" where only the
-    format says it); any scalar where it finds no type. A server of your own holds the reply to all of it; a
-    provider's strict mode gets the type and the closed set only (``llm.protocol.hosted_schema``)."""
+    """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
+    and the closed set :func:`value_schema` finds, or null (a ``confirmed`` flag is a boolean, a ``severity``
+    routed on three constants is one of them); any scalar where it finds neither."""
     schema = value_schema(definition, state, key)
     if isinstance(schema.get("enum"), list) and all(type(v) in _JSON_TYPES for v in schema["enum"]):
         kinds = sorted({_JSON_TYPES[type(v)] for v in schema["enum"]})
         return {"type": [*kinds, "null"], "enum": [*schema["enum"], None]}
     kind = schema.get("type")
-    if kind not in ("string", "number", "integer", "boolean"):
-        return dict(SCALAR)
-    declared = (definition.context_schema or {}).get(key) or {}
-    held = {k: v for k, v in declared.items() if k in _STRICT_BOUNDS}
-    if "pattern" in schema and "pattern" not in held:  # an email's "@", a time compared as text
-        held["pattern"] = schema["pattern"]
-    if "format" in schema:
-        held["format"] = schema["format"]
-    return {"anyOf": [{"type": kind, **held}, {"type": "null"}]} if held else {"type": [kind, "null"]}
-
-
-_STRICT_BOUNDS = ("minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern")
+    return {"type": [kind, "null"]} if kind in ("string", "number", "integer", "boolean") else dict(SCALAR)
 
 
 # the formats llama.cpp's grammars hold; an email (all jsonschema checks of one: an "@") becomes a pattern

@@ -55,7 +55,8 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
             if work.settings.guided:
                 asking = guided_arguments(asking, work.user, work.context)
             strict = {"anyOf": [strict, asking]}
-    strict = portable_patterns(strict)  # for a grammar: patterns in the classes servers read
+    if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
+        strict = portable_patterns(strict)
     return LLMRequest(
         messages, schema, strict, state=work.base.state, context=work.context, longer=longer, tools=specs,
         back_to=back_to, definition=work.definition.name,

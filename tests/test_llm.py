@@ -236,16 +236,3 @@ def test_a_streamed_call_is_priced_like_a_whole_one(fake_openai):
     streamed = client(fake_openai, stream=True, **prices).complete(REQUEST).usage
     assert whole.cost == pytest.approx(50 * 1e-6 + 10 * 2e-6)
     assert streamed.cost == whole.cost and streamed.total_tokens == whole.total_tokens
-
-
-def test_a_provider_gets_the_strict_schema_without_bounds_and_a_server_of_your_own_gets_it_whole():
-    from llm_fsm.llm.litellm_client import _format
-
-    email = {"anyOf": [{"type": "string", "pattern": "^[^@]+@[^@]+$", "maxLength": 254}, {"type": "null"}]}
-    age = {"anyOf": [{"type": "integer", "minimum": 0, "maximum": 120}, {"type": "null"}]}
-    strict = {"type": "object", "properties": {"email": email, "age": age}, "required": ["email", "age"]}
-    own = _format("json_schema", strict, own_server=True)["json_schema"]["schema"]
-    assert own == strict
-    hosted = _format("json_schema", strict, own_server=False)["json_schema"]["schema"]
-    assert hosted["properties"] == {"email": {"type": ["string", "null"]}, "age": {"type": ["integer", "null"]}}
-    assert hosted["required"] == ["email", "age"]

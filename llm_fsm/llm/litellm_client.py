@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from llm_fsm import telemetry
 from llm_fsm.errors import LLMError, LLMUnavailableError
-from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, hosted_schema, longer_budget
+from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, longer_budget
 from llm_fsm.llm.provider_errors import provider_error
 from llm_fsm.llm.responses import _alast_response, _last_response, _StreamReader, whole_response
 from llm_fsm.secrets import without_url_passwords
@@ -383,11 +383,9 @@ GUIDED_SAMPLING: dict[str, Any] = {"dry_multiplier": 0.8}
 def _format(kind: str, strict: dict[str, Any] | None, own_server: bool) -> dict[str, Any] | None:
     """The ``response_format`` of a reply held to ``strict`` (None: no schema), for a client whose format is
     ``kind``. Alternatives at the root (a reply or a JSON-form tool request) are for a server of your own,
-    whose grammar takes them: a provider's strict mode wants one object, and gets asked for JSON instead. A
-    provider gets the schema without what its strict mode may refuse (:func:`hosted_schema`)."""
+    whose grammar takes them: a provider's strict mode wants one object, and gets asked for JSON instead."""
     if kind == "json_schema" and strict is not None and (own_server or "anyOf" not in strict):
-        schema = strict if own_server else hosted_schema(strict)
-        return {"type": "json_schema", "json_schema": {"name": "fsm_reply", "schema": schema, "strict": True}}
+        return {"type": "json_schema", "json_schema": {"name": "fsm_reply", "schema": strict, "strict": True}}
     return {"type": "json_object"} if kind in ("json_schema", "json_object") else None
 
 

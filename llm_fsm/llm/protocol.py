@@ -129,32 +129,6 @@ class StreamingLLMClient(LLMClient, Protocol):
     def astream_complete(self, request: LLMRequest) -> AsyncIterator[str | LLMResponse]: ...
 
 
-# -- what a provider's strict mode takes ---------------------------------------------------------------------
-
-# what a strict reply schema may say beyond what every provider's strict mode takes (OpenAI's, Anthropic's and
-# Gemini's differ on bounds, lengths, patterns and formats): a server of your own holds a reply to them, a provider
-# is sent the schema without them (the engine checks the ``context_schema`` either way)
-_NOT_PORTABLE = frozenset(
-    {"minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minLength", "maxLength", "pattern", "format"}
-)
-
-
-def hosted_schema(node: Any) -> Any:
-    """A strict schema as every provider's strict mode takes it: without bounds, lengths, patterns and formats; a
-    value that is one type or null is written ``{"type": [kind, "null"]}``, as those modes read it."""
-    if isinstance(node, list):
-        return [hosted_schema(item) for item in node]
-    if not isinstance(node, dict):
-        return node
-    out = {key: hosted_schema(value) for key, value in node.items() if key not in _NOT_PORTABLE}
-    either = out.get("anyOf")
-    if set(out) == {"anyOf"} and isinstance(either, list) and len(either) == 2 and {"type": "null"} in either:
-        other = either[0] if either[1] == {"type": "null"} else either[1]
-        if set(other) == {"type"} and isinstance(other["type"], str):
-            return {"type": [other["type"], "null"]}
-    return out
-
-
 # -- the budget of a retry after a reply cut at the token limit ---------------------------------------------
 
 NUMBER_CHARS = 40  # a number without bounds: a grammar bounds its digits (llama.cpp: 16 each side of the point)
