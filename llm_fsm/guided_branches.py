@@ -83,8 +83,13 @@ def _choices(schema: dict[str, Any]) -> list[Any] | None:
     if isinstance(schema.get("enum"), list):
         return [value for value in schema["enum"] if value is not None]
     if set(schema) == {"anyOf"}:
-        found = [_choices(part) if part != NULL else [] for part in schema["anyOf"]]
-        return None if any(part is None for part in found) else [v for part in found for v in part]  # type: ignore[union-attr]
+        values: list[Any] = []
+        for part in schema["anyOf"]:
+            found = [] if part == NULL else _choices(part)
+            if found is None:
+                return None
+            values += found
+        return values
     return None
 
 
