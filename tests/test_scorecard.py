@@ -167,3 +167,20 @@ def test_the_hand_written_conversations_have_no_unusable_message(name):
     # no false alarm: a quiz's questions, a read-back of what the user said, are the definition's words to say
     figures = summary([score(course(EXAMPLES / f"{name}.json"), ScriptedLLM(replies(name)))])
     assert (figures["repeated_messages"], figures["looping_messages"], figures["copied_messages"]) == (0, 0, 0)
+
+
+def test_eval_with_the_bare_scripted_model_plays_each_course_with_its_own_replies(tmp_path):
+    # a folder checked offline: each course's scripts/NAME.json, not one file for all
+    for name in ("quiz", "small_talk"):
+        (tmp_path / f"{name}.json").write_text((EXAMPLES / f"{name}.json").read_text())
+    (tmp_path / "scripts").mkdir()
+    for name, ext in [(n, e) for n in ("quiz", "small_talk") for e in ("txt", "json")]:
+        (tmp_path / "scripts" / f"{name}.{ext}").write_text((EXAMPLES / "scripts" / f"{name}.{ext}").read_text())
+    result = runner.invoke(app, ["eval", str(tmp_path), "-m", "scripted"], env={"COLUMNS": "250"})
+    assert result.exit_code == 0, result.output
+    assert "quiz: 5/5 turns reached" in result.stdout and "small_talk: 5/5 turns reached" in result.stdout
+
+
+def test_the_bare_scripted_model_outside_eval_asks_for_its_file():
+    result = runner.invoke(app, ["run", str(EXAMPLES / "quiz.json"), "-m", "scripted"])
+    assert result.exit_code == 2 and "--model scripted needs its replies: scripted:FILE" in result.output

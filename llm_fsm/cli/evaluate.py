@@ -11,7 +11,7 @@ import typer
 from rich.console import Console
 
 from llm_fsm.cli.main import app, definition_warnings, fail
-from llm_fsm.cli.options import ModelOptions, check_writable, with_model_options, write_output
+from llm_fsm.cli.options import SCRIPTED, ModelOptions, check_writable, with_model_options, write_output
 
 if TYPE_CHECKING:
     from llm_fsm.testing.scorecard import CourseScore
@@ -33,7 +33,8 @@ def evaluate(
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the scorecard as JSON here.")] = None,
 ) -> None:
     """Score a model: the turns that reach the state a scripted run reaches, valid first replies,
-    calls, tokens and time per turn, refusals by kind."""
+    calls, tokens and time per turn, refusals by kind. --model scripted (no file) plays each course with its
+    own scripts/NAME.json: the whole folder checked offline, every turn reached."""
     from llm_fsm.errors import FSMError
     from llm_fsm.testing.scorecard import as_json, course, run
 
@@ -42,6 +43,7 @@ def evaluate(
         fail(f"no such file or folder: {', '.join(missing)}", 2)
     if not model.name:
         fail("eval needs a model: --model NAME (or LLM_FSM_MODEL)", 2)
+    own = model.name == SCRIPTED  # bare: every course's own scripts/NAME.json
     if model.simulated:  # it follows no user: its score would measure nothing about a model
         fail("eval scores how a model follows the courses' users; the simulated model reads none: give a real one", 2)
     if json_out is not None:
@@ -57,9 +59,11 @@ def evaluate(
                 courses.append(course(file, scripts))
             except FSMError as exc:
                 fail(str(exc).strip(), 2)
-    model.client()  # a bad model or option fails here, before any course starts
-
-    runs = run(courses, model.client, repeat=repeat, on_score=_progress)
+    if own:  # each course played by its own scripted replies: the folder checked offline
+        runs = run(courses, lambda each: each.scripted(), repeat=repeat, on_score=_progress)
+    else:
+        model.client()  # a bad model or option fails here, before any course starts
+        runs = run(courses, lambda _: model.client(), repeat=repeat, on_score=_progress)
     _print(runs)
     if json_out is not None:
         write_output(json_out, as_json(runs) + "\n")

@@ -32,6 +32,7 @@ if TYPE_CHECKING:
     from llm_fsm.tools.mcp import MCPServer
 
 SCRIPTED_PREFIX = "scripted:"
+SCRIPTED = "scripted"  # bare, in eval: each course's own scripted replies
 SIMULATED = "simulated"  # the model of llm_fsm.testing.simulation: valid replies along the graph, offline
 # What the error for a missing --model offers: the offline walk, a hosted model, the local model server
 NO_MODEL = (
@@ -435,6 +436,8 @@ def _model(model: str | None, provider: Provider, stream: bool, definitions: Seq
         if not definitions:
             fail(f"--model {SIMULATED} walks a definition, and this command gives it none", 2)
         return SimulatedLLM(definitions[0]) if len(definitions) == 1 else SimulatedModels(definitions)
+    if model == SCRIPTED:  # not a litellm name: the replies' file is missing
+        fail(f"--model {SCRIPTED} needs its replies: {SCRIPTED_PREFIX}FILE (a JSON list of replies)", 2)
     if model.startswith(SCRIPTED_PREFIX):
         from llm_fsm.testing.scripted import ScriptedLLM
 

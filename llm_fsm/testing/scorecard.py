@@ -43,6 +43,13 @@ class Course:
     lines: tuple[str, ...]
     expected: tuple[str, ...]  # len(lines) + 1: the opening's state first
     hooks: Hooks = field(default_factory=Hooks)
+    replies: Path | None = None  # the scripted replies that made ``expected``
+
+    def scripted(self) -> LLMClient:
+        """A fresh client of the course's own scripted replies: the course played offline, as it was made."""
+        if self.replies is None:
+            raise FSMError(f"{self.name}: the course has no scripted replies")
+        return ScriptedLLM.from_file(self.replies)
 
 
 @dataclass
@@ -110,7 +117,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
             expected.append(result.state)
     except LLMError as exc:
         raise FSMError(f"{replies_file}: {exc} (the replies do not match {lines_file.name})") from None
-    return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks)
+    return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks, replies_file)
 
 
 def _refused(replies: Path, line: str, state: str, result: TurnResult) -> str:
@@ -198,19 +205,20 @@ def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
 
 def run(
     courses: Iterable[Course],
-    make_llm: Callable[[], LLMClient],
+    make_llm: Callable[[Course], LLMClient],
     *,
     repeat: int = 1,
     on_score: Callable[[int, CourseScore], None] | None = None,
     **options: Any,
 ) -> list[list[CourseScore]]:
-    """Every course ``repeat`` times, each run with a fresh client; one list of scores per run."""
+    """Every course ``repeat`` times, each play with a fresh client (``make_llm(course)``: ``Course.scripted``
+    plays each course with its own replies); one list of scores per run."""
     courses = list(courses)
     runs = []
     for number in range(1, max(1, repeat) + 1):
         scores = []
         for each in courses:
-            scores.append(score(each, make_llm(), **options))
+            scores.append(score(each, make_llm(each), **options))
             if on_score is not None:
                 on_score(number, scores[-1])
         runs.append(scores)
