@@ -101,11 +101,12 @@ def guided_schema(
     state = definition.states[state_id]
     every = definition.moves(state_id, RETURN)
     keys = [] if opening else writable_keys(state, protected or definition.code_only_keys, every)
+    asks = state.required_context_keys
+    # a yes/no key that is all the state asks is the state's question (a read-back's "confirmed")
+    question = asks[0] if len(asks) == 1 and value_schema(definition, state, asks[0]).get("type") == "boolean" else None
     if state.writable_keys is None:  # a key another state asks for is that state's to collect (asked_elsewhere)
         elsewhere = asked_elsewhere(definition, state_id)
-        asks = state.required_context_keys
-        readback = len(asks) == 1 and value_schema(definition, state, asks[0]).get("type") == "boolean"
-        keys = [key for key in keys if key not in elsewhere or (readback and key in context)]
+        keys = [key for key in keys if key not in elsewhere or (question and key in context)]
     if not opening:  # and the keys it may correct, once collected (llm_fsm.corrections)
         keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
     values = {key: value_schema(definition, state, key) for key in keys}
@@ -170,7 +171,6 @@ def guided_schema(
     targets = [back_to if t.target_state == RETURN else t.target_state for t in state.transitions]
     open_ = {branch["properties"]["target_state"]["enum"][0] for branch in moves}
     onward = all(target is not None and not definition.states[target].terminal for target in targets)
-    asks = state.required_context_keys
     if eager and not asks and said and targets and onward and all(target in open_ for target in targets):
         # a state with nothing to collect whose own moves are all open (a greeting, a help detour with the way
         # back) exists to route: the user's message is routed to one of its own moves, where a small model
@@ -189,8 +189,7 @@ def guided_schema(
     branches = _unique([*moves, *stays])
     if offered is not None:
         flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
-        # a yes/no key that is all the state asks is the state's question (guided_words.flag)
-        sole = asks[0] if len(asks) == 1 and asks[0] in flags else None
+        sole = question if question in flags else None  # answered by a yes or a no (guided_words.flag)
         branches = as_said(definition, state.id, branches, offered, context, flags, sole)
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
