@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
+from llm_fsm.definition_parts import GlobalTransition
 from llm_fsm.errors import PromptError
 from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
 from llm_fsm.prompt_calls import CallPrompts, Message
@@ -229,6 +230,11 @@ class PromptBuilder(CallPrompts):
         if text is None:
             state = definition.states[state_id]
             moves = definition.moves(state_id, back_to)  # the global moves included, "$return" resolved
+            if order != "cache":
+                # the state's own moves (its flow) first, then those from anywhere (a hand-over, help), each by
+                # priority: a small model takes the first move listed, and a hand-over of priority 5 listed
+                # first was taken on the first answer ("my policy is HM-204518")
+                moves = tuple(sorted(moves, key=lambda t: isinstance(t, GlobalTransition)))
             variables = {
                 "fsm": definition,
                 "state": state,

@@ -311,10 +311,11 @@ def test_the_prompt_lists_the_global_moves_with_their_conditions_and_where_retur
     replies = [reply("ask_name", "Hi"), reply("help", "Answer", q="price"), reply("ask_name", "Name?")]
     _, _, llm = run(definition, replies, ["price?", "ok"])
     first, in_help = llm.requests[0].messages[0]["content"], llm.requests[2].messages[0]["content"]
-    assert "<valid_states>ask_name, cancelled, ask_email, help</valid_states>" in first
+    # the state's own moves first, then those from anywhere (cancelled has the higher priority, 5)
+    assert "<valid_states>ask_name, ask_email, cancelled, help</valid_states>" in first
     assert "<target>help</target>\n<description>The user asks a question</description>" in first
     assert "<condition>a real question (needs: q)</condition>" in first and "<key>q</key>" in first
-    assert "<valid_states>help, cancelled, ask_name</valid_states>" in in_help
+    assert "<valid_states>help, ask_name, cancelled</valid_states>" in in_help
     assert "<target>ask_name</target>\n<description>The question is answered</description>" in in_help
     confirm = llm_fsm.prompt.PromptBuilder().definition_part(definition, "confirm")
     assert "<target>cancelled</target>" not in confirm  # excepted there
