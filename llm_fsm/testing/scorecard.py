@@ -68,6 +68,7 @@ class TurnScore:
     cached_tokens: int = 0  # of prompt_tokens: served from the provider's prompt cache
     message: str = ""  # what the user read
     written: bool = False  # the model wrote the message (not the definition's opening, not the fallback)
+    reasons: list[str] = field(default_factory=list)  # each refusal's reason, in the order of ``rejected``
 
 
 @dataclass
@@ -168,7 +169,7 @@ def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -
         user, expected, result.state, result.state == expected, not first, result.llm_calls,
         result.usage.prompt_tokens, result.usage.completion_tokens, seconds, [r.kind for r in result.rejected],
         cached_tokens=result.usage.cached_tokens, message=result.message,
-        written=bool(result.llm_calls) and not result.fallback,
+        written=bool(result.llm_calls) and not result.fallback, reasons=[r.reason for r in result.rejected],
     )  # fmt: skip
 
 
