@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm.contract import writable_keys
 from llm_fsm.definition import RETURN
-from llm_fsm.definition_parts import GlobalTransition
+from llm_fsm.definition_parts import GlobalTransition, Transition
 from llm_fsm.errors import PromptError
 from llm_fsm.llm.protocol import PromptText  # the protocol alone: llm_fsm.llm loads the litellm client module too
 from llm_fsm.prompt_calls import CallPrompts, Message
@@ -229,12 +229,7 @@ class PromptBuilder(CallPrompts):
         text = self._cache.get(key)
         if text is None:
             state = definition.states[state_id]
-            moves = definition.moves(state_id, back_to)  # the global moves included, "$return" resolved
-            if order != "cache":
-                # the state's own moves (its flow) first, then those from anywhere (a hand-over, help), each by
-                # priority: a small model takes the first move listed, and a hand-over of priority 5 listed
-                # first was taken on the first answer ("my policy is HM-204518")
-                moves = tuple(sorted(moves, key=lambda t: isinstance(t, GlobalTransition)))
+            moves = listed_moves(definition, state_id, back_to, order)
             variables = {
                 "fsm": definition,
                 "state": state,
@@ -430,3 +425,12 @@ def _truncate(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}…[truncated {len(text) - limit} chars]"
+
+
+def listed_moves(definition: FSMDefinition, state_id: str, back_to: str | None, order: PromptOrder) -> list[Transition]:
+    """The moves of ``state_id`` as its prompt lists them: the global ones included, ``"$return"`` resolved; the
+    state's own (its flow) first, then those from anywhere (a hand-over, help), each by priority. A small model
+    takes the first move listed, and a hand-over of priority 5 listed first was taken on the first answer ("my
+    policy is HM-204518"). The ``"cache"`` order lists them by priority alone, as its state map does."""
+    moves = definition.moves(state_id, back_to)
+    return list(moves) if order == "cache" else sorted(moves, key=lambda t: isinstance(t, GlobalTransition))

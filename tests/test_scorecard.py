@@ -159,7 +159,23 @@ def test_loops_and_copies_need_a_real_run_of_words():
     assert loops("no no no") and loops("ok, I see. ok, I see. ok, I see.") and not loops("one two one two three")
     prose = frozenset({tuple(["ask", "the", "user", "for", "their", "full", "name", "and"])})
     said = ["Please ask the user for their full name and then stop", "ask the user for their name"]
-    assert counts(said, prose) == {"repeated_messages": 0, "looping_messages": 0, "copied_messages": 1}
+    assert counts(said, prose) == {
+        "repeated_messages": 0, "looping_messages": 0, "copied_messages": 1, "echoed_messages": 0,
+    }  # fmt: skip
+
+
+def test_a_message_that_says_the_users_message_back_is_echoed_and_a_read_back_is_not():
+    from llm_fsm.testing.message_quality import counts, echoes
+
+    user = "hallo, hatte gestern so nen zettel im briefkasten, die nummer is pf 4471 9902 de"
+    assert echoes("nen zettel im briefkasten, die nummer is pf 4471 9902 de", user)
+    assert echoes("Tuesday 5.45 is fine!", "yes tuesday 5.45 is fine")
+    # quoting the values among words of its own: a read-back, a person can use it
+    assert not echoes("Thanks! So the number is PF 4471 9902 DE. When should we come again?", user)
+    assert not echoes("fine", "fine")  # too short to tell
+    said = ["Got it. Which day?", "yes tuesday 5.45 is fine"]
+    assert counts(said, frozenset(), [None, "yes tuesday 5.45 is fine"])["echoed_messages"] == 1
+    assert counts(said, frozenset(), ["yes tuesday 5.45 is fine", None])["echoed_messages"] == 0
 
 
 @pytest.mark.parametrize("name", sorted(p.stem for p in EXAMPLES.glob("*.json")))
@@ -167,6 +183,7 @@ def test_the_hand_written_conversations_have_no_unusable_message(name):
     # no false alarm: a quiz's questions, a read-back of what the user said, are the definition's words to say
     figures = summary([score(course(EXAMPLES / f"{name}.json"), ScriptedLLM(replies(name)))])
     assert (figures["repeated_messages"], figures["looping_messages"], figures["copied_messages"]) == (0, 0, 0)
+    assert figures["echoed_messages"] == 0
 
 
 def test_eval_with_the_bare_scripted_model_plays_each_course_with_its_own_replies(tmp_path):

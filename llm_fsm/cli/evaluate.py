@@ -92,7 +92,7 @@ def _print(runs: list[list[CourseScore]]) -> None:
 
     table = Table("definition", "turns reached", "ended as expected", "valid 1st reply", "calls/turn",
                   "prompt tok/turn (cached)", "completion tok/turn", "s/turn", "refused (kind: count)",
-                  "unusable messages (repeated/looping/copied)")  # fmt: skip
+                  "unusable messages (repeated/looping/copied/echoed)")  # fmt: skip
     names = [score.name for score in runs[0]]
     for index, name in enumerate(names):
         table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
@@ -109,6 +109,8 @@ def _print(runs: list[list[CourseScore]]) -> None:
 
 def _cells(figures: list[dict[str, Any]]) -> list[str]:
     """The row's cells: means over the runs, with the range when there are several."""
+    from llm_fsm.testing.scorecard import QUALITY
+
     first = figures[0]
 
     def mean(key: str) -> float:
@@ -137,5 +139,5 @@ def _cells(figures: list[dict[str, Any]]) -> list[str]:
         f"{mean('seconds_per_turn'):.2f}",
         ", ".join(f"{k}: {v:g}" for k, v in sorted(kinds.items())) or "-",
         # the model's messages a person could not use (llm_fsm.testing.message_quality)
-        "/".join(f"{mean(key):g}" for key in ("repeated_messages", "looping_messages", "copied_messages")),
+        "/".join(f"{mean(key):g}" for key in QUALITY),
     ]

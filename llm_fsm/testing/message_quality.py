@@ -7,7 +7,10 @@ conversation: a message is **repeated** when it says what an earlier message of 
 (compared without case, punctuation or spacing), **looping** when one run of words comes three times in a
 row or more, and **copied** when it holds a run of ``COPIED_WORDS`` words of its prompt that are not words
 the definition gives the model to say: a state's description, purpose and instructions (a quiz's
-questions are there), its opening and its example dialogue do not count.
+questions are there), its opening and its example dialogue do not count. A message is **echoed** when it
+mostly says the user's own message back: at least ``ECHOED_SHARE`` of its words (and ``ECHO_RUN`` of them or
+more) lie in runs of ``ECHO_RUN`` words copied from what the user said that turn ("nen zettel im briefkasten,
+die nummer is pf 4471 9902 de"); a read-back that quotes a name or a date among its own words is not.
 """
 
 from __future__ import annotations
@@ -18,6 +21,8 @@ from collections.abc import Iterable, Sequence
 from llm_fsm.definition import FSMDefinition
 
 COPIED_WORDS = 8  # a run this long, word for word, is a copy and not a coincidence
+ECHO_RUN = 4  # words in a row, taken from the user's message
+ECHOED_SHARE = 0.75  # of the message's words in such runs: the user's message said back
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -55,11 +60,25 @@ def loops(text: str, times: int = 3) -> bool:
     return False
 
 
-def counts(messages: Sequence[str], prose: frozenset[tuple[str, ...]]) -> dict[str, int]:
-    """The conversation's messages that repeat an earlier one, loop, or copy the prompt's prose."""
+def echoes(message: str, user: str) -> bool:
+    """Whether ``message`` mostly says ``user`` (the user's message of its turn) back (see the module's description)."""
+    said, heard = words(message), words(user)
+    runs = set(_runs(heard, ECHO_RUN))
+    inside = [False] * len(said)
+    for start, run in enumerate(_runs(said, ECHO_RUN)):
+        if run in runs:
+            inside[start : start + ECHO_RUN] = [True] * ECHO_RUN
+    return sum(inside) >= max(ECHO_RUN, ECHOED_SHARE * len(said))
+
+
+def counts(
+    messages: Sequence[str], prose: frozenset[tuple[str, ...]], users: Sequence[str | None] = ()
+) -> dict[str, int]:
+    """The conversation's messages that repeat an earlier one, loop, copy the prompt's prose, or echo the
+    user's message of their turn (``users``: beside ``messages``, None where the user said nothing)."""
     seen: set[tuple[str, ...]] = set()
-    repeated = looping = copied = 0
-    for message in messages:
+    repeated = looping = copied = echoed = 0
+    for index, message in enumerate(messages):
         said = tuple(words(message))
         if not said:
             continue
@@ -67,4 +86,9 @@ def counts(messages: Sequence[str], prose: frozenset[tuple[str, ...]]) -> dict[s
         seen.add(said)
         looping += loops(message)
         copied += any(run in prose for run in _runs(said, COPIED_WORDS))
-    return {"repeated_messages": repeated, "looping_messages": looping, "copied_messages": copied}
+        user = users[index] if index < len(users) else None
+        echoed += bool(user) and echoes(message, user or "")
+    return {
+        "repeated_messages": repeated, "looping_messages": looping, "copied_messages": copied,
+        "echoed_messages": echoed,
+    }  # fmt: skip

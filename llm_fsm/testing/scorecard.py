@@ -28,7 +28,7 @@ from llm_fsm.testing import message_quality
 from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
 
-QUALITY = ("repeated_messages", "looping_messages", "copied_messages")
+QUALITY = ("repeated_messages", "looping_messages", "copied_messages", "echoed_messages")
 
 # kinds of refusal that mean the model's first reply was not a valid move (a dropped key is not)
 _INVALID_FIRST = ("format", "truncated", "target", "condition", "context_value")
@@ -158,8 +158,9 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
             turns.append(TurnScore(user, expected, None, False, False, 0, 0, 0, seconds, [], text))
             break
         turns.append(_turn(user, expected, result, time.perf_counter() - started))
-    written = [t.message for t in turns if t.written]
-    quality = message_quality.counts(written, message_quality.prose_runs(course.definition))
+    written = [t for t in turns if t.written]
+    prose = message_quality.prose_runs(course.definition)
+    quality = message_quality.counts([t.message for t in written], prose, [t.user for t in written])
     return CourseScore(course.name, turns, course.expected[-1], conversation.state, len(course.expected), quality)
 
 
