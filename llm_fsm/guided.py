@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from typing import Any, TypeVar
 
 from llm_fsm.contract import SCALAR, writable_keys
@@ -379,14 +379,19 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
 _JSON_TYPES = {str: "string", bool: "boolean", int: "number", float: "number"}
 
 
+def nullable_enum(values: Sequence[Any]) -> dict[str, Any]:
+    """One of ``values`` (text, numbers, yes/no) or null, as every provider's strict mode takes it."""
+    kinds = sorted({_JSON_TYPES[type(v)] for v in values})
+    return {"type": [*kinds, "null"], "enum": [*values, None]}
+
+
 def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
     """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
     and the closed set :func:`value_schema` finds, or null (a ``confirmed`` flag is a boolean, a ``severity``
     routed on three constants is one of them); any scalar where it finds neither."""
     schema = value_schema(definition, state, key)
     if isinstance(schema.get("enum"), list) and all(type(v) in _JSON_TYPES for v in schema["enum"]):
-        kinds = sorted({_JSON_TYPES[type(v)] for v in schema["enum"]})
-        return {"type": [*kinds, "null"], "enum": [*schema["enum"], None]}
+        return nullable_enum(schema["enum"])
     kind = schema.get("type")
     return {"type": [kind, "null"]} if kind in ("string", "number", "integer", "boolean") else dict(SCALAR)
 

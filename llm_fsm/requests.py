@@ -12,8 +12,9 @@ from llm_fsm.contract import partial_reply, reply_schema, writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.engine import Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
-from llm_fsm.guided import guided_schema, portable_patterns, strict_value
+from llm_fsm.guided import guided_schema, nullable_enum, portable_patterns, strict_value
 from llm_fsm.guided_branches import guided_arguments, guided_memory
+from llm_fsm.guided_words import accepts, from_words, pool
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
 from llm_fsm.memory.working import with_memory_update
@@ -78,7 +79,10 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
 
         schema, strict = definition.derived(f"memory_reply_schemas:{back_to}", state, compute)
     if not work.settings.guided:  # the state's, less the keys it may correct once collected, while they are not
-        return schema, without_uncollected(strict, definition, state, work.context)
+        strict = without_uncollected(strict, definition, state, work.context)
+        if work.refinements and work.refinements >= definition.states[state].max_retries:
+            strict = said_or_left_out(strict, work)  # the state's last try at a value it refused
+        return schema, strict
     # guided: made for this turn, it knows which keys are missing and which moves hold
     results = [run.result for run in work.tool_runs if run.error is None]
     guided = guided_schema(
@@ -128,6 +132,32 @@ def without_uncollected(
         return strict
     kept = {key: value for key, value in update["properties"].items() if key not in later}
     update = {**update, "properties": kept, "required": list(kept)}
+    transition = {**transition, "properties": {**transition["properties"], "context_update": update}}
+    return {**strict, "properties": {**strict["properties"], "transition": transition}}
+
+
+def said_or_left_out(strict: dict[str, Any], work: Working) -> dict[str, Any]:
+    """A plain ``strict`` schema whose keys with a refused value (``context_value``, this turn) are held to the
+    values the user's words hold that the ``context_schema`` accepts, or null: the state's last corrective call.
+    A small model at temperature 0 writes the refused value again on every try ("1234" as a phone number the
+    user never gave) and the turn ends in the fallback, its move lost; the earlier tries left the value free,
+    for a model that reformats it ("May 3rd" as 2024-05-03)."""
+    update = strict["properties"]["transition"]["properties"]["context_update"]
+    keys = update.get("properties", {})
+    refused = {r.key for r in work.rejected if r.kind == "context_value" and r.key is not None and r.key in keys}
+    declared = work.definition.context_schema or {}
+    said = pool(work.user, language=language_code(work.definition.language) if work.definition.language else None)
+    held: dict[str, dict[str, Any]] = {}
+    for key in sorted(refused):
+        offer = from_words(dict(declared[key]), said) if said is not None and key in declared else None
+        values = [
+            v for v in (offer or {}).get("enum", []) if type(v) in (str, int, float) and accepts(declared[key], v)
+        ]
+        held[key] = nullable_enum(values) if values else {"type": "null"}
+    if not held:
+        return strict
+    update = {**update, "properties": {**update["properties"], **held}}
+    transition = strict["properties"]["transition"]
     transition = {**transition, "properties": {**transition["properties"], "context_update": update}}
     return {**strict, "properties": {**strict["properties"], "transition": transition}}
 

@@ -169,7 +169,7 @@ class TurnRunner:
     def replies(self, ask: LLMRequest, purpose: Purpose = "reply") -> Steps:
         """Model calls until a reply is accepted (tool rounds and corrections in between), or the budgets end."""
         work = self.work
-        corrections = refinements = 0
+        corrections = 0
         while True:
             response = yield reply_call(work, ask, purpose)
             work.count(response)
@@ -192,8 +192,8 @@ class TurnRunner:
             # anything else is corrected within max_corrections
             refining = bool(problems) and all(p.kind in ("check", "context_value") for p in problems)
             corrections += not refining
-            refinements += refining
-            if not self.may_retry(corrections, refinements, refining):
+            work.refinements += refining
+            if not self.may_retry(corrections, work.refinements, refining):
                 return (yield from exhausted(work, refining))
             ask, purpose = correction(work, response.text, problems), "refinement" if refining else "correction"
 

@@ -61,6 +61,7 @@ class Working:
         self.calls = 0
         self.usage = Usage()
         self.rejected: list[Rejection] = []
+        self.refinements = 0  # corrective calls for failed checks or refused values (within the state's max_retries)
         # the context and provenance as the turn changes them: replaced on each change, never mutated
         self.context: dict[str, Any] = dict(base.context)
         self.provenance: dict[str, Origin] = dict(base.provenance)
