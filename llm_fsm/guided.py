@@ -56,6 +56,7 @@ from llm_fsm.guided_words import named_in, pool, spans
 from llm_fsm.texts import language_code
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_patterns, and imported from here
+    "LOOP_WORDS",
     "MAX_EARLIER",
     "MAX_MESSAGE",
     "MAX_STAY_BRANCHES",
@@ -69,6 +70,9 @@ __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_pa
 ]
 
 MAX_MESSAGE = 240  # characters of the message
+# the longest run of words a looping message repeats ("Please book the workshop for £10.00. I'm unable to provide
+# details." is 13 words, and came back until the token limit)
+LOOP_WORDS = 24
 MAX_EARLIER = 20  # the last messages a guided message may not open like (a grammar of some 20 KB at most)
 MAX_STAY_BRANCHES = 8  # past this, staying is left unconstrained (the schema would grow as a product)
 _VALUE_KEYWORDS = ("type", "enum", "const", "minimum", "maximum", "maxLength", "minLength", "pattern")
@@ -209,7 +213,7 @@ _SENTENCE_END = re.compile(r"[.!?](?=\s)")
 
 
 def tidy(message: str) -> str:
-    """A ``message`` without what a small model writes once it has lost its way: a run of one to twelve words
+    """A ``message`` without what a small model writes once it has lost its way: a run of one to ``LOOP_WORDS`` words
     said a third time in a row ("I'm happy, I'm happy. I'm happy."), cut after its first time (at its last
     sentence end, where it crosses one), and the prompt's own tags ("</assistant>"), cut where they start.
     Text that needs neither comes back as it was."""
@@ -219,7 +223,7 @@ def tidy(message: str) -> str:
     found = list(_WORDS.finditer(message))
     words = [match.group().casefold() for match in found]
     for start in range(len(words)):
-        for size in range(1, 13):
+        for size in range(1, LOOP_WORDS + 1):
             run = words[start : start + size]
             if (
                 len(words) >= start + 3 * size

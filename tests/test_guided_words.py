@@ -500,6 +500,11 @@ def test_a_guided_message_loses_a_loop_and_the_prompt_s_tags_and_nothing_else():
     looping = "Happy Friday! I'm happy to see you. I'm happy, I'm happy. I'm happy.</assistant>"
     assert tidy(looping) == "Happy Friday! I'm happy to see you. I'm happy."
     assert tidy("please, please, please call me") == "please."
+    # a loop of 13 words, cut at the token limit (a plain reply): said once, up to its sentence end
+    long = "You can book it for £10.00. I'm unable to provide details. Please book the workshop for £10.00. "
+    assert (
+        tidy("Sure. " + long * 3 + "I'm unable") == "Sure. You can book it for £10.00. I'm unable to provide details."
+    )
     for fine in ("A normal message. Yes, yes.", "What's your name?", "¿Cuál es tu nombre?"):
         assert tidy(fine) == fine
 

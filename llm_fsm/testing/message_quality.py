@@ -19,6 +19,7 @@ import re
 from collections.abc import Iterable, Sequence
 
 from llm_fsm.definition import FSMDefinition
+from llm_fsm.guided import LOOP_WORDS
 
 COPIED_WORDS = 8  # a run this long, word for word, is a copy and not a coincidence
 ECHO_RUN = 4  # words in a row, taken from the user's message
@@ -50,9 +51,9 @@ def _runs(sequence: Sequence[str], size: int) -> Iterable[tuple[str, ...]]:
 
 
 def loops(text: str, times: int = 3) -> bool:
-    """Whether a run of one to twelve words comes ``times`` times in a row (a model that lost its way)."""
+    """Whether a run of one to ``LOOP_WORDS`` words comes ``times`` times in a row (a model that lost its way)."""
     said = words(text)
-    for size in range(1, 13):
+    for size in range(1, LOOP_WORDS + 1):
         for start in range(len(said) - size * times + 1):
             run = said[start : start + size]
             if all(said[start + k * size : start + (k + 1) * size] == run for k in range(1, times)):
