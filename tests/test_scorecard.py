@@ -209,3 +209,13 @@ def test_each_turn_of_the_card_says_why_its_replies_were_refused():
     card = score(quiz, ScriptedLLM([nowhere, *replies("quiz")]))  # quiz opens by itself: the first line refused once
     turn = card.turns[1]
     assert turn.rejected == ["target"] and len(turn.reasons) == 1 and "nowhere" in turn.reasons[0]
+
+
+@pytest.mark.parametrize(
+    "path", sorted(ROOT.glob("benchmarks/unseen*/*.json")), ids=lambda p: f"{p.parent.name}/{p.stem}"
+)
+def test_every_measured_definitions_course_plays_offline_with_its_own_replies(path):
+    # the real-model figures of benchmarks/REAL_MODEL.md are over these courses: each one must be playable
+    played = course(path)
+    card = score(played, played.scripted())
+    assert summary([card])["reached_rate"] == 1.0 and card.finished
