@@ -111,8 +111,10 @@ def course_dir(tmp_path, lines: bytes | str, replies_json: object):
     [
         (b"caf\xe9\n", "quiz", "cannot read the user's lines"),
         ("\n\n", "quiz", "no user lines"),
-        ("Sure, let's go!\nSydney?\n", "few", "do not match quiz.txt"),
-        ("Sure, let's go!\n", "refused", "the scripted run is refused at line 1 of quiz.txt"),
+        ("Sure, let's go!\nSydney?\n", "few", "the replies end before quiz.txt does"),
+        # the reply at fault is named, with what was refused of it
+        ("Sure, let's go!\n", "refused", "the scripted reply to line 1 of quiz.txt, in state 'intro', is refused"),
+        ("Sure, let's go!\n", "broken", "is not a reply script"),
     ],
 )
 def test_a_course_that_cannot_be_trusted_is_an_error_naming_its_file(tmp_path, lines, replies_of, says):
@@ -122,8 +124,11 @@ def test_a_course_that_cannot_be_trusted_is_an_error_naming_its_file(tmp_path, l
         # quiz writes its own opening: the scripts hold no reply for it
         "few": replies("quiz")[:1],
         "refused": [nowhere, nowhere, nowhere],
+        "broken": None,
     }[replies_of]
     path = course_dir(tmp_path, lines, {"replies": script})
+    if script is None:
+        (tmp_path / "scripts" / "quiz.json").write_text("{not json")
     result = runner.invoke(app, ["eval", str(path), "-m", f"scripted:{EXAMPLES / 'scripts' / 'quiz.json'}"])
     assert result.exit_code == 2 and "Traceback" not in result.output
     assert says in result.stderr and "quiz" in result.stderr
@@ -149,8 +154,11 @@ def test_the_card_counts_messages_a_person_could_not_use():
     bad[2]["message"] = "I'm a simple AI. I'm a simple AI. I'm a simple AI. I'm a simple AI."
     # the runtime's rules, from the prompt: not the definition's words for the user (its instructions are)
     bad[3]["message"] = "Sure. Collect the information this state needs; ask for what is missing, one by one."
-    figures = summary([score(quiz, ScriptedLLM(bad))])
+    card = score(quiz, ScriptedLLM(bad))
+    figures = summary([card])
     assert (figures["repeated_messages"], figures["looping_messages"], figures["copied_messages"]) == (1, 1, 1)
+    # and each turn says what was wrong with its message
+    assert [t.unusable for t in card.turns[2:5]] == [["repeated"], ["looping"], ["copied"]]
 
 
 def test_loops_and_copies_need_a_real_run_of_words():
@@ -170,9 +178,14 @@ def test_a_message_that_says_the_users_message_back_is_echoed_and_a_read_back_is
     user = "hallo, hatte gestern so nen zettel im briefkasten, die nummer is pf 4471 9902 de"
     assert echoes("nen zettel im briefkasten, die nummer is pf 4471 9902 de", user)
     assert echoes("Tuesday 5.45 is fine!", "yes tuesday 5.45 is fine")
-    # quoting the values among words of its own: a read-back, a person can use it
+    assert echoes("Yes, book it!", "yes, book it")  # short, but nothing of its own
+    # quoting the values with a word of its own: a read-back, a person can use it
     assert not echoes("Thanks! So the number is PF 4471 9902 DE. When should we come again?", user)
-    assert not echoes("fine", "fine")  # too short to tell
+    assert not echoes("PF 4471 9902 DE, correct?", user)
+    assert not echoes("Noted: ana.torres@example.com.", "ana.torres@example.com")
+    table = "I'd like a table for four people on Friday at 8 pm"
+    assert not echoes("Table for four people on Friday at 8 pm, correct?", table)
+    assert not echoes("Sydney?", "Sydney?")  # one word: too short to tell
     said = ["Got it. Which day?", "yes tuesday 5.45 is fine"]
     assert counts(said, frozenset(), [None, "yes tuesday 5.45 is fine"])["echoed_messages"] == 1
     assert counts(said, frozenset(), ["yes tuesday 5.45 is fine", None])["echoed_messages"] == 0

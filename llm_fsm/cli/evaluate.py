@@ -46,6 +46,8 @@ def evaluate(
     own = model.name == SCRIPTED  # bare: every course's own scripts/NAME.json
     if model.simulated:  # it follows no user: its score would measure nothing about a model
         fail("eval scores how a model follows the courses' users; the simulated model reads none: give a real one", 2)
+    if scripts is not None and not scripts.is_dir():
+        fail(f"--scripts {scripts}: not a folder (it holds NAME.txt and NAME.json)", 2)
     if json_out is not None:
         check_writable(json_out)
     files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
@@ -66,7 +68,7 @@ def evaluate(
         runs = run(courses, lambda _: model.client(), repeat=repeat, on_score=_progress)
     _print(runs)
     if json_out is not None:
-        write_output(json_out, as_json(runs) + "\n")
+        write_output(json_out, as_json(runs) + "\n", make_folders=True)
     failed = sum(t.error is not None for scores in runs for score in scores for t in score.turns)
     if failed:  # the card is printed, but a run the model could not finish is not a score
         fail(f"{failed} model call(s) failed: see 'stopped:' above", 1)

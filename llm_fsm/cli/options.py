@@ -108,7 +108,7 @@ ModelOption = Annotated[
         envvar="LLM_FSM_MODEL",
         show_envvar=True,
         help=f"litellm model name (e.g. openai/gpt-4o-mini), {SIMULATED} (walks the definition offline, no key), "
-        f"or {SCRIPTED_PREFIX}FILE for scripted replies.",
+        f"or {SCRIPTED_PREFIX}FILE for scripted replies ({SCRIPTED} alone, in eval: each course's own).",
     ),
 ]
 ApiBaseOption = Annotated[

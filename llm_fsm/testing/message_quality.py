@@ -8,9 +8,9 @@ conversation: a message is **repeated** when it says what an earlier message of 
 row or more, and **copied** when it holds a run of ``COPIED_WORDS`` words of its prompt that are not words
 the definition gives the model to say: a state's description, purpose and instructions (a quiz's
 questions are there), its opening and its example dialogue do not count. A message is **echoed** when it
-mostly says the user's own message back: at least ``ECHOED_SHARE`` of its words (and ``ECHO_RUN`` of them or
-more) lie in runs of ``ECHO_RUN`` words copied from what the user said that turn ("nen zettel im briefkasten,
-die nummer is pf 4471 9902 de"); a read-back that quotes a name or a date among its own words is not.
+says the user's message of its turn back: two words or more, fewer than one in ten of them its own (words the
+user did not say): "nen zettel im briefkasten, die nummer is pf 4471 9902 de" again, or "Yes, book it!" for
+"yes, book it". A read-back with a word of its own ("PF 4471 9902 DE, correct?") is not.
 """
 
 from __future__ import annotations
@@ -22,8 +22,8 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.guided import LOOP_WORDS
 
 COPIED_WORDS = 8  # a run this long, word for word, is a copy and not a coincidence
-ECHO_RUN = 4  # words in a row, taken from the user's message
-ECHOED_SHARE = 0.75  # of the message's words in such runs: the user's message said back
+KINDS = ("repeated", "looping", "copied", "echoed")  # what makes a message one a person could not use
+ECHO_WORDS = 2  # a shorter message ("Sydney?" for "Sydney?") says too little to tell
 _WORD = re.compile(r"\w+", re.UNICODE)
 
 
@@ -62,34 +62,42 @@ def loops(text: str, times: int = 3) -> bool:
 
 
 def echoes(message: str, user: str) -> bool:
-    """Whether ``message`` mostly says ``user`` (the user's message of its turn) back (see the module's description)."""
-    said, heard = words(message), words(user)
-    runs = set(_runs(heard, ECHO_RUN))
-    inside = [False] * len(said)
-    for start, run in enumerate(_runs(said, ECHO_RUN)):
-        if run in runs:
-            inside[start : start + ECHO_RUN] = [True] * ECHO_RUN
-    return sum(inside) >= max(ECHO_RUN, ECHOED_SHARE * len(said))
+    """Whether ``message`` says ``user`` (the user's message of its turn) back (see the module's description)."""
+    said, heard = words(message), set(words(user))
+    own = sum(word not in heard for word in said)
+    return len(said) >= ECHO_WORDS and own * 10 < len(said)
+
+
+def judged(
+    messages: Sequence[str], prose: frozenset[tuple[str, ...]], users: Sequence[str | None] = ()
+) -> list[list[str]]:
+    """Of each message, what makes it one a person could not use: "repeated", "looping", "copied", "echoed"
+    (``users``: the user's message of each one's turn, None where the user said nothing)."""
+    seen: set[tuple[str, ...]] = set()
+    found: list[list[str]] = []
+    for index, message in enumerate(messages):
+        said, kinds = tuple(words(message)), []
+        if said:
+            user = users[index] if index < len(users) else None
+            checks = {
+                "repeated": said in seen, "looping": loops(message),
+                "copied": any(run in prose for run in _runs(said, COPIED_WORDS)),
+                "echoed": bool(user) and echoes(message, user or ""),
+            }  # fmt: skip
+            kinds = [kind for kind, bad in checks.items() if bad]
+            seen.add(said)
+        found.append(kinds)
+    return found
 
 
 def counts(
     messages: Sequence[str], prose: frozenset[tuple[str, ...]], users: Sequence[str | None] = ()
 ) -> dict[str, int]:
-    """The conversation's messages that repeat an earlier one, loop, copy the prompt's prose, or echo the
-    user's message of their turn (``users``: beside ``messages``, None where the user said nothing)."""
-    seen: set[tuple[str, ...]] = set()
-    repeated = looping = copied = echoed = 0
-    for index, message in enumerate(messages):
-        said = tuple(words(message))
-        if not said:
-            continue
-        repeated += said in seen
-        seen.add(said)
-        looping += loops(message)
-        copied += any(run in prose for run in _runs(said, COPIED_WORDS))
-        user = users[index] if index < len(users) else None
-        echoed += bool(user) and echoes(message, user or "")
-    return {
-        "repeated_messages": repeated, "looping_messages": looping, "copied_messages": copied,
-        "echoed_messages": echoed,
-    }  # fmt: skip
+    """How many of the conversation's messages repeat an earlier one, loop, copy the prompt's prose, or echo the
+    user's message of their turn (see :func:`judged`)."""
+    return tally(judged(messages, prose, users))
+
+
+def tally(found: Sequence[Sequence[str]]) -> dict[str, int]:
+    """The messages of each kind, of :func:`judged`'s answer: ``{"repeated_messages": 1, ...}``."""
+    return {f"{kind}_messages": sum(kind in kinds for kinds in found) for kind in KINDS}

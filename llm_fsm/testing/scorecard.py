@@ -20,7 +20,7 @@ from typing import Any
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.errors import FSMError, LLMError
+from llm_fsm.errors import FSMError, LLMError, ScriptExhausted
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
@@ -28,7 +28,7 @@ from llm_fsm.testing import message_quality
 from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
 
-QUALITY = ("repeated_messages", "looping_messages", "copied_messages", "echoed_messages")
+QUALITY = tuple(f"{kind}_messages" for kind in message_quality.KINDS)
 
 # kinds of refusal that mean the model's first reply was not a valid move (a dropped key is not)
 _INVALID_FIRST = ("format", "truncated", "target", "condition", "context_value")
@@ -69,6 +69,7 @@ class TurnScore:
     message: str = ""  # what the user read
     written: bool = False  # the model wrote the message (not the definition's opening, not the fallback)
     reasons: list[str] = field(default_factory=list)  # each refusal's reason, in the order of ``rejected``
+    unusable: list[str] = field(default_factory=list)  # why a person could not use its message (message_quality)
 
 
 @dataclass
@@ -116,24 +117,27 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
             if result.llm_calls and len({r.attempt for r in result.rejected}) >= result.llm_calls:
                 raise FSMError(_refused(replies_file, f"line {number} of {lines_file.name}", state, result))
             expected.append(result.state)
-    except LLMError as exc:
-        raise FSMError(f"{replies_file}: {exc} (the replies do not match {lines_file.name})") from None
+    except ScriptExhausted as exc:
+        # the replies end early, or one was refused and its corrective call took the reply after it
+        why = f"{exc}: the replies end before {lines_file.name} does, or one was refused and a corrective call took"
+        raise FSMError(f"{replies_file}: {why} the reply after it (llm-fsm run shows which)") from None
+    except LLMError as exc:  # not a script of replies (it names its file)
+        raise FSMError(str(exc)) from None
     return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks, replies_file)
 
 
 def _refused(replies: Path, line: str, state: str, result: TurnResult) -> str:
-    """Why a scripted reply cannot make a course: the keys it writes that ``state`` does not let the model write
-    (the script's mistake, to fix there), else what the turn refused last."""
-    keys = [r for r in result.rejected if r.kind == "context_key" and r.key]
-    if keys:
-        # each reason reads "context key 'k' is not writable in this state (writable: ...)": said of the key
-        why = "; ".join(f"'{r.key}' {r.reason.removeprefix(f'context key {r.key!r} ')}" for r in keys)
-        return (
-            f"{replies}: the scripted reply to {line} writes keys state '{state}' does not let the model write: {why}"
-        )
-    last = result.rejected[-1]
-    why = f"{last.kind}: {last.reason}"
-    return f"{replies}: the scripted run is refused at {line} ({why}): the course would expect the wrong states"
+    """Why a scripted reply cannot make a course: what was refused of the first reply to ``line`` (the script's
+    mistake, to fix there: a corrective call took the reply after it, and every later line is off by one)."""
+    first = [r for r in result.rejected if r.attempt == 1] or result.rejected[-1:]
+    keys = [r for r in first if r.kind == "context_key" and r.key]
+    # a key's reason reads "context key 'k' is not writable in this state (writable: ...)": said of the key
+    why = [f"'{r.key}' {r.reason.removeprefix(f'context key {r.key!r} ')}" for r in keys]
+    why = ([f"writes keys state '{state}' does not let the model write: {'; '.join(why)}"] if why else []) + [
+        f"{r.kind}: {r.reason}" for r in first if r not in keys
+    ]
+    later = " (a corrective call took the reply after it)" if result.llm_calls > 1 else ""
+    return f"{replies}: the scripted reply to {line}, in state '{state}', is refused{later}: {'; '.join(why)}"
 
 
 def _hooks_next_to(path: Path) -> Hooks:
@@ -160,7 +164,10 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
         turns.append(_turn(user, expected, result, time.perf_counter() - started))
     written = [t for t in turns if t.written]
     prose = message_quality.prose_runs(course.definition)
-    quality = message_quality.counts([t.message for t in written], prose, [t.user for t in written])
+    found = message_quality.judged([t.message for t in written], prose, [t.user for t in written])
+    for turn, kinds in zip(written, found, strict=True):
+        turn.unusable = kinds
+    quality = message_quality.tally(found)
     return CourseScore(course.name, turns, course.expected[-1], conversation.state, len(course.expected), quality)
 
 
