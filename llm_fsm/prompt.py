@@ -229,7 +229,7 @@ class PromptBuilder(CallPrompts):
         text = self._cache.get(key)
         if text is None:
             state = definition.states[state_id]
-            moves = listed_moves(definition, state_id, back_to, order)
+            moves = listed_moves(definition, state_id, back_to, "cache" if guided else order)
             variables = {
                 "fsm": definition,
                 "state": state,
@@ -431,6 +431,8 @@ def listed_moves(definition: FSMDefinition, state_id: str, back_to: str | None, 
     """The moves of ``state_id`` as its prompt lists them: the global ones included, ``"$return"`` resolved; the
     state's own (its flow) first, then those from anywhere (a hand-over, help), each by priority. A small model
     takes the first move listed, and a hand-over of priority 5 listed first was taken on the first answer ("my
-    policy is HM-204518"). The ``"cache"`` order lists them by priority alone, as its state map does."""
+    policy is HM-204518"). The ``"cache"`` order lists them by priority alone, as its state map does, and so does
+    a guided prompt: its grammar already holds the moves, and the own-first order lost lead_qualification four
+    turns there (benchmarks/REAL_MODEL.md, issue 28, fifth round)."""
     moves = definition.moves(state_id, back_to)
     return list(moves) if order == "cache" else sorted(moves, key=lambda t: isinstance(t, GlobalTransition))

@@ -517,3 +517,11 @@ def test_chat_state_shows_the_global_moves_and_where_return_goes(tmp_path):
     assert "→ cancelled (from anywhere) (priority 5) The user wants to stop" in first
     assert "→ ask_email (priority 100)" in first
     assert "→ ask_name (priority 100) The question is answered" in second  # "$return": back to ask_name
+
+
+def test_a_plain_prompt_lists_the_states_own_moves_first_and_a_guided_one_by_priority():
+    definition = llm_fsm.load(FORM)
+    builder = llm_fsm.prompt.PromptBuilder()
+    plain, guided = (builder.definition_part(definition, "ask_name", guided=g) for g in (False, True))
+    assert "<valid_states>ask_name, ask_email, cancelled, help</valid_states>" in plain
+    assert "<valid_states>ask_name, cancelled, ask_email, help</valid_states>" in guided
