@@ -232,3 +232,20 @@ def test_every_measured_definitions_course_plays_offline_with_its_own_replies(pa
     played = course(path)
     card = score(played, played.scripted())
     assert summary([card])["reached_rate"] == 1.0 and card.finished
+
+
+def test_eval_offers_no_simulated_model_and_says_where_a_course_s_tools_were_looked_for(tmp_path):
+    help_text = runner.invoke(app, ["eval", "--help"], env={"COLUMNS": "250"}).stdout
+    assert "scripted:FILE" in help_text and "simulated" not in help_text  # eval refuses it: not offered
+    (tmp_path / "scripts").mkdir()
+    (tmp_path / "restaurant_booking.json").write_text((EXAMPLES / "restaurant_booking.json").read_text())
+    for ext in ("txt", "json"):
+        script = EXAMPLES / "scripts" / f"restaurant_booking.{ext}"
+        (tmp_path / "scripts" / script.name).write_text(script.read_text())
+    module = tmp_path / "hooks" / "restaurant_booking.py"
+    result = runner.invoke(app, ["eval", str(tmp_path), "-m", "scripted"], env={"COLUMNS": "250"})
+    assert result.exit_code == 2 and f"no {module}" in result.stderr and "check_availability" in result.stderr
+    module.parent.mkdir()
+    module.write_text("from llm_fsm import Hooks\nhooks = Hooks()\n")
+    result = runner.invoke(app, ["eval", str(tmp_path), "-m", "scripted"], env={"COLUMNS": "250"})
+    assert result.exit_code == 2 and f"{module}, which registers none of that name" in result.stderr

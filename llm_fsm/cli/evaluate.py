@@ -11,16 +11,33 @@ import typer
 from rich.console import Console
 
 from llm_fsm.cli.main import app, definition_warnings, fail
-from llm_fsm.cli.options import SCRIPTED, ModelOptions, check_writable, with_model_options, write_output
+from llm_fsm.cli.options import (
+    SCRIPTED,
+    SCRIPTED_PREFIX,
+    ModelOptions,
+    check_writable,
+    with_model_options,
+    write_output,
+)
 
 if TYPE_CHECKING:
     from llm_fsm.testing.scorecard import CourseScore
 
 console = Console(highlight=False)
 
+# eval's own --model: the simulated model follows no user, so it is not offered (and refused if given)
+EvalModelOption = Annotated[
+    str | None,
+    typer.Option(
+        "--model", "-m", envvar="LLM_FSM_MODEL", show_envvar=True,
+        help=f"litellm model name (e.g. openai/gpt-4o-mini), {SCRIPTED_PREFIX}FILE for scripted replies, or "
+        f"{SCRIPTED} alone: each course's own scripts/NAME.json.",
+    ),
+]  # fmt: skip
+
 
 @app.command("eval")
-@with_model_options()
+@with_model_options(EvalModelOption)
 def evaluate(
     paths: Annotated[
         list[Path], typer.Argument(help="Definitions, or folders of them (each needs scripts/NAME.txt and .json).")

@@ -20,7 +20,7 @@ from typing import Any
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.errors import FSMError, LLMError, ScriptExhausted
+from llm_fsm.errors import DefinitionError, FSMError, LLMError, ScriptExhausted
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
@@ -94,7 +94,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     path = Path(path)
     folder = Path(scripts) if scripts is not None else path.parent / "scripts"
     definition = load(path)
-    hooks = hooks if hooks is not None else _hooks_next_to(path)
+    given, hooks = hooks, hooks if hooks is not None else _hooks_next_to(path)
     lines_file, replies_file = folder / f"{path.stem}.txt", folder / f"{path.stem}.json"
     if not lines_file.is_file() or not replies_file.is_file():
         raise FSMError(f"{path.name}: no course (needs {lines_file} and {replies_file})")
@@ -123,6 +123,16 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
         raise FSMError(f"{replies_file}: {why} the reply after it (llm-fsm run shows which)") from None
     except LLMError as exc:  # not a script of replies (it names its file)
         raise FSMError(str(exc)) from None
+    except DefinitionError as exc:  # code the definition names: say where it was looked for
+        unbound = any(problem.code.startswith("unbound_") for problem in exc.problems)
+        if not unbound or given is not None:
+            raise
+        module = path.parent / "hooks" / f"{path.stem}.py"
+        where = "a course takes its tools, handlers and checks from the Hooks object named hooks in"
+        found = (
+            f"{where} {module}, which registers none of that name" if module.is_file() else f"no {module}: {where} it"
+        )
+        raise FSMError(f"{exc}\n  ({found})") from None
     return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks, replies_file)
 
 
