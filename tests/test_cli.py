@@ -50,6 +50,14 @@ def lines(output: str) -> list[dict]:
     return [json.loads(line) for line in output.splitlines() if line.strip()]
 
 
+def test_run_reads_an_input_file_saved_with_a_byte_order_mark_as_its_text(files):
+    definition, script, inputs = files
+    inputs.write_text("\ufeff" + inputs.read_text(), encoding="utf-8")  # as some editors save UTF-8
+    result = runner.invoke(app, ["run", str(definition), "--model", f"scripted:{script}", "--input", str(inputs)])
+    assert result.exit_code == 0, result.output
+    assert lines(result.stdout)[1]["user"] == "I'm Ann"
+
+
 def test_run_prints_one_json_line_per_turn_and_stops_at_the_terminal_state(files):
     definition, script, inputs = files
     result = runner.invoke(app, ["run", str(definition), "--model", f"scripted:{script}", "--input", str(inputs)])

@@ -57,7 +57,7 @@ def test_turns_a_course_never_played_count_as_missed(tmp_path):
         app, ["eval", str(EXAMPLES / "small_talk.json"), "-m", f"scripted:{script}"], env={"COLUMNS": "250"}
     )
     assert result.exit_code == 0, result.output
-    assert "small_talk: 1/5 turns reached (the conversation ended in farewell after 2 turns)" in result.stdout
+    assert "small_talk: 1/5 turns reached (the conversation ended in farewell after 2 turns)" in result.stderr
     assert "1.0/5 (20%)" in result.stdout
 
 
@@ -80,7 +80,7 @@ def test_eval_prints_the_card_and_writes_json(tmp_path):
         env={"COLUMNS": "250"},
     )  # fmt: skip
     assert result.exit_code == 0, result.output
-    assert "run 2: quiz: 5/5 turns reached" in result.stdout and "5.0/5 (100%)" in result.stdout
+    assert "run 2: quiz: 5/5 turns reached" in result.stderr and "5.0/5 (100%)" in result.stdout
     card = json.loads(out.read_text())
     assert len(card["runs"]) == 2 and card["runs"][0]["overall"]["reached_rate"] == 1.0
     assert card["runs"][1]["courses"][0]["turns"][0]["expected"] == "intro"
@@ -114,6 +114,9 @@ def course_dir(tmp_path, lines: bytes | str, replies_json: object):
         ("Sure, let's go!\nSydney?\n", "few", "the replies end before quiz.txt does"),
         # the reply at fault is named, with what was refused of it
         ("Sure, let's go!\n", "refused", "the scripted reply to line 1 of quiz.txt, in state 'intro', is refused"),
+        # blank lines are skipped, and the line named is the file's; an editor's byte order mark is no text
+        ("\ufeff\n\nSure, let's go!\n", "refused", "the scripted reply to line 3 of quiz.txt"),
+        (b"caf\xe9\n", "quiz", "byte 0xE9 at 1:4"),
         ("Sure, let's go!\n", "broken", "is not a reply script"),
     ],
 )
@@ -208,7 +211,7 @@ def test_eval_with_the_bare_scripted_model_plays_each_course_with_its_own_replie
         (tmp_path / "scripts" / f"{name}.{ext}").write_text((EXAMPLES / "scripts" / f"{name}.{ext}").read_text())
     result = runner.invoke(app, ["eval", str(tmp_path), "-m", "scripted"], env={"COLUMNS": "250"})
     assert result.exit_code == 0, result.output
-    assert "quiz: 5/5 turns reached" in result.stdout and "small_talk: 5/5 turns reached" in result.stdout
+    assert "quiz: 5/5 turns reached" in result.stderr and "small_talk: 5/5 turns reached" in result.stderr
 
 
 def test_the_bare_scripted_model_outside_eval_asks_for_its_file():
@@ -249,3 +252,42 @@ def test_eval_offers_no_simulated_model_and_says_where_a_course_s_tools_were_loo
     module.write_text("from llm_fsm import Hooks\nhooks = Hooks()\n")
     result = runner.invoke(app, ["eval", str(tmp_path), "-m", "scripted"], env={"COLUMNS": "250"})
     assert result.exit_code == 2 and f"{module}, which registers none of that name" in result.stderr
+
+
+def test_eval_keeps_what_it_reads_and_says_what_it_passes_over(tmp_path, monkeypatch):
+    from llm_fsm.cli import evaluate
+
+    folder = tmp_path / "defs"
+    (folder / "scripts").mkdir(parents=True)
+    for name in ("quiz", "small_talk"):
+        (folder / f"{name}.json").write_text((EXAMPLES / f"{name}.json").read_text())
+        for ext in ("txt", "json"):
+            (folder / "scripts" / f"{name}.{ext}").write_text((EXAMPLES / "scripts" / f"{name}.{ext}").read_text())
+    lines = folder / "scripts" / "small_talk.txt"
+    lines.write_text(lines.read_text() + "Still there?\nHello?\n")  # after the farewell: never played
+    own = folder / "quiz.json"
+    before = own.read_text()
+    result = runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--json", str(own)])
+    assert result.exit_code == 2 and "one of the courses' own" in result.stderr and own.read_text() == before
+    card = folder / "card.json"  # a scorecard saved beside the definitions is no definition on the next run
+    for _ in range(2):
+        result = runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--json", str(card)])
+        assert result.exit_code == 0, result.output
+    assert "card.json: no course" in result.stderr and "passed over" in result.stderr
+    assert "lines 5-6 of small_talk.txt are never played (the scripted run ended in 'farewell')" in result.stderr
+    # every broken course is named at once, not one per run
+    for name in ("broken_a", "broken_b"):
+        (folder / f"{name}.json").write_text('{"name": ')
+        for ext in ("txt", "json"):
+            (folder / "scripts" / f"{name}.{ext}").write_text((EXAMPLES / "scripts" / f"quiz.{ext}").read_text())
+    result = runner.invoke(app, ["eval", str(folder), "-m", "scripted"])
+    assert result.exit_code == 2 and "broken_a.json" in result.stderr and "broken_b.json" in result.stderr
+    for name in ("broken_a", "broken_b"):
+        (folder / f"{name}.json").unlink()
+    # the card's file is written before the table, which may go to a pipe that closes early
+    monkeypatch.setattr(evaluate, "_print", lambda runs: (_ for _ in ()).throw(BrokenPipeError()))
+    out = tmp_path / "new" / "card.json"
+    runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--json", str(out)])
+    assert json.loads(out.read_text())["runs"][0]["overall"]["reached"] > 0
+    result = runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--scripts", str(tmp_path / "nope")])
+    assert result.exit_code == 2 and "no such folder" in result.stderr

@@ -21,9 +21,10 @@ from llm_fsm.cli.options import (
 )
 
 if TYPE_CHECKING:
-    from llm_fsm.testing.scorecard import CourseScore
+    from llm_fsm.testing.scorecard import Course, CourseScore
 
 console = Console(highlight=False)
+progress = Console(highlight=False, stderr=True)  # a line per course played: not the card, which goes to stdout
 
 # eval's own --model: the simulated model follows no user, so it is not offered (and refused if given)
 EvalModelOption = Annotated[
@@ -52,8 +53,7 @@ def evaluate(
     """Score a model: the turns that reach the state a scripted run reaches, valid first replies,
     calls, tokens and time per turn, refusals by kind. --model scripted (no file) plays each course with its
     own scripts/NAME.json: the whole folder checked offline, every turn reached."""
-    from llm_fsm.errors import FSMError
-    from llm_fsm.testing.scorecard import as_json, course, run
+    from llm_fsm.testing.scorecard import as_json, run
 
     missing = [str(p) for p in paths if not p.exists()]
     if missing:
@@ -64,31 +64,78 @@ def evaluate(
     if model.simulated:  # it follows no user: its score would measure nothing about a model
         fail("eval scores how a model follows the courses' users; the simulated model reads none: give a real one", 2)
     if scripts is not None and not scripts.is_dir():
-        fail(f"--scripts {scripts}: not a folder (it holds NAME.txt and NAME.json)", 2)
+        why = "not a folder (it holds NAME.txt and NAME.json)" if scripts.exists() else "no such folder"
+        fail(f"--scripts {scripts}: {why}", 2)
+    courses = _courses(paths, scripts)
     if json_out is not None:
         check_writable(json_out)
-    files = [f for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
-    files = [f for f in files if not f.name.endswith(".test.json")]
-    if not files:
-        fail(f"no definitions in {', '.join(map(str, paths))}", 2)
-    courses = []
-    with definition_warnings():  # course() loads the definition: its warnings as validate writes them
-        for file in files:
-            try:
-                courses.append(course(file, scripts))
-            except FSMError as exc:
-                fail(str(exc).strip(), 2)
+        if json_out.resolve() in _inputs(courses):  # the scorecard would replace what it was made from
+            fail(f"--json {json_out}: that file is one of the courses' own (a definition, script or hooks)", 2)
     if own:  # each course played by its own scripted replies: the folder checked offline
         runs = run(courses, lambda each: each.scripted(), repeat=repeat, on_score=_progress)
     else:
         model.client()  # a bad model or option fails here, before any course starts
         runs = run(courses, lambda _: model.client(), repeat=repeat, on_score=_progress)
-    _print(runs)
-    if json_out is not None:
+    if json_out is not None:  # first: the table may go to a pipe that closes (| head) before it is printed
         write_output(json_out, as_json(runs) + "\n", make_folders=True)
+    _print(runs)
     failed = sum(t.error is not None for scores in runs for score in scores for t in score.turns)
     if failed:  # the card is printed, but a run the model could not finish is not a score
         fail(f"{failed} model call(s) failed: see 'stopped:' above", 1)
+
+
+def _courses(paths: list[Path], scripts: Path | None) -> list[Course]:
+    """The courses of the definitions ``paths`` name, or that their folders hold. In a folder, a JSON file with no
+    course at all (a scorecard saved there, a settings file) is passed over with a note; every other problem is
+    found, in every file, before eval stops on them (exit 2). Lines and replies a course never plays are noted."""
+    from llm_fsm.errors import FSMError
+    from llm_fsm.testing.scorecard import course
+
+    # (file, found in a folder): a file named on the command line must be a course
+    files = [(f, p.is_dir()) for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
+    files = [(f, found) for f, found in files if not f.name.endswith(".test.json")]
+    files = list({f.resolve(): (f, found) for f, found in reversed(files)}.values())[::-1]  # each file once
+    courses, problems = [], []
+    with definition_warnings():  # course() loads the definition: its warnings as validate writes them
+        for file, found in files:
+            folder = scripts if scripts is not None else file.parent / "scripts"
+            if found and not any((folder / f"{file.stem}.{ext}").is_file() for ext in ("txt", "json")):
+                typer.echo(f"note: {file}: no course ({folder / file.stem}.txt and .json): passed over", err=True)
+                continue
+            try:
+                courses.append(course(file, scripts))
+            except FSMError as exc:
+                problems.append(str(exc).strip())
+    if problems:
+        fail("\n".join(problems), 2)
+    if not courses:
+        fail(f"no courses in {', '.join(map(str, paths))} (each needs scripts/NAME.txt and NAME.json)", 2)
+    for each in courses:  # what the author wrote that the course does not play
+        last = each.expected[-1]
+        if each.unplayed:
+            why = f"the scripted run {'ended' if each.definition.states[last].terminal else 'paused'} in '{last}'"
+            lines = f"{_numbers(each.unplayed)} of {each.name}.txt {'is' if len(each.unplayed) == 1 else 'are'}"
+            typer.echo(f"note: {each.name}: {lines} never played ({why})", err=True)
+        if each.unused_replies:
+            replies = "reply is" if each.unused_replies == 1 else "replies are"
+            unused = f"the last {each.unused_replies} {replies}"
+            typer.echo(f"note: {each.name}: {unused} of {each.name}.json never used", err=True)
+    return courses
+
+
+def _numbers(numbers: tuple[int, ...]) -> str:
+    return f"line {numbers[0]}" if len(numbers) == 1 else f"lines {numbers[0]}-{numbers[-1]}"
+
+
+def _inputs(courses: list[Course]) -> set[Path]:
+    """The files the courses are made of: definitions, user lines, scripted replies, hooks modules."""
+    found = set()
+    for each in courses:
+        if each.source is not None:
+            found |= {each.source.resolve(), (each.source.parent / "hooks" / f"{each.name}.py").resolve()}
+        if each.replies is not None:
+            found |= {each.replies.resolve(), each.replies.with_suffix(".txt").resolve()}
+    return found
 
 
 def _progress(number: int, score: CourseScore) -> None:
@@ -98,7 +145,7 @@ def _progress(number: int, score: CourseScore) -> None:
     note = f" (stopped: {failed})" if failed else ""
     if not failed and len(score.turns) < score.course_turns:
         note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
-    console.print(
+    progress.print(
         f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}",
         style="dim", markup=False, soft_wrap=True,  # one line, however long the reason: the terminal wraps it
     )  # fmt: skip

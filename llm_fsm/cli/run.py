@@ -92,7 +92,8 @@ def run(
         allow_changed_definition=allow_changed_definition, strict_definition=strict_definition,
     )  # fmt: skip
     try:
-        stream = sys.stdin if input == "-" else open(input, encoding="utf-8")  # noqa: SIM115
+        # "utf-8-sig": an editor's byte order mark is not the user's first word
+        stream = sys.stdin if input == "-" else open(input, encoding="utf-8-sig")  # noqa: SIM115
     except OSError as exc:
         fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
     with stream:

@@ -22,6 +22,7 @@ from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import DefinitionError, FSMError, LLMError, ScriptExhausted
 from llm_fsm.hooks import Hooks
+from llm_fsm.json_problems import encoding_message
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
 from llm_fsm.testing import message_quality
@@ -44,6 +45,11 @@ class Course:
     expected: tuple[str, ...]  # len(lines) + 1: the opening's state first
     hooks: Hooks = field(default_factory=Hooks)
     replies: Path | None = None  # the scripted replies that made ``expected``
+    # the course file's lines the scripted run never reached (it ended or paused first), and the scripted replies
+    # it never used: what the author wrote that the course does not play (``llm-fsm eval`` notes both)
+    unplayed: tuple[int, ...] = ()
+    unused_replies: int = 0
+    source: Path | None = None  # the definition's file
 
     def scripted(self) -> LLMClient:
         """A fresh client of the course's own scripted replies: the course played offline, as it was made."""
@@ -96,20 +102,25 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     definition = load(path)
     given, hooks = hooks, hooks if hooks is not None else _hooks_next_to(path)
     lines_file, replies_file = folder / f"{path.stem}.txt", folder / f"{path.stem}.json"
-    if not lines_file.is_file() or not replies_file.is_file():
-        raise FSMError(f"{path.name}: no course (needs {lines_file} and {replies_file})")
+    missing = [str(file) for file in (lines_file, replies_file) if not file.is_file()]
+    if missing:
+        raise FSMError(f"{path.name}: no course (needs {' and '.join(missing)})")
     try:
-        text = lines_file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise FSMError(f"{lines_file}: cannot read the user's lines: {exc}") from None
-    lines = tuple(line for line in text.splitlines() if line.strip())
-    if not lines:
+        raw = lines_file.read_bytes()
+        text = raw.decode("utf-8-sig")  # an editor's byte order mark is not the user's first word
+    except OSError as exc:
+        raise FSMError(f"{lines_file}: cannot read the user's lines: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        raise FSMError(f"{lines_file}: cannot read the user's lines: {encoding_message(raw, exc.start)}") from None
+    # each line with its number in the file, blank lines skipped: an error names the line the author sees
+    numbered = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+    if not numbered:
         raise FSMError(f"{lines_file}: no user lines (one per line)")
     try:
         scripted = ScriptedLLM.from_file(replies_file)
         conversation = Conversation(definition, scripted, hooks=hooks)
         expected = [conversation.start().state]
-        for number, line in enumerate(lines, 1):
+        for number, line in numbered:
             if conversation.ended or conversation.paused:
                 break
             state = conversation.state
@@ -133,7 +144,11 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
             f"{where} {module}, which registers none of that name" if module.is_file() else f"no {module}: {where} it"
         )
         raise FSMError(f"{exc}\n  ({found})") from None
-    return Course(path.stem, definition, lines[: len(expected) - 1], tuple(expected), hooks, replies_file)
+    played = len(expected) - 1
+    return Course(
+        path.stem, definition, tuple(line for _, line in numbered[:played]), tuple(expected), hooks, replies_file,
+        unplayed=tuple(number for number, _ in numbered[played:]), unused_replies=scripted.remaining, source=path,
+    )  # fmt: skip
 
 
 def _refused(replies: Path, line: str, state: str, result: TurnResult) -> str:
