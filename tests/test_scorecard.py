@@ -215,8 +215,9 @@ def test_eval_with_the_bare_scripted_model_plays_each_course_with_its_own_replie
 
 
 def test_the_bare_scripted_model_outside_eval_asks_for_its_file():
-    result = runner.invoke(app, ["run", str(EXAMPLES / "quiz.json"), "-m", "scripted"])
-    assert result.exit_code == 2 and "--model scripted needs its replies: scripted:FILE" in result.output
+    for model in ("scripted", "scripted:"):
+        result = runner.invoke(app, ["run", str(EXAMPLES / "quiz.json"), "-m", model])
+        assert result.exit_code == 2 and "--model scripted needs its replies: scripted:FILE" in result.output
 
 
 def test_each_turn_of_the_card_says_why_its_replies_were_refused():

@@ -436,7 +436,7 @@ def _model(model: str | None, provider: Provider, stream: bool, definitions: Seq
         if not definitions:
             fail(f"--model {SIMULATED} walks a definition, and this command gives it none", 2)
         return SimulatedLLM(definitions[0]) if len(definitions) == 1 else SimulatedModels(definitions)
-    if model == SCRIPTED:  # not a litellm name: the replies' file is missing
+    if model.rstrip(":") == SCRIPTED:  # not a litellm name: the replies' file is missing
         fail(f"--model {SCRIPTED} needs its replies: {SCRIPTED_PREFIX}FILE (a JSON list of replies)", 2)
     if model.startswith(SCRIPTED_PREFIX):
         from llm_fsm.testing.scripted import ScriptedLLM
