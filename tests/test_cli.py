@@ -56,6 +56,8 @@ def test_run_reads_an_input_file_saved_with_a_byte_order_mark_as_its_text(files)
     result = runner.invoke(app, ["run", str(definition), "--model", f"scripted:{script}", "--input", str(inputs)])
     assert result.exit_code == 0, result.output
     assert lines(result.stdout)[1]["user"] == "I'm Ann"
+    given = runner.invoke(app, ["run", str(definition), "--model", f"scripted:{script}"], input=inputs.read_text())
+    assert given.exit_code == 0 and lines(given.stdout)[1]["user"] == "I'm Ann"  # on stdin too
 
 
 def test_run_prints_one_json_line_per_turn_and_stops_at_the_terminal_state(files):

@@ -117,6 +117,7 @@ def course_dir(tmp_path, lines: bytes | str, replies_json: object):
         # blank lines are skipped, and the line named is the file's; an editor's byte order mark is no text
         ("\ufeff\n\nSure, let's go!\n", "refused", "the scripted reply to line 3 of quiz.txt"),
         (b"caf\xe9\n", "quiz", "byte 0xE9 at 1:4"),
+        (b"\xef\xbb\xbfok\n\nbad \xff\n", "quiz", "byte 0xFF at 3:5"),  # placed in the file, its mark counted
         ("Sure, let's go!\n", "broken", "is not a reply script"),
     ],
 )
@@ -265,17 +266,25 @@ def test_eval_keeps_what_it_reads_and_says_what_it_passes_over(tmp_path, monkeyp
         for ext in ("txt", "json"):
             (folder / "scripts" / f"{name}.{ext}").write_text((EXAMPLES / "scripts" / f"{name}.{ext}").read_text())
     lines = folder / "scripts" / "small_talk.txt"
-    lines.write_text(lines.read_text() + "Still there?\nHello?\n")  # after the farewell: never played
-    own = folder / "quiz.json"
-    before = own.read_text()
-    result = runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--json", str(own)])
-    assert result.exit_code == 2 and "one of the courses' own" in result.stderr and own.read_text() == before
+    lines.write_text(lines.read_text() + "Still there?\n\nHello?\n")  # after the farewell: never played
+    # no file the courses are made of is replaced, however it is reached (a hard link, a subflow, replies)
+    linked = tmp_path / "linked.json"
+    linked.hardlink_to(folder / "scripts" / "quiz.json")
+    for own in (folder / "quiz.json", folder / "scripts" / "small_talk.json", linked):
+        before = own.read_text()
+        result = runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--json", str(own)])
+        assert result.exit_code == 2 and "is not a scorecard eval wrote" in result.stderr and own.read_text() == before
     card = folder / "card.json"  # a scorecard saved beside the definitions is no definition on the next run
     for _ in range(2):
         result = runner.invoke(app, ["eval", str(folder), "-m", "scripted", "--json", str(card)])
         assert result.exit_code == 0, result.output
     assert "card.json: no course" in result.stderr and "passed over" in result.stderr
-    assert "lines 5-6 of small_talk.txt are never played (the scripted run ended in 'farewell')" in result.stderr
+    assert "lines 5, 7 of small_talk.txt are never played (the scripted run ended in 'farewell')" in result.stderr
+    # named on its own, a file must be a course, wherever it comes among the paths
+    result = runner.invoke(app, ["eval", str(folder), str(card), "-m", "scripted"])
+    assert result.exit_code == 2 and "card.json" in result.stderr and "passed over" not in result.stderr
+    result = runner.invoke(app, ["eval", str(folder / "quiz.json"), "-m", "scripted:"])
+    assert result.exit_code == 2 and "or scripted alone for each course's own" in result.stderr
     # every broken course is named at once, not one per run
     for name in ("broken_a", "broken_b"):
         (folder / f"{name}.json").write_text('{"name": ')

@@ -66,11 +66,13 @@ def evaluate(
     if scripts is not None and not scripts.is_dir():
         why = "not a folder (it holds NAME.txt and NAME.json)" if scripts.exists() else "no such folder"
         fail(f"--scripts {scripts}: {why}", 2)
+    if model.name.rstrip(":") == SCRIPTED and model.name != SCRIPTED:
+        fail(f"--model {model.name} names no file: {SCRIPTED_PREFIX}FILE, or {SCRIPTED} alone for each course's own", 2)
     courses = _courses(paths, scripts)
     if json_out is not None:
         check_writable(json_out)
-        if json_out.resolve() in _inputs(courses):  # the scorecard would replace what it was made from
-            fail(f"--json {json_out}: that file is one of the courses' own (a definition, script or hooks)", 2)
+        if not _a_scorecard(json_out):  # a definition, a script, replies: what the scorecard was made from
+            fail(f"--json {json_out}: the file exists and is not a scorecard eval wrote: not replaced", 2)
     if own:  # each course played by its own scripted replies: the folder checked offline
         runs = run(courses, lambda each: each.scripted(), repeat=repeat, on_score=_progress)
     else:
@@ -94,7 +96,11 @@ def _courses(paths: list[Path], scripts: Path | None) -> list[Course]:
     # (file, found in a folder): a file named on the command line must be a course
     files = [(f, p.is_dir()) for p in paths for f in (sorted(p.glob("*.json")) if p.is_dir() else [p])]
     files = [(f, found) for f, found in files if not f.name.endswith(".test.json")]
-    files = list({f.resolve(): (f, found) for f, found in reversed(files)}.values())[::-1]  # each file once
+    once: dict[Path, tuple[Path, bool]] = {}  # each file once, where it first comes; named, it must be a course
+    for file, found in files:
+        first = once.setdefault(file.resolve(), (file, found))
+        once[file.resolve()] = (first[0], first[1] and found)
+    files = list(once.values())
     courses, problems = [], []
     with definition_warnings():  # course() loads the definition: its warnings as validate writes them
         for file, found in files:
@@ -117,25 +123,36 @@ def _courses(paths: list[Path], scripts: Path | None) -> list[Course]:
             lines = f"{_numbers(each.unplayed)} of {each.name}.txt {'is' if len(each.unplayed) == 1 else 'are'}"
             typer.echo(f"note: {each.name}: {lines} never played ({why})", err=True)
         if each.unused_replies:
-            replies = "reply is" if each.unused_replies == 1 else "replies are"
-            unused = f"the last {each.unused_replies} {replies}"
-            typer.echo(f"note: {each.name}: {unused} of {each.name}.json never used", err=True)
+            replies = f"{each.unused_replies} {'reply' if each.unused_replies == 1 else 'replies'}"
+            are = "is" if each.unused_replies == 1 else "are"
+            typer.echo(f"note: {each.name}: the last {replies} of {each.name}.json {are} never used", err=True)
     return courses
 
 
 def _numbers(numbers: tuple[int, ...]) -> str:
-    return f"line {numbers[0]}" if len(numbers) == 1 else f"lines {numbers[0]}-{numbers[-1]}"
+    """``(5, 6, 7, 9)`` as "lines 5-7, 9": a blank line between two is not one of them."""
+    runs: list[list[int]] = []
+    for number in numbers:
+        if runs and number == runs[-1][-1] + 1:
+            runs[-1].append(number)
+        else:
+            runs.append([number])
+    spans = ", ".join(f"{run[0]}-{run[-1]}" if len(run) > 1 else str(run[0]) for run in runs)
+    return f"{'line' if len(numbers) == 1 else 'lines'} {spans}"
 
 
-def _inputs(courses: list[Course]) -> set[Path]:
-    """The files the courses are made of: definitions, user lines, scripted replies, hooks modules."""
-    found = set()
-    for each in courses:
-        if each.source is not None:
-            found |= {each.source.resolve(), (each.source.parent / "hooks" / f"{each.name}.py").resolve()}
-        if each.replies is not None:
-            found |= {each.replies.resolve(), each.replies.with_suffix(".txt").resolve()}
-    return found
+def _a_scorecard(path: Path) -> bool:
+    """Whether ``--json`` may write ``path``: no file there, an empty one, or a scorecard an earlier run wrote
+    (any other file may be what the courses are made of: a definition, its subflows, scripts, replies)."""
+    import json
+
+    try:
+        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+            return True
+        data = json.loads(path.read_bytes())
+    except (OSError, ValueError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("runs"), list) and "states" not in data
 
 
 def _progress(number: int, score: CourseScore) -> None:

@@ -163,6 +163,8 @@ def _lines(stream: TextIO, name: str) -> Iterator[str]:
     """
     try:
         for number, line in enumerate(stream, 1):
+            if number == 1:  # an editor's byte order mark is no text (a file's is dropped as it is read; stdin's here)
+                line = line.removeprefix("\ufeff")
             if not blank(line):
                 yield line.rstrip("\r\n")
             else:

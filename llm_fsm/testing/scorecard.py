@@ -10,6 +10,7 @@ was its first reply valid, how many calls, tokens and seconds did it take, and w
 
 from __future__ import annotations
 
+import codecs
 import json
 import time
 from collections import Counter
@@ -107,13 +108,17 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
         raise FSMError(f"{path.name}: no course (needs {' and '.join(missing)})")
     try:
         raw = lines_file.read_bytes()
-        text = raw.decode("utf-8-sig")  # an editor's byte order mark is not the user's first word
+        bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # an editor's mark, not the user's word
+        text = raw[bom:].decode("utf-8")
     except OSError as exc:
         raise FSMError(f"{lines_file}: cannot read the user's lines: {exc.strerror or exc}") from None
     except UnicodeDecodeError as exc:
-        raise FSMError(f"{lines_file}: cannot read the user's lines: {encoding_message(raw, exc.start)}") from None
-    # each line with its number in the file, blank lines skipped: an error names the line the author sees
-    numbered = [(number, line) for number, line in enumerate(text.splitlines(), 1) if line.strip()]
+        why = encoding_message(raw, bom + exc.start)
+        raise FSMError(f"{lines_file}: cannot read the user's lines: {why}") from None
+    # each line with its number in the file (lines end as a text file's do, not at a form feed), blank lines
+    # skipped: an error names the line the author sees
+    split = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    numbered = [(number, line) for number, line in enumerate(split, 1) if line.strip()]
     if not numbered:
         raise FSMError(f"{lines_file}: no user lines (one per line)")
     try:
