@@ -50,7 +50,6 @@ class Course:
     # it never used: what the author wrote that the course does not play (``llm-fsm eval`` notes both)
     unplayed: tuple[int, ...] = ()
     unused_replies: int = 0
-    source: Path | None = None  # the definition's file
 
     def scripted(self) -> LLMClient:
         """A fresh client of the course's own scripted replies: the course played offline, as it was made."""
@@ -152,7 +151,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     played = len(expected) - 1
     return Course(
         path.stem, definition, tuple(line for _, line in numbered[:played]), tuple(expected), hooks, replies_file,
-        unplayed=tuple(number for number, _ in numbered[played:]), unused_replies=scripted.remaining, source=path,
+        unplayed=tuple(number for number, _ in numbered[played:]), unused_replies=scripted.remaining,
     )  # fmt: skip
 
 
