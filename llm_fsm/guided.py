@@ -111,8 +111,9 @@ def guided_schema(
     if state.writable_keys is None:  # a key another state asks for is that state's to collect (asked_elsewhere)
         elsewhere = asked_elsewhere(definition, state_id)
         keys = [key for key in keys if key not in elsewhere or (question and key in context)]
-    if not opening:  # and the keys it may correct, once collected (llm_fsm.corrections)
-        keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
+    # and the keys it may correct, once collected (llm_fsm.corrections)
+    kept = [] if opening else [k for k in definition.correctable_keys(state_id) if k in context and k not in keys]
+    keys += kept
     values = {key: value_schema(definition, state, key) for key in keys}
     # yes/no flags last: the model writes what the user's words hold (a name, the field to correct) before
     # it judges a flag (confirmed, cancelled), and a grammar writes keys in this order
@@ -194,7 +195,7 @@ def guided_schema(
     if offered is not None:
         flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
         sole = question if question in flags else None  # answered by a yes or a no (guided_words.flag)
-        branches = as_said(definition, state.id, branches, offered, context, flags, sole)
+        branches = as_said(definition, state.id, branches, offered, context, flags, sole, kept)
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
     fresh = not_opening_like(list(earlier)[-MAX_EARLIER:], MAX_MESSAGE)

@@ -12,7 +12,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any
 
 from llm_fsm.definition import RETURN, FSMDefinition
@@ -29,14 +29,18 @@ def as_said(
     context: Mapping[str, Any],
     flags: Mapping[str, Topic | None],
     sole: str | None = None,
+    kept: Collection[str] = (),
 ) -> list[dict[str, Any]]:
     """``branches`` (of a turn in ``state_id``) as ``said`` makes them; ``flags``: the yes/no keys and what each
     is about (:func:`llm_fsm.guided_values.flag_topic`); ``sole``: the yes/no key that is all the state asks (see
-    :func:`llm_fsm.guided_words.flag`). The branches as they were where none would be left."""
+    :func:`llm_fsm.guided_words.flag`); ``kept``: the keys the state only corrects, whose collected free text stays
+    on offer (``from_words``'s ``keep``). The branches as they were where none would be left."""
     if said.asked:
         detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]
         branches = detours or branches
-    found = [words for branch in branches if (words := _from_words(branch, said, context, flags, sole)) is not None]
+    found = [
+        words for branch in branches if (words := _from_words(branch, said, context, flags, sole, kept)) is not None
+    ]
     found = [(_holding(definition, state_id, branch, context), bound, free) for branch, bound, free in found]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
 
@@ -143,6 +147,7 @@ def _from_words(
     context: Mapping[str, Any],
     flags: Mapping[str, Topic | None],
     sole: str | None = None,
+    kept: Collection[str] = (),
 ) -> tuple[dict[str, Any], set[str], set[str]] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
     whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
@@ -152,7 +157,7 @@ def _from_words(
     free: set[str] = set()
     for key, schema in _update(branch).items():
         schema = _null_keeps(schema, context.get(key))
-        value = from_words(schema, said, context.get(key))
+        value = from_words(schema, said, context.get(key), key in kept)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         if _open(schema):
             (free if value == schema else bound).add(key)

@@ -233,7 +233,7 @@ def spans(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[str, Any] | None:
+def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bool = False) -> dict[str, Any] | None:
     """``schema`` (one key's value schema in a branch, perhaps ``anyOf`` with null) with each part made the
     values of ``said`` it accepts: free text and numbers from the pool; a closed set (an ``enum`` of text)
     the values the user's words name, when they name any. None when no value can come from what was said:
@@ -242,9 +242,13 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
 
     What nothing said fits is left as the schema says (a date said in words, written in the form asked
     for), unless ``current`` holds the key's collected value: a collected value changes only to one the
-    user said, so the part becomes that value (writing it again changes nothing)."""
+    user said, so the part becomes that value (writing it again changes nothing).
+
+    ``keep``: the key is another state's, here only to be corrected. Free text (no pattern) then offers its
+    collected value beside what was said: any span of "yep, that's all correct" fits a free-text name, and
+    a small model offered only spans wrote one over the name ("customer_name": "thats")."""
     if "anyOf" in schema and set(schema) == {"anyOf"}:
-        found = (from_words(part, said, current) for part in schema["anyOf"])
+        found = (from_words(part, said, current, keep) for part in schema["anyOf"])
         parts = [part for part in found if part is not None]
         return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
     if "enum" in schema and "const" not in schema:
@@ -301,6 +305,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None) -> dict[
         return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
         fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
+    elif keep and isinstance(current, str) and kind not in ("integer", "number") and accepts(current):
+        fitting = [current, *(value for value in fitting if value != current)]
     return {"enum": fitting[:MAX_OFFERED]}
 
 

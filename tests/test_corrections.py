@@ -197,6 +197,33 @@ def test_the_guided_schema_admits_the_correctable_keys_once_collected():
     assert all(k == {"confirmed"} for k in keys)
 
 
+def _offered(schema: dict[str, Any], key: str) -> list[Any]:
+    """The values of ``key`` that ``schema``'s branches offer, null aside, in order, once each."""
+    transition = schema["properties"]["transition"]
+    found: list[Any] = []
+    for branch in transition.get("anyOf", [transition]):
+        value = branch["properties"]["context_update"]["properties"][key]
+        for part in value.get("anyOf", [value]):
+            found += [v for v in part.get("enum", [part["const"]] if "const" in part else []) if v not in found]
+    return found
+
+
+def test_a_guided_correction_offers_the_collected_text_beside_the_words():
+    # any span of "yep, that's all correct" fits free text: offered only spans, a small model wrote one over
+    # the collected value ("customer_name": "thats"); the collected value is on offer first
+    definition = dentist(corrections=True)
+    kept = guided_schema(definition, "read_back", BOOKED, said="yep, that's all correct")
+    assert _offered(kept, "service")[0] == "cleaning" and "all correct" in _offered(kept, "service")
+    changed = guided_schema(definition, "read_back", BOOKED, said="it's for a check-up actually")
+    assert {"cleaning", "a check-up"} <= set(_offered(changed, "service"))  # a real correction is still there
+    # a shaped value is not given its old value: the words decide it ("10:00" only if said)
+    clock = dentist(corrections=True, context_schema={"time": {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}})
+    assert _offered(guided_schema(clock, "read_back", BOOKED, said="make it 11:30"), "time") == ["11:30", "23:30"]
+    # a key the state collects itself is the state's question: what the words say, not the value it replaces
+    asking = guided_schema(definition, "ask_service", {"service": "cleaning"}, said="a check-up please")
+    assert "cleaning" not in _offered(asking, "service")
+
+
 def test_the_prompt_names_the_keys_to_correct_only_where_corrections_are_allowed():
     prompt = PromptBuilder()
     part = prompt.definition_part(dentist(), "read_back")

@@ -84,6 +84,7 @@ def test_eval_prints_the_card_and_writes_json(tmp_path):
     card = json.loads(out.read_text())
     assert len(card["runs"]) == 2 and card["runs"][0]["overall"]["reached_rate"] == 1.0
     assert card["runs"][1]["courses"][0]["turns"][0]["expected"] == "intro"
+    assert "values overwritten" in result.stdout and card["runs"][0]["overall"]["overwritten_values"] == 0
 
 
 def test_eval_with_a_tool_example_uses_its_hooks_and_reports_failures_in_one_line(tmp_path):
@@ -163,6 +164,19 @@ def test_the_card_counts_messages_a_person_could_not_use():
     assert (figures["repeated_messages"], figures["looping_messages"], figures["copied_messages"]) == (1, 1, 1)
     # and each turn says what was wrong with its message
     assert [t.unusable for t in card.turns[2:5]] == [["repeated"], ["looping"], ["copied"]]
+
+
+def test_the_card_counts_collected_values_the_model_overwrote_where_the_script_kept_them():
+    bike = course(ROOT / "benchmarks" / "unseen4" / "bike_repair_booking.json")
+    scripted = json.loads((ROOT / "benchmarks" / "unseen4" / "scripts" / "bike_repair_booking.json").read_text())
+    # the script's own correction (the date moved to Friday the 13th) is the course's, not an overwrite
+    assert bike.corrected[6] == {"service_date"} and not any(bike.corrected[:6])
+    assert summary([score(bike, ScriptedLLM(scripted))])["overwritten_values"] == 0
+    rewrote = [json.loads(json.dumps(reply)) for reply in scripted]
+    rewrote[6]["transition"]["context_update"]["vehicle_model"] = "thats"  # a span of "yep thats all correct"
+    card = score(bike, ScriptedLLM(rewrote))
+    assert [t.overwrote for t in card.turns] == [[]] * 7 + [["vehicle_model"]]
+    assert summary([card])["overwritten_values"] == 1
 
 
 def test_loops_and_copies_need_a_real_run_of_words():

@@ -175,7 +175,7 @@ def _print(runs: list[list[CourseScore]]) -> None:
 
     table = Table("definition", "turns reached", "ended as expected", "valid 1st reply", "calls/turn",
                   "prompt tok/turn (cached)", "completion tok/turn", "s/turn", "refused (kind: count)",
-                  "unusable messages (repeated/looping/copied/echoed)")  # fmt: skip
+                  "unusable messages (repeated/looping/copied/echoed)", "values overwritten")  # fmt: skip
     names = [score.name for score in runs[0]]
     for index, name in enumerate(names):
         table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
@@ -223,4 +223,5 @@ def _cells(figures: list[dict[str, Any]]) -> list[str]:
         ", ".join(f"{k}: {v:g}" for k, v in sorted(kinds.items())) or "-",
         # the model's messages a person could not use (llm_fsm.testing.message_quality)
         "/".join(f"{mean(key):g}" for key in QUALITY),
+        f"{mean('overwritten_values'):g}",  # collected values the model changed where the script kept them
     ]

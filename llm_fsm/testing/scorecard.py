@@ -50,6 +50,8 @@ class Course:
     # it never used: what the author wrote that the course does not play (``llm-fsm eval`` notes both)
     unplayed: tuple[int, ...] = ()
     unused_replies: int = 0
+    # per turn of ``expected``: the collected keys the scripted run corrected there ("make it Friday")
+    corrected: tuple[frozenset[str], ...] = ()
 
     def scripted(self) -> LLMClient:
         """A fresh client of the course's own scripted replies: the course played offline, as it was made."""
@@ -76,6 +78,8 @@ class TurnScore:
     written: bool = False  # the model wrote the message (not the definition's opening, not the fallback)
     reasons: list[str] = field(default_factory=list)  # each refusal's reason, in the order of ``rejected``
     unusable: list[str] = field(default_factory=list)  # why a person could not use its message (message_quality)
+    # the collected keys the model changed where the scripted run kept them (a name rewritten "thats" on "yep")
+    overwrote: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -123,7 +127,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     try:
         scripted = ScriptedLLM.from_file(replies_file)
         conversation = Conversation(definition, scripted, hooks=hooks)
-        expected = [conversation.start().state]
+        expected, corrected = [conversation.start().state], [frozenset[str]()]
         for number, line in numbered:
             if conversation.ended or conversation.paused:
                 break
@@ -132,6 +136,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
             if result.llm_calls and len({r.attempt for r in result.rejected}) >= result.llm_calls:
                 raise FSMError(_refused(replies_file, f"line {number} of {lines_file.name}", state, result))
             expected.append(result.state)
+            corrected.append(frozenset(result.corrections))
     except ScriptExhausted as exc:
         # the replies end early, or one was refused and its corrective call took the reply after it
         why = f"{exc}: the replies end before {lines_file.name} does, or one was refused and a corrective call took"
@@ -152,6 +157,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     return Course(
         path.stem, definition, tuple(line for _, line in numbered[:played]), tuple(expected), hooks, replies_file,
         unplayed=tuple(number for number, _ in numbered[played:]), unused_replies=scripted.remaining,
+        corrected=tuple(corrected),
     )  # fmt: skip
 
 
@@ -191,6 +197,8 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
             turns.append(TurnScore(user, expected, None, False, False, 0, 0, 0, seconds, [], text))
             break
         turns.append(_turn(user, expected, result, time.perf_counter() - started))
+        kept = course.corrected[index] if index < len(course.corrected) else frozenset()
+        turns[-1].overwrote = sorted(set(result.corrections) - kept)
     written = [t for t in turns if t.written]
     prose = message_quality.prose_runs(course.definition)
     found = message_quality.judged([t.message for t in written], prose, [t.user for t in written])
@@ -237,6 +245,8 @@ def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
         "errors": sum(t.error is not None for t in turns),
         # the model's messages a person could not use, summed over the conversations
         **{name: sum(s.quality.get(name, 0) for s in scores) for name in QUALITY},
+        # collected values the model changed where the scripted run kept them
+        "overwritten_values": sum(len(t.overwrote) for t in turns),
         "rejected": dict(sorted(kinds.items())),
     }
 
