@@ -29,8 +29,8 @@ def test_a_guided_retry_asks_for_what_the_schema_can_need_not_twice_the_budget(f
     schema = retry["response_format"]["json_schema"]["schema"]
     need = max_reply_chars(schema)
     assert need is not None and MAX_MESSAGE + MAX_TEXT < need < 2 * 300  # the message and the name, bounded
-    assert first["max_tokens"] == budget
-    assert retry["max_tokens"] == max(budget, need) < 2 * budget  # 300: what it needs; 500: the budget again
+    # 300: what it needs, from the first call on (a guided reply ends with its grammar); 500: the budget again
+    assert first["max_tokens"] == retry["max_tokens"] == max(budget, need) < 2 * budget
 
 
 def test_without_a_bounded_schema_the_retry_doubles_the_clients_budget_once(fake_openai, signup):
@@ -73,3 +73,25 @@ def test_a_schema_the_provider_is_not_held_to_does_not_bound_the_retry():
     native = llm_fsm.LiteLLMClient("openai/x", response_format="json_schema", tool_calling="native", max_tokens=50)
     with_tools = LLMRequest(request.messages, bounded, bounded, longer=True, tools=tools)
     assert native._params(with_tools, stream=False)["max_tokens"] == 100
+
+
+def test_a_guided_call_gets_what_its_schema_can_need_at_once_and_a_plain_one_its_budget():
+    # a guided reply stops where its grammar ends: cut at the budget, it was only asked again with more
+    bounded = {
+        "type": "object",
+        "properties": {"m": {"type": "string", "maxLength": 150}},
+        "additionalProperties": False,
+    }
+    first = LLMRequest([{"role": "user", "content": "x"}], bounded, bounded)
+    guided = llm_fsm.LiteLLMClient("openai/x", response_format="json_schema", max_tokens=50, guided=True)
+    need = max_reply_chars(bounded)
+    assert need is not None and 100 < need and guided._params(first, stream=False)["max_tokens"] == 100  # twice at most
+    small = llm_fsm.LiteLLMClient("openai/x", response_format="json_schema", max_tokens=200, guided=True)
+    assert small._params(first, stream=False)["max_tokens"] == 200  # never below the budget
+    plain = llm_fsm.LiteLLMClient("openai/x", response_format="json_schema", max_tokens=50)
+    assert plain._params(first, stream=False)["max_tokens"] == 50
+    # a retry of a guided call gets the same, not four times the budget; a schema with no bound, the budget
+    again = LLMRequest(first.messages, bounded, bounded, longer=True)
+    assert guided._params(again, stream=False)["max_tokens"] == 100
+    free = LLMRequest(first.messages, {"type": "object"}, {"type": "object"})
+    assert guided._params(free, stream=False)["max_tokens"] == 50

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from llm_fsm import telemetry
 from llm_fsm.errors import LLMError, LLMUnavailableError
-from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, longer_budget
+from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, longer_budget, max_reply_chars
 from llm_fsm.llm.provider_errors import provider_error
 from llm_fsm.llm.responses import _alast_response, _last_response, _StreamReader, whole_response
 from llm_fsm.secrets import without_url_passwords
@@ -227,11 +227,16 @@ class LiteLLMClient:
             params["extra_body"] = dict(GUIDED_SAMPLING)
         response_format = self._response_format(request)
         native_tools = bool(request.tools) and self.tool_mode() == "native"
-        if request.longer:  # bounded by the schema the reply is held to (not if it may call tools natively)
-            held = (response_format or {}).get("type") == "json_schema" and not native_tools
-            for budget in ("max_tokens", "max_completion_tokens"):
-                if isinstance(params.get(budget), int):
-                    params[budget] = longer_budget(params[budget], request.strict_schema if held else None)
+        held = (response_format or {}).get("type") == "json_schema" and not native_tools
+        for budget in ("max_tokens", "max_completion_tokens"):
+            if not isinstance(params.get(budget), int):
+                continue
+            schema = request.strict_schema if held else None  # the schema the reply is held to
+            # a guided reply stops where its grammar ends: its first call gets what the retry after a cut would
+            # (what the schema can need, up to twice the budget), not a cut and then a second call
+            bounded = self.guided and schema is not None and max_reply_chars(schema) is not None
+            if request.longer or bounded:
+                params[budget] = longer_budget(params[budget], schema)
         if request.max_tokens is not None:  # never above the client's own budget
             ceiling = params.get("max_tokens")
             params["max_tokens"] = min(ceiling, request.max_tokens) if isinstance(ceiling, int) else request.max_tokens
