@@ -228,15 +228,7 @@ class LiteLLMClient:
         response_format = self._response_format(request)
         native_tools = bool(request.tools) and self.tool_mode() == "native"
         held = (response_format or {}).get("type") == "json_schema" and not native_tools
-        for budget in ("max_tokens", "max_completion_tokens"):
-            if not isinstance(params.get(budget), int):
-                continue
-            schema = request.strict_schema if held else None  # the schema the reply is held to
-            # a guided reply stops where its grammar ends: its first call gets what the retry after a cut would
-            # (what the schema can need, up to twice the budget), not a cut and then a second call
-            bounded = self.guided and schema is not None and max_reply_chars(schema) is not None
-            if request.longer or bounded:
-                params[budget] = longer_budget(params[budget], schema)
+        _budget(params, request.strict_schema if held else None, longer=request.longer, guided=self.guided)
         if request.max_tokens is not None:  # never above the client's own budget
             ceiling = params.get("max_tokens")
             params["max_tokens"] = min(ceiling, request.max_tokens) if isinstance(ceiling, int) else request.max_tokens
@@ -383,6 +375,18 @@ _GENAI_PROVIDERS = {
 # sequences, so the values it copies from the user's words are not held against it (benchmarks/REAL_MODEL.md,
 # issue 28). Sent only to a server on this machine or your network; extra_body=... of your own replaces it
 GUIDED_SAMPLING: dict[str, Any] = {"dry_multiplier": 0.8}
+
+
+def _budget(params: dict[str, Any], schema: dict[str, Any] | None, *, longer: bool, guided: bool) -> None:
+    """``params``' token budget for a reply held to ``schema`` (None: held to none), raised for a retry after a
+    cut reply (``longer``), and for a guided call from the first: a grammar ends the reply where its JSON ends,
+    so it gets what the retry would (what the schema can need, up to twice the budget), not a cut and then a
+    second call (``llm_fsm.llm.protocol.longer_budget``)."""
+    if not (longer or (guided and schema is not None and max_reply_chars(schema) is not None)):
+        return
+    for budget in ("max_tokens", "max_completion_tokens"):
+        if isinstance(params.get(budget), int):
+            params[budget] = longer_budget(params[budget], schema)
 
 
 def _format(kind: str, strict: dict[str, Any] | None, own_server: bool) -> dict[str, Any] | None:
