@@ -111,9 +111,10 @@ def guided_schema(
     if state.writable_keys is None:  # a key another state asks for is that state's to collect (asked_elsewhere)
         elsewhere = asked_elsewhere(definition, state_id)
         keys = [key for key in keys if key not in elsewhere or (question and key in context)]
-    # and the keys it may correct, once collected (llm_fsm.corrections)
-    kept = [] if opening else [k for k in definition.correctable_keys(state_id) if k in context and k not in keys]
-    keys += kept
+    if not opening:  # and the keys it may correct, once collected (llm_fsm.corrections)
+        keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
+    # values collected before that the state does not ask for, here to be corrected (a read-back, corrections)
+    kept = [key for key in keys if key in context and key not in asks]
     values = {key: value_schema(definition, state, key) for key in keys}
     # yes/no flags last: the model writes what the user's words hold (a name, the field to correct) before
     # it judges a flag (confirmed, cancelled), and a grammar writes keys in this order

@@ -33,7 +33,7 @@ def as_said(
 ) -> list[dict[str, Any]]:
     """``branches`` (of a turn in ``state_id``) as ``said`` makes them; ``flags``: the yes/no keys and what each
     is about (:func:`llm_fsm.guided_values.flag_topic`); ``sole``: the yes/no key that is all the state asks (see
-    :func:`llm_fsm.guided_words.flag`); ``kept``: the keys the state only corrects, whose collected free text stays
+    :func:`llm_fsm.guided_words.flag`); ``kept``: the collected keys the state does not ask for, whose free text stays
     on offer (``from_words``'s ``keep``). The branches as they were where none would be left."""
     if said.asked:
         detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]

@@ -244,8 +244,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
     for), unless ``current`` holds the key's collected value: a collected value changes only to one the
     user said, so the part becomes that value (writing it again changes nothing).
 
-    ``keep``: the key is another state's, here only to be corrected. Free text (no pattern) then offers its
-    collected value beside what was said: any span of "yep, that's all correct" fits a free-text name, and
+    ``keep``: the key holds a value collected before that this state does not ask for, here only to be corrected
+    (a read-back, ``corrections``). Free text (no pattern) then offers that value beside what was said: any span of "yep, that's all correct" fits a free-text name, and
     a small model offered only spans wrote one over the name ("customer_name": "thats")."""
     if "anyOf" in schema and set(schema) == {"anyOf"}:
         found = (from_words(part, said, current, keep) for part in schema["anyOf"])

@@ -224,6 +224,17 @@ def test_a_guided_correction_offers_the_collected_text_beside_the_words():
     assert "cleaning" not in _offered(asking, "service")
 
 
+def test_a_guided_read_back_offers_the_collected_text_it_may_rewrite_without_corrections():
+    # a read-back (a state that only asks yes or no) may write the collected keys its moves read: the same
+    # overwrite ("address": "thats right"), with or without `corrections`
+    read_back = {**json.loads(DENTIST.read_text())["states"]["read_back"], "writable_keys": None}
+    read_back["transitions"][0]["conditions"].append({"description": "a service", "requires_context_keys": ["service"]})
+    definition = dentist(corrections=None, state_read_back=read_back)
+    assert definition.states["read_back"].writable_keys is None
+    offered = _offered(guided_schema(definition, "read_back", BOOKED, said="yep thats right"), "service")
+    assert offered[0] == "cleaning" and "yep thats right" in offered
+
+
 def test_the_prompt_names_the_keys_to_correct_only_where_corrections_are_allowed():
     prompt = PromptBuilder()
     part = prompt.definition_part(dentist(), "read_back")
