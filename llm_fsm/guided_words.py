@@ -245,8 +245,9 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
     user said, so the part becomes that value (writing it again changes nothing).
 
     ``keep``: the key holds a value collected before that this state does not ask for, here only to be corrected
-    (a read-back, ``corrections``). Free text (no pattern) then offers that value beside what was said: any span of "yep, that's all correct" fits a free-text name, and
-    a small model offered only spans wrote one over the name ("customer_name": "thats")."""
+    (a read-back, ``corrections``). Free text (no pattern) then offers that value beside what was said: any
+    span of "yep, that's all correct" fits a free-text name, and a small model offered only spans wrote one
+    over the name ("customer_name": "thats")."""
     if "anyOf" in schema and set(schema) == {"anyOf"}:
         found = (from_words(part, said, current, keep) for part in schema["anyOf"])
         parts = [part for part in found if part is not None]
