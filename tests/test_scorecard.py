@@ -170,13 +170,63 @@ def test_the_card_counts_collected_values_the_model_overwrote_where_the_script_k
     bike = course(ROOT / "benchmarks" / "unseen4" / "bike_repair_booking.json")
     scripted = json.loads((ROOT / "benchmarks" / "unseen4" / "scripts" / "bike_repair_booking.json").read_text())
     # the script's own correction (the date moved to Friday the 13th) is the course's, not an overwrite
-    assert bike.corrected[6] == {"service_date"} and not any(bike.corrected[:6])
+    assert bike.changed[6] == {"service_date"}
     assert summary([score(bike, ScriptedLLM(scripted))])["overwritten_values"] == 0
     rewrote = [json.loads(json.dumps(reply)) for reply in scripted]
     rewrote[6]["transition"]["context_update"]["vehicle_model"] = "thats"  # a span of "yep thats all correct"
     card = score(bike, ScriptedLLM(rewrote))
     assert [t.overwrote for t in card.turns] == [[]] * 7 + [["vehicle_model"]]
     assert summary([card])["overwritten_values"] == 1
+
+
+TABLE = {
+    "name": "table", "description": "Book a table.", "initial_state": "collect",
+    "states": {
+        "collect": {
+            "purpose": "Get the name and the day.", "opening": "Hi! Your name and the day?",
+            "required_context_keys": ["name", "day"],
+            "transitions": [{"target_state": "confirm", "description": "both known",
+                             "conditions": [{"description": "known", "requires_context_keys": ["name", "day"]}]}],
+        },
+        "confirm": {
+            "purpose": "Read back and confirm.", "required_context_keys": ["confirmed"],
+            "transitions": [{"target_state": "done", "description": "confirmed",
+                             "conditions": [{"description": "yes", "logic": {"==": [{"var": "confirmed"}, True]}}]}],
+        },
+        "done": {"purpose": "Say goodbye."},
+    },
+}  # fmt: skip
+
+
+def table_reply(target: str, message: str = "Ok.", **update: object) -> dict:
+    return {"transition": {"target_state": target, "context_update": update}, "message": message}
+
+
+def table_course(folder, **changes: object):
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "table.json").write_text(json.dumps({**TABLE, **changes}))
+    (folder / "scripts" / "table.txt").write_text("I'm Ann\nthursday please\nyep thats all correct\n")
+    script = [
+        table_reply("collect", name="Ann"),
+        table_reply("confirm", day="thursday"),
+        table_reply("done", confirmed=True),
+    ]
+    (folder / "scripts" / "table.json").write_text(json.dumps(script))
+    return course(folder / "table.json"), script
+
+
+def test_an_overwrite_counts_without_corrections_and_a_value_the_script_sets_there_does_not(tmp_path):
+    # no `corrections`: "collect" may write the name it asks for, and a model that rewrites it is counted all
+    # the same
+    table, script = table_course(tmp_path / "plain")
+    rewrote = [script[0], table_reply("confirm", day="thursday", name="thursday"), script[2]]
+    assert [t.overwrote for t in score(table, ScriptedLLM(rewrote)).turns] == [[], [], ["name"], []]
+    # a day the model guessed a turn early and corrected once the user gave it: the turn where the script sets it
+    table, script = table_course(tmp_path / "fixable", corrections=True)
+    guessed = [table_reply("collect", name="Ann", day="monday"), *script[1:]]
+    card = score(table, ScriptedLLM(guessed))
+    assert card.turns[2].state == "confirm" and card.turns[2].rejected == [] and card.finished
+    assert [t.overwrote for t in card.turns] == [[]] * 4
 
 
 def test_loops_and_copies_need_a_real_run_of_words():

@@ -50,8 +50,8 @@ class Course:
     # it never used: what the author wrote that the course does not play (``llm-fsm eval`` notes both)
     unplayed: tuple[int, ...] = ()
     unused_replies: int = 0
-    # per turn of ``expected``: the collected keys the scripted run corrected there ("make it Friday")
-    corrected: tuple[frozenset[str], ...] = ()
+    # per turn of ``expected``: the keys whose value the scripted run set or changed there ("make it Friday")
+    changed: tuple[frozenset[str], ...] = ()
 
     def scripted(self) -> LLMClient:
         """A fresh client of the course's own scripted replies: the course played offline, as it was made."""
@@ -127,16 +127,17 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     try:
         scripted = ScriptedLLM.from_file(replies_file)
         conversation = Conversation(definition, scripted, hooks=hooks)
-        expected, corrected = [conversation.start().state], [frozenset[str]()]
+        expected, changed = [conversation.start().state], [frozenset[str]()]
         for number, line in numbered:
             if conversation.ended or conversation.paused:
                 break
-            state = conversation.state
+            state, before = conversation.state, conversation.context
             result = conversation.send(line)
             if result.llm_calls and len({r.attempt for r in result.rejected}) >= result.llm_calls:
                 raise FSMError(_refused(replies_file, f"line {number} of {lines_file.name}", state, result))
             expected.append(result.state)
-            corrected.append(frozenset(result.corrections))
+            after = conversation.context
+            changed.append(frozenset(key for key in {*before, *after} if before.get(key) != after.get(key)))
     except ScriptExhausted as exc:
         # the replies end early, or one was refused and its corrective call took the reply after it
         why = f"{exc}: the replies end before {lines_file.name} does, or one was refused and a corrective call took"
@@ -157,7 +158,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     return Course(
         path.stem, definition, tuple(line for _, line in numbered[:played]), tuple(expected), hooks, replies_file,
         unplayed=tuple(number for number, _ in numbered[played:]), unused_replies=scripted.remaining,
-        corrected=tuple(corrected),
+        changed=tuple(changed),
     )  # fmt: skip
 
 
@@ -188,7 +189,7 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
         user = None if index == 0 else course.lines[index - 1]
         if conversation.ended or conversation.paused:
             break
-        started = time.perf_counter()
+        started, before = time.perf_counter(), conversation.context
         try:
             result = conversation.start() if user is None else conversation.send(user)
         except FSMError as exc:
@@ -197,8 +198,7 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
             turns.append(TurnScore(user, expected, None, False, False, 0, 0, 0, seconds, [], text))
             break
         turns.append(_turn(user, expected, result, time.perf_counter() - started))
-        kept = course.corrected[index] if index < len(course.corrected) else frozenset()
-        turns[-1].overwrote = sorted(set(result.corrections) - kept)
+        turns[-1].overwrote = _overwrote(result, before, conversation.context, course, index)
     written = [t for t in turns if t.written]
     prose = message_quality.prose_runs(course.definition)
     found = message_quality.judged([t.message for t in written], prose, [t.user for t in written])
@@ -216,6 +216,16 @@ def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -
         cached_tokens=result.usage.cached_tokens, message=result.message,
         written=bool(result.llm_calls) and not result.fallback, reasons=[r.reason for r in result.rejected],
     )  # fmt: skip
+
+
+def _overwrote(
+    result: TurnResult, before: dict[str, Any], after: dict[str, Any], course: Course, index: int
+) -> list[str]:
+    """The keys whose collected value the model's update changed (``before`` -> ``after``, and the corrections a
+    sub-conversation reports) where the scripted run's turn ``index`` left them as they were."""
+    changed = {key for key in result.context_updates if before.get(key) is not None and after.get(key) != before[key]}
+    script = course.changed[index] if index < len(course.changed) else frozenset()
+    return sorted((changed | set(result.corrections)) - script)
 
 
 def summary(scores: Iterable[CourseScore]) -> dict[str, Any]:
