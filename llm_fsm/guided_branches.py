@@ -5,6 +5,7 @@
 - each value is taken from the words (:func:`llm_fsm.guided_words.from_words`), each yes/no flag answered by
   them (:func:`llm_fsm.guided_words.flag`);
 - null leaves a collected value, so where that value breaks a move, the move's branch needs one written;
+- a correction that names a value it corrects ("income is actually 52,000") leaves the others as collected;
 - where the words decide a key in one branch, a branch that left it free does not invent one;
 - the JSON tool form's arguments come from what was said or collected, where they fit (:func:`guided_arguments`),
   and working-memory slots from what was said (:func:`guided_memory`).
@@ -16,9 +17,10 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from llm_fsm.definition import RETURN, FSMDefinition
-from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words, pool
+from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words, names, pool
 
 NULL: dict[str, Any] = {"type": "null"}
+NOTHING = Said([], [], [])  # what a held value is taken from: it stays as collected
 
 
 def as_said(
@@ -38,8 +40,13 @@ def as_said(
     if said.asked:
         detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]
         branches = detours or branches
+    # a correction that names what it corrects ("income is actually 52,000") leaves the other values as they are
+    named = {key for key in kept if names(key, said.words)}
+    held = {key for key in kept if context.get(key) is not None and key not in flags} - named if named else set()
     found = [
-        words for branch in branches if (words := _from_words(branch, said, context, flags, sole, kept)) is not None
+        words
+        for branch in branches
+        if (words := _from_words(branch, said, context, flags, sole, kept, held)) is not None
     ]
     found = [(_holding(definition, state_id, branch, context), bound, free) for branch, bound, free in found]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
@@ -148,16 +155,18 @@ def _from_words(
     flags: Mapping[str, Topic | None],
     sole: str | None = None,
     kept: Collection[str] = (),
+    held: Collection[str] = (),
 ) -> tuple[dict[str, Any], set[str], set[str]] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
     whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
-    what it is about, :func:`llm_fsm.guided_values.flag_topic`) as the words answer them."""
+    what it is about, :func:`llm_fsm.guided_values.flag_topic`) as the words answer them; the ``held`` keys keep
+    their collected value."""
     values: dict[str, Any] = {}
     bound: set[str] = set()
     free: set[str] = set()
     for key, schema in _update(branch).items():
         schema = _null_keeps(schema, context.get(key))
-        value = from_words(schema, said, context.get(key), key in kept)
+        value = from_words(schema, NOTHING if key in held else said, context.get(key), key in kept)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         if _open(schema):
             (free if value == schema else bound).add(key)

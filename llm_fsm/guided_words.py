@@ -109,8 +109,8 @@ NO_WORDS = word_set(
 # my sister's wedding"): to a read-back they say no
 CHANGE_WORDS = word_set("wait change instead espera cambiar moment ändern attends attendez changer aspetta cambiare")
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
-_NUMBER = re.compile(
-    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d+(?:[.,]\d+)?)(?![\w])"
+_NUMBER = re.compile(  # with thousands (12,000; 50.000), a decimal point or comma, and "k" for thousands (42k)
+    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d+(?:[.,]\d+)?)[kK]?(?![\w])"
 )
 # words that say a number, a time of day or a day: a value shaped with digits (a time, a date) may be said in them
 NUMBER_WORDS = word_set(
@@ -120,7 +120,10 @@ NUMBER_WORDS = word_set(
     "ocho nueve diez once doce media cuarto mediodía hoy mañana lunes martes miércoles jueves viernes sábado "
     "domingo eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf halb heute morgen montag dienstag "
     "mittwoch donnerstag freitag samstag sonntag un deux trois quatre cinq sept huit neuf dix onze douze demie "
-    "midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi samedi dimanche"
+    "midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi samedi dimanche thirteen fourteen sixteen "
+    "seventeen eighteen nineteen forty fifty sixty seventy eighty ninety hundred thousand million dozen couple pair "
+    "alone veinte treinta cuarenta cincuenta cien mil vingt trente quarante cinquante cent mille zwanzig dreißig "
+    "vierzig fünfzig hundert tausend"
 )
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
@@ -245,9 +248,9 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
     user said, so the part becomes that value (writing it again changes nothing).
 
     ``keep``: the key holds a value collected before that this state does not ask for, here only to be corrected
-    (a read-back, ``corrections``). Free text (no pattern) then offers that value beside what was said: any
-    span of "yep, that's all correct" fits a free-text name, and a small model offered only spans wrote one
-    over the name ("customer_name": "thats")."""
+    (a read-back, ``corrections``). Free text (no pattern) and numbers then offer that value beside what was
+    said: any span of "yep, that's all correct" fits a free-text name, and a small model offered only spans
+    wrote one over the name ("customer_name": "thats"); "about 250 a month" was written over the income too."""
     if "anyOf" in schema and set(schema) == {"anyOf"}:
         found = (from_words(part, said, current, keep) for part in schema["anyOf"])
         parts = [part for part in found if part is not None]
@@ -281,8 +284,9 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
         told = any(isinstance(value, int | float) and not isinstance(value, bool) for value in said.told)
-        if not offered and not told:  # no number written (four, said in words): the model writes it
-            return schema if current is None else _kept(schema, current)
+        if not offered and not told:  # no number written: the model writes one said in words ("four"), and
+            # none where the words say no number at all ("a nurse at the county hospital" has no income)
+            return _kept(schema, current) if current is not None else schema if said.numeric else None
     elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
         offered = [*said.texts, *said.numbers]
         schema = {key: value for key, value in schema.items() if key != "type"}
@@ -306,7 +310,7 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
         return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
         fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
-    elif keep and isinstance(current, str) and kind not in ("integer", "number") and accepts(current):
+    elif keep and isinstance(current, str | int | float) and not isinstance(current, bool) and accepts(current):
         fitting = [current, *(value for value in fitting if value != current)]
     return {"enum": fitting[:MAX_OFFERED]}
 
@@ -368,6 +372,19 @@ def related(words: Iterable[str], topic: Iterable[str]) -> bool:
     return False
 
 
+def names(key: str, words: Iterable[str]) -> bool:
+    """Whether ``words`` (stated, casefolded) name ``key``: a word of its name, or one that starts the other
+    ("income is actually 52,000" names annual_income; "my debts" monthly_debt_payments)."""
+    name = [
+        word for word in re.split(r"[_\W\d]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", key).casefold()) if len(word) > 3
+    ]
+    return any(
+        word == part or (min(len(word), len(part)) > 3 and (word.startswith(part) or part.startswith(word)))
+        for word in words
+        for part in name
+    )
+
+
 def _answers(schema: dict[str, Any], allowed: set[bool], answered: bool = False) -> dict[str, Any] | None:
     if "anyOf" in schema and set(schema) == {"anyOf"}:
         found = (_answers(each, allowed, answered) for each in schema["anyOf"])
@@ -422,8 +439,10 @@ def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
 
 
 def _number(text: str) -> int | float | None:
-    """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma, ``1.200,50``);
-    None for a code: past 15 digits, or four digits or more after a leading zero."""
+    """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma, ``1.200,50``,
+    ``42k``); None for a code: past 15 digits, or four digits or more after a leading zero."""
+    thousands = text[-1] in "kK"
+    text = text.rstrip("kK")
     digits = sum(c.isdigit() for c in text)
     if digits > 15 or (digits >= 4 and text.lstrip("-").startswith("0")):
         return None  # a pasted reference, a phone number (0612345678): no amount
@@ -432,7 +451,11 @@ def _number(text: str) -> int | float | None:
     elif re.fullmatch(r"-?\d{1,3}(\.\d{3})+(,\d+)?", text):  # 50.000 and 1.200,50, as written in Europe
         text = text.replace(".", "")
     text = text.replace(",", ".")
-    return float(text) if "." in text else int(text)
+    number = float(text) if "." in text else int(text)
+    if thousands:  # 42k, 1.5k
+        number = number * 1000
+        return int(number) if float(number).is_integer() else number
+    return number
 
 
 def _leaves(value: Any) -> Iterable[Any]:
@@ -465,6 +488,7 @@ __all__ = [
     "flag",
     "from_words",
     "named_in",
+    "names",
     "pool",
     "related",
     "spans",

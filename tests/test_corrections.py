@@ -235,6 +235,17 @@ def test_a_guided_read_back_offers_the_collected_text_it_may_rewrite_without_cor
     assert offered[0] == "cleaning" and "yep thats right" in offered
 
 
+def test_a_guided_correction_that_names_a_value_leaves_the_others_as_collected():
+    # "oops, income is actually 52,000" at a read-back: a 135M model wrote 52000 as the loan amount and the monthly
+    # debts too; a correction that names the value it corrects leaves the others as they were
+    definition = dentist(corrections=True)
+    named = guided_schema(definition, "read_back", BOOKED, said="the service should be a check-up actually")
+    assert {"cleaning", "a check-up"} <= set(_offered(named, "service"))
+    assert _offered(named, "time") == ["10:00"]
+    unnamed = guided_schema(definition, "read_back", BOOKED, said="it should be a check-up actually")
+    assert "a check-up" in _offered(unnamed, "time")  # naming none, any of them may be the one corrected
+
+
 def test_the_prompt_names_the_keys_to_correct_only_where_corrections_are_allowed():
     prompt = PromptBuilder()
     part = prompt.definition_part(dentist(), "read_back")

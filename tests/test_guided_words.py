@@ -516,3 +516,28 @@ def test_a_guided_message_loses_a_loop_and_the_prompt_s_tags_and_nothing_else():
     )
     conversation.start()
     assert conversation.send("maya").message == "Thanks."
+
+
+def test_a_number_written_with_k_is_thousands():
+    assert pool("42k a year before tax").numbers == [42000]
+    assert pool("about 1.5K").numbers == [1500]
+    assert pool("it's 42km away").numbers == []  # a unit, not thousands
+
+
+def test_words_that_say_no_number_give_a_number_key_no_value():
+    # "im employed full time, nurse at the county hospital" has no income: offered any number, a 135M model
+    # wrote the loan amount it had collected (18000) as the income and moved on
+    free = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}]}
+    assert from_words(free, pool("im employed full time, nurse at the county hospital")) == {"type": "null"}
+    assert from_words(free, pool("me and three friends")) == free  # said in words: the model writes it
+    kept = from_words(free, pool("a nurse at the hospital"), current=42000)
+    assert kept == {"anyOf": [{"const": 42000}, {"type": "null"}]}
+
+
+def test_a_collected_number_to_correct_is_offered_beside_the_said_ones():
+    # at a read-back, "about 250 a month" was written over the income: the collected value stays on offer, first
+    number = {"type": "number", "minimum": 0}
+    assert from_words(number, pool("just my credit card, about 250 a month"), current=42000, keep=True) == {
+        "enum": [42000, 250]
+    }
+    assert from_words(number, pool("about 250 a month"), current=42000) == {"enum": [250]}  # the state's own key
