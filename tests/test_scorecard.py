@@ -61,6 +61,34 @@ def test_turns_a_course_never_played_count_as_missed(tmp_path):
     assert "1.0/5 (20%)" in result.stdout
 
 
+def test_a_course_that_pauses_early_says_it_paused_and_not_that_it_ended(tmp_path):
+    # a breaking hook on the way into farewell: the model says goodbye at the first line, and the conversation
+    # waits there (for a person) with three lines still to play
+    folder = tmp_path / "talk"
+    (folder / "scripts").mkdir(parents=True)
+    (folder / "hooks").mkdir()
+    for name in ("small_talk.json", "scripts/small_talk.txt", "scripts/small_talk.json"):
+        (folder / name).write_text((EXAMPLES / name).read_text())
+    (folder / "hooks" / "small_talk.py").write_text(
+        "from llm_fsm import Hooks\nfrom llm_fsm.hooks import Break\nhooks = Hooks()\n\n"
+        "@hooks.on('after_transition', targets='farewell')\ndef wait(**_):\n    raise Break('a person signs off')\n"
+    )
+    bye = {"transition": {"target_state": "farewell", "context_update": {"user_said_goodbye": True}}, "message": "Bye!"}
+    card = score(course(folder / "small_talk.json"), ScriptedLLM([bye]))
+    assert card.paused and card.end == "farewell" and len(card.turns) == 2
+    script = tmp_path / "bye.json"
+    script.write_text(json.dumps({"replies": [bye]}))
+    out = tmp_path / "card.json"
+    result = runner.invoke(
+        app, ["eval", str(folder / "small_talk.json"), "-m", f"scripted:{script}", "--json", str(out)],
+        env={"COLUMNS": "250"},
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output
+    assert "small_talk: 1/5 turns reached (the conversation paused in farewell after 2 turns)" in result.stderr
+    played = json.loads(out.read_text())["runs"][0]["courses"][0]
+    assert played["paused"] is True and played["end"] == "farewell"
+
+
 def test_a_failing_model_stops_the_course_with_the_reason():
     card = score(course(EXAMPLES / "quiz.json"), ScriptedLLM([LLMUnavailableError("down")]))  # quiz opens by itself
     assert len(card.turns) == 2 and card.turns[1].error == "down" and summary([card])["errors"] == 1

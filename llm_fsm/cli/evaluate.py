@@ -161,7 +161,8 @@ def _progress(number: int, score: CourseScore) -> None:
     failed = next((t.error for t in score.turns if t.error), None)
     note = f" (stopped: {failed})" if failed else ""
     if not failed and len(score.turns) < score.course_turns:
-        note = f" (the conversation ended in {score.end} after {len(score.turns)} turns)"
+        stop = "paused" if score.paused else "ended"
+        note = f" (the conversation {stop} in {score.end} after {len(score.turns)} turns)"
     progress.print(
         f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}",
         style="dim", markup=False, soft_wrap=True,  # one line, however long the reason: the terminal wraps it

@@ -91,6 +91,7 @@ class CourseScore:
     course_turns: int = 0  # the course's length: turns not played (it ended or paused early) count as missed
     # the model's messages a person could not use (see llm_fsm.testing.message_quality)
     quality: dict[str, int] = field(default_factory=dict)
+    paused: bool = False  # it stopped at a pause (a breaking hook, a tool call waiting for approval), not an end
 
     @property
     def finished(self) -> bool:
@@ -205,7 +206,9 @@ def score(course: Course, llm: LLMClient, **options: Any) -> CourseScore:
     for turn, kinds in zip(written, found, strict=True):
         turn.unusable = kinds
     quality = message_quality.tally(found)
-    return CourseScore(course.name, turns, course.expected[-1], conversation.state, len(course.expected), quality)
+    return CourseScore(
+        course.name, turns, course.expected[-1], conversation.state, len(course.expected), quality, conversation.paused
+    )
 
 
 def _turn(user: str | None, expected: str, result: TurnResult, seconds: float) -> TurnScore:
@@ -289,7 +292,14 @@ def as_json(runs: list[list[CourseScore]]) -> str:
         {
             "overall": summary(scores),
             "courses": [
-                {"name": s.name, "summary": summary([s]), "turns": [asdict(t) for t in s.turns]} for s in scores
+                {
+                    "name": s.name,
+                    "end": s.end,
+                    "paused": s.paused,
+                    "summary": summary([s]),
+                    "turns": [asdict(t) for t in s.turns],
+                }
+                for s in scores
             ],
         }
         for scores in runs
