@@ -40,9 +40,14 @@ def as_said(
     if said.asked:
         detours = [branch for branch in branches if _detour(definition, _target(branch), state_id)]
         branches = detours or branches
-    # a correction that names what it corrects ("income is actually 52,000") leaves the other values as they are
+    # a correction that names what it corrects ("income is actually 52,000") leaves the other values as they are;
+    # one that names none may correct any at a read-back, and a number elsewhere ("we're 30 now"): a state with
+    # questions of its own holds collected text, which any span of an answer fits ("roughly" as a name)
     named = {key for key in kept if names(key, said.words)}
-    held = {key for key in kept if context.get(key) is not None and key not in flags} - named if named else set()
+    held = {key for key in kept if context.get(key) is not None and key not in flags} - named
+    if not named:
+        reading_back = sole is not None or not definition.states[state_id].required_context_keys
+        held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
     found = [
         words
         for branch in branches
@@ -164,12 +169,19 @@ def _from_words(
     values: dict[str, Any] = {}
     bound: set[str] = set()
     free: set[str] = set()
+    answered = False  # a key with no value yet that the words gave one (a closed set's, a text's), not a flag
     for key, schema in _update(branch).items():
         schema = _null_keeps(schema, context.get(key))
-        value = from_words(schema, NOTHING if key in held else said, context.get(key), key in kept)
+        source = NOTHING if key in held and _open(schema) else said  # a closed set's value is named by the words
+        value = from_words(schema, source, context.get(key), key in kept)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
+        answered = answered or (key not in flags and context.get(key) is None and value not in (None, schema))
         if _open(schema):
             (free if value == schema else bound).add(key)
+    if answered and not said.counted:  # "I'm employed, a nurse at the county hospital" answers, and says no income
+        for key in free:
+            if context.get(key) is None and _counts(values[key]):
+                values[key] = NULL if NULL in values[key].get("anyOf", ()) else None
     if any(value is None for value in values.values()):
         return None
     update = branch["properties"]["context_update"]
@@ -205,6 +217,11 @@ def _null_keeps(schema: dict[str, Any], current: Any) -> dict[str, Any]:
     if not others or any(accepts(part, current) for part in others):
         return schema
     return others[0] if len(others) == 1 else {"anyOf": others}
+
+
+def _counts(schema: dict[str, Any]) -> bool:
+    """Whether a value schema holds a number (an integer or a number, perhaps beside null)."""
+    return any(part.get("type") in ("integer", "number") for part in schema.get("anyOf", [schema]))
 
 
 def _open(schema: dict[str, Any]) -> bool:

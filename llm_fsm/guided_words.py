@@ -31,6 +31,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from llm_fsm.guided_dates import ISO_DATE, dates, times
+from llm_fsm.guided_numbers import said_numbers
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
 MAX_WORDS = 60  # of a longer message, the first and the last 30 words are the ones offered
@@ -110,21 +111,24 @@ NO_WORDS = word_set(
 # my sister's wedding"): to a read-back they say no
 CHANGE_WORDS = word_set("wait change instead espera cambiar moment ändern attends attendez changer aspetta cambiare")
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
-_NUMBER = re.compile(  # with thousands (12,000; 50.000), a decimal point or comma, and "k" for thousands (42k)
-    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d+(?:[.,]\d+)?)[kK]?(?![\w])"
+# words that count: a number may be said in them ("me and three friends", "zero", "fifty two thousand")
+CARDINAL_WORDS = word_set(
+    "zero none nil one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million "
+    "dozen couple pair alone cero uno dos tres cuatro cinco seis siete ocho nueve diez once doce veinte treinta "
+    "cuarenta cincuenta cien mil null eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf zwanzig "
+    "dreißig vierzig fünfzig hundert tausend zéro un deux trois quatre cinq sept huit neuf dix onze douze vingt "
+    "trente quarante cinquante cent mille"
 )
 # words that say a number, a time of day or a day: a value shaped with digits (a time, a date) may be said in them
-NUMBER_WORDS = word_set(
+NUMBER_WORDS = CARDINAL_WORDS | word_set(
     "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty half quarter noon "
     "midnight today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday january february "
     "march april may june july august september october november december uno dos tres cuatro cinco seis siete "
     "ocho nueve diez once doce media cuarto mediodía hoy mañana lunes martes miércoles jueves viernes sábado "
     "domingo eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf halb heute morgen montag dienstag "
     "mittwoch donnerstag freitag samstag sonntag un deux trois quatre cinq sept huit neuf dix onze douze demie "
-    "midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi samedi dimanche thirteen fourteen sixteen "
-    "seventeen eighteen nineteen forty fifty sixty seventy eighty ninety hundred thousand million dozen couple pair "
-    "alone veinte treinta cuarenta cincuenta cien mil vingt trente quarante cinquante cent mille zwanzig dreißig "
-    "vierzig fünfzig hundert tausend"
+    "midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi samedi dimanche"
 )
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
@@ -149,6 +153,7 @@ class Said(NamedTuple):
     asked: bool = False  # the message only asks: every sentence of it is a question
     yes: bool | None = None  # the words say yes (True), no (False), or neither or both (None)
     numeric: bool = False  # a digit or a word for a number, a time or a day was stated ("half past", "Friday")
+    counted: bool = False  # a number was stated, in digits or in words ("three", "zero"): not a day or a month
     digits: bool = False  # a digit was stated
     days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
     told: tuple[Any, ...] = ()  # the text and numbers the turn's tools answered with
@@ -164,7 +169,7 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     text, whole = stated(text, language), text
     every = spans(text)
     texts = [span for span in every if not _only(span, empty)]
-    numbers = [number for match in _NUMBER.finditer(text) if (number := _number(match.group())) is not None]
+    numbers = said_numbers(text)
     texts += [time for time in [*times(text), *dates(text)] if time not in texts]
     texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
     told: list[Any] = []  # what the tools answered: offered where nothing the user said fits
@@ -179,7 +184,10 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
     days = tuple(int(day) for day in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)\b", text) if 1 <= int(day) <= 31)
     digits = any(c.isdigit() for c in text)
-    return said._replace(yes=_answer(text), numeric=numeric, digits=digits, days=days, told=tuple(dict.fromkeys(told)))
+    counted = bool(numbers) or bool(words & CARDINAL_WORDS)
+    return said._replace(
+        yes=_answer(text), numeric=numeric, counted=counted, digits=digits, days=days, told=tuple(dict.fromkeys(told))
+    )
 
 
 def _answer(text: str) -> bool | None:
@@ -285,9 +293,9 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
         told = any(isinstance(value, int | float) and not isinstance(value, bool) for value in said.told)
-        if not offered and not told:  # no number written: the model writes one said in words ("four"), and
-            # none where the words say no number at all ("a nurse at the county hospital" has no income)
-            return _kept(schema, current) if current is not None else schema if said.numeric else None
+        if not offered and not told:  # no number written (four, said in words): the model writes it, a
+            # collected one only where it is corrected ("income is actually fifty two thousand")
+            return _kept(schema, current) if current is not None and not (keep and said.counted) else schema
     elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
         offered = [*said.texts, *said.numbers]
         schema = {key: value for key, value in schema.items() if key != "type"}
@@ -374,16 +382,12 @@ def related(words: Iterable[str], topic: Iterable[str]) -> bool:
 
 
 def names(key: str, words: Iterable[str]) -> bool:
-    """Whether ``words`` (stated, casefolded) name ``key``: a word of its name, or one that starts the other
-    ("income is actually 52,000" names annual_income; "my debts" monthly_debt_payments)."""
-    name = [
-        word for word in re.split(r"[_\W\d]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", key).casefold()) if len(word) > 3
-    ]
-    return any(
-        word == part or (min(len(word), len(part)) > 3 and (word.startswith(part) or part.startswith(word)))
-        for word in words
-        for part in name
-    )
+    """Whether ``words`` (stated, casefolded) name ``key``: a word of its name of three letters or more, or its
+    plural or -ly form ("income is actually 52,000" names annual_income; "my debts" and "a month" name
+    monthly_debt_payments; "I drive" does not name driver_name)."""
+    parts = re.split(r"[_\W\d]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", key).casefold())
+    name = {part for part in parts if len(part) >= 3 and part not in FUNCTION_WORDS["en"]}
+    return any(a == b + end or b == a + end for a in words for b in name for end in ("", "s", "es", "ly"))
 
 
 def _answers(schema: dict[str, Any], allowed: set[bool], answered: bool = False) -> dict[str, Any] | None:
@@ -439,26 +443,6 @@ def _checker(schema: Mapping[str, Any]) -> Callable[[Any], bool]:
     return accepts
 
 
-def _number(text: str) -> int | float | None:
-    """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma, ``1.200,50``,
-    ``42k``); None for a code: past 15 digits, or four digits or more after a leading zero."""
-    thousands = text[-1] in "kK"
-    text = text.rstrip("kK")
-    digits = sum(c.isdigit() for c in text)
-    if digits > 15 or (digits >= 4 and text.lstrip("-").startswith("0")):
-        return None  # a pasted reference, a phone number (0612345678): no amount
-    if re.fullmatch(r"-?\d{1,3}(,\d{3})+(\.\d+)?", text):
-        text = text.replace(",", "")
-    elif re.fullmatch(r"-?\d{1,3}(\.\d{3})+(,\d+)?", text):  # 50.000 and 1.200,50, as written in Europe
-        text = text.replace(".", "")
-    text = text.replace(",", ".")
-    number = float(text) if "." in text else int(text)
-    if thousands:  # 42k, 1.5k
-        number = number * 1000
-        return int(number) if float(number).is_integer() else number
-    return number
-
-
 def _leaves(value: Any) -> Iterable[Any]:
     if isinstance(value, Mapping):
         for item in value.values():
@@ -476,6 +460,7 @@ __all__ = [
     "CHANGE_WORDS",
     "BUT_WORDS",
     "NUMBER_WORDS",
+    "CARDINAL_WORDS",
     "QUESTION_WORDS",
     "YES_PHRASES",
     "YES_WORDS",

@@ -246,6 +246,15 @@ def test_a_guided_correction_that_names_a_value_leaves_the_others_as_collected()
     assert "a check-up" in _offered(unnamed, "time")  # naming none, any of them may be the one corrected
 
 
+def test_a_state_with_its_own_questions_corrects_collected_text_only_where_the_words_name_it():
+    # with corrections on, "roughly 12k miles" at the mileage question wrote "roughly" over the driver's name
+    definition = dentist(corrections=True)
+    answer = guided_schema(definition, "ask_day", {"service": "cleaning"}, said="tuesday at ten works for me")
+    assert _offered(answer, "service") == ["cleaning"]
+    named = guided_schema(definition, "ask_day", {"service": "cleaning"}, said="tuesday, and the service is a check-up")
+    assert "a check-up" in _offered(named, "service")
+
+
 def test_the_prompt_names_the_keys_to_correct_only_where_corrections_are_allowed():
     prompt = PromptBuilder()
     part = prompt.definition_part(dentist(), "read_back")

@@ -524,14 +524,21 @@ def test_a_number_written_with_k_is_thousands():
     assert pool("it's 42km away").numbers == []  # a unit, not thousands
 
 
-def test_words_that_say_no_number_give_a_number_key_no_value():
-    # "im employed full time, nurse at the county hospital" has no income: offered any number, a 135M model
-    # wrote the loan amount it had collected (18000) as the income and moved on
-    free = {"anyOf": [{"type": "number", "minimum": 0}, {"type": "null"}]}
-    assert from_words(free, pool("im employed full time, nurse at the county hospital")) == {"type": "null"}
-    assert from_words(free, pool("me and three friends")) == free  # said in words: the model writes it
-    kept = from_words(free, pool("a nurse at the hospital"), current=42000)
-    assert kept == {"anyOf": [{"const": 42000}, {"type": "null"}]}
+def test_words_that_answer_another_question_and_say_no_number_give_a_number_key_no_value():
+    # "im employed full time, nurse at the county hospital" answers the status and states no income: offered any
+    # number, a 135M model wrote the loan amount it had collected (18000) as the income and moved on
+    definition = definition_with(
+        [move("b", {">=": [{"var": "income"}, 0]}, keys=["status", "income"])],
+        required_context_keys=["status", "income"],
+        writable_keys=["status", "income"],
+    )
+    nurse = guided_schema(definition, "a", {}, said="im employed full time, nurse at the county hospital")
+    assert targets(nurse) == {"a"}
+    assert "b" in targets(guided_schema(definition, "a", {}, said="employed, 42k a year"))
+    assert "b" in targets(guided_schema(definition, "a", {}, said="employed, about fifty thousand"))  # in words
+    # all the state asks is the number: "none" is the model's to write (0), not a question left open forever
+    alone = definition_with([move("b", {">=": [{"var": "claims"}, 0]}, keys=["claims"])], writable_keys=["claims"])
+    assert "b" in targets(guided_schema(alone, "a", {}, said="never made one"))
 
 
 def test_a_collected_number_to_correct_is_offered_beside_the_said_ones():
@@ -541,3 +548,18 @@ def test_a_collected_number_to_correct_is_offered_beside_the_said_ones():
         "enum": [42000, 250]
     }
     assert from_words(number, pool("about 250 a month"), current=42000) == {"enum": [250]}  # the state's own key
+
+
+def test_a_number_with_a_scale_word_is_read_whole():
+    assert pool("42 thousand a year").numbers == [42000] and pool("42 grand").numbers == [42000]
+    assert pool("a 1.2 million house").numbers == [1200000]
+    assert pool("a £1.2m house").numbers == []  # not the "1" of it: the model writes it
+
+
+def test_a_key_is_named_by_a_word_of_its_name_or_its_plural():
+    from llm_fsm.guided_words import names
+
+    assert names("annual_income", pool("oops, income is actually 52,000").words)
+    assert names("monthly_debt_payments", pool("my debts are 250 a month").words)
+    assert names("car_model", pool("the car is a Honda Civic").words)  # three letters name it too
+    assert not names("driver_name", pool("I drive it to work").words)  # another word, not a form of it
