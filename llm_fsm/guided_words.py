@@ -14,8 +14,9 @@ answer, a number. So the turn's schema offers, per value:
 
 When nothing the user said fits (a date said in words where the schema wants ``2026-06-13``, a
 number said in words), the schema is left as it was: the model writes the value in the form asked
-for. Formats are never touched. Words that say no number at all (no digit, no word for one) give a
-number no value: "a nurse at the county hospital" states no income.
+for. Formats are never touched. Words that answer another of the state's questions and say no number
+at all (no digit, no word for one) give a number no value: "employed, a nurse at the county hospital"
+states no income (:mod:`llm_fsm.guided_branches`).
 
 What counts as said: the sentences that do not ask ("Why do you need all this?" states no name; "Sydney?"
 is an answer), without spans of function words and fillers ("okay, fair enough" states nothing: a key
