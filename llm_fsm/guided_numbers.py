@@ -23,8 +23,7 @@ def _scaled(text: str, match: re.Match[str]) -> int | float | None:
     scale = _SCALE.match(text, match.end())
     if number is None or scale is None or match.group()[-1] in "kK":
         return number
-    number = number * (1000 if scale.group(1) else 1_000_000)
-    return int(number) if float(number).is_integer() else number
+    return _times(number, 1000 if scale.group(1) else 1_000_000)
 
 
 def _number(text: str) -> int | float | None:
@@ -41,7 +40,10 @@ def _number(text: str) -> int | float | None:
         text = text.replace(".", "")
     text = text.replace(",", ".")
     number = float(text) if "." in text else int(text)
-    if thousands:  # 42k, 1.5k
-        number = number * 1000
-        return int(number) if float(number).is_integer() else number
-    return number
+    return _times(number, 1000) if thousands else number  # 42k, 1.5k
+
+
+def _times(number: int | float, scale: int) -> int | float:
+    """``number`` times ``scale``, whole where it is (1.5k is 1500, not 1500.0)."""
+    product = number * scale
+    return int(product) if float(product).is_integer() else product

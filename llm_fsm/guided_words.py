@@ -123,13 +123,11 @@ CARDINAL_WORDS = word_set(
 )
 # words that say a number, a time of day or a day: a value shaped with digits (a time, a date) may be said in them
 NUMBER_WORDS = CARDINAL_WORDS | word_set(
-    "one two three four five six seven eight nine ten eleven twelve fifteen twenty thirty half quarter noon "
-    "midnight today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday january february "
-    "march april may june july august september october november december uno dos tres cuatro cinco seis siete "
-    "ocho nueve diez once doce media cuarto mediodía hoy mañana lunes martes miércoles jueves viernes sábado "
-    "domingo eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf halb heute morgen montag dienstag "
-    "mittwoch donnerstag freitag samstag sonntag un deux trois quatre cinq sept huit neuf dix onze douze demie "
-    "midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi samedi dimanche"
+    "half quarter noon midnight today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday "
+    "january february march april may june july august september october november december media cuarto mediodía "
+    "hoy mañana lunes martes miércoles jueves viernes sábado domingo halb heute morgen montag dienstag mittwoch "
+    "donnerstag freitag samstag sonntag demie midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi "
+    "samedi dimanche"
 )
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
