@@ -6,6 +6,9 @@
   them (:func:`llm_fsm.guided_words.flag`);
 - null leaves a collected value, so where that value breaks a move, the move's branch needs one written;
 - a correction that names a value it corrects ("income is actually 52,000") leaves the others as collected;
+- a number said beside a key's name is that key's ("the rent is 1,100 and the deposit is 2k": 1100 is the rent's,
+  2000 the deposit's), and not another key's; an email or web address that fits a key's form is not free text's
+  (a name is not "maya.chen@example.com");
 - where the words decide a key in one branch, a branch that left it free does not invent one;
 - the JSON tool form's arguments come from what was said or collected, where they fit (:func:`guided_arguments`),
   and working-memory slots from what was said (:func:`guided_memory`).
@@ -13,11 +16,13 @@
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping
-from typing import Any
+import re
+from collections.abc import Collection, Iterable, Mapping
+from typing import Any, NamedTuple
 
 from llm_fsm.definition import RETURN, FSMDefinition
-from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words, names, pool
+from llm_fsm.guided_numbers import placed_numbers
+from llm_fsm.guided_words import CARDINAL_WORDS, Said, Topic, accepts, flag, from_words, names, pool
 
 NULL: dict[str, Any] = {"type": "null"}
 NOTHING = Said([], [], [])  # what a held value is taken from: it stays as collected
@@ -48,10 +53,15 @@ def as_said(
     if not named:
         reading_back = sole is not None or not definition.states[state_id].required_context_keys
         held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
+    keys = {key for branch in branches for key in _update(branch)} - set(flags)
+    shaped = [
+        part for branch in branches for value in _update(branch).values() for part in _parts(value) if _shaped(part)
+    ]
+    claims = Claims(owned_numbers(said.text, keys), _addresses(said.text, shaped))
     found = [
         words
         for branch in branches
-        if (words := _from_words(branch, said, context, flags, sole, kept, held)) is not None
+        if (words := _from_words(branch, said, context, flags, sole, kept, held, claims)) is not None
     ]
     found = [(_holding(definition, state_id, branch, context), bound, free) for branch, bound, free in found]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
@@ -161,18 +171,30 @@ def _from_words(
     sole: str | None = None,
     kept: Collection[str] = (),
     held: Collection[str] = (),
+    claims: Claims | None = None,
 ) -> tuple[dict[str, Any], set[str], set[str]] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
     whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
     what it is about, :func:`llm_fsm.guided_values.flag_topic`) as the words answer them; the ``held`` keys keep
-    their collected value."""
+    their collected value; ``claims``: what is some key's and no other's (:class:`Claims`)."""
     values: dict[str, Any] = {}
     bound: set[str] = set()
     free: set[str] = set()
     answered = False  # a key with no value yet that the words gave one (a closed set's, a text's), not a flag
+    owned, addresses = claims or Claims({}, frozenset())
+    others = {number for numbers in owned.values() for number in numbers}
     for key, schema in _update(branch).items():
         schema = _null_keeps(schema, context.get(key))
         source = NOTHING if key in held and _open(schema) else said  # a closed set's value is named by the words
+        if source is said and owned:  # its own numbers, or those said beside no key's name
+            mine = owned.get(key) or [number for number in said.numbers if number not in others]
+            source = said._replace(numbers=mine)
+            if not mine and _counts(schema) and context.get(key) is None and not said.words & CARDINAL_WORDS:
+                # every number said is another key's, and none is said in words: this one was not given
+                values[key] = NULL if NULL in _parts(schema) else None
+                continue
+        if source is said and addresses and any(_free(part) for part in _parts(schema)):
+            source = said._replace(texts=[text for text in said.texts if not any(a in text for a in addresses)])
         value = from_words(schema, source, context.get(key), key in kept)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         answered = answered or (key not in flags and context.get(key) is None and value not in (None, schema))
@@ -190,6 +212,64 @@ def _from_words(
         bound,
         free,
     )
+
+
+class Claims(NamedTuple):
+    """What the words give one key and no other: ``numbers`` said beside a key's name (:func:`owned_numbers`),
+    and ``addresses`` (emails, web addresses) that fit a key's form, which free text is not offered."""
+
+    numbers: Mapping[str, list[int | float]]
+    addresses: frozenset[str]
+
+
+def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]]:
+    """The numbers of ``text`` said beside one of ``keys``' names (:func:`llm_fsm.guided_words.names`), per key:
+    in each clause (a sentence, or a part of one after a comma or an "and"), a number is the key's whose name is
+    nearest, before it where two are as near ("the rent is 1,100 and the deposit is 2k": rent 1100, deposit 2000;
+    "rent 1100 deposit 2000"). A key no clause names with a number owns none."""
+    owned: dict[str, list[int | float]] = {}
+    keys = sorted(keys)
+    for clause in _CLAUSE.split(text):
+        named = [
+            (m.start(), key)
+            for m in re.finditer(r"[\w']+", clause.casefold())
+            for key in keys
+            if names(key, {m.group()})
+        ]
+        if not named:
+            continue
+        for start, number in placed_numbers(clause):
+            owner = min(named, key=lambda place: (abs(place[0] - start), place[0] > start))[1]
+            owned.setdefault(owner, []).append(number)
+    return owned
+
+
+_CLAUSE = re.compile(r"(?<=[.!?;])\s+|,\s+|\s+(?:and|but|plus|y|pero|und|aber|et|mais|e|ma|en)\s+", re.IGNORECASE)
+
+
+def _addresses(text: str, shaped: list[dict[str, Any]]) -> frozenset[str]:
+    """The emails and web addresses of ``text`` that one of the ``shaped`` value schemas accepts."""
+    words = {word.strip(".,;:!?()[]<>\"'") for word in text.split() if "@" in word or "://" in word}
+    return frozenset(word for word in words if any(accepts(schema, word) for schema in shaped))
+
+
+def _shaped(schema: dict[str, Any]) -> bool:
+    """Whether a value schema asks for text of a form (a pattern, or a format other than a date's) that plain
+    words do not fit."""
+    shape = "pattern" in schema or schema.get("format", "date") != "date"
+    return schema.get("type") == "string" and shape and not _free(schema)
+
+
+def _free(schema: dict[str, Any]) -> bool:
+    """Whether a value schema is free text: a string that plain words fit (a name, a description)."""
+    kind = schema.get("type")
+    text = kind == "string" or (isinstance(kind, list) and "string" in kind)  # a key with no type holds text too
+    return text and not {"enum", "const"} & set(schema) and accepts(schema, "plain words")
+
+
+def _parts(schema: dict[str, Any]) -> list[dict[str, Any]]:
+    parts: list[dict[str, Any]] = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
+    return parts
 
 
 def _target(branch: dict[str, Any]) -> str:

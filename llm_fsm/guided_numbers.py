@@ -1,20 +1,58 @@
 """Numbers as people write them in a message: ``12,000`` and ``1,299.99`` with thousands, ``50.000`` and
-``1.200,50`` the European way, ``2,5`` with a decimal comma, ``42k`` and "42 thousand", "1.2 million"
+``1.200,50`` the European way, ``5'000`` the Swiss way, ``1 500`` with a space, ``2,5`` with a decimal comma,
+``42k`` and "42 thousand", "1.2 million", and a range's ends ("3-4k" is 3000 and 4000)
 (:mod:`llm_fsm.guided_words` offers them as a guided schema's numbers)."""
 
 from __future__ import annotations
 
 import re
 
-_NUMBER = re.compile(  # with thousands (12,000; 50.000), a decimal point or comma, and "k" for thousands (42k)
-    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d+(?:[.,]\d+)?)[kK]?(?![\w]|[.,]\d)"
+_GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) or a no-break space (1 500)
+_NUMBER = re.compile(  # with thousands (12,000; 50.000; 5'000), a decimal point or comma, and "k" for thousands (42k)
+    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d{1,3}(?:" + _GROUP + r"\d{3})+"
+    r"(?:[.,]\d+)?|\d+(?:[.,]\d+)?)[kK]?(?![\w]|[.,]\d|" + _GROUP + r"\d)"
 )
 _SCALE = re.compile(r"\s*(?:(thousand|grand)|(million|mio|mn))\b", re.IGNORECASE)  # "42 thousand", "1.2 million"
+_SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?![\w]|[.,]\d| \d)")  # 1 500, 12 000 (not 555 123 4567)
+_RANGE = re.compile(r"\s*(?:-|\u2013|to|\x00)\s*")  # between a range's ends: 3-4k, 3 to 4 thousand
+_DASHED = re.compile(  # a range written with a dash, its ends apart: "10-12", "3-4k" (not 2027-06-13, 555-0142)
+    r"(?<![\w.,-])(\d+(?:[.,]\d+)?[kK]?)[-\u2013](\d+(?:[.,]\d+)?(?:[kK]|\s*(?:thousand|grand|million|mio|mn))\b"
+    r"|[1-9]\d{0,2}(?![\w-]|[.,]\d))",
+    re.IGNORECASE,
+)
 
 
 def said_numbers(text: str) -> list[int | float]:
-    """The numbers written in digits in ``text``, in order (a code or a phone number is none)."""
-    return [number for match in _NUMBER.finditer(text) if (number := _scaled(text, match)) is not None]
+    """The numbers written in digits in ``text``, in order (a code or a phone number is none). A number written
+    with spaces between its thousands ("1 500") is read whole, before its parts; the first end of a range whose
+    second has a scale has it too ("3-4k": 3000 and 4000, "1.5 to 2 million")."""
+    return [number for _, number in placed_numbers(text)]
+
+
+def placed_numbers(text: str) -> list[tuple[int, int | float]]:
+    """:func:`said_numbers`, each with where in ``text`` it starts."""
+    text = _DASHED.sub(lambda m: m.group(1) + "\x00" + m.group(2), text)  # a range's dash, in the same place
+    # a number with spaced thousands first: it comes before its first part, which starts where it does
+    found = [(match.start(), number) for match in _SPACED.finditer(text) if (number := _number(match.group()))]
+    matches = list(_NUMBER.finditer(text))
+    for index, match in enumerate(matches):
+        number = _scaled(text, match)
+        following = matches[index + 1] if index + 1 < len(matches) else None
+        if number is not None and following is not None and _RANGE.fullmatch(text, match.end(), following.start()):
+            number = _scaled_as(number, text, match, following)
+        if number is not None:
+            found.append((match.start(), number))
+    return sorted(found, key=lambda pair: pair[0])
+
+
+def _scaled_as(number: int | float, text: str, first: re.Match[str], second: re.Match[str]) -> int | float:
+    """A range's first end, ``number``, with the scale its second end has where it has none of its own."""
+    if first.group()[-1] in "kK" or _SCALE.match(text, first.end()):
+        return number
+    if second.group()[-1] in "kK":
+        return _times(number, 1000)
+    scale = _SCALE.match(text, second.end())
+    return number if scale is None else _times(number, 1000 if scale.group(1) else 1_000_000)
 
 
 def _scaled(text: str, match: re.Match[str]) -> int | float | None:
@@ -30,7 +68,7 @@ def _number(text: str) -> int | float | None:
     """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma, ``1.200,50``,
     ``42k``); None for a code: past 15 digits, or four digits or more after a leading zero."""
     thousands = text[-1] in "kK"
-    text = text.rstrip("kK")
+    text = re.sub(_GROUP + "| ", "", text.rstrip("kK"))
     digits = sum(c.isdigit() for c in text)
     if digits > 15 or (digits >= 4 and text.lstrip("-").startswith("0")):
         return None  # a pasted reference, a phone number (0612345678): no amount

@@ -156,6 +156,7 @@ class Said(NamedTuple):
     digits: bool = False  # a digit was stated
     days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
     told: tuple[Any, ...] = ()  # the text and numbers the turn's tools answered with
+    text: str = ""  # what the user stated (the message without the sentences that ask)
 
 
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
@@ -185,7 +186,13 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     digits = any(c.isdigit() for c in text)
     counted = bool(numbers) or bool(words & CARDINAL_WORDS)
     return said._replace(
-        yes=_answer(text), numeric=numeric, counted=counted, digits=digits, days=days, told=tuple(dict.fromkeys(told))
+        yes=_answer(text),
+        numeric=numeric,
+        counted=counted,
+        digits=digits,
+        days=days,
+        told=tuple(dict.fromkeys(told)),
+        text=text,
     )
 
 

@@ -10,6 +10,7 @@ from llm_fsm.guided import fulfilled_move, guided_schema
 from llm_fsm.guided_values import closed_set, derived_values, text_shape
 from llm_fsm.guided_words import from_words, pool, spans
 from llm_fsm.testing import ScriptedLLM
+from tests.test_corrections import _offered
 from tests.test_guided import branches, definition_with, example, move, reply, scripted_conversation, valid
 
 WORDS = ("maya chen", "Sydney", "the burr grinder")
@@ -563,3 +564,45 @@ def test_a_key_is_named_by_a_word_of_its_name_or_its_plural():
     assert names("monthly_debt_payments", pool("my debts are 250 a month").words)
     assert names("car_model", pool("the car is a Honda Civic").words)  # three letters name it too
     assert not names("driver_name", pool("I drive it to work").words)  # another word, not a form of it
+
+
+def test_a_number_said_beside_a_key_name_is_that_keys_and_no_other_keys():
+    # "the rent is 1,100 and the deposit is 2k" offered both numbers to both keys (a stranger's audit)
+    keys = ["monthly_rent", "deposit_amount", "household_size"]
+    definition = definition_with(
+        [move("b", {"and": [{">=": [{"var": key}, 0]} for key in keys]}, keys=keys)],
+        required_context_keys=keys,
+        writable_keys=keys,
+    )
+    paired = guided_schema(definition, "a", {}, said="the rent is 1,100 and the deposit is 2k")
+    assert [_offered(paired, key) for key in keys] == [[1100], [2000], []]
+    assert targets(paired) == {"a"}  # no household size was said: the move that needs one is not offered
+    said_apart = guided_schema(definition, "a", {}, said="rent 1100 deposit 2000, and we are 3")
+    assert [_offered(said_apart, key) for key in keys] == [[1100], [2000], [3]]
+    assert "b" in targets(guided_schema(definition, "a", {}, said="rent 1100 deposit 2000, and we are three"))
+    unnamed = guided_schema(definition, "a", {}, said="1100 and 2000")  # naming no key: any number is any key's
+    assert [_offered(unnamed, key) for key in keys] == [[1100, 2000]] * 3
+    collected = {"monthly_rent": 1000, "deposit_amount": 1500}
+    corrected = guided_schema(definition, "a", collected, said="the rent is 1,100 and the deposit is 2k")
+    assert [_offered(corrected, key) for key in keys[:2]] == [[1100], [2000]]
+
+
+def test_numbers_written_the_swiss_way_with_spaced_thousands_or_as_a_range_are_read_whole():
+    assert pool("5'000 francs").numbers == [5000] and pool("5\u2019000").numbers == [5000]
+    assert pool("1 500 euros").numbers == [1500, 1, 500]  # read whole first, its parts after
+    assert pool("call me on 555 123 4567").numbers == [555, 123, 4567]  # not one number
+    assert pool("3-4k a month").numbers == [3000, 4000]
+    assert pool("1.5 to 2 million").numbers == [1500000, 2000000]
+    assert pool("10-12 people").numbers == [10, 12]
+    assert pool("on 2027-06-13").numbers == [2027] and pool("555-0142").numbers == [555]  # a date, a phone number
+
+
+def test_an_address_that_fits_another_key_is_not_offered_as_free_text():
+    # at form_filling's read-back, "It should be maya.chen@example.com" was written over the name too
+    definition = example("form_filling")
+    collected = {"name": "Maya Chen", "email": "maya@x.co", "age": 30}
+    schema = guided_schema(definition, "confirm", collected, said="It should be maya.chen@example.com")
+    assert _offered(schema, "name") == ["Maya Chen"]
+    assert _offered(schema, "email") == ["maya.chen@example.com"]
+    named = guided_schema(definition, "confirm", collected, said="the name should be Maya Li")
+    assert "Maya Li" in _offered(named, "name")
