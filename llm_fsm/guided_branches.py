@@ -223,24 +223,37 @@ class Claims(NamedTuple):
 
 
 def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]]:
-    """The numbers of ``text`` said beside one of ``keys``' names (:func:`llm_fsm.guided_words.names`), per key:
-    in each clause (a sentence, or a part of one after a comma or an "and"), a number is the key's whose name is
-    nearest, before it where two are as near ("the rent is 1,100 and the deposit is 2k": rent 1100, deposit 2000;
-    "rent 1100 deposit 2000"). A key no clause names with a number owns none."""
+    """The numbers of ``text`` said beside one of ``keys``' names (:func:`llm_fsm.guided_words.names`), per key.
+    In each clause (a sentence, or a part of one after a comma or an "and"), each name takes the number nearest
+    it, the nearest pairs first and one said after a name before one said before it ("the rent is 1,100 and the
+    deposit is 2k": rent 1100, deposit 2000; "rent 1100 deposit 2000"; "I'm 34 with an income of 52k": income
+    52000, and 34 is no key's), with the rest of a range ("3-4k") or the parts of a spaced number ("1 500")."""
     owned: dict[str, list[int | float]] = {}
     keys = sorted(keys)
     for clause in _CLAUSE.split(text):
-        named = [
-            (m.start(), key)
-            for m in re.finditer(r"[\w']+", clause.casefold())
-            for key in keys
-            if names(key, {m.group()})
-        ]
-        if not named:
-            continue
-        for start, number in placed_numbers(clause):
-            owner = min(named, key=lambda place: (abs(place[0] - start), place[0] > start))[1]
-            owned.setdefault(owner, []).append(number)
+        words = re.finditer(r"[\w']+", clause.casefold())
+        named = [(word.start(), word.end(), key) for word in words for key in keys if names(key, {word.group()})]
+        placed = placed_numbers(clause)
+        pairs = sorted(
+            (number.start - end if number.start >= end else start - number.end, number.start < end, index, n)
+            for index, (start, end, _) in enumerate(named)
+            for n, number in enumerate(placed)
+        )
+        taken: set[int] = set()
+        names_done: set[int] = set()
+        for _, _, index, n in pairs:
+            if index in names_done or n in taken:
+                continue
+            names_done.add(index)
+            first = placed[n]
+            with_it = [
+                m
+                for m, other in enumerate(placed)
+                if m not in taken
+                and (m == n or first.start <= other.start and other.end <= first.end or first.ranged and m == n + 1)
+            ]
+            taken.update(with_it)
+            owned.setdefault(named[index][2], []).extend(placed[m].number for m in with_it)
     return owned
 
 

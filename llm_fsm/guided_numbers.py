@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import re
+from typing import NamedTuple
 
 _GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) or a no-break space (1 500)
 _NUMBER = re.compile(  # with thousands (12,000; 50.000; 5'000), a decimal point or comma, and "k" for thousands (42k)
@@ -26,23 +27,34 @@ def said_numbers(text: str) -> list[int | float]:
     """The numbers written in digits in ``text``, in order (a code or a phone number is none). A number written
     with spaces between its thousands ("1 500") is read whole, before its parts; the first end of a range whose
     second has a scale has it too ("3-4k": 3000 and 4000, "1.5 to 2 million")."""
-    return [number for _, number in placed_numbers(text)]
+    return [place.number for place in placed_numbers(text)]
 
 
-def placed_numbers(text: str) -> list[tuple[int, int | float]]:
-    """:func:`said_numbers`, each with where in ``text`` it starts."""
+class Placed(NamedTuple):
+    """A number of a message, and where it is said: from ``start`` to ``end``; ``ranged``: a range's first
+    end, whose second is the next number ("3-4k")."""
+
+    start: int
+    end: int
+    number: int | float
+    ranged: bool = False
+
+
+def placed_numbers(text: str) -> list[Placed]:
+    """:func:`said_numbers`, each with where in ``text`` it is said."""
     text = _DASHED.sub(lambda m: m.group(1) + "\x00" + m.group(2), text)  # a range's dash, in the same place
     # a number with spaced thousands first: it comes before its first part, which starts where it does
-    found = [(match.start(), number) for match in _SPACED.finditer(text) if (number := _number(match.group()))]
+    found = [Placed(m.start(), m.end(), number) for m in _SPACED.finditer(text) if (number := _number(m.group()))]
     matches = list(_NUMBER.finditer(text))
     for index, match in enumerate(matches):
         number = _scaled(text, match)
         following = matches[index + 1] if index + 1 < len(matches) else None
-        if number is not None and following is not None and _RANGE.fullmatch(text, match.end(), following.start()):
+        ranged = following is not None and bool(_RANGE.fullmatch(text, match.end(), following.start()))
+        if number is not None and following is not None and ranged:
             number = _scaled_as(number, text, match, following)
         if number is not None:
-            found.append((match.start(), number))
-    return sorted(found, key=lambda pair: pair[0])
+            found.append(Placed(match.start(), match.end(), number, ranged))
+    return sorted(found, key=lambda place: place.start)
 
 
 def _scaled_as(number: int | float, text: str, first: re.Match[str], second: re.Match[str]) -> int | float:

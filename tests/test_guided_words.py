@@ -585,6 +585,11 @@ def test_a_number_said_beside_a_key_name_is_that_keys_and_no_other_keys():
     collected = {"monthly_rent": 1000, "deposit_amount": 1500}
     corrected = guided_schema(definition, "a", collected, said="the rent is 1,100 and the deposit is 2k")
     assert [_offered(corrected, key) for key in keys[:2]] == [[1100], [2000]]
+    # a name takes the number nearest it, with the rest of a range; a number no name is near is any key's
+    from llm_fsm.guided_branches import owned_numbers
+
+    assert owned_numbers("I'm 34 with an income of 52k", ["age", "annual_income"]) == {"annual_income": [52000]}
+    assert owned_numbers("rent is 3-4k, 2 of us", ["monthly_rent"]) == {"monthly_rent": [3000, 4000]}
 
 
 def test_numbers_written_the_swiss_way_with_spaced_thousands_or_as_a_range_are_read_whole():
