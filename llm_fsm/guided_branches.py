@@ -6,9 +6,9 @@
   them (:func:`llm_fsm.guided_words.flag`);
 - null leaves a collected value, so where that value breaks a move, the move's branch needs one written;
 - a correction that names a value it corrects ("income is actually 52,000") leaves the others as collected;
-- a number said beside a key's name is that key's ("the rent is 1,100 and the deposit is 2k": 1100 is the rent's,
-  2000 the deposit's), and not another key's; an email or web address that fits a key's form is not free text's
-  (a name is not "maya.chen@example.com");
+- a number said beside a key's name is not offered to another key ("the rent is 1,100 and the deposit is 2k":
+  1100 is the rent's, 2000 the deposit's), unless that leaves it none; an email or web address that fits a key's
+  form is not free text's (a name is not "maya.chen@example.com");
 - where the words decide a key in one branch, a branch that left it free does not invent one;
 - the JSON tool form's arguments come from what was said or collected, where they fit (:func:`guided_arguments`),
   and working-memory slots from what was said (:func:`guided_memory`).
@@ -22,7 +22,7 @@ from typing import Any, NamedTuple
 
 from llm_fsm.definition import RETURN, FSMDefinition
 from llm_fsm.guided_numbers import placed_numbers
-from llm_fsm.guided_words import CARDINAL_WORDS, Said, Topic, accepts, flag, from_words, names, pool
+from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words, names, pool, word_set
 
 NULL: dict[str, Any] = {"type": "null"}
 NOTHING = Said([], [], [])  # what a held value is taken from: it stays as collected
@@ -53,7 +53,7 @@ def as_said(
     if not named:
         reading_back = sole is not None or not definition.states[state_id].required_context_keys
         held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
-    keys = {key for branch in branches for key in _update(branch)} - set(flags)
+    keys = {key for branch in branches for key, value in _update(branch).items() if _counts(value)}
     shaped = [
         part for branch in branches for value in _update(branch).values() for part in _parts(value) if _shaped(part)
     ]
@@ -181,20 +181,11 @@ def _from_words(
     bound: set[str] = set()
     free: set[str] = set()
     answered = False  # a key with no value yet that the words gave one (a closed set's, a text's), not a flag
-    owned, addresses = claims or Claims({}, frozenset())
-    others = {number for numbers in owned.values() for number in numbers}
     for key, schema in _update(branch).items():
         schema = _null_keeps(schema, context.get(key))
         source = NOTHING if key in held and _open(schema) else said  # a closed set's value is named by the words
-        if source is said and owned:  # its own numbers, or those said beside no key's name
-            mine = owned.get(key) or [number for number in said.numbers if number not in others]
-            source = said._replace(numbers=mine)
-            if not mine and _counts(schema) and context.get(key) is None and not said.words & CARDINAL_WORDS:
-                # every number said is another key's, and none is said in words: this one was not given
-                values[key] = NULL if NULL in _parts(schema) else None
-                continue
-        if source is said and addresses and any(_free(part) for part in _parts(schema)):
-            source = said._replace(texts=[text for text in said.texts if not any(a in text for a in addresses)])
+        if source is said and claims is not None:
+            source = _claimed(said, key, schema, claims)
         value = from_words(schema, source, context.get(key), key in kept)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         answered = answered or (key not in flags and context.get(key) is None and value not in (None, schema))
@@ -227,12 +218,18 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
     In each clause (a sentence, or a part of one after a comma or an "and"), each name takes the number nearest
     it, the nearest pairs first and one said after a name before one said before it ("the rent is 1,100 and the
     deposit is 2k": rent 1100, deposit 2000; "rent 1100 deposit 2000"; "I'm 34 with an income of 52k": income
-    52000, and 34 is no key's), with the rest of a range ("3-4k") or the parts of a spaced number ("1 500")."""
+    52000, and 34 is no key's), with the rest of a range ("3-4k") or the parts of a spaced number ("1 500"). A
+    word that names two keys ("monthly" of monthly_income and monthly_expenses) names neither, and one said as a
+    rate ("12k miles a year", "per month") names no key."""
     owned: dict[str, list[int | float]] = {}
     keys = sorted(keys)
     for clause in _CLAUSE.split(text):
-        words = re.finditer(r"[\w']+", clause.casefold())
-        named = [(word.start(), word.end(), key) for word in words for key in keys if names(key, {word.group()})]
+        named, words = [], list(re.finditer(r"[\w']+|/", clause.casefold()))
+        for index, word in enumerate(words):
+            found = [key for key in keys if names(key, {word.group().removesuffix("'s")})]
+            rate = index > 0 and words[index - 1].group() in _RATE and word.group() in _PERIODS
+            if len(found) == 1 and not rate:
+                named.append((word.start(), word.end(), found[0]))
         placed = placed_numbers(clause)
         pairs = sorted(
             (number.start - end if number.start >= end else start - number.end, number.start < end, index, n)
@@ -257,7 +254,24 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
     return owned
 
 
+# "a year", "per month", "/mo": a rate, not a key's name
+_RATE = frozenset({"a", "an", "per", "each", "every", "/"})
+_PERIODS = word_set("year month week day hour night annum yr mo wk")
 _CLAUSE = re.compile(r"(?<=[.!?;])\s+|,\s+|\s+(?:and|but|plus|y|pero|und|aber|et|mais|e|ma|en)\s+", re.IGNORECASE)
+
+
+def _claimed(said: Said, key: str, schema: dict[str, Any], claims: Claims) -> Said:
+    """What ``said`` offers ``key`` (whose value schema is ``schema``): not the numbers said beside another key's
+    name (its own first, then those beside none; all of them where that would leave none), and, to free text, no
+    address that fits another key's form."""
+    numbers, texts = said.numbers, said.texts
+    if claims.numbers:
+        mine = claims.numbers.get(key, [])
+        others = {number for owner, some in claims.numbers.items() if owner != key for number in some} - set(mine)
+        numbers = [*mine, *(n for n in numbers if n not in others and n not in mine)] or numbers
+    if claims.addresses and any(_free(part) for part in _parts(schema)):
+        texts = [text for text in texts if not any(address in text for address in claims.addresses)]
+    return said._replace(numbers=numbers, texts=texts)
 
 
 def _addresses(text: str, shaped: list[dict[str, Any]]) -> frozenset[str]:

@@ -9,16 +9,21 @@ import re
 from typing import NamedTuple
 
 _GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) or a no-break space (1 500)
-_NUMBER = re.compile(  # with thousands (12,000; 50.000; 5'000), a decimal point or comma, and "k" for thousands (42k)
+# a unit written on the number ("70kg", "25yo", "2hrs", "4pax"): the number is read ("pm", "am" make a time of day)
+_UNITS = r"(?:kg|g|lbs?|cm|mm|km|mi|ml|yo|yrs?|hrs?|h|mins?|secs?|pcm|pax|pp|ppl)\b"
+_NUMBER = re.compile(  # with thousands (12,000; 50.000; 5'000), a decimal point or comma, "k" for thousands (42k)
+    # and "M" for millions (3.5M)
     r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d{1,3}(?:" + _GROUP + r"\d{3})+"
-    r"(?:[.,]\d+)?|\d+(?:[.,]\d+)?)[kK]?(?![\w]|[.,]\d|" + _GROUP + r"\d)"
+    r"(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?:[kKM](?![\w]|[.,]\d)|(?=" + _UNITS + r")|(?![\w]|[.,]\d|" + _GROUP + r"\d))"
 )
 _SCALE = re.compile(r"\s*(?:(thousand|grand)|(million|mio|mn))\b", re.IGNORECASE)  # "42 thousand", "1.2 million"
-_SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?![\w]|[.,]\d| \d)")  # 1 500, 12 000 (not 555 123 4567)
+_SPACED = re.compile(
+    r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)"
+)  # 1 500, 1 234,56 (not 555 123 4567)
 _RANGE = re.compile(r"\s*(?:-|\u2013|to|\x00)\s*")  # between a range's ends: 3-4k, 3 to 4 thousand
 _DASHED = re.compile(  # a range written with a dash, its ends apart: "10-12", "3-4k" (not 2027-06-13, 555-0142)
-    r"(?<![\w.,-])(\d+(?:[.,]\d+)?[kK]?)[-\u2013](\d+(?:[.,]\d+)?(?:[kK]|\s*(?:thousand|grand|million|mio|mn))\b"
-    r"|[1-9]\d{0,2}(?![\w-]|[.,]\d))",
+    r"(?<![\w.,-])(\d+(?:[.,]\d+)?[kKM]?)[-\u2013](\d+(?:[.,]\d+)?(?:[kKM]|\s*(?:thousand|grand|million|mio|mn))\b"
+    r"|(?:[1-9]\d{0,2}(?:[.,']\d{3})*|[1-9]\d{3,})(?![\w-]|[.,]\d))",
     re.IGNORECASE,
 )
 
@@ -59,10 +64,10 @@ def placed_numbers(text: str) -> list[Placed]:
 
 def _scaled_as(number: int | float, text: str, first: re.Match[str], second: re.Match[str]) -> int | float:
     """A range's first end, ``number``, with the scale its second end has where it has none of its own."""
-    if first.group()[-1] in "kK" or _SCALE.match(text, first.end()):
+    if first.group()[-1] in "kKM" or _SCALE.match(text, first.end()):
         return number
-    if second.group()[-1] in "kK":
-        return _times(number, 1000)
+    if second.group()[-1] in "kKM":
+        return _times(number, 1000 if second.group()[-1] in "kK" else 1_000_000)
     scale = _SCALE.match(text, second.end())
     return number if scale is None else _times(number, 1000 if scale.group(1) else 1_000_000)
 
@@ -71,7 +76,7 @@ def _scaled(text: str, match: re.Match[str]) -> int | float | None:
     """The number ``match`` found in ``text``, times the scale word after it ("42 thousand", "1.2 million")."""
     number = _number(match.group())
     scale = _SCALE.match(text, match.end())
-    if number is None or scale is None or match.group()[-1] in "kK":
+    if number is None or scale is None or match.group()[-1] in "kKM":
         return number
     return _times(number, 1000 if scale.group(1) else 1_000_000)
 
@@ -79,8 +84,8 @@ def _scaled(text: str, match: re.Match[str]) -> int | float | None:
 def _number(text: str) -> int | float | None:
     """A number as written (``12,000`` and ``1,299.99`` with thousands, ``2,5`` with a decimal comma, ``1.200,50``,
     ``42k``); None for a code: past 15 digits, or four digits or more after a leading zero."""
-    thousands = text[-1] in "kK"
-    text = re.sub(_GROUP + "| ", "", text.rstrip("kK"))
+    scale = {"k": 1000, "K": 1000, "M": 1_000_000}.get(text[-1])
+    text = re.sub(_GROUP + "| ", "", text.rstrip("kKM"))
     digits = sum(c.isdigit() for c in text)
     if digits > 15 or (digits >= 4 and text.lstrip("-").startswith("0")):
         return None  # a pasted reference, a phone number (0612345678): no amount
@@ -90,7 +95,7 @@ def _number(text: str) -> int | float | None:
         text = text.replace(".", "")
     text = text.replace(",", ".")
     number = float(text) if "." in text else int(text)
-    return _times(number, 1000) if thousands else number  # 42k, 1.5k
+    return _times(number, scale) if scale else number  # 42k, 1.5k, 3.5M
 
 
 def _times(number: int | float, scale: int) -> int | float:

@@ -393,7 +393,8 @@ def names(key: str, words: Iterable[str]) -> bool:
     monthly_debt_payments; "I drive" does not name driver_name)."""
     parts = re.split(r"[_\W\d]+", re.sub(r"([a-z])([A-Z])", r"\1 \2", key).casefold())
     name = {part for part in parts if len(part) >= 3 and part not in FUNCTION_WORDS["en"]}
-    return any(a == b + end or b == a + end for a in words for b in name for end in ("", "s", "es", "ly"))
+    said = {word.removesuffix("'s") for word in words}  # "rent's 1100" names the rent
+    return any(a == b + end or b == a + end for a in said for b in name for end in ("", "s", "es", "ly"))
 
 
 def _answers(schema: dict[str, Any], allowed: set[bool], answered: bool = False) -> dict[str, Any] | None:

@@ -522,7 +522,7 @@ def test_a_guided_message_loses_a_loop_and_the_prompt_s_tags_and_nothing_else():
 def test_a_number_written_with_k_is_thousands():
     assert pool("42k a year before tax").numbers == [42000]
     assert pool("about 1.5K").numbers == [1500]
-    assert pool("it's 42km away").numbers == []  # a unit, not thousands
+    assert pool("it's 42km away").numbers == [42]  # a unit, not thousands
 
 
 def test_words_that_answer_another_question_and_say_no_number_give_a_number_key_no_value():
@@ -566,7 +566,7 @@ def test_a_key_is_named_by_a_word_of_its_name_or_its_plural():
     assert not names("driver_name", pool("I drive it to work").words)  # another word, not a form of it
 
 
-def test_a_number_said_beside_a_key_name_is_that_keys_and_no_other_keys():
+def test_a_number_said_beside_a_key_name_is_not_offered_to_another_key():
     # "the rent is 1,100 and the deposit is 2k" offered both numbers to both keys (a stranger's audit)
     keys = ["monthly_rent", "deposit_amount", "household_size"]
     definition = definition_with(
@@ -574,32 +574,48 @@ def test_a_number_said_beside_a_key_name_is_that_keys_and_no_other_keys():
         required_context_keys=keys,
         writable_keys=keys,
     )
-    paired = guided_schema(definition, "a", {}, said="the rent is 1,100 and the deposit is 2k")
-    assert [_offered(paired, key) for key in keys] == [[1100], [2000], []]
-    assert targets(paired) == {"a"}  # no household size was said: the move that needs one is not offered
-    said_apart = guided_schema(definition, "a", {}, said="rent 1100 deposit 2000, and we are 3")
-    assert [_offered(said_apart, key) for key in keys] == [[1100], [2000], [3]]
-    assert "b" in targets(guided_schema(definition, "a", {}, said="rent 1100 deposit 2000, and we are three"))
+    paired = guided_schema(definition, "a", {}, said="the rent is 1,100 and the deposit is 2k, 3 of us")
+    assert [_offered(paired, key) for key in keys] == [[1100, 3], [2000, 3], [3]]
+    said_apart = guided_schema(definition, "a", {}, said="rent's 1100 deposit 2000")
+    assert [_offered(said_apart, key) for key in keys[:2]] == [[1100], [2000]]
+    # every number another key's: this one may still have any (a wrong pairing never leaves a key without one)
+    assert _offered(said_apart, "household_size") == [1100, 2000]
     unnamed = guided_schema(definition, "a", {}, said="1100 and 2000")  # naming no key: any number is any key's
     assert [_offered(unnamed, key) for key in keys] == [[1100, 2000]] * 3
-    collected = {"monthly_rent": 1000, "deposit_amount": 1500}
-    corrected = guided_schema(definition, "a", collected, said="the rent is 1,100 and the deposit is 2k")
-    assert [_offered(corrected, key) for key in keys[:2]] == [[1100], [2000]]
-    # a name takes the number nearest it, with the rest of a range; a number no name is near is any key's
+    # a correction "was X, now Y": the number said beside the name comes first, and the new one is on offer too
+    collected = {"monthly_rent": 1100, "deposit_amount": 2000}
+    corrected = guided_schema(definition, "a", collected, said="no, deposit was 2000 but it's 1800 now")
+    assert 1800 in _offered(corrected, "deposit_amount")
+
+
+def test_a_name_takes_the_number_nearest_it_unless_the_word_is_a_rate_or_names_two_keys():
     from llm_fsm.guided_branches import owned_numbers
 
     assert owned_numbers("I'm 34 with an income of 52k", ["age", "annual_income"]) == {"annual_income": [52000]}
     assert owned_numbers("rent is 3-4k, 2 of us", ["monthly_rent"]) == {"monthly_rent": [3000, 4000]}
+    # "month" names both keys: neither; "a year" is a rate, not the vehicle's year
+    assert owned_numbers("I earn 3000 a month and spend about 2000", ["monthly_income", "monthly_expenses"]) == {}
+    assert owned_numbers("2019 Honda Civic, about 12k miles a year", ["vehicle_year", "annual_mileage"]) == {}
+    assert owned_numbers("I make 52k a year, there 3 years", ["annual_income", "years_at_job"]) == {"years_at_job": [3]}
 
 
 def test_numbers_written_the_swiss_way_with_spaced_thousands_or_as_a_range_are_read_whole():
     assert pool("5'000 francs").numbers == [5000] and pool("5\u2019000").numbers == [5000]
     assert pool("1 500 euros").numbers == [1500, 1, 500]  # read whole first, its parts after
+    assert pool("1 234,56 €").numbers[0] == 1234.56
     assert pool("call me on 555 123 4567").numbers == [555, 123, 4567]  # not one number
     assert pool("3-4k a month").numbers == [3000, 4000]
+    assert pool("1500-2000").numbers == [1500, 2000] and pool("1-2M").numbers == [1000000, 2000000]
     assert pool("1.5 to 2 million").numbers == [1500000, 2000000]
     assert pool("10-12 people").numbers == [10, 12]
     assert pool("on 2027-06-13").numbers == [2027] and pool("555-0142").numbers == [555]  # a date, a phone number
+
+
+def test_a_number_with_a_unit_written_on_it_is_read():
+    assert pool("I'm 34, 70kg and 180cm").numbers == [34, 70, 180]
+    assert pool("25yo, 2hrs, a table for 4pax").numbers == [25, 2, 4]
+    assert pool("3.5M revenue").numbers == [3500000]
+    assert pool("a table for 4 at 7pm").numbers == [4]  # a time of day is not a count
 
 
 def test_an_address_that_fits_another_key_is_not_offered_as_free_text():
@@ -611,3 +627,18 @@ def test_an_address_that_fits_another_key_is_not_offered_as_free_text():
     assert _offered(schema, "email") == ["maya.chen@example.com"]
     named = guided_schema(definition, "confirm", collected, said="the name should be Maya Li")
     assert "Maya Li" in _offered(named, "name")
+    keys = ["full_name", "email", "age"]
+    own = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "t",
+            "initial_state": "a",
+            "context_schema": {"email": {"type": "string", "format": "email"}, "age": {"type": "integer"}},
+            "states": {
+                "a": {"id": "a", "purpose": "p", "required_context_keys": keys, "transitions": [move("b", keys=keys)]},
+                "b": {"id": "b", "purpose": "end", "transitions": []},
+            },
+        }
+    )
+    with_age = guided_schema(own, "a", {}, said="It should be maya.chen@example.com, age 34")  # a number named too
+    assert _offered(with_age, "age") == [34]
+    assert not any("@" in str(value) for value in _offered(with_age, "full_name"))
