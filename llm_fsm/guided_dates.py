@@ -6,7 +6,9 @@ from __future__ import annotations
 import datetime
 import re
 
-_TIME = re.compile(r"(?<![\w:.])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:])", re.IGNORECASE)
+_TIME = re.compile(  # not a date's day and month: 13.06.2027
+    r"(?<![\w:./])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:/]|\.\d)", re.IGNORECASE
+)
 
 _MONTHS = {
     name: number
@@ -36,6 +38,9 @@ _DATES = (
     re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # June 13th (, 2026)
 )
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+# a date in digits: 13/06/2027, 13.06.27, 6/13 (the day first where it can be, the month first too where both can)
+_NUMERIC = re.compile(r"(?<![\w./-])(\d{1,2})(?:([./-])(\d{1,2})\2(\d{4}|\d{2})|(/)(\d{1,2}))(?![\w/-]|\.\d)")
+_RELATIVE = {"today": 0, "tonight": 0, "tomorrow": 1}
 
 
 def dates(text: str, today: datetime.date | None = None) -> list[str]:
@@ -55,6 +60,36 @@ def dates(text: str, today: datetime.date | None = None) -> list[str]:
                 continue
             found.append(when.isoformat())
     return list(dict.fromkeys(found))
+
+
+def days_said(text: str, today: datetime.date | None = None) -> list[str]:
+    """The dates ``text`` says in digits ("13/06/2027", "13.06.27", "6/13": the day first and the month first
+    where both can be) or as "today" or "tomorrow", as ``YYYY-MM-DD``: offered to a key
+    shaped as a date only (a name is not "2027-06-13")."""
+    today = today or datetime.date.today()
+    found = []
+    for match in _NUMERIC.finditer(text):
+        first = int(match.group(1))
+        second, year = int(match.group(3) or match.group(6)), match.group(4)
+        for day, month in ((first, second), (second, first)):
+            when = _date(year, month, day, today)
+            if when is not None:
+                found.append(when.isoformat())
+    for word in [] if found or dates(text, today) else re.findall(r"[a-z]+", text.casefold()):
+        if word in _RELATIVE:  # "tomorrow", where no date is said (a weekday is the model's: "next Friday"?)
+            found.append((today + datetime.timedelta(days=_RELATIVE[word])).isoformat())
+    return list(dict.fromkeys(found))
+
+
+def _date(year: str | None, month: int, day: int, today: datetime.date) -> datetime.date | None:
+    """The day, of ``year`` (two digits: this century), else the next such day from ``today``; None if none is."""
+    try:
+        if year is not None:
+            return datetime.date(int(year) + (2000 if len(year) == 2 else 0), month, day)
+        when = datetime.date(today.year, month, day)
+        return when if when >= today else datetime.date(today.year + 1, month, day)
+    except ValueError:
+        return None
 
 
 def times(text: str) -> list[str]:
@@ -82,4 +117,4 @@ def times(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-__all__ = ["ISO_DATE", "dates", "times"]
+__all__ = ["ISO_DATE", "dates", "days_said", "times"]

@@ -13,8 +13,14 @@ _GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) o
 _UNITS = r"(?:kg|g|lbs?|cm|mm|km|mi|ml|yo|yrs?|hrs?|h|mins?|secs?|pcm|pax|pp|ppl)\b"
 _NUMBER = re.compile(  # with thousands (12,000; 50.000; 5'000), a decimal point or comma, "k" for thousands (42k)
     # and "M" for millions (3.5M)
-    r"(?<![\w.,-])-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d{1,3}(?:" + _GROUP + r"\d{3})+"
-    r"(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?:[kKM](?![\w]|[.,]\d)|(?=" + _UNITS + r")|(?![\w]|[.,]\d|" + _GROUP + r"\d))"
+    r"(?<![\w.,-])(?<!\d/)-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d{1,3}(?:"
+    + _GROUP
+    + r"\d{3})+"
+    r"(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?:[kKM](?![\w]|[.,]\d)|(?="
+    + _UNITS
+    + r")|(?![\w]|[.,/]\d|"
+    + _GROUP
+    + r"\d))"  # not a date's part: 13/06
 )
 _SCALE = re.compile(r"\s*(?:(thousand|grand)|(million|mio|mn))\b", re.IGNORECASE)  # "42 thousand", "1.2 million"
 _SPACED = re.compile(

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from llm_fsm.guided_dates import ISO_DATE, dates, times
+from llm_fsm.guided_dates import ISO_DATE, dates, days_said, times
 from llm_fsm.guided_numbers import said_numbers
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
@@ -157,6 +157,7 @@ class Said(NamedTuple):
     days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
     told: tuple[Any, ...] = ()  # the text and numbers the turn's tools answered with
     text: str = ""  # what the user stated (the message without the sentences that ask)
+    dated: tuple[str, ...] = ()  # dates said in digits or as a day ("13/06", "tomorrow"), for a date's key only
 
 
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
@@ -183,17 +184,11 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     numeric = any(c.isdigit() for c in text) or bool(words & NUMBER_WORDS)
     said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
     days = tuple(int(day) for day in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)\b", text) if 1 <= int(day) <= 31)
-    digits = any(c.isdigit() for c in text)
-    counted = bool(numbers) or bool(words & CARDINAL_WORDS)
+    counted, digits = bool(numbers) or bool(words & CARDINAL_WORDS), any(c.isdigit() for c in text)
     return said._replace(
-        yes=_answer(text),
-        numeric=numeric,
-        counted=counted,
-        digits=digits,
-        days=days,
-        told=tuple(dict.fromkeys(told)),
-        text=text,
-    )
+        yes=_answer(text), numeric=numeric, counted=counted, digits=digits, days=days, text=text,
+        told=tuple(dict.fromkeys(told)), dated=tuple(days_said(text)),
+    )  # fmt: skip
 
 
 def _answer(text: str) -> bool | None:
@@ -295,6 +290,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
         offered: list[Any] = list(said.texts)
         if isinstance(current, str) and ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
             offered += [f"{current[:8]}{day:02d}" for day in said.days]
+        if _digits_in(schema.get("pattern")):  # "13/06/2027", "tomorrow": a date's key is offered the date
+            offered += [day for day in said.dated if day not in offered]
     elif kind in ("integer", "number"):
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
@@ -323,11 +320,21 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
             # are asked): not invented; said in words only ("diez y media") it is the model's to write
             return None
         return None if kind in ("integer", "number") else original
-    if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it
-        fitting = [value for value in fitting if not any(other != value and other in value for other in fitting)]
+    if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it,
+        # without the words around it, and the whole of it where it is written in groups ("555 123 4567", "+44 7700")
+        fitting = [value for value in fitting if not any(other in value and _worded(value, other) for other in fitting)]
+        grouped = [value for value in fitting if not any(other != value and value in other for other in fitting)]
+        fitting = [
+            v for v in fitting if not any(v != other and v in other and not _worded(other, v) for other in grouped)
+        ]
     elif keep and isinstance(current, str | int | float) and not isinstance(current, bool) and accepts(current):
         fitting = [current, *(value for value in fitting if value != current)]
     return {"enum": fitting[:MAX_OFFERED]}
+
+
+def _worded(longer: Any, shorter: Any) -> bool:
+    """Whether ``longer`` holds ``shorter`` and words (letters) besides: "is a@b.co" holds "a@b.co"."""
+    return longer != shorter and any(c.isalpha() for c in str(longer).replace(str(shorter), " ", 1))
 
 
 def _compacted(texts: Iterable[Any]) -> Iterable[str]:

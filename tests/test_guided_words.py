@@ -642,3 +642,29 @@ def test_an_address_that_fits_another_key_is_not_offered_as_free_text():
     with_age = guided_schema(own, "a", {}, said="It should be maya.chen@example.com, age 34")  # a number named too
     assert _offered(with_age, "age") == [34]
     assert not any("@" in str(value) for value in _offered(with_age, "full_name"))
+
+
+def test_a_date_in_digits_or_tomorrow_is_offered_to_a_date_key_and_its_parts_are_no_numbers():
+    import datetime
+
+    from llm_fsm.guided_dates import days_said, times
+
+    today = datetime.date(2026, 11, 27)
+    assert days_said("13/06/2027, 3 nights", today) == ["2027-06-13"]
+    assert days_said("13.06.2027 für 3 Nächte", today) == ["2027-06-13"] and times("13.06.2027") == []  # no 13:06
+    assert days_said("05/06/27", today) == ["2027-06-05", "2027-05-06"]  # the day first, the month first too
+    assert days_said("tomorrow for 3 nights", today) == ["2026-11-28"]
+    assert days_said("10-12 people", today) == [] and days_said("at 5.45", today) == []  # a range, a time
+    assert pool("13/06/2027, 3 nights").numbers == [3]  # not 13, 6 and 2027
+    date = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
+    assert from_words(date, pool("13/06/2027, 3 nights")) == {"enum": ["2027-06-13"]}
+    assert from_words({"type": "string", "maxLength": 80}, pool("06/13/2027")) == {"enum": ["06/13/2027"]}  # a name
+
+
+def test_a_shaped_value_written_in_groups_is_offered_whole():
+    # "555 123 4567" offered only "555 123" and "123 4567": the least span with a phone's shape, not the number
+    spaced = {"type": "string", "pattern": "^\\+?[0-9 ()\\-]{7,20}$"}
+    assert from_words(spaced, pool("call me on 555 123 4567")) == {"enum": ["555 123 4567"]}
+    compact = {"type": "string", "pattern": "^\\+?[0-9]{7,15}$"}
+    assert from_words(compact, pool("it's +44 7700 900123")) == {"enum": ["+447700900123"]}  # the +44 kept
+    assert from_words({"type": "string", "pattern": "@"}, pool("sure, it's a@b.co thanks")) == {"enum": ["a@b.co"]}
