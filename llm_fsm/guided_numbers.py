@@ -1,7 +1,7 @@
 """Numbers as people write them in a message: ``12,000`` and ``1,299.99`` with thousands, ``50.000`` and
 ``1.200,50`` the European way, ``5'000`` the Swiss way, ``1 500`` with a space, ``2,5`` with a decimal comma,
-``42k`` and "42 thousand", "1.2 million", and a range's ends ("3-4k" is 3000 and 4000)
-(:mod:`llm_fsm.guided_words` offers them as a guided schema's numbers)."""
+``42k``, ``3.5M``, "42 thousand", "1.2 million", "3 Millionen", with a unit on it (``70kg``), and a range's ends
+("3-4k" is 3000 and 4000) (:mod:`llm_fsm.guided_words` offers them as a guided schema's numbers)."""
 
 from __future__ import annotations
 
@@ -11,27 +11,25 @@ from typing import NamedTuple
 _GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) or a no-break space (1 500)
 # a unit written on the number ("70kg", "25yo", "2hrs", "4pax"): the number is read ("pm", "am" make a time of day)
 _UNITS = r"(?:kg|g|lbs?|cm|mm|km|mi|ml|yo|yrs?|hrs?|h|mins?|secs?|pcm|pax|pp|ppl)\b"
-_NUMBER = re.compile(  # with thousands (12,000; 50.000; 5'000), a decimal point or comma, "k" for thousands (42k)
-    # and "M" for millions (3.5M)
-    r"(?<![\w.,-])(?<!\d/)-?(?:\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d{1,3}(?:\.\d{3})+(?:,\d+)?|\d{1,3}(?:"
-    + _GROUP
-    + r"\d{3})+"
-    r"(?:[.,]\d+)?|\d+(?:[.,]\d+)?)(?:[kKM](?![\w]|[.,]\d)|(?="
-    + _UNITS
-    + r")|(?![\w]|[.,/]\d|"
-    + _GROUP
-    + r"\d))"  # not a date's part: 13/06
+# thousands (12,000; 50.000; 5'000) and a decimal point or comma, then "k" (42k) or "M" (3.5M), a unit (70kg), or
+# nothing that goes on with the number (not a code's part, KD17XRF, nor a date's, 13/06)
+_DIGITS = "|".join(
+    [r"\d{1,3}(?:,\d{3})+(?:\.\d+)?", r"\d{1,3}(?:\.\d{3})+(?:,\d+)?", rf"\d{{1,3}}(?:{_GROUP}\d{{3}})+(?:[.,]\d+)?"]
+    + [r"\d+(?:[.,]\d+)?"]
 )
-_SCALE = re.compile(r"\s*(?:(thousand|grand)|(million|mio|mn))\b", re.IGNORECASE)  # "42 thousand", "1.2 million"
-_SPACED = re.compile(
-    r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)"
-)  # 1 500, 1 234,56 (not 555 123 4567)
+_END = rf"[kKM](?![\w]|[.,]\d)|(?={_UNITS})|(?![\w]|[.,/]\d|{_GROUP}\d)"
+_NUMBER = re.compile(rf"(?<![\w.,-])(?<!\d/)-?(?:{_DIGITS})(?:{_END})")
+_THOUSANDS = r"thousands?|grand|k|tausend|mille"  # "42 thousand", "50 k", "5 Tausend"
+_MILLIONS = r"millions?|mio|mn|millionen|millones|millón|milioni"  # "1.2 million", "3 Millionen", "2 millions"
+_SCALE = re.compile(rf"\s*(?:({_THOUSANDS})|({_MILLIONS}))\b", re.IGNORECASE)
+_SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)")  # 1 500 (not 555 123 4567)
 _RANGE = re.compile(r"\s*(?:-|\u2013|to|\x00)\s*")  # between a range's ends: 3-4k, 3 to 4 thousand
-_DASHED = re.compile(  # a range written with a dash, its ends apart: "10-12", "3-4k" (not 2027-06-13, 555-0142)
-    r"(?<![\w.,-])(\d+(?:[.,]\d+)?[kKM]?)[-\u2013](\d+(?:[.,]\d+)?(?:[kKM]|\s*(?:thousand|grand|million|mio|mn))\b"
-    r"|(?:[1-9]\d{0,2}(?:[.,']\d{3})*|[1-9]\d{3,})(?![\w-]|[.,]\d))",
-    re.IGNORECASE,
+# a range written with a dash, its ends apart: "10-12", "3-4k", "1500-2000" (not 2027-06-13, 555-0142)
+_SECOND = "|".join(  # a scale on it (3-4k), or its digits alone (10-12, 1500-2000)
+    [rf"\d+(?:[.,]\d+)?(?:[kKM]|\s*(?:{_THOUSANDS}|{_MILLIONS}))\b"]
+    + [r"(?:[1-9]\d{0,2}(?:[.,']\d{3})*|[1-9]\d{3,})(?![\w-]|[.,]\d)"]
 )
+_DASHED = re.compile(rf"(?<![\w.,-])(\d+(?:[.,]\d+)?[kKM]?)[-\u2013]({_SECOND})", re.IGNORECASE)
 
 
 def said_numbers(text: str) -> list[int | float]:

@@ -615,6 +615,7 @@ def test_a_number_with_a_unit_written_on_it_is_read():
     assert pool("I'm 34, 70kg and 180cm").numbers == [34, 70, 180]
     assert pool("25yo, 2hrs, a table for 4pax").numbers == [25, 2, 4]
     assert pool("3.5M revenue").numbers == [3500000]
+    assert pool("3 Millionen, 5 Tausend, 50 k").numbers == [3000000, 5000, 50000]  # scale words, not only English
     assert pool("a table for 4 at 7pm").numbers == [4]  # a time of day is not a count
 
 
