@@ -51,7 +51,7 @@ from llm_fsm.guided_conditions import (
     asked_elsewhere,
 )
 from llm_fsm.guided_patterns import MAX_TEXT, _containing, not_opening_like, portable_pattern, portable_patterns
-from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape
+from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape, tool_shape
 from llm_fsm.guided_words import named_in, pool, spans
 from llm_fsm.texts import language_code
 
@@ -368,6 +368,8 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
             schema = {"type": "string", "enum": closed}
         elif shape and schema["type"] == "string":  # ordered as text against "17:00": written as "21:00"
             schema["pattern"] = shape
+        elif schema["type"] in ("string", None) and (taken := tool_shape(definition, key)):  # a tool's date
+            schema = {"type": "string", **{k: v for k, v in taken.items() if k == "pattern" or v in _GRAMMAR_FORMATS}}
     types = schema.get("type")
     if (types == "string" or (isinstance(types, list) and "string" in types)) and "enum" not in schema:
         schema["maxLength"] = min(int(schema.get("maxLength", MAX_TEXT)), MAX_TEXT)

@@ -56,6 +56,22 @@ def text_shape(definition: FSMDefinition, key: str) -> str | None:
     return shapes.get(key)
 
 
+def tool_shape(definition: FSMDefinition, key: str) -> dict[str, Any] | None:
+    """The shape of text a key with no schema of its own holds where the definition's tools take an argument of
+    its name: the ``pattern`` and ``format`` every such argument declares, when they agree (``date``:
+    ``^\\d{4}-\\d{2}-\\d{2}$``); None where none declares one, or they differ. A 135M model wrote "21:00" as the
+    date of a booking whose tools take dates as ``YYYY-MM-DD``."""
+    shapes = set()
+    for tool in definition.tools.values():
+        argument = ((tool.parameters or {}).get("properties") or {}).get(key)
+        if isinstance(argument, dict):
+            shape = (argument.get("pattern"), argument.get("format"))
+            shapes.add(shape if argument.get("type") == "string" else (None, None))
+    if len(shapes) != 1 or (shape := shapes.pop()) == (None, None):
+        return None
+    return {name: value for name, value in zip(("pattern", "format"), shape, strict=True) if value is not None}
+
+
 def _text_shapes(definition: FSMDefinition) -> dict[str, str]:
     constants: dict[str, set[str]] = {}
     for transition in _every_transition(definition):
@@ -294,4 +310,4 @@ def _fits_type(schema: dict[str, Any], value: Any) -> bool:
     return "string" in kinds
 
 
-__all__ = ["MAX_PAIRS", "closed_set", "derived_values", "text_shape"]
+__all__ = ["MAX_PAIRS", "closed_set", "derived_values", "text_shape", "tool_shape"]

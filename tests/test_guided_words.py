@@ -669,3 +669,19 @@ def test_a_shaped_value_written_in_groups_is_offered_whole():
     compact = {"type": "string", "pattern": "^\\+?[0-9]{7,15}$"}
     assert from_words(compact, pool("it's +44 7700 900123")) == {"enum": ["+447700900123"]}  # the +44 kept
     assert from_words({"type": "string", "pattern": "@"}, pool("sure, it's a@b.co thanks")) == {"enum": ["a@b.co"]}
+
+
+def test_a_key_with_no_schema_takes_the_shape_of_the_tool_argument_of_its_name():
+    # restaurant_booking declares no context_schema; its tools take date as YYYY-MM-DD: "Oh, OK. 9 pm then" at the
+    # date and time question had a 135M model write "21:00" as the date, and the availability check never matched
+    from llm_fsm.guided import value_schema
+    from llm_fsm.guided_values import tool_shape
+
+    definition = example("restaurant_booking")
+    assert tool_shape(definition, "date") == {"pattern": "^\\d{4}-\\d{2}-\\d{2}$"}
+    assert tool_shape(definition, "party_size") is None  # a number's bounds stay the conditions' (a party of 12)
+    assert tool_shape(definition, "guest_name") is None  # an argument with no shape gives none
+    assert value_schema(definition, definition.states["date_time"], "date")["pattern"] == "^\\d{4}-\\d{2}-\\d{2}$"
+    collected = {"party_size": 4, "date": "2027-06-13", "day_of_week": "Friday", "time": "22:00"}
+    schema = guided_schema(definition, "date_time", collected, said="Oh, OK. 9 pm then.")
+    assert _offered(schema, "date") == ["2027-06-13"] and _offered(schema, "time") == ["21:00"]
