@@ -53,7 +53,7 @@ def as_said(
     if not named:
         reading_back = sole is not None or not definition.states[state_id].required_context_keys
         held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
-    keys = {key for branch in branches for key, value in _update(branch).items() if _counts(value)}
+    keys = {key for branch in branches for key, value in _update(branch).items() if _open(value)}
     shaped = [
         part for branch in branches for value in _update(branch).values() for part in _parts(value) if _shaped(part)
     ]
@@ -185,7 +185,7 @@ def _from_words(
         schema = _null_keeps(schema, context.get(key))
         source = NOTHING if key in held and _open(schema) else said  # a closed set's value is named by the words
         if source is said and claims is not None:
-            source = _claimed(said, key, schema, claims)
+            source = _claimed(said, key, schema, claims, context.get(key))
         value = from_words(schema, source, context.get(key), key in kept)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         answered = answered or (key not in flags and context.get(key) is None and value not in (None, schema))
@@ -227,8 +227,9 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
         named, words = [], list(re.finditer(r"[\w']+|/", clause.casefold()))
         for index, word in enumerate(words):
             found = [key for key in keys if names(key, {word.group().removesuffix("'s")})]
-            rate = index > 0 and words[index - 1].group() in _RATE and word.group() in _PERIODS
-            if len(found) == 1 and not rate:
+            if index > 0 and words[index - 1].group() in _RATE and word.group() in _PERIODS:  # "12k miles a year"
+                found = [key for key in found if word.group() + "ly" in re.split(r"[_\W\d]+", key.casefold())]
+            if len(found) == 1:
                 named.append((word.start(), word.end(), found[0]))
         placed = placed_numbers(clause)
         pairs = sorted(
@@ -254,21 +255,23 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
     return owned
 
 
-# "a year", "per month", "/mo": a rate, not a key's name
+# "a year", "per month", "/mo": a rate, which names a key of that rate (monthly_rent), not of that thing (vehicle_year)
 _RATE = frozenset({"a", "an", "per", "each", "every", "/"})
 _PERIODS = word_set("year month week day hour night annum yr mo wk")
 _CLAUSE = re.compile(r"(?<=[.!?;])\s+|,\s+|\s+(?:and|but|plus|y|pero|und|aber|et|mais|e|ma|en)\s+", re.IGNORECASE)
 
 
-def _claimed(said: Said, key: str, schema: dict[str, Any], claims: Claims) -> Said:
-    """What ``said`` offers ``key`` (whose value schema is ``schema``): not the numbers said beside another key's
-    name (its own first, then those beside none; all of them where that would leave none), and, to free text, no
-    address that fits another key's form."""
+def _claimed(said: Said, key: str, schema: dict[str, Any], claims: Claims, current: Any) -> Said:
+    """What ``said`` offers ``key`` (whose value schema is ``schema``, holding ``current``): the numbers said beside
+    its name, else those said beside no key's name (all of them where that would leave none), and, to free text,
+    no address that fits another key's form."""
     numbers, texts = said.numbers, said.texts
     if claims.numbers:
         mine = claims.numbers.get(key, [])
         others = {number for owner, some in claims.numbers.items() if owner != key for number in some} - set(mine)
-        numbers = [*mine, *(n for n in numbers if n not in others and n not in mine)] or numbers
+        rest = [number for number in numbers if number not in others and number not in mine]
+        # its own: only those, unless they are what it holds ("deposit was 2000 but it's 1800 now")
+        numbers = (mine if any(n != current for n in mine) else [*mine, *rest]) or numbers
     if claims.addresses and any(_free(part) for part in _parts(schema)):
         texts = [text for text in texts if not any(address in text for address in claims.addresses)]
     return said._replace(numbers=numbers, texts=texts)

@@ -39,8 +39,10 @@ _DATES = (
 )
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # a date in digits: 13/06/2027, 13.06.27, 6/13 (the day first where it can be, the month first too where both can)
-_NUMERIC = re.compile(r"(?<![\w./-])(\d{1,2})(?:([./-])(\d{1,2})\2(\d{4}|\d{2})|(/)(\d{1,2}))(?![\w/-]|\.\d)")
-_RELATIVE = {"today": 0, "tonight": 0, "tomorrow": 1}
+# a date in digits: 13/06/2027, 13-06-2027, 13.06.27, and without a year 13/06 and 13.06. (with its last dot)
+_NUMERIC = re.compile(
+    r"(?<![\w./:-])(\d{1,2})(?:([./-])(\d{1,2})\2(\d{4}|\d{2})|/(\d{1,2})|\.(\d{1,2})\.)(?![\w/:-]|\.?\d)"
+)
 
 
 def dates(text: str, today: datetime.date | None = None) -> list[str]:
@@ -63,22 +65,37 @@ def dates(text: str, today: datetime.date | None = None) -> list[str]:
 
 
 def days_said(text: str, today: datetime.date | None = None) -> list[str]:
-    """The dates ``text`` says in digits ("13/06/2027", "13.06.27", "6/13": the day first and the month first
-    where both can be) or as "today" or "tomorrow", as ``YYYY-MM-DD``: offered to a key
-    shaped as a date only (a name is not "2027-06-13")."""
+    """The dates ``text`` says in digits ("13/06/2027", "13-06-2027", "13.06.27", "le 13/06", "am 13.06."), as
+    ``YYYY-MM-DD``: the day first, and the month first too where both can be ("05/06/27"); not "24/7", "1/2" or
+    "3/4". Offered to a key shaped as a date only (a name is not "2027-06-13")."""
+    return list(dict.fromkeys(day for _, _, days in _numeric_dates(text, today) for day in days))
+
+
+def _numeric_dates(text: str, today: datetime.date | None = None) -> list[tuple[int, int, list[str]]]:
     today = today or datetime.date.today()
     found = []
     for match in _NUMERIC.finditer(text):
-        first = int(match.group(1))
-        second, year = int(match.group(3) or match.group(6)), match.group(4)
-        for day, month in ((first, second), (second, first)):
-            when = _date(year, month, day, today)
-            if when is not None:
-                found.append(when.isoformat())
-    for word in [] if found or dates(text, today) else re.findall(r"[a-z]+", text.casefold()):
-        if word in _RELATIVE:  # "tomorrow", where no date is said (a weekday is the model's: "next Friday"?)
-            found.append((today + datetime.timedelta(days=_RELATIVE[word])).isoformat())
-    return list(dict.fromkeys(found))
+        first, year = int(match.group(1)), match.group(4)
+        second = int(match.group(3) or match.group(5) or match.group(6))
+        if match.group(5) and ((first, second) == (24, 7) or first < second <= 4):
+            continue  # round the clock, a fraction
+        days = [when.isoformat() for d, m in ((first, second), (second, first)) if (when := _date(year, m, d, today))]
+        if days:
+            found.append((match.start(), match.end(), list(dict.fromkeys(days))))
+    return found
+
+
+def date_and_time_spans(text: str) -> list[tuple[int, int]]:
+    """Where ``text`` says a date (in digits, ISO, or with a month's name) or a time of day with a colon, an "h"
+    between hours and minutes, or am, pm or Uhr ("19:30", "19h30", "9 pm"): their digits are no count or amount
+    (a party of 4 "at 19:30" is not 19 or 30; "9.30" may be a price)."""
+    spans = [(start, end) for start, end, _ in _numeric_dates(text)]
+    spans += [match.span() for pattern in (ISO_DATE, *_DATES) for match in pattern.finditer(text)]
+    for match in _TIME.finditer(text):
+        mark = (match.group(3) or "").casefold().replace(".", "")
+        if mark in ("am", "pm", "uhr") or re.search(r"\d[:h]\d", match.group()):  # not 2.50, a price
+            spans.append(match.span())
+    return spans
 
 
 def _date(year: str | None, month: int, day: int, today: datetime.date) -> datetime.date | None:
@@ -97,8 +114,10 @@ def times(text: str) -> list[str]:
     a time compared as text ("17:00" <= time) is written that way; "at 9" says no time (nine guests?). A time
     from 1 to 11 without am or pm ("tuesday 5.45") is either: both are offered, and a move's conditions (opening
     hours) keep the one that fits."""
-    found = []
+    found, dated = [], [(start, end) for start, end, _ in _numeric_dates(text)]
     for match in _TIME.finditer(text):
+        if any(start <= match.start() < end for start, end in dated):
+            continue  # "am 13.06." is a day, not 13:06
         hour, minutes, mark = int(match.group(1)), match.group(2), (match.group(3) or "").casefold().replace(".", "")
         if not mark and minutes is None:
             continue
@@ -117,4 +136,4 @@ def times(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-__all__ = ["ISO_DATE", "dates", "days_said", "times"]
+__all__ = ["ISO_DATE", "date_and_time_spans", "dates", "days_said", "times"]

@@ -8,18 +8,20 @@ from __future__ import annotations
 import re
 from typing import NamedTuple
 
+from llm_fsm.guided_dates import date_and_time_spans
+
 _GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) or a no-break space (1 500)
 # a unit written on the number ("70kg", "25yo", "2hrs", "4pax"): the number is read ("pm", "am" make a time of day)
-_UNITS = r"(?:kg|g|lbs?|cm|mm|km|mi|ml|yo|yrs?|hrs?|h|mins?|secs?|pcm|pax|pp|ppl)\b"
+_UNITS = r"(?:kg|g|lbs?|cm|mm|km|mi|ml|yo|yrs?|hrs?|mins?|secs?|pcm|pax|pp|ppl)\b"
 # thousands (12,000; 50.000; 5'000) and a decimal point or comma, then "k" (42k) or "M" (3.5M), a unit (70kg), or
 # nothing that goes on with the number (not a code's part, KD17XRF, nor a date's, 13/06)
 _DIGITS = "|".join(
     [r"\d{1,3}(?:,\d{3})+(?:\.\d+)?", r"\d{1,3}(?:\.\d{3})+(?:,\d+)?", rf"\d{{1,3}}(?:{_GROUP}\d{{3}})+(?:[.,]\d+)?"]
     + [r"\d+(?:[.,]\d+)?"]
 )
-_END = rf"[kKM](?![\w]|[.,]\d)|(?={_UNITS})|(?![\w]|[.,/]\d|{_GROUP}\d)"
-_NUMBER = re.compile(rf"(?<![\w.,-])(?<!\d/)-?(?:{_DIGITS})(?:{_END})")
-_THOUSANDS = r"thousands?|grand|k|tausend|mille"  # "42 thousand", "50 k", "5 Tausend"
+_END = rf"[kKM](?![\w]|[.,]\d)|(?={_UNITS})|(?![\w]|[.,:]\d|{_GROUP}\d)"
+_NUMBER = re.compile(rf"(?<![\w.,:-])-?(?:{_DIGITS})(?:{_END})")
+_THOUSANDS = r"thousands?|grand|tausend|mille"  # "42 thousand", "5 Tausend" ("a 10 k race" is 10)
 _MILLIONS = r"millions?|mio|mn|millionen|millones|millón|milioni"  # "1.2 million", "3 Millionen", "2 millions"
 _SCALE = re.compile(rf"\s*(?:({_THOUSANDS})|({_MILLIONS}))\b", re.IGNORECASE)
 _SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)")  # 1 500 (not 555 123 4567)
@@ -51,6 +53,8 @@ class Placed(NamedTuple):
 
 def placed_numbers(text: str) -> list[Placed]:
     """:func:`said_numbers`, each with where in ``text`` it is said."""
+    for start, end in date_and_time_spans(text):  # a date's or a time's digits are no number: "4 at 19:30"
+        text = text[:start] + " " * (end - start) + text[end:]
     text = _DASHED.sub(lambda m: m.group(1) + "\x00" + m.group(2), text)  # a range's dash, in the same place
     # a number with spaced thousands first: it comes before its first part, which starts where it does
     found = [Placed(m.start(), m.end(), number) for m in _SPACED.finditer(text) if (number := _number(m.group()))]

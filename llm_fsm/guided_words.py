@@ -129,6 +129,8 @@ NUMBER_WORDS = CARDINAL_WORDS | word_set(
     "donnerstag freitag samstag sonntag demie midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi "
     "samedi dimanche"
 )
+_GROUPS = re.compile(r"\+?\(?\d+\)?(?:[ -]\(?\d+\)?)*")  # digits in groups: 555 123 4567, (555) 123-4567
+_DAY_WORDS = NUMBER_WORDS - CARDINAL_WORDS  # a day, a month, a time of day said in words ("tomorrow", "noon")
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
 
@@ -290,7 +292,7 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
         offered: list[Any] = list(said.texts)
         if isinstance(current, str) and ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
             offered += [f"{current[:8]}{day:02d}" for day in said.days]
-        if _digits_in(schema.get("pattern")):  # "13/06/2027", "tomorrow": a date's key is offered the date
+        if _digits_in(schema.get("pattern")):  # "13/06/2027": a date's key is offered the date
             offered += [day for day in said.dated if day not in offered]
     elif kind in ("integer", "number"):
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
@@ -317,24 +319,20 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
             return _kept(original, current)
         if kind == "string" and _digits_in(schema.get("pattern")) and (not said.numeric or said.digits):
             # a time or a code the words do not say ("I'm Ana"), or say wrong (a 5-character reference where 6
-            # are asked): not invented; said in words only ("diez y media") it is the model's to write
-            return None
+            # are asked): not invented; said in words ("diez y media", "tomorrow, 3 nights") it is the model's
+            return original if said.words & _DAY_WORDS else None
         return None if kind in ("integer", "number") else original
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it,
-        # without the words around it, and the whole of it where it is written in groups ("555 123 4567", "+44 7700")
-        fitting = [value for value in fitting if not any(other in value and _worded(value, other) for other in fitting)]
-        grouped = [value for value in fitting if not any(other != value and value in other for other in fitting)]
-        fitting = [
-            v for v in fitting if not any(v != other and v in other and not _worded(other, v) for other in grouped)
+        # and first the whole of digits written in groups ("555 123 4567", "+44 7700 900123"), not a piece of them
+        least = [value for value in fitting if not any(other != value and other in value for other in fitting)]
+        groups = [value for value in fitting if isinstance(value, str) and _GROUPS.fullmatch(value)]
+        whole = [
+            v for v in groups if not any(o != v and v in o for o in groups) and any(p != v and p in v for p in least)
         ]
+        fitting = list(dict.fromkeys([*whole, *least]))
     elif keep and isinstance(current, str | int | float) and not isinstance(current, bool) and accepts(current):
         fitting = [current, *(value for value in fitting if value != current)]
     return {"enum": fitting[:MAX_OFFERED]}
-
-
-def _worded(longer: Any, shorter: Any) -> bool:
-    """Whether ``longer`` holds ``shorter`` and words (letters) besides: "is a@b.co" holds "a@b.co"."""
-    return longer != shorter and any(c.isalpha() for c in str(longer).replace(str(shorter), " ", 1))
 
 
 def _compacted(texts: Iterable[Any]) -> Iterable[str]:

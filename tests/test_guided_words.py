@@ -575,7 +575,7 @@ def test_a_number_said_beside_a_key_name_is_not_offered_to_another_key():
         writable_keys=keys,
     )
     paired = guided_schema(definition, "a", {}, said="the rent is 1,100 and the deposit is 2k, 3 of us")
-    assert [_offered(paired, key) for key in keys] == [[1100, 3], [2000, 3], [3]]
+    assert [_offered(paired, key) for key in keys] == [[1100], [2000], [3]]
     said_apart = guided_schema(definition, "a", {}, said="rent's 1100 deposit 2000")
     assert [_offered(said_apart, key) for key in keys[:2]] == [[1100], [2000]]
     # every number another key's: this one may still have any (a wrong pairing never leaves a key without one)
@@ -593,9 +593,11 @@ def test_a_name_takes_the_number_nearest_it_unless_the_word_is_a_rate_or_names_t
 
     assert owned_numbers("I'm 34 with an income of 52k", ["age", "annual_income"]) == {"annual_income": [52000]}
     assert owned_numbers("rent is 3-4k, 2 of us", ["monthly_rent"]) == {"monthly_rent": [3000, 4000]}
+    assert owned_numbers("postcode 75001, 2 guests", ["postcode", "guests"]) == {"postcode": [75001], "guests": [2]}
     # "month" names both keys: neither; "a year" is a rate, not the vehicle's year
     assert owned_numbers("I earn 3000 a month and spend about 2000", ["monthly_income", "monthly_expenses"]) == {}
     assert owned_numbers("2019 Honda Civic, about 12k miles a year", ["vehicle_year", "annual_mileage"]) == {}
+    assert owned_numbers("1100/month, 3 of us", ["monthly_rent", "household_size"]) == {"monthly_rent": [1100]}
     assert owned_numbers("I make 52k a year, there 3 years", ["annual_income", "years_at_job"]) == {"years_at_job": [3]}
 
 
@@ -608,14 +610,15 @@ def test_numbers_written_the_swiss_way_with_spaced_thousands_or_as_a_range_are_r
     assert pool("1500-2000").numbers == [1500, 2000] and pool("1-2M").numbers == [1000000, 2000000]
     assert pool("1.5 to 2 million").numbers == [1500000, 2000000]
     assert pool("10-12 people").numbers == [10, 12]
-    assert pool("on 2027-06-13").numbers == [2027] and pool("555-0142").numbers == [555]  # a date, a phone number
+    assert pool("on 2027-06-13").numbers == [] and pool("555-0142").numbers == [555]  # a date, a phone number
 
 
 def test_a_number_with_a_unit_written_on_it_is_read():
     assert pool("I'm 34, 70kg and 180cm").numbers == [34, 70, 180]
     assert pool("25yo, 2hrs, a table for 4pax").numbers == [25, 2, 4]
     assert pool("3.5M revenue").numbers == [3500000]
-    assert pool("3 Millionen, 5 Tausend, 50 k").numbers == [3000000, 5000, 50000]  # scale words, not only English
+    assert pool("3 Millionen, 5 Tausend").numbers == [3000000, 5000]  # scale words, not only English
+    assert pool("a 10 k race").numbers == [10]  # a k apart is not thousands
     assert pool("a table for 4 at 7pm").numbers == [4]  # a time of day is not a count
 
 
@@ -645,30 +648,43 @@ def test_an_address_that_fits_another_key_is_not_offered_as_free_text():
     assert not any("@" in str(value) for value in _offered(with_age, "full_name"))
 
 
-def test_a_date_in_digits_or_tomorrow_is_offered_to_a_date_key_and_its_parts_are_no_numbers():
+def test_a_date_in_digits_is_offered_to_a_date_key_and_a_dates_or_times_digits_are_no_numbers():
     import datetime
 
     from llm_fsm.guided_dates import days_said, times
 
     today = datetime.date(2026, 11, 27)
     assert days_said("13/06/2027, 3 nights", today) == ["2027-06-13"]
+    assert days_said("13-06-2027", today) == ["2027-06-13"] and days_said("le 13/06", today) == ["2027-06-13"]
     assert days_said("13.06.2027 für 3 Nächte", today) == ["2027-06-13"] and times("13.06.2027") == []  # no 13:06
+    assert days_said("am 13.06. um 19 Uhr", today) == ["2027-06-13"] and times("am 13.06. um 19 Uhr") == ["19:00"]
     assert days_said("05/06/27", today) == ["2027-06-05", "2027-05-06"]  # the day first, the month first too
-    assert days_said("tomorrow for 3 nights", today) == ["2026-11-28"]
-    assert days_said("10-12 people", today) == [] and days_said("at 5.45", today) == []  # a range, a time
-    assert pool("13/06/2027, 3 nights").numbers == [3]  # not 13, 6 and 2027
+    assert days_said("24/7 access, 3/4 of us", today) == [] and days_said("10-12 people, at 5.45", today) == []
+    for message, numbers in [
+        ("13/06/2027, 3 nights", [3]),
+        ("2027-06-13 for 4", [4]),
+        ("June 13 for 4", [4]),
+        ("a table for 4 at 19:30", [4]),
+        ("am 13.06. um 19 Uhr, 4 Personen", [4]),
+        ("it costs 2.50", [2.5]),  # a price, not half past two
+    ]:
+        assert pool(message).numbers == numbers, message
     date = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
     assert from_words(date, pool("13/06/2027, 3 nights")) == {"enum": ["2027-06-13"]}
+    assert from_words(date, pool("tomorrow for 3 nights")) == date  # a day said in words: the model writes it
     assert from_words({"type": "string", "maxLength": 80}, pool("06/13/2027")) == {"enum": ["06/13/2027"]}  # a name
 
 
-def test_a_shaped_value_written_in_groups_is_offered_whole():
+def test_a_shaped_value_written_in_groups_is_offered_whole_first():
     # "555 123 4567" offered only "555 123" and "123 4567": the least span with a phone's shape, not the number
     spaced = {"type": "string", "pattern": "^\\+?[0-9 ()\\-]{7,20}$"}
-    assert from_words(spaced, pool("call me on 555 123 4567")) == {"enum": ["555 123 4567"]}
+    assert from_words(spaced, pool("call me on 555 123 4567"))["enum"][0] == "555 123 4567"
     compact = {"type": "string", "pattern": "^\\+?[0-9]{7,15}$"}
-    assert from_words(compact, pool("it's +44 7700 900123")) == {"enum": ["+447700900123"]}  # the +44 kept
-    assert from_words({"type": "string", "pattern": "@"}, pool("sure, it's a@b.co thanks")) == {"enum": ["a@b.co"]}
+    assert from_words(compact, pool("it's +44 7700 900123"))["enum"][0] == "+447700900123"  # the +44 kept
+    # the least span still, where words or other numbers stand beside the value
+    assert from_words({"type": "string", "pattern": "@"}, pool("a@b.co, 34")) == {"enum": ["a@b.co"]}
+    iso = {"type": "string", "pattern": "\\d{4}-\\d{2}-\\d{2}"}
+    assert from_words(iso, pool("2027-06-13, 3 nights")) == {"enum": ["2027-06-13"]}
 
 
 def test_a_key_with_no_schema_takes_the_shape_of_the_tool_argument_of_its_name():
