@@ -93,16 +93,20 @@ def date_and_time_spans(text: str) -> list[tuple[int, int]]:
     spans += [match.span() for pattern in (ISO_DATE, *_DATES) for match in pattern.finditer(text)]
     for match in _TIME.finditer(text):
         mark = (match.group(3) or "").casefold().replace(".", "")
-        if mark in ("am", "pm", "uhr") or re.search(r"\d[:h]\d", match.group()):  # not 2.50, a price
+        # not 2.50 (a price), nor "4 am Samstag" (German "am" is "on")
+        if mark in ("pm", "uhr") or re.search(r"\d[:h]\d|\dam|a\.m", match.group(), re.IGNORECASE):
             spans.append(match.span())
     return spans
 
 
 def _date(year: str | None, month: int, day: int, today: datetime.date) -> datetime.date | None:
-    """The day, of ``year`` (two digits: this century), else the next such day from ``today``; None if none is."""
+    """The day, of ``year`` (two digits: this century, or the last where that is more than ten years ahead: "85"
+    is 1985), else the next such day from ``today``; None if there is none."""
     try:
+        if year is not None and len(year) == 2:
+            year = str(2000 + int(year) if 2000 + int(year) <= today.year + 10 else 1900 + int(year))
         if year is not None:
-            return datetime.date(int(year) + (2000 if len(year) == 2 else 0), month, day)
+            return datetime.date(int(year), month, day)
         when = datetime.date(today.year, month, day)
         return when if when >= today else datetime.date(today.year + 1, month, day)
     except ValueError:

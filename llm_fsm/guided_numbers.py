@@ -25,6 +25,7 @@ _THOUSANDS = r"thousands?|grand|tausend|mille"  # "42 thousand", "5 Tausend" ("a
 _MILLIONS = r"millions?|mio|mn|millionen|millones|millón|milioni"  # "1.2 million", "3 Millionen", "2 millions"
 _SCALE = re.compile(rf"\s*(?:({_THOUSANDS})|({_MILLIONS}))\b", re.IGNORECASE)
 _SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)")  # 1 500 (not 555 123 4567)
+_FRACTION = re.compile(r"(?<![\w./])(\d)/(\d{1,2})(?![\w/]|\.\d)")  # 1/2, 3/4 (not 50/50 or 24/7)
 _RANGE = re.compile(r"\s*(?:-|\u2013|to|\x00)\s*")  # between a range's ends: 3-4k, 3 to 4 thousand
 # a range written with a dash, its ends apart: "10-12", "3-4k", "1500-2000" (not 2027-06-13, 555-0142)
 _SECOND = "|".join(  # a scale on it (3-4k), or its digits alone (10-12, 1500-2000)
@@ -53,7 +54,9 @@ class Placed(NamedTuple):
 
 def placed_numbers(text: str) -> list[Placed]:
     """:func:`said_numbers`, each with where in ``text`` it is said."""
-    for start, end in date_and_time_spans(text):  # a date's or a time's digits are no number: "4 at 19:30"
+    fractions = [match.span() for match in _FRACTION.finditer(text) if int(match.group(1)) < int(match.group(2))]
+    for start, end in [*date_and_time_spans(text), *fractions]:  # a date's, a time's or a fraction's digits are
+        # no number: "4 at 19:30", "3/4 of the rent, 1100"
         text = text[:start] + " " * (end - start) + text[end:]
     text = _DASHED.sub(lambda m: m.group(1) + "\x00" + m.group(2), text)  # a range's dash, in the same place
     # a number with spaced thousands first: it comes before its first part, which starts where it does

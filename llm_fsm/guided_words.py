@@ -130,7 +130,8 @@ NUMBER_WORDS = CARDINAL_WORDS | word_set(
     "samedi dimanche"
 )
 _GROUPS = re.compile(r"\+?\(?\d+\)?(?:[ -]\(?\d+\)?)*")  # digits in groups: 555 123 4567, (555) 123-4567
-_DAY_WORDS = NUMBER_WORDS - CARDINAL_WORDS  # a day, a month, a time of day said in words ("tomorrow", "noon")
+_DAY_WORDS = NUMBER_WORDS - CARDINAL_WORDS - word_set("half quarter media cuarto halb demie")  # "tomorrow", "noon"
+_LONE = re.compile(r"\s\(?\d\)?$")  # a lone digit at the end: another number ("2027-06-13 3 nights")
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
 
@@ -325,7 +326,10 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
     if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it,
         # and first the whole of digits written in groups ("555 123 4567", "+44 7700 900123"), not a piece of them
         least = [value for value in fitting if not any(other != value and other in value for other in fitting)]
-        groups = [value for value in fitting if isinstance(value, str) and _GROUPS.fullmatch(value)]
+        whole_only = str(schema["pattern"]).startswith("^") and str(schema["pattern"]).endswith("$")
+        groups = [
+            v for v in fitting if whole_only and isinstance(v, str) and _GROUPS.fullmatch(v) and not _LONE.search(v)
+        ]
         whole = [
             v for v in groups if not any(o != v and v in o for o in groups) and any(p != v and p in v for p in least)
         ]
@@ -338,8 +342,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
 def _compacted(texts: Iterable[Any]) -> Iterable[str]:
     """Each text without its spaces and dashes, as typed and in capitals ("kd17 xrf": "kd17xrf", "KD17XRF"): a
     reference, a plate or a phone number as a pattern writes it."""
-    for text in texts:
-        if isinstance(text, str) and (compact := re.sub(r"[\s-]+", "", text)) != text:
+    for text in texts:  # not with a lone digit after it: "555 123 4567 2 people" is a phone number and a count
+        if isinstance(text, str) and (compact := re.sub(r"[\s-]+", "", text)) != text and not _LONE.search(text):
             yield from (compact, compact.upper())
 
 

@@ -659,6 +659,7 @@ def test_a_date_in_digits_is_offered_to_a_date_key_and_a_dates_or_times_digits_a
     assert days_said("13.06.2027 für 3 Nächte", today) == ["2027-06-13"] and times("13.06.2027") == []  # no 13:06
     assert days_said("am 13.06. um 19 Uhr", today) == ["2027-06-13"] and times("am 13.06. um 19 Uhr") == ["19:00"]
     assert days_said("05/06/27", today) == ["2027-06-05", "2027-05-06"]  # the day first, the month first too
+    assert days_said("born 3/12/85", today) == ["1985-12-03", "1985-03-12"]  # not 2085
     assert days_said("24/7 access, 3/4 of us", today) == [] and days_said("10-12 people, at 5.45", today) == []
     for message, numbers in [
         ("13/06/2027, 3 nights", [3]),
@@ -667,6 +668,8 @@ def test_a_date_in_digits_is_offered_to_a_date_key_and_a_dates_or_times_digits_a
         ("a table for 4 at 19:30", [4]),
         ("am 13.06. um 19 Uhr, 4 Personen", [4]),
         ("it costs 2.50", [2.5]),  # a price, not half past two
+        ("für 4 am Samstag", [4]),  # German "am" is "on", not a.m.
+        ("3/4 of the rent, 1100", [1100]),  # a fraction
     ]:
         assert pool(message).numbers == numbers, message
     date = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
@@ -681,6 +684,7 @@ def test_a_shaped_value_written_in_groups_is_offered_whole_first():
     assert from_words(spaced, pool("call me on 555 123 4567"))["enum"][0] == "555 123 4567"
     compact = {"type": "string", "pattern": "^\\+?[0-9]{7,15}$"}
     assert from_words(compact, pool("it's +44 7700 900123"))["enum"][0] == "+447700900123"  # the +44 kept
+    assert from_words(compact, pool("555 123 4567 2 people"))["enum"][0] == "5551234567"  # and no count on it
     # the least span still, where words or other numbers stand beside the value
     assert from_words({"type": "string", "pattern": "@"}, pool("a@b.co, 34")) == {"enum": ["a@b.co"]}
     iso = {"type": "string", "pattern": "\\d{4}-\\d{2}-\\d{2}"}
