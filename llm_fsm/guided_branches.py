@@ -119,10 +119,53 @@ def _choices(schema: dict[str, Any]) -> list[Any] | None:
     return None
 
 
+def awaiting_tools(
+    definition: FSMDefinition, state_id: str, schema: dict[str, Any], context: Mapping[str, Any], pending: set[str]
+) -> dict[str, Any]:
+    """A guided reply ``schema`` without the moves that wait on a tool the turn still offers: a branch whose
+    values are all given (one each), whose move's conditions fail on them only where they read a ``pending``
+    key (a tool's ``result_key``: only tools write it), is left out, so the model calls the tool first or stays.
+    At "Oh, OK. 9 pm then." a 135M model moved to the contact details, and the free table the move needs was
+    the one the tool had found for 22:00. The schema as it is where no branch would be left."""
+    from llm_fsm.engine import unmet_condition
+    from llm_fsm.errors import LogicError
+    from llm_fsm.logic import keys_read
+
+    def reads_pending(condition: Any) -> bool:
+        try:
+            read = keys_read(condition.logic) if condition.logic is not None else set()
+        except LogicError:
+            return False
+        return any(key.split(".")[0] in pending for key in [*condition.requires_context_keys, *read])
+
+    def waits(branch: dict[str, Any]) -> bool:
+        target, fixed = _target(branch), dict(context)
+        for key, value in _update(branch).items():
+            choices = _choices(value)
+            if choices is None or len(choices) > 1:
+                return False  # a value still open: whether the move holds cannot be told
+            if choices:
+                fixed[key] = choices[0]
+        moves = [t for t in definition.moves(state_id, None) if t.target_state == target and t.conditions]
+        failing = [
+            [c for c in t.conditions if unmet_condition(t.model_copy(update={"conditions": (c,)}), fixed)]
+            for t in moves
+        ]
+        return bool(moves) and all(fails and all(reads_pending(c) for c in fails) for fails in failing)
+
+    transition = schema["properties"]["transition"]
+    branches = transition.get("anyOf", [transition])
+    kept = [branch for branch in branches if not waits(branch)]
+    if not kept or len(kept) == len(branches):
+        return schema
+    return {**schema, "properties": {**schema["properties"], "transition": {"anyOf": kept}}}
+
+
 def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[str, Any]) -> dict[str, Any]:
     """The JSON tool form's ``schema`` with each call's scalar arguments taken from what was said in ``text`` or
     collected in ``context`` where they fit, what was said first ("9 pm then" offers 21:00 before the 22:00
-    collected); an argument nothing fits is left as the tool declares it."""
+    collected), and only what was said where a shaped argument (a pattern: a time, a date) fits it (a 135M model
+    asked about the 22:00 collected, not the 21:00 just said); an argument nothing fits is left as declared."""
     # what was said first, then what was collected: "9 pm then" offers 21:00 before the 22:00 collected, and a
     # party of 2 collected stays possible beside the 7 of "friday at 7"
     said = pool(text)
@@ -142,6 +185,8 @@ def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[
         narrowed = {}
         for name, value in properties.items():
             found = from_words(value, known) if isinstance(value, dict) and _open(value) else None
+            if found is not None and "pattern" in value and (own := from_words(value, said._replace(told=()))):
+                found = own if "enum" in own else found  # a shaped value said now: "9 pm then" asks about 21:00
             narrowed[name] = found if found is not None else value
         call["properties"]["arguments"] = {**arguments, "properties": narrowed}
     return schema
@@ -365,4 +410,4 @@ def _unbound(found: list[tuple[dict[str, Any], set[str], set[str]]]) -> list[dic
     return kept
 
 
-__all__ = ["NULL", "as_said", "guided_arguments", "guided_memory"]
+__all__ = ["NULL", "as_said", "awaiting_tools", "guided_arguments", "guided_memory"]

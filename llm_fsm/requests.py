@@ -13,7 +13,7 @@ from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.engine import Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
 from llm_fsm.guided import guided_schema, nullable_enum, portable_patterns, strict_value
-from llm_fsm.guided_branches import guided_arguments, guided_memory
+from llm_fsm.guided_branches import awaiting_tools, guided_arguments, guided_memory
 from llm_fsm.guided_words import accepts, from_words, pool
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
@@ -55,6 +55,8 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
             asking = calling.json_request_schema(offered, min(work.definition.max_tool_calls, len(offered)))
             if work.settings.guided:
                 asking = guided_arguments(asking, work.user, work.context)
+                pending = {tool.result_key for tool in offered if tool.result_key}  # what only a call can write
+                strict = awaiting_tools(work.definition, work.base.state, strict, work.context, pending)
             strict = {"anyOf": [strict, asking]}
     if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
         strict = portable_patterns(strict)

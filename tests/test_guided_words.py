@@ -10,7 +10,8 @@ from llm_fsm.guided import fulfilled_move, guided_schema
 from llm_fsm.guided_values import closed_set, derived_values, text_shape
 from llm_fsm.guided_words import from_words, pool, spans
 from llm_fsm.testing import ScriptedLLM
-from tests.test_corrections import _offered
+from llm_fsm.testing.scorecard import course as scorecard_course
+from tests.test_corrections import ROOT, _offered
 from tests.test_guided import branches, definition_with, example, move, reply, scripted_conversation, valid
 
 WORDS = ("maya chen", "Sydney", "the burr grinder")
@@ -467,8 +468,9 @@ def test_a_guided_tool_request_takes_its_arguments_from_what_was_said_then_from_
     context = {"date": "2026-06-13", "time": "22:00", "party_size": 4}
     out = guided_arguments(schema, "Oh, OK. 9 pm then.", context)
     arguments = out["properties"]["tool_calls"]["items"]["properties"]["arguments"]["properties"]
-    # 21:00 as the user just said, before the 22:00 collected; the date and the party as collected
-    assert arguments["time"] == {"enum": ["21:00", "22:00"]} and arguments["date"] == {"enum": ["2026-06-13"]}
+    # 21:00 as the user just said, not the 22:00 collected (a shaped value said now); the date and the party as
+    # collected
+    assert arguments["time"] == {"enum": ["21:00"]} and arguments["date"] == {"enum": ["2026-06-13"]}
     assert arguments["party_size"] == {"enum": [4]} and arguments["notes"] == {"type": "object"}
     assert guided_arguments(schema, None, context) == schema  # a resume: nothing said, the tool as declared
 
@@ -705,3 +707,22 @@ def test_a_key_with_no_schema_takes_the_shape_of_the_tool_argument_of_its_name()
     collected = {"party_size": 4, "date": "2027-06-13", "day_of_week": "Friday", "time": "22:00"}
     schema = guided_schema(definition, "date_time", collected, said="Oh, OK. 9 pm then.")
     assert _offered(schema, "date") == ["2027-06-13"] and _offered(schema, "time") == ["21:00"]
+
+
+def test_a_guided_move_that_waits_on_a_tool_the_turn_still_offers_is_left_out_until_the_tool_answers():
+    # "Oh, OK. 9 pm then.": a 135M model moved to the contact details while the free table the move needs was the
+    # one check_availability had found for 22:00; the move is offered once the tool has answered for 21:00
+    course = scorecard_course(ROOT / "fsm_definitions" / "restaurant_booking.json")
+    llm = course.scripted()
+    llm.tool_calling = "json"
+    conversation = llm_fsm.Conversation(course.definition, llm, hooks=course.hooks, guided=True)
+    conversation.start()
+    for line in course.lines[:2]:
+        conversation.send(line)
+    before = len(llm.requests)
+    conversation.send(course.lines[2])
+    first, after_the_tool = llm.requests[before], llm.requests[before + 1]
+    reply, tool_form = first.strict_schema["anyOf"]
+    assert "contact_details" not in targets(reply) and "tool_calls" in tool_form["properties"]
+    assert "contact_details" in targets(after_the_tool.strict_schema)
+    assert conversation.state == "contact_details"
