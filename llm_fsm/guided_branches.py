@@ -54,10 +54,7 @@ def as_said(
         reading_back = sole is not None or not definition.states[state_id].required_context_keys
         held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
     keys = {key for branch in branches for key, value in _update(branch).items() if _open(value)}
-    shaped = [
-        part for branch in branches for value in _update(branch).values() for part in _parts(value) if _shaped(part)
-    ]
-    claims = Claims(owned_numbers(said.text, keys), _addresses(said.text, shaped))
+    claims = Claims(owned_numbers(said.text, keys), _addresses(said.text, branches))
     found = [
         words
         for branch in branches
@@ -94,9 +91,7 @@ def _holding(
     kept = [value for value in choices if any(unmet_condition(t, {**fixed, key: value}) is None for t in moves)]
     if not kept or len(kept) == len(choices):
         return branch
-    schema = _update(branch)[key]
-    parts = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
-    narrowed = [{"enum": kept} if part != NULL else part for part in parts]
+    narrowed = [{"enum": kept} if part != NULL else part for part in _parts(_update(branch)[key])]
     update = branch["properties"]["context_update"]
     values = {**_update(branch), key: narrowed[0] if len(narrowed) == 1 else {"anyOf": narrowed}}
     return {**branch, "properties": {**branch["properties"], "context_update": {**update, "properties": values}}}
@@ -322,9 +317,14 @@ def _claimed(said: Said, key: str, schema: dict[str, Any], claims: Claims, curre
     return said._replace(numbers=numbers, texts=texts)
 
 
-def _addresses(text: str, shaped: list[dict[str, Any]]) -> frozenset[str]:
-    """The emails and web addresses of ``text`` that one of the ``shaped`` value schemas accepts."""
+def _addresses(text: str, branches: list[dict[str, Any]]) -> frozenset[str]:
+    """The emails and web addresses of ``text`` that a value of one of the ``branches`` shaped for them accepts
+    (the schemas are read only where the text has one)."""
     words = {word.strip(".,;:!?()[]<>\"'") for word in text.split() if "@" in word or "://" in word}
+    if not words:
+        return frozenset()
+    shaped = [part for branch in branches for value in _update(branch).values() for part in _parts(value)]
+    shaped = [part for part in shaped if _shaped(part)]
     return frozenset(word for word in words if any(accepts(schema, word) for schema in shaped))
 
 
@@ -381,10 +381,9 @@ def _counts(schema: dict[str, Any]) -> bool:
 
 def _open(schema: dict[str, Any]) -> bool:
     """Whether a value schema leaves text or a number open (not a closed set, a constant or a yes/no)."""
-    parts = schema["anyOf"] if set(schema) == {"anyOf"} else [schema]
     return any(
         part.get("type") in ("string", "integer", "number") or isinstance(part.get("type"), list)
-        for part in parts
+        for part in _parts(schema)
         if not {"enum", "const"} & set(part)
     )
 
