@@ -376,14 +376,15 @@ def _allowed(definition: FSMDefinition, state: str, back_to: str | None) -> str:
 def unmet_condition(transition: Transition, context: dict[str, Any]) -> str | None:
     """Why the transition's conditions do not hold on ``context``, or None when they all hold."""
     for index, condition in enumerate(transition.conditions):
-        reason = _condition_failure(condition, context)
+        reason = condition_failure(condition, context)
         if reason is not None:
             name = condition.description or f"#{index + 1}"
             return f"condition '{name}' {reason}"
     return None
 
 
-def _condition_failure(condition: Condition, context: dict[str, Any]) -> str | None:
+def condition_failure(condition: Condition, context: dict[str, Any]) -> str | None:
+    """Why one condition does not hold on ``context`` (a key missing, its logic false), or None when it holds."""
     missing = [k for k in condition.requires_context_keys if not _has(context, k)]
     if missing:
         return f"needs key{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)}"

@@ -21,7 +21,7 @@ from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from llm_fsm.definition import RETURN, FSMDefinition
-from llm_fsm.guided_numbers import placed_numbers
+from llm_fsm.guided_numbers import Placed, placed_numbers, ranges_joined
 from llm_fsm.guided_words import Said, Topic, accepts, flag, from_words, names, pool, word_set
 
 NULL: dict[str, Any] = {"type": "null"}
@@ -122,7 +122,7 @@ def awaiting_tools(
     key (a tool's ``result_key``: only tools write it), is left out, so the model calls the tool first or stays.
     At "Oh, OK. 9 pm then." a 135M model moved to the contact details, and the free table the move needs was
     the one the tool had found for 22:00. The schema as it is where no branch would be left."""
-    from llm_fsm.engine import unmet_condition
+    from llm_fsm.engine import condition_failure
     from llm_fsm.errors import LogicError
     from llm_fsm.logic import keys_read
 
@@ -142,10 +142,7 @@ def awaiting_tools(
             if choices:
                 fixed[key] = choices[0]
         moves = [t for t in definition.moves(state_id, None) if t.target_state == target and t.conditions]
-        failing = [
-            [c for c in t.conditions if unmet_condition(t.model_copy(update={"conditions": (c,)}), fixed)]
-            for t in moves
-        ]
+        failing = [[c for c in t.conditions if condition_failure(c, fixed)] for t in moves]
         return bool(moves) and all(fails and all(reads_pending(c) for c in fails) for fails in failing)
 
     transition = schema["properties"]["transition"]
@@ -263,7 +260,7 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
     rate ("12k miles a year", "per month") names no key."""
     owned: dict[str, list[int | float]] = {}
     keys = sorted(keys)
-    for clause in _CLAUSE.split(text):
+    for clause in _CLAUSE.split(ranges_joined(text)):  # "between 40 and 50k" is one clause
         named, words = [], list(re.finditer(r"[\w']+|/", clause.casefold()))
         for index, word in enumerate(words):
             found = [key for key in keys if names(key, {word.group().removesuffix("'s")})]
@@ -288,11 +285,16 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
                 m
                 for m, other in enumerate(placed)
                 if m not in taken
-                and (m == n or first.start <= other.start and other.end <= first.end or first.ranged and m == n + 1)
+                and (m == n or first.start <= other.start and other.end <= first.end or _ranged(placed, n, m))
             ]
             taken.update(with_it)
             owned.setdefault(named[index][2], []).extend(placed[m].number for m in with_it)
     return owned
+
+
+def _ranged(placed: list[Placed], n: int, m: int) -> bool:
+    """Whether the ``m``-th number of ``placed`` is the other end of a range whose end the ``n``-th is."""
+    return placed[n].ranged and m == n + 1 or placed[m].ranged and m == n - 1
 
 
 # "a year", "per month", "/mo": a rate, which names a key of that rate (monthly_rent), not of that thing (vehicle_year)

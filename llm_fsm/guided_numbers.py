@@ -27,6 +27,24 @@ _SCALE = re.compile(rf"\s*(?:({_THOUSANDS})|({_MILLIONS}))\b", re.IGNORECASE)
 _SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)")  # 1 500 (not 555 123 4567)
 _FRACTION = re.compile(r"(?<![\w./])(\d)/(\d{1,2})(?![\w/]|\.\d)")  # 1/2, 3/4 (not 50/50 or 24/7)
 _RANGE = re.compile(r"\s*(?:-|\u2013|to|\x00)\s*")  # between a range's ends: 3-4k, 3 to 4 thousand
+# "between 40 and 50k", "zwischen 40 und 50 Tausend": a range, whose "and" is the range's dash
+_BETWEEN = re.compile(
+    r"(?<!\w)(?:between|zwischen|entre|tra|fra)\s+\d[\d.,']*[kKM]?(?:\s*[^\W\d]+)?\s+(and|und|et|y|e)\s+(?=\d)",
+    re.IGNORECASE,
+)
+
+
+def ranges_joined(text: str) -> str:
+    """``text`` with the "and" of "between 40 and 50k" written as a range's dash, in the same place (the same
+    length): its numbers are one range, and the clause is one."""
+    return _BETWEEN.sub(
+        lambda m: (
+            m.group()[: m.start(1) - m.start()] + "\x00".ljust(len(m.group(1))) + m.group()[m.end(1) - m.start() :]
+        ),
+        text,
+    )
+
+
 # a range written with a dash, its ends apart: "10-12", "3-4k", "1500-2000" (not 2027-06-13, 555-0142)
 _SECOND = "|".join(  # a scale on it (3-4k), or its digits alone (10-12, 1500-2000)
     [rf"\d+(?:[.,]\d+)?(?:[kKM]|\s*(?:{_THOUSANDS}|{_MILLIONS}))\b"]
@@ -58,7 +76,7 @@ def placed_numbers(text: str) -> list[Placed]:
     for start, end in [*date_and_time_spans(text), *fractions]:  # a date's, a time's or a fraction's digits are
         # no number: "4 at 19:30", "3/4 of the rent, 1100"
         text = text[:start] + " " * (end - start) + text[end:]
-    text = _DASHED.sub(lambda m: m.group(1) + "\x00" + m.group(2), text)  # a range's dash, in the same place
+    text = _DASHED.sub(lambda m: m.group(1) + "\x00" + m.group(2), ranges_joined(text))  # a range's dash, in place
     # a number with spaced thousands first: it comes before its first part, which starts where it does
     found = [Placed(m.start(), m.end(), number) for m in _SPACED.finditer(text) if (number := _number(m.group()))]
     matches = list(_NUMBER.finditer(text))

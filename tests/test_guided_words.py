@@ -595,6 +595,14 @@ def test_a_name_takes_the_number_nearest_it_unless_the_word_is_a_rate_or_names_t
 
     assert owned_numbers("I'm 34 with an income of 52k", ["age", "annual_income"]) == {"annual_income": [52000]}
     assert owned_numbers("rent is 3-4k, 2 of us", ["monthly_rent"]) == {"monthly_rent": [3000, 4000]}
+    assert owned_numbers("salary between 40 and 50k, 2 kids", ["salary", "kids"]) == {
+        "salary": [40000, 50000],
+        "kids": [2],
+    }
+    assert owned_numbers("between 2 and 3 guests, budget 100", ["guests", "budget"]) == {
+        "guests": [2, 3],
+        "budget": [100],
+    }
     assert owned_numbers("postcode 75001, 2 guests", ["postcode", "guests"]) == {"postcode": [75001], "guests": [2]}
     # "month" names both keys: neither; "a year" is a rate, not the vehicle's year
     assert owned_numbers("I earn 3000 a month and spend about 2000", ["monthly_income", "monthly_expenses"]) == {}
@@ -612,6 +620,14 @@ def test_numbers_written_the_swiss_way_with_spaced_thousands_or_as_a_range_are_r
     assert pool("1500-2000").numbers == [1500, 2000] and pool("1-2M").numbers == [1000000, 2000000]
     assert pool("1.5 to 2 million").numbers == [1500000, 2000000]
     assert pool("10-12 people").numbers == [10, 12]
+    # "between ... and ...": a range, whose scale both ends have (the clause is not cut at its "and")
+    assert pool("between 40 and 50k").numbers == [40000, 50000]
+    assert pool("zwischen 40 und 50 Tausend").numbers == [40000, 50000] and pool("entre 3 et 4k").numbers == [
+        3000,
+        4000,
+    ]
+    assert pool("between 18:00 and 20:00 for 4").numbers == [4]  # a time's digits are no number
+    assert pool("rent 1100 and deposit 2k").numbers == [1100, 2000]  # an "and" with no "between" is no range
     assert pool("on 2027-06-13").numbers == [] and pool("555-0142").numbers == [555]  # a date, a phone number
 
 
