@@ -53,11 +53,12 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
         offered = [tool for tool in tools if tool.name not in ran] if work.settings.guided else tools
         if offered:
             asking = calling.json_request_schema(offered, min(work.definition.max_tool_calls, len(offered)))
+            waiting: dict[str, Any] | None = strict
             if work.settings.guided:
                 asking = guided_arguments(asking, work.user, work.context)
                 pending = {tool.result_key for tool in offered if tool.result_key}  # what only a call can write
-                strict = awaiting_tools(work.definition, work.base.state, strict, work.context, pending)
-            strict = {"anyOf": [strict, asking]}
+                waiting = awaiting_tools(work.definition, work.base.state, strict, work.context, pending)
+            strict = asking if waiting is None else {"anyOf": [waiting, asking]}
     if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
         strict = portable_patterns(strict)
     return LLMRequest(

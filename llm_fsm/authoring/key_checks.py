@@ -99,10 +99,14 @@ def keys_never_set(review: Review) -> Iterator[Finding]:
 def keys_not_writable(definition: FSMDefinition) -> Iterator[Finding]:
     """Keys a state asks the model to collect that the model may not write there: never collected."""
     by_code = set(definition.handler_only_keys)
+    results = {tool.result_key: name for name, tool in definition.tools.items() if tool.result_key}
     for sid, state in definition.states.items():
         writable = model_writable_keys(definition, sid)
         for k, key in enumerate(state.required_context_keys):
             why, hint = _why_not_writable(key, by_code, writable if state.writable_keys is not None else None)
+            if not why and _root(key) in results:
+                why = f"tool '{results[_root(key)]}' stores its result under it (result_key), and only tools write it"
+                hint = "give the tool's result_key another name (such as '{key}_found'), or remove '{key}' here"
             if why:
                 yield Finding(
                     ("states", sid, "required_context_keys", k),

@@ -4,6 +4,7 @@ the native exchange of messages, and the JSON form of a request (its schema, and
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -87,7 +88,7 @@ def json_request_schema(tools: Sequence[BoundTool], most: int) -> dict[str, Any]
     calls = [
         {
             "type": "object",
-            "properties": {"name": {"type": "string", "enum": [tool.name]}, "arguments": tool.parameters},
+            "properties": {"name": {"type": "string", "enum": [tool.name]}, "arguments": inlined(tool.parameters)},
             "required": ["name", "arguments"],
             "additionalProperties": False,
         }
@@ -100,6 +101,34 @@ def json_request_schema(tools: Sequence[BoundTool], most: int) -> dict[str, Any]
         "required": ["tool_calls"],
         "additionalProperties": False,
     }
+
+
+_LOCAL_REF = re.compile(r"#/(?:\$defs|definitions)/([^/]+)")
+
+
+def inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its local references (``#/$defs/Size``, as pydantic writes an Enum or a nested model's
+    type) written out where they are used: embedded in a request's schema, ``#/$defs`` would point at that
+    schema's root, where nothing is (a server refuses the request). A reference inside its own definition (a
+    recursive model) takes any value there; the call's arguments are still checked against ``schema``."""
+    defs = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+
+    def written(node: Any, within: frozenset[str]) -> Any:
+        if isinstance(node, list):
+            return [written(item, within) for item in node]
+        if not isinstance(node, dict):
+            return node
+        ref = node.get("$ref")
+        found = _LOCAL_REF.fullmatch(ref) if isinstance(ref, str) else None
+        rest = {
+            key: written(value, within) for key, value in node.items() if key not in ("$ref", "$defs", "definitions")
+        }
+        if found is None or found.group(1) not in defs:
+            return rest if ref is None else {**rest, "$ref": ref}  # a reference elsewhere stays
+        name = found.group(1)
+        return rest if name in within else {**written(defs[name], within | {name}), **rest}
+
+    return written(schema, frozenset()) if defs else schema
 
 
 def requested_in_text(text: str, round_: int) -> list[ToolCallRequest]:

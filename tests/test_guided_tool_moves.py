@@ -1,0 +1,212 @@
+"""Guided replies in the JSON tool form: the moves that wait on a tool, and the arguments taken from the words
+(the tenth round's stranger audit of issue 28: each test fails on the code before its fix)."""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import jsonschema
+from pydantic import BaseModel
+
+import llm_fsm
+from llm_fsm import Hooks
+from llm_fsm.testing import ScriptedLLM
+from tests.test_guided_words import targets
+
+RX = {"type": "string", "pattern": "^RX[0-9]{5}$"}
+DATE = {"type": "string", "pattern": "^[0-9]{4}-[0-9]{2}-[0-9]{2}$"}
+
+
+def pharmacy(moves: list[dict[str, Any]], parameters: dict[str, Any] | None = None) -> llm_fsm.FSMDefinition:
+    """A refill desk whose state looks the prescription up with a tool (its result under ``rx``)."""
+    parameters = parameters or {"type": "object", "properties": {"rx_number": RX}, "required": ["rx_number"]}
+    ends = {move["target_state"] for move in moves}
+    return llm_fsm.load(
+        {
+            "name": "refills",
+            "initial_state": "ask_rx",
+            "context_schema": {"rx_number": RX},
+            "tools": {"lookup_rx": {"parameters": parameters, "result_key": "rx"}},
+            "states": {
+                "ask_rx": {
+                    "purpose": "Look the prescription up before saying anything about it.",
+                    "required_context_keys": ["rx_number"],
+                    "tools": ["lookup_rx"],
+                    "transitions": moves,
+                },
+                **{end: {"purpose": f"Say {end}.", "transitions": []} for end in ends},
+            },
+        }
+    )
+
+
+def first_request(definition: llm_fsm.FSMDefinition, said: str, context: dict[str, Any] | None = None) -> Any:
+    """The strict schema of the first call of a guided turn in the JSON tool form."""
+    hooks = Hooks()
+
+    @hooks.tool("lookup_rx")
+    def lookup_rx(**arguments: Any) -> dict[str, Any]:
+        return {"found": True, "refills_left": 3, "status": "active"}
+
+    llm = ScriptedLLM([_stay(definition)] * 3, tool_calling="json")
+    conversation = llm_fsm.Conversation(
+        definition, llm, state=definition.initial_state, context=context or {}, hooks=hooks, guided=True
+    )
+    conversation.send(said)
+    return llm.requests[0].strict_schema
+
+
+def _stay(definition: llm_fsm.FSMDefinition) -> dict[str, Any]:
+    update = {"rx_number": None}
+    return {"transition": {"context_update": update, "target_state": definition.initial_state}, "message": "ok"}
+
+
+def reply_and_tools(strict: dict[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    reply, form = strict["anyOf"]
+    assert "tool_calls" in form["properties"]
+    return reply, form
+
+
+def found(rule: dict[str, Any], target: str = "not_found") -> dict[str, Any]:
+    return {"target_state": target, "priority": 20, "conditions": [{"description": target, "logic": rule}]}
+
+
+READY = {
+    "target_state": "ready",
+    "priority": 10,
+    "conditions": [{"description": "refills left", "logic": {">": [{"var": "rx.refills_left"}, 0]}}],
+}
+
+
+def test_a_move_that_holds_before_the_tool_answers_only_because_the_result_is_missing_waits_for_it():
+    # "!rx.found" and "!=" hold on a result not there yet: a 135M model could end the turn in not_found
+    # without the lookup
+    for rule in ({"!": {"var": "rx.found"}}, {"!=": [{"var": "rx.status"}, "active"]}):
+        reply, _ = reply_and_tools(first_request(pharmacy([READY, found(rule)]), "Refill RX12345 please"))
+        assert targets(reply) == {"ask_rx"}, rule
+    # with the result there (an earlier turn's) the move that holds on it is offered
+    context = {"rx_number": "RX12345", "rx": {"found": False}}
+    reply, _ = reply_and_tools(first_request(pharmacy([found({"!": {"var": "rx.found"}})]), "ok?", context))
+    assert "not_found" in targets(reply)
+
+
+def test_a_move_with_no_condition_to_the_same_place_as_one_that_waits_is_offered():
+    ask = {"target_state": "pharmacist", "priority": 90, "description": "The customer asks for the pharmacist."}
+    waits = found({"==": [{"var": "rx.controlled"}, True]}, "pharmacist")
+    moves = [READY, waits, ask]
+    strict = first_request(pharmacy(moves), "Can I just talk to the pharmacist?", {"rx_number": "RX12345"})
+    reply, _ = reply_and_tools(strict)
+    assert targets(reply) == {"pharmacist"}  # "ready" waits for the lookup
+
+
+def test_where_every_move_offered_waits_on_the_tool_the_tool_is_called_first():
+    # the number is known and "not found" holds before the lookup, so staying is not offered: before, the move
+    # that waits was offered again (the schema as it was), and a model could end there without the lookup
+    definition = pharmacy([READY, found({"!": {"var": "rx.found"}})])
+    strict = first_request(definition, "ok, go ahead", {"rx_number": "RX12345"})
+    assert "anyOf" not in strict and "tool_calls" in strict["properties"]
+
+
+def test_a_move_waits_on_the_tool_whichever_of_the_times_said_the_model_writes():
+    # "8:30 then" is 08:30 or 20:30; the seat check fails on both before the tool has answered
+    definition = llm_fsm.load(
+        {
+            "name": "flights",
+            "initial_state": "choose",
+            "context_schema": {"time": {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}},
+            "tools": {"lookup_rx": {"parameters": {"type": "object", "properties": {}}, "result_key": "seat"}},
+            "states": {
+                "choose": {
+                    "purpose": "Agree on a flight time the seat check has found a seat on.",
+                    "required_context_keys": ["time"],
+                    "tools": ["lookup_rx"],
+                    "transitions": [{"target_state": "confirm", "conditions": [{"logic": {"var": "seat.free"}}]}],
+                },
+                "confirm": {"purpose": "Confirm.", "transitions": []},
+            },
+        }
+    )
+    strict = first_request(definition, "8:30 then")
+    reply, _ = reply_and_tools(strict)
+    assert "confirm" not in targets(reply)
+
+
+def test_a_tool_whose_parameters_refer_to_their_definitions_is_asked_for_with_them_written_out():
+    # pydantic writes an Enum or a nested model as "$ref": "#/$defs/Size"; embedded in the request's schema
+    # that pointed at nothing, and llama-server refused every request of the turn
+    class Size(enum.Enum):
+        small = "small"
+        large = "large"
+
+    class Where(BaseModel):
+        postcode: str
+
+    class Locker(BaseModel):
+        size: Size
+        where: Where
+
+    definition = pharmacy([READY], Locker.model_json_schema())
+    strict = first_request(definition, "a large locker near 75001, RX12345")
+    assert "$ref" not in str(strict) and "$defs" not in str(strict)
+    call = {"tool_calls": [{"name": "lookup_rx", "arguments": {"size": "large", "where": {"postcode": "75001"}}}]}
+    assert jsonschema.Draft202012Validator(strict).is_valid(call)
+    wrong = {"tool_calls": [{"name": "lookup_rx", "arguments": {"size": "huge", "where": {"postcode": "75001"}}}]}
+    assert not jsonschema.Draft202012Validator(strict).is_valid(wrong)
+
+
+def test_a_recursive_parameter_type_is_written_out_once_and_takes_any_value_where_it_recurs():
+    from llm_fsm.tools.messages import inlined
+
+    class Node(BaseModel):
+        name: str
+        children: list[Node] = []
+
+    class Tree(BaseModel):
+        root: Node
+
+    written = inlined(Tree.model_json_schema())
+    assert "$ref" not in str(written)
+    assert written["properties"]["root"]["properties"]["children"]["items"] == {}
+
+
+def arguments(definition: llm_fsm.FSMDefinition, said: str, context: dict[str, Any]) -> dict[str, Any]:
+    _, form = reply_and_tools(first_request(definition, said, context))
+    properties: dict[str, Any] = form["properties"]["tool_calls"]["items"]["properties"]["arguments"]["properties"]
+    return properties
+
+
+def _trip(*names: str) -> llm_fsm.FSMDefinition:
+    parameters = {"type": "object", "properties": {name: DATE for name in names}, "required": list(names)}
+    return pharmacy([READY], parameters)
+
+
+def test_a_date_said_goes_to_the_tool_argument_the_words_name_and_the_others_keep_theirs():
+    context = {"rx_number": "RX12345", "depart_date": "2026-12-10", "return_date": "2026-12-17"}
+    offered = arguments(_trip("depart_date", "return_date"), "can I move the return to 2026-12-20?", context)
+    assert offered["return_date"] == {"enum": ["2026-12-20"]}
+    assert offered["depart_date"] == {"const": "2026-12-10"}  # before: 2026-12-20 was forced on both
+    # a date of birth is not the pickup day
+    context = {"rx_number": "RX12345", "pickup_date": "2026-12-01"}
+    offered = arguments(_trip("date_of_birth", "pickup_date"), "my date of birth is 1980-05-02", context)
+    assert offered["date_of_birth"] == {"enum": ["1980-05-02"]} and offered["pickup_date"] == {"const": "2026-12-01"}
+    # named by neither: what was said, then what each holds
+    context = {"rx_number": "RX12345", "depart_date": "2026-12-10", "return_date": "2026-12-17"}
+    offered = arguments(_trip("depart_date", "return_date"), "2026-12-20 then", context)
+    assert offered["depart_date"] == {"enum": ["2026-12-20", "2026-12-10"]}
+
+
+def test_a_day_said_alone_is_the_day_of_the_month_collected_for_the_tool_as_for_the_reply():
+    # "make it the 12th": the reply wrote 2026-12-12, and the tool was asked about the 10th collected
+    context = {"rx_number": "RX12345", "new_date": "2026-12-10"}
+    assert arguments(_trip("date"), "No, make it the 12th instead", context)["date"] == {"enum": ["2026-12-12"]}
+
+
+def test_validate_warns_when_a_state_asks_for_a_key_a_tool_stores_its_result_under():
+    from llm_fsm.authoring.key_checks import keys_not_writable
+
+    definition = pharmacy([READY]).model_copy(deep=True)
+    definition.tools["lookup_rx"] = definition.tools["lookup_rx"].model_copy(update={"result_key": "rx_number"})
+    found = [f for f in keys_not_writable(definition) if f.code == "key_not_writable"]
+    assert len(found) == 1 and "tool 'lookup_rx' stores its result under it" in found[0].message
+    assert not list(keys_not_writable(pharmacy([READY])))
