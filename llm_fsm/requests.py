@@ -49,13 +49,13 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
         # a grammar-driven server takes the alternatives (a provider's strict mode wants one object: the client
         # asks those for a JSON object instead). Guided (a small model, which repeats a call it has the answer
         # of): each tool once per turn
-        ran = {run.name for run in work.tool_runs if run.error is None}
+        ran = {run.name for run in work.tool_runs if run.error is None or run.approval == "rejected"}  # or refused
         offered = [tool for tool in tools if tool.name not in ran] if work.settings.guided else tools
         if offered:
             asking = calling.json_request_schema(offered, min(work.definition.max_tool_calls, len(offered)))
             waiting: dict[str, Any] | None = strict
             if work.settings.guided:
-                asking = guided_arguments(asking, work.user, work.context)
+                asking = guided_arguments(asking, work.said, work.context)
                 pending = {tool.result_key for tool in offered if tool.result_key}  # what only a call can write
                 waiting = awaiting_tools(work.definition, work.base.state, strict, work.context, pending)
             strict = asking if waiting is None else {"anyOf": [waiting, asking]}
@@ -89,14 +89,14 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
     # guided: made for this turn, it knows which keys are missing and which moves hold
     results = [run.result for run in work.tool_runs if run.error is None]
     guided = guided_schema(
-        definition, state, work.context, opening=work.opening, back_to=back_to, said=work.user, results=results,
+        definition, state, work.context, opening=work.opening, back_to=back_to, said=work.said, results=results,
         earlier=[exchange.assistant for exchange in work.base.history],
     )  # fmt: skip
     refused = {r.target_state for r in work.rejected if r.kind in ("condition", "target") and r.target_state}
     strict = with_memory_update(without_moves(guided, refused), definition, strict=True, guided=True)
     if definition.memory is not None:
         language = language_code(definition.language) if definition.language else None
-        strict = guided_memory(strict, work.user, language)
+        strict = guided_memory(strict, work.said, language)
     return schema, strict
 
 
@@ -149,7 +149,7 @@ def said_or_left_out(strict: dict[str, Any], work: Working) -> dict[str, Any]:
     keys = update.get("properties", {})
     refused = {r.key for r in work.rejected if r.kind == "context_value" and r.key is not None and r.key in keys}
     declared = work.definition.context_schema or {}
-    said = pool(work.user, language=language_code(work.definition.language) if work.definition.language else None)
+    said = pool(work.said, language=language_code(work.definition.language) if work.definition.language else None)
     held: dict[str, dict[str, Any]] = {}
     for key in sorted(refused):
         offer = from_words(dict(declared[key]), said) if said is not None and key in declared else None

@@ -88,6 +88,14 @@ class Working:
         return Counter()
 
     @property
+    def said(self) -> str | None:
+        """What the user said that this turn answers: its text, or, where it goes on after a person decided about a
+        tool call, the text of the turn that asked for the call (guided values and arguments are taken from it)."""
+        if self.user is None and self.decision is not None and self.base.history:
+            return self.base.history[-1].user
+        return self.user
+
+    @property
     def opening(self) -> bool:
         """Whether this is the conversation's first turn (no user text, nothing said yet)."""
         return self.user is None and not self.base.history

@@ -210,3 +210,28 @@ def test_validate_warns_when_a_state_asks_for_a_key_a_tool_stores_its_result_und
     found = [f for f in keys_not_writable(definition) if f.code == "key_not_writable"]
     assert len(found) == 1 and "tool 'lookup_rx' stores its result under it" in found[0].message
     assert not list(keys_not_writable(pharmacy([READY])))
+
+
+def test_after_a_person_refuses_a_call_the_turn_is_answered_from_its_words_without_calling_again():
+    # the resumed turn has no text of its own: the number the user said was forgotten (a free pattern, the
+    # model could invent one) and the refused tool was offered again, to ask the person a second time
+    definition = pharmacy([READY]).model_copy(deep=True)
+    definition.tools["lookup_rx"] = definition.tools["lookup_rx"].model_copy(update={"approval": "always"})
+    hooks = Hooks()
+
+    @hooks.tool("lookup_rx")
+    def lookup_rx(rx_number: str) -> dict[str, Any]:
+        return {"found": True, "refills_left": 3}
+
+    call = {"tool_calls": [{"name": "lookup_rx", "arguments": {"rx_number": "RX12345"}}]}
+    llm = ScriptedLLM([call, *[_stay(definition)] * 3], tool_calling="json")
+    conversation = llm_fsm.Conversation(definition, llm, hooks=hooks, guided=True)
+    result = conversation.send("Please look up RX12345")
+    assert result.pending is not None and result.pending.kind == "tool_approval"
+    asked = len(llm.requests)
+    conversation.resume(result.pending.token, {"approved": False})
+    strict = llm.requests[asked].strict_schema
+    assert "tool_calls" not in str(strict)
+    update = strict["properties"]["transition"]
+    offered = [b["properties"]["context_update"]["properties"]["rx_number"] for b in update.get("anyOf", [update])]
+    assert all("RX12345" in str(value) and "pattern" not in str(value) for value in offered)
