@@ -16,7 +16,6 @@
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
@@ -113,148 +112,6 @@ def _choices(schema: dict[str, Any]) -> list[Any] | None:
             values += found
         return values
     return None
-
-
-def awaiting_tools(
-    definition: FSMDefinition, state_id: str, schema: dict[str, Any], context: Mapping[str, Any], pending: set[str]
-) -> dict[str, Any] | None:
-    """A guided reply ``schema`` without the moves that wait on a tool the turn still offers, so the model calls
-    the tool first or stays; None where every move it offers waits (the tool is called first). A move waits
-    where the values its branch writes (each it may write: "8:30" is 08:30 or 20:30) leave its conditions
-    failing only where they read a ``pending`` key (a tool's ``result_key``: only tools write it), or holding
-    where one of them reads such a key that has no value yet (``!booking.found`` holds before the lookup). A move
-    to the same place with no condition, or with none that reads a pending key, does not wait. At "Oh, OK. 9 pm
-    then." a 135M model moved to the contact details, and the free table the move needs was the one the tool
-    had found for 22:00."""
-    from llm_fsm.engine import condition_failure
-    from llm_fsm.errors import LogicError
-    from llm_fsm.logic import has_key, keys_read
-
-    def read(condition: Any) -> set[str]:
-        try:
-            logic = keys_read(condition.logic) if condition.logic is not None else set()
-        except LogicError:
-            return set()
-        return {key for key in [*condition.requires_context_keys, *logic] if key.split(".")[0] in pending}
-
-    def waiting(move: Any, fixed: dict[str, Any]) -> bool:
-        failing = [condition for condition in move.conditions if condition_failure(condition, fixed)]
-        if failing:
-            return all(read(condition) for condition in failing)
-        return any(not has_key(fixed, key) for condition in move.conditions for key in read(condition))
-
-    def waits(branch: dict[str, Any]) -> bool:
-        target = _target(branch)
-        moves = [t for t in definition.moves(state_id, None) if t.target_state == target]
-        writes = [(key, _choices(value)) for key, value in _update(branch).items()]
-        if not moves or any(choices is None for _, choices in writes):
-            return False  # a value still open (free text): whether the move holds cannot be told
-        combos = [dict(context)]
-        for key, choices in writes:
-            if choices:
-                combos = [{**fixed, key: choice} for fixed in combos for choice in choices]
-            if len(combos) > MAX_COMBOS:
-                return False
-        return all(move.conditions and waiting(move, fixed) for move in moves for fixed in combos)
-
-    transition = schema["properties"]["transition"]
-    branches = transition.get("anyOf", [transition])
-    kept = [branch for branch in branches if not waits(branch)]
-    if not kept:
-        return None
-    if len(kept) == len(branches):
-        return schema
-    return {**schema, "properties": {**schema["properties"], "transition": {"anyOf": kept}}}
-
-
-MAX_COMBOS = 32  # of the values a branch may write, the ways checked for a move that waits on a tool
-
-
-def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[str, Any]) -> dict[str, Any]:
-    """The JSON tool form's ``schema`` with each call's scalar arguments taken from what was said in ``text`` or
-    collected in ``context`` where they fit; an argument nothing fits is left as declared. A shaped argument (a
-    pattern: a time, a date) takes only what was said where that fits it ("9 pm then" asks about 21:00, not the
-    22:00 collected; "make it the 12th" is the 12th of the month collected under its name), and where what was
-    said fits a few of a call's arguments (a departure and a return date) it is theirs that the words name alone
-    ("move the return to December 20"): the others keep what was collected under their names, or, where the
-    words name none of them, are offered it after what was said."""
-    said = pool(text)
-    if said is None:
-        return schema
-    # what was said first, then what was collected: a party of 2 collected stays possible beside "friday at 7"
-    collected = [value for value in context.values() if not isinstance(value, bool)]
-    texts = [value for value in collected if isinstance(value, str)]
-    numbers = [value for value in collected if isinstance(value, int | float)]
-    known = said._replace(texts=[*said.texts, *texts], numbers=[*said.numbers, *numbers])
-    now = said._replace(told=())
-    nothing = now._replace(texts=[], numbers=[], every=[], days=(), dated=())
-    items = schema["properties"]["tool_calls"]["items"]
-    for call in items.get("anyOf", [items]):
-        arguments = call["properties"]["arguments"]
-        properties = arguments.get("properties") if isinstance(arguments, dict) else None
-        if not isinstance(properties, dict):
-            continue
-        narrowed, told = dict(properties), {}  # told: the shaped arguments what was said fits, and how
-        for name, value in properties.items():
-            if not isinstance(value, dict) or not _open(value):
-                continue
-            current = _collected(context, name)
-            found = from_words(value, known)
-            shaped = any("pattern" in part or part.get("format") == "date" for part in _parts(value))
-            if found is not None and shaped and (own := from_words(value, now, current)) and _listed(own):
-                told[name] = own
-            narrowed[name] = found if found is not None else value
-        for name, own in told.items():
-            rivals = {other for other in told if _values(told[other]) & _values(own)}  # what was said fits them too
-            alone = {
-                n for n in rivals if any(names(n, {word}) and not _named_by(rivals, word, n) for word in now.words)
-            }
-            current = _collected(context, name)
-            kept = from_words(properties[name], nothing, current) if current is not None else None
-            if len(rivals) == 1 or name in alone:
-                narrowed[name] = own
-            elif alone:  # the words name another of them: this one keeps its value, or is the model's to write
-                narrowed[name] = kept or properties[name]
-            else:
-                narrowed[name] = _with(own, kept)
-        call["properties"]["arguments"] = {**arguments, "properties": narrowed}
-    return schema
-
-
-def _collected(context: Mapping[str, Any], name: str) -> Any:
-    """What was collected for a tool's argument ``name``: under its name, or else under the one key whose name
-    ends with it (``new_date`` for ``date``); None where nothing, or a yes/no."""
-    keys = [name] if name in context else [key for key in context if key.endswith("_" + name)]
-    value = context[keys[0]] if len(keys) == 1 else None
-    return value if isinstance(value, str | int | float) and not isinstance(value, bool) else None
-
-
-def _named_by(told: Collection[str], word: str, name: str) -> bool:
-    """Whether ``word`` names another argument of ``told`` than ``name`` (a word naming two names neither)."""
-    return any(names(other, {word}) for other in told if other != name)
-
-
-def _values(schema: dict[str, Any]) -> set[Any]:
-    """The values a value schema lists (:func:`_listed`)."""
-    return {json.dumps(value) for part in _parts(schema) for value in part.get("enum", ())}
-
-
-def _listed(schema: dict[str, Any]) -> bool:
-    """Whether a value schema lists its values (an ``enum``, perhaps beside null): what the words gave it."""
-    return any("enum" in part for part in _parts(schema))
-
-
-def _with(said: dict[str, Any], kept: dict[str, Any] | None) -> dict[str, Any]:
-    """The values ``said`` lists, then the collected one ``kept`` holds (a ``const``), once."""
-    if kept is None or "const" not in kept:
-        return said
-    parts = [
-        {**part, "enum": [*part["enum"], kept["const"]]}
-        if "enum" in part and kept["const"] not in part["enum"]
-        else part
-        for part in _parts(said)
-    ]
-    return parts[0] if len(parts) == 1 else {"anyOf": parts}
 
 
 def guided_memory(schema: dict[str, Any], text: str | None, language: str | None = None) -> dict[str, Any]:
@@ -484,4 +341,4 @@ def _unbound(found: list[tuple[dict[str, Any], set[str], set[str]]]) -> list[dic
     return kept
 
 
-__all__ = ["NULL", "as_said", "awaiting_tools", "guided_arguments", "guided_memory"]
+__all__ = ["NULL", "as_said", "guided_memory"]

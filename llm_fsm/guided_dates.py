@@ -141,3 +141,12 @@ def times(text: str) -> list[str]:
 
 
 __all__ = ["ISO_DATE", "date_and_time_spans", "dates", "days_said", "times"]
+
+
+def real_day(text: str) -> bool:
+    """Whether ``text`` (``YYYY-MM-DD``) is a day of the calendar: "the 31st" of a February is not."""
+    try:
+        datetime.date.fromisoformat(text)
+    except ValueError:
+        return False
+    return True

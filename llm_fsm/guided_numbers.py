@@ -85,7 +85,8 @@ def placed_numbers(text: str) -> list[Placed]:
         following = matches[index + 1] if index + 1 < len(matches) else None
         ranged = following is not None and bool(_RANGE.fullmatch(text, match.end(), following.start()))
         if number is not None and following is not None and ranged:
-            number = _scaled_as(number, text, match, following)
+            scaled, second = _scaled_as(number, text, match, following), _scaled(text, following)
+            number = scaled if second is None or scaled <= second else number  # "900-1.2k" is 900 to 1200
         if number is not None:
             found.append(Placed(match.start(), match.end(), number, ranged))
     return sorted(found, key=lambda place: place.start)

@@ -31,7 +31,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
-from llm_fsm.guided_dates import ISO_DATE, dates, days_said, times
+from llm_fsm.guided_dates import ISO_DATE, dates, days_said, real_day, times
 from llm_fsm.guided_numbers import said_numbers
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
@@ -292,7 +292,7 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
     if kind == "string":
         offered: list[Any] = list(said.texts)
         if isinstance(current, str) and ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
-            offered += [f"{current[:8]}{day:02d}" for day in said.days]
+            offered += [day for day in (f"{current[:8]}{day:02d}" for day in said.days) if real_day(day)]
         if _digits_in(schema.get("pattern")):  # "13/06/2027": a date's key is offered the date
             offered += [day for day in said.dated if day not in offered]
     elif kind in ("integer", "number"):

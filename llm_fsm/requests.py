@@ -13,7 +13,8 @@ from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.engine import Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
 from llm_fsm.guided import guided_schema, nullable_enum, portable_patterns, strict_value
-from llm_fsm.guided_branches import awaiting_tools, guided_arguments, guided_memory
+from llm_fsm.guided_branches import guided_memory
+from llm_fsm.guided_tools import awaiting_tools, guided_arguments
 from llm_fsm.guided_words import accepts, from_words, pool
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
@@ -56,8 +57,12 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
             waiting: dict[str, Any] | None = strict
             if work.settings.guided:
                 asking = guided_arguments(asking, work.said, work.context)
-                pending = {tool.result_key for tool in offered if tool.result_key}  # what only a call can write
+                # what only a call can write, and no call of this turn has (two tools may share a result_key)
+                answered = {tool.result_key for tool in tools if tool.name in ran}
+                pending = {tool.result_key for tool in offered if tool.result_key} - answered
                 waiting = awaiting_tools(work.definition, work.base.state, strict, work.context, pending)
+                if waiting is None and any(run.error for run in work.tool_runs):
+                    waiting = strict  # the call failed: the reply is offered beside it, not the call alone
             strict = asking if waiting is None else {"anyOf": [waiting, asking]}
     if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
         strict = portable_patterns(strict)

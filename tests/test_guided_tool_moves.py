@@ -207,8 +207,12 @@ def test_validate_warns_when_a_state_asks_for_a_key_a_tool_stores_its_result_und
 
     definition = pharmacy([READY]).model_copy(deep=True)
     definition.tools["lookup_rx"] = definition.tools["lookup_rx"].model_copy(update={"result_key": "rx_number"})
+    assert not list(keys_not_writable(definition))  # the state lists the tool: the tool fills the key
+    state = definition.states["ask_rx"].model_copy(update={"tools": ()})
+    definition.states["ask_rx"] = state
     found = [f for f in keys_not_writable(definition) if f.code == "key_not_writable"]
     assert len(found) == 1 and "tool 'lookup_rx' stores its result under it" in found[0].message
+    assert "'rx_number_result'" in (found[0].hint or "")
     assert not list(keys_not_writable(pharmacy([READY])))
 
 
@@ -235,3 +239,76 @@ def test_after_a_person_refuses_a_call_the_turn_is_answered_from_its_words_witho
     update = strict["properties"]["transition"]
     offered = [b["properties"]["context_update"]["properties"]["rx_number"] for b in update.get("anyOf", [update])]
     assert all("RX12345" in str(value) and "pattern" not in str(value) for value in offered)
+
+
+def test_written_out_parameters_keep_a_property_named_definitions_and_the_data_that_looks_like_a_reference():
+    from llm_fsm.tools.messages import inlined
+
+    schema = {
+        "type": "object",
+        "properties": {
+            "definitions": {"type": "array", "items": {"$ref": "#/$defs/Word"}},
+            "fixed": {"const": {"$ref": "#/$defs/Word"}},
+            "any": {"$ref": "#/$defs/Any"},
+            "odd": {"$ref": "#/$defs/a~1b"},
+        },
+        "required": ["definitions"],
+        "$defs": {"Word": {"type": "string"}, "Any": True, "a/b": {"type": "integer"}},
+    }
+    written = inlined(schema)
+    assert written["properties"]["definitions"] == {"type": "array", "items": {"type": "string"}}
+    assert written["properties"]["fixed"] == {"const": {"$ref": "#/$defs/Word"}}  # a value, not a reference
+    assert written["properties"]["any"] is True and written["properties"]["odd"] == {"type": "integer"}
+    assert "$defs" not in written
+
+
+def _lookup(moves: list[dict[str, Any]], context: dict[str, Any], said: str = "go ahead") -> Any:
+    return first_request(pharmacy(moves), said, {"rx_number": "RX12345", **context})
+
+
+def test_a_move_that_holds_on_what_was_collected_whatever_the_tool_answers_does_not_wait():
+    either = {"target_state": "ready", "conditions": [{"logic": {"or": [{"var": "vip"}, {"var": "rx.found"}]}}]}
+    reply, _ = reply_and_tools(_lookup([either], {"vip": True}))
+    assert "ready" in targets(reply)  # the second audit: only the call was offered
+    # where the result could still break it, it waits, even with the key it also needs left null (kept)
+    both = {"target_state": "ready", "conditions": [{"logic": {"var": "vip"}}, {"logic": {"!": {"var": "rx.blocked"}}}]}
+    strict = _lookup([both], {"vip": True})
+    assert "anyOf" not in strict or "ready" not in targets(reply_and_tools(strict)[0])
+
+
+def test_a_tool_that_shares_its_result_key_with_one_that_answered_is_not_waited_for():
+    definition = pharmacy([READY]).model_copy(deep=True)
+    definition.tools["escalate"] = definition.tools["lookup_rx"].model_copy(update={"approval": "always"})
+    definition.states["ask_rx"] = definition.states["ask_rx"].model_copy(update={"tools": ("lookup_rx", "escalate")})
+    hooks = Hooks()
+    hooks.tool("lookup_rx")(lambda rx_number: {"refills_left": 0})
+    hooks.tool("escalate")(lambda rx_number: {"refills_left": 9})
+    call = {"tool_calls": [{"name": "lookup_rx", "arguments": {"rx_number": "RX12345"}}]}
+    llm = ScriptedLLM([call, *[_stay(definition)] * 3], tool_calling="json")
+    llm_fsm.Conversation(definition, llm, hooks=hooks, guided=True).send("RX12345 please")
+    reply, _ = reply_and_tools(llm.requests[1].strict_schema)  # escalate is still offered, and not waited for
+    assert "ready" in targets(reply)
+
+
+def test_a_failed_call_leaves_the_reply_offered_beside_the_call():
+    definition = pharmacy([READY, found({"!": {"var": "rx.found"}})])  # nothing but moves that wait
+    hooks = Hooks()
+
+    @hooks.tool("lookup_rx")
+    def lookup_rx(rx_number: str) -> dict[str, Any]:
+        raise RuntimeError("the pharmacy system is down")
+
+    call = {"tool_calls": [{"name": "lookup_rx", "arguments": {"rx_number": "RX12345"}}]}
+    llm = ScriptedLLM([call, *[_stay(definition)] * 3], tool_calling="json")
+    llm_fsm.Conversation(
+        definition, llm, state="ask_rx", context={"rx_number": "RX12345"}, hooks=hooks, guided=True
+    ).send("ok, go ahead")
+    reply, _ = reply_and_tools(llm.requests[1].strict_schema)  # before: the call alone, until the rounds ran out
+    assert targets(reply)
+
+
+def test_a_day_said_alone_is_not_taken_from_another_date_nor_made_a_day_the_calendar_has_not():
+    context = {"rx_number": "RX12345", "birth_date": "1980-05-02"}
+    assert "1980-05-12" not in str(arguments(_trip("date"), "make it the 12th", context))  # not the birthday's month
+    offered = arguments(_trip("date"), "the 31st then", {"rx_number": "RX12345", "new_date": "2026-02-10"})
+    assert "2026-02-31" not in str(offered)

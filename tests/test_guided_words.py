@@ -452,7 +452,7 @@ def test_a_state_that_asks_for_nothing_routes_to_its_moves_that_already_hold():
 
 
 def test_a_guided_tool_request_takes_its_arguments_from_what_was_said_then_from_what_was_collected():
-    from llm_fsm.guided_branches import guided_arguments
+    from llm_fsm.guided_tools import guided_arguments
 
     params = {
         "type": "object",
@@ -742,3 +742,8 @@ def test_a_guided_move_that_waits_on_a_tool_the_turn_still_offers_is_left_out_un
     assert "contact_details" not in targets(reply) and "tool_calls" in tool_form["properties"]
     assert "contact_details" in targets(after_the_tool.strict_schema)
     assert conversation.state == "contact_details"
+
+
+def test_a_range_s_first_end_takes_the_second_s_scale_only_where_it_stays_the_lower():
+    assert pool("between 900 and 1.2k").numbers == [900, 1200] and pool("900-1.2k").numbers == [900, 1200]
+    assert pool("between 30 and 4k").numbers == [30, 4000] and pool("3-4k").numbers == [3000, 4000]

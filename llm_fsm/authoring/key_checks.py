@@ -104,9 +104,12 @@ def keys_not_writable(definition: FSMDefinition) -> Iterator[Finding]:
         writable = model_writable_keys(definition, sid)
         for k, key in enumerate(state.required_context_keys):
             why, hint = _why_not_writable(key, by_code, writable if state.writable_keys is not None else None)
-            if not why and _root(key) in results:
-                why = f"tool '{results[_root(key)]}' stores its result under it (result_key), and only tools write it"
-                hint = "give the tool's result_key another name (such as '{key}_found'), or remove '{key}' here"
+            tool = results.get(_root(key))
+            if not why and tool is not None and tool not in state.tools:  # where it lists the tool, the tool fills it
+                why = f"tool '{tool}' stores its result under it (result_key), and only tools write it"
+                hint = (
+                    f"give tool '{tool}' another result_key (such as '{_root(key)}_result'), or remove '{{key}}' here"
+                )
             if why:
                 yield Finding(
                     ("states", sid, "required_context_keys", k),

@@ -4,9 +4,9 @@ the native exchange of messages, and the JSON form of a request (its schema, and
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable, Sequence
 from typing import Any
+from urllib.parse import unquote
 
 from llm_fsm.llm import ToolCallRequest
 from llm_fsm.tools.tool_types import MAX_RESULT_CHARS, BoundTool, ToolRun
@@ -103,32 +103,59 @@ def json_request_schema(tools: Sequence[BoundTool], most: int) -> dict[str, Any]
     }
 
 
-_LOCAL_REF = re.compile(r"#/(?:\$defs|definitions)/([^/]+)")
+_NAMED = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs", "definitions"})  # name: schema
+_DATA = frozenset({"const", "enum", "default", "examples"})  # values, not schemas: nothing in them is a reference
 
 
 def inlined(schema: dict[str, Any]) -> dict[str, Any]:
     """``schema`` with its local references (``#/$defs/Size``, as pydantic writes an Enum or a nested model's
     type) written out where they are used: embedded in a request's schema, ``#/$defs`` would point at that
-    schema's root, where nothing is (a server refuses the request). A reference inside its own definition (a
-    recursive model) takes any value there; the call's arguments are still checked against ``schema``."""
-    defs = {**schema.get("definitions", {}), **schema.get("$defs", {})}
+    schema's root, where nothing is (a server refuses the request). A reference to where it is used from (a
+    recursive model) takes any value there, a reference elsewhere stays; the call's arguments are still
+    checked against ``schema``."""
+    if '"$ref"' not in json.dumps(schema):
+        return schema
 
-    def written(node: Any, within: frozenset[str]) -> Any:
-        if isinstance(node, list):
-            return [written(item, within) for item in node]
+    def pointed(ref: str) -> Any:
+        node: Any = schema
+        for raw in ref[2:].split("/") if ref != "#" else []:
+            part = unquote(raw).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node if isinstance(node, dict | bool) else None
+
+    def written(node: Any, within: frozenset[str], root: bool = False) -> Any:
         if not isinstance(node, dict):
             return node
+        rest: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$ref" or (root and key in ("$defs", "definitions")):
+                continue
+            if key in _NAMED and isinstance(value, dict):
+                rest[key] = {name: written(part, within) for name, part in value.items()}
+            elif key in _DATA:
+                rest[key] = value
+            elif isinstance(value, list):
+                rest[key] = [written(part, within) for part in value]
+            else:
+                rest[key] = written(value, within)
         ref = node.get("$ref")
-        found = _LOCAL_REF.fullmatch(ref) if isinstance(ref, str) else None
-        rest = {
-            key: written(value, within) for key, value in node.items() if key not in ("$ref", "$defs", "definitions")
-        }
-        if found is None or found.group(1) not in defs:
-            return rest if ref is None else {**rest, "$ref": ref}  # a reference elsewhere stays
-        name = found.group(1)
-        return rest if name in within else {**written(defs[name], within | {name}), **rest}
+        target = pointed(ref) if isinstance(ref, str) and ref.startswith("#") else None
+        if target is None:
+            return rest if ref is None else {**rest, "$ref": ref}
+        assert isinstance(ref, str)  # a target was found for it
+        if ref in within or ref == "#":
+            return rest  # a recursive type: any value where it recurs
+        if isinstance(target, bool):
+            return target if not rest else rest if target else {**rest, "not": {}}
+        return {**written(target, within | {ref}), **rest}
 
-    return written(schema, frozenset()) if defs else schema
+    written_out: dict[str, Any] = written(schema, frozenset(), root=True)
+    return written_out
 
 
 def requested_in_text(text: str, round_: int) -> list[ToolCallRequest]:
