@@ -188,7 +188,7 @@ def guided_schema(
         moves = [branch for branch in moves if branch["properties"]["target_state"]["enum"][0] in targets]
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
-    if eager and asks and offered is not None and not offered.asked and _done(state, context, open_):
+    if eager and asks and offered is not None and not offered.asked and _done(definition, state, context, open_):
         # everything the state asks is known and one of its own moves holds: a reply that only stays would stay
         # forever (a small model writes the same values on every turn). A message that only asks may still stay
         stays = []
@@ -446,13 +446,16 @@ def _branch(
     }
 
 
-def _done(state: State, context: Mapping[str, Any], offered: Collection[str]) -> bool:
-    """Whether ``context`` holds every key ``state`` asks for and one of its own moves, offered, holds on it."""
+def _done(definition: FSMDefinition, state: State, context: Mapping[str, Any], offered: Collection[str]) -> bool:
+    """Whether ``context`` holds every key ``state`` asks for and one of its own moves, offered, holds on it, and
+    not only for want of a tool's result (``!rx.found`` holds before the lookup)."""
     from llm_fsm.engine import unmet_condition
 
     if any(context.get(key) is None for key in state.required_context_keys):
         return False
-    own = [t for t in state.transitions if t.target_state in offered]
+    tools = [definition.tools[name] for name in state.tools if name in definition.tools]
+    unknown = {tool.result_key for tool in tools if tool.result_key and tool.result_key not in context}
+    own = [t for t in state.transitions if t.target_state in offered and not _keys_of(t) & unknown]
     return any(unmet_condition(t, dict(context)) is None for t in own)
 
 

@@ -27,12 +27,15 @@ def awaiting_tools(
     from llm_fsm.errors import LogicError
     from llm_fsm.logic import has_key, keys_read
 
-    def read(condition: Any) -> set[str]:
+    def keys(condition: Any) -> set[str]:
         try:
             logic = keys_read(condition.logic) if condition.logic is not None else set()
         except LogicError:
             return set()
-        return {key for key in [*condition.requires_context_keys, *logic] if key.split(".")[0] in pending}
+        return {*condition.requires_context_keys, *logic}
+
+    def read(condition: Any) -> set[str]:
+        return {key for key in keys(condition) if key.split(".")[0] in pending}
 
     def status(move: Any, fixed: dict[str, Any]) -> str:
         """ "holds", "waits" (on a pending result) or "fails" (on what the model writes or was collected)."""
@@ -42,28 +45,31 @@ def awaiting_tools(
         # holding, where the result could still break it (``!booking.found`` before the lookup; an ``or`` that
         # holds on what was collected does not wait)
         breaks = any(
-            condition_failure(condition, _with_path(fixed, key, probe))
+            condition_failure(condition, probed)
             for condition in move.conditions
-            for key in read(condition)
-            if not has_key(fixed, key)
-            for probe in _probes(condition.logic)
+            for unknown in [[key for key in read(condition) if not has_key(fixed, key)]]
+            for probe in (_probes(condition.logic) if unknown else [])
+            for probed in [_with_path(fixed, key, probe) for key in unknown] + [_with_paths(fixed, unknown, probe)]
         )
         return "waits" if breaks else "holds"
 
     def waits(branch: dict[str, Any]) -> bool:
         target = _target(branch)
         moves = [t for t in definition.moves(state_id, None) if t.target_state == target]
+        if not moves or any(not move.conditions for move in moves):
+            return False
         combos = [dict(context)]
+        reading = {key.split(".")[0] for move in moves for condition in move.conditions for key in keys(condition)}
         for key, value in _update(branch).items():
+            if key not in reading:
+                continue  # what no condition of the move reads cannot change whether it holds
             choices = [] if value == NULL else _choices(value)
-            if choices is None or not moves:
+            if choices is None:
                 return False  # a value still open (free text): whether the move holds cannot be told
             kept = [fixed for fixed in combos if NULL in _parts(value) or not choices]  # null keeps the value
             combos = [{**fixed, key: choice} for fixed in combos for choice in choices] + kept
             if len(combos) > MAX_COMBOS:
                 return False
-        if any(not move.conditions for move in moves):
-            return False
         found = {status(move, fixed) for move in moves for fixed in combos}
         return "waits" in found and "holds" not in found  # no way of writing it takes the move without the tool
 
@@ -95,9 +101,18 @@ def _probes(logic: Any) -> list[Any]:
                 walk(item)
         else:
             found.append(node)
+            if isinstance(node, int | float) and not isinstance(node, bool):
+                found.extend([node - 1, node + 1])  # "> 100": 101 breaks it where 0 and 1 do not
 
     walk(logic)
     return found
+
+
+def _with_paths(context: Mapping[str, Any], keys: list[str], value: Any) -> dict[str, Any]:
+    """``context`` with ``value`` at each of the dotted ``keys`` ("!(rx.controlled and rx.expired)")."""
+    for key in keys:
+        context = _with_path(context, key, value)
+    return dict(context)
 
 
 def _with_path(context: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
@@ -138,8 +153,11 @@ def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[
             if not isinstance(value, dict) or not _open(value):
                 continue
             current = _collected(context, name)
-            found = from_words(value, known)
             shaped = any("pattern" in part or part.get("format") == "date" for part in _parts(value))
+            source = known  # a shaped one: what was collected for it, not any value of its form (a date of birth)
+            if shaped:
+                source = said._replace(texts=[*said.texts, current]) if isinstance(current, str) else said
+            found = from_words(value, source)
             if found is not None and shaped and (own := from_words(value, now, current)) and _listed(own):
                 told[name] = own
             narrowed[name] = found if found is not None else value

@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import enum
+import json
 from typing import Any
 
 import jsonschema
@@ -101,10 +102,20 @@ def test_a_move_with_no_condition_to_the_same_place_as_one_that_waits_is_offered
 
 
 def test_where_every_move_offered_waits_on_the_tool_the_tool_is_called_first():
-    # the number is known and "not found" holds before the lookup, so staying is not offered: before, the move
-    # that waits was offered again (the schema as it was), and a model could end there without the lookup
+    # the number is known and "not found" holds before the lookup: staying is still offered (a state whose move
+    # holds only for want of the result is not done), and "not found" is not
     definition = pharmacy([READY, found({"!": {"var": "rx.found"}})])
-    strict = first_request(definition, "ok, go ahead", {"rx_number": "RX12345"})
+    reply, _ = reply_and_tools(first_request(definition, "ok, go ahead", {"rx_number": "RX12345"}))
+    assert targets(reply) == {"ask_rx"}
+    # a state that only routes on the lookup (nothing to collect, so no staying): the call is all that is offered,
+    # where before the moves that wait were offered again (the schema as it was) and could be taken without it
+    routes = json.loads(definition.model_dump_json(by_alias=True))
+    routes["states"]["ask_rx"]["required_context_keys"] = []
+    routes["states"]["ask_rx"]["transitions"] = [found({"!": {"var": "rx.found"}}), found({"var": "rx.found"}, "ready")]
+    for end in ("not_found", "ready"):
+        routes["states"][end]["transitions"] = [{"target_state": "end", "description": "The customer is done."}]
+    routes["states"]["end"] = {"purpose": "Say goodbye.", "transitions": []}
+    strict = first_request(llm_fsm.load(routes), "ok, go ahead", {"rx_number": "RX12345"})
     assert "anyOf" not in strict and "tool_calls" in strict["properties"]
 
 
@@ -200,20 +211,6 @@ def test_a_day_said_alone_is_the_day_of_the_month_collected_for_the_tool_as_for_
     # "make it the 12th": the reply wrote 2026-12-12, and the tool was asked about the 10th collected
     context = {"rx_number": "RX12345", "new_date": "2026-12-10"}
     assert arguments(_trip("date"), "No, make it the 12th instead", context)["date"] == {"enum": ["2026-12-12"]}
-
-
-def test_validate_warns_when_a_state_asks_for_a_key_a_tool_stores_its_result_under():
-    from llm_fsm.authoring.key_checks import keys_not_writable
-
-    definition = pharmacy([READY]).model_copy(deep=True)
-    definition.tools["lookup_rx"] = definition.tools["lookup_rx"].model_copy(update={"result_key": "rx_number"})
-    assert not list(keys_not_writable(definition))  # the state lists the tool: the tool fills the key
-    state = definition.states["ask_rx"].model_copy(update={"tools": ()})
-    definition.states["ask_rx"] = state
-    found = [f for f in keys_not_writable(definition) if f.code == "key_not_writable"]
-    assert len(found) == 1 and "tool 'lookup_rx' stores its result under it" in found[0].message
-    assert "'rx_number_result'" in (found[0].hint or "")
-    assert not list(keys_not_writable(pharmacy([READY])))
 
 
 def test_after_a_person_refuses_a_call_the_turn_is_answered_from_its_words_without_calling_again():
@@ -312,3 +309,43 @@ def test_a_day_said_alone_is_not_taken_from_another_date_nor_made_a_day_the_cale
     assert "1980-05-12" not in str(arguments(_trip("date"), "make it the 12th", context))  # not the birthday's month
     offered = arguments(_trip("date"), "the 31st then", {"rx_number": "RX12345", "new_date": "2026-02-10"})
     assert "2026-02-31" not in str(offered)
+
+
+def test_a_shaped_argument_is_not_offered_a_collected_value_of_its_form_kept_for_another_key():
+    # a date of birth was forced as the appointment's date on "next Friday please"
+    context = {"rx_number": "RX12345", "date_of_birth": "1980-05-02"}
+    assert arguments(_trip("appointment_date"), "next Friday please", context)["appointment_date"] == DATE
+
+
+def test_a_move_waits_however_many_ways_the_reply_may_write_keys_its_conditions_do_not_read():
+    keys = ["time", "first", "second", "third"]  # no word names them: each is offered every number said
+    definition = llm_fsm.load(
+        {
+            "name": "tables",
+            "initial_state": "ask",
+            "context_schema": {"time": {"type": "string", "pattern": "^[0-9]{2}:[0-9]{2}$"}}
+            | {key: {"type": "integer"} for key in keys[1:]},
+            "tools": {"lookup_rx": {"parameters": {"type": "object", "properties": {}}, "result_key": "table"}},
+            "states": {
+                "ask": {
+                    "purpose": "Find a free table.",
+                    "required_context_keys": keys,
+                    "tools": ["lookup_rx"],
+                    "transitions": [{"target_state": "confirm", "conditions": [{"logic": {"var": "table.free"}}]}],
+                },
+                "confirm": {"purpose": "Confirm.", "transitions": []},
+            },
+        }
+    )
+    # 2 x 3 x 3 x 3 ways (past the 32 checked) offered "confirm" before the table check
+    reply, _ = reply_and_tools(first_request(definition, "5 and 3 at 8:15, and 2"))
+    assert "confirm" not in targets(reply)
+
+
+def test_a_move_waits_where_only_a_value_past_its_threshold_or_two_results_together_would_break_it():
+    for rule in (
+        {"!": {">": [{"var": "rx.price"}, 100]}},
+        {"!": {"and": [{"var": "rx.controlled"}, {"var": "rx.expired"}]}},
+    ):
+        reply, _ = reply_and_tools(_lookup([READY, found(rule)], {}))
+        assert "not_found" not in targets(reply), rule

@@ -99,17 +99,10 @@ def keys_never_set(review: Review) -> Iterator[Finding]:
 def keys_not_writable(definition: FSMDefinition) -> Iterator[Finding]:
     """Keys a state asks the model to collect that the model may not write there: never collected."""
     by_code = set(definition.handler_only_keys)
-    results = {tool.result_key: name for name, tool in definition.tools.items() if tool.result_key}
     for sid, state in definition.states.items():
         writable = model_writable_keys(definition, sid)
         for k, key in enumerate(state.required_context_keys):
             why, hint = _why_not_writable(key, by_code, writable if state.writable_keys is not None else None)
-            tool = results.get(_root(key))
-            if not why and tool is not None and tool not in state.tools:  # where it lists the tool, the tool fills it
-                why = f"tool '{tool}' stores its result under it (result_key), and only tools write it"
-                hint = (
-                    f"give tool '{tool}' another result_key (such as '{_root(key)}_result'), or remove '{{key}}' here"
-                )
             if why:
                 yield Finding(
                     ("states", sid, "required_context_keys", k),
