@@ -447,16 +447,15 @@ def _branch(
 
 
 def _done(definition: FSMDefinition, state: State, context: Mapping[str, Any], offered: Collection[str]) -> bool:
-    """Whether ``context`` holds every key ``state`` asks for and one of its own moves, offered, holds on it, and
-    not only for want of a tool's result (``!rx.found`` holds before the lookup)."""
+    """Whether ``context`` holds every key ``state`` asks for and one of its own moves, offered, holds on it,
+    whatever its tools answer (``!rx.found`` holds only before the lookup)."""
     from llm_fsm.engine import unmet_condition
+    from llm_fsm.guided_tools import settled
 
     if any(context.get(key) is None for key in state.required_context_keys):
         return False
-    tools = [definition.tools[name] for name in state.tools if name in definition.tools]
-    unknown = {tool.result_key for tool in tools if tool.result_key and tool.result_key not in context}
-    own = [t for t in state.transitions if t.target_state in offered and not _keys_of(t) & unknown]
-    return any(unmet_condition(t, dict(context)) is None for t in own)
+    own = [t for t in state.transitions if t.target_state in offered]
+    return any(unmet_condition(t, dict(context)) is None and settled(definition, state, t, context) for t in own)
 
 
 def _plainly_missing(transition: Any, context: Mapping[str, Any], values: Mapping[str, Any]) -> list[str]:

@@ -4,10 +4,11 @@ the turn still offers, and the tools' arguments taken from what the user said (d
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Collection, Mapping
 from typing import Any
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition import FSMDefinition, State, Transition
 from llm_fsm.guided_branches import NULL, _choices, _open, _parts, _target, _update
 from llm_fsm.guided_words import from_words, names, pool
 
@@ -27,12 +28,14 @@ def awaiting_tools(
     from llm_fsm.errors import LogicError
     from llm_fsm.logic import has_key, keys_read
 
-    def keys(condition: Any) -> set[str]:
+    def logic_keys(condition: Any) -> set[str]:
         try:
-            logic = keys_read(condition.logic) if condition.logic is not None else set()
+            return set(keys_read(condition.logic)) if condition.logic is not None else set()
         except LogicError:
             return set()
-        return {*condition.requires_context_keys, *logic}
+
+    def keys(condition: Any) -> set[str]:
+        return {*condition.requires_context_keys, *logic_keys(condition)}
 
     def read(condition: Any) -> set[str]:
         return {key for key in keys(condition) if key.split(".")[0] in pending}
@@ -44,14 +47,17 @@ def awaiting_tools(
             return "waits" if all(read(condition) for condition in failing) else "fails"
         # holding, where the result could still break it (``!booking.found`` before the lookup; an ``or`` that
         # holds on what was collected does not wait)
-        breaks = any(
-            condition_failure(condition, probed)
-            for condition in move.conditions
-            for unknown in [[key for key in read(condition) if not has_key(fixed, key)]]
-            for probe in (_probes(condition.logic) if unknown else [])
-            for probed in [_with_path(fixed, key, probe) for key in unknown] + [_with_paths(fixed, unknown, probe)]
-        )
-        return "waits" if breaks else "holds"
+        return "waits" if any(broken(condition, fixed) for condition in move.conditions) else "holds"
+
+    seen: dict[tuple[int, str], bool] = {}
+
+    def broken(condition: Any, fixed: dict[str, Any]) -> bool:
+        """:func:`breakable`, once per condition and values of what it reads (the ways of writing a branch)."""
+        unknown = [key for key in read(condition) if not has_key(fixed, key)]
+        known = json.dumps([_at(fixed, key) for key in sorted(keys(condition))], default=str)
+        if (id(condition), known) not in seen:
+            seen[id(condition), known] = breakable(condition, fixed, unknown)
+        return seen[id(condition), known]
 
     def waits(branch: dict[str, Any]) -> bool:
         target = _target(branch)
@@ -60,10 +66,15 @@ def awaiting_tools(
             return False
         combos = [dict(context)]
         reading = {key.split(".")[0] for move in moves for condition in move.conditions for key in keys(condition)}
+        compared = {
+            key.split(".")[0] for move in moves for condition in move.conditions for key in logic_keys(condition)
+        }
         for key, value in _update(branch).items():
             if key not in reading:
                 continue  # what no condition of the move reads cannot change whether it holds
             choices = [] if value == NULL else _choices(value)
+            if choices is not None and key not in compared:
+                choices = choices[:1]  # a key only needed (requires_context_keys): any value of it is as good
             if choices is None:
                 return False  # a value still open (free text): whether the move holds cannot be told
             kept = [fixed for fixed in combos if NULL in _parts(value) or not choices]  # null keeps the value
@@ -86,26 +97,66 @@ def awaiting_tools(
 MAX_COMBOS = 32  # of the values a branch may write, the ways checked for a move that waits on a tool
 
 
-def _probes(logic: Any) -> list[Any]:
-    """Values a tool's result might hold where a condition reads it: yes and no, nothing, and the constants the
-    condition compares with (``"active"`` of ``status != "active"``)."""
-    found: list[Any] = [True, False, None, 0, 1, ""]
+def settled(definition: FSMDefinition, state: State, move: Transition, context: Mapping[str, Any]) -> bool:
+    """Whether ``move``, which holds on ``context``, holds whatever the tools of ``state`` whose results are not
+    there yet answer (``!rx.found`` before the lookup does not; an ``or`` that holds on what was collected does)."""
+    from llm_fsm.logic import has_key, keys_read
 
-    def walk(node: Any) -> None:
-        if isinstance(node, dict):
-            for operator, arguments in node.items():
-                if operator != "var":
-                    walk(arguments)
-        elif isinstance(node, list):
-            for item in node:
-                walk(item)
-        else:
-            found.append(node)
-            if isinstance(node, int | float) and not isinstance(node, bool):
-                found.extend([node - 1, node + 1])  # "> 100": 101 breaks it where 0 and 1 do not
+    tools = [definition.tools[name] for name in state.tools if name in definition.tools]
+    results = {tool.result_key for tool in tools if tool.result_key and tool.result_key not in context}
+    for condition in move.conditions if results else ():
+        read = keys_read(condition.logic) if condition.logic is not None else set()
+        unknown = [key for key in read if key.split(".")[0] in results and not has_key(context, key)]
+        if breakable(condition, context, unknown):
+            return False
+    return True
 
-    walk(logic)
-    return found
+
+def breakable(condition: Any, context: Mapping[str, Any], unknown: Collection[str]) -> bool:
+    """Whether some value of the ``unknown`` keys (a tool's result not there yet) would make ``condition``, which
+    holds on ``context``, fail: each key, or all of them at once, given yes, no, nothing, 0, 1, "", the constants
+    the condition compares with and their neighbours ("> 100": 101), and the collected values it reads."""
+    from llm_fsm.engine import condition_failure
+    from llm_fsm.logic import keys_read
+
+    if not unknown:
+        return False
+    probes: dict[str, Any] = {}
+    for value in [True, False, None, 0, 1, "", *_constants(condition.logic)][:MAX_PROBES]:
+        probes.setdefault(json.dumps(value), value)
+    for key in keys_read(condition.logic) if condition.logic is not None else ():
+        value = _at(context, key)  # "rx.number != rx_number": the number collected
+        if value is not None:
+            probes.setdefault(json.dumps(value, default=str), value)
+    for probe in probes.values():
+        if any(condition_failure(condition, _with_path(context, key, probe)) for key in unknown):
+            return True
+        if len(unknown) > 1 and condition_failure(condition, _with_paths(context, list(unknown), probe)):
+            return True
+    return False
+
+
+MAX_PROBES = 64  # of a condition's constants and their neighbours, the values tried (a list of 1000 codes)
+
+
+def _constants(logic: Any) -> list[Any]:
+    """The constants of a condition's logic, each with its neighbours ("17:00" and a text just past it)."""
+    if isinstance(logic, dict):
+        return [c for operator, arguments in logic.items() if operator != "var" for c in _constants(arguments)]
+    if isinstance(logic, list):
+        return [c for item in logic for c in _constants(item)]
+    if isinstance(logic, bool) or logic is None:
+        return []
+    if isinstance(logic, int | float):
+        return [logic, logic - 1, logic + 1]
+    return [logic, f"{logic}~"] if isinstance(logic, str) else []
+
+
+def _at(context: Mapping[str, Any], key: str) -> Any:
+    value: Any = context
+    for part in key.split("."):
+        value = value.get(part) if isinstance(value, Mapping) else None
+    return value
 
 
 def _with_paths(context: Mapping[str, Any], keys: list[str], value: Any) -> dict[str, Any]:
@@ -152,11 +203,12 @@ def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[
         for name, value in properties.items():
             if not isinstance(value, dict) or not _open(value):
                 continue
-            current = _collected(context, name)
+            mine = _collected(context, name)
+            current = mine[0] if len(mine) == 1 else None
             shaped = any("pattern" in part or part.get("format") == "date" for part in _parts(value))
             source = known  # a shaped one: what was collected for it, not any value of its form (a date of birth)
             if shaped:
-                source = said._replace(texts=[*said.texts, current]) if isinstance(current, str) else said
+                source = said._replace(texts=[*said.texts, *(v for v in mine if isinstance(v, str))])
             found = from_words(value, source)
             if found is not None and shaped and (own := from_words(value, now, current)) and _listed(own):
                 told[name] = own
@@ -166,8 +218,8 @@ def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[
             alone = {
                 n for n in rivals if any(names(n, {word}) and not _named_by(rivals, word, n) for word in now.words)
             }
-            current = _collected(context, name)
-            kept = from_words(properties[name], nothing, current) if current is not None else None
+            mine = _collected(context, name)
+            kept = from_words(properties[name], nothing, mine[0]) if len(mine) == 1 else None
             if len(rivals) == 1 or name in alone and len(alone) <= len(_values(own)):
                 narrowed[name] = own
             elif name in alone:  # more of them named than values said: which one changes is the model's
@@ -180,15 +232,23 @@ def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[
     return schema
 
 
-def _collected(context: Mapping[str, Any], name: str) -> Any:
-    """What was collected for a tool's argument ``name``: under its name, or else under the one key that is a
-    new choice of it (``new_date`` for ``date``; ``birth_date`` is another date); None where nothing, or a yes/no."""
-    keys = [name] if name in context else [key for key in context if key in {f"{p}_{name}" for p in _CHOSEN}]
-    value = context[keys[0]] if len(keys) == 1 else None
-    return value if isinstance(value, str | int | float) and not isinstance(value, bool) else None
+def _collected(context: Mapping[str, Any], name: str) -> list[Any]:
+    """What was collected for a tool's argument ``name``: under its name, or else under the keys whose names share
+    a word with it (``appointment_date`` or ``new_date`` for ``date``, ``phone_number`` for ``phone``), not a date
+    of birth; yes/no values left out."""
+    if context.get(name) is not None:
+        keys = [name]
+    else:
+        words = _words_of(name)
+        keys = [key for key in context if _words_of(key) & words and not _words_of(key) & _ANOTHER]
+    return [v for v in (context[key] for key in keys) if isinstance(v, str | int | float) and not isinstance(v, bool)]
 
 
-_CHOSEN = ("new", "chosen", "preferred", "selected", "requested", "desired", "wanted", "proposed", "target")
+def _words_of(key: str) -> set[str]:
+    return {part for part in re.split(r"[_\W\d]+", key.casefold()) if len(part) > 1}
+
+
+_ANOTHER = frozenset({"birth", "birthday", "dob", "born"})  # a date of birth is no date a tool is asked about
 
 
 def _named_by(told: Collection[str], word: str, name: str) -> bool:

@@ -266,7 +266,7 @@ def _lookup(moves: list[dict[str, Any]], context: dict[str, Any], said: str = "g
 def test_a_move_that_holds_on_what_was_collected_whatever_the_tool_answers_does_not_wait():
     either = {"target_state": "ready", "conditions": [{"logic": {"or": [{"var": "vip"}, {"var": "rx.found"}]}}]}
     reply, _ = reply_and_tools(_lookup([either], {"vip": True}))
-    assert "ready" in targets(reply)  # the second audit: only the call was offered
+    assert targets(reply) == {"ready"}  # the second audit: only the call was offered; the fourth: staying too
     # where the result could still break it, it waits, even with the key it also needs left null (kept)
     both = {"target_state": "ready", "conditions": [{"logic": {"var": "vip"}}, {"logic": {"!": {"var": "rx.blocked"}}}]}
     strict = _lookup([both], {"vip": True})
@@ -346,6 +346,48 @@ def test_a_move_waits_where_only_a_value_past_its_threshold_or_two_results_toget
     for rule in (
         {"!": {">": [{"var": "rx.price"}, 100]}},
         {"!": {"and": [{"var": "rx.controlled"}, {"var": "rx.expired"}]}},
+        {"!": {">": [{"var": "rx.pickup"}, "17:00"]}},  # a text just past it
+        {"!=": [{"var": "rx.number"}, {"var": "rx_number"}]},  # the value collected
     ):
         reply, _ = reply_and_tools(_lookup([READY, found(rule)], {}))
         assert "not_found" not in targets(reply), rule
+
+
+def test_a_shaped_argument_takes_the_value_collected_under_a_key_that_shares_a_word_with_its_name():
+    # the third audit's fix left these free: an appointment's date for `date`, a phone number for `phone`
+    context = {"rx_number": "RX12345", "appointment_date": "2026-12-10"}
+    assert arguments(_trip("date"), "yes please go ahead", context)["date"] == {"enum": ["2026-12-10"]}
+    assert arguments(_trip("date"), "make it the 12th", context)["date"] == {"enum": ["2026-12-12"]}
+    context = {"rx_number": "RX12345", "date_of_birth": "1980-05-02", "booking_date": "2026-12-10"}
+    assert arguments(_trip("date"), "yes please go ahead", context)["date"] == {"enum": ["2026-12-10"]}
+
+
+def test_a_key_a_move_only_needs_counts_once_however_many_ways_the_words_offer_it():
+    # a free-text note the move needs (requires_context_keys) gave more than 32 ways, and the move was offered
+    # before the table check
+    definition = llm_fsm.load(
+        {
+            "name": "notes",
+            "initial_state": "ask",
+            "tools": {"lookup_rx": {"parameters": {"type": "object", "properties": {}}, "result_key": "table"}},
+            "states": {
+                "ask": {
+                    "purpose": "Find a free table.",
+                    "required_context_keys": ["notes", "seats"],
+                    "tools": ["lookup_rx"],
+                    "transitions": [
+                        {
+                            "target_state": "confirm",
+                            "conditions": [
+                                {"requires_context_keys": ["notes", "seats"], "logic": {"var": "table.free"}}
+                            ],
+                        }
+                    ],
+                },
+                "confirm": {"purpose": "Confirm.", "transitions": []},
+            },
+        }
+    )
+    said = "we need a high chair and a quiet table near the window please, 3 or 4 of us"
+    reply, _ = reply_and_tools(first_request(definition, said))
+    assert "confirm" not in targets(reply)
