@@ -614,6 +614,16 @@ def test_a_handler_only_key_without_a_handler_keeps_the_state_from_being_left():
     assert "handlers" in found.hint
 
 
+def test_a_tool_result_no_state_on_the_way_calls_for_keeps_the_state_from_being_left():
+    # it said "a handler-only key" and asked for a handler, where the tool is listed by no state on the way
+    tool = {"parameters": {"type": "object", "properties": {}}, "result_key": "guests"}
+    (found,) = only({**never_left(), "tools": {"count_guests": tool}}, "state_never_left")
+    assert "'guests', the result of tool 'count_guests', which neither 'stuck' nor a state on the way lists" in (
+        found.message
+    )
+    assert "list the tool" in found.hint and "handler" not in found.hint
+
+
 def test_state_never_left_names_each_transition_and_fits_its_hint_to_each_cause():
     never = rule({"and": [GUESTS_ABOVE_6, GUESTS_BELOW_1]})
     twice = never_left(writable_keys=["guests"], transitions=[to("done", never), to("done", never)])

@@ -99,6 +99,7 @@ _NEVER_LEFT_HINTS = {
     "be taken",
     "not_writable": "let the model write the key here or on the way (writable_keys)",
     "handler_only": "name the handler that sets the key in this state's handlers (or a state's on the way)",
+    "tool_result": "list the tool in this state's tools (or a state's on the way), so that it can be called",
 }
 
 

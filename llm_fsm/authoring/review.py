@@ -182,6 +182,7 @@ def exits_closed(review: Review) -> dict[str, list[tuple[str, str]]]:
     as (cause, words): each never holds, or needs a key that cannot be written there or on the way to it."""
     definition = review.definition
     by_code = frozenset(definition.code_only_keys)
+    tools_of = {tool.result_key: name for name, tool in definition.tools.items() if tool.result_key}
     needs = {
         sid: {key for _, _, found in review.transitions(sid) for key, _ in found.needed if not key.startswith("_")}
         for sid in review.reachable
@@ -206,7 +207,7 @@ def exits_closed(review: Review) -> dict[str, list[tuple[str, str]]]:
             if (sid, i) in review.dead:
                 reasons.append(("never_holds", f"the conditions of {name} never hold"))
             elif unset:
-                reasons.append(_unwritable(name, unset[0], by_code, sid))
+                reasons.append(_unwritable(name, unset[0], by_code, sid, tools_of))
             else:
                 break
         else:
@@ -215,7 +216,12 @@ def exits_closed(review: Review) -> dict[str, list[tuple[str, str]]]:
     return closed
 
 
-def _unwritable(name: str, key: str, by_code: Collection[str], sid: str) -> tuple[str, str]:
+def _unwritable(
+    name: str, key: str, by_code: Collection[str], sid: str, tools_of: Mapping[str, str]
+) -> tuple[str, str]:
+    if key.split(".")[0] in tools_of:
+        why = f"the result of tool '{tools_of[key.split('.')[0]]}', which neither '{sid}' nor a state on the way lists"
+        return "tool_result", f"{name} needs '{key}', {why}"
     if key in by_code:
         why = f"a handler-only key, and no handler is named in '{sid}' or in a state on the way to it"
         return "handler_only", f"{name} needs '{key}', {why}"
