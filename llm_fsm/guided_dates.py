@@ -140,9 +140,6 @@ def times(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-__all__ = ["ISO_DATE", "date_and_time_spans", "dates", "days_said", "times"]
-
-
 def real_day(text: str) -> bool:
     """Whether ``text`` (``YYYY-MM-DD``) is a day of the calendar: "the 31st" of a February is not."""
     try:
@@ -150,3 +147,6 @@ def real_day(text: str) -> bool:
     except ValueError:
         return False
     return True
+
+
+__all__ = ["ISO_DATE", "date_and_time_spans", "dates", "days_said", "real_day", "times"]

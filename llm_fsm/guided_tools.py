@@ -24,18 +24,12 @@ def awaiting_tools(
     to the same place with no condition, or with none that reads a pending key, does not wait. At "Oh, OK. 9 pm
     then." a 135M model moved to the contact details, and the free table the move needs was the one the tool
     had found for 22:00."""
+    from llm_fsm.condition_values import can_fail, condition_keys
     from llm_fsm.engine import condition_failure
-    from llm_fsm.errors import LogicError
-    from llm_fsm.logic import has_key, keys_read
-
-    def logic_keys(condition: Any) -> set[str]:
-        try:
-            return set(keys_read(condition.logic)) if condition.logic is not None else set()
-        except LogicError:
-            return set()
+    from llm_fsm.logic import has_key, keys_read, value_at
 
     def keys(condition: Any) -> set[str]:
-        return {*condition.requires_context_keys, *logic_keys(condition)}
+        return set(condition_keys(condition))
 
     def read(condition: Any) -> set[str]:
         return {key for key in keys(condition) if key.split(".")[0] in pending}
@@ -52,11 +46,12 @@ def awaiting_tools(
     seen: dict[tuple[int, str], bool] = {}
 
     def broken(condition: Any, fixed: dict[str, Any]) -> bool:
-        """:func:`breakable`, once per condition and values of what it reads (the ways of writing a branch)."""
+        """``can_fail`` for a result not there yet, once per condition and values of what it reads (the ways
+        of writing a branch)."""
         unknown = [key for key in read(condition) if not has_key(fixed, key)]
-        known = json.dumps([_at(fixed, key) for key in sorted(keys(condition))], default=str)
+        known = json.dumps([value_at(fixed, key) for key in sorted(keys(condition))], default=str)
         if (id(condition), known) not in seen:
-            seen[id(condition), known] = breakable(condition, fixed, unknown)
+            seen[id(condition), known] = can_fail(condition, fixed, unknown)
         return seen[id(condition), known]
 
     def waits(branch: dict[str, Any]) -> bool:
@@ -67,7 +62,10 @@ def awaiting_tools(
         combos = [dict(context)]
         reading = {key.split(".")[0] for move in moves for condition in move.conditions for key in keys(condition)}
         compared = {
-            key.split(".")[0] for move in moves for condition in move.conditions for key in logic_keys(condition)
+            key.split(".")[0]
+            for move in moves
+            for condition in move.conditions
+            for key in (keys_read(condition.logic) if condition.logic is not None else ())
         }
         for key, value in _update(branch).items():
             if key not in reading:
@@ -100,6 +98,7 @@ MAX_COMBOS = 32  # of the values a branch may write, the ways checked for a move
 def settled(definition: FSMDefinition, state: State, move: Transition, context: Mapping[str, Any]) -> bool:
     """Whether ``move``, which holds on ``context``, holds whatever the tools of ``state`` whose results are not
     there yet answer (``!rx.found`` before the lookup does not; an ``or`` that holds on what was collected does)."""
+    from llm_fsm.condition_values import can_fail
     from llm_fsm.logic import has_key, keys_read
 
     tools = [definition.tools[name] for name in state.tools if name in definition.tools]
@@ -107,72 +106,9 @@ def settled(definition: FSMDefinition, state: State, move: Transition, context: 
     for condition in move.conditions if results else ():
         read = keys_read(condition.logic) if condition.logic is not None else set()
         unknown = [key for key in read if key.split(".")[0] in results and not has_key(context, key)]
-        if breakable(condition, context, unknown):
+        if can_fail(condition, context, unknown):
             return False
     return True
-
-
-def breakable(condition: Any, context: Mapping[str, Any], unknown: Collection[str]) -> bool:
-    """Whether some value of the ``unknown`` keys (a tool's result not there yet) would make ``condition``, which
-    holds on ``context``, fail: each key, or all of them at once, given yes, no, nothing, 0, 1, "", the constants
-    the condition compares with and their neighbours ("> 100": 101), and the collected values it reads."""
-    from llm_fsm.engine import condition_failure
-    from llm_fsm.logic import keys_read
-
-    if not unknown:
-        return False
-    probes: dict[str, Any] = {}
-    for value in [True, False, None, 0, 1, "", *_constants(condition.logic)][:MAX_PROBES]:
-        probes.setdefault(json.dumps(value), value)
-    for key in keys_read(condition.logic) if condition.logic is not None else ():
-        value = _at(context, key)  # "rx.number != rx_number": the number collected
-        if value is not None:
-            probes.setdefault(json.dumps(value, default=str), value)
-    for probe in probes.values():
-        if any(condition_failure(condition, _with_path(context, key, probe)) for key in unknown):
-            return True
-        if len(unknown) > 1 and condition_failure(condition, _with_paths(context, list(unknown), probe)):
-            return True
-    return False
-
-
-MAX_PROBES = 64  # of a condition's constants and their neighbours, the values tried (a list of 1000 codes)
-
-
-def _constants(logic: Any) -> list[Any]:
-    """The constants of a condition's logic, each with its neighbours ("17:00" and a text just past it)."""
-    if isinstance(logic, dict):
-        return [c for operator, arguments in logic.items() if operator != "var" for c in _constants(arguments)]
-    if isinstance(logic, list):
-        return [c for item in logic for c in _constants(item)]
-    if isinstance(logic, bool) or logic is None:
-        return []
-    if isinstance(logic, int | float):
-        return [logic, logic - 1, logic + 1]
-    return [logic, f"{logic}~"] if isinstance(logic, str) else []
-
-
-def _at(context: Mapping[str, Any], key: str) -> Any:
-    value: Any = context
-    for part in key.split("."):
-        value = value.get(part) if isinstance(value, Mapping) else None
-    return value
-
-
-def _with_paths(context: Mapping[str, Any], keys: list[str], value: Any) -> dict[str, Any]:
-    """``context`` with ``value`` at each of the dotted ``keys`` ("!(rx.controlled and rx.expired)")."""
-    for key in keys:
-        context = _with_path(context, key, value)
-    return dict(context)
-
-
-def _with_path(context: Mapping[str, Any], key: str, value: Any) -> dict[str, Any]:
-    """``context`` with ``value`` at the dotted ``key`` ("rx.found"), the dictionaries on its way made."""
-    root, *rest = key.split(".")
-    if not rest:
-        return {**context, root: value}
-    inner = context.get(root)
-    return {**context, root: _with_path(inner if isinstance(inner, dict) else {}, ".".join(rest), value)}
 
 
 def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[str, Any]) -> dict[str, Any]:

@@ -159,6 +159,12 @@ def has_key(data: Mapping[str, object], key: object) -> bool:
     return isinstance(key, str) and bool(key) and _present(_lookup(data, key))
 
 
+def value_at(data: Mapping[str, object], key: str) -> object:
+    """The value at the dotted ``key`` in ``data`` (as ``var`` reads it), or None where there is none."""
+    found = _lookup(data, key)
+    return None if found is _ABSENT else found
+
+
 def check_rule(rule: object) -> list[tuple[str, str]]:
     """Statically check ``rule``; return ``(location, message)`` problems, empty when fine.
 

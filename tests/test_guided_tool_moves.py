@@ -167,7 +167,7 @@ def test_a_tool_whose_parameters_refer_to_their_definitions_is_asked_for_with_th
 
 
 def test_a_recursive_parameter_type_is_written_out_once_and_takes_any_value_where_it_recurs():
-    from llm_fsm.tools.messages import inlined
+    from llm_fsm.tools.tool_types import inlined
 
     class Node(BaseModel):
         name: str
@@ -239,7 +239,7 @@ def test_after_a_person_refuses_a_call_the_turn_is_answered_from_its_words_witho
 
 
 def test_written_out_parameters_keep_a_property_named_definitions_and_the_data_that_looks_like_a_reference():
-    from llm_fsm.tools.messages import inlined
+    from llm_fsm.tools.tool_types import inlined
 
     schema = {
         "type": "object",
@@ -391,3 +391,20 @@ def test_a_key_a_move_only_needs_counts_once_however_many_ways_the_words_offer_i
     said = "we need a high chair and a quiet table near the window please, 3 or 4 of us"
     reply, _ = reply_and_tools(first_request(definition, said))
     assert "confirm" not in targets(reply)
+
+
+def test_can_fail_tries_the_values_the_condition_solver_tries_for_the_free_keys_only():
+    from llm_fsm.condition_values import can_fail
+    from llm_fsm.definition import Condition
+
+    def condition(rule: dict[str, Any]) -> Condition:
+        return Condition(description="c", logic=rule)
+
+    assert can_fail(condition({"!": {"var": "rx.found"}}), {}, ["rx.found"])
+    assert can_fail(
+        condition({"!=": [{"var": "rx.number"}, {"var": "rx_number"}]}), {"rx_number": "RX1"}, ["rx.number"]
+    )
+    assert can_fail(condition({"<=": [{"var": "rx.day"}, "2026-12-10"]}), {}, ["rx.day"])  # a day after it
+    # what holds on a collected value whatever the result is cannot fail, and a collected key is not free
+    assert not can_fail(condition({"or": [{"var": "vip"}, {"var": "rx.found"}]}), {"vip": True}, ["rx.found"])
+    assert not can_fail(condition({"!": {"var": "rx.found"}}), {}, [])

@@ -20,7 +20,8 @@ import re
 from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
-from llm_fsm.authoring.condition_solver import condition_keys, find_witness
+from llm_fsm.authoring.condition_solver import find_witness
+from llm_fsm.condition_values import condition_keys
 from llm_fsm.definition import FSMDefinition, Transition
 from llm_fsm.engine import check_values, model_writable_keys
 from llm_fsm.llm import LLMRequest, LLMResponse, Message, ToolCallRequest, Usage

@@ -13,8 +13,9 @@ import asyncio
 from collections.abc import Callable
 from typing import Any
 
-from llm_fsm.authoring.condition_solver import condition_keys, find_witness
+from llm_fsm.authoring.condition_solver import find_witness
 from llm_fsm.authoring.paths import covering_paths
+from llm_fsm.condition_values import condition_keys
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import FSMError

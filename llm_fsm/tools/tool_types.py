@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Any, Literal
+from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict
 
@@ -73,6 +76,11 @@ class BoundTool:
             raise ValueError(f"{where}: {message}") from None
         return {name: getattr(values, name) for name in self.model.model_fields} | dict(values.model_extra or {})
 
+    @cached_property
+    def written_out(self) -> dict[str, Any]:
+        """``parameters`` with their local references written out, to embed in a request's schema (made once)."""
+        return inlined(self.parameters)
+
     def spec(self) -> dict[str, Any]:
         """The OpenAI-style function spec that native tool calling sends."""
         function = {"name": self.name, "description": self.description, "parameters": self.parameters}
@@ -101,3 +109,58 @@ class Prepared:
 
 def _bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…[truncated {len(text) - limit} chars]"
+
+
+_NAMED = frozenset({"properties", "patternProperties", "dependentSchemas", "$defs", "definitions"})  # name: schema
+_DATA = frozenset({"const", "enum", "default", "examples"})  # values, not schemas: nothing in them is a reference
+
+
+def inlined(schema: dict[str, Any]) -> dict[str, Any]:
+    """``schema`` with its local references (``#/$defs/Size``, as pydantic writes an Enum or a nested model's
+    type) written out where they are used: embedded in a request's schema, ``#/$defs`` would point at that
+    schema's root, where nothing is (a server refuses the request). A reference to where it is used from (a
+    recursive model) takes any value there, a reference elsewhere stays; the call's arguments are still
+    checked against ``schema``."""
+    if '"$ref"' not in json.dumps(schema):
+        return schema
+
+    def pointed(ref: str) -> Any:
+        node: Any = schema
+        for raw in ref[2:].split("/") if ref != "#" else []:
+            part = unquote(raw).replace("~1", "/").replace("~0", "~")
+            if isinstance(node, dict) and part in node:
+                node = node[part]
+            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+                node = node[int(part)]
+            else:
+                return None
+        return node if isinstance(node, dict | bool) else None
+
+    def written(node: Any, within: frozenset[str], root: bool = False) -> Any:
+        if not isinstance(node, dict):
+            return node
+        rest: dict[str, Any] = {}
+        for key, value in node.items():
+            if key == "$ref" or (root and key in ("$defs", "definitions")):
+                continue
+            if key in _NAMED and isinstance(value, dict):
+                rest[key] = {name: written(part, within) for name, part in value.items()}
+            elif key in _DATA:
+                rest[key] = value
+            elif isinstance(value, list):
+                rest[key] = [written(part, within) for part in value]
+            else:
+                rest[key] = written(value, within)
+        ref = node.get("$ref")
+        target = pointed(ref) if isinstance(ref, str) and ref.startswith("#") else None
+        if target is None:
+            return rest if ref is None else {**rest, "$ref": ref}
+        assert isinstance(ref, str)  # a target was found for it
+        if ref in within or ref == "#":
+            return rest  # a recursive type: any value where it recurs
+        if isinstance(target, bool):
+            return target if not rest else rest if target else {**rest, "not": {}}
+        return {**written(target, within | {ref}), **rest}
+
+    written_out: dict[str, Any] = written(schema, frozenset(), root=True)
+    return written_out
