@@ -39,7 +39,6 @@ from typing import Any, TypeVar
 
 from llm_fsm.contract import SCALAR, writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
-from llm_fsm.errors import LogicError
 from llm_fsm.guided_branches import NULL, as_said
 from llm_fsm.guided_conditions import (
     _contained,
@@ -50,7 +49,8 @@ from llm_fsm.guided_conditions import (
     _required_keys,
     asked_elsewhere,
 )
-from llm_fsm.guided_patterns import MAX_TEXT, _containing, not_opening_like, portable_pattern, portable_patterns
+from llm_fsm.guided_entered import MAX_EARLIER, MAX_MESSAGE, keys_of, message_schema
+from llm_fsm.guided_patterns import MAX_TEXT, _containing, portable_pattern, portable_patterns
 from llm_fsm.guided_values import closed_set, derived_values, flag_topic, text_shape, tool_shape
 from llm_fsm.guided_words import named_in, pool, spans
 from llm_fsm.texts import language_code
@@ -61,7 +61,6 @@ __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_pa
     "MAX_MESSAGE",
     "MAX_STAY_BRANCHES",
     "MAX_TEXT",
-    "fulfilled_move",
     "guided_schema",
     "tidy",
     "portable_pattern",
@@ -69,11 +68,9 @@ __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided_pa
     "value_schema",
 ]
 
-MAX_MESSAGE = 240  # characters of the message
 # the longest run of words a looping message repeats ("Please book the workshop for £10.00. I'm unable to provide
 # details." is 13 words, and came back until the token limit)
 LOOP_WORDS = 24
-MAX_EARLIER = 20  # the last messages a guided message may not open like (a grammar of some 20 KB at most)
 MAX_STAY_BRANCHES = 8  # past this, staying is left unconstrained (the schema would grow as a product)
 _VALUE_KEYWORDS = ("type", "enum", "const", "minimum", "maximum", "maxLength", "minLength", "pattern")
 
@@ -140,7 +137,7 @@ def guided_schema(
             needed = lacking
         # the keys it needs, and the collected ones its conditions read that the update may write again: a
         # value written in the move's branch keeps the move (a corrected email still holds an "@")
-        reads = _keys_of(transition)
+        reads = keys_of(transition)
         read = [key for key in values if key not in needed and key in context and key in reads]
         # a move with conditions beyond a grammar still needs what its plain parts need (customer_confirmed
         # true beside a total within a cent): it is offered with those values, never forced
@@ -198,13 +195,9 @@ def guided_schema(
         sole = question if question in flags else None  # answered by a yes or a no (guided_words.flag)
         branches = as_said(definition, state.id, branches, offered, context, flags, sole, kept)
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
-    message: dict[str, Any] = {"type": "string", "maxLength": MAX_MESSAGE}
-    fresh = not_opening_like(list(earlier)[-MAX_EARLIER:], MAX_MESSAGE)
-    if fresh is not None:  # no message said twice: the model's greeting, again, on every turn
-        message["pattern"] = fresh
     return {
         "type": "object",
-        "properties": {"transition": transitions, "message": message},
+        "properties": {"transition": transitions, "message": message_schema(earlier)},
         "required": ["transition", "message"],
         "additionalProperties": False,
     }
@@ -236,33 +229,6 @@ def tidy(message: str) -> str:
                     return message[: kept[-1]]  # the run crosses a sentence: "Your email? And your" → "Your email?"
                 return message[:end] + "." if message[end - 1].isalnum() else message[:end]
     return message
-
-
-def fulfilled_move(
-    definition: FSMDefinition,
-    state_id: str,
-    before: Mapping[str, Any],
-    after: Mapping[str, Any],
-    back_to: str | None = None,
-) -> str | None:
-    """Where a guided reply that stays in ``state_id`` goes instead: the first move (by priority) whose
-    conditions hold on ``after`` (the context with the reply's update), when they read a key the update
-    gave or changed; None when that move held already on ``before`` (the model chose to stay) or no move holds.
-
-    The guided schema already makes a reply that writes what a move needs name the move, where a grammar
-    can say the move's conditions; this is the same rule where it cannot (a price that must equal the
-    product's, a score summed over three answers): the engine evaluates them, so the runtime can apply it.
-    """
-    from llm_fsm.engine import unmet_condition
-
-    changed = {key for key, value in after.items() if before.get(key) != value}
-    if not changed:
-        return None
-    for transition in definition.moves(state_id, back_to):
-        if not transition.conditions or unmet_condition(transition, dict(after)) is not None:
-            continue
-        return transition.target_state if _keys_of(transition) & changed else None
-    return None
 
 
 T = TypeVar("T")
@@ -395,9 +361,13 @@ def nullable_enum(values: Sequence[Any]) -> dict[str, Any]:
 
 def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
     """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
-    and the closed set :func:`value_schema` finds, or null (a ``confirmed`` flag is a boolean, a ``severity``
-    routed on three constants is one of them); any scalar where it finds neither."""
+    :func:`value_schema` finds and the closed set ``context_schema`` declares, or null (a ``confirmed`` flag
+    compared with ``true`` is a boolean); any scalar where it finds neither. A set only read from the
+    conditions (a ``severity`` routed on three constants) is a guided reply's: a capable model may write
+    another value, which a move that only needs the key present takes."""
     schema = value_schema(definition, state, key)
+    if key not in (definition.context_schema or {}) and "enum" in schema:
+        return {"type": ["string", "null"]}
     if isinstance(schema.get("enum"), list) and all(type(v) in _JSON_TYPES for v in schema["enum"]):
         return nullable_enum(schema["enum"])
     kind = schema.get("type")
@@ -463,20 +433,6 @@ def _plainly_missing(transition: Any, context: Mapping[str, Any], values: Mappin
     conditions also hold parts a grammar cannot say (else [], as ``_needed`` says for plain moves)."""
     required, plain = _required_keys(transition)
     return [] if plain else [key for key in required if key in values and context.get(key) is None]
-
-
-def _keys_of(transition: Any) -> set[str]:
-    """The keys (dotted paths by their first part) the transition's conditions read: requirements and ``var``."""
-    from llm_fsm.logic import keys_read
-
-    try:
-        return {
-            key.split(".")[0]
-            for condition in transition.conditions
-            for key in (*condition.requires_context_keys, *keys_read(condition.logic))
-        }
-    except LogicError:  # too deep to read: as if it read nothing (the engine still checks it)
-        return set()
 
 
 def _named_offers(offers: list[dict[str, dict[str, Any]]], said: str | None) -> list[dict[str, dict[str, Any]]]:

@@ -10,12 +10,12 @@ from typing import Any
 from llm_fsm import engine
 from llm_fsm.contract import partial_reply, reply_schema, writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
-from llm_fsm.engine import Rejection, decide
+from llm_fsm.engine import Decision, Rejection, decide
 from llm_fsm.firing import BEFORE_COMMIT
-from llm_fsm.guided import guided_schema, nullable_enum, portable_patterns, strict_value
+from llm_fsm.guided import guided_schema, portable_patterns, strict_value
 from llm_fsm.guided_branches import guided_memory
+from llm_fsm.guided_entered import entered_schema
 from llm_fsm.guided_tools import awaiting_tools, guided_arguments
-from llm_fsm.guided_words import accepts, from_words, pool
 from llm_fsm.hooks import may_run
 from llm_fsm.llm import LLMRequest
 from llm_fsm.memory.working import with_memory_update
@@ -23,6 +23,7 @@ from llm_fsm.steps import Call, Preview, Purpose
 from llm_fsm.texts import language_code
 from llm_fsm.tools import calling
 from llm_fsm.turn_state import Working
+from llm_fsm.verdict import fulfilled, moved
 
 
 def prompt_messages(work: Working) -> list[dict[str, Any]]:
@@ -87,10 +88,7 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
 
         schema, strict = definition.derived(f"memory_reply_schemas:{back_to}", state, compute)
     if not work.settings.guided:  # the state's, less the keys it may correct once collected, while they are not
-        strict = without_uncollected(strict, definition, state, work.context)
-        if work.refinements and work.refinements >= definition.states[state].max_retries:
-            strict = said_or_left_out(strict, work)  # the state's last try at a value it refused
-        return schema, strict
+        return schema, without_uncollected(strict, definition, state, work.context)
     # guided: made for this turn, it knows which keys are missing and which moves hold
     results = [run.result for run in work.tool_runs if run.error is None]
     guided = guided_schema(
@@ -144,32 +142,6 @@ def without_uncollected(
     return {**strict, "properties": {**strict["properties"], "transition": transition}}
 
 
-def said_or_left_out(strict: dict[str, Any], work: Working) -> dict[str, Any]:
-    """A plain ``strict`` schema whose keys with a refused value (``context_value``, this turn) are held to the
-    values the user's words hold that the ``context_schema`` accepts, or null: the state's last corrective call.
-    A small model at temperature 0 writes the refused value again on every try ("1234" as a phone number the
-    user never gave) and the turn ends in the fallback, its move lost; the earlier tries left the value free,
-    for a model that reformats it ("May 3rd" as 2024-05-03)."""
-    update = strict["properties"]["transition"]["properties"]["context_update"]
-    keys = update.get("properties", {})
-    refused = {r.key for r in work.rejected if r.kind == "context_value" and r.key is not None and r.key in keys}
-    declared = work.definition.context_schema or {}
-    said = pool(work.said, language=language_code(work.definition.language) if work.definition.language else None)
-    held: dict[str, dict[str, Any]] = {}
-    for key in sorted(refused):
-        offer = from_words(dict(declared[key]), said) if said is not None and key in declared else None
-        values = [
-            v for v in (offer or {}).get("enum", []) if type(v) in (str, int, float) and accepts(declared[key], v)
-        ]
-        held[key] = nullable_enum(values) if values else {"type": "null"}
-    if not held:
-        return strict
-    update = {**update, "properties": {**update["properties"], **held}}
-    transition = strict["properties"]["transition"]
-    transition = {**transition, "properties": {**transition["properties"], "context_update": update}}
-    return {**strict, "properties": {**strict["properties"], "transition": transition}}
-
-
 def without_moves(schema: dict[str, Any], targets: set[str]) -> dict[str, Any]:
     """A guided ``schema`` without the branches that move to ``targets`` (refused earlier in the turn: a small model
     at temperature 0 would write the same move again), unless none would be left."""
@@ -192,6 +164,34 @@ def correction(work: Working, text: str, problems: tuple[Rejection, ...]) -> LLM
     return request(work, [*work.messages, *work.corrected], longer=any(p.kind == "truncated" for p in problems))
 
 
+def entered_request(work: Working, decision: Decision) -> LLMRequest:
+    """The call that writes the message of the state a guided reply that stayed was moved to
+    (``verdict.fulfilled``): that state's prompt over the context the reply left, with the user's words, and a
+    reply that stays there and writes nothing (``guided_entered.entered_schema``)."""
+    base, target = work.base, decision.state
+    way = engine.way_back(base.came_from, base.state, target)
+    entered = base.model_copy(update={"state": target, "context": decision.context, "came_from": way})
+    messages = work.settings.prompt.messages(
+        work.definition, entered, work.user or work.note, guided=True, order=work.settings.prompt_order()
+    )
+    schema = entered_schema(target, [exchange.assistant for exchange in base.history])
+    back_to = work.definition.return_target(target, way)
+    return LLMRequest(
+        messages, schema, schema, state=target, context=decision.context, back_to=back_to,
+        definition=work.definition.name,
+    )  # fmt: skip
+
+
+def stays_in(state: str) -> Preview:
+    """The preview of a reply that must stay in ``state``: its message is shown while it does."""
+
+    def accepts(data: dict[str, Any]) -> bool:
+        transition = data.get("transition")
+        return isinstance(transition, dict) and transition.get("target_state") == state
+
+    return accepts
+
+
 def reply_call(work: Working, request: LLMRequest, purpose: Purpose = "reply") -> Call:
     return Call("reply", request, preview(work), purpose)
 
@@ -209,9 +209,14 @@ def preview(work: Working) -> Preview | None:
     ):
         return None
     definition, base, context = work.definition, work.base, work.context  # replaced, never mutated
+    guided = work.settings.guided
 
     def accepts(data: dict[str, Any]) -> bool:
         reply = partial_reply(data)
-        return reply is not None and decide(definition, base.model_copy(update={"context": context}), reply).accepted
+        if reply is None:
+            return False
+        decision = decide(definition, base.model_copy(update={"context": context}), reply)
+        # guided: a reply that stays may be moved on (verdict.fulfilled), and another call writes its message
+        return decision.accepted and not (guided and moved(work, reply, fulfilled(work, reply, decision)))
 
     return accepts

@@ -28,7 +28,7 @@ if TYPE_CHECKING:
 DEFAULT_FALLBACK = BUILT_IN["en"]["fallback"]  # a definition in another language says it in its own
 
 Preview = Callable[[Any], bool]
-Purpose = Literal["reply", "correction", "refinement", "tool_results", "judge", "summary"]
+Purpose = Literal["reply", "correction", "refinement", "tool_results", "entered", "judge", "summary"]
 
 
 @dataclass(frozen=True)
@@ -65,7 +65,8 @@ class Call:
     request: LLMRequest
     preview: Preview | None = field(default=None, repr=False)
     # why it is made: the turn's first call, a correction of an invalid reply, a retry after failed checks,
-    # the call that reads tool results, a judge, or a summary of the history
+    # the call that reads tool results, the message of a state a guided reply was moved to, a judge, or a
+    # summary of the history
     purpose: Purpose = "reply"
     llm: Any = field(default=None, repr=False)  # another client than the conversation's (a summary's)
 

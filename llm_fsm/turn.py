@@ -31,8 +31,9 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
+from llm_fsm.contract import Reply
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Decision, PendingEvent, Snapshot, resumed
+from llm_fsm.engine import Decision, PendingEvent, Snapshot, decide, resumed
 from llm_fsm.errors import RefinementError
 from llm_fsm.firing import fire, fire_error
 from llm_fsm.hooks import Break, Hooks
@@ -40,7 +41,7 @@ from llm_fsm.llm import LLMRequest
 from llm_fsm.memory import summaries
 from llm_fsm.opening import render_opening
 from llm_fsm.outcomes import DEFAULT_PAUSE_MESSAGE, accept, close_terminal, exhausted, paused
-from llm_fsm.requests import correction, prompt_messages, reply_call, request
+from llm_fsm.requests import correction, entered_request, prompt_messages, reply_call, request, stays_in
 from llm_fsm.steps import (
     DEFAULT_FALLBACK,
     Call,
@@ -60,7 +61,7 @@ from llm_fsm.tools import rounds
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.tools.rounds import DEFAULT_APPROVAL_MESSAGE, INTERRUPTED, NO_MORE_TOOLS
 from llm_fsm.turn_state import Working
-from llm_fsm.verdict import verdict
+from llm_fsm.verdict import entered_message, moved, run_checks, verdict
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry import NoTrace
@@ -187,6 +188,8 @@ class TurnRunner:
             except Break as pause:  # an after_reply handler: before the commit, so the move is not made
                 return paused(work, pause, work.base.state, pause.message or runtime_text(work.definition, "pause"))
             if decision is not None and reply is not None and not problems:
+                if moved(work, reply, decision):  # guided: its message is for the state it leaves
+                    return (yield from self.entered(reply, decision))
                 return (yield from accept(work, decision, reply.message))
             # failed checks (or values a schema refuses) are refined within the state's max_retries;
             # anything else is corrected within max_corrections
@@ -196,6 +199,25 @@ class TurnRunner:
             if not self.may_retry(corrections, work.refinements, refining):
                 return (yield from exhausted(work, refining))
             ask, purpose = correction(work, response.text, problems), "refinement" if refining else "correction"
+
+    def entered(self, reply: Reply, decision: Decision) -> Steps:
+        """A guided reply that stayed, moved to the state its update fulfils a move to (``verdict.fulfilled``): one
+        more call, with that state's prompt, writes the message the person reads there. Where it writes none
+        (an invalid reply), the conversation stays, with the reply's own message, as the model proposed."""
+        work = self.work
+        target = decision.state
+        response = yield Call("reply", entered_request(work, decision), stays_in(target), "entered")
+        work.count(response)
+        message = entered_message(work, response, target)
+        if message is not None:
+            return (yield from accept(work, decision, message))
+        stay = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
+        if work.definition.states[work.base.state].checks:  # they judged the move: the stay is judged again
+            failures = yield from run_checks(work, stay, reply.message)
+            if failures:
+                work.rejected.extend(failures)
+                return (yield from exhausted(work, True))
+        return (yield from accept(work, stay, reply.message))
 
     def may_retry(self, corrections: int, refinements: int, refining: bool) -> bool:
         work = self.work

@@ -15,7 +15,8 @@ from llm_fsm.definition import Check
 from llm_fsm.engine import Decision, Rejection, decide
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.firing import fire
-from llm_fsm.guided import fulfilled_move, tidy
+from llm_fsm.guided import tidy
+from llm_fsm.guided_entered import fulfilled_move
 from llm_fsm.hooks import Run
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.memory.working import apply_model_update
@@ -33,7 +34,7 @@ def verdict(
     try:
         # a reply cut at the token limit is refused even if what came parses, unless it can stand (cut_reply)
         cut = response.finish_reason == "length"
-        reply = cut_reply(response.text) if cut else parse_reply(response.text)
+        reply = cut_reply(response.text, guided=work.settings.guided) if cut else parse_reply(response.text)
         if reply is None:
             raise ReplyTruncated(
                 f"the reply was cut off at the token limit after {len(response.text)} characters: "
@@ -49,8 +50,8 @@ def verdict(
     # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
     decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
-    if decision.accepted and decision.state == work.base.state and not work.opening:
-        reply, decision = _fulfilled(work, reply, decision)
+    if work.settings.guided:  # the move the update fulfils: checked below, and told by moved() to the turn
+        decision = fulfilled(work, reply, decision)
     work.rejected.extend(decision.rejected)
     work.memory_proposal = reply.transition.memory_update
     if work.memory_proposal:  # reported now; applied with the reply the turn settles on
@@ -71,11 +72,11 @@ def verdict(
 _CUT_KEYS = re.compile(r',\s*"(message|reasoning)"\s*:\s*"')
 
 
-def cut_reply(text: str) -> Reply | None:
-    """A reply the token limit cut once its move was whole, where it can stand: cut in its ``reasoning``
-    (the last key), with the reasoning so far; cut in a message that loops ("You can buy it for £10. You can
-    buy it for £10. You can..."), with the message up to the loop. None for any other cut: a message cut
-    mid-sentence is not shown."""
+def cut_reply(text: str, *, guided: bool = False) -> Reply | None:
+    """A reply the token limit cut once its move and message were whole, where it can stand: cut in its
+    ``reasoning`` (the last key, never shown), with the reasoning so far. None for any other cut: a message cut
+    mid-sentence is not shown. ``guided``: a message that loops ("You can buy it for £10. You can buy it for
+    £10. You can...") stands too, up to the loop (a small model's loop; any other model is asked again)."""
     cuts = list(_CUT_KEYS.finditer(text))
     if not cuts:
         return None
@@ -88,22 +89,47 @@ def cut_reply(text: str) -> Reply | None:
         return None
     if found[1] == "reasoning":
         return reply.model_copy(update={"reasoning": so_far})
+    if not guided:
+        return None
     message = tidy(so_far)
     return reply.model_copy(update={"message": message, "reasoning": None}) if message != so_far else None
 
 
-def _fulfilled(work: Working, reply: Reply, decision: Decision) -> tuple[Reply, Decision]:
-    """A reply that stays though its update fulfils a move takes the move (``guided.fulfilled_move``): the
-    definition says the move follows from those keys; a move that held before the update is not forced, and an
-    opening, with nothing the user said, keeps its state."""
+def fulfilled(work: Working, reply: Reply, decision: Decision) -> Decision:
+    """Guided: a reply that stays though its update fulfils a move takes the move
+    (:func:`llm_fsm.guided_entered.fulfilled_move`), where a call is left in the turn to write the message of
+    the state it enters (the reply's own was written for the state it leaves). A move that held before the
+    update is not forced, and an opening, with nothing the user said, keeps its state."""
     base = work.base
+    if not decision.accepted or decision.state != base.state or work.opening or not work.budget_left():
+        return decision
     back_to = work.definition.return_target(base.state, base.came_from)
     target = fulfilled_move(work.definition, base.state, work.context, decision.context, back_to)
     if target is None:
-        return reply, decision
+        return decision
     moved = reply.model_copy(update={"transition": reply.transition.model_copy(update={"target_state": target})})
     again = decide(work.definition, work.snapshot(), moved, attempt=work.calls)
-    return (moved, again) if again.accepted else (reply, decision)
+    return again if again.accepted else decision
+
+
+def moved(work: Working, reply: Reply, decision: Decision) -> bool:
+    """Whether ``decision`` moves a reply that stayed (:func:`fulfilled`): its message is not the state's."""
+    return reply.transition.target_state == work.base.state and decision.state != work.base.state
+
+
+def entered_message(work: Working, response: LLMResponse, target: str) -> str | None:
+    """The message of the reply that writes ``target``'s (``requests.entered_request``), or None, its problem
+    reported: a reply that names another state would say that state's message."""
+    try:
+        written = parse_reply(response.text)
+    except ReplyFormatError as exc:
+        work.rejected.append(Rejection(kind="format", reason=str(exc), attempt=work.calls))
+        return None
+    if (named := written.transition.target_state) != target:
+        reason = f"the message of state '{target}' was asked for, and the reply names '{named}'"
+        work.rejected.append(Rejection(kind="target", reason=reason, target_state=target, attempt=work.calls))
+        return None
+    return tidy(written.message)
 
 
 def run_checks(work: Working, decision: Decision, message: str) -> Generator[Step, Any, list[Rejection]]:

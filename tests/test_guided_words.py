@@ -6,7 +6,8 @@ from __future__ import annotations
 from typing import Any
 
 import llm_fsm
-from llm_fsm.guided import fulfilled_move, guided_schema
+from llm_fsm.guided import guided_schema
+from llm_fsm.guided_entered import fulfilled_move
 from llm_fsm.guided_values import closed_set, derived_values, text_shape
 from llm_fsm.guided_words import from_words, pool, spans
 from llm_fsm.testing import ScriptedLLM
@@ -201,17 +202,23 @@ def test_a_staying_reply_whose_update_fulfils_a_move_takes_it():
     assert declined is None
 
 
-def test_a_conversation_takes_the_move_its_update_fulfils_guided_or_not():
+def test_a_guided_conversation_takes_the_move_its_update_fulfils_and_says_the_entered_states_message():
     quiz = example("quiz")
     context = {"q1_correct": True, "q2_correct": False, "q1_answer": "Canberra", "q2_answer": "Venus"}
-    stay = reply("q3", {"q3_answer": "Six", "q3_correct": True}, "Right, six!")
-    guided = llm_fsm.Conversation(quiz, ScriptedLLM([stay]), state="q3", context=context, guided=True)
-    assert guided.send("Six!").state == "passed"
+    stay = reply("q3", {"q3_answer": "Six", "q3_correct": True}, "Right, six! Next question?")
+    llm = ScriptedLLM([stay, reply("passed", {}, "You passed the quiz, well done!")])
+    guided = llm_fsm.Conversation(quiz, llm, state="q3", context=context, guided=True)
+    result = guided.send("Six!")
+    assert (result.state, result.message, result.llm_calls) == ("passed", "You passed the quiz, well done!", 2)
+    assert llm.requests[1].state == "passed" and "q3_answer" in (llm.requests[1].context or {})
+    # the model chose to stay: plain mode keeps its choice, and its message with it
     plain = llm_fsm.Conversation(quiz, ScriptedLLM([stay]), state="q3", context=context)
-    assert plain.send("Six!").state == "passed"
+    assert (plain.send("Six!").state, plain.context["q3_answer"]) == ("q3", "Six")
     # an opening has nothing the user said: a key it writes does not move it on
     form = example("form_filling")
-    opening = llm_fsm.Conversation(form, ScriptedLLM([reply("collect_name", {"name": "Ann"}, "Hi! Your name?")]))
+    opening = llm_fsm.Conversation(
+        form, ScriptedLLM([reply("collect_name", {"name": "Ann"}, "Hi! Your name?")]), guided=True
+    )
     assert opening.start().state == "collect_name"
 
 

@@ -88,15 +88,14 @@ class CutOnce(Truncating):
         return LLMResponse(json.dumps(GOOD), finish_reason="stop")
 
 
-def test_a_reply_cut_in_its_reasoning_or_in_a_looping_message_stands_and_one_cut_mid_sentence_does_not(signup):
+def test_a_reply_cut_in_its_reasoning_stands_and_one_cut_in_its_message_does_not(signup):
     loop = WHOLE[: WHOLE.index("Thanks Ann!")] + "Thanks Ann! Your email? " + "And your email? " * 5 + "And yo"
+    # guided (a small model's loop): the loop cut after its first time; the move and the update as written
+    result = llm_fsm.Conversation(signup, CutOnce(loop), guided=True).send("I'm Ann")
+    assert (result.message, result.state, result.llm_calls) == ("Thanks Ann! Your email?", "ask_email", 1)
+    # plain: the runtime does not rewrite a message; it is asked again
     result = llm_fsm.Conversation(signup, CutOnce(loop)).send("I'm Ann")
-    # the loop cut after its first time; the move and the update as written, in one call
-    assert (result.message, result.state, result.llm_calls) == (
-        "Thanks Ann! Your email?",
-        "ask_email",
-        1,
-    )
+    assert result.message == GOOD["message"] and [r.kind for r in result.rejected] == ["truncated"]
     reasoning = json.dumps({**reply("ask_email", "Your email?", name="Ann"), "reasoning": "The user gave a name and"})
     result = llm_fsm.Conversation(signup, CutOnce(reasoning[:-3])).send("I'm Ann")
     assert (result.message, result.llm_calls, result.rejected) == ("Your email?", 1, ())
