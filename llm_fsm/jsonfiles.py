@@ -6,7 +6,7 @@ kind of file a document is, and write files that hold conversations so only thei
 raises the library's errors. :func:`not_a` words a document of the wrong kind, naming what it is
 when that can be told: ``s.json is a definition, not a cassette``. :func:`write_private` writes
 atomically, the file 0600 and the folders it creates 0700: saved conversations and cassettes hold
-what users said.
+what users said (the stores make their folders and files so too: :func:`private_folders`, :func:`private_file`).
 """
 
 from __future__ import annotations
@@ -94,7 +94,7 @@ def write_private(path: str | os.PathLike[str], text: str) -> None:
     """Replace ``path`` with ``text`` at once (a temporary file renamed over it), readable by its owner
     only: the file is created 0600 (never another mode first), the folders it needs 0700. OSError if it cannot be."""
     path = Path(path)
-    _private_folders(path.parent)
+    private_folders(path.parent)
     handle, temporary = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")  # mode 0600
     try:
         with os.fdopen(handle, "w", encoding="utf-8") as file:
@@ -105,13 +105,19 @@ def write_private(path: str | os.PathLike[str], text: str) -> None:
         raise
 
 
-def _private_folders(folder: Path) -> None:
-    """Create ``folder`` and its missing parents, each 0700 (``mkdir -p`` would make the parents 0755)."""
+def private_folders(folder: Path) -> None:
+    """Create ``folder`` and its missing parents, each 0700 (``mkdir -p`` would make the parents 0755); the
+    folders that exist are left as they are. OSError if it cannot be."""
     if folder.is_dir():
         return
-    _private_folders(folder.parent)
+    private_folders(folder.parent)
     try:
         folder.mkdir(mode=0o700)
     except FileExistsError:
         if not folder.is_dir():  # a file stands where the folder should be
             raise NotADirectoryError(errno.ENOTDIR, os.strerror(errno.ENOTDIR), str(folder)) from None
+
+
+def private_file(path: Path) -> None:
+    """Create ``path`` empty with mode 0600 unless it exists, before a library creates it with its own mode."""
+    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))

@@ -140,10 +140,27 @@ def _where_kept(store_url: str | None, conversation_id: str | None) -> tuple[Sto
     if store_url is None and conversation_id is None:  # kept for this run only, but its turns run the same way
         return open_store("memory:"), UNSTORED_ID
     store = open_store(store_url)
-    if conversation_id is None:
-        conversation_id = uuid.uuid4().hex[:12]
-        typer.echo(f"conversation: {conversation_id} (continue it with --conversation {conversation_id})", err=True)
+    if conversation_id is not None:
+        return store, stored_id(store, conversation_id)
+    conversation_id = uuid.uuid4().hex[:12]
+    typer.echo(f"conversation: {conversation_id} (continue it with --conversation {conversation_id})", err=True)
     return store, conversation_id
+
+
+def stored_id(store: Store, name: str) -> str:
+    """The stored id the conversation id a user gave means: ``llm-fsm serve``'s bare id finds the one client's
+    ``CLIENT@ID`` that has it, with a note on stderr saying whose it is (see :func:`llm_fsm.store.clients.resolve`);
+    exit 2 when several clients have one by that id."""
+    from llm_fsm.store.clients import AmbiguousIdError, client_of, resolve
+
+    try:
+        found = resolve(store, name)
+    except AmbiguousIdError as exc:
+        fail(str(exc), 2)
+    if found != name:
+        whose = f"the conversation of client '{client_of(found)}' of llm-fsm serve"
+        typer.echo(f"note: {name} is {whose}: {found}", err=True)
+    return found
 
 
 def masker(definition: llm_fsm.FSMDefinition, show_secrets: bool) -> Callable[[dict[str, Any]], dict[str, Any]]:

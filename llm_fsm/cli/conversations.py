@@ -1,4 +1,8 @@
-"""``llm-fsm conversations list|show|delete|unlock|prune``: look after stored conversations."""
+"""``llm-fsm conversations list|show|delete|unlock|prune``: look after stored conversations.
+
+An id given takes the id ``llm-fsm serve`` answered with as well as the stored id (``CLIENT@ID``, as ``list``
+shows it): see :func:`~llm_fsm.cli.conversation_factory.stored_id`.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +16,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 from rich.console import Console
 
+from llm_fsm.cli.conversation_factory import stored_id
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import ShowSecretsOption, StoreOption
 from llm_fsm.errors import StoreError
@@ -23,6 +28,14 @@ group = typer.Typer(help="List, show, delete, unlock and prune stored conversati
 app.add_typer(group, name="conversations")
 console = Console(highlight=False)
 
+IdArgument = Annotated[
+    str,
+    typer.Argument(
+        metavar="ID",
+        help="The conversation's id, as run, chat or llm-fsm serve gave it (CLIENT@ID: that client's, as list "
+        "shows it).",
+    ),
+]
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
 _UNITS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 
@@ -80,7 +93,7 @@ def list_(
 
 @group.command()
 def show(
-    conversation_id: Annotated[str, typer.Argument(metavar="ID")],
+    conversation_id: IdArgument,
     store: StoreOption = None,
     show_secrets: ShowSecretsOption = False,
 ) -> None:
@@ -88,7 +101,7 @@ def show(
     from llm_fsm.store.history import whole
 
     with _opened(store, conversation_id) as opened:
-        record = opened.load(conversation_id)
+        record = opened.load(stored_id(opened, conversation_id))
         # the whole history, read page by page: a load carries only its tail
         snapshot = whole(opened, record.id, record.snapshot) if record is not None else None
     if record is None or snapshot is None:
@@ -108,21 +121,21 @@ def _masked(document: dict[str, Any]) -> dict[str, Any]:
 
 
 @group.command()
-def delete(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+def delete(conversation_id: IdArgument, store: StoreOption = None) -> None:
     """Delete one conversation."""
     with _opened(store, conversation_id) as opened:
-        deleted = opened.delete(conversation_id)
+        deleted = opened.delete(found := stored_id(opened, conversation_id))
     if not deleted:
         fail(f"no conversation {conversation_id!r} in this store", 1)
-    typer.echo(f"deleted {conversation_id}")
+    typer.echo(f"deleted {found}")
 
 
 @group.command()
-def unlock(conversation_id: Annotated[str, typer.Argument(metavar="ID")], store: StoreOption = None) -> None:
+def unlock(conversation_id: IdArgument, store: StoreOption = None) -> None:
     """Release a conversation's turn lock by force (a lock whose holder died expires by itself within seconds)."""
     with _opened(store, conversation_id) as opened:
-        released = opened.unlock(conversation_id)
-    typer.echo(f"unlocked {conversation_id}" if released else f"{conversation_id} was not locked")
+        released = opened.unlock(found := stored_id(opened, conversation_id))
+    typer.echo(f"unlocked {found}" if released else f"{found} was not locked")
 
 
 @group.command()

@@ -208,8 +208,10 @@ StoreOption = Annotated[
                  "redis://host:port/db, postgresql://user@host:port/db (default: SQLite under $LLM_FSM_HOME)."),
 ]  # fmt: skip
 ConversationOption = Annotated[
-    str | None, typer.Option("--conversation", "-c", help="Continue (or start) the stored conversation with this id.")
-]
+    str | None,
+    typer.Option("--conversation", "-c", help="Continue (or start) the stored conversation with this id; an id "
+                 "llm-fsm serve gave continues that conversation (CLIENT@ID: that client's)."),
+]  # fmt: skip
 WaitOption = Annotated[
     float, typer.Option("--wait", min=0, help="Seconds to wait for a conversation another process is using.")
 ]

@@ -6,7 +6,8 @@ one entry per line, blank lines and ``#`` comments skipped; in the variable, ent
 commas or white space. A token is at least 16 characters.
 
 Each conversation belongs to the client that created it: it is stored under ``CLIENT@ID``, so another
-client asking for it finds nothing (404, not 403: its existence is not revealed). With one token,
+client asking for it finds nothing (404, not 403: its existence is not revealed). The terminal commands
+find ``CLIENT@ID`` from the bare ``ID`` (:func:`llm_fsm.store.clients.resolve`). With one token,
 every caller holding it shares the conversations; with none, the server answers anyone who can reach
 it, which is why ``llm-fsm serve`` then listens on the loopback interface only.
 """
@@ -22,7 +23,7 @@ from pathlib import Path
 TOKENS_VARIABLE = "LLM_FSM_SERVER_TOKENS"
 ANONYMOUS = "local"  # the client of a server without tokens
 MIN_LENGTH = 16
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")  # no "@": it ends the client's part of CLIENT@ID
 
 
 class TokenError(ValueError):

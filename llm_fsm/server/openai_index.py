@@ -32,6 +32,7 @@ from typing import Any
 from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.errors import IdempotencyKeyReused
 from llm_fsm.store import Store
+from llm_fsm.store.clients import client_key
 from llm_fsm.values import derived_uid
 
 Said = tuple[str, str]  # (role, text) of one message a client resends: "user" or "assistant"
@@ -54,7 +55,7 @@ def points(definition_name: str, transcript: Sequence[Said]) -> list[tuple[int, 
 
 
 def mark_id(client: str, digest: str) -> str:
-    return f"{client}@oai-{digest}"
+    return client_key(client, f"oai-{digest}")
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ async def whole(store: Store, stored_id: str, snapshot: Snapshot) -> Snapshot:
 
 
 def answer_id(client: str, digest: str) -> str:
-    return f"{client}@oai-answer-{digest}"
+    return client_key(client, f"oai-answer-{digest}")
 
 
 def asked_digest(definition_name: str, named: str | None, transcript: Sequence[Said], text: str) -> str:

@@ -22,6 +22,7 @@ from llm_fsm.llm import LLMClient
 from llm_fsm.server.errors import APIError, not_found
 from llm_fsm.server.retries import id_of
 from llm_fsm.store import Store, StoredConversation
+from llm_fsm.store.clients import client_key
 
 if TYPE_CHECKING:
     from llm_fsm.tools.mcp import MCPServer
@@ -127,9 +128,11 @@ class Service:
             raise APIError(422, "definition_error", f"{_without_api_advice(str(exc))}: {advice}") from None
 
     def at(self, client: str, conversation_id: str, make: Callable[[Snapshot | None], Conversation]) -> Stored:
-        """The client's conversation ``conversation_id``, built by ``make`` when its turn first reads it."""
+        """The client's conversation ``conversation_id``, built by ``make`` when its turn first reads it. It is
+        stored under ``CLIENT@ID`` (:func:`~llm_fsm.store.clients.client_key`): another client's key for the
+        same id is another key."""
         return Stored(
-            conversation_id, StoredConversation(self.store, _key(client, conversation_id), make, wait=self.wait)
+            conversation_id, StoredConversation(self.store, client_key(client, conversation_id), make, wait=self.wait)
         )
 
     async def loaded(self, client: str, conversation_id: str) -> Stored:
@@ -151,11 +154,6 @@ class Stored:
     def definition(self) -> FSMDefinition:
         """The conversation's definition (once it was read)."""
         return self.stored.conversation.definition
-
-
-def _key(client: str, conversation_id: str) -> str:
-    """Where a client's conversation is stored: another client's key for the same id is another key."""
-    return f"{client}@{conversation_id}"
 
 
 def _is_id(text: str) -> bool:

@@ -32,7 +32,6 @@ from __future__ import annotations
 import builtins
 import itertools
 import logging
-import os
 import re
 import threading
 import time
@@ -42,7 +41,6 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from dataclasses import dataclass
 from datetime import timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -170,6 +168,11 @@ class Store(ABC):
     def list(self) -> list[Info]:
         """Every stored conversation, most recently saved first."""
 
+    def ids_ending(self, suffix: str) -> builtins.list[str]:
+        """The ids of the stored conversations that end with ``suffix``, in no set order, read without the
+        conversations (backends override this default, which lists them)."""
+        return [info.id for info in self.list() if info.id.endswith(suffix)]
+
     @abstractmethod
     def prune(self, older_than: float | timedelta) -> int:
         """Delete conversations not saved for ``older_than`` (seconds or a timedelta); return how many."""
@@ -255,6 +258,9 @@ class Store(ABC):
 
     async def alist(self) -> builtins.list[Info]:
         return await _to_thread(self.list)
+
+    async def aids_ending(self, suffix: str) -> builtins.list[str]:
+        return await _to_thread(self.ids_ending, suffix)
 
     async def aprune(self, older_than: float | timedelta) -> int:
         return await _to_thread(self.prune, older_than)
@@ -414,22 +420,10 @@ async def _to_thread(function: Callable[..., T], *args: Any, **kwargs: Any) -> T
     return await asyncio.to_thread(function, *args, **kwargs)
 
 
-def private_directory(path: Path) -> None:
-    """Create ``path`` and its missing parents, readable by the owner only (0700): they will hold
-    conversations. Folders that exist already are left as they are."""
-    # one by one, outermost first: mkdir(parents=True) would give the parents the default mode
-    for folder in reversed([p for p in (path, *path.parents) if not p.exists()]):
-        folder.mkdir(mode=0o700, exist_ok=True)
-
-
-def private_file(path: Path) -> None:
-    """Create ``path`` empty with mode 0600 unless it exists, before a library creates it with its own mode."""
-    os.close(os.open(path, os.O_CREAT | os.O_WRONLY, 0o600))
-
-
 STORE_METHODS = (
-    "save", "load", "history", "delete", "list", "prune", "unlock", "_try_lock", "_renew", "_release",
-    "asave", "aload", "ahistory", "adelete", "alist", "aprune", "aunlock", "_atry_lock", "_arenew", "_arelease",
+    "save", "load", "history", "delete", "list", "ids_ending", "prune", "unlock", "_try_lock", "_renew", "_release",
+    "asave", "aload", "ahistory", "adelete", "alist", "aids_ending", "aprune", "aunlock", "_atry_lock", "_arenew",
+    "_arelease",
 )  # fmt: skip
 
 

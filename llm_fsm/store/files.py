@@ -14,6 +14,8 @@ dies, however it dies (SIGKILL included), so they need no lease and no heartbeat
 
 from __future__ import annotations
 
+import builtins
+import glob
 import json
 import os
 import tempfile
@@ -27,6 +29,7 @@ from filelock import FileLock, Timeout
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
+from llm_fsm.jsonfiles import private_folders
 from llm_fsm.store.base import (
     Info,
     Record,
@@ -35,7 +38,6 @@ from llm_fsm.store.base import (
     conflict,
     failures_as_store_errors,
     info_of,
-    private_directory,
     seconds,
 )
 from llm_fsm.store.history import Page, bounded, check_page, exchange_json, page_window, rows_to_write
@@ -50,7 +52,7 @@ class FileStore(Store):
         self._held: dict[str, FileLock] = {}  # token -> the lock a turn of this process holds
         self.url = f"file://{self.directory.resolve()}"
         try:
-            private_directory(self.directory)
+            private_folders(self.directory)
         except OSError as exc:
             raise StoreError(f"cannot create the store folder {self.directory}: {exc.strerror or exc}") from exc
 
@@ -148,6 +150,9 @@ class FileStore(Store):
     def list(self) -> list[Info]:
         records = sorted(self._records(), key=lambda r: r.updated_at, reverse=True)
         return [info_of(r.id, r.snapshot, r.version, r.updated_at) for r in records]
+
+    def ids_ending(self, suffix: str) -> builtins.list[str]:  # builtins: "list" is the method above
+        return [path.stem for path in self.directory.glob(f"*{glob.escape(suffix)}{SUFFIX}")]  # the names only
 
     def prune(self, older_than: float | timedelta) -> int:
         cutoff = time.time() - seconds(older_than)

@@ -133,6 +133,8 @@ STATEMENTS = {
         SELECT id, definition_name, state, status, turns, version, extract(epoch FROM updated_at)::float8
         FROM {s}.conversations ORDER BY updated_at DESC
     """,
+    # right(), not LIKE: LIKE takes _ for any character
+    "ids_ending": "SELECT id FROM {s}.conversations WHERE right(id, %s::integer) = %s",
     "prune": """
         WITH old AS (DELETE FROM {s}.conversations WHERE updated_at < now() - make_interval(secs => %s) RETURNING id),
             old_turns AS (DELETE FROM {s}.turns WHERE conversation_id IN (SELECT id FROM old)),
@@ -255,6 +257,10 @@ class PostgresStore(Store):
         rows, _ = yield "list", ()
         return [Info(*row) for row in rows]
 
+    def _ids_ending(self, suffix: str) -> Plan[list[str]]:
+        rows, _ = yield "ids_ending", (len(suffix), suffix)
+        return [row[0] for row in rows]
+
     def _prune(self, older_than: float | timedelta) -> Plan[int]:
         rows, _ = yield "prune", (seconds(older_than),)
         return int(rows[0][0])
@@ -295,6 +301,9 @@ class PostgresStore(Store):
 
     def list(self) -> list[Info]:
         return self._run(self._list)
+
+    def ids_ending(self, suffix: str) -> builtins.list[str]:
+        return self._run(lambda: self._ids_ending(suffix))
 
     def prune(self, older_than: float | timedelta) -> int:
         return self._run(lambda: self._prune(older_than))
@@ -356,6 +365,9 @@ class PostgresStore(Store):
 
     async def alist(self) -> builtins.list[Info]:  # builtins: "list" here is the method above
         return await self._arun(self._list)
+
+    async def aids_ending(self, suffix: str) -> builtins.list[str]:
+        return await self._arun(lambda: self._ids_ending(suffix))
 
     async def aprune(self, older_than: float | timedelta) -> int:
         return await self._arun(lambda: self._prune(older_than))

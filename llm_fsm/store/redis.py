@@ -180,6 +180,10 @@ class RedisStore(Store):
             rows = pipe.execute()
         return [_info(cid, fields) for cid, fields in zip(ids, rows, strict=True) if fields]
 
+    def ids_ending(self, suffix: str) -> builtins.list[str]:
+        ids = (i.decode() for i in self.client.zrevrange(self.keys.index, 0, -1))  # the index: ids only
+        return [cid for cid in ids if cid.endswith(suffix)]
+
     def prune(self, older_than: float | timedelta) -> int:
         cutoff = time.time() - seconds(older_than)
         old = [i.decode() for i in self.client.zrangebyscore(self.keys.index, "-inf", f"({cutoff}")]

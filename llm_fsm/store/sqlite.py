@@ -13,6 +13,7 @@ version's database lacks.
 
 from __future__ import annotations
 
+import builtins
 import os
 import sqlite3
 import threading
@@ -25,6 +26,7 @@ from pathlib import Path
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
+from llm_fsm.jsonfiles import private_file, private_folders
 from llm_fsm.store.base import (
     LEASE,
     Info,
@@ -35,8 +37,6 @@ from llm_fsm.store.base import (
     conflict,
     failures_as_store_errors,
     head_json,
-    private_directory,
-    private_file,
     seconds,
 )
 from llm_fsm.store.history import Page, check_page, page_of, page_window, rows_to_write
@@ -92,7 +92,7 @@ class SQLiteStore(Store):
         self.lease = lease
         self._local = threading.local()
         try:
-            private_directory(self.path.parent)
+            private_folders(self.path.parent)
             private_file(self.path)  # SQLite gives its -wal and -shm files the database file's mode
             self._db().executescript(SCHEMA)  # idempotent: creates only what is missing
             self._migrate()
@@ -213,6 +213,12 @@ class SQLiteStore(Store):
             .fetchall()
         )
         return [Info(*row) for row in rows]
+
+    def ids_ending(self, suffix: str) -> builtins.list[str]:  # builtins: "list" is the method above
+        # substr, not LIKE: LIKE ignores the case of ASCII letters and takes _ for any character; no ORDER BY,
+        # so that the scan reads the index of the ids, not the rows
+        query = "SELECT id FROM conversations WHERE substr(id, -?) = ?"
+        return [row[0] for row in self._db().execute(query, (len(suffix), suffix)).fetchall()]
 
     def prune(self, older_than: float | timedelta) -> int:
         cutoff = time.time() - seconds(older_than)
