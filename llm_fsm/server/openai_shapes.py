@@ -6,7 +6,9 @@ message taken from it (each bad input a 400 naming its ``param``), the completio
 from __future__ import annotations
 
 import json
+import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -152,12 +154,34 @@ def usage_of(usage: Usage | None) -> dict[str, int] | None:
     }
 
 
-def completion(ident: str, model: str, content: str, usage: Usage | None, extension: Conversed) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Head:
+    """What a completion and each chunk of its stream carry: its ``id``, when it was ``created`` (Unix seconds)
+    and the ``model``. Fixed once per turn, and kept with its answer: a replay is the same completion."""
+
+    id: str
+    created: int
+    model: str
+
+    @classmethod
+    def new(cls, model: str) -> Head:
+        return cls("chatcmpl-" + secrets.token_hex(12), int(time.time()), model)
+
+    @classmethod
+    def kept(cls, answer: dict[str, Any], model: str) -> Head:
+        """The head kept with ``answer`` (a new one for an answer kept before heads were: it has none)."""
+        ident, created = answer.get("id"), answer.get("created")
+        if isinstance(ident, str) and isinstance(created, int):
+            return cls(ident, created, model)
+        return cls.new(model)
+
+
+def completion(head: Head, content: str, usage: Usage | None, extension: Conversed) -> dict[str, Any]:
     return {
-        "id": ident,
+        "id": head.id,
         "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
+        "created": head.created,
+        "model": head.model,
         "choices": [
             {
                 "index": 0,
@@ -171,14 +195,14 @@ def completion(ident: str, model: str, content: str, usage: Usage | None, extens
     }
 
 
-def chunk(ident: str, model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+def chunk(head: Head, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
     """One ``data:`` line of a stream (an empty ``choices`` with ``usage``: the usage chunk)."""
     choices = [] if "usage" in extra else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
     body = {
-        "id": ident,
+        "id": head.id,
         "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
+        "created": head.created,
+        "model": head.model,
         "choices": choices,
         **extra,
     }
