@@ -415,6 +415,47 @@ def test_no_pydantic_words_reach_the_author_whatever_the_wrong_type():
     assert seen > 500
 
 
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("language",), "x" * 10_000, "at most 64 characters are allowed, got 10000"),
+        (("texts", "approval"), "", "at least one character is needed"),
+        (("states", "a", "max_retries"), 11, "must be at most 10, got a number (11)"),
+        (("max_tool_calls",), 0, "must be at least 1, got a number (0)"),
+        (("states", "a", "checks", 0, "keys"), [], "at least one item is needed"),
+    ],
+)
+def test_a_value_of_the_right_type_out_of_its_bounds_names_the_bound(where, value, message):
+    """Before: a 10,000-character language was "expected a string, got a string"."""
+    data = full_definition() | {"texts": {}}
+    parent: Any = data
+    for part in where[:-1]:
+        parent = parent[part]
+    parent[where[-1]] = value
+    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
+    assert problem.code == "out_of_range"
+
+
+def test_a_broken_rule_of_any_kind_never_reads_as_the_wrong_type():
+    from pydantic import BaseModel, Field
+
+    from llm_fsm.wording import Vocabulary, field_problems
+
+    class Bounded(BaseModel):
+        ratio: float = Field(allow_inf_nan=False)
+        code: str = Field(pattern="^[a-z]+$")
+        step: int = Field(multiple_of=5)
+
+    with pytest.raises(ValidationError) as caught:
+        Bounded.model_validate({"ratio": float("inf"), "code": "A1", "step": 7})
+    assert [message for _, message, _, _ in field_problems(caught.value, Vocabulary(Bounded))] == [
+        "must be a finite number, got a number",
+        "must match the pattern '^[a-z]+$', got a string (\"A1\")",
+        "must be a multiple of 5, got a number (7)",
+    ]
+
+
 def test_null_in_an_optional_field_is_its_default():
     data = full_definition()
     state = data["states"]["a"]  # type: ignore[index]
