@@ -390,6 +390,16 @@ def full_definition() -> dict[str, object]:
     }
 
 
+def only_problem(data: dict[str, Any], where: tuple[str | int, ...], value: object) -> Any:
+    """The one error of ``data`` (changed in place) once the value at ``where`` is ``value``."""
+    parent: Any = data
+    for part in where[:-1]:
+        parent = parent[part]
+    parent[where[-1]] = value
+    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    return problem
+
+
 def test_the_full_definition_covers_every_check_kind_in_order():
     from llm_fsm.definition import _Check
 
@@ -428,13 +438,10 @@ def test_no_pydantic_words_reach_the_author_whatever_the_wrong_type():
 def test_a_value_of_the_right_type_out_of_its_bounds_names_the_bound(where, value, message):
     """Before: a 10,000-character language was "expected a string, got a string"."""
     data = full_definition() | {"texts": {}}
-    parent: Any = data
-    for part in where[:-1]:
-        parent = parent[part]
-    parent[where[-1]] = value
-    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    problem = only_problem(data, where, value)
     assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
     assert problem.code == "out_of_range"
+    assert not jsonschema.Draft202012Validator(json_schema()).is_valid(data)  # the loader and the schema agree
 
 
 def test_a_broken_rule_of_any_kind_never_reads_as_the_wrong_type():
@@ -553,11 +560,7 @@ def test_an_item_of_an_optional_list_is_reported_at_its_own_place():
 def test_booleans_and_whole_numbers_are_not_converted_from_other_types(where, value, message):
     """What the published JSON Schema rejects does not load: "no" is not false (masking stays on)."""
     data = full_definition()
-    parent: Any = data
-    for part in where[:-1]:
-        parent = parent[part]
-    parent[where[-1]] = value
-    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    problem = only_problem(data, where, value)
     assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
     schema_validator = jsonschema.Draft202012Validator(json_schema())
     assert not schema_validator.is_valid(data)  # the loader and the schema agree
