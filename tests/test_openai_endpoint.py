@@ -614,6 +614,28 @@ def test_a_named_conversation_of_another_definition_or_none_is_refused():
     assert "X-LLM-FSM-Conversation-Id" not in missing.headers
 
 
+@pytest.mark.parametrize(
+    ("message", "param", "says"),
+    [
+        ({"content": [{"type": "text"}]}, "messages[0].content[0].text", "text part without its 'text' field"),
+        ({"content": [{"type": "text", "text": 1}]}, "messages[0].content[0].text", ".text is a number (1)"),
+        ({"content": [{"text": "hi"}]}, "messages[0].content[0].type", "[0].type is missing"),
+        ({"content": [{"type": "image_url", "image_url": {}}]}, "messages[0].content[0]", "type is 'image_url'"),
+        ({"content": ["hi"]}, "messages[0].content[0]", 'is a string ("hi"), not a text part'),
+        ({"content": []}, "messages[0].content", "content is an empty list"),
+        ({}, "messages[0].content", "content is missing"),
+        ({"content": 5}, "messages[0].content", "content is a number (5)"),
+        ({"role": None, "content": "hi"}, "messages[0].role", "role is null"),
+    ],
+)
+def test_a_bad_message_says_what_is_missing_or_wrong(message: dict[str, Any], param: str, says: str):
+    """Before: a part without its text was "must be a text part, not 'text'"."""
+    _, http = in_process(ScriptedLLM([]))
+    body = {"model": "signup", "messages": [{"role": "user", **message}]}
+    error = http.post("/v1/chat/completions", json=body).json()["error"]
+    assert error["param"] == param and says in error["message"], error
+
+
 def test_small_request_details():
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?")])
     app = create_app([signup()], llm, store="memory:", tokens={ALICE: "alice"})
