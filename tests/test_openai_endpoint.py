@@ -636,6 +636,18 @@ def test_a_bad_message_says_what_is_missing_or_wrong(message: dict[str, Any], pa
     assert error["param"] == param and says in error["message"], error
 
 
+def test_a_transcript_longer_than_the_body_limit_names_the_option_that_raises_it():
+    """Turn 201 of a chat whose messages are 300 characters, at the default --max-body."""
+    _, http = in_process(ScriptedLLM([]))
+    said = [{"role": role, "content": role[0] * 300} for _ in range(200) for role in ("user", "assistant")]
+    body = json.dumps({"model": "signup", "messages": [*said, {"role": "user", "content": "u" * 300}]}).encode()
+    response = http.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+    message = response.json()["error"]["message"]
+    assert f"is {len(body)} bytes, more than the server's limit of 65536 bytes" in message
+    assert "--max-body" in message and "a long chat" in message
+
+
 def test_small_request_details():
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?")])
     app = create_app([signup()], llm, store="memory:", tokens={ALICE: "alice"})

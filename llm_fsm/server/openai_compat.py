@@ -109,12 +109,11 @@ async def _body(request: Request) -> ChatRequest:
     """The request's body, its errors answered as FastAPI answers a body it validates."""
     try:
         data = json.loads(await request.body())
-    except UnicodeDecodeError as error:
-        raise HTTPException(400) from error  # answered as "not UTF-8 text at byte N"
-    except (ValueError, RecursionError) as error:
-        where = getattr(error, "pos", 0)
-        problem = {"type": "json_invalid", "loc": ("body", where), "msg": "JSON decode error"}
-        raise RequestValidationError([{**problem, "ctx": {"error": getattr(error, "msg", "")}}]) from None
+    except json.JSONDecodeError as error:
+        problem = {"type": "json_invalid", "loc": ("body", error.pos), "msg": "JSON decode error"}
+        raise RequestValidationError([{**problem, "ctx": {"error": error.msg}}]) from None
+    except (ValueError, RecursionError) as error:  # not UTF-8, a number too long: answered as the native routes'
+        raise HTTPException(400) from error
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as error:
