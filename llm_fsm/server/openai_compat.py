@@ -192,7 +192,7 @@ async def _finish(asked: turns.Asked, turn: turns.ChatTurn, keys: dict[str, Any]
     for a request sent again."""
     await turns.keep_mark(asked, turn)
     extension = turns.extension(turn, asked)
-    answer = {"content": turn.reply.text, "usage": usage_of(turn.usage if turn.ran else None)}
+    answer: dict[str, Any] = {"content": turn.reply.text, "usage": usage_of(turn.usage if turn.ran else None)}
     answer |= {"llm_fsm": extension.model_dump(), "id": head.id, "created": head.created}
     saved = turn.plan.item.stored.conversation.snapshot()
     for digest, asked_for in keys.items():
