@@ -5,11 +5,13 @@ Most of what a user reads is the model's message. Three texts are the runtime's 
 the **approval** (a tool call waits for a person). A definition sets its ``language`` and, optionally, its
 own ``texts``; each text is the definition's own, else the built-in one in its language (English, Spanish,
 German, French, Italian, Portuguese, Dutch), else the English one. ``language`` also goes into the prompt,
-which asks the model to write its messages in it.
+which asks the model to write its messages in it. The built-in languages' yes and no (:func:`yes_or_no`) are
+what a person may answer ``chat``'s approval of a tool call with, besides English's.
 """
 
 from __future__ import annotations
 
+import unicodedata
 from typing import TYPE_CHECKING, Literal
 
 if TYPE_CHECKING:
@@ -69,6 +71,18 @@ NAMES: dict[str, tuple[str, ...]] = {
 }
 _BY_NAME = {name.casefold(): code for code, names in NAMES.items() for name in names}
 
+# the words a person answers a yes-or-no question with (a tool call's approval in ``chat``), the full ones
+# first; the English ones are taken in every language, and accents may be left out ("si", "nao")
+ANSWERS: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
+    "en": (("yes", "y"), ("no", "n")),
+    "es": (("sí", "s"), ("no",)),
+    "de": (("ja", "j"), ("nein",)),
+    "fr": (("oui", "o"), ("non",)),
+    "it": (("sì", "s"), ("no",)),
+    "pt": (("sim", "s"), ("não",)),
+    "nl": (("ja", "j"), ("nee",)),
+}
+
 
 def language_code(language: str) -> str | None:
     """The built-in language ``language`` names: a tag (``"es"``, ``"de-CH"``, ``"pt_BR"``, ``"deu"``) or a
@@ -109,5 +123,33 @@ def runtime_text(definition: FSMDefinition, name: TextName) -> str:
     if own is not None and getattr(own, name) is not None:
         text: str = getattr(own, name)
         return text
-    code = language_code(definition.language) if definition.language else None
-    return BUILT_IN[code or "en"][name]
+    return BUILT_IN[_built_in_language(definition)][name]
+
+
+def yes_no_choices(definition: FSMDefinition) -> str:
+    """The answers a yes-or-no question offers in ``definition``'s language: ``"y/n"``, and the language's
+    own words after them when it has others (``"y/n, sì/no"``)."""
+    yes, no = ANSWERS[_built_in_language(definition)]
+    return "y/n" if yes == ANSWERS["en"][0] else f"y/n, {yes[0]}/{no[0]}"
+
+
+def yes_or_no(definition: FSMDefinition, answer: str) -> bool | None:
+    """Whether ``answer`` says yes (True) or no (False), in English or ``definition``'s language, in any
+    case and with or without accents; None for any other answer."""
+    word = _plain(answer)
+    for said, words in ((True, 0), (False, 1)):
+        accepted = {*ANSWERS["en"][words], *ANSWERS[_built_in_language(definition)][words]}
+        if word in {_plain(known) for known in accepted}:
+            return said
+    return None
+
+
+def _built_in_language(definition: FSMDefinition) -> str:
+    """The built-in language whose words ``definition``'s users read: its language's, else English."""
+    return (language_code(definition.language) if definition.language else None) or "en"
+
+
+def _plain(text: str) -> str:
+    """``text`` trimmed, casefolded and without its accents ("Sì" is "si")."""
+    decomposed = unicodedata.normalize("NFKD", text.strip().casefold())
+    return "".join(char for char in decomposed if not unicodedata.combining(char))

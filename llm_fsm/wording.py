@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import re
 import types
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -85,10 +86,18 @@ def _field_problem(err: Any, loc: tuple[Any, ...], expected: Any, words: Vocabul
     if kind in _BOUNDS:
         bound, bound_words = _BOUNDS[kind]
         return loc, f"must be {bound_words} {ctx.get(bound)}, got {what(value)}", "out_of_range", None
-    if kind in ("too_short", "too_long"):
+    if kind in ("too_short", "too_long", "string_too_short", "string_too_long"):
         return loc, _length_message(kind, ctx, value, expected, words), "out_of_range", None
+    if kind == "multiple_of":
+        return loc, f"must be a multiple of {ctx.get('multiple_of')}, got {what(value)}", "out_of_range", None
+    if kind == "string_pattern_mismatch":
+        return loc, f"must match the pattern {ctx.get('pattern')!r}, got {what(value)}", "invalid", None
     if kind in ("value_error", "assertion_error"):  # a model's own rule: its message is written for the author
         return loc, str(ctx.get("error") or err["msg"]), "invalid", None
+    if _is_a(value, expected):  # a rule of its type the value breaks, not its type: never "expected a string,
+        # got a string"; pydantic's words for the rule ("Input should be a finite number": "must be ...")
+        rule = re.sub(r"^\w+ should\b", "must", err["msg"])
+        return loc, f"{rule}, got {what(value)}", "invalid", None
     choices = get_args(_bare(expected)) if get_origin(_bare(expected)) is Literal else ()
     hint = did_you_mean(value, choices) if choices and isinstance(value, str) else None
     return loc, f"expected {describe(expected, words)}, got {what(value)}", "type", hint
@@ -110,16 +119,26 @@ def _tag_problem(
 
 
 def _length_message(kind: str, ctx: Mapping[str, Any], value: Any, expected: Any, words: Vocabulary) -> str:
-    """``at least one case is needed``, ``at most 3 items are allowed, got a list``."""
-    bound = int(ctx.get("min_length" if kind == "too_short" else "max_length") or 0)
+    """``at least one case is needed``, ``at most 3 items are allowed, got 5``, ``at most 64 characters are
+    allowed, got 10000`` (a string's length is counted in characters)."""
+    short = kind.endswith("too_short")
+    bound = int(ctx.get("min_length" if short else "max_length") or 0)
     args = get_args(_bare(expected))
     noun = _noun(args[0], words) if get_origin(_bare(expected)) in (list, tuple) and args else None
-    item = noun or "item"
+    item = "character" if kind.startswith("string_") else noun or "item"
     counted = f"{_NUMBERS.get(bound, bound)} {item}" if bound == 1 else f"{_NUMBERS.get(bound, bound)} {item}s"
-    if kind == "too_short":
+    if short:
         needed = f"at least {counted} {'is' if bound == 1 else 'are'} needed"
-        return needed if value in ([], ()) else f"{needed}, got {len(value)}"
+        return needed if value in ([], (), "") else f"{needed}, got {len(value)}"
     return f"at most {counted} {'is' if bound == 1 else 'are'} allowed, got {len(value)}"
+
+
+def _is_a(value: Any, expected: Any) -> bool:
+    """Whether ``value`` has the scalar type ``expected`` (a bool is no number, as the models take them)."""
+    bare = _bare(expected)
+    if bare not in (str, int, float) or isinstance(value, bool):
+        return False
+    return isinstance(value, (int, float) if bare is float else bare)
 
 
 def _resolve(pydantic_loc: tuple[Any, ...], root: type[BaseModel]) -> tuple[tuple[Any, ...], Any, Any, bool]:

@@ -72,6 +72,13 @@ def test_validate_reports_errors_with_position_code_path_and_hint(broken):
     assert lines[-1] == "1 file checked: 1 error, 0 warnings"
 
 
+def test_validate_names_the_length_a_string_breaks(tmp_path):
+    path = write(tmp_path, "long.json", {**SIGNUP, "language": "x" * 10_000})
+    result = invoke("validate", path)
+    assert result.exit_code == 1
+    assert "error[out_of_range] language: at most 64 characters are allowed, got 10000" in result.stdout
+
+
 def test_warnings_pass_unless_strict(warned):
     result = invoke("validate", warned)
     assert result.exit_code == 0

@@ -403,6 +403,19 @@ def test_the_chat_shows_tool_calls_and_asks_before_a_call_that_needs_approval(to
     assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann|"  # ran once: after the "y", not the "n"
 
 
+def test_an_approval_takes_the_yes_and_no_of_the_definitions_language(tool_definition, tmp_path):
+    data = json.loads(tool_definition.read_text()) | {"language": "it"}
+    tool_definition.write_text(json.dumps(data))
+    hooks = f"{tmp_path / 'tool_hooks.py'}:hooks"
+    wipe = {"tool_calls": [{"name": "wipe", "arguments": {"name": "Ann"}}]}
+    replies = [GREETING, NAME, wipe, reply("ask_email", "Not wiped. Email?"), wipe, reply("ask_email", "Wiped.")]
+    result = chat(tool_definition, tmp_path, replies, "I'm Ann\nwipe me\nno\n\nwipe me\nsì\n", "--hooks", hooks)
+    assert result.exit_code == 0, result.output
+    assert "approve? [y/n, sì/no]" in result.stdout and "Still waiting" not in result.stdout
+    assert "Not wiped. Email?" in result.stdout and "Wiped." in result.stdout
+    assert (tmp_path / "tool_hooks.py.wiped").read_text() == "Ann|"  # ran once: after the "sì", not the "no"
+
+
 def test_an_approval_can_be_answered_later_and_back_does_not_undo_a_call_that_ran(tool_definition, tmp_path):
     hooks = f"{tmp_path / 'tool_hooks.py'}:hooks"
     replies = [

@@ -390,6 +390,16 @@ def full_definition() -> dict[str, object]:
     }
 
 
+def only_problem(data: dict[str, Any], where: tuple[str | int, ...], value: object) -> Any:
+    """The one error of ``data`` (changed in place) once the value at ``where`` is ``value``."""
+    parent: Any = data
+    for part in where[:-1]:
+        parent = parent[part]
+    parent[where[-1]] = value
+    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    return problem
+
+
 def test_the_full_definition_covers_every_check_kind_in_order():
     from llm_fsm.definition import _Check
 
@@ -413,6 +423,44 @@ def test_no_pydantic_words_reach_the_author_whatever_the_wrong_type():
                 assert not PYDANTIC_WORDS.search(words), (loc, value, str(problem))
                 assert problem.line is not None, (loc, value, str(problem))
     assert seen > 500
+
+
+@pytest.mark.parametrize(
+    ("where", "value", "message"),
+    [
+        (("language",), "x" * 10_000, "at most 64 characters are allowed, got 10000"),
+        (("texts", "approval"), "", "at least one character is needed"),
+        (("states", "a", "max_retries"), 11, "must be at most 10, got a number (11)"),
+        (("max_tool_calls",), 0, "must be at least 1, got a number (0)"),
+        (("states", "a", "checks", 0, "keys"), [], "at least one item is needed"),
+    ],
+)
+def test_a_value_of_the_right_type_out_of_its_bounds_names_the_bound(where, value, message):
+    """Before: a 10,000-character language was "expected a string, got a string"."""
+    data = full_definition() | {"texts": {}}
+    problem = only_problem(data, where, value)
+    assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
+    assert problem.code == "out_of_range"
+    assert not jsonschema.Draft202012Validator(json_schema()).is_valid(data)  # the loader and the schema agree
+
+
+def test_a_broken_rule_of_any_kind_never_reads_as_the_wrong_type():
+    from pydantic import BaseModel, Field
+
+    from llm_fsm.wording import Vocabulary, field_problems
+
+    class Bounded(BaseModel):
+        ratio: float = Field(allow_inf_nan=False)
+        code: str = Field(pattern="^[a-z]+$")
+        step: int = Field(multiple_of=5)
+
+    with pytest.raises(ValidationError) as caught:
+        Bounded.model_validate({"ratio": float("inf"), "code": "A1", "step": 7})
+    assert [message for _, message, _, _ in field_problems(caught.value, Vocabulary(Bounded))] == [
+        "must be a finite number, got a number",
+        "must match the pattern '^[a-z]+$', got a string (\"A1\")",
+        "must be a multiple of 5, got a number (7)",
+    ]
 
 
 def test_null_in_an_optional_field_is_its_default():
@@ -512,11 +560,7 @@ def test_an_item_of_an_optional_list_is_reported_at_its_own_place():
 def test_booleans_and_whole_numbers_are_not_converted_from_other_types(where, value, message):
     """What the published JSON Schema rejects does not load: "no" is not false (masking stays on)."""
     data = full_definition()
-    parent: Any = data
-    for part in where[:-1]:
-        parent = parent[part]
-    parent[where[-1]] = value
-    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    problem = only_problem(data, where, value)
     assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
     schema_validator = jsonschema.Draft202012Validator(json_schema())
     assert not schema_validator.is_valid(data)  # the loader and the schema agree

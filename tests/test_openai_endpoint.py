@@ -6,6 +6,7 @@ message lists, branches, streams and errors; in-process (the SDK over a TestClie
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -482,6 +483,93 @@ def test_an_sdk_retry_of_an_answered_request_gets_the_kept_answer():
     assert retried.json()["llm_fsm"] == first.json()["llm_fsm"] and llm.calls == 2
 
 
+class Clock:
+    """``time`` for llm_fsm.server.openai_shapes: each reading a thousand seconds after the last, so that
+    a completion made anew cannot have the first one's ``created`` by chance."""
+
+    def __init__(self) -> None:
+        self.now = 1_700_000_000.0
+
+    def time(self) -> float:
+        self.now += 1000
+        return self.now
+
+
+def heads(response: httpx.Response) -> set[tuple[str, int]]:
+    """The ``(id, created)`` of a completion, or of each chunk of a stream."""
+    if response.headers["content-type"].startswith("application/json"):
+        return {(response.json()["id"], response.json()["created"])}
+    lines = [line[6:] for line in response.text.splitlines() if line.startswith("data: {")]
+    return {(chunk["id"], chunk["created"]) for chunk in map(json.loads, lines)}
+
+
+def test_a_replay_is_the_kept_completion_its_id_and_created_included(monkeypatch: pytest.MonkeyPatch):
+    monkeypatch.setattr("llm_fsm.server.openai_shapes.time", Clock())
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada"),
+                       reply("ask_email", "Your email, please?")])  # fmt: skip
+    _, http = in_process(llm)
+    body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}]}
+    first = http.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k-1"})
+    (head,) = heads(first)
+    for stream in (False, True, False):
+        again = http.post("/v1/chat/completions", json={**body, "stream": stream}, headers={"Idempotency-Key": "k-1"})
+        assert again.headers["Idempotent-Replayed"] == "true" and heads(again) == {head}  # every chunk's too
+    retried = http.post("/v1/chat/completions", json=body, headers={"X-Stainless-Retry-Count": "1"})
+    assert retried.headers["Idempotent-Replayed"] == "true" and heads(retried) == {head}
+    said = first.json()["choices"][0]["message"]["content"]
+    messages = [*body["messages"], {"role": "assistant", "content": said}, {"role": "user", "content": "hm"}]
+    streamed = http.post("/v1/chat/completions", json={**body, "messages": messages, "stream": True})
+    (other,) = heads(streamed)  # one id and one created for all the chunks of a stream
+    assert other[0] != head[0] and other[1] != head[1]  # another turn: another completion
+    replayed = http.post("/v1/chat/completions", json={**body, "messages": messages, "stream": True},
+                         headers={"X-Stainless-Retry-Count": "2"})  # fmt: skip
+    assert replayed.headers["Idempotent-Replayed"] == "true" and heads(replayed) == {other}
+    assert llm.calls == 3
+
+
+class LosingTransport(httpx.BaseTransport):
+    """The TestClient's transport, except that the first answer is lost on its way back (a timeout once the
+    turn ran), as a dropped connection loses it: the SDK retries, with ``X-Stainless-Retry-Count: 1``."""
+
+    def __init__(self, inner: httpx.BaseTransport) -> None:
+        self.inner, self.lost = inner, []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answered = self.inner.handle_request(request)
+        response = httpx.Response(answered.status_code, headers=answered.headers, content=answered.read())
+        if not self.lost:
+            self.lost.append(heads(response))
+            raise httpx.ReadTimeout("the answer was lost", request=request)
+        return response
+
+
+@pytest.mark.parametrize("stream", [False, True])
+def test_an_sdk_retry_after_a_lost_answer_gets_the_same_completion(stream: bool):
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada")])
+    _, http = in_process(llm)
+    losing = LosingTransport(http._transport)
+    client = openai.OpenAI(base_url="http://testserver/v1", api_key="-", max_retries=1,
+                           http_client=httpx.Client(transport=losing))  # fmt: skip
+    messages = [{"role": "user", "content": "Ada"}]
+    if stream:
+        chunks = list(client.chat.completions.create(model="signup", messages=messages, stream=True))
+        got = {(chunk.id, chunk.created) for chunk in chunks}
+    else:
+        completion = client.chat.completions.create(model="signup", messages=messages)
+        got = {(completion.id, completion.created)}
+    assert got == losing.lost[0] and llm.calls == 2  # the lost completion, the turn run once
+
+
+def test_a_replay_by_another_server_on_the_store_is_the_same_completion(tmp_path: Path):
+    store = f"sqlite:{tmp_path / 'c.db'}"
+    llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Thanks Ada.", name="Ada")])
+    one, two = (TestClient(create_app([signup()], llm, store=store)) for _ in range(2))
+    body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}]}
+    first = one.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k-1"})
+    again = two.post("/v1/chat/completions", json=body, headers={"Idempotency-Key": "k-1"})
+    assert again.headers["Idempotent-Replayed"] == "true" and heads(again) == heads(first)
+
+
 def test_a_lone_surrogate_is_replaced_not_a_500():
     llm = ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_name", "Your name, please?"),
                        reply("ask_name", "Your name?")])  # fmt: skip
@@ -524,6 +612,40 @@ def test_a_named_conversation_of_another_definition_or_none_is_refused():
     missing = http.post("/v1/chat/completions", json=body, headers={"X-Conversation-Id": "0" * 32})
     assert missing.status_code == 404 and missing.json()["error"]["param"] == "X-Conversation-Id"
     assert "X-LLM-FSM-Conversation-Id" not in missing.headers
+
+
+@pytest.mark.parametrize(
+    ("message", "param", "says"),
+    [
+        ({"content": [{"type": "text"}]}, "messages[0].content[0].text", "text part without its 'text' field"),
+        ({"content": [{"type": "text", "text": 1}]}, "messages[0].content[0].text", ".text is a number (1)"),
+        ({"content": [{"text": "hi"}]}, "messages[0].content[0].type", "[0].type is missing"),
+        ({"content": [{"type": "image_url", "image_url": {}}]}, "messages[0].content[0]", "type is 'image_url'"),
+        ({"content": ["hi"]}, "messages[0].content[0]", 'is a string ("hi"), not a text part'),
+        ({"content": []}, "messages[0].content", "content is an empty list"),
+        ({}, "messages[0].content", "content is missing"),
+        ({"content": 5}, "messages[0].content", "content is a number (5)"),
+        ({"role": None, "content": "hi"}, "messages[0].role", "role is null"),
+    ],
+)
+def test_a_bad_message_says_what_is_missing_or_wrong(message: dict[str, Any], param: str, says: str):
+    """Before: a part without its text was "must be a text part, not 'text'"."""
+    _, http = in_process(ScriptedLLM([]))
+    body = {"model": "signup", "messages": [{"role": "user", **message}]}
+    error = http.post("/v1/chat/completions", json=body).json()["error"]
+    assert error["param"] == param and says in error["message"], error
+
+
+def test_a_transcript_longer_than_the_body_limit_names_the_option_that_raises_it():
+    """Turn 201 of a chat whose messages are 300 characters, at the default --max-body."""
+    _, http = in_process(ScriptedLLM([]))
+    said = [{"role": role, "content": role[0] * 300} for _ in range(200) for role in ("user", "assistant")]
+    body = json.dumps({"model": "signup", "messages": [*said, {"role": "user", "content": "u" * 300}]}).encode()
+    response = http.post("/v1/chat/completions", content=body, headers={"Content-Type": "application/json"})
+    assert response.status_code == 413 and response.json()["error"]["code"] == "request_too_large"
+    message = response.json()["error"]["message"]
+    assert f"is {len(body)} bytes, more than the server's limit of 65536 bytes" in message
+    assert "--max-body" in message and "a long chat" in message
 
 
 def test_small_request_details():

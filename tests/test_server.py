@@ -7,6 +7,7 @@ import asyncio
 import json
 import re
 import socket
+import sys
 import threading
 import time
 import uuid
@@ -395,7 +396,8 @@ def test_bad_bodies_are_400_and_oversized_ones_413():
     assert {e["where"] for e in error["errors"]} == {"body.message", "body.text"}
     error_of(http.post(url, json={"message": 7}), 400, "invalid_request")
     error_of(http.post(url, json=["message"]), 400, "invalid_request")
-    error_of(http.post(url, json={"message": "x" * 2000}), 413, "request_too_large")
+    error = error_of(http.post(url, json={"message": "x" * 2000}), 413, "request_too_large")
+    assert "is 2014 bytes, more than the server's limit of 1024 bytes (--max-body of llm-fsm serve" in error["message"]
 
     def chunks() -> Iterator[bytes]:  # no Content-Length: counted as it arrives
         yield b'{"message": "'
@@ -403,7 +405,8 @@ def test_bad_bodies_are_400_and_oversized_ones_413():
             yield b"x" * 100
         yield b'"}'
 
-    error_of(http.post(url, content=chunks(), headers=headers), 413, "request_too_large")
+    error = error_of(http.post(url, content=chunks(), headers=headers), 413, "request_too_large")
+    assert "is longer than the server's limit of 1024 bytes (--max-body" in error["message"]
     assert http.get(f"/conversations/{cid}").json()["turns"] == 0
 
 
@@ -897,18 +900,43 @@ def test_a_tool_call_waiting_for_approval_runs_once_resumed():
 
 
 @pytest.mark.parametrize(
-    "body",
+    ("body", "says"),
     [
-        b'{"definition": "signup", "context": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}",  # nested too deeply
-        b'{"definition": "signup", "context": {"x": ' + b"9" * 5000 + b"}}",  # an integer too long for Python
+        (  # nested too deeply: before, "the body is not valid JSON at character 0" (/v1) or a guess (native)
+            b'{"definition": "signup", "context": {"x": ' + b"[" * 5000 + b"]" * 5000 + b"}}",
+            "nests objects and lists more than 64 levels deep: the server reads 64 at most",
+        ),
+        (  # an integer too long for Python
+            b'{"definition": "signup", "context": {"x": ' + b"9" * 5000 + b"}}",
+            f"a number in the body's JSON has more than {sys.get_int_max_str_digits()} digits",
+        ),
     ],
     ids=["deep", "long-number"],
 )
-def test_a_body_that_cannot_be_parsed_is_an_invalid_request(body: bytes):
+@pytest.mark.parametrize("path", ["/conversations", "/v1/chat/completions"])
+def test_a_body_that_cannot_be_parsed_says_why_and_the_limit(body: bytes, says: str, path: str):
     http = client(ScriptedLLM([reply("ask_name", "Hi!")]), max_body=64 * 1024)
-    response = http.post("/conversations", content=body, headers={"content-type": "application/json"})
-    error = error_of(response, 400, "invalid_request")
-    assert error["errors"][0]["where"] == "body" and "JSON" in error["message"]
+    response = http.post(path, content=body, headers={"content-type": "application/json"})
+    assert response.status_code == 400, response.text
+    error = response.json()["error"]
+    assert says in error["message"] and "JSON" in error["message"]
+    assert error.get("param") == "body" if path.startswith("/v1") else error["errors"][0]["where"] == "body"
+
+
+def test_a_body_nested_as_deep_as_the_limit_is_read():
+    from llm_fsm.server.limits import MAX_JSON_DEPTH, too_deep
+
+    http = client(ScriptedLLM([reply("ask_name", "Hi!")]))
+
+    def nested(levels: int) -> bytes:  # the body and its context are two levels
+        inner = "[" * (levels - 2) + "]" * (levels - 2)
+        return f'{{"start": false, "context": {{"x": {inner}}}}}'.encode()
+
+    made = http.post("/conversations", content=nested(MAX_JSON_DEPTH), headers={"content-type": "application/json"})
+    assert made.status_code == 201, made.text
+    refused = http.post("/conversations", content=nested(MAX_JSON_DEPTH + 1))
+    error_of(refused, 400, "invalid_request")
+    assert not too_deep(b'{"message": "' + b"[" * 100 + b'\\"[[["}')  # brackets in strings are text
 
 
 @pytest.mark.parametrize("start", ["yes", 1, "true", "false"])

@@ -14,7 +14,7 @@ from llm_fsm import Hooks
 from llm_fsm.errors import DefinitionError
 from llm_fsm.loader import DefinitionWarning
 from llm_fsm.testing import ScriptedLLM, reply, tool_calls
-from llm_fsm.texts import BUILT_IN, language_code, language_name, runtime_text
+from llm_fsm.texts import ANSWERS, BUILT_IN, language_code, language_name, runtime_text, yes_no_choices, yes_or_no
 from tests.conftest import ROOT
 from tests.test_tools import SUPPORT, make_hooks
 
@@ -178,3 +178,27 @@ def test_a_shared_sub_definition_speaks_the_language_of_the_conversation_that_ru
             BUILT_IN["en"]["fallback"]  # the shared file itself is unchanged
         )
     )
+
+
+@pytest.mark.parametrize(
+    ("language", "answer", "said"),
+    [
+        ("it", "sì", True), ("it", " Si ", True), ("it", "SÌ", True), ("it", "no", False),
+        ("fr", "oui", True), ("fr", "o", True), ("fr", "Non", False),
+        ("es", "sí", True), ("es", "si", True), ("es", "no", False),
+        ("de", "ja", True), ("de", "j", True), ("de", "nein", False),
+        ("pt", "sim", True), ("pt", "não", False), ("pt", "nao", False),
+        ("nl", "ja", True), ("nl", "nee", False),
+        ("Italiano", "sì", True), ("it", "yes", True), ("de", "n", False),  # English is taken in every language
+        ("", "sì", None), ("en", "ja", None), ("de", "oui", None), ("it", "forse", None), ("it", "", None),
+    ],
+)  # fmt: skip
+def test_a_yes_or_no_is_read_in_english_and_the_definitions_language(language: str, answer: str, said: bool | None):
+    assert yes_or_no(load(CITA, language=language), answer) is said
+
+
+def test_every_built_in_language_has_its_yes_and_no_and_the_prompt_offers_them():
+    assert set(ANSWERS) == set(BUILT_IN)
+    assert yes_no_choices(load(CITA, language="it")) == "y/n, sì/no"
+    assert yes_no_choices(load(CITA, language="fr")) == "y/n, oui/non"
+    assert yes_no_choices(load(CITA, language="English")) == yes_no_choices(load(CITA, language="")) == "y/n"

@@ -66,6 +66,7 @@ from llm_fsm.cli.options import (
 )
 from llm_fsm.errors import FSMError, OpeningError
 from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.texts import yes_no_choices, yes_or_no
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
@@ -173,19 +174,20 @@ class ChatSession(StoredChat):
             console.print("[dim](this call was approved before the last session stopped: continuing it)[/]")
             self.resume('{"approved": true}')
             return
-        answer = _read("approve? [y/n] ")
+        answer = _read(f"approve? [{yes_no_choices(self.conversation.definition)}] ")
         if answer is not None and answer.strip().startswith("/"):
             self.command(answer.strip())  # a command instead of an answer: run it; the question stays
         elif answer is None or self.decide(pending, answer) is None:
             console.print("[dim]Still waiting for approval: type y or n.[/]")
 
     def decide(self, pending: llm_fsm.PendingEvent, answer: str) -> bool | None:
-        """Resume ``pending`` as ``answer`` (y/yes or n/no) says; None for any other answer."""
-        word = answer.strip().lower()
-        if word in ("y", "yes"):
+        """Resume ``pending`` as ``answer`` (y/yes or n/no, or the definition's language's: sì, oui, ja...)
+        says; None for any other answer."""
+        said = yes_or_no(self.conversation.definition, answer)
+        if said:
             self.resume('{"approved": true}')
             return True
-        if word in ("n", "no"):
+        if said is False:
             reason = (_read("why not? (optional) ") or "").strip()
             self.resume(json.dumps({"approved": False, "reason": reason} if reason else {"approved": False}))
             return False

@@ -33,6 +33,7 @@ type                         status  when
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Mapping
 from typing import Any
 
@@ -208,10 +209,8 @@ def add_error_handlers(app: FastAPI) -> None:
     async def on_http(request: Request, error: Exception) -> JSONResponse:
         assert isinstance(error, StarletteHTTPException)
         status = error.status_code
-        if status == 400:  # a body FastAPI could not parse: not UTF-8, JSON nested too deeply, a number too long...
-            problem = {"where": "body", "message": _unparsed(error.__cause__)}
-            invalid = APIError(400, "invalid_request", f"invalid request: body: {problem['message']}", errors=[problem])
-            return await on_api_error(request, invalid)
+        if status == 400:  # a body FastAPI could not parse: not UTF-8, a number too long...
+            return await on_api_error(request, invalid_body(request.url.path, _unparsed(error.__cause__)))
         kinds = {404: "not_found", 405: "method_not_allowed"}
         message = {404: f"no route {request.url.path}", 405: f"{request.method} is not allowed on {request.url.path}"}
         return await on_api_error(
@@ -231,11 +230,27 @@ def add_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(Exception, on_unexpected)
 
 
+def invalid_body(path: str, message: str) -> APIError:
+    """The 400 for a body that cannot be read, for a request to ``path``: ``errors`` names the body, or, in
+    OpenAI's shape, ``param``."""
+    extra: dict[str, Any] = {"param": "body"}
+    if not path.startswith(OPENAI_PREFIX):
+        extra = {"errors": [{"where": "body", "message": message}]}
+    return APIError(400, "invalid_request", f"invalid request: body: {message}", **extra)
+
+
 def _unparsed(cause: BaseException | None) -> str:
-    """Why FastAPI could not read a body (it says only "There was an error parsing the body")."""
+    """Why a body could not be read (FastAPI says only "There was an error parsing the body"). Its nesting
+    is bounded before it is parsed (:mod:`llm_fsm.server.limits`): what is left is its encoding and numbers
+    too long for Python to convert."""
     if isinstance(cause, UnicodeDecodeError):
         return f"the body is not UTF-8 text at byte {cause.start}: send JSON encoded as UTF-8"
-    return "the body cannot be read as JSON (nested too deeply, or a number too long?)"
+    if isinstance(cause, ValueError) and "digits" in str(cause):
+        limit = sys.get_int_max_str_digits()
+        return f"a number in the body's JSON has more than {limit} digits: the server reads {limit} at most"
+    if isinstance(cause, RecursionError):  # the nesting limit is below Python's: not expected
+        return "the body's JSON nests objects and lists too deeply"
+    return "the body cannot be read as JSON"
 
 
 def _problem(error: Mapping[str, Any]) -> dict[str, str]:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-import secrets
 from typing import Annotated, Any
 
 from fastapi import FastAPI, Header, Request
@@ -36,6 +35,7 @@ from llm_fsm.server.openai_shapes import (
     DONE_LINE,
     ChatRequest,
     Conversed,
+    Head,
     chunk,
     completion,
     headers_of,
@@ -109,12 +109,11 @@ async def _body(request: Request) -> ChatRequest:
     """The request's body, its errors answered as FastAPI answers a body it validates."""
     try:
         data = json.loads(await request.body())
-    except UnicodeDecodeError as error:
-        raise HTTPException(400) from error  # answered as "not UTF-8 text at byte N"
-    except (ValueError, RecursionError) as error:
-        where = getattr(error, "pos", 0)
-        problem = {"type": "json_invalid", "loc": ("body", where), "msg": "JSON decode error"}
-        raise RequestValidationError([{**problem, "ctx": {"error": getattr(error, "msg", "")}}]) from None
+    except json.JSONDecodeError as error:
+        problem = {"type": "json_invalid", "loc": ("body", error.pos), "msg": "JSON decode error"}
+        raise RequestValidationError([{**problem, "ctx": {"error": error.msg}}]) from None
+    except (ValueError, RecursionError) as error:  # not UTF-8, a number too long: answered as the native routes'
+        raise HTTPException(400) from error
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as error:
@@ -153,21 +152,22 @@ async def _kept(asked: turns.Asked, keys: dict[str, Any], keyed: bool, retried: 
 
 
 def _replay(kept: dict[str, Any], body: ChatRequest, keyed: bool) -> Response:
-    """The kept answer, whole or as a stream (its text in one chunk), marked as a replay."""
-    ident, model = "chatcmpl-" + secrets.token_hex(12), body.model
+    """The kept answer, whole or as a stream (its text in one chunk), marked as a replay: the same completion,
+    its ``id`` and ``created`` the first answer's (a client that keeps completions by id keeps it once)."""
+    head = Head.kept(kept, body.model)
     extension = Conversed.model_validate(kept["llm_fsm"])
     headers = {**headers_of(extension), REPLAYED: "true"}
     if not body.stream:
-        answer = completion(ident, model, kept["content"], None, extension)
+        answer = completion(head, kept["content"], None, extension)
         answer["usage"] = kept.get("usage")
         return JSONResponse(answer, headers=headers)
     lines = [
-        chunk(ident, model, {"role": "assistant", "content": ""}),
-        chunk(ident, model, {"content": kept["content"]}),
-        chunk(ident, model, {}, "stop", llm_fsm=extension.model_dump()),
+        chunk(head, {"role": "assistant", "content": ""}),
+        chunk(head, {"content": kept["content"]}),
+        chunk(head, {}, "stop", llm_fsm=extension.model_dump()),
     ]
     if (body.stream_options or {}).get("include_usage"):
-        lines.append(chunk(ident, model, {}, usage=kept.get("usage")))
+        lines.append(chunk(head, {}, usage=kept.get("usage")))
     return StreamingResponse(iter([*lines, DONE_LINE]), media_type="text/event-stream", headers=headers)
 
 
@@ -177,22 +177,23 @@ async def _answer(
     first = await turns.plan(asked, named)
     if first.mark is not None or named is not None:
         known.append(first.item.id)  # a stored conversation (not a new one, nothing stored when it fails)
-    ident = "chatcmpl-" + secrets.token_hex(12)
+    head = Head.new(asked.definition.name)
     if body.stream:
-        return await _stream(asked, first, ident, body, keys)
-    make = functools.partial(_turn, queue=None, ident=ident, asked=asked)
+        return await _stream(asked, first, head, body, keys)
+    make = functools.partial(_turn, queue=None, head=head, asked=asked)
     turn, _ = await turns.run(asked, first, make, _whole)
-    extension = await _finish(asked, turn, keys)
-    answer = completion(ident, asked.definition.name, turn.reply.text, turn.usage if turn.ran else None, extension)
+    extension = await _finish(asked, turn, keys, head)
+    answer = completion(head, turn.reply.text, turn.usage if turn.ran else None, extension)
     return JSONResponse(answer, headers=headers_of(extension))
 
 
-async def _finish(asked: turns.Asked, turn: turns.ChatTurn, keys: dict[str, Any]) -> Conversed:
-    """After the turn's save: its transcript's mark, and its answer kept for a request sent again."""
+async def _finish(asked: turns.Asked, turn: turns.ChatTurn, keys: dict[str, Any], head: Head) -> Conversed:
+    """After the turn's save: its transcript's mark, and its answer (with its completion's id and time) kept
+    for a request sent again."""
     await turns.keep_mark(asked, turn)
     extension = turns.extension(turn, asked)
-    answer = {"content": turn.reply.text, "usage": usage_of(turn.usage if turn.ran else None)}
-    answer["llm_fsm"] = extension.model_dump()
+    answer: dict[str, Any] = {"content": turn.reply.text, "usage": usage_of(turn.usage if turn.ran else None)}
+    answer |= {"llm_fsm": extension.model_dump(), "id": head.id, "created": head.created}
     saved = turn.plan.item.stored.conversation.snapshot()
     for digest, asked_for in keys.items():
         await index.keep_answer(asked.service.store, asked.client, digest, asked_for, saved, answer)
@@ -219,9 +220,9 @@ def _named(body: ChatRequest, header: str | None) -> tuple[str, str] | None:
     return clean_text(given), "metadata.conversation_id"
 
 
-def _turn(plan: turns.Plan, *, queue: asyncio.Queue[Any] | None, ident: str, asked: turns.Asked) -> turns.ChatTurn:
-    model, approval = asked.definition.name, runtime_text(asked.definition, "approval")
-    return turns.ChatTurn(plan, asked.text, turns.Reply(queue, lambda delta: chunk(ident, model, delta)), approval)
+def _turn(plan: turns.Plan, *, queue: asyncio.Queue[Any] | None, head: Head, asked: turns.Asked) -> turns.ChatTurn:
+    approval = runtime_text(asked.definition, "approval")
+    return turns.ChatTurn(plan, asked.text, turns.Reply(queue, lambda delta: chunk(head, delta)), approval)
 
 
 async def _whole(turn: turns.ChatTurn) -> None:
@@ -229,21 +230,20 @@ async def _whole(turn: turns.ChatTurn) -> None:
 
 
 async def _stream(
-    asked: turns.Asked, first: turns.Plan, ident: str, body: ChatRequest, keys: dict[str, Any]
+    asked: turns.Asked, first: turns.Plan, head: Head, body: ChatRequest, keys: dict[str, Any]
 ) -> Response:
     """The turn as chunks: the role's, the message's deltas, the last (``finish_reason`` and ``llm_fsm``), the
     usage's when ``stream_options.include_usage`` asks, then ``[DONE]``. Errors before the turn starts are
     answered with their status; one after is a ``data: {"error": ...}`` line, as OpenAI's streams carry them."""
-    model = asked.definition.name
     include_usage = bool((body.stream_options or {}).get("include_usage"))
     queue: asyncio.Queue[Any] = asyncio.Queue()
 
     async def work(turn: turns.ChatTurn) -> None:
         await turn.plan.item.stored.arun(turn)
-        extension = await _finish(asked, turn, keys)
-        queue.put_nowait(chunk(ident, model, {}, "stop", llm_fsm=extension.model_dump()))
+        extension = await _finish(asked, turn, keys, head)
+        queue.put_nowait(chunk(head, {}, "stop", llm_fsm=extension.model_dump()))
         if include_usage:
-            queue.put_nowait(chunk(ident, model, {}, usage=usage_of(turn.usage if turn.ran else None)))
+            queue.put_nowait(chunk(head, {}, usage=usage_of(turn.usage if turn.ran else None)))
         queue.put_nowait(DONE_LINE)
 
     async def started(turn: turns.ChatTurn) -> asyncio.Task[None]:
@@ -252,7 +252,7 @@ async def _stream(
             task.result()  # the turn's error (or Moved): raised before the stream's 200
         return task
 
-    make = functools.partial(_turn, queue=queue, ident=ident, asked=asked)
+    make = functools.partial(_turn, queue=queue, head=head, asked=asked)
     turn, task = await turns.run(asked, first, make, started)
     conversed = Conversed(conversation_id=turn.plan.item.id, state="", status="", ended=False, paused=False)
     return EventStream(queue, task, _encode, headers=headers_of(conversed, final=False))

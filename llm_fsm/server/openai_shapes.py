@@ -6,7 +6,9 @@ message taken from it (each bad input a 400 naming its ``param``), the completio
 from __future__ import annotations
 
 import json
+import secrets
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -16,9 +18,11 @@ from llm_fsm.llm import Usage
 from llm_fsm.server.errors import APIError
 from llm_fsm.server.openai_index import Said
 from llm_fsm.values import clean_text
+from llm_fsm.wording import what
 
 IGNORED_ROLES = ("system", "developer")  # the definition is the system prompt: a client's own is left out
 NOTE_SYSTEM = "system messages are ignored: the definition is the system prompt"
+TEXT_PART = '{"type": "text", "text": "..."}'  # the one kind of content part read, as errors show it
 
 
 class ChatRequest(BaseModel):
@@ -55,7 +59,8 @@ def invalid(message: str, param: str | None, status: int = 400, code: str = "inv
 
 def read_messages(request: ChatRequest) -> tuple[list[Said], str, list[str]]:
     """The transcript before the last user message, that message's text, and notes on what was left out.
-    400 for an empty list, a last message not the user's, an unknown role, or content that is not text."""
+    400 for an empty list, a last message not the user's, an unknown or missing role, or content that is not
+    text (each error names the field at fault and what is missing or wrong there)."""
     if request.n not in (None, 1):
         raise invalid("n must be 1: a conversation gives one reply per turn", "n")
     if not request.messages:
@@ -69,31 +74,50 @@ def read_messages(request: ChatRequest) -> tuple[list[Said], str, list[str]]:
             continue
         if role not in ("user", "assistant"):
             raise invalid(
-                f"messages[{number}].role must be system, developer, user or assistant, not {role!r}",
+                f"messages[{number}].role {_is(message, 'role')}: it must be system, developer, user or assistant",
                 f"messages[{number}].role",
             )
         # a lone surrogate (JSON allows "\ud800", UTF-8 does not) is replaced as the native routes' texts are:
         # the text is hashed and stored, and neither may fail after the turn ran
-        said.append((str(role), clean_text(_text(message.get("content"), number))))
+        said.append((str(role), clean_text(_text(message, number))))
     if not said or said[-1][0] != "user":
         raise invalid("the last message must be the user's (the one the conversation answers)", "messages")
     return said[:-1], said[-1][1], notes
 
 
-def _text(content: object, number: int) -> str:
-    """A message's text: a string, or a list of text parts (joined by newlines)."""
-    where = f"messages[{number}].content"
+def _is(found: dict[str, Any], key: str) -> str:
+    """What ``found[key]`` is, for an error: ``is missing``, ``is 'tool'``, ``is a number (1)``."""
+    if key not in found:
+        return "is missing"
+    value = found[key]
+    return f"is {value!r}" if isinstance(value, str) else f"is {what(value)}"
+
+
+def _text(message: dict[str, Any], number: int) -> str:
+    """A message's text: its content, a string or a list of text parts (joined by newlines). 400 naming what
+    is missing or wrong: the content, a part, its ``type`` or its ``text``."""
+    where, content = f"messages[{number}].content", message.get("content")
     if isinstance(content, str):
         return content
-    if isinstance(content, list) and content:
-        texts = []
-        for index, part in enumerate(content):
-            if not isinstance(part, dict) or part.get("type") != "text" or not isinstance(part.get("text"), str):
-                kind = part.get("type") if isinstance(part, dict) else type(part).__name__
-                raise invalid(f"{where}[{index}] must be a text part, not {kind!r}", f"{where}[{index}]")
-            texts.append(part["text"])
-        return "\n".join(texts)
-    raise invalid(f"{where} must be text or a list of text parts", where)
+    if not isinstance(content, list):
+        raise invalid(f"{where} {_is(message, 'content')}: it must be text or a list of text parts", where)
+    if not content:
+        raise invalid(f"{where} is an empty list: it must hold at least one text part ({TEXT_PART})", where)
+    return "\n".join(_part_text(part, f"{where}[{index}]") for index, part in enumerate(content))
+
+
+def _part_text(part: object, where: str) -> str:
+    """The text of one part of a message's content: ``{"type": "text", "text": "..."}``, nothing else."""
+    if not isinstance(part, dict):
+        raise invalid(f"{where} is {what(part)}, not a text part ({TEXT_PART})", where)
+    if part.get("type") != "text":  # an image, audio or file part among them
+        param = f"{where}.type" if "type" not in part else where
+        raise invalid(f"{where}.type {_is(part, 'type')}: only text parts are read ({TEXT_PART})", param)
+    if "text" not in part:
+        raise invalid(f"{where} is a text part without its 'text' field: {TEXT_PART}", f"{where}.text")
+    if not isinstance(part["text"], str):
+        raise invalid(f"{where}.text {_is(part, 'text')}: it must be a string", f"{where}.text")
+    return part["text"]
 
 
 def question_of(pending: PendingEvent | None, approval: str) -> str | None:
@@ -152,12 +176,34 @@ def usage_of(usage: Usage | None) -> dict[str, int] | None:
     }
 
 
-def completion(ident: str, model: str, content: str, usage: Usage | None, extension: Conversed) -> dict[str, Any]:
+@dataclass(frozen=True)
+class Head:
+    """What a completion and each chunk of its stream carry: its ``id``, when it was ``created`` (Unix seconds)
+    and the ``model``. Fixed once per turn, and kept with its answer: a replay is the same completion."""
+
+    id: str
+    created: int
+    model: str
+
+    @classmethod
+    def new(cls, model: str) -> Head:
+        return cls("chatcmpl-" + secrets.token_hex(12), int(time.time()), model)
+
+    @classmethod
+    def kept(cls, answer: dict[str, Any], model: str) -> Head:
+        """The head kept with ``answer`` (a new one for an answer kept before heads were: it has none)."""
+        ident, created = answer.get("id"), answer.get("created")
+        if isinstance(ident, str) and isinstance(created, int):
+            return cls(ident, created, model)
+        return cls.new(model)
+
+
+def completion(head: Head, content: str, usage: Usage | None, extension: Conversed) -> dict[str, Any]:
     return {
-        "id": ident,
+        "id": head.id,
         "object": "chat.completion",
-        "created": int(time.time()),
-        "model": model,
+        "created": head.created,
+        "model": head.model,
         "choices": [
             {
                 "index": 0,
@@ -171,14 +217,14 @@ def completion(ident: str, model: str, content: str, usage: Usage | None, extens
     }
 
 
-def chunk(ident: str, model: str, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
+def chunk(head: Head, delta: dict[str, Any], finish: str | None = None, **extra: Any) -> bytes:
     """One ``data:`` line of a stream (an empty ``choices`` with ``usage``: the usage chunk)."""
     choices = [] if "usage" in extra else [{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}]
     body = {
-        "id": ident,
+        "id": head.id,
         "object": "chat.completion.chunk",
-        "created": int(time.time()),
-        "model": model,
+        "created": head.created,
+        "model": head.model,
         "choices": choices,
         **extra,
     }
