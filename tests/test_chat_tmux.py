@@ -24,8 +24,8 @@ class Terminal:
     def __init__(self, name: str) -> None:
         self.base = ["tmux", "-L", name]
 
-    def start(self, shell_command: str) -> None:
-        args = ["new-session", "-d", "-s", "e2e", "-x", "110", "-y", "40", shell_command]
+    def start(self, shell_command: str, rows: int = 40) -> None:
+        args = ["new-session", "-d", "-s", "e2e", "-x", "110", "-y", str(rows), shell_command]
         subprocess.run([*self.base, *args], check=True)
 
     def keys(self, *keys: str) -> None:
@@ -36,6 +36,18 @@ class Terminal:
             [*self.base, "capture-pane", "-p", "-t", "e2e", "-S", "-200"], capture_output=True, text=True
         )
         return done.stdout
+
+    def visible(self) -> str:
+        """What the pane shows now, wrapped lines joined, without its scrollback (where a cleared screen goes)."""
+        done = subprocess.run([*self.base, "capture-pane", "-p", "-J", "-t", "e2e"], capture_output=True, text=True)
+        return done.stdout
+
+    def title(self) -> str:
+        """The pane's title, as an OSC 0 or OSC 2 sequence written to the pane sets it."""
+        done = subprocess.run(
+            [*self.base, "display", "-p", "-t", "e2e", "#{pane_title}"], capture_output=True, text=True
+        )
+        return done.stdout.strip()
 
     def wait_for(self, pattern: str, timeout: float = 60.0) -> str:
         deadline = time.monotonic() + timeout
@@ -145,5 +157,98 @@ def test_chat_with_the_simulated_model_in_a_real_terminal(tmp_path):
         terminal.keys("C-d")
         screen = terminal.wait_for(r"EXITED=\d+")
         assert "EXITED=0" in screen and "Traceback" not in screen
+    finally:
+        terminal.kill()
+
+
+# -- text from a model or a user is shown as text (issue 45) --------------------------------------------------------
+
+HOSTILE = "Hi\x1b[2J\x1b[H\x1b]0;HACKED\x07 then \x1b]2;HACKED\x1b\\ and \x9b2J \u202eevil END-OF-TEXT"
+
+
+def _scripted_chat(tmp_path, replies, *extra: str) -> str:
+    """The shell command of a chat on the signup definition with these scripted replies."""
+    definition = tmp_path / "signup.json"
+    definition.write_text(json.dumps(OPEN))
+    script = tmp_path / "replies.json"
+    script.write_text(json.dumps(replies))
+    chat = [*command(), "chat", str(definition), "--model", f"scripted:{script}", *extra]
+    return f"env -u COLUMNS TERM=xterm-256color {shlex.join(chat)}; echo EXITED=$?; sleep 60"  # the pane's width
+
+
+def _assert_shown_as_text(terminal: Terminal, before: str) -> None:
+    """The title the pane had, the banner still on the screen (not cleared), the sequences readable."""
+    visible = terminal.visible()
+    assert "HACKED" not in terminal.title() and terminal.title() == before
+    assert "signup · scripted:" in visible, f"the screen was cleared:\n{visible}"
+    assert "\\x1b[2J\\x1b[H\\x1b]0;HACKED\\x07" in visible and "\\x9b2J \\u202eevil" in visible
+
+
+def test_a_reply_s_control_sequences_neither_clear_the_screen_nor_set_the_title(tmp_path):
+    terminal = Terminal(f"fsm-e2e-t-{os.getpid()}")
+    terminal.start(_scripted_chat(tmp_path, [reply("ask_name", HOSTILE)]))
+    try:
+        before = terminal.title()
+        terminal.wait_for(r"END-OF-TEXT")
+        terminal.wait_for_prompt()
+        _assert_shown_as_text(terminal, before)
+        terminal.keys("C-d")
+        assert "EXITED=0" in terminal.wait_for(r"EXITED=\d+")
+    finally:
+        terminal.kill()
+
+
+def test_a_stored_user_message_s_control_sequences_are_text_in_history(tmp_path):
+    # a remote user's message (serve stores it as run does), read back by an operator: chat -c ID, /history
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    store = f"sqlite://{tmp_path / 'c.db'}"
+    definition = tmp_path / "signup.json"
+    definition.write_text(json.dumps(OPEN))
+    script = tmp_path / "run.json"
+    script.write_text(json.dumps([reply("ask_name", "Hello! Name?"), reply("ask_name", "Sorry?")]))
+    args = ["run", str(definition), "-m", f"scripted:{script}", "--store", store, "-c", "remote"]
+    assert CliRunner().invoke(app, args, input=HOSTILE + "\n").exit_code == 0
+    terminal = Terminal(f"fsm-e2e-h-{os.getpid()}")
+    terminal.start(_scripted_chat(tmp_path, [], "--store", store, "-c", "remote"))
+    try:
+        terminal.wait_for(r"Sorry\?")
+        terminal.wait_for_prompt()
+        before = terminal.title()
+        terminal.keys("/history", "Enter")
+        terminal.wait_for(r"END-OF-TEXT")
+        terminal.wait_for_prompt()
+        _assert_shown_as_text(terminal, before)
+        assert "you> Hi\\x1b[2J" in terminal.visible()
+        terminal.keys("C-d")
+        assert "EXITED=0" in terminal.wait_for(r"EXITED=\d+")
+    finally:
+        terminal.kill()
+
+
+def test_run_and_conversations_show_write_the_sequences_readably(tmp_path):
+    definition = tmp_path / "signup.json"
+    definition.write_text(json.dumps(OPEN))
+    script = tmp_path / "run.json"
+    script.write_text(json.dumps([reply("ask_name", HOSTILE), reply("ask_name", HOSTILE)]))
+    (tmp_path / "input.txt").write_text(HOSTILE + "\n")
+    store = f"sqlite://{tmp_path / 'c.db'}"
+    run = [*command(), "run", str(definition), "-m", f"scripted:{script}", "-i", str(tmp_path / "input.txt")]
+    show = [*command(), "conversations", "show", "t", "--store", store]
+    both = f"{shlex.join([*run, '--store', store, '-c', 't'])} && {shlex.join(show)}"
+    terminal = Terminal(f"fsm-e2e-r-{os.getpid()}")
+    terminal.start(f"echo BEFORE-IT-RAN; env TERM=xterm-256color {both}; echo EXITED=$?; sleep 60", rows=150)
+    try:
+        before = terminal.title()
+        screen = terminal.wait_for(r"EXITED=\d+")
+        assert "EXITED=0" in screen
+        visible = terminal.visible()
+        assert "HACKED" not in terminal.title() and terminal.title() == before
+        assert "BEFORE-IT-RAN" in visible
+        # C0 escaped by JSON itself; C1 and the bidi override (which tmux would drop unseen) too
+        assert visible.count("\\u001b[2J\\u001b[H\\u001b]0;HACKED\\u0007") >= 4
+        assert visible.count("\\u009b2J \\u202eevil") >= 4
     finally:
         terminal.kill()

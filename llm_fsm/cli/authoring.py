@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.main import app, complain, fail
 from llm_fsm.cli.options import (
     HooksOption,
     check_readable,
@@ -244,11 +244,11 @@ def paths(
             document = skeleton(fsm, _relative(definition, folder), seed=seed, hooks=registry, **where)
         except DefinitionError as exc:  # handlers or checks the hooks do not register
             for problem in exc.problems:
-                typer.echo(f"error: {definition}: {problem}", err=True)
+                complain(f"{definition}: {problem}")
             fail(f"nothing written: {f'{hooks} lacks them' if hooks else 'pass the hooks with --hooks MODULE:NAME'}", 2)
         except PathNotFollowed as exc:
             for reason in exc.reasons:
-                typer.echo(f"error: {reason}", err=True)
+                complain(str(reason))
             fail(f"the simulated model cannot follow every path: nothing written to {write_tests}", 1)
         write_output(write_tests, json.dumps(document, indent=2, ensure_ascii=False) + "\n", make_folders=True)
         typer.echo(f"wrote {len(document['cases'])} case(s) to {write_tests}", err=True)

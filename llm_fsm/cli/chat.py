@@ -17,8 +17,6 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 from rich.console import Console  # noqa: F401 (the tests make chat.console a Console of their own)
-from rich.markup import escape
-from rich.text import Text
 
 import llm_fsm
 from llm_fsm.cli.chat_stored import StoredChat, exchanges
@@ -64,6 +62,7 @@ from llm_fsm.cli.options import (
     load_hooks,
     with_model_options,
 )
+from llm_fsm.cli.shown import as_text, in_markup
 from llm_fsm.errors import FSMError, OpeningError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.texts import yes_no_choices, yes_or_no
@@ -97,10 +96,8 @@ class ChatSession(StoredChat):
             self.opening()
             return
         current = self.conversation
-        console.print(
-            f"Continuing conversation {self.tracked.id}: state {current.state}, "
-            f"{exchanges(current.snapshot().history_len)}."
-        )
+        told = f"state {current.state}, {exchanges(current.snapshot().history_len)}"
+        console.print(as_text(f"Continuing conversation {self.tracked.id}: {told}."))
         if current.history:
             console.print(rendered(current.history[-1].assistant))
         if current.pending is not None:
@@ -196,7 +193,7 @@ class ChatSession(StoredChat):
     def show_result(self, result: TurnResult) -> None:
         self.last = result
         console.print(rendered(result.message))
-        console.print(Text(status_line(result), style="dim"))
+        console.print(as_text(status_line(result), style="dim"))
         if result.pending is not None:
             show_pending(result.pending, self.mask)
         if result.ended:
@@ -363,7 +360,7 @@ def chat(
         _warm_up(llm)
     import readline  # noqa: F401  (line editing and history for input())
 
-    console.print(f"[bold]{escape(fsm.name)}[/] · {escape(str(model.name))} · /help for commands, Ctrl-D to leave")
+    console.print(f"[bold]{in_markup(fsm.name)}[/] · {in_markup(model.name)} · /help for commands, Ctrl-D to leave")
     session.begin()
     _talk(session, warm_up=None if opens_with_model else lambda: _warm_up(llm))
 

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 import llm_fsm
 from llm_fsm.cli.chat_views import Mask, console, error, one_line, show_history
 from llm_fsm.cli.conversation_factory import ConversationFactory
+from llm_fsm.cli.shown import as_text
 from llm_fsm.errors import ConversationError, FSMError
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
@@ -133,7 +134,7 @@ class StoredChat:
         except OSError as exc:
             error(f"cannot write {path}: {exc.strerror or exc}")
             return
-        console.print(f"saved to {path}", markup=False)
+        console.print(as_text(f"saved to {path}"))
 
     def load(self, path: str) -> None:
         try:
@@ -152,7 +153,7 @@ class StoredChat:
             return
         self.undo.append(current)
         where = f"state {self.conversation.state}, {exchanges(self.conversation.snapshot().history_len)}"
-        console.print(f"loaded {path}: {where}", markup=False)
+        console.print(as_text(f"loaded {path}: {where}"))
 
     def back(self, _: str) -> None:
         if not self.undo:
@@ -167,7 +168,7 @@ class StoredChat:
         if not self.replace("/back", self.make(target)):
             return
         self.undo.pop()
-        console.print(f"Undone: back in state {self.conversation.state}.")
+        console.print(as_text(f"Undone: back in state {self.conversation.state}."))
 
 
 def read_snapshot(path: str) -> Snapshot:

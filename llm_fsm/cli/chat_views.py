@@ -3,17 +3,16 @@ pauses and errors. Read-only: the chat itself (:mod:`llm_fsm.cli.chat`) changes 
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
-from rich.markup import escape
 from rich.text import Text
 
 import llm_fsm
 from llm_fsm.cli.conversation_factory import masker
+from llm_fsm.cli.shown import as_text, in_markup, json_text, json_view, shown
 from llm_fsm.definition import GlobalTransition
 from llm_fsm.errors import FSMError
 
@@ -54,47 +53,41 @@ def show_state(conversation: Conversation) -> None:
     outer = outer_moves(defs, snaps) if root.stack else {}  # the lower levels' moves from anywhere
     definition, snapshot = offering(defs, outer), snaps[-1]
     if root.stack:  # a sub-conversation talks: where in the stack
-        console.print(f"[dim]in {escape(subflows.breadcrumb(conversation.definition, root))}[/]")
+        console.print(f"[dim]in {in_markup(subflows.breadcrumb(conversation.definition, root))}[/]")
     state = definition.states[snapshot.state]
-    console.print(f"[bold]{state.id}[/]" + (f": {escape(state.purpose)}" if state.purpose else ""))
+    console.print(f"[bold]{in_markup(state.id)}[/]" + (f": {in_markup(state.purpose)}" if state.purpose else ""))
     back_to = definition.return_target(state.id, snapshot.came_from)
     for transition in definition.moves(state.id, back_to):
         kind = " (from anywhere)" if isinstance(transition, GlobalTransition) else ""
         if transition.target_state in outer:
-            kind = f" (from anywhere in '{escape(defs[outer[transition.target_state][0]].name)}')"
-        console.print(
-            f"  → {transition.target_state}{kind} (priority {transition.priority}) {escape(transition.description)}"
-        )
+            kind = f" (from anywhere in '{defs[outer[transition.target_state][0]].name}')"
+        move = f"  → {transition.target_state}{kind} (priority {transition.priority}) {transition.description}"
+        console.print(as_text(move))
     if state.terminal:
         console.print("  (terminal state)")
 
 
 def show_context(conversation: Conversation, mask: Mask, show_secrets: bool) -> None:
     """``/context``: the context and where each key came from, the memory, the summary, the sub-conversations."""
-    from rich.json import JSON
-
-    console.print(JSON(json.dumps(mask(conversation.context), ensure_ascii=False, default=str)))
+    console.print(json_view(mask(conversation.context)))
     for key, origin in conversation.provenance.items():
-        console.print(f"  [dim]{escape(key)}: set by {escape(origin['by'])} on turn {origin['turn']}[/]")
+        console.print(as_text(f"  {key}: set by {origin['by']} on turn {origin['turn']}", style="dim"))
     _show_memory(conversation, mask)
     _show_sub_conversations(conversation, show_secrets)
 
 
 def _show_sub_conversations(conversation: Conversation, show_secrets: bool) -> None:
     """What each sub-conversation under way holds: its context and its working memory."""
-    from rich.json import JSON
-
     from llm_fsm import memory, subflows
 
     root = conversation.snapshot()
     for sub, frame in zip(subflows.levels(conversation.definition, root)[1:], root.stack, strict=True):
         mask = masker(sub, show_secrets)
-        where = f"(sub-conversation, state {escape(frame.snapshot.state)})"
-        console.print(f"[bold]in {escape(sub.name)}[/] [dim]{where}[/]")
-        console.print(JSON(json.dumps(mask(dict(frame.snapshot.context)), ensure_ascii=False, default=str)))
+        where = f"(sub-conversation, state {in_markup(frame.snapshot.state)})"
+        console.print(f"[bold]in {in_markup(sub.name)}[/] [dim]{where}[/]")
+        console.print(json_view(mask(dict(frame.snapshot.context))))
         if sub.memory is not None:
-            for name, text in mask(memory.current(sub, frame.snapshot)).items():
-                console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
+            _show_slots(mask(memory.current(sub, frame.snapshot)))
 
 
 def _show_memory(conversation: Conversation, mask: Mask) -> None:
@@ -104,8 +97,7 @@ def _show_memory(conversation: Conversation, mask: Mask) -> None:
     definition = conversation.definition
     if definition.memory is not None:
         console.print("[bold]memory[/]")
-        for name, text in mask(conversation.memory).items():
-            console.print(f"  {escape(name)}: {escape(str(text)) if text else '[dim](empty)[/]'}")
+        _show_slots(mask(conversation.memory))
     if any(enabled(definition)):
         summary = conversation.snapshot().summary
         told = f"{summary.through} of {conversation.snapshot().history_len} exchanges summarised"
@@ -113,8 +105,14 @@ def _show_memory(conversation: Conversation, mask: Mask) -> None:
             told += f", {summary.due - summary.through} due"
         if summary.error:
             told += f"; the last summary call failed: {summary.error}"
-        console.print(f"[bold]summary[/] [dim]({escape(told)})[/]")
-        console.print(f"  {escape(summary.text)}" if summary.text else "  [dim](none yet)[/]")
+        console.print(f"[bold]summary[/] [dim]({in_markup(told)})[/]")
+        console.print(as_text(f"  {summary.text}") if summary.text else "  [dim](none yet)[/]")
+
+
+def _show_slots(slots: dict[str, Any]) -> None:
+    """A working memory's slots, one a line."""
+    for name, text in slots.items():
+        console.print(Text.assemble(f"  {shown(name)}: ", shown(text) if text else ("(empty)", "dim")))
 
 
 def show_history(exchanges: Sequence[tuple[int, Exchange]], total: int) -> None:
@@ -122,29 +120,31 @@ def show_history(exchanges: Sequence[tuple[int, Exchange]], total: int) -> None:
     to see the ones before, when there are."""
     for _, exchange in exchanges:
         if exchange.user is not None:
-            console.print(f"[bold cyan]you>[/] {escape(exchange.user)}")
-        console.print(f"[bold green]bot>[/] {escape(exchange.assistant)} [dim]({exchange.state})[/]")
+            console.print(Text.assemble(("you>", "bold cyan"), " ", shown(exchange.user)))
+        bot = ("bot>", "bold green"), " ", shown(exchange.assistant), " ", (f"({shown(exchange.state)})", "dim")
+        console.print(Text.assemble(*bot))
     if exchanges and exchanges[0][0] > 0:
-        shown = f"exchanges {exchanges[0][0] + 1}-{exchanges[-1][0] + 1} of {total}"
-        console.print(f"[dim]({shown}: /history older shows the ones before)[/]")
+        page = f"exchanges {exchanges[0][0] + 1}-{exchanges[-1][0] + 1} of {total}"
+        console.print(f"[dim]({page}: /history older shows the ones before)[/]")
 
 
 def show_why(last: TurnResult | None, mask: Mask) -> None:
     """``/why``: where the last turn ran, its tool calls, and what it rejected."""
     if last is not None and last.ran_in is not None:
-        console.print(f"The last turn ran in the sub-conversation {escape(' › '.join(last.ran_in))}.")
+        console.print(as_text(f"The last turn ran in the sub-conversation {' › '.join(last.ran_in)}."))
     if last is not None and len(last.frames) > 1:
         path = " › ".join(definition for definition, _ in last.frames)
-        console.print(f"Now in {escape(path)}: {escape(last.frames[-1][1])}.")
+        console.print(as_text(f"Now in {path}: {last.frames[-1][1]}."))
     if last is not None and last.tool_calls:
         console.print("Tool calls of the last turn:")
         for run in last.tool_calls:
-            console.print(f"- {escape(tool_line(run, mask))}")
+            console.print(as_text(f"- {tool_line(run, mask)}"))
     if last is None or not last.rejected:
         console.print("Nothing was rejected in the last turn.")
         return
     for rejection in last.rejected:
-        console.print(f"- [bold]{rejection.kind}[/] (call {rejection.attempt}): {escape(rejection.reason)}")
+        why = f" (call {rejection.attempt}): {shown(rejection.reason)}"
+        console.print(Text.assemble("- ", (shown(rejection.kind), "bold"), why))
 
 
 def already_decided(pending: llm_fsm.PendingEvent) -> bool:
@@ -157,18 +157,22 @@ def already_decided(pending: llm_fsm.PendingEvent) -> bool:
 def show_pending(pending: llm_fsm.PendingEvent, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
     if pending.kind == "tool_approval":
         arguments = pending.payload.get("arguments")
-        shown = json.dumps(mask(arguments) if isinstance(arguments, dict) else arguments, ensure_ascii=False)
+        written = json_text(mask(arguments) if isinstance(arguments, dict) else arguments)
+        tool = shown(pending.payload.get("tool"))
         if already_decided(pending):
-            tool = escape(str(pending.payload.get("tool")))
-            console.print(f"[bold yellow]⏸ interrupted:[/] the approved call to {tool}, with {escape(shown)}")
+            console.print(_pause_line("interrupted", f"the approved call to {tool}, with {written}"))
             return
-        console.print(f"[bold yellow]⏸ approval needed:[/] the tool {escape(str(pending.payload.get('tool')))}", end="")
-        console.print(f" wants to run with {shown}", markup=False)
+        console.print(_pause_line("approval needed", f"the tool {tool} wants to run with {written}"))
         return
-    console.print(f"[bold yellow]⏸ paused:[/] {escape(pending.reason)}")
+    console.print(_pause_line("paused", shown(pending.reason)))
     if pending.payload:
-        console.print(json.dumps(mask(pending.payload), ensure_ascii=False, default=str), markup=False)
+        console.print(as_text(json_text(mask(pending.payload))))
     console.print("[dim]Type /resume JSON (for example /resume {}) to continue.[/]")
+
+
+def _pause_line(kind: str, text: str) -> Text:
+    """``⏸ kind: text``, the text printed as written (shown already)."""
+    return Text.assemble((f"⏸ {kind}:", "bold yellow"), " ", text)
 
 
 def show_end() -> None:
@@ -182,8 +186,8 @@ def show_help(_: str) -> None:
 
 
 def error(message: str) -> None:
-    """One ``error:`` line on stderr (the message is text, never read as rich markup)."""
-    errors.print(Text.assemble(("error:", "red"), " ", message))
+    """One ``error:`` line on stderr (the message is text, never read as rich markup: see :mod:`llm_fsm.cli.shown`)."""
+    errors.print(Text.assemble(("error:", "red"), " ", shown(message)))
 
 
 # what Markdown could read as markup: any of these characters, a line break, spaces at either end (an indented
@@ -192,14 +196,17 @@ _MARKUP = re.compile(r"[\n*_`#\[\]<>|~\\&]|^\s|\s$|^(?:[-+>=]|\d+[.)])")
 
 
 def rendered(message: str) -> Text | Any:
-    """``message`` for the console: as Markdown, or as plain text when Markdown would show it the same
-    (one paragraph with no markup). Plain text spares importing rich.markdown (markdown-it, pygments: a
-    tenth of a second or more), so a state's own opening is shown without it and the first prompt comes sooner."""
+    """``message`` for the console, :func:`~llm_fsm.cli.shown.shown` (its control characters as visible
+    escapes): as Markdown, or as plain text when Markdown would show it the same (one paragraph with no
+    markup). Plain text spares importing rich.markdown (markdown-it, pygments: a tenth of a second or more),
+    so a state's own opening is shown without it and the first prompt comes sooner. A link shows its
+    target after its text: a terminal's hyperlink would hide where it goes."""
+    message = shown(message)
     if not _MARKUP.search(message):
         return Text(message)
     from rich.markdown import Markdown
 
-    return Markdown(message)
+    return Markdown(message, hyperlinks=False)
 
 
 def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
@@ -210,7 +217,7 @@ def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], 
 
     from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 
-    shown = ""
+    streamed = ""
     live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
     try:
         # Not "with Live(...)": a Ctrl-C landing inside Live's own start-up would skip its exit and
@@ -218,15 +225,15 @@ def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], 
         live.start()
         for event in events:
             if isinstance(event, MessageDelta):
-                shown += event.text
-                live.update(rendered(shown))
+                streamed += event.text
+                live.update(rendered(streamed))
             elif isinstance(event, MessageReset):
-                shown = ""
+                streamed = ""
                 live.update(Spinner("dots", text="thinking…"))
             elif isinstance(event, ToolCall):
-                live.update(Spinner("dots", text=f"running {event.name}…"))
+                live.update(Spinner("dots", text=as_text(f"running {event.name}…")))  # a str would be markup
             elif isinstance(event, ToolResult):
-                live.console.print(Text(f"🔧 {tool_line(event.run, mask)}", style="dim"))
+                live.console.print(as_text(f"🔧 {tool_line(event.run, mask)}", style="dim"))
                 live.update(Spinner("dots", text="thinking…"))
             else:
                 return event
@@ -254,15 +261,13 @@ def status_line(result: TurnResult) -> str:
 
 
 def tool_line(run: Any, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> str:
-    """``name({arguments}) → result`` (or ``→ error: ...``), in one bounded line."""
+    """``name({arguments}) → result`` (or ``→ error: ...``), in one bounded line, :func:`~llm_fsm.cli.shown.shown`."""
     from llm_fsm.secrets import mask_run
 
-    shown = mask_run(run.model_dump(), mask)
-    arguments = shown["arguments"]
-    result = json.dumps(shown["result"], ensure_ascii=False, default=str)
-    outcome = f"error: {run.error}" if run.error is not None else result
+    masked = mask_run(run.model_dump(), mask)
+    outcome = f"error: {run.error}" if run.error is not None else json_text(masked["result"])
     decided = f" [{run.approval}]" if run.approval else ""
-    line = f"{run.name}({json.dumps(arguments, ensure_ascii=False, default=str)}){decided} → {outcome}"
+    line = shown(f"{run.name}({json_text(masked['arguments'])}){decided} → {outcome}")
     return line if len(line) <= 160 else line[:159] + "…"
 
 

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 import llm_fsm
-from llm_fsm.cli.main import fail
+from llm_fsm.cli.main import complain, fail
 from llm_fsm.errors import ConversationError, DefinitionError, FSMError, StoreError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
@@ -112,9 +112,9 @@ class ConversationFactory:
             return self.build(snapshot)
         except DefinitionError as exc:
             for problem in exc.problems:
-                typer.echo(f"error: {problem}", err=True)
+                complain(str(problem))
         except FSMError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            complain(str(exc))
         raise typer.Exit(2)
 
 

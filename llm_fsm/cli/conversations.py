@@ -19,6 +19,7 @@ from rich.console import Console
 from llm_fsm.cli.conversation_factory import stored_id
 from llm_fsm.cli.main import app, fail
 from llm_fsm.cli.options import ShowSecretsOption, StoreOption
+from llm_fsm.cli.shown import as_text, json_text
 from llm_fsm.errors import StoreError
 
 if TYPE_CHECKING:
@@ -87,7 +88,8 @@ def list_(
 
     table = Table("id", "definition", "state", "status", "turns", "saved")
     for info in infos:
-        table.add_row(info.id, info.definition_name, info.state, info.status, str(info.turns), _when(info.updated_at))
+        cells = info.id, info.definition_name, info.state, info.status, str(info.turns), _when(info.updated_at)
+        table.add_row(*map(as_text, cells))  # a str cell would be read as markup
     console.print(table if infos else "No stored conversations.")
 
 
@@ -108,7 +110,7 @@ def show(
         fail(f"no conversation {conversation_id!r} in this store", 1)
     document = {"id": record.id, "version": record.version, "saved": _when(record.updated_at)}
     document |= snapshot.model_dump(mode="json")
-    typer.echo(json.dumps(document if show_secrets else _masked(document), ensure_ascii=False, indent=2))
+    typer.echo(json_text(document if show_secrets else _masked(document), indent=2))
 
 
 def _masked(document: dict[str, Any]) -> dict[str, Any]:

@@ -19,6 +19,7 @@ from llm_fsm.cli.options import (
     with_model_options,
     write_output,
 )
+from llm_fsm.cli.shown import as_text
 
 if TYPE_CHECKING:
     from llm_fsm.testing.scorecard import Course, CourseScore
@@ -164,9 +165,9 @@ def _progress(number: int, score: CourseScore) -> None:
         stop = "paused" if score.paused else "ended"
         note = f" (the conversation {stop} in {score.end} after {len(score.turns)} turns)"
     progress.print(
-        f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}",
-        style="dim", markup=False, soft_wrap=True,  # one line, however long the reason: the terminal wraps it
-    )  # fmt: skip
+        as_text(f"run {number}: {score.name}: {reached}/{score.course_turns} turns reached{note}", style="dim"),
+        soft_wrap=True,  # one line, however long the reason: the terminal wraps it
+    )
 
 
 def _print(runs: list[list[CourseScore]]) -> None:
@@ -179,7 +180,7 @@ def _print(runs: list[list[CourseScore]]) -> None:
                   "unusable messages (repeated/looping/copied/echoed)", "values overwritten")  # fmt: skip
     names = [score.name for score in runs[0]]
     for index, name in enumerate(names):
-        table.add_row(name, *_cells([summary([scores[index]]) for scores in runs]))
+        table.add_row(as_text(name), *_cells([summary([scores[index]]) for scores in runs]))  # a str cell is markup
     table.add_row("[bold]all[/]", *_cells([summary(scores) for scores in runs]), end_section=True)
     table.caption = "valid 1st reply and the figures per turn: over the turns that called the model"
     out = console

@@ -18,6 +18,7 @@ import typer
 from typer.core import TyperGroup
 
 import llm_fsm
+from llm_fsm.cli.shown import shown
 
 # The base of click's errors, found by name: recent typer vendors click (typer._click), older typer uses click.
 _CLICK_ERROR: type[Exception] = next(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
@@ -73,8 +74,15 @@ def main(
     """Run conversational state machines defined in JSON."""
 
 
+def complain(message: str) -> None:
+    """One ``error:`` line on stderr. Its text is :func:`~llm_fsm.cli.shown.shown`: a message may quote
+    what a model, a user or a file wrote, control characters and all."""
+    typer.echo(f"error: {shown(message)}", err=True)
+
+
 def fail(message: str, code: int) -> NoReturn:
-    typer.echo(f"error: {message}", err=True)
+    """:func:`complain`, then exit with ``code``."""
+    complain(message)
     raise typer.Exit(code)
 
 
@@ -89,7 +97,7 @@ def definition_warnings() -> Iterator[None]:
     courses, ``test``'s cases) load them in here."""
     from llm_fsm.loader import DefinitionWarning
 
-    shown: set[str] = set()
+    printed: set[str] = set()
     with warnings.catch_warnings():  # restores the filters and showwarning when it ends
         warnings.simplefilter("always", DefinitionWarning)  # ours to show once: not Python's once per location
         others = warnings.showwarning
@@ -99,9 +107,9 @@ def definition_warnings() -> Iterator[None]:
                 others(message, category, *args, **kwargs)
                 return
             line = _warning_line(message)
-            if line not in shown:
-                shown.add(line)
-                typer.echo(line, err=True)
+            if line not in printed:
+                printed.add(line)
+                typer.echo(shown(line), err=True)
 
         warnings.showwarning = show
         yield

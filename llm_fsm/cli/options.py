@@ -22,7 +22,8 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeVar
 import typer
 
 import llm_fsm
-from llm_fsm.cli.main import definition_warnings, fail
+from llm_fsm.cli.main import complain, definition_warnings, fail
+from llm_fsm.cli.shown import shown
 from llm_fsm.errors import DefinitionError, HooksLoadError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
@@ -245,7 +246,7 @@ def load_definition(path: Path) -> llm_fsm.FSMDefinition:
             return llm_fsm.load(path)
         except DefinitionError as exc:
             for problem in exc.problems:
-                typer.echo(f"error: {problem}", err=True)
+                complain(str(problem))
             raise typer.Exit(2) from None
 
 
@@ -258,7 +259,7 @@ def check_readable(paths: list[Path]) -> None:
         except OSError as exc:
             unreadable.append(f"cannot read {path}: {exc.strerror or exc}")
     for message in unreadable:
-        typer.echo(f"error: {message}", err=True)
+        complain(message)
     if unreadable:
         raise typer.Exit(2)
 
@@ -461,7 +462,7 @@ def notify_retries() -> None:
 
     class Notes(logging.Handler):
         def emit(self, record: logging.LogRecord) -> None:
-            typer.echo(f"note: {record.getMessage()}", err=True)  # the current stderr, even under CliRunner
+            typer.echo(f"note: {shown(record.getMessage())}", err=True)  # the current stderr, even under CliRunner
 
     logger = logging.getLogger("llm_fsm.llm")
     if not any(type(h).__name__ == "Notes" for h in logger.handlers):

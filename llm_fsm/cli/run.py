@@ -37,6 +37,7 @@ from llm_fsm.cli.options import (
     load_hooks,
     with_model_options,
 )
+from llm_fsm.cli.shown import json_text, shown
 from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, StoreError
 from llm_fsm.values import blank
 
@@ -140,7 +141,7 @@ def _converse(
         conversation = tracked.conversation
         if conversation.paused and conversation.pending is not None:
             how = "a --store to keep it" if tracked.id == UNSTORED_ID else f"--store, -c {tracked.id} and --resume JSON"
-            typer.echo(f"paused: {conversation.pending.reason} (to continue: run again with {how})", err=True)
+            typer.echo(f"paused: {shown(conversation.pending.reason)} (to continue: run again with {how})", err=True)
             raise typer.Exit(PAUSED_EXIT)
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
@@ -187,5 +188,5 @@ def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) 
         line["corrections"] = mask(line["corrections"])
     line["pending"] = mask_pending(line["pending"], mask)
     line["tool_calls"] = [mask_run(run, mask) for run in line["tool_calls"]]
-    sys.stdout.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+    sys.stdout.write(json_text(line) + "\n")  # the characters a terminal acts on as \u escapes: see cli.shown
     sys.stdout.flush()

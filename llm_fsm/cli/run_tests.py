@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 from rich.console import Console
 
-from llm_fsm.cli.main import app, definition_warnings, fail
+from llm_fsm.cli.main import app, complain, definition_warnings, fail
 from llm_fsm.cli.options import (
     HooksOption,
     ModelOptions,
@@ -17,6 +17,7 @@ from llm_fsm.cli.options import (
     with_model_options,
     write_output,
 )
+from llm_fsm.cli.shown import as_text, in_markup
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -78,11 +79,11 @@ def test(
     for outcome in outcomes:
         mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
         runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
-        console.print(f"{mark} {outcome.file}: {outcome.name}{runs}")
+        console.print(f"{mark} {in_markup(outcome.file)}: {in_markup(outcome.name)}{runs}")
         if verbose or not outcome.passed:
             _print_steps(outcome)
         if not outcome.passed:
-            console.print(f"     {failure_text(outcome)}", style="red", markup=False)
+            console.print(as_text(f"     {failure_text(outcome)}", style="red"))
     failed = sum(not o.passed for o in outcomes)
     console.print(f"{len(outcomes) - failed} passed, {failed} failed")
     if show_coverage:
@@ -109,7 +110,7 @@ def _check_test_files(files: list[Path]) -> None:
         except TestFileError as exc:
             problems += exc.problems
     for problem in problems:
-        typer.echo(f"error: {problem}", err=True)
+        complain(str(problem))
     if problems:
         raise typer.Exit(2)
 
@@ -120,12 +121,12 @@ def _print_steps(outcome: CaseOutcome) -> None:
         said = step.said(40)
         mark = "ok " if step.passed else "✗  "
         if step.result is None:
-            console.print(f"     {mark}{step.index + 1}. {said}", markup=False)
+            console.print(as_text(f"     {mark}{step.index + 1}. {said}"))
             continue
         r = step.result
         move = f"{r.previous_state} → {r.state}" if r.transitioned else r.state
         cost = f"{r.llm_calls} call{'s' if r.llm_calls != 1 else ''}, {r.usage.total_tokens} tokens"
-        console.print(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", markup=False, style="dim")
+        console.print(as_text(f"     {mark}{step.index + 1}. {said}: {move} ({cost})", style="dim"))
 
 
 def _model_factory(model: ModelOptions, replay: Path | None) -> Callable[[FSMDefinition], LLMClient] | None:
@@ -158,5 +159,5 @@ def _print_coverage(outcomes: list[CaseOutcome]) -> None:
             f"{len(row.covered_transitions)}/{len(row.transitions)} ({100 * len(row.covered_transitions) // edges}%)"
         )
         missing = ", ".join(sorted(row.states - row.covered_states)) or "-"
-        table.add_row(str(row.definition.name), states, transitions, missing)
+        table.add_row(as_text(row.definition.name), states, transitions, as_text(missing))  # a str cell is markup
     console.print(table)

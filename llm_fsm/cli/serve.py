@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Annotated, Any
 import pydantic
 import typer
 
-from llm_fsm.cli.main import app, fail
+from llm_fsm.cli.main import app, complain, fail
 from llm_fsm.cli.options import (
     HistoryWindowOption,
     HooksOption,
@@ -265,7 +265,7 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
         )
     except DefinitionError as exc:
         for problem in exc.problems:
-            typer.echo(f"error: {problem}", err=True)
+            complain(str(problem))
         raise typer.Exit(2) from None
     except (StoreError, ValueError) as exc:
         fail(str(exc), 2)
