@@ -91,6 +91,7 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
         [
             "tests/test_store.py",
             "tests/test_store_files.py",
+            "tests/test_store_leftovers.py",
             "tests/test_store_locks.py",
             "tests/test_store_postgres.py",
             "tests/test_store_cli.py",
@@ -179,9 +180,6 @@ EQUIVALENT: dict[str, str] = {
     "grammar as json.loads, so trying json.loads first cannot succeed",
     "llm_fsm.contract.x__repaired__mutmut_6": "as _repaired__mutmut_3",
     "llm_fsm.contract.x__repaired__mutmut_8": "as _repaired__mutmut_3",
-    "llm_fsm.store.files.xǁFileStoreǁ_replace__mutmut_19": "codec names are case-insensitive: 'UTF-8' is 'utf-8'",
-    "llm_fsm.store.files.xǁFileStoreǁunlock__mutmut_13": "missing_ok=False after path.exists() just above (and "
-    "filelock's release leaves the file): differs only if another process unlocks the same id in between",
     "llm_fsm.store.base.xǁStoreǁ_beat__mutmut_5": "renewing every quarter of the lease instead of every third "
     "keeps the same lock (more renewal writes, no other difference)",
     "llm_fsm.store.sqlite.xǁSQLiteStoreǁ_release__mutmut_7": "SQL keywords and identifiers are case-insensitive",
@@ -224,9 +222,6 @@ KILLED_BY: dict[str, list[str]] = {
     "llm_fsm.store.base.x_failures_as_store_errors__mutmut_29": _STORE_ERRORS,
     "llm_fsm.store.base.x_failures_as_store_errors__mutmut_31": _STORE_ERRORS,
     "llm_fsm.store.base.x_failures_as_store_errors__mutmut_36": _STORE_ERRORS,
-    "llm_fsm.store.files.xǁFileStoreǁ_replace__mutmut_6": [
-        "tests/test_store_files.py::test_a_file_store_writes_through_a_hidden_temporary_file_named_after_its_conversation"
-    ],
     "llm_fsm.store.idempotency.x_answered__mutmut_12": [
         _I + "test_a_key_sent_with_another_request_is_refused_and_changes_nothing"
     ],

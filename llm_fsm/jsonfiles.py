@@ -19,6 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from llm_fsm.named_files import read_bytes
+
 _SQLITE = b"SQLite format 3\x00"  # the first bytes of every SQLite database
 
 # What a document looks like, by the top-level keys only its kind has: (the kind, how a message
@@ -40,12 +42,13 @@ class JSONFileError(ValueError):
 def read_json(path: str | os.PathLike[str], expected: str) -> Any:
     """The JSON document in ``path``, a file that should be a(n) ``expected`` (a kind of :data:`_KINDS`).
 
-    Says why when the file is missing, a folder, unreadable, binary, empty or not JSON; its content
-    is the caller's to check (with :func:`not_a`).
+    Says why when the file is missing, a folder, a device or a FIFO, over the size limit
+    (:mod:`~llm_fsm.named_files`), unreadable, binary, empty or not JSON; its content is the caller's
+    to check (with :func:`not_a`).
     """
     path = Path(path)
     try:
-        data = path.read_bytes()
+        data = read_bytes(path, expected)
     except OSError as exc:
         raise JSONFileError(f"cannot read the {expected} {path}: {exc.strerror or exc}") from None
     try:

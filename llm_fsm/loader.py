@@ -51,6 +51,7 @@ from llm_fsm.json_problems import positions as _positions
 from llm_fsm.jsonfiles import other_kind
 from llm_fsm.loader_checks import FileChecks, _dict_items, _get
 from llm_fsm.memory.spec import MemorySpec, Slot, StateSummaries, SummarySpec
+from llm_fsm.named_files import read_bytes
 from llm_fsm.subflows import definition as subflows
 from llm_fsm.texts import missing_texts
 from llm_fsm.wording import Vocabulary, describe, did_you_mean, field_problems
@@ -133,7 +134,7 @@ def inspect(source: str | os.PathLike[str] | Mapping[str, Any], *, strict: bool 
         return _Reader(None, None, strict).read(dict(source))
     path = Path(source)
     try:
-        raw = path.read_bytes()
+        raw = read_bytes(path, "definition")
     except OSError as exc:
         problem = Problem("", f"cannot read file: {exc.strerror or exc}", code="unreadable", source=str(path))
         return LoadReport(None, [problem], source=str(path))

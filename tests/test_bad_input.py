@@ -59,7 +59,9 @@ GOOD_ARG = {
     "new": "shop",
 }  # else the definition
 
-NO_FILE = ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}"]  # and then a file of another kind
+# and then a file of another kind; FIFOs and devices are in tests/test_wrong_kind_files.py (a child process)
+NO_FILE = ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}", "{oversized}"]
+LIMIT = 4096  # LLM_FSM_MAX_FILE_BYTES where {oversized} is given: the other files of the sweep are smaller
 NOT_A_DEFINITION = [*NO_FILE, "{cassette}"]
 NOT_A_CASSETTE = [*NO_FILE, "{definition}"]
 NOT_A_SCRIPT = [f"scripted:{name}" for name in NOT_A_CASSETTE]
@@ -94,7 +96,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("run", "definition"): NOT_A_DEFINITION,
     ("run", "model"): ["", *NOT_A_SCRIPT],
     ("run", "resume"): ["[1]", "{", '"yes"', ""],
-    ("run", "input"): ["{missing}", "{folder}", "{unreadable}", "{binary}"],
+    ("run", "input"): ["{missing}", "{folder}", "{unreadable}", "{binary}", "{oversized}"],
     ("run", "history_window"): ["-1", "six"],
     ("run", "max_corrections"): ["-1"],
     ("run", "record"): NOT_WRITABLE,
@@ -105,7 +107,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("chat", "state"): ["nosuch", ""],
     ("chat", "context"): ["{", "[1]", '"text"', '{"a": NaN}', "[" * 100_000, ""],
     ("chat", "record"): NOT_WRITABLE,
-    ("validate", "files"): ["{missing}", "{unreadable}"],  # a folder stands for its definitions
+    ("validate", "files"): ["{missing}", "{unreadable}", "{oversized}"],  # a folder stands for its definitions
     ("validate", "output_format"): ["xml"],
     ("graph", "definition"): NOT_A_DEFINITION,
     ("graph", "output_format"): ["png"],
@@ -116,7 +118,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("paths", "seed"): ["zero"],
     ("paths", "hooks"): BAD_HOOKS,
     **{("test", name): values for name, values in PROVIDER.items()},
-    ("test", "paths"): ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}", "{definition}", "{cassette}"],
+    ("test", "paths"): [*NO_FILE, "{definition}", "{cassette}"],
     ("test", "model"): ["", *NOT_A_SCRIPT],
     ("test", "replay"): NOT_A_CASSETTE,
     ("test", "repeat"): ["0", "-1"],
@@ -147,7 +149,7 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("serve", "store"): BAD_STORES,
     ("serve", "host"): ["0.0.0.0", "example.com", ""],  # no tokens: loopback only
     ("serve", "port"): ["0", "70000", "http"],
-    ("serve", "tokens_file"): ["{missing}", "{folder}", "{unreadable}", "{binary}", "{empty}"],
+    ("serve", "tokens_file"): NO_FILE,
     ("serve", "busy"): ["wait", ""],
     ("serve", "wait"): ["-1", "soon"],
     ("serve", "workers"): ["0", "two"],
@@ -208,6 +210,7 @@ def files(tmp_path, monkeypatch):
     (tmp_path / "signup.test.json").write_text(json.dumps(test_file))
     (tmp_path / "binary.dat").write_bytes(b"\x00\x01\xff\xfe binary")
     (tmp_path / "empty.json").write_text("")
+    (tmp_path / "oversized.json").write_text(json.dumps(OPEN) + " " * LIMIT)  # a definition, over the limit
     (tmp_path / "folder").mkdir()
     unreadable = tmp_path / "unreadable.json"
     unreadable.write_text(json.dumps(OPEN))
@@ -215,7 +218,7 @@ def files(tmp_path, monkeypatch):
     names = {
         "definition": "signup.json", "script": "script.json", "inputs": "inputs.txt", "cassette": "cassette.json",
         "tests": "signup.test.json", "binary": "binary.dat", "empty": "empty.json", "folder": "folder",
-        "missing": "missing.json", "unreadable": "unreadable.json", "scripts": "scripts",
+        "missing": "missing.json", "unreadable": "unreadable.json", "scripts": "scripts", "oversized": "oversized.json",
     }  # fmt: skip
     yield {key: str(tmp_path / name) for key, name in names.items()} | {"store": f"sqlite://{tmp_path / 's.db'}"}
     unreadable.chmod(0o600)
@@ -245,7 +248,8 @@ def test_a_bad_value_is_one_error_line_and_exit_2(files, command, param, templat
     if "{unreadable}" in template and os.access(files["unreadable"], os.R_OK):
         pytest.skip("this user can read a file whose mode is 000 (root)")
     value = fill(template, files)
-    result = runner.invoke(app, argv(command, param, value, files), input="", env={"COLUMNS": "200"})
+    env = {"COLUMNS": "200"} | ({"LLM_FSM_MAX_FILE_BYTES": str(LIMIT)} if "{oversized}" in template else {})
+    result = runner.invoke(app, argv(command, param, value, files), input="", env=env)
     output = result.stdout + result.stderr
     assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
     assert "Traceback" not in output
@@ -254,6 +258,8 @@ def test_a_bad_value_is_one_error_line_and_exit_2(files, command, param, templat
     assert result.exit_code == 2, output
     named = (*value_params()[(command, param)], value, value.removeprefix("scripted:"))  # the option, or the file
     assert any(name in error_lines[0] for name in named), "the line names what is wrong"
+    if "{oversized}" in template:  # and the limit, by the variable that sets it
+        assert "over the limit of 4 KiB" in output and "(LLM_FSM_MAX_FILE_BYTES)" in output, output
 
 
 # -- chat's slash commands ----------------------------------------------------------------------

@@ -292,6 +292,7 @@ def test_chat_shows_the_first_prompt_before_litellm_is_touched(tmp_path, monkeyp
         raise EOFError
 
     monkeypatch.setattr("builtins.input", typed)
+    monkeypatch.setattr(chat_module, "_piped_line", typed)  # what reads the prompt's line when stdin is no terminal
     args = ["chat", str(path), "-m", "openai/x", "--api-key", "k", "--store", "memory:"]
     result = runner.invoke(chat_module.app, args, env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
@@ -398,6 +399,7 @@ def prompt(text=""):
     os._exit(0)
 builtins.input = prompt
 import llm_fsm.cli.chat
+llm_fsm.cli.chat._piped_line = prompt  # the prompt's reader when stdin is no terminal
 llm_fsm.cli.chat._warm_up = lambda llm: None  # its timing is the test above's: here, nothing else imports litellm
 sys.argv = ["llm-fsm", "chat", sys.argv[1], "-m", "openai/x", "--api-key", "k", "--store", "memory:"]
 from llm_fsm.cli import entry_point

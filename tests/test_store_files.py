@@ -66,8 +66,8 @@ def test_file_store_lock_files_of_two_ids_never_coincide(tmp_path, signup):
 def test_a_file_store_writes_through_a_hidden_temporary_file_named_after_its_conversation(
     tmp_path, signup, monkeypatch
 ):
-    # What a process killed mid-write leaves: a hidden ".<id>.<random>.tmp" beside the conversations,
-    # never listed and telling whose it was, and never a half-written "<id>.json".
+    # What a process killed mid-write leaves: a hidden ".<id>~save.tmp" beside the conversations, never
+    # listed and telling whose it was (the next save writes over it), and never a half-written "<id>.json".
     store = open_store(f"file://{tmp_path}")
     written = []
     real = os.replace
@@ -79,5 +79,5 @@ def test_a_file_store_writes_through_a_hidden_temporary_file_named_after_its_con
     monkeypatch.setattr(os, "replace", replace)
     store.save("c1", a_snapshot(signup))
     [(temporary, target)] = written
-    assert target == "c1.json" and temporary.startswith(".c1.") and temporary.endswith(".tmp")
+    assert (temporary, target) == (".c1~save.tmp", "c1.json")
     assert [name for name in os.listdir(tmp_path) if name.endswith(".tmp")] == []  # renamed into place

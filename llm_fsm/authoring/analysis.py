@@ -97,6 +97,7 @@ from llm_fsm.definition import FSMDefinition
 from llm_fsm.errors import Problem
 from llm_fsm.json_problems import positions as _positions
 from llm_fsm.loader import LoadReport, _dotted, inspect, load_text
+from llm_fsm.named_files import read_bytes
 
 __all__ = ["Diagnostic", "Finding", "Locator", "analyze", "find_warnings"]
 
@@ -155,7 +156,7 @@ def _read(source: Source, strict: bool) -> tuple[str | None, LoadReport]:
         return None, inspect(source, strict=strict)
     path = Path(source)
     try:
-        text = path.read_bytes().decode("utf-8-sig")
+        text = read_bytes(path, "definition").decode("utf-8-sig")
     except (OSError, UnicodeDecodeError):
         return None, inspect(path, strict=strict)  # the loader words these problems
     try:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import re
+import sys
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Annotated, Any
@@ -65,6 +66,7 @@ from llm_fsm.cli.options import (
 from llm_fsm.cli.shown import as_text, in_markup
 from llm_fsm.errors import FSMError, OpeningError
 from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.named_files import LIMIT_VARIABLE, FileRefused, limit, size_text
 from llm_fsm.texts import yes_no_choices, yes_or_no
 from llm_fsm.values import blank
 
@@ -281,10 +283,27 @@ def _read(prompt: str, before: Callable[[], None] | None = None) -> str | None:
     try:
         if before is not None:
             before()
-        return input(prompt)
+        return input(prompt) if sys.stdin.isatty() else _piped_line(prompt)
     except (EOFError, KeyboardInterrupt):
         console.print()
         return None
+
+
+def _piped_line(prompt: str) -> str:
+    """What ``input(prompt)`` reads from a pipe or a file, but at most the size limit: ``input`` would read
+    ``< /dev/zero``, one endless line, until memory runs out (exit 2 at a longer line)."""
+    try:
+        most = limit()
+    except FileRefused as exc:
+        fail(str(exc.strerror), 2)
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = sys.stdin.readline(most + 1)
+    if not line:
+        raise EOFError
+    if len(line.rstrip("\r\n")) > most:
+        fail(f"a line of the input (stdin) is longer than {size_text(most)} ({LIMIT_VARIABLE})", 2)
+    return line.removesuffix("\n")
 
 
 def _parse_context(text: str | None) -> dict[str, Any]:

@@ -143,14 +143,17 @@ def _numbers(numbers: tuple[int, ...]) -> str:
 
 
 def _a_scorecard(path: Path) -> bool:
-    """Whether ``--json`` may write ``path``: no file there, an empty one, or a scorecard an earlier run wrote
-    (any other file may be what the courses are made of: a definition, its subflows, scripts, replies)."""
+    """Whether ``--json`` may write ``path``: no file there (or a device, a FIFO: written to, never read), an
+    empty one, or a scorecard an earlier run wrote (any other file may be what the courses are made of: a
+    definition, its subflows, scripts, replies)."""
     import json
 
+    from llm_fsm.named_files import read_bytes
+
     try:
-        if not path.exists() or (path.is_file() and path.stat().st_size == 0):
+        if not path.is_file() or path.stat().st_size == 0:
             return True
-        data = json.loads(path.read_bytes())
+        data = json.loads(read_bytes(path, "scorecard"))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and isinstance(data.get("runs"), list) and "states" not in data

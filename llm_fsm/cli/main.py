@@ -4,11 +4,13 @@ Commands never print a traceback: expected failures print one ``error:`` line pe
 stderr and exit with 2 (usage or definition) or 1 (the model or provider failed). Click's own
 usage errors (an option's bad value, a missing argument, an unknown option) are such lines too.
 A definition's warnings are lines as ``validate`` writes them (:func:`definition_warnings`).
+SIGTERM ends a command as an exception does (exit 143), so that what it was doing is cleaned up.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -129,4 +131,21 @@ def _warning_line(warning: Warning) -> str:
 def entry_point() -> None:
     """The console script: ``llm-fsm``."""
     os.environ.setdefault("LITELLM_LOG", "ERROR")
+    _exit_on_sigterm()
     app()
+
+
+def _exit_on_sigterm() -> None:
+    """Make SIGTERM (what ``kill``, systemd and docker send) raise ``SystemExit(143)``, unless something else
+    handles it already.
+
+    Killed by the signal's default action, a command would run no ``finally`` block: a save stopped between
+    writing its temporary file and renaming it would leave the file, MCP servers would not be told to stop.
+    As an exception, the command unwinds as on Ctrl-C. A second SIGTERM, while it unwinds, ends it at once."""
+
+    def stop(number: int, frame: object) -> None:
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        raise SystemExit(128 + number)
+
+    if signal.getsignal(signal.SIGTERM) is signal.SIG_DFL:
+        signal.signal(signal.SIGTERM, stop)

@@ -27,6 +27,7 @@ from llm_fsm.cli.shown import shown
 from llm_fsm.errors import DefinitionError, HooksLoadError, LLMError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LiteLLMClient, LLMClient
+from llm_fsm.named_files import open_file
 
 if TYPE_CHECKING:
     from llm_fsm.definition import FSMDefinition
@@ -250,12 +251,13 @@ def load_definition(path: Path) -> llm_fsm.FSMDefinition:
             raise typer.Exit(2) from None
 
 
-def check_readable(paths: list[Path]) -> None:
-    """Exit 2 naming each path that cannot be opened as a file (missing, a folder, no permission)."""
+def check_readable(paths: list[Path], what: str = "definition") -> None:
+    """Exit 2 naming each path that cannot be opened as a(n) ``what`` file (missing, a folder, no permission,
+    a FIFO or a device, over the size limit: :func:`~llm_fsm.named_files.open_file`)."""
     unreadable = []
     for path in paths:
         try:
-            path.open("rb").close()
+            open_file(path, what).close()
         except OSError as exc:
             unreadable.append(f"cannot read {path}: {exc.strerror or exc}")
     for message in unreadable:

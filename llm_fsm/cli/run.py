@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable, Iterator
+from io import TextIOWrapper
 from typing import TYPE_CHECKING, Annotated, Any, TextIO
 
 import typer
@@ -39,6 +40,7 @@ from llm_fsm.cli.options import (
 )
 from llm_fsm.cli.shown import json_text, shown
 from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, StoreError
+from llm_fsm.named_files import LIMIT_VARIABLE, NotARegularFile, limit, open_file, size_text
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:
@@ -93,14 +95,17 @@ def run(
         allow_changed_definition=allow_changed_definition, strict_definition=strict_definition,
     )  # fmt: skip
     try:
+        most = limit()
         # "utf-8-sig": an editor's byte order mark is not the user's first word
-        stream = sys.stdin if input == "-" else open(input, encoding="utf-8-sig")  # noqa: SIM115
+        stream = sys.stdin if input == "-" else TextIOWrapper(open_file(input, "file of messages"), "utf-8-sig")
+    except NotARegularFile as exc:  # a pipe is read as stdin: a FIFO would block the open until written to
+        fail(f"cannot read input {input}: {exc.strerror} (--input - reads standard input)", 2)
     except OSError as exc:
         fail(f"cannot read input {input}: {exc.strerror or exc}", 2)
     with stream:
         decision = _decision(resume)
         tracked = open_conversation(make, store, conversation, wait)
-        _converse(tracked, _lines(stream, input), masker(fsm, show_secrets), decision)
+        _converse(tracked, _lines(stream, input, most), masker(fsm, show_secrets), decision)
 
 
 PAUSED_EXIT = 3  # the conversation waits for a person (a pause, or a tool call to approve)
@@ -155,15 +160,19 @@ def _converse(
         fail(str(exc), 2)
 
 
-def _lines(stream: TextIO, name: str) -> Iterator[str]:
-    """The input's lines with text; exit 2 at a line that is not UTF-8 text (a binary file given as input).
+def _lines(stream: TextIO, name: str, most: int) -> Iterator[str]:
+    """The input's lines with text; exit 2 at a line that is not UTF-8 text (a binary file given as input), or
+    longer than ``most`` characters (stdin is read a line at a time, and ``< /dev/zero`` is one endless line).
 
     A blank line is skipped with a ``note:`` on stderr: it is no message (an empty turn would read to the
     model as the conversation's beginning), stopping a whole run for it would punish a spacing habit, and
     skipping it silently would leave the output's turns one short of the input's lines unexplained.
     """
+    source = "(stdin)" if name == "-" else name
     try:
-        for number, line in enumerate(stream, 1):
+        for number, line in enumerate(iter(lambda: stream.readline(most + 1), ""), 1):
+            if len(line.rstrip("\r\n")) > most:
+                fail(f"line {number} of the input {source} is longer than {size_text(most)} ({LIMIT_VARIABLE})", 2)
             if number == 1:  # an editor's byte order mark is no text (a file's is dropped as it is read; stdin's here)
                 line = line.removeprefix("\ufeff")
             if not blank(line):
@@ -171,7 +180,7 @@ def _lines(stream: TextIO, name: str) -> Iterator[str]:
             else:
                 typer.echo(f"note: input line {number} is blank: skipped, no turn sent", err=True)
     except UnicodeDecodeError as exc:
-        fail(f"the input {'(stdin)' if name == '-' else name} is not UTF-8 text: {exc.reason}", 2)
+        fail(f"the input {source} is not UTF-8 text: {exc.reason}", 2)
 
 
 def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:

@@ -20,6 +20,8 @@ import re
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from llm_fsm.named_files import read_bytes
+
 TOKENS_VARIABLE = "LLM_FSM_SERVER_TOKENS"
 ANONYMOUS = "local"  # the client of a server without tokens
 MIN_LENGTH = 16
@@ -52,7 +54,7 @@ def parse_tokens(entries: Iterable[tuple[str, str]]) -> dict[str, str]:
 def tokens_from_file(path: str | Path) -> dict[str, str]:
     """The tokens of a file, one entry per line; :class:`TokenError` if it cannot be read or holds a bad entry."""
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        text = read_bytes(path, "tokens file").decode("utf-8")
     except (OSError, UnicodeDecodeError) as exc:
         raise TokenError(f"cannot read the tokens file {path}: {getattr(exc, 'strerror', None) or exc}") from None
     lines = ((f"{path}:{n}", line.strip()) for n, line in enumerate(text.splitlines(), 1))

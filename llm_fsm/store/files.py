@@ -9,7 +9,15 @@ turn needs, like every store (:func:`~llm_fsm.store.base.bounded`), and a save t
 and keeps the exchanges before its tail from the file.
 
 Turn locks are ``flock`` locks on ``.<id>.lock``: the kernel releases one when its holder's process
-dies, however it dies (SIGKILL included), so they need no lease and no heartbeat.
+dies, however it dies (SIGKILL included), so they need no lease and no heartbeat. A save holds
+``.<id>~write.lock`` while it writes ``.<id>~save.tmp`` and renames it into place.
+
+Nothing is left behind for good. A save killed between writing its temporary file and renaming it
+leaves that file, which the next save of the conversation writes over; opening the store and
+``prune`` remove every such file whose conversation no save holds (and the lock files of conversations
+that do not exist), and ``delete`` removes the conversation's files with it. Lock files are removed
+only under their lock (:mod:`~llm_fsm.store.flocks`), so that removing one never lets two processes
+hold it.
 """
 
 from __future__ import annotations
@@ -18,14 +26,12 @@ import builtins
 import glob
 import json
 import os
-import tempfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager, suppress
 from datetime import timedelta
 from pathlib import Path
-
-from filelock import FileLock, Timeout
 
 from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
@@ -40,29 +46,42 @@ from llm_fsm.store.base import (
     info_of,
     seconds,
 )
+from llm_fsm.store.flocks import Flock
 from llm_fsm.store.history import Page, bounded, check_page, exchange_json, page_window, rows_to_write
 
 SUFFIX = ".json"
+# "~" is never in an id: conversation "x.write" must not share a file with conversation "x"
+WRITE_LOCK = "~write.lock"
+TEMPORARY = "~save.tmp"
 
 
 class FileStore(Store):
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         super().__init__()
         self.directory = Path(directory)
-        self._held: dict[str, FileLock] = {}  # token -> the lock a turn of this process holds
+        self._held: dict[str, Flock] = {}  # token -> the lock a turn of this process holds
         self.url = f"file://{self.directory.resolve()}"
         try:
             private_folders(self.directory)
         except OSError as exc:
             raise StoreError(f"cannot create the store folder {self.directory}: {exc.strerror or exc}") from exc
+        self._sweep()
 
     def _path(self, conversation_id: str) -> Path:
         return self.directory / f"{check_id(conversation_id)}{SUFFIX}"
 
-    def _write_lock(self, conversation_id: str) -> FileLock:
+    def _hidden(self, conversation_id: str, suffix: str) -> Path:
+        return self.directory / f".{conversation_id}{suffix}"
+
+    @contextmanager
+    def _write_lock(self, conversation_id: str) -> Iterator[Flock]:
         # Held only while reading the version and replacing the file (not for a whole turn).
-        # "~" is never in an id: conversation "x.write" must not share the turn lock file ".x.write.lock"
-        return FileLock(str(self.directory / f".{conversation_id}~write.lock"), thread_local=False, mode=0o600)
+        lock = Flock(self._hidden(check_id(conversation_id), WRITE_LOCK))
+        lock.acquire(blocking=True)
+        try:
+            yield lock
+        finally:
+            lock.release()
 
     def save(self, conversation_id: str, snapshot: Snapshot, *, expected_version: int | None = None) -> int:
         path = self._path(conversation_id)
@@ -75,7 +94,7 @@ class FileStore(Store):
                 raise conflict(conversation_id, expected_version, found)
             whole = self._whole(conversation_id, current.snapshot if current else None, snapshot)
             document = {"version": found + 1, "updated_at": time.time(), "snapshot": whole.model_dump(mode="json")}
-            self._replace(path, json.dumps(document, ensure_ascii=False))
+            self._replace(conversation_id, json.dumps(document, ensure_ascii=False))
         return found + 1
 
     def _whole(self, conversation_id: str, stored: Snapshot | None, snapshot: Snapshot) -> Snapshot:
@@ -90,17 +109,20 @@ class FileStore(Store):
         history = (*before[: rows.first], *snapshot.history[rows.first - snapshot.history_start :])
         return snapshot.model_copy(update={"history": history, "history_start": 0})
 
-    def _replace(self, path: Path, text: str) -> None:
-        # in the same folder: os.replace is atomic only within one file system
-        handle, temporary = tempfile.mkstemp(dir=self.directory, prefix=f".{path.stem}.", suffix=".tmp")
+    def _replace(self, conversation_id: str, text: str) -> None:
+        """Replace the conversation's file with ``text``, under its write lock."""
+        # In the same folder: os.replace is atomic only within one file system. One name per conversation,
+        # written over (O_TRUNC): the file a save killed here left is the next save's, never a second one.
+        temporary = self._hidden(conversation_id, TEMPORARY)
+        flags = os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC
         try:
-            with os.fdopen(handle, "w", encoding="utf-8") as file:
+            with os.fdopen(os.open(temporary, flags, 0o600), "w", encoding="utf-8") as file:
                 file.write(text)
                 file.flush()
                 os.fsync(file.fileno())
-            os.replace(temporary, path)
-        except BaseException:
-            Path(temporary).unlink(missing_ok=True)
+            os.replace(temporary, self._path(conversation_id))
+        except BaseException:  # SystemExit of a SIGTERM (the CLI's) included
+            temporary.unlink(missing_ok=True)
             raise
         folder = os.open(self.directory, os.O_RDONLY)
         try:
@@ -135,9 +157,11 @@ class FileStore(Store):
 
     def delete(self, conversation_id: str) -> bool:
         path = self._path(conversation_id)
-        with self._write_lock(conversation_id):
+        with self._write_lock(conversation_id) as lock:
             existed = path.exists()
             path.unlink(missing_ok=True)
+            self._hidden(conversation_id, TEMPORARY).unlink(missing_ok=True)
+            lock.remove()  # under the lock: a save waiting for it locks a new file
         self.unlock(conversation_id)
         return existed
 
@@ -157,29 +181,65 @@ class FileStore(Store):
     def prune(self, older_than: float | timedelta) -> int:
         cutoff = time.time() - seconds(older_than)
         old = [r.id for r in self._records() if r.updated_at < cutoff]
-        return sum(self.delete(cid) for cid in old)
+        pruned = sum(self.delete(cid) for cid in old)
+        self._sweep()
+        return pruned
+
+    def _sweep(self) -> None:
+        """Remove what saves and turns that died left: temporary files, and the lock files of conversations that
+        do not exist. Each under its conversation's lock, taken only if free: never a file a save under way (in
+        any process) is writing, nor the lock of a turn under way."""
+        try:
+            files = set(os.listdir(self.directory))
+        except OSError:
+            return
+        # (a lock file's suffix, the conversation's id) -> the temporary files that lock guards
+        found: dict[tuple[str, str], builtins.list[str]] = {}
+        for name in files:
+            if (owner := _temporary_owner(name)) is not None:
+                found.setdefault((WRITE_LOCK, owner), []).append(name)
+            elif name.startswith(".") and name.endswith(".lock"):
+                kind = WRITE_LOCK if name.endswith(WRITE_LOCK) else ".lock"
+                if f"{name[1 : -len(kind)]}{SUFFIX}" not in files:  # of a conversation that does not exist
+                    found.setdefault((kind, name[1 : -len(kind)]), [])
+        for (kind, conversation_id), names in found.items():
+            if _an_id(conversation_id):
+                # a file that cannot be removed now (a folder this process may only read) is left to the next sweep
+                with suppress(OSError):
+                    self._drop_if_free(Flock(self._hidden(conversation_id, kind)), conversation_id, names)
+
+    def _drop_if_free(self, lock: Flock, conversation_id: str, temporaries: Iterable[str]) -> None:
+        """Unless another holder has ``lock``: remove the ``temporaries``, and the lock's file when the
+        conversation does not exist."""
+        if not lock.acquire(blocking=False):
+            return  # a save (or a turn) of it is under way: its files are its own
+        try:
+            # with the lock held, no save of this conversation is between writing a temporary file and renaming it
+            for name in temporaries:
+                (self.directory / name).unlink(missing_ok=True)
+            if not self._path(conversation_id).exists():
+                lock.remove()
+        finally:
+            lock.release()
 
     def _lock_file(self, conversation_id: str) -> Path:
-        return self.directory / f".{check_id(conversation_id)}.lock"
+        return self._hidden(check_id(conversation_id), ".lock")
 
     def unlock(self, conversation_id: str) -> bool:
         """Remove the lock file: a holder keeps its flock on a file no one opens again, the next turn locks anew."""
         path = self._lock_file(conversation_id)
         if not path.exists():
             return False
-        token = self._try_lock(conversation_id)
-        if token is not None:  # nobody held it
-            self._release(conversation_id, token)
-        path.unlink(missing_ok=True)
-        return token is None
+        lock = Flock(path)
+        free = lock.acquire(blocking=False)
+        path.unlink(missing_ok=True)  # under the lock when it was free, so no turn can take the old file meanwhile
+        if free:
+            lock.release()
+        return not free
 
     def _try_lock(self, conversation_id: str) -> str | None:
-        # thread_local=False: the async API takes and gives back a lock in worker threads, not always the
-        # same one
-        lock = FileLock(str(self._lock_file(conversation_id)), thread_local=False, mode=0o600)
-        try:
-            lock.acquire(blocking=False)
-        except Timeout:
+        lock = Flock(self._lock_file(conversation_id))
+        if not lock.acquire(blocking=False):
             return None
         token = uuid.uuid4().hex
         self._held[token] = lock
@@ -187,6 +247,25 @@ class FileStore(Store):
 
     def _release(self, conversation_id: str, token: str) -> None:
         self._held.pop(token).release()  # after unlock or delete: of a file no one opens any more, harmless
+
+
+def _an_id(name: str) -> bool:
+    try:
+        check_id(name)
+    except StoreError:
+        return False
+    return True
+
+
+def _temporary_owner(name: str) -> str | None:
+    """The conversation whose save writes the temporary file ``name``: ``.<id>~save.tmp``, or ``.<id>.<random>.tmp``
+    as earlier versions named them (the random part has no dot). None for another file."""
+    if not (name.startswith(".") and name.endswith(".tmp")):
+        return None
+    if name.endswith(TEMPORARY):
+        return name[1 : -len(TEMPORARY)]
+    owner = name[1 : -len(".tmp")].rpartition(".")[0]
+    return owner or None
 
 
 failures_as_store_errors(FileStore, (OSError,))  # a folder gone or unwritable: StoreError, never a bare OSError

@@ -16,6 +16,7 @@ from llm_fsm.json_problems import json_pointer as _json_pointer
 from llm_fsm.json_problems import positions as _positions
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
 from llm_fsm.loader import _dotted
+from llm_fsm.named_files import read_bytes
 from llm_fsm.testing.tool_scripts import STUBS_DESCRIPTION, ApprovalExpectation, StubSpec, ToolCallExpectation, ToolStub
 from llm_fsm.wording import Vocabulary, field_problems
 
@@ -184,7 +185,7 @@ def read(path: Path) -> TestFile:
 
 def _problems(exc: ValidationError, path: Path) -> list[Problem]:
     """A problem per mistake, in plain words, at the line:column of the value (or key) it is about."""
-    positions = _positions(path.read_text(encoding="utf-8-sig"))
+    positions = _positions(read_bytes(path, "test file").decode("utf-8-sig"))
     problems = []
     for loc, message, code, hint in field_problems(exc, _WORDS):
         pointer = _json_pointer(loc)

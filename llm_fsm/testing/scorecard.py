@@ -26,6 +26,7 @@ from llm_fsm.hooks import Hooks
 from llm_fsm.json_problems import encoding_message
 from llm_fsm.llm import LLMClient
 from llm_fsm.loader import load
+from llm_fsm.named_files import read_bytes
 from llm_fsm.testing import message_quality
 from llm_fsm.testing.scripted import ScriptedLLM
 from llm_fsm.turn import TurnResult
@@ -107,11 +108,12 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     definition = load(path)
     given, hooks = hooks, hooks if hooks is not None else _hooks_next_to(path)
     lines_file, replies_file = folder / f"{path.stem}.txt", folder / f"{path.stem}.json"
-    missing = [str(file) for file in (lines_file, replies_file) if not file.is_file()]
+    # not is_file(): a FIFO or a folder there is read, and refused in words of its own
+    missing = [str(file) for file in (lines_file, replies_file) if not file.exists()]
     if missing:
         raise FSMError(f"{path.name}: no course (needs {' and '.join(missing)})")
     try:
-        raw = lines_file.read_bytes()
+        raw = read_bytes(lines_file, "file of user lines")
         bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # an editor's mark, not the user's word
         text = raw[bom:].decode("utf-8")
     except OSError as exc:
