@@ -427,7 +427,7 @@ def test_an_approval_can_be_answered_later_and_back_does_not_undo_a_call_that_ra
     text = "I'm Ann\nwipe me\nmaybe\nhello?\ny\n/back\n"
     result = chat(tool_definition, tmp_path, replies, text, "--hooks", hooks)
     assert result.exit_code == 0, result.output
-    assert "Still waiting for approval: type y or n." in result.stdout
+    assert "Still waiting for approval: answer y/n." in result.stdout
     assert "Waiting for approval: type y or n" in result.stderr  # "hello?" is not an answer
     assert "Wiped. Email?" in result.stdout
     assert "/back cannot undo the call to 'wipe': it was approved and ran" in result.stderr

@@ -199,3 +199,27 @@ def test_guided_a_sub_conversations_return_says_the_message_of_the_state_it_ends
     result = conversation.send("Rex")
     assert (result.state, result.message, result.llm_calls) == ("describe_loss", "Your identity is confirmed.", 2)
     assert (llm.requests[-1].definition, llm.requests[-1].state) == ("identity_check", "ok")
+
+
+# -- from the terminal ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("options", "state", "message"),
+    [([], "ask_name", "And your last name?"), (["--guided"], "ask_email", ENTERED["message"])],
+)
+def test_run_with_scripted_replies_is_plain_or_guided_as_asked(tmp_path: Path, options, state, message) -> None:
+    import json
+
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    (tmp_path / "signup.json").write_text(json.dumps(SIGNUP))
+    opening = reply("ask_name", "Hi! Your full name?")
+    (tmp_path / "replies.json").write_text(json.dumps([opening, HALF_A_NAME, ENTERED]))
+    args = ["run", str(tmp_path / "signup.json"), "--model", f"scripted:{tmp_path / 'replies.json'}"]
+    result = CliRunner().invoke(app, [*args, *options], input="Mei\n")
+    assert result.exit_code == 0, result.output
+    turn = json.loads(result.stdout.splitlines()[-1])
+    assert (turn["state"], turn["message"]) == (state, message)

@@ -178,7 +178,9 @@ def test_an_id_nobody_has_still_starts_a_new_conversation(store_url, definition,
     with serving(store_url, [GREETING]) as http:
         served = create(http, definition="signup")["id"]
     ran = run(definition, tmp_path, store_url, "mine", [GREETING], "")
-    assert ran.exit_code == 0 and lines(ran)[0]["turn"] == 0 and "note:" not in ran.stderr, ran.output
+    assert ran.exit_code == 0 and lines(ran)[0]["turn"] == 0, ran.output
+    # said: a mistyped id would otherwise start an empty conversation without a word
+    assert "note: no conversation mine in " in ran.stderr and "a new one starts" in ran.stderr
     assert sorted(info.id for info in open_store(store_url).list()) == sorted(["mine", f"local@{served}"])
     shown = cli("conversations", "show", "nope", "--store", store_url)
     assert shown.exit_code == 1 and "no conversation 'nope'" in shown.stderr

@@ -197,3 +197,28 @@ def test_eval_shows_a_course_s_name_and_why_it_stopped_as_text(monkeypatch, caps
         in err.getvalue()
     )
     assert "│ approval [bold]x[/bold]\\x1b]0;HACKED\\x07 │" in out
+
+
+REPLIES_AS_WRITTEN = [  # (a reply with Markdown in it, the lines the terminal must show, in order)
+    (
+        "Here's your profile:\nName: Maya Chen\nAge: 34\n\nIs everything **correct**?",
+        ["Here's your profile:", "Name: Maya Chen", "Age: 34", "Is everything correct?"],
+    ),
+    (
+        " ".join(f"w{i:02d}" for i in range(24)) + " ![the map](http://x/map.png) and more",
+        [" ".join(f"w{i:02d}" for i in range(24)) + " ![the map](http://x/map.png) and more"],
+    ),
+    ("- one\n- two", ["• one", "• two"]),
+]
+
+
+@pytest.mark.parametrize(("message", "lines"), REPLIES_AS_WRITTEN, ids=["line breaks", "image", "list"])
+def test_a_markdown_reply_keeps_its_line_breaks_and_every_word(message, lines):
+    from rich.console import Console
+
+    from llm_fsm.cli.chat_views import rendered
+
+    console = Console(width=200, record=True, force_terminal=False)
+    console.print(rendered(message))
+    shown_lines = [line.strip() for line in console.export_text().splitlines() if line.strip()]
+    assert shown_lines == lines

@@ -173,11 +173,12 @@ class ChatSession(StoredChat):
             console.print("[dim](this call was approved before the last session stopped: continuing it)[/]")
             self.resume('{"approved": true}')
             return
-        answer = _read(f"approve? [{yes_no_choices(self.conversation.definition)}] ")
+        choices = yes_no_choices(self.conversation.definition)
+        answer = _read(f"approve? [{choices}] ")
         if answer is not None and answer.strip().startswith("/"):
             self.command(answer.strip())  # a command instead of an answer: run it; the question stays
         elif answer is None or self.decide(pending, answer) is None:
-            console.print("[dim]Still waiting for approval: type y or n.[/]")
+            console.print(f"[dim]Still waiting for approval: answer {in_markup(choices)}.[/]")
 
     def decide(self, pending: llm_fsm.PendingEvent, answer: str) -> bool | None:
         """Resume ``pending`` as ``answer`` (y/yes or n/no, or the definition's language's: sì, oui, ja...)

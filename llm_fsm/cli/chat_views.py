@@ -195,6 +195,10 @@ def error(message: str) -> None:
 _MARKUP = re.compile(r"[\n*_`#\[\]<>|~\\&]|^\s|\s$|^(?:[-+>=]|\d+[.)])")
 
 
+_LINE_BREAK = re.compile(r"(?<![\n ])\n(?!\n)")  # one line break, not already hard ("  \n") and not a paragraph's
+_IMAGE = re.compile(r"!\[")
+
+
 def rendered(message: str) -> Text | Any:
     """``message`` for the console, :func:`~llm_fsm.cli.shown.shown` (its control characters as visible
     escapes): as Markdown, or as plain text when Markdown would show it the same (one paragraph with no
@@ -206,7 +210,10 @@ def rendered(message: str) -> Text | Any:
         return Text(message)
     from rich.markdown import Markdown
 
-    return Markdown(message, hyperlinks=False)
+    # a line break the model wrote is kept (Markdown would join the lines), and an image is shown as the text it
+    # is written as: rich draws it as an icon and its alt text at the paragraph's start, and drops words there
+    kept = _IMAGE.sub(r"!\\[", _LINE_BREAK.sub("  \n", message))
+    return Markdown(kept, hyperlinks=False)
 
 
 def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:

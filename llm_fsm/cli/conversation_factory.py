@@ -17,6 +17,7 @@ import typer
 
 import llm_fsm
 from llm_fsm.cli.main import complain, fail
+from llm_fsm.cli.shown import shown
 from llm_fsm.errors import ConversationError, DefinitionError, FSMError, StoreError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
@@ -136,12 +137,17 @@ def open_conversation(
 def _where_kept(store_url: str | None, conversation_id: str | None) -> tuple[Store, str]:
     """Where the conversation is kept: the store and id named, else a memory store for as long as the command runs."""
     from llm_fsm.store import open_store
+    from llm_fsm.store.base import public_url
 
     if store_url is None and conversation_id is None:  # kept for this run only, but its turns run the same way
         return open_store("memory:"), UNSTORED_ID
     store = open_store(store_url)
     if conversation_id is not None:
-        return store, stored_id(store, conversation_id)
+        found = stored_id(store, conversation_id)
+        if store.load(found) is None:  # said, since a mistyped id would otherwise start a conversation silently
+            where = shown(public_url(store.url))
+            typer.echo(f"note: no conversation {shown(found)} in {where}: a new one starts under that id", err=True)
+        return store, found
     conversation_id = uuid.uuid4().hex[:12]
     typer.echo(f"conversation: {conversation_id} (continue it with --conversation {conversation_id})", err=True)
     return store, conversation_id

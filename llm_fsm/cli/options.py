@@ -178,7 +178,8 @@ GuidedOption = Annotated[
     bool,
     typer.Option("--guided", envvar="LLM_FSM_GUIDED", show_envvar=True,
                  help="Guided replies for small models: a reply schema made per turn (needs --response-format "
-                      "json_schema on a server that enforces it, such as llama.cpp's)."),
+                      "json_schema on a server that enforces it, such as llama.cpp's; with --model scripted:FILE "
+                      "or simulated, the turns are guided ones, to try offline)."),
 ]  # fmt: skip
 PromptOrderOption = Annotated[
     PromptOrderChoice,
@@ -420,6 +421,10 @@ def make_client(
     if provider.prompt_order != "auto" and not isinstance(client, LiteLLMClient):
         # scripted or simulated replies: the prompts a real model would get in that order are recorded and tested
         client.prompt_order = str(provider.prompt_order)  # type: ignore[attr-defined]  # ScriptedLLM's, SimulatedLLM's
+    if provider.guided and not isinstance(client, LiteLLMClient):
+        # --guided with scripted or simulated replies: conversations get guided requests (Conversation reads it),
+        # so a guided turn can be tried, and tested, offline
+        client.guided = True  # type: ignore[attr-defined]  # read by Conversation as getattr(llm, "guided")
     if record is not None:
         from llm_fsm.testing.cassette import RecordingLLM
 
