@@ -178,8 +178,7 @@ GuidedOption = Annotated[
     bool,
     typer.Option("--guided", envvar="LLM_FSM_GUIDED", show_envvar=True,
                  help="Guided replies for small models: a reply schema made per turn (needs --response-format "
-                      "json_schema on a server that enforces it, such as llama.cpp's; with --model scripted:FILE "
-                      "or simulated, the turns are guided ones, to try offline)."),
+                      "json_schema on a server that enforces it, such as llama.cpp's; scripted replies take it too)."),
 ]  # fmt: skip
 PromptOrderOption = Annotated[
     PromptOrderChoice,
@@ -408,8 +407,7 @@ def make_client(
     replay: Path | None = None,
     definitions: Sequence[FSMDefinition] = (),
 ) -> LLMClient:
-    """The model a command talks to: a cassette, scripted replies, the simulated model of ``definitions``
-    (the ones the command talks to), or litellm; recorded if asked."""
+    """The model a command talks to: a cassette, scripted, simulated (``definitions``), litellm; recorded if asked."""
     if replay is not None:
         from llm_fsm.testing.cassette import ReplayLLM
 
@@ -418,13 +416,11 @@ def make_client(
         except LLMError as exc:
             fail(str(exc), 2)
     client = _model(model, provider, stream, definitions)
-    if provider.prompt_order != "auto" and not isinstance(client, LiteLLMClient):
-        # scripted or simulated replies: the prompts a real model would get in that order are recorded and tested
-        client.prompt_order = str(provider.prompt_order)  # type: ignore[attr-defined]  # ScriptedLLM's, SimulatedLLM's
-    if provider.guided and not isinstance(client, LiteLLMClient):
-        # --guided with scripted or simulated replies: conversations get guided requests (Conversation reads it),
-        # so a guided turn can be tried, and tested, offline
-        client.guided = True  # type: ignore[attr-defined]  # read by Conversation as getattr(llm, "guided")
+    if not isinstance(client, LiteLLMClient):
+        # scripted or simulated replies: the prompts (and guided requests) a real model would get are made and tested
+        if provider.prompt_order != "auto":
+            client.prompt_order = str(provider.prompt_order)  # type: ignore[attr-defined]  # Scripted/SimulatedLLM's
+        client.guided = provider.guided  # type: ignore[attr-defined]  # Conversation reads getattr(llm, "guided")
     if record is not None:
         from llm_fsm.testing.cassette import RecordingLLM
 
