@@ -168,6 +168,8 @@ def test_an_id_two_clients_have_is_refused_with_the_ids_that_name_each(store_url
     # the ids list shows are the ones the commands take
     listing = cli("conversations", "list", "--store", store_url, "--json").stdout.splitlines()
     assert sorted(json.loads(line)["id"] for line in listing) == [f"alice@{cid}", f"bob@{cid}"]
+    narrow = runner.invoke(app, ["conversations", "list", "--store", store_url], env={"COLUMNS": "60"}).stdout
+    assert f"alice@{cid}" in narrow and f"bob@{cid}" in narrow  # whole, to copy, in a narrow terminal or a pipe
     ran = run(definition, tmp_path, store_url, f"bob@{cid}", [NAME], "I'm Ann\n")
     assert ran.exit_code == 0 and lines(ran)[0]["turn"] == 1, ran.output
     assert open_store(store_url).load(f"bob@{cid}").snapshot.context == {"name": "Ann"}

@@ -84,9 +84,11 @@ def list_(
         for info in infos:
             typer.echo(json.dumps(info.__dict__))
         return
-    from rich.table import Table
+    from rich.table import Column, Table
 
-    table = Table("id", "definition", "state", "status", "turns", "saved")
+    # the id whole, on one line, however narrow the terminal (or a pipe): it is what the other commands take
+    widest = max((len(info.id) for info in infos), default=2)
+    table = Table(Column("id", no_wrap=True, min_width=widest), "definition", "state", "status", "turns", "saved")
     for info in infos:
         cells = info.id, info.definition_name, info.state, info.status, str(info.turns), _when(info.updated_at)
         table.add_row(*map(as_text, cells))  # a str cell would be read as markup
