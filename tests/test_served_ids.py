@@ -208,3 +208,13 @@ def test_resolve_finds_the_one_client_that_has_an_id(kind, tmp_path, request):
     assert raised.value.stored_ids == ["carol@both", "dan@both"]
     assert (client_of("alice@abc"), client_of("abc")) == ("alice", None)
     store.close()
+
+
+@pytest.mark.parametrize("scheme", ["sqlite", "file"])
+@pytest.mark.parametrize("command", [["list"], ["show", "abc"], ["delete", "abc"], ["unlock", "abc"],
+                                     ["prune", "--older-than", "1d"]])  # fmt: skip
+def test_a_store_named_that_does_not_exist_is_said_and_not_made(tmp_path, scheme, command):
+    missing = tmp_path / "typo" / ("s.db" if scheme == "sqlite" else "conversations")
+    result = cli("conversations", *command, "--store", f"{scheme}:{missing}")
+    assert result.exit_code == 2 and f"no store at {scheme}:{missing}" in result.stderr, result.output
+    assert not (tmp_path / "typo").exists()

@@ -57,7 +57,7 @@ def _opened(url: str | None, conversation_id: str | None = None) -> Iterator[Sto
     try:
         if conversation_id is not None:
             check_id(conversation_id)
-        store = open_store(url)
+        store = open_store(url, create=url is None)  # a store named is looked at, never made by a typo
     except StoreError as exc:
         fail(str(exc), 2)
     try:

@@ -66,9 +66,15 @@ _FORMS = (
 )
 
 
-def open_store(url: str | None = None) -> Store:
-    """The store a URL names (default: :func:`default_url`); :class:`StoreError` for a bad URL (see above)."""
+def open_store(url: str | None = None, *, create: bool = True) -> Store:
+    """The store a URL names (default: :func:`default_url`); :class:`StoreError` for a bad URL (see above).
+    ``create=False``: a ``sqlite:`` or ``file:`` store that does not exist yet is a :class:`StoreError` too, not
+    made (a mistyped path where a store is only looked at)."""
     url = default_url() if url is None else url
+    if not create and url.partition(":")[0] in ("file", "sqlite") and not Path(_local_path(url)).exists():
+        raise StoreError(
+            f"no store at {public_url(url)}: nothing is at {_local_path(url)} (run, chat and serve make one)"
+        )
     scheme, colon, rest = url.partition(":")
     if not colon or not scheme:
         raise StoreError(f"{public_url(url)!r} is not a store URL: use {_FORMS}")
