@@ -78,22 +78,37 @@ def drive(conversation: Conversation, how: str, text: str) -> tuple[str, str, in
     if how == "asend":
         result = asyncio.run(conversation.asend(text))
         return result.state, result.message, result.llm_calls
-    shown, result = streamed(conversation, text)
+    if how == "astream":
+        shown, result = asyncio.run(astreamed(conversation, text))
+    else:
+        shown, result = streamed(conversation, text)
     assert shown == result.message  # what streamed is what the turn says
     return result.state, shown, result.llm_calls
+
+
+async def astreamed(conversation: Conversation, text: str) -> tuple[str, Any]:
+    shown, result = "", None
+    async for event in conversation.astream(text):
+        if isinstance(event, MessageDelta):
+            shown += event.text
+        elif isinstance(event, MessageReset):
+            shown = ""
+        else:
+            result = event
+    return shown, result
 
 
 # -- plain: the named target, judged ----------------------------------------------------------------
 
 
-@pytest.mark.parametrize("how", ["send", "asend", "stream"])
+@pytest.mark.parametrize("how", ["send", "asend", "stream", "astream"])
 def test_plain_a_reply_that_stays_stays_with_its_message(how: str) -> None:
     conversation, _ = signup(HALF_A_NAME)
     assert drive(conversation, how, "Mei") == ("ask_name", "And your last name?", 1)
     assert conversation.context["full_name"] == {"first": "Mei"}  # what it wrote is kept
 
 
-@pytest.mark.parametrize("how", ["send", "asend", "stream"])
+@pytest.mark.parametrize("how", ["send", "asend", "stream", "astream"])
 def test_plain_a_reply_that_stays_is_not_moved_from_anywhere(how: str) -> None:
     conversation, _ = signup(ASKS_FOR_A_PERSON)
     assert drive(conversation, how, "can I talk to someone?") == (
@@ -119,7 +134,7 @@ def test_plain_a_reply_that_names_the_move_still_takes_it() -> None:
 # -- guided: the move the update fulfils, with the entered state's message ----------------------------
 
 
-@pytest.mark.parametrize("how", ["send", "asend", "stream"])
+@pytest.mark.parametrize("how", ["send", "asend", "stream", "astream"])
 def test_guided_a_moved_reply_says_the_entered_states_message(how: str) -> None:
     conversation, llm = signup(HALF_A_NAME, ENTERED, guided=True)
     assert drive(conversation, how, "Mei") == ("ask_email", "Thanks, Mei! What's your email?", 2)

@@ -209,10 +209,15 @@ REPLIES_AS_WRITTEN = [  # (a reply with Markdown in it, the lines the terminal m
         [" ".join(f"w{i:02d}" for i in range(24)) + " ![the map](http://x/map.png) and more"],
     ),
     ("- one\n- two", ["• one", "• two"]),
+    ("Use <b>bold</b> here", ["Use <b>bold</b> here"]),
+    ("<div>\nthe text in a block\n</div>\n\nafter", ["<div>", "the text in a block", "</div>", "after"]),
+    ("```\n<b>x</b> ![i](u)\n```", ["<b>x</b> ![i](u)"]),  # code is shown as written, no escape added
 ]
 
 
-@pytest.mark.parametrize(("message", "lines"), REPLIES_AS_WRITTEN, ids=["line breaks", "image", "list"])
+@pytest.mark.parametrize(
+    ("message", "lines"), REPLIES_AS_WRITTEN, ids=["line breaks", "image", "list", "html", "html block", "code"]
+)
 def test_a_markdown_reply_keeps_its_line_breaks_and_every_word(message, lines):
     from rich.console import Console
 

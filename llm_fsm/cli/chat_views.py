@@ -196,7 +196,23 @@ _MARKUP = re.compile(r"[\n*_`#\[\]<>|~\\&]|^\s|\s$|^(?:[-+>=]|\d+[.)])")
 
 
 _LINE_BREAK = re.compile(r"(?<![\n ])\n(?!\n)")  # one line break, not already hard ("  \n") and not a paragraph's
-_IMAGE = re.compile(r"!\[")
+_CODE = re.compile(r"```.*?(?:```|$)|`[^`\n]*`", re.DOTALL)  # code, fenced or inline: shown as written anyway
+# what rich would draw as something else or drop: an image (an icon, with words lost beside it), an HTML tag
+# (dropped, and a block of HTML with the text in it)
+_AS_TEXT = re.compile(r"!\[|<(?=[A-Za-z/!?])")
+
+
+def _as_written(message: str) -> str:
+    """``message`` for rich's Markdown with what it would drop kept: its line breaks (Markdown joins the lines),
+    and images and HTML tags outside code, escaped to show as written."""
+    kept, start = [], 0
+    for code in [*_CODE.finditer(message), None]:
+        end = len(message) if code is None else code.start()
+        kept.append(_AS_TEXT.sub(lambda found: "!\\[" if found[0] == "![" else "\\<", message[start:end]))
+        if code is not None:
+            kept.append(code[0])
+            start = code.end()
+    return _LINE_BREAK.sub("  \n", "".join(kept))
 
 
 def rendered(message: str) -> Text | Any:
@@ -210,10 +226,7 @@ def rendered(message: str) -> Text | Any:
         return Text(message)
     from rich.markdown import Markdown
 
-    # a line break the model wrote is kept (Markdown would join the lines), and an image is shown as the text it
-    # is written as: rich draws it as an icon and its alt text at the paragraph's start, and drops words there
-    kept = _IMAGE.sub(r"!\\[", _LINE_BREAK.sub("  \n", message))
-    return Markdown(kept, hyperlinks=False)
+    return Markdown(_as_written(message), hyperlinks=False)
 
 
 def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
