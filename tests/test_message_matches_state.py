@@ -57,17 +57,19 @@ def signup(*replies: dict[str, Any], guided: bool = False, **options: Any) -> tu
     return Conversation(llm_fsm.load(SIGNUP), llm, guided=guided, **options), llm
 
 
-def streamed(conversation: Conversation, text: str) -> tuple[str, Any]:
-    """The text a streaming client shows (resets applied) and the turn's result."""
-    shown, result = "", None
-    for event in conversation.stream(text):
-        if isinstance(event, MessageDelta):
-            shown += event.text
-        elif isinstance(event, MessageReset):
+def shown_of(events: list[Any]) -> tuple[str, Any]:
+    """The text a streaming client shows of a turn's ``events`` (resets applied), and the turn's result."""
+    shown = ""
+    for event in events[:-1]:
+        if isinstance(event, MessageReset):
             shown = ""
-        else:
-            result = event
-    return shown, result
+        elif isinstance(event, MessageDelta):
+            shown += event.text
+    return shown, events[-1]
+
+
+async def collected(conversation: Conversation, text: str) -> list[Any]:
+    return [event async for event in conversation.astream(text)]
 
 
 def drive(conversation: Conversation, how: str, text: str) -> tuple[str, str, int]:
@@ -78,24 +80,10 @@ def drive(conversation: Conversation, how: str, text: str) -> tuple[str, str, in
     if how == "asend":
         result = asyncio.run(conversation.asend(text))
         return result.state, result.message, result.llm_calls
-    if how == "astream":
-        shown, result = asyncio.run(astreamed(conversation, text))
-    else:
-        shown, result = streamed(conversation, text)
+    events = asyncio.run(collected(conversation, text)) if how == "astream" else list(conversation.stream(text))
+    shown, result = shown_of(events)
     assert shown == result.message  # what streamed is what the turn says
     return result.state, shown, result.llm_calls
-
-
-async def astreamed(conversation: Conversation, text: str) -> tuple[str, Any]:
-    shown, result = "", None
-    async for event in conversation.astream(text):
-        if isinstance(event, MessageDelta):
-            shown += event.text
-        elif isinstance(event, MessageReset):
-            shown = ""
-        else:
-            result = event
-    return shown, result
 
 
 # -- plain: the named target, judged ----------------------------------------------------------------
