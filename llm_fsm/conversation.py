@@ -39,6 +39,7 @@ from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.memory import summaries
 from llm_fsm.prompt import PROMPT_ORDERS, PromptBuilder, PromptOrder
+from llm_fsm.recorded import recorded
 from llm_fsm.refusals import turn_refusal
 from llm_fsm.restoring import restored
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
@@ -238,6 +239,12 @@ class Conversation:
         self._refuse_busy()
         written = memory.code_update(self.definition, self._snapshot.memory, delta)
         self._snapshot = self._snapshot.model_copy(update={"memory": written})
+
+    def record(self, message: str, *, replace: bool = False) -> None:
+        """Record ``message``, written elsewhere (a person, another system), as the assistant's: an exchange without
+        user words, or (``replace``) over the last reply. No model call; not a turn. Rules: :mod:`llm_fsm.recorded`."""
+        self._refuse_busy()
+        self._snapshot = recorded(self.definition, self._snapshot, message, replace=replace, settings=self.settings)
 
     # -- summaries ------------------------------------------------------------------------------
 

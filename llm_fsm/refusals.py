@@ -32,7 +32,7 @@ from llm_fsm.values import blank
 if TYPE_CHECKING:
     from llm_fsm.engine import PendingEvent
 
-__all__ = ["Reason", "Refusal", "turn_refusal"]
+__all__ = ["Reason", "Refusal", "blankness", "turn_refusal"]
 
 Reason = Literal["busy", "ended", "paused", "started", "not_text", "empty"]
 
@@ -102,7 +102,15 @@ def turn_refusal(conversation: Standing, user: object, *, busy: bool = False, re
 def _empty(user: str, state: str) -> Refusal | None:
     """A message with no text is refused: its turn would show the model an empty user turn, which reads
     as the conversation's beginning."""
-    if not blank(user):
+    what = blankness(user)
+    if what is None:
         return None
-    what = "empty" if not user else "only whitespace" if not user.strip() else "only invisible characters"
     return Refusal("empty", f"the user's message is {what}: there is nothing to answer", state)
+
+
+def blankness(text: str) -> str | None:
+    """What a text that shows nothing is, in words (``"empty"``, ``"only whitespace"``, ``"only invisible
+    characters"``), or None when it shows something (see :func:`~llm_fsm.values.blank`)."""
+    if not blank(text):
+        return None
+    return "empty" if not text else "only whitespace" if not text.strip() else "only invisible characters"

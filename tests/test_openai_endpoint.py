@@ -383,17 +383,10 @@ def test_transcript_points_end_after_assistant_messages():
 
 
 def orders_with_approval(llm: Any) -> tuple[Any, TestClient, list[str]]:
-    from tests.test_server import TOOLS
+    from tests.test_server import orders_needing_approval
 
-    hooks, ran = Hooks(), []
-
-    @hooks.tool()
-    def find_order(order_id: str) -> dict[str, str]:
-        ran.append(order_id)
-        return {"status": "shipped"}
-
-    definition = {**TOOLS, "tools": {"find_order": {**TOOLS["tools"]["find_order"], "approval": "always"}}}
-    client, http = in_process(llm, hooks, llm_fsm.load(definition))
+    definition, hooks, ran = orders_needing_approval()
+    client, http = in_process(llm, hooks, definition)
     return client, http, ran
 
 

@@ -545,6 +545,7 @@ def test_the_openapi_document_lists_every_route():
         "/conversations/{conversation_id}/messages",
         "/conversations/{conversation_id}/stream",
         "/conversations/{conversation_id}/resume",
+        "/conversations/{conversation_id}/assistant",
         "/conversations/{conversation_id}/history",
         "/v1/models",
         "/v1/models/{name}",
@@ -867,19 +868,23 @@ def test_a_stream_whose_client_is_gone_when_written_to_ends_quietly_after_its_tu
     assert sent == 2 and done and cancelled  # no error escaped; the turn was cancelled and awaited
 
 
-def test_a_tool_call_waiting_for_approval_runs_once_resumed():
-    hooks = Hooks()
-    ran: list[str] = []
+def orders_needing_approval() -> tuple[llm_fsm.FSMDefinition, Hooks, list[str]]:
+    """TOOLS with ``find_order`` waiting for a person's approval, its hooks, and the order ids it ran for."""
+    hooks, ran = Hooks(), []
 
     @hooks.tool()
     def find_order(order_id: str) -> dict[str, str]:
         ran.append(order_id)
         return {"status": "shipped"}
 
-    definition = json.loads(json.dumps(TOOLS))
-    definition["tools"]["find_order"]["approval"] = "always"
+    definition = {**TOOLS, "tools": {"find_order": {**TOOLS["tools"]["find_order"], "approval": "always"}}}
+    return llm_fsm.load(definition), hooks, ran
+
+
+def test_a_tool_call_waiting_for_approval_runs_once_resumed():
+    definition, hooks, ran = orders_needing_approval()
     llm = ScriptedLLM([tool_calls(("find_order", {"order_id": "A-17"})), reply("help", "A-17 has shipped.")])
-    http = client(llm, [llm_fsm.load(definition)], hooks=hooks)
+    http = client(llm, [definition], hooks=hooks)
     cid = create(http, start=False)["id"]
     paused = http.post(f"/conversations/{cid}/messages", json={"message": "Where is A-17?"}).json()
     assert paused["status"] == "paused" and paused["pending"]["kind"] == "tool_approval" and ran == []

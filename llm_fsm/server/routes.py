@@ -1,5 +1,5 @@
 """The routes: health and readiness, the definitions served, and the conversations (create, read,
-send, stream, resume, delete), each behind the bearer token's client (:data:`Client`)."""
+send, stream, resume, record an assistant message, delete), each behind the bearer token's client (:data:`Client`)."""
 
 from __future__ import annotations
 
@@ -50,6 +50,13 @@ class ResumeTurn(_Body):
     token: str = Field(description="The pending event's token (from the result or the conversation).")
     result: dict[str, Any] = Field(
         default_factory=dict, description='Merged into the context, e.g. {"approved": true}.'
+    )
+
+
+class RecordMessage(_Body):
+    message: str = Field(description="The assistant's message, written elsewhere (a person, another system).")
+    replace: bool = Field(
+        False, description="Write it over the reply of the last exchange instead of adding an exchange."
     )
 
 
@@ -182,6 +189,18 @@ def add_routes(app: FastAPI, service: Service) -> None:
         result = await item.stored.arun(lambda c: c.aresume(body.token, body.result), **asked)
         mark_replayed(response, item.stored)
         return result_view(result, service.mask(item.definition))
+
+    @app.post("/conversations/{conversation_id}/assistant", tags=["conversations"])
+    async def record_message(
+        conversation_id: str, body: RecordMessage, client: Client, response: Response, key: Key
+    ) -> dict[str, Any]:
+        """Record a message written elsewhere (a person who took over, another system) as the assistant's turn:
+        a new exchange with no user words, or with ``replace`` written over the last exchange's reply. No model
+        call, not a turn; answered with the conversation, as ``GET`` gives it."""
+        item = service.stored(client, conversation_id)
+        await item.stored.arecord(body.message, replace=body.replace, idempotency_key=key)
+        mark_replayed(response, item.stored)
+        return conversation_view(item, service.mask(item.definition))
 
     @app.delete("/conversations/{conversation_id}", status_code=204, tags=["conversations"])
     async def delete_conversation(conversation_id: str, client: Client) -> Response:

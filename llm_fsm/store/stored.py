@@ -21,6 +21,7 @@ from llm_fsm.conversation import Conversation
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.llm import LLMClient
+from llm_fsm.recorded import checked_message
 from llm_fsm.store import idempotency
 from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
 from llm_fsm.store.history import Page, bounded, whole
@@ -107,6 +108,22 @@ class StoredConversation:
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
             self._carry_tail()
         return result
+
+    def record(self, message: str, *, replace: bool = False, idempotency_key: str | None = None) -> None:
+        """:meth:`Conversation.record` on the newest stored version, under the lock, then saved (as :meth:`run`):
+        ``message``, written elsewhere, recorded as the assistant's turn. Nothing stored yet under the id: a new
+        conversation, with ``message`` as its opening. ``idempotency_key``: the same record sent again (after a
+        lost answer) records nothing more; the key with another message or ``replace`` is
+        :class:`IdempotencyKeyReused`."""
+        self.run(lambda c: c.record(message, replace=replace), **_recording(message, replace, idempotency_key))
+
+    async def arecord(self, message: str, *, replace: bool = False, idempotency_key: str | None = None) -> None:
+        """The async form of :meth:`record`: the lock is waited for without a thread."""
+
+        async def action(conversation: Conversation) -> None:
+            conversation.record(message, replace=replace)
+
+        await self.arun(action, **_recording(message, replace, idempotency_key))
 
     def _carry_tail(self) -> None:
         """Once saved, the conversation keeps only the history's tail a turn needs, as a load gives it: the
@@ -254,6 +271,13 @@ async def aadvance(
     stored = StoredConversation(store, conversation_id, _maker(definition, llm, options), wait=wait)
     key = {"idempotency_key": idempotency_key, "fingerprint": _fingerprint(text, action, fingerprint)}
     return await stored.arun(action or (lambda c: c.astart() if text is None else c.asend(text)), **key)
+
+
+def _recording(message: object, replace: object, key: str | None) -> dict[str, str | None]:
+    """The idempotency arguments of a record, once its arguments are checked (before the lock is taken)."""
+    checked_message(message, replace)
+    asked = None if key is None else idempotency.fingerprint("record", {"message": message, "replace": replace})
+    return {"idempotency_key": key, "fingerprint": asked}
 
 
 def _fingerprint(text: str | None, action: object, given: str | None) -> str | None:
