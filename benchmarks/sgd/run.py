@@ -188,14 +188,21 @@ def main(argv: list[str] | None = None) -> int:
         records += play(dialogue, schemas[dialogue.service], llm, teacher_forced=args.mode == "teacher-forced")
         if args.model != "oracle" or number % 100 == 0:
             print(_line(f"{number}/{len(dialogues)}", summary(records)), file=sys.stderr, flush=True)
-    figures = report(records)
-    figures["seconds"] = round(time.perf_counter() - started, 1)
-    figures["setup"] = {k: str(v) for k, v in vars(args).items() if k not in ("api_key", "json")}
+        if args.json:  # after every dialogue: a run stopped half-way leaves the traces of what it played
+            _write(args, records, time.perf_counter() - started)
+    figures = _write(args, records, time.perf_counter() - started)
     for name in ("all", "seen", "unseen"):
         print(_line(name, figures[name]))
+    return 0
+
+
+def _write(args: argparse.Namespace, records: list[TurnRecord], seconds: float) -> dict[str, Any]:
+    figures = report(records)
+    figures["seconds"] = round(seconds, 1)
+    figures["setup"] = {k: str(v) for k, v in vars(args).items() if k not in ("api_key", "json")}
     if args.json:
         args.json.write_text(json.dumps({**figures, "turns": [asdict(r) for r in records]}, indent=1) + "\n")
-    return 0
+    return figures
 
 
 if __name__ == "__main__":
