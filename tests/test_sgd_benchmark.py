@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-import llm_fsm
 from benchmarks.sgd import convert, data, run
 from benchmarks.sgd.oracle import Oracle, gold_reply
 from benchmarks.sgd.score import score_turn, token_sort_ratio
@@ -66,7 +65,9 @@ def test_the_fuzzy_rule_is_fuzzywuzzys_token_sort_ratio() -> None:
 def test_a_turn_is_scored_as_sgd_scores_it(schemas: dict[str, Any]) -> None:
     service = schemas["Restaurants_2"]
     gold = {"location": ["San Jose"], "price_range": ["cheap"], "time": ["11:30 am", "half past 11"]}
-    right = score_turn(service, gold, {"location": "san jose", "price_range": "cheap", "time": "half past 11"}, "A", "A")
+    right = score_turn(
+        service, gold, {"location": "san jose", "price_range": "cheap", "time": "half past 11"}, "A", "A"
+    )
     assert (right.joint, right.average, right.intent) == (1.0, 1.0, True)
     # a categorical value must be the annotation's; a free one scores its fuzzy ratio; an extra slot zeroes the turn
     off = score_turn(service, gold, {"location": "San Jose", "price_range": "Cheap", "time": "11:30"}, "A", "B")

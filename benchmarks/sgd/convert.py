@@ -103,7 +103,10 @@ def definition(service: dict[str, Any]) -> dict[str, Any]:
         DONE: {"description": "The user needs nothing more.", "purpose": "Say goodbye."},
     }
     moves = [
-        {"target_state": state_id(intent["name"]), "description": f"The user wants to {_sentence(intent['description'])}."}
+        {
+            "target_state": state_id(intent["name"]),
+            "description": f"The user wants to {_sentence(intent['description'])}.",
+        }
         for intent in intents
     ]
     moves.append({"target_state": DONE, "description": "The user needs nothing more."})

@@ -14,9 +14,34 @@ DATA = ROOT.parent / "shared" / "sgd"
 # the services of SGD's train split (Rastogi et al. 2020, table 1 and the dataset's train/schema.json): a dev
 # service outside it is "unseen", the setting in which a tracker meets a schema it was never trained on
 TRAIN_SERVICES = frozenset(
-    "Banks_1 Buses_1 Buses_2 Calendar_1 Events_1 Events_2 Flights_1 Flights_2 Homes_1 Hotels_1 Hotels_2 Hotels_3 "
-    "Media_1 Movies_1 Music_1 Music_2 RentalCars_1 RentalCars_2 Restaurants_1 RideSharing_1 RideSharing_2 "
-    "Services_1 Services_2 Services_3 Travel_1 Weather_1".split()
+    [
+        "Banks_1",
+        "Buses_1",
+        "Buses_2",
+        "Calendar_1",
+        "Events_1",
+        "Events_2",
+        "Flights_1",
+        "Flights_2",
+        "Homes_1",
+        "Hotels_1",
+        "Hotels_2",
+        "Hotels_3",
+        "Media_1",
+        "Movies_1",
+        "Music_1",
+        "Music_2",
+        "RentalCars_1",
+        "RentalCars_2",
+        "Restaurants_1",
+        "RideSharing_1",
+        "RideSharing_2",
+        "Services_1",
+        "Services_2",
+        "Services_3",
+        "Travel_1",
+        "Weather_1",
+    ]
 )
 
 # the dev subset: the first dialogues of each service in the file's order, as many as fit about 30 minutes of

@@ -6,10 +6,9 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from llm_fsm.llm import LLMRequest, LLMResponse
-
 from benchmarks.sgd.convert import DONE, state_id
 from benchmarks.sgd.data import Turn
+from llm_fsm.llm import LLMRequest, LLMResponse
 
 
 def gold_state(intent: str, state: str) -> str:

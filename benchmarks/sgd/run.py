@@ -3,6 +3,7 @@
     python -m benchmarks.sgd.run                                    # the oracle on the dev subset
     python -m benchmarks.sgd.run --all                              # ... on the whole dev split
     python -m benchmarks.sgd.run -m openai/smollm2 --api-base URL --api-key none --guided --json out.json
+    python -m benchmarks.sgd.run ... --guided --without dates --without times   # ablations (--without list)
 
 Each dialogue is a new ``Conversation`` of its service's definition (``benchmarks.sgd.convert``); each user turn
 is ``send``; the context's slots after it are the tracker's state, and the conversation's state its active intent
@@ -23,12 +24,12 @@ from pathlib import Path
 from typing import Any
 
 import llm_fsm
-from llm_fsm.errors import FSMError
-
+from benchmarks.sgd.ablation import FAMILIES, listing, without
 from benchmarks.sgd.convert import definition, state_id
 from benchmarks.sgd.data import DATA, Dialogue, load_dialogues, load_schemas, subset
 from benchmarks.sgd.oracle import Oracle, gold_reply
 from benchmarks.sgd.score import score_turn
+from llm_fsm.errors import FSMError
 
 # a first reply refused for one of these is not valid (llm_fsm.testing.scorecard counts valid first replies so)
 INVALID_FIRST = ("format", "truncated", "target", "condition", "context_value")
@@ -175,7 +176,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--service", action="append", help="only these services (repeat)")
     parser.add_argument("--data", type=Path, default=DATA)
     parser.add_argument("--json", type=Path, help="write the figures and every turn's trace here")
+    parser.add_argument(
+        "--without", action="append", default=[], choices=[*FAMILIES, "list"], metavar="FAMILY",
+        help="a family of guided rules off for the run (repeat; 'list' names them: benchmarks/sgd/ablation.py)",
+    )  # fmt: skip
     args = parser.parse_args(argv)
+    if "list" in args.without:
+        print(listing())
+        return 0
+    if args.without and not args.guided:
+        parser.error("--without turns off rules of guided mode: add --guided")
     schemas = load_schemas(args.data)
     dialogues = load_dialogues(args.data)
     dialogues = dialogues if args.all else subset(dialogues)
@@ -184,12 +194,13 @@ def main(argv: list[str] | None = None) -> int:
     llm = client(args)
     records: list[TurnRecord] = []
     started = time.perf_counter()
-    for number, dialogue in enumerate(dialogues, 1):
-        records += play(dialogue, schemas[dialogue.service], llm, teacher_forced=args.mode == "teacher-forced")
-        if args.model != "oracle" or number % 100 == 0:
-            print(_line(f"{number}/{len(dialogues)}", summary(records)), file=sys.stderr, flush=True)
-        if args.json:  # after every dialogue: a run stopped half-way leaves the traces of what it played
-            _write(args, records, time.perf_counter() - started)
+    with without(*args.without):
+        for number, dialogue in enumerate(dialogues, 1):
+            records += play(dialogue, schemas[dialogue.service], llm, teacher_forced=args.mode == "teacher-forced")
+            if args.model != "oracle" or number % 100 == 0:
+                print(_line(f"{number}/{len(dialogues)}", summary(records)), file=sys.stderr, flush=True)
+            if args.json:  # after every dialogue: a run stopped half-way leaves the traces of what it played
+                _write(args, records, time.perf_counter() - started)
     figures = _write(args, records, time.perf_counter() - started)
     for name in ("all", "seen", "unseen"):
         print(_line(name, figures[name]))
@@ -199,7 +210,9 @@ def main(argv: list[str] | None = None) -> int:
 def _write(args: argparse.Namespace, records: list[TurnRecord], seconds: float) -> dict[str, Any]:
     figures = report(records)
     figures["seconds"] = round(seconds, 1)
-    figures["setup"] = {k: str(v) for k, v in vars(args).items() if k not in ("api_key", "json")}
+    figures["setup"] = {
+        k: v if k == "without" else str(v) for k, v in vars(args).items() if k not in ("api_key", "json")
+    }
     if args.json:
         args.json.write_text(json.dumps({**figures, "turns": [asdict(r) for r in records]}, indent=1) + "\n")
     return figures
