@@ -1,9 +1,9 @@
-"""Pydantic models of the definition format, and the JSON Schema they generate.
+"""Pydantic models of the definition format.
 
 This module holds the whole (:class:`FSMDefinition`: its states, hashes and outline); the parts it is
 built from (transitions, checks, tools...) are in :mod:`llm_fsm.definition_parts`; what its hashes
 and outline are made of (its canonical form, its prose apart from its structure) in
-:mod:`llm_fsm.definition_outline`.
+:mod:`llm_fsm.definition_outline`; the JSON Schema the models generate in :mod:`llm_fsm.definition_schema`.
 
 The models validate field types and shapes. Checks that span the whole file (targets exist,
 a terminal state is reachable, JsonLogic operators are allowed) live in :mod:`llm_fsm.loader_checks`;
@@ -33,15 +33,18 @@ from llm_fsm.definition_outline import (
     _TRANSITION_PROSE,
     _canonical,
     _canonical_state,
+    _canonical_transitions,
     _changes,
     _digest,
     _memory_prose,
 )
 from llm_fsm.definition_parts import (
     RETURN,
+    AnyValue,
     Approval,
     Check,
     Condition,
+    ContextKeys,
     Example,
     GlobalTransition,
     JSONLogic,
@@ -90,7 +93,6 @@ __all__ = [  # the parts are defined in llm_fsm.definition_parts and imported fr
     "ToolErrorDetail",
     "Transition",
     "_Check",
-    "json_schema",
 ]
 
 T = TypeVar("T")
@@ -117,6 +119,11 @@ class State(_Frozen):
     )
     corrections: Corrections | None = Field(
         None, description="The keys the model may correct here once collected, over the definition's corrections."
+    )
+    clearable_keys: ContextKeys = Field(
+        (),
+        description="Keys the model may remove here by writing null for them (the user takes a value back): keys "
+        "this state may write. Null for any other key means not learned, and changes nothing.",
     )
     checks: tuple[Check, ...] = Field((), description="Acceptance checks on each proposed turn (refinement).")
     tools: tuple[str, ...] = Field((), description="Names of the tools the model may call in this state.")
@@ -221,6 +228,12 @@ class FSMDefinition(_Frozen):
         "state except those in its except_states and its own target, with the state's own transitions.",
     )
     handler_only_keys: tuple[str, ...] = Field((), description="Context keys the model may never write.")
+    any_value: AnyValue | None = Field(
+        None,
+        min_length=1,
+        description='A value every key the model writes takes besides its declared type or enum ("dontcare"): the '
+        "user said any value will do. The prompt says what it means; it counts as present.",
+    )
     corrections: Corrections = Field(
         False,
         description="Keys the model may correct in any state once they are in the context (a person changing what "
@@ -357,13 +370,13 @@ class FSMDefinition(_Frozen):
             _TOP_PROSE_PART: self.model_dump(mode="json", include={**top_prose, **tool_prose, **global_prose}),
         }
         if self.global_transitions:  # absent when there are none: outlines from before they existed still match
-            parts[_GLOBAL_PART] = [
-                g.model_dump(mode="json", exclude=_TRANSITION_PROSE) for g in self.global_transitions
-            ]
+            parts[_GLOBAL_PART] = _canonical_transitions(
+                [g.model_dump(mode="json", exclude=_TRANSITION_PROSE) for g in self.global_transitions]
+            )
         for sid, state in self.states.items():
-            parts[f"{sid}.transitions"] = [
-                t.model_dump(mode="json", exclude=_TRANSITION_PROSE) for t in state.transitions
-            ]
+            parts[f"{sid}.transitions"] = _canonical_transitions(
+                [t.model_dump(mode="json", exclude=_TRANSITION_PROSE) for t in state.transitions]
+            )
             parts[f"{sid}.structure"] = _canonical_state(
                 state.model_dump(mode="json", exclude={**_STATE_PROSE, "transitions": True})
             )
@@ -392,7 +405,7 @@ class FSMDefinition(_Frozen):
         """The outline as snapshots recorded it before structure and prose were hashed apart."""
         parts: dict[str, Any] = {"fsm": _canonical(self.model_dump(mode="json", exclude={"schema_", "states"}))}
         for sid, state in self.states.items():
-            parts[f"{sid}.transitions"] = [t.model_dump(mode="json") for t in state.transitions]
+            parts[f"{sid}.transitions"] = _canonical_transitions([t.model_dump(mode="json") for t in state.transitions])
             parts[f"{sid}.text"] = _canonical_state(state.model_dump(mode="json", exclude={"transitions"}))
         return {name: _digest(value)[:16] for name, value in parts.items()}
 
@@ -439,60 +452,3 @@ class FSMDefinition(_Frozen):
 
 SCHEMA_DRAFT = "https://json-schema.org/draft/2020-12/schema"
 SCHEMA_ID = "urn:llm-fsm-runtime:schema:fsm-definition"
-_STATE_ID_PATTERN = "^[A-Za-z_][A-Za-z0-9_]*$"  # the loader's identifier rule
-
-
-def json_schema() -> dict[str, Any]:
-    """The JSON Schema (Draft 2020-12) of a definition file, for editors and other tools.
-
-    It is generated from the models, with two shapes the loader accepts and the models do not show:
-    ``states`` as a map keyed by id (``id`` optional inside) or as a list (``id`` required), and
-    ``example_dialogue`` lines written llm-fsm style, ``{"user": "Hi"}``. It describes the canonical
-    form: ``null`` in an optional field, which the models read as the default (llm-fsm's dumps write
-    it), is left out. ``schema/fsm.schema.json`` is a generated copy: ``llm-fsm schema --output
-    schema/fsm.schema.json`` refreshes it.
-    """
-    generated = FSMDefinition.model_json_schema(by_alias=True)
-    defs = generated.pop("$defs")
-    state = defs["State"]
-    required = [key for key in state.pop("required", []) if key != "id"]  # the list form requires id, below
-    if required:
-        state["required"] = required
-    state["properties"]["id"]["pattern"] = _STATE_ID_PATTERN
-    examples = state["properties"]["example_dialogue"]
-    examples["items"] = {"anyOf": [examples["items"], _llm_fsm_example_line()]}
-    generated["properties"]["states"] = _states_schema(generated["properties"]["states"]["description"])
-    return {
-        "$schema": SCHEMA_DRAFT,
-        "$id": SCHEMA_ID,
-        "title": "llm-fsm definition",
-        "description": "A conversational state machine driven by an LLM (llm_fsm). States are keyed by id; a "
-        "state without transitions is terminal.",
-        **{key: value for key, value in generated.items() if key not in ("title", "description")},
-        "$defs": defs,
-    }
-
-
-def _states_schema(description: str) -> dict[str, Any]:
-    state = {"$ref": "#/$defs/State"}
-    return {
-        "description": description,
-        "anyOf": [
-            {
-                "type": "object",
-                "minProperties": 1,
-                "propertyNames": {"pattern": _STATE_ID_PATTERN},
-                "additionalProperties": state,
-            },
-            {"type": "array", "minItems": 1, "items": {"allOf": [state, {"required": ["id"]}]}},
-        ],
-    }
-
-
-def _llm_fsm_example_line() -> dict[str, Any]:
-    return {
-        "type": "object",
-        "description": 'An llm-fsm style line: role -> content, e.g. {"user": "Hi"}.',
-        "minProperties": 1,
-        "additionalProperties": {"type": "string"},
-    }

@@ -81,25 +81,38 @@ _ADDED_TOP = {
     "language": "",
     "texts": None,
     "corrections": False,
+    "any_value": None,
 }
 _ADDED_STATE: dict[str, Any] = {
     "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None, "corrections": None,
+    "clearable_keys": [],
 }  # fmt: skip
 _ADDED_TOOL: dict[str, Any] = {"error_detail": None}
+_ADDED_TRANSITION: dict[str, Any] = {"clear_keys": []}
 
 
 def _canonical(dumped: dict[str, Any]) -> dict[str, Any]:
-    """A dumped definition without the added fields that hold their default (states included)."""
+    """A dumped definition without the added fields that hold their default (states and transitions included)."""
     top = {key: value for key, value in dumped.items() if key not in _ADDED_TOP or value != _ADDED_TOP[key]}
     if isinstance(top.get("states"), dict):
         top["states"] = {sid: _canonical_state(state) for sid, state in top["states"].items()}
     if isinstance(top.get("tools"), dict):  # tools gained fields too: a definition's hash must not move
         top["tools"] = {name: _without_added(tool, _ADDED_TOOL) for name, tool in top["tools"].items()}
+    if isinstance(top.get("global_transitions"), list):
+        top["global_transitions"] = _canonical_transitions(top["global_transitions"])
     return top
 
 
 def _canonical_state(dumped: dict[str, Any]) -> dict[str, Any]:
-    return _without_added(dumped, _ADDED_STATE)
+    state = _without_added(dumped, _ADDED_STATE)
+    if isinstance(state.get("transitions"), list):
+        state["transitions"] = _canonical_transitions(state["transitions"])
+    return state
+
+
+def _canonical_transitions(dumped: list[Any]) -> list[Any]:
+    """Dumped transitions without the added fields that hold their default."""
+    return [_without_added(t, _ADDED_TRANSITION) if isinstance(t, dict) else t for t in dumped]
 
 
 def _without_added(dumped: dict[str, Any], added: dict[str, Any]) -> dict[str, Any]:

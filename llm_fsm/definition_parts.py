@@ -9,7 +9,7 @@ from collections.abc import Callable, Mapping
 from functools import cache, cached_property
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StrictBool, field_validator, model_validator
 
 from llm_fsm.values import blank
 
@@ -35,6 +35,30 @@ def _optional_fields(model: type[BaseModel]) -> frozenset[str]:
     """The names and aliases of the fields of ``model`` that have a default."""
     fields = [(name, field) for name, field in model.model_fields.items() if not field.is_required()]
     return frozenset(name for name, _ in fields) | frozenset(field.alias for _, field in fields if field.alias)
+
+
+def _top_level_keys(keys: tuple[str, ...]) -> tuple[str, ...]:
+    for key in keys:
+        if not key or "." in key:
+            raise ValueError(f"'{key}' is not a context key: a key's name, without dots (not a path into an object)")
+    if len(set(keys)) < len(keys):
+        twice = next(key for key in keys if keys.count(key) > 1)
+        raise ValueError(f"'{twice}' is listed twice")
+    return keys
+
+
+# context keys named whole (clear_keys, clearable_keys): top-level keys, each once
+ContextKeys = Annotated[tuple[str, ...], AfterValidator(_top_level_keys)]
+
+
+def _visible_value(value: str) -> str:
+    if blank(value):
+        raise ValueError("the value has nothing visible: the model could not tell it from no value")
+    return value
+
+
+# the definition's any_value ("dontcare")
+AnyValue = Annotated[str, AfterValidator(_visible_value)]
 
 
 class Condition(_Frozen):
@@ -63,6 +87,11 @@ class Transition(_Frozen):
     description: str = Field("", description="When to take this transition, shown to the model.")
     priority: int = Field(100, strict=True, description="Lower is preferred when several transitions apply.")
     conditions: tuple[Condition, ...] = Field((), description="All must hold for the move.")
+    clear_keys: ContextKeys = Field(
+        (),
+        description="Context keys this move removes (with who set them), as it is taken: those the context "
+        "held before the reply; a key the reply writes on the same turn stays. A fresh start in the same service.",
+    )
 
 
 RETURN = "$return"  # a target that goes back where the conversation came from ("$" is never in a state id)

@@ -13,12 +13,12 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llm_fsm import corrections, logic
+from llm_fsm import clearing, corrections, logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import RETURN, Condition, FSMDefinition, State, Transition
 from llm_fsm.errors import LogicError, ResumeError
 from llm_fsm.memory.spec import RunningSummary
-from llm_fsm.values import as_json_data, derived_uid
+from llm_fsm.values import as_json_data
 
 SCHEMA_VERSION = 1
 EXTRA_KEY = "_extra"
@@ -161,33 +161,41 @@ class Rejection(BaseModel):
 
 @dataclass(frozen=True)
 class Decision:
-    """The verdict on one reply. ``context`` already holds the accepted updates."""
+    """The verdict on one reply. ``context`` already holds the accepted updates, ``applied`` (None: a removal)."""
 
     accepted: bool
     state: str
     context: dict[str, Any]
     applied: dict[str, Any]
     rejected: tuple[Rejection, ...]
+    cleared: tuple[str, ...] = ()  # the keys of applied the move's clear_keys removed (the reply's own are not)
 
 
 def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attempt: int = 1) -> Decision:
-    """Check ``reply`` in the snapshot's state: filter its update (by ``corrections.RULE``), then validate its move."""
+    """Check ``reply`` in the snapshot's state: filter its update (by ``corrections.RULE``; its nulls by
+    ``clearing.RULE``), then validate its move; an accepted move removes its ``clear_keys``."""
     update, sid = reply.transition.context_update, snapshot.state
     writable = corrections.writable(definition, sid, snapshot.context, model_writable_keys(definition, sid))
-    applied, refused = filter_update(update, writable=writable, protected=definition.code_only_keys, attempt=attempt)
+    protected, clearable = definition.code_only_keys, definition.states[sid].clearable_keys
+    applied, refused = filter_update(
+        update, writable=writable, protected=protected, attempt=attempt, clearable=clearable
+    )
     refused = corrections.explained(definition, sid, refused)
-    applied, invalid = check_values(definition, applied, attempt=attempt)
-    context = merge(snapshot.context, applied)
+    applied, invalid = check_values(definition, clearing.held(applied, snapshot.context), attempt=attempt)
+    context = apply_delta(snapshot.context, applied)
     target = reply.transition.target_state
     back_to = definition.return_target(snapshot.state, snapshot.came_from)
     if target == RETURN and back_to is not None:  # the model named the move instead of where it leads
         target = back_to
     # the move is judged on the context with this reply's valid updates: a reply may supply the very
     # key its transition requires
-    problems = _check_target(definition, snapshot.state, target, context, attempt, back_to)
+    problems, taken = _check_target(definition, snapshot.state, target, context, attempt, back_to)
     state = snapshot.state if problems else target
     accepted = not problems and not invalid
-    return Decision(accepted, state, context, applied, (*refused, *invalid, *problems))
+    cleared = clearing.cleared(taken, context, applied) if accepted and taken is not None else {}
+    if cleared:
+        context, applied = apply_delta(context, cleared), {**applied, **cleared}
+    return Decision(accepted, state, context, applied, (*refused, *invalid, *problems), tuple(cleared))
 
 
 def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[str]:
@@ -209,13 +217,14 @@ def filter_update(
     writable: Collection[str] | None = None,
     protected: Collection[str] = (),
     attempt: int = 1,
+    clearable: Collection[str] = (),
 ) -> tuple[dict[str, Any], list[Rejection]]:
     """Split a model's context update into what it may write and what is refused.
 
     Refused: keys starting with ``_`` (the runtime's, except ``_extra``), ``protected`` keys, and
     keys outside ``writable`` (when given). ``None`` values are dropped (they mean "not learned"), at
     any depth: an object of nulls writes nothing, so no ``context_update`` handler fires for it and no
-    provenance says the model set it.
+    provenance says the model set it. Only a ``clearable`` key's ``None`` is kept: it removes the key.
     """
     applied: dict[str, Any] = {}
     refused: list[Rejection] = []
@@ -232,7 +241,7 @@ def filter_update(
                 reason = f"context key '{path}' may only be set by code; the model may not write it"
                 refused.append(Rejection(kind="context_key", reason=reason, key=path, attempt=attempt))
         value = _without_nulls(value)
-        if value is not None:
+        if value is not None or key in clearable:
             applied[key] = value
     return applied, refused
 
@@ -270,7 +279,8 @@ def _refusal(key: str, writable: Collection[str] | None, protected: Collection[s
 def check_values(
     definition: FSMDefinition, update: dict[str, Any], *, attempt: int = 1
 ) -> tuple[dict[str, Any], list[Rejection]]:
-    """Split an update into values that match the definition's ``context_schema`` and those that do not."""
+    """Split an update into values that match the definition's ``context_schema`` (or are its ``any_value``;
+    a removal, ``None``, matches) and those that do not."""
     if not definition.context_schema:
         return update, []
     from llm_fsm.schemas import violation  # jsonschema is imported only when a schema is used
@@ -278,7 +288,8 @@ def check_values(
     kept: dict[str, Any] = {}
     invalid: list[Rejection] = []
     for key, value in update.items():
-        problem = violation(definition.context_schema[key], value) if key in definition.context_schema else None
+        checked = key in definition.context_schema and value is not None and value != definition.any_value
+        problem = violation(definition.context_schema[key], value) if checked else None
         if problem:
             reason = f"value {_short(value)} for '{key}' is invalid: {problem}"
             invalid.append(Rejection(kind="context_value", reason=reason, key=key, attempt=attempt))
@@ -304,8 +315,7 @@ def write(
     context: dict[str, Any], provenance: dict[str, Origin], delta: dict[str, Any], *, by: str, turn: int
 ) -> tuple[dict[str, Any], dict[str, Origin]]:
     """Context and provenance after code (a handler, the caller) wrote ``delta``; a None value deletes its key."""
-    deleted = [k for k, v in delta.items() if v is None]
-    written = [k for k, v in delta.items() if v is not None]
+    written, deleted = clearing.written(delta), clearing.removed(delta)
     return apply_delta(context, delta), record(provenance, written, by, turn, deleted)
 
 
@@ -338,13 +348,14 @@ def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 
 def _check_target(
     definition: FSMDefinition, current: str, target: str, context: dict[str, Any], attempt: int, back_to: str | None
-) -> list[Rejection]:
+) -> tuple[list[Rejection], Transition | None]:
+    """The problems of the move to ``target``, and the transition it takes (None: it stays, or is refused)."""
     # staying needs no transition: a reply may always keep the conversation where it is
     if target == current:
-        return []
+        return [], None
 
-    def reject(kind: Literal["target", "condition"], reason: str) -> list[Rejection]:
-        return [Rejection(kind=kind, reason=reason, target_state=target, attempt=attempt)]
+    def reject(kind: Literal["target", "condition"], reason: str) -> tuple[list[Rejection], None]:
+        return [Rejection(kind=kind, reason=reason, target_state=target, attempt=attempt)], None
 
     if target == RETURN:
         allowed = _allowed(definition, current, back_to)
@@ -358,11 +369,11 @@ def _check_target(
         return reject(
             "target", f"transition to '{target}' rejected: '{current}' has no transition to it (allowed: {allowed})"
         )
-    failures = [f for t in candidates if (f := unmet_condition(t, context)) is not None]
+    failures = [unmet_condition(t, context) for t in candidates]
     # several transitions may lead to the same target: the move holds when any one of them has its
-    # conditions met (the reason given is the first one's)
-    if len(failures) < len(candidates):
-        return []
+    # conditions met, and takes the first of those (by priority); the reason given is the first one's
+    if None in failures:
+        return [], candidates[failures.index(None)]
     return reject("condition", f"transition to '{target}' rejected: {failures[0]}")
 
 
@@ -385,7 +396,7 @@ def unmet_condition(transition: Transition, context: dict[str, Any]) -> str | No
 
 def condition_failure(condition: Condition, context: dict[str, Any]) -> str | None:
     """Why one condition does not hold on ``context`` (a key missing, its logic false), or None when it holds."""
-    missing = [k for k in condition.requires_context_keys if not _has(context, k)]
+    missing = [k for k in condition.requires_context_keys if not logic.has_key(context, k)]
     if missing:
         return f"needs key{'s' if len(missing) > 1 else ''} {', '.join(repr(k) for k in missing)}"
     if condition.logic is None:
@@ -395,10 +406,6 @@ def condition_failure(condition: Condition, context: dict[str, Any]) -> str | No
     except LogicError as exc:
         return f"could not be evaluated: {exc}"
     return None if holds else "does not hold on the current context"
-
-
-def _has(context: dict[str, Any], key: str) -> bool:
-    return logic.has_key(context, key)
 
 
 def commit(
@@ -491,10 +498,3 @@ def initial_snapshot(
         provenance=record({}, initial, "user_code", 0),
         used_tokens=(),
     )
-
-
-def with_uid(snapshot: Snapshot) -> Snapshot:
-    """``snapshot`` with a uid: its own, or (made before uids existed) one derived from its content."""
-    # derived from the content, not random: the same old snapshot restored twice gets the same uid,
-    # so its tool calls' idempotency keys stay the same
-    return snapshot if snapshot.uid else snapshot.model_copy(update={"uid": derived_uid(snapshot.model_dump_json())})

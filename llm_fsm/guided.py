@@ -40,6 +40,7 @@ from typing import Any, TypeVar
 from llm_fsm.contract import SCALAR, writable_keys
 from llm_fsm.definition import RETURN, FSMDefinition, State
 from llm_fsm.guided_branches import NULL, as_said
+from llm_fsm.guided_clearing import strict_any, with_clearing
 from llm_fsm.guided_conditions import (
     _contained,
     _inferred_type,
@@ -174,7 +175,9 @@ def guided_schema(
     targets = [back_to if t.target_state == RETURN else t.target_state for t in state.transitions]
     open_ = {branch["properties"]["target_state"]["enum"][0] for branch in moves}
     onward = all(target is not None and not definition.states[target].terminal for target in targets)
-    if eager and not asks and said and targets and onward and all(target in open_ for target in targets):
+    # a state where the user may take a value back (clearable_keys) keeps its stay: a removal stays to ask again
+    leaves = eager and not state.clearable_keys
+    if leaves and not asks and said and targets and onward and all(target in open_ for target in targets):
         # a state with nothing to collect whose own moves are all open (a greeting, a help detour with the way
         # back) exists to route: the user's message is routed to one of its own moves, where a small model
         # offered "stay" beside them stayed forever. Not to a global one: the model takes the first move its
@@ -185,7 +188,7 @@ def guided_schema(
         moves = [branch for branch in moves if branch["properties"]["target_state"]["enum"][0] in targets]
     language = language_code(definition.language) if definition.language else None
     offered = pool(said, results, language) if narrow else None
-    if eager and asks and offered is not None and not offered.asked and _done(definition, state, context, open_):
+    if leaves and asks and offered is not None and not offered.asked and _done(definition, state, context, open_):
         # everything the state asks is known and one of its own moves holds: a reply that only stays would stay
         # forever (a small model writes the same values on every turn). A message that only asks may still stay
         stays = []
@@ -194,6 +197,7 @@ def guided_schema(
         flags = {key: flag_topic(definition, key) for key, schema in values.items() if schema.get("type") == "boolean"}
         sole = question if question in flags else None  # answered by a yes or a no (guided_words.flag)
         branches = as_said(definition, state.id, branches, offered, context, flags, sole, kept)
+    branches = with_clearing(definition, state_id, context, branches, back_to)  # null removes; any_value
     transitions = branches[0] if len(branches) == 1 else {"anyOf": branches}
     return {
         "type": "object",
@@ -362,9 +366,14 @@ def nullable_enum(values: Sequence[Any]) -> dict[str, Any]:
 def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
     """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
     :func:`value_schema` finds and the closed set ``context_schema`` declares, or null (a ``confirmed`` flag
-    compared with ``true`` is a boolean); any scalar where it finds neither. A set only read from the
-    conditions (a ``severity`` routed on three constants) is a guided reply's: a capable model may write
-    another value, which a move that only needs the key present takes."""
+    compared with ``true`` is a boolean); any scalar where it finds neither; and the definition's ``any_value``
+    (:func:`llm_fsm.guided_clearing.strict_any`). A set only read from the conditions (a ``severity`` routed
+    on three constants) is a guided reply's: a capable model may write another value, which a move that only
+    needs the key present takes."""
+    return strict_any(_strict_value(definition, state, key), definition.any_value)
+
+
+def _strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
     schema = value_schema(definition, state, key)
     if key not in (definition.context_schema or {}) and "enum" in schema:
         return {"type": ["string", "null"]}

@@ -25,7 +25,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llm_fsm import corrections
+from llm_fsm import clearing, corrections
 from llm_fsm.definition import (
     Check,
     Condition,
@@ -203,6 +203,8 @@ class _Reader:
         # on a definition whose rules are known good: the keys a state collects are read from its conditions
         for loc, message, code, hint in corrections.problems(definition) if definition and not self.errors else ():
             self.error(loc, message, code=code, hint=hint)
+        for loc, message, code, hint, error in clearing.problems(definition) if definition and not self.errors else ():
+            (self.error if error else self.warn)(loc, message, code=code, hint=hint)
         if definition is not None and not self.errors and subflows.has_subflows(definition):
             self._check_subflows(definition)
         if definition is not None and (untranslated := missing_texts(definition)):

@@ -11,8 +11,9 @@ import time
 from collections.abc import Generator
 from typing import Any
 
+from llm_fsm.clearing import written
 from llm_fsm.corrections import corrected
-from llm_fsm.engine import Decision, PendingEvent, Snapshot, commit, merge
+from llm_fsm.engine import Decision, PendingEvent, Snapshot, apply_delta, commit
 from llm_fsm.errors import RefinementError
 from llm_fsm.firing import fire
 from llm_fsm.hooks import Break, new_token, now
@@ -40,7 +41,7 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
     try:
         if decision.applied:
             keys = frozenset(decision.applied)
-            fixed = corrected(work.definition, current, work.base.context, work.context, decision.applied)
+            fixed = corrected(work.definition, current, work.base.context, work.context, written(decision.applied))
             yield from fire(work, "context_update", current, keys=keys, update=decision.applied, corrections=fixed)
         if target != current:
             yield from fire(work, "before_transition", current, target=target, message=message)
@@ -74,11 +75,12 @@ def exhausted(work: Working, refining: bool) -> Outcome:
     target = state.id
     if refining and state.on_exhausted == "fallback_state" and state.fallback_state:
         target = state.fallback_state
-    # the updates of the last reply read stay, except those a check refused
-    failed_keys = {r.key for r in work.rejected if r.kind == "check" and r.key}
-    kept: dict[str, Any] = work.last_decision.applied if work.last_decision else {}
+    # the updates of the last reply read stay, except those a check refused (and the clear_keys of a move not made)
+    last = work.last_decision
+    failed_keys = {r.key for r in work.rejected if r.kind == "check" and r.key} | set(last.cleared if last else ())
+    kept: dict[str, Any] = last.applied if last else {}
     applied = {k: v for k, v in kept.items() if k not in failed_keys}
-    decision = Decision(True, target, merge(work.context, applied), applied, ())
+    decision = Decision(True, target, apply_delta(work.context, applied), applied, ())
     # through accept() like any reply, so the handlers around a move run for the fallback's move too
     message = work.settings.fallback_message or runtime_text(work.definition, "fallback")
     return (yield from accept(work, decision, message))
@@ -147,6 +149,6 @@ def finish(
         tool_calls=tuple(work.tool_runs),
         memory_updates=dict(work.memory.changed),
         fallback=work.fallback,
-        corrections=corrected(work.definition, work.base.state, work.base.context, snapshot.context, applied),
+        corrections=corrected(work.definition, work.base.state, work.base.context, snapshot.context, written(applied)),
     )
     return snapshot, result

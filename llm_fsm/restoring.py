@@ -9,9 +9,10 @@ from typing import Any
 from pydantic import ValidationError
 
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Snapshot, with_uid
+from llm_fsm.engine import Snapshot
 from llm_fsm.errors import ConversationError
 from llm_fsm.jsonfiles import validation_summary
+from llm_fsm.values import derived_uid
 
 
 def restored(
@@ -59,3 +60,10 @@ def as_snapshot(value: Snapshot | Mapping[str, Any] | str) -> Snapshot:
         return Snapshot.model_validate(dict(value))
     except ValidationError as exc:
         raise ConversationError(f"not a valid snapshot: {validation_summary(exc)}") from None
+
+
+def with_uid(snapshot: Snapshot) -> Snapshot:
+    """``snapshot`` with a uid: its own, or (made before uids existed) one derived from its content."""
+    # derived from the content, not random: the same old snapshot restored twice gets the same uid,
+    # so its tool calls' idempotency keys stay the same
+    return snapshot if snapshot.uid else snapshot.model_copy(update={"uid": derived_uid(snapshot.model_dump_json())})

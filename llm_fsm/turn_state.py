@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from collections.abc import Collection, Mapping
+from collections.abc import Mapping
 from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
+from llm_fsm.clearing import removed, written
 from llm_fsm.definition import FSMDefinition
 from llm_fsm.engine import Decision, Origin, PendingEvent, Rejection, Snapshot, record
 from llm_fsm.hooks import Hooks
@@ -110,10 +111,10 @@ class Working:
         self.calls += 1
         self.usage += response.usage
 
-    def set(self, context: dict[str, Any], keys: Collection[str], by: str) -> None:
-        """Take ``context`` as the working one, ``keys`` of it written by ``by``."""
+    def set(self, context: dict[str, Any], update: Mapping[str, Any], by: str) -> None:
+        """Take ``context`` as the working one, the keys of ``update`` written by ``by`` (a None value: removed)."""
         self.context = context
-        self.provenance = record(self.provenance, keys, by, self.turn_index)
+        self.provenance = record(self.provenance, written(update), by, self.turn_index, removed(update))
 
     def budget_left(self) -> bool:
         return self.calls < self.settings.max_calls_per_turn

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import ipaddress
 import json
 import socket
@@ -56,6 +57,19 @@ def fake_openai() -> Iterator[FakeOpenAI]:
     server = FakeOpenAI().start()
     yield server
     server.stop()
+
+
+def changed_definition(data: dict[str, Any], **changes: Any) -> llm_fsm.FSMDefinition:
+    """``data`` loaded with top-level fields changed (None: removed; ``state_<id>`` updates a state's)."""
+    data = copy.deepcopy(data)
+    for name, value in changes.items():
+        if name.startswith("state_"):
+            data["states"][name.removeprefix("state_")].update(value)
+        elif value is None:
+            data.pop(name, None)
+        else:
+            data[name] = value
+    return llm_fsm.load(data)
 
 
 def reply(target: str, message: str, **update: Any) -> dict[str, Any]:

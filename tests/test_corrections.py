@@ -19,7 +19,7 @@ from llm_fsm.prompt import PromptBuilder
 from llm_fsm.requests import state_reply_schemas
 from llm_fsm.steps import TurnResult
 from llm_fsm.testing import ScriptedLLM
-from tests.conftest import reply
+from tests.conftest import changed_definition, reply
 from tests.test_engine import make_reply
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,15 +29,7 @@ BOOKED = {"service": "cleaning", "preferred_day": "Tuesday", "time": "10:00"}
 
 def dentist(**changes: Any) -> llm_fsm.FSMDefinition:
     """The dentist definition, with top-level fields changed (``state_<id>`` changes a state's)."""
-    data = json.loads(DENTIST.read_text())
-    for name, value in changes.items():
-        if name.startswith("state_"):
-            data["states"][name.removeprefix("state_")].update(value)
-        elif value is None:
-            data.pop(name, None)
-        else:
-            data[name] = value
-    return llm_fsm.load(data)
+    return changed_definition(json.loads(DENTIST.read_text()), **changes)
 
 
 def at_read_back(definition: llm_fsm.FSMDefinition, *replies: dict[str, Any], **context: Any) -> llm_fsm.Conversation:

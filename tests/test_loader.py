@@ -12,7 +12,7 @@ from pydantic import ValidationError
 
 import llm_fsm
 import llm_fsm.loader
-from llm_fsm.definition import json_schema
+from llm_fsm.definition_schema import json_schema
 from llm_fsm.errors import DefinitionError
 from llm_fsm.loader import DefinitionWarning, inspect
 from tests.conftest import SIGNUP

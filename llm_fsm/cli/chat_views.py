@@ -268,8 +268,10 @@ def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], 
 def status_line(result: TurnResult) -> str:
     move = f"{result.previous_state} → {result.state}" if result.transitioned else result.state
     parts = [f"state {move}"]
-    if result.context_updates:
-        parts.append("collected " + ", ".join(result.context_updates))
+    if collected := [key for key, value in result.context_updates.items() if value is not None]:
+        parts.append("collected " + ", ".join(collected))
+    if cleared := [key for key, value in result.context_updates.items() if value is None]:  # clearing.RULE
+        parts.append("cleared " + ", ".join(cleared))
     calls = f"{result.llm_calls} LLM call{'s' if result.llm_calls != 1 else ''}"
     parts += [calls, f"{result.usage.total_tokens} tokens"]
     if result.tool_calls:
