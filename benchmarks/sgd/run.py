@@ -59,13 +59,14 @@ class TurnRecord:
     error: str | None = None
     rejected: list[str] = field(default_factory=list)
     message: str = ""
+    fits: bool | None = None  # the oracle: the first request's strict schema admitted the annotated reply
 
 
 def play(dialogue: Dialogue, service: dict[str, Any], llm: Any, *, teacher_forced: bool) -> list[TurnRecord]:
     """One dialogue, turn by turn: what the conversation tracked after each user turn, scored."""
     made = llm_fsm.load(definition(service))
     intents = {state_id(intent["name"]): intent["name"] for intent in service["intents"]}
-    slots = {slot["name"] for slot in service["slots"]}
+    slots = [slot["name"] for slot in service["slots"] if slot["name"] in made.context_schema]
     conversation = llm_fsm.Conversation(made, llm)
     conversation.start()
     records = []
@@ -74,7 +75,7 @@ def play(dialogue: Dialogue, service: dict[str, Any], llm: Any, *, teacher_force
         record: dict[str, Any] = {"sent": not conversation.ended}
         if record["sent"]:
             if isinstance(llm, Oracle):
-                llm.answer = gold_reply(turn, before, conversation.state)
+                llm.answer, llm.fits = gold_reply(turn, before, conversation.state, slots), None
             started = time.perf_counter()
             try:
                 result = conversation.send(turn.user)
@@ -87,6 +88,8 @@ def play(dialogue: Dialogue, service: dict[str, Any], llm: Any, *, teacher_force
                     rejected=[f"{r.kind}: {r.reason}" for r in result.rejected],
                 )  # fmt: skip
             record["seconds"] = time.perf_counter() - started
+            if isinstance(llm, Oracle):
+                record["fits"] = llm.fits
             if teacher_forced and turn.system and not conversation.ended and conversation.history:
                 conversation.record(turn.system, replace=True)
         predicted = {key: value for key, value in conversation.context.items() if key in slots}
@@ -108,6 +111,7 @@ def summary(records: list[TurnRecord]) -> dict[str, Any]:
         return {"turns": 0}
     sent = [r for r in records if r.sent]
     averaged = [r.average for r in records if r.average is not None]
+    asked = [r for r in records if r.fits is not None]
     return {
         "dialogues": len({r.dialogue for r in records}),
         "turns": len(records),
@@ -120,6 +124,7 @@ def summary(records: list[TurnRecord]) -> dict[str, Any]:
         "seconds_per_turn": sum(r.seconds for r in sent) / len(sent) if sent else None,
         "errors": sum(r.error is not None for r in records),
         "refused_turns": sum(bool(r.rejected) for r in records),
+        "admitted": sum(bool(r.fits) for r in asked) / len(asked) if asked else None,
     }
 
 
@@ -136,7 +141,7 @@ def report(records: list[TurnRecord]) -> dict[str, Any]:
 
 def client(args: argparse.Namespace) -> Any:
     if args.model == "oracle":
-        return Oracle()
+        return Oracle(guided=args.guided)
     options: dict[str, Any] = {"max_tokens": args.max_tokens} if args.max_tokens else {}
     return llm_fsm.LiteLLMClient(
         args.model, api_base=args.api_base, api_key=args.api_key, temperature=args.temperature,
@@ -158,6 +163,7 @@ def _line(name: str, figures: dict[str, Any]) -> str:
         f"  avg goal {pct('average_goal_accuracy')}  intent {pct('active_intent_accuracy')}"
         f"  invented {pct('invented_turns')}  valid first {pct('first_valid')}"
         f"  calls/turn {calls or 0:.2f}  s/turn {seconds or 0:.1f}  errors {figures['errors']}"
+        + (f"  admitted {pct('admitted')}" if figures.get("admitted") is not None else "")
     )
 
 
