@@ -83,6 +83,38 @@ def problems(definition: FSMDefinition) -> Iterator[Problem]:
             yield from _unknown(("states", sid, "transitions", index), transition.clear_keys, known)
     for index, move in enumerate(definition.global_transitions):
         yield from _unknown(("global_transitions", index), move.clear_keys, known)
+    for sid in definition.states:
+        yield from _ambiguous(definition, sid)
+
+
+def _ambiguous(definition: FSMDefinition, sid: str) -> Iterator[Problem]:
+    """Moves of ``sid`` to one target whose ``clear_keys`` differ: a reply names a target, not a move, so the
+    first of them by priority whose conditions hold is taken, and only its keys are cleared (a warning)."""
+    state = definition.states[sid]
+    moves: list[tuple[tuple[Any, ...], Transition]] = [
+        (("states", sid, "transitions", i), t) for i, t in enumerate(state.transitions)
+    ]
+    applying = definition.global_moves(sid)
+    moves += [(("global_transitions", i), t) for i, t in enumerate(definition.global_transitions) if t in applying]
+    by_target: dict[str, list[tuple[tuple[Any, ...], Transition]]] = {}
+    for where, move in sorted(moves, key=lambda item: item[1].priority):  # stable: its own first on a tie
+        by_target.setdefault(move.target_state, []).append((where, move))
+    for target, same in by_target.items():
+        first_where, first = same[0]
+        for where, move in same[1:]:
+            if sorted(move.clear_keys) != sorted(first.clear_keys):
+                message = (
+                    f"in '{sid}', moves to '{target}' clear different keys, and a reply names only the target: the "
+                    f"first by priority whose conditions hold ({_path(first_where)}) is taken, with "
+                    "its clear_keys"
+                )
+                hint = "give them different targets, or conditions that tell them apart"
+                yield (*where, "clear_keys"), message, "clear_keys_ambiguous", hint, False
+
+
+def _path(where: tuple[Any, ...]) -> str:
+    """``("states", "book", "transitions", 0)`` as the loader writes it: ``states.book.transitions[0]``."""
+    return "".join(f"[{part}]" if isinstance(part, int) else f".{part}" for part in where).lstrip(".")
 
 
 def _clearable(definition: FSMDefinition, sid: str, keys: Collection[str]) -> Iterator[Problem]:

@@ -7,7 +7,7 @@ Nothing here does I/O or mutates its inputs. ``decide`` checks a reply against t
 from __future__ import annotations
 
 import secrets
-from collections.abc import Collection, Mapping
+from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -16,7 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from llm_fsm import clearing, corrections, logic
 from llm_fsm.contract import Reply, writable_keys
 from llm_fsm.definition import RETURN, Condition, FSMDefinition, State, Transition
-from llm_fsm.errors import LogicError, ResumeError
+from llm_fsm.errors import LogicError
 from llm_fsm.memory.spec import RunningSummary
 from llm_fsm.values import as_json_data
 
@@ -185,11 +185,11 @@ def decide(definition: FSMDefinition, snapshot: Snapshot, reply: Reply, *, attem
     context = apply_delta(snapshot.context, applied)
     target = reply.transition.target_state
     back_to = definition.return_target(snapshot.state, snapshot.came_from)
-    if target == RETURN and back_to is not None:  # the model named the move instead of where it leads
-        target = back_to
     # the move is judged on the context with this reply's valid updates: a reply may supply the very
     # key its transition requires
     problems, taken = _check_target(definition, snapshot.state, target, context, attempt, back_to)
+    if target == RETURN and back_to is not None:  # the model named the move instead of where it leads
+        target = back_to
     state = snapshot.state if problems else target
     accepted = not problems and not invalid
     cleared = clearing.cleared(taken, context, applied) if accepted and taken is not None else {}
@@ -224,7 +224,8 @@ def filter_update(
     Refused: keys starting with ``_`` (the runtime's, except ``_extra``), ``protected`` keys, and
     keys outside ``writable`` (when given). ``None`` values are dropped (they mean "not learned"), at
     any depth: an object of nulls writes nothing, so no ``context_update`` handler fires for it and no
-    provenance says the model set it. Only a ``clearable`` key's ``None`` is kept: it removes the key.
+    provenance says the model set it. Only a ``clearable`` key's own ``None`` is kept: it removes the key
+    (an object of nulls for it writes nothing, as for any key).
     """
     applied: dict[str, Any] = {}
     refused: list[Rejection] = []
@@ -240,8 +241,8 @@ def filter_update(
             if found:
                 reason = f"context key '{path}' may only be set by code; the model may not write it"
                 refused.append(Rejection(kind="context_key", reason=reason, key=path, attempt=attempt))
-        value = _without_nulls(value)
-        if value is not None or key in clearable:
+        given, value = value, _without_nulls(value)
+        if value is not None or (given is None and key in clearable):  # only a null itself removes the key
             applied[key] = value
     return applied, refused
 
@@ -349,7 +350,10 @@ def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
 def _check_target(
     definition: FSMDefinition, current: str, target: str, context: dict[str, Any], attempt: int, back_to: str | None
 ) -> tuple[list[Rejection], Transition | None]:
-    """The problems of the move to ``target``, and the transition it takes (None: it stays, or is refused)."""
+    """The problems of the move to ``target``, and the transition it takes (None: it stays, or is refused). A
+    ``"$return"`` with somewhere to go back to takes a move written so before any other to that state."""
+    named_return = target == RETURN and back_to is not None
+    target = back_to if named_return and back_to is not None else target
     # staying needs no transition: a reply may always keep the conversation where it is
     if target == current:
         return [], None
@@ -364,6 +368,9 @@ def _check_target(
     if target not in definition.states:
         return reject("target", f"transition to '{target}' rejected: there is no state '{target}'")
     candidates = [t for t in definition.moves(current, back_to) if t.target_state == target]
+    if named_return:  # another move to the same state (a global "start over") clears other keys
+        written = [*definition.states[current].transitions, *definition.global_moves(current)]
+        candidates = [t for t in candidates if t.model_copy(update={"target_state": RETURN}) in written]
     if not candidates:
         allowed = _allowed(definition, current, back_to)
         return reject(
@@ -446,38 +453,6 @@ def way_back(came_from: tuple[str, ...], left: str, entered: str) -> tuple[str, 
     if entered in came_from:
         return came_from[: came_from.index(entered)]
     return (*came_from, left)
-
-
-def resumed(definition: FSMDefinition, snapshot: Snapshot, token: str, result: Mapping[str, Any]) -> Snapshot:
-    """The snapshot a resume turn starts from: ``result`` merged, the pause lifted, ``token`` spent.
-
-    Raises :class:`ResumeError` when ``token`` is not the pending event's, or was already used.
-    """
-    if token in snapshot.used_tokens:
-        raise ResumeError("this resume token was already used: a pause is resumed exactly once", state=snapshot.state)
-    if snapshot.pending is None:
-        raise ResumeError("the conversation is not paused: there is nothing to resume", state=snapshot.state)
-    if token != snapshot.pending.token:
-        raise ResumeError("this is not the token of the pending event", state=snapshot.state)
-    if not isinstance(result, Mapping):
-        kind = type(result).__name__
-        raise ResumeError(f"a resume result is an object of context keys, not a {kind}", state=snapshot.state)
-    if snapshot.pending.kind == "tool_approval":  # a decision about the call, not context: nothing is merged
-        return snapshot.model_copy(
-            update={"pending": None, "status": "active", "used_tokens": (*snapshot.used_tokens, token)}
-        )
-    result = as_json_data(result, source="resume result")
-    # merge() ignores None values: only the keys it writes get a provenance
-    written = [k for k, v in result.items() if v is not None]
-    return snapshot.model_copy(
-        update={
-            "context": merge(snapshot.context, result),
-            "provenance": record(snapshot.provenance, written, "resume", snapshot.turns + 1),  # a resume is a turn
-            "pending": None,
-            "status": "ended" if definition.states[snapshot.state].terminal else "active",
-            "used_tokens": (*snapshot.used_tokens, token),
-        }
-    )
 
 
 def initial_snapshot(

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_fsm.contract import Reply
 from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Decision, PendingEvent, Snapshot, decide, resumed
+from llm_fsm.engine import Decision, PendingEvent, Snapshot, decide
 from llm_fsm.errors import RefinementError
 from llm_fsm.firing import fire, fire_error
 from llm_fsm.hooks import Break, Hooks
@@ -42,6 +42,7 @@ from llm_fsm.memory import summaries
 from llm_fsm.opening import render_opening
 from llm_fsm.outcomes import DEFAULT_PAUSE_MESSAGE, accept, close_terminal, exhausted, paused
 from llm_fsm.requests import correction, entered_request, prompt_messages, reply_call, request, stays_in
+from llm_fsm.resuming import resumed
 from llm_fsm.steps import (
     DEFAULT_FALLBACK,
     Call,

@@ -17,7 +17,7 @@ from llm_fsm.clearing import RULE
 from llm_fsm.engine import check_values, decide, initial_snapshot
 from llm_fsm.errors import DefinitionError
 from llm_fsm.guided import guided_schema
-from llm_fsm.loader import inspect, load_text
+from llm_fsm.loader import DefinitionWarning, inspect, load_text
 from llm_fsm.prompt import PromptBuilder
 from llm_fsm.requests import state_reply_schemas
 from llm_fsm.steps import TurnResult
@@ -410,3 +410,46 @@ def test_chat_s_status_line_says_what_a_turn_cleared() -> None:
 
     result = talk(reply("find", "Which cuisine then?", cuisine=None, city="Lyon")).send("Lyon, any cuisine")
     assert "collected city · cleared cuisine" in status_line(result)
+
+
+# -- what a stranger's audit found -------------------------------------------------------------------
+
+
+def test_an_object_of_nulls_for_a_clearable_key_writes_nothing_and_removes_nothing() -> None:
+    data = copy.deepcopy(RESTAURANTS)
+    data["states"]["find"]["writable_keys"] = ["city", "cuisine", "prefs"]
+    data["states"]["find"]["clearable_keys"] = ["cuisine", "prefs"]
+    llm = ScriptedLLM([reply("find", "Noted.", prefs={"quiet": None})])
+    context = {**FOUND, "prefs": {"quiet": True, "view": "sea"}}
+    conversation = llm_fsm.Conversation(llm_fsm.load(data), llm, state="find", context=context)
+    result = conversation.send("hmm")
+    assert conversation.context["prefs"] == {"quiet": True, "view": "sea"} and result.context_updates == {}
+
+
+def test_a_return_takes_the_way_backs_clear_keys_not_another_move_to_that_state() -> None:
+    data = copy.deepcopy(RESTAURANTS)
+    data["global_transitions"].append(
+        {"target_state": "find", "priority": 10, "description": "Start over", "clear_keys": ["city", "cuisine"]}
+    )
+    data["states"]["find"]["transitions"].append({"target_state": "help", "description": "The user asks for help"})
+    data["states"]["help"] = {
+        "purpose": "Help",
+        "writable_keys": ["cuisine"],
+        "transitions": [{"target_state": "$return", "description": "Back", "clear_keys": ["cuisine"]}],
+    }
+    with pytest.warns(DefinitionWarning, match="clear different keys"):  # start over vs. the way back
+        definition = llm_fsm.load(data)
+    llm = ScriptedLLM([reply("help", "How can I help?"), reply("$return", "Back to it.")])
+    conversation = llm_fsm.Conversation(definition, llm, state="find", context=dict(FOUND))
+    conversation.send("help")
+    result = conversation.send("ok, back")
+    assert result.state == "find" and conversation.context == {"city": "Paris"}  # only the way back's key
+
+
+def test_moves_to_one_target_that_clear_different_keys_are_a_warning() -> None:
+    data = copy.deepcopy(RESTAURANTS)
+    data["states"]["book"]["transitions"].append({"target_state": "find", "description": "Change one detail"})
+    errors, warnings = _problems(data)
+    assert errors == []
+    (warning,) = [w for w in warnings if w.code == "clear_keys_ambiguous"]
+    assert warning.path == "states.book.transitions[2].clear_keys" and "(states.book.transitions[0])" in warning.message

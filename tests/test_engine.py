@@ -22,11 +22,11 @@ from llm_fsm.engine import (
     merge,
     model_writable_keys,
     record,
-    resumed,
     way_back,
     write,
 )
 from llm_fsm.errors import ContextValueError, ResumeError
+from llm_fsm.resuming import resumed
 
 
 def make_reply(target, **update):

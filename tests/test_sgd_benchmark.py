@@ -127,3 +127,16 @@ def test_teacher_forced_puts_sgds_system_turn_in_the_history_in_place_of_the_bot
                  teacher_forced=forced)  # fmt: skip
         prompt = json.dumps(llm.requests[1].messages)
         assert (first.system in prompt) is forced and ("OUR OWN WORDS" in prompt) is not forced
+
+
+def test_a_turn_whose_model_call_failed_records_no_system_turn(schemas: dict[str, Any], dialogues: list[Any]) -> None:
+    from llm_fsm.errors import LLMUnavailableError
+
+    dialogue = next(d for d in data.subset(dialogues) if len(d.turns) >= 3)
+    first, second, third = dialogue.turns[:3]
+    llm = ScriptedLLM([reply("start", "one"), LLMUnavailableError("down", model="x"), reply("start", "three")])
+    played = data.Dialogue(dialogue.id, dialogue.service, (first, second, third))
+    records = run.play(played, schemas[dialogue.service], llm, teacher_forced=True)
+    assert records[1].error and records[1].error.startswith("LLMUnavailableError")
+    prompt = json.dumps(llm.requests[-1].messages)
+    assert first.system in prompt and second.system not in prompt  # the first user turn keeps its own answer

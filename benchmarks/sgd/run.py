@@ -90,7 +90,8 @@ def play(dialogue: Dialogue, service: dict[str, Any], llm: Any, *, teacher_force
             record["seconds"] = time.perf_counter() - started
             if isinstance(llm, Oracle):
                 record["fits"] = llm.fits
-            if teacher_forced and turn.system and not conversation.ended and conversation.history:
+            # SGD's system turn answers this user turn: recorded over our reply, never over an earlier one
+            if teacher_forced and turn.system and not record.get("error") and not conversation.ended:
                 conversation.record(turn.system, replace=True)
         predicted = {key: value for key, value in conversation.context.items() if key in slots}
         intent = intents.get(conversation.state, "NONE")
@@ -196,7 +197,14 @@ def main(argv: list[str] | None = None) -> int:
     dialogues = load_dialogues(args.data)
     dialogues = dialogues if args.all else subset(dialogues)
     if args.service:
+        unknown = sorted(set(args.service) - set(schemas))
+        if unknown:
+            parser.error(
+                f"--service: no service {', '.join(unknown)} in {args.data}; the services: {', '.join(schemas)}"
+            )
         dialogues = [d for d in dialogues if d.service in args.service]
+    if args.json and not args.json.parent.is_dir():
+        parser.error(f"--json: {args.json.parent} is not a folder")
     llm = client(args)
     records: list[TurnRecord] = []
     started = time.perf_counter()
