@@ -55,10 +55,16 @@ def as_said(
         held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
     keys = {key for branch in branches for key, value in _update(branch).items() if _open(value)}
     claims = Claims(owned_numbers(said.text, keys), _addresses(said.text, branches))
+    here = definition.states[state_id].required_context_keys
+
+    def asks(branch: dict[str, Any]) -> set[str]:
+        target = definition.states.get(_target(branch))
+        return {*here, *(target.required_context_keys if target is not None else ())}
+
     found = [
         words
         for branch in branches
-        if (words := _from_words(branch, said, context, flags, sole, kept, held, claims)) is not None
+        if (words := _from_words(branch, said, context, flags, sole, kept, held, claims, asks(branch))) is not None
     ]
     found = [(_holding(definition, state_id, branch, context), bound, free) for branch, bound, free in found]
     return _unbound(found) or [branch for branch, _, _ in found] or branches
@@ -139,6 +145,7 @@ def _from_words(
     kept: Collection[str] = (),
     held: Collection[str] = (),
     claims: Claims | None = None,
+    asked: Collection[str] | None = None,
 ) -> tuple[dict[str, Any], set[str], set[str]] | None:
     """``branch`` with its values taken from what was said (None: a value it needs cannot be), with the keys
     whose value the words decided and those left free (nothing said fits their form); yes/no ``flags`` (key ->
@@ -153,7 +160,7 @@ def _from_words(
         source = NOTHING if key in held and _open(schema) else said  # a closed set's value is named by the words
         if source is said and claims is not None:
             source = _claimed(said, key, schema, claims, context.get(key))
-        value = from_words(schema, source, context.get(key), key in kept)
+        value = from_words(schema, source, context.get(key), key in kept, asked is None or key in asked)
         values[key] = flag(value, said, flags[key], key == sole) if key in flags and value is not None else value
         answered = answered or (key not in flags and context.get(key) is None and value not in (None, schema))
         if _open(schema):

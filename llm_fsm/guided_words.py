@@ -249,23 +249,23 @@ def spans(text: str) -> list[str]:
     return list(dict.fromkeys(found))
 
 
-def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bool = False) -> dict[str, Any] | None:
+def from_words(
+    schema: dict[str, Any], said: Said, current: Any = None, keep: bool = False, asked: bool = True
+) -> dict[str, Any] | None:
     """``schema`` (one key's value schema in a branch, perhaps ``anyOf`` with null) with each part made the
-    values of ``said`` it accepts: free text and numbers from the pool; a closed set (an ``enum`` of text)
-    the values the user's words name, when they name any. None when no value can come from what was said:
-    numbers were written and none fits (a branch that needs more than 8 guests, when the user wrote 4; 14
-    nights at most, when the user wrote 20).
+    values of ``said`` it accepts: free text and numbers from the pool; a closed set (an ``enum`` of text) the
+    values the words name, or all of them where they name none and the key is ``asked`` (the state or the move's
+    target requires it). None when no value can come from what was said: numbers were written and none fits (a
+    branch that needs more than 8 guests, when the user wrote 4), or a closed set not asked for is named by none.
 
-    What nothing said fits is left as the schema says (a date said in words, written in the form asked
-    for), unless ``current`` holds the key's collected value: a collected value changes only to one the
-    user said, so the part becomes that value (writing it again changes nothing).
+    What nothing said fits is left as the schema says (a date said in words), unless ``current`` holds the key's
+    collected value: that changes only to one the user said, so the part becomes that value.
 
     ``keep``: the key holds a value collected before that this state does not ask for, here only to be corrected
     (a read-back, ``corrections``). Free text (no pattern) and numbers then offer that value beside what was
-    said: any span of "yep, that's all correct" fits a free-text name, and a small model offered only spans
-    wrote one over the name ("customer_name": "thats"); "about 250 a month" was written over the income too."""
+    said: a small model offered only spans wrote one over the name ("customer_name": "thats")."""
     if "anyOf" in schema and set(schema) == {"anyOf"}:
-        found = (from_words(part, said, current, keep) for part in schema["anyOf"])
+        found = (from_words(part, said, current, keep, asked) for part in schema["anyOf"])
         parts = [part for part in found if part is not None]
         return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
     if "enum" in schema and "const" not in schema:
@@ -274,7 +274,8 @@ def from_words(schema: dict[str, Any], said: Said, current: Any = None, keep: bo
             return {**schema, "enum": named}
         if current is not None:
             return {"const": current} if current in schema["enum"] else None
-        return schema if said.every else None  # a message that only asks chooses nothing
+        unasked = not asked and any(isinstance(value, str) for value in schema["enum"])
+        return None if unasked or not said.every else schema  # a message that only asks chooses nothing
     if "const" in schema or schema.get("format", "date") != "date" or schema.get("type") in ("null", "boolean"):
         return schema  # a date format is read as its pattern (below); other formats are the model's to write
     if schema.get("format") == "date" and "pattern" not in schema:

@@ -409,6 +409,41 @@ def test_a_message_that_only_asks_chooses_nothing_from_a_closed_set():
     assert vague is not None and from_words(sizes, vague) == sizes  # the model normalizes what it names
 
 
+def test_a_closed_set_the_words_name_none_of_is_offered_whole_only_where_it_is_asked():
+    # SGD (benchmarks/SGD.md): a closed set offered whole beside a question it does not answer had its first value
+    # written ("has_seating_outdoors": "True") on 371 slots of the dev subset; one the state asks is still answered
+    # in other words ("the big one" for a size) and the model normalizes it
+    sizes, seating = {"type": "string", "enum": ["small", "large"]}, {"type": "string", "enum": ["indoors", "outside"]}
+    definition = llm_fsm.FSMDefinition.model_validate(
+        {
+            "name": "t",
+            "initial_state": "a",
+            "context_schema": {"size": sizes, "seating": seating},
+            "states": {
+                "a": {
+                    "id": "a",
+                    "purpose": "p",
+                    "required_context_keys": ["size"],
+                    "writable_keys": ["size", "seating"],
+                    "transitions": [move("b", keys=["size"])],
+                },
+                "b": {"id": "b", "purpose": "end", "transitions": []},
+            },
+        }
+    )
+    updates = [
+        branch["properties"]["context_update"]["properties"]
+        for branch in branches(guided_schema(definition, "a", {}, said="the big one, please"))
+    ]
+    assert updates and all(update["seating"] == {"type": "null"} for update in updates)  # asked by nothing here
+    assert any(update["size"].get("enum") == sizes["enum"] for update in updates)  # asked: the model names it
+    outside = branches(guided_schema(definition, "a", {}, said="the big one, outside"))
+    named = [branch["properties"]["context_update"]["properties"]["seating"] for branch in outside]
+    assert named and all(value["anyOf"][0] == {**seating, "enum": ["outside"]} for value in named)  # or null
+    assert from_words(sizes, pool("the big one"), asked=False) is None  # type: ignore[arg-type]
+    assert from_words({"enum": [True, False]}, pool("fine"), asked=False) == {"enum": [True, False]}  # type: ignore[arg-type]
+
+
 def test_a_yes_or_a_no_is_read_from_phrases_and_a_yes_but_is_neither():
     for text, answer in [
         ("Looks good, go ahead.", True),

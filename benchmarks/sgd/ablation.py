@@ -131,13 +131,13 @@ def _passing(left: Callable[[dict[str, Any]], bool]) -> Callable[[contextlib.Exi
 
     def make(original: Callable[..., dict[str, Any] | None]) -> Callable[..., dict[str, Any] | None]:
         def from_words(
-            schema: dict[str, Any], said: Said, current: Any = None, keep: bool = False
+            schema: dict[str, Any], said: Said, current: Any = None, keep: bool = False, asked: bool = True
         ) -> dict[str, Any] | None:
             if "anyOf" in schema and set(schema) == {"anyOf"}:  # as from_words takes its parts
-                found = (from_words(part, said, current, keep) for part in schema["anyOf"])
+                found = (from_words(part, said, current, keep, asked) for part in schema["anyOf"])
                 parts = [part for part in found if part is not None]
                 return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
-            return schema if left(schema) else original(schema, said, current, keep)
+            return schema if left(schema) else original(schema, said, current, keep, asked)
 
         return from_words
 
