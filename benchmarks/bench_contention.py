@@ -29,8 +29,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from benchmarks.bench_store import snapshot_with, start_redis  # noqa: E402
-from llm_fsm.engine import Exchange  # noqa: E402
 from llm_fsm.errors import ConflictError  # noqa: E402
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import Store, open_store  # noqa: E402
 
 MODEL_CALL = 0.01  # seconds each turn spends "calling the model", holding the lock

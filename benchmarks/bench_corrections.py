@@ -85,7 +85,7 @@ def decide_cost() -> dict[str, float]:
     from benchmarks import bench_turn
     from llm_fsm import load
     from llm_fsm.contract import Reply
-    from llm_fsm.engine import decide, initial_snapshot
+    from llm_fsm.turn.engine import decide, initial_snapshot
 
     definition = load(bench_turn.largest_example())
     state = definition.initial_state

@@ -37,7 +37,7 @@ GOAL = 1.5
 WORKER = """
 import json, statistics, sys, time
 sys.path.insert(0, sys.argv[1])
-from llm_fsm.engine import Exchange, Snapshot
+from llm_fsm.snapshot import Exchange, Snapshot
 from llm_fsm.store import open_store
 
 url, sizes, reps = sys.argv[2], [int(n) for n in sys.argv[3].split(",")], [int(r) for r in sys.argv[4].split(",")]

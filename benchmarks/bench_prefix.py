@@ -115,8 +115,8 @@ def render_cost(root: Path, name: str = "order_flow", rounds: int = 300) -> dict
     import pstats
 
     import llm_fsm
-    from llm_fsm.prompt import PromptBuilder
     from llm_fsm.testing import ScriptedLLM
+    from llm_fsm.turn.prompt import PromptBuilder
 
     path = root / "fsm_definitions" / f"{name}.json"
     definition = llm_fsm.load(path)
@@ -193,7 +193,7 @@ def figures(calls: list[tuple[str, str]]) -> dict[str, float]:
 def section(quick: bool = False, old: Path = OLD) -> list[str]:
     """The RESULTS.md section: before (the tree at ``old``, when there) and after. The shares are exact (one
     run); the render cost alternates old and new, 2 runs each with ``quick``, else 5."""
-    # the two orders of today's prompt (llm_fsm.prompt.PromptOrder): "recency" for models without a prompt
+    # the two orders of today's prompt (llm_fsm.turn.prompt.PromptOrder): "recency" for models without a prompt
     # cache (local ones), "cache" for the providers that have one
     recency, new = measure(ROOT, order="recency"), measure(ROOT, order="cache")
     before = measure(old) if (old / "llm_fsm").is_dir() else {}

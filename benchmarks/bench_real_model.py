@@ -14,7 +14,7 @@ strict JSON schema, prints one line per variant, and stops the server. The varia
 - ``plain-rules-before-state``, ``guided-rules-before-state``: the reply rules just before the current state;
 - ``plain-history-early``: the history just after the definition-wide part;
 - ``plain-update-first``: the same, with ``context_update`` before ``target_state`` in the schema;
-- ``guided-lazy``: the guided schema (``llm_fsm.guided``) without tying "stay" to null values;
+- ``guided-lazy``: the guided schema (``llm_fsm.guided.schema``) without tying "stay" to null values;
 - ``guided-wide``: the guided schema without the values the conditions' comparisons allow;
 - ``guided-plain-prompt``: the guided schema with the default prompt (which shows the other key order);
 - ``guided-short-prompt``: the guided schema with a prompt cut to the state, its moves and the context;
@@ -44,12 +44,12 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from llm_fsm import LiteLLMClient  # noqa: E402
-from llm_fsm.contract import writable_keys  # noqa: E402
-from llm_fsm.definition import FSMDefinition  # noqa: E402
-from llm_fsm.guided import guided_schema  # noqa: E402
+from llm_fsm.definition.models import FSMDefinition  # noqa: E402
+from llm_fsm.definition.reply_schema import writable_keys
+from llm_fsm.guided.schema import guided_schema  # noqa: E402
 from llm_fsm.llm import LLMRequest, LLMResponse  # noqa: E402
-from llm_fsm.prompt import OPENING_REQUEST  # noqa: E402
 from llm_fsm.testing import scorecard  # noqa: E402
+from llm_fsm.turn.prompt import OPENING_REQUEST  # noqa: E402
 
 EXAMPLES = ["form_filling", "order_flow", "quiz", "restaurant_booking", "small_talk", "support_triage"]
 Rewrite = Callable[[LLMRequest, FSMDefinition], LLMRequest]

@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from llm_fsm.engine import Exchange, Snapshot  # noqa: E402
+from llm_fsm.snapshot import Exchange, Snapshot
 from llm_fsm.store import open_store  # noqa: E402
 
 

@@ -23,7 +23,7 @@ sys.path.insert(0, str(ROOT))
 
 import llm_fsm  # noqa: E402
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage  # noqa: E402
-from llm_fsm.prompt import PromptBuilder, PromptSettings  # noqa: E402
+from llm_fsm.turn.prompt import PromptBuilder, PromptSettings  # noqa: E402
 
 
 class TimedScript:

@@ -53,9 +53,9 @@ WORK = ROOT / ".mutation"
 
 # module name -> (files to mutate, relative to the checkout; its own test files)
 MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "engine": (["llm_fsm/engine.py"], ["tests/test_engine.py"]),
+    "engine": (["llm_fsm/turn/engine.py"], ["tests/test_engine.py"]),
     "contract": (["llm_fsm/contract.py"], ["tests/test_contract.py", "tests/test_reply_contract.py"]),
-    "logic": (["llm_fsm/logic.py", "llm_fsm/js_values.py"], ["tests/test_logic.py"]),
+    "logic": (["llm_fsm/logic/rules.py", "llm_fsm/logic/js_values.py"], ["tests/test_logic.py"]),
     # not tests/test_llm_tools.py: each of its tests is an HTTP round trip through litellm to a local server
     "calling": (
         [f"llm_fsm/tools/{name}.py" for name in ("calling", "tool_types", "binding", "running", "messages")],
@@ -65,13 +65,13 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     # reached by no test (measured: RESULTS.md section 13)
     "turn": (
         [
-            "llm_fsm/turn.py",
-            "llm_fsm/turn_state.py",
-            "llm_fsm/requests.py",
-            "llm_fsm/verdict.py",
-            "llm_fsm/firing.py",
-            "llm_fsm/outcomes.py",
-            "llm_fsm/tools/rounds.py",
+            "llm_fsm/turn/runner.py",
+            "llm_fsm/turn/working.py",
+            "llm_fsm/turn/requests.py",
+            "llm_fsm/turn/verdict.py",
+            "llm_fsm/turn/firing.py",
+            "llm_fsm/turn/outcomes.py",
+            "llm_fsm/turn/tool_rounds.py",
         ],
         [
             "tests/test_conversation.py",
@@ -147,25 +147,33 @@ _CACHE_KIND = "the cache kind only names the definition's cache entry; no other 
 _LOCATED = "what is validated is always a non-empty object: every error has a location"
 _DEFAULT = "drops an argument whose default is the same value"
 EQUIVALENT: dict[str, str] = {
-    "llm_fsm.engine.x__check_target__mutmut_14": "decide resolves '$return' when there is a way back, so a "
+    "llm_fsm.turn.engine.x__check_target__mutmut_14": "decide resolves '$return' when there is a way back, so a "
     "'$return' target reaches _check_target only with back_to None",
-    "llm_fsm.engine.x_initial_snapshot__mutmut_25": _DEFAULT + " (turns=0)",
-    "llm_fsm.engine.x_initial_snapshot__mutmut_28": _DEFAULT + " (used_tokens=())",
-    "llm_fsm.engine.x_model_writable_keys__mutmut_12": _CACHE_KIND + " (None)",
-    "llm_fsm.engine.x_model_writable_keys__mutmut_18": _CACHE_KIND,
-    "llm_fsm.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
-    "llm_fsm.logic.x__js_mod__mutmut_8": "for a == 0 the remainder is 0, and -0 is 0 (a float -0.0 becomes int 0)",
-    "llm_fsm.js_values.x_js_number_str__mutmut_11": "only infinities get there: +inf is > 0 and >= 0, -inf neither",
-    "llm_fsm.js_values.x_js_number_str__mutmut_12": "only infinities get there: +inf is > 1, -inf is not",
-    "llm_fsm.js_values.x_js_number_str__mutmut_19": "1e+21 and 1e21 are the same literal",
-    "llm_fsm.js_values.x_kind__mutmut_3": "None, booleans and strings are never == one another in Python, so one "
+    "llm_fsm.turn.engine.x_initial_snapshot__mutmut_25": _DEFAULT + " (turns=0)",
+    "llm_fsm.turn.engine.x_initial_snapshot__mutmut_28": _DEFAULT + " (used_tokens=())",
+    "llm_fsm.turn.engine.x_model_writable_keys__mutmut_12": _CACHE_KIND + " (None)",
+    "llm_fsm.turn.engine.x_model_writable_keys__mutmut_18": _CACHE_KIND,
+    "llm_fsm.turn.engine.x_model_writable_keys__mutmut_19": _CACHE_KIND,
+    "llm_fsm.logic.rules.x__js_mod__mutmut_8": (
+        "for a == 0 the remainder is 0, and -0 is 0 (a float -0.0 becomes int 0)"
+    ),
+    "llm_fsm.logic.js_values.x_js_number_str__mutmut_11": (
+        "only infinities get there: +inf is > 0 and >= 0, -inf neither"
+    ),
+    "llm_fsm.logic.js_values.x_js_number_str__mutmut_12": "only infinities get there: +inf is > 1, -inf is not",
+    "llm_fsm.logic.js_values.x_js_number_str__mutmut_19": "1e+21 and 1e21 are the same literal",
+    "llm_fsm.logic.js_values.x_kind__mutmut_3": "None, booleans and strings are never == one another in Python, so one "
     "label for the three changes no comparison",
-    "llm_fsm.js_values.x_kind__mutmut_6": "the label is only compared with other _kind results and 'object'",
-    "llm_fsm.js_values.x_kind__mutmut_7": "the label is only compared with other _kind results and 'object'",
-    "llm_fsm.js_values.x_loose_equal__mutmut_1": "with one None, the rest of _loose_equal finds no number in it: False",
-    "llm_fsm.logic.x__op_contains__mutmut_2": "_op_in does not read data",
-    "llm_fsm.logic.x__unknown_message__mutmut_7": "only the best match is used, and it comes first whatever n is",
-    "llm_fsm.logic.x__unknown_message__mutmut_10": "only the best match is used, and it comes first whatever n is",
+    "llm_fsm.logic.js_values.x_kind__mutmut_6": "the label is only compared with other _kind results and 'object'",
+    "llm_fsm.logic.js_values.x_kind__mutmut_7": "the label is only compared with other _kind results and 'object'",
+    "llm_fsm.logic.js_values.x_loose_equal__mutmut_1": (
+        "with one None, the rest of _loose_equal finds no number in it: False"
+    ),
+    "llm_fsm.logic.rules.x__op_contains__mutmut_2": "_op_in does not read data",
+    "llm_fsm.logic.rules.x__unknown_message__mutmut_7": "only the best match is used, and it comes first whatever n is",
+    "llm_fsm.logic.rules.x__unknown_message__mutmut_10": (
+        "only the best match is used, and it comes first whatever n is"
+    ),
     "llm_fsm.tools.messages.x_json_request_text__mutmut_7": "ensure_ascii=None is falsy like ensure_ascii=False",
     "llm_fsm.tools.messages.x_arguments_text__mutmut_4": "ensure_ascii=None is falsy like ensure_ascii=False",
     "llm_fsm.tools.messages.x_result_text__mutmut_11": "ensure_ascii=None is falsy like ensure_ascii=False",
@@ -254,50 +262,50 @@ KILLED_BY: dict[str, list[str]] = {
     "llm_fsm.store.stored.xǁStoredConversationǁ__init____mutmut_8": [
         _I + "test_replayed_says_whether_the_last_run_gave_a_kept_answer"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁapply_tools__mutmut_12": [
+    "llm_fsm.turn.runner.xǁTurnRunnerǁapply_tools__mutmut_12": [
         _T + "test_a_failed_tool_call_is_a_rejection_of_the_model_call_that_asked_for_it"
     ],
     "llm_fsm.store.stored.xǁStoredConversationǁ_answered__mutmut_1": [
         _I + "test_replayed_says_whether_the_last_run_gave_a_kept_answer"
     ],
-    "llm_fsm.turn.x_fire_error__mutmut_11": _ERROR_HANDLERS,
-    "llm_fsm.turn.x_fire_error__mutmut_36": _ERROR_HANDLERS,
-    "llm_fsm.turn.x_fire_error__mutmut_41": _ERROR_HANDLERS,
-    "llm_fsm.turn.x_resume_turn__mutmut_28": _FOUND_RUNNING,
-    "llm_fsm.turn.x_resume_turn__mutmut_64": _REJECTED,
-    "llm_fsm.turn.x_summary_steps__mutmut_18": [
+    "llm_fsm.turn.runner.x_fire_error__mutmut_11": _ERROR_HANDLERS,
+    "llm_fsm.turn.runner.x_fire_error__mutmut_36": _ERROR_HANDLERS,
+    "llm_fsm.turn.runner.x_fire_error__mutmut_41": _ERROR_HANDLERS,
+    "llm_fsm.turn.runner.x_resume_turn__mutmut_28": _FOUND_RUNNING,
+    "llm_fsm.turn.runner.x_resume_turn__mutmut_64": _REJECTED,
+    "llm_fsm.turn.runner.x_summary_steps__mutmut_18": [
         "tests/test_summaries.py::test_a_summary_request_that_cannot_be_made_never_fails_the_turn"
     ],
-    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_14": _TURN_FROM_DICT,
-    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_32": _TURN_FROM_DICT,
-    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_38": _TURN_FROM_DICT,
-    "llm_fsm.turn.xǁTurnResultǁfrom_dict__mutmut_63": _TURN_FROM_DICT,
-    "llm_fsm.turn.xǁTurnResultǁto_dict__mutmut_28": _TURN_FROM_DICT,
-    "llm_fsm.turn.xǁTurnResultǁto_dict__mutmut_4": _TURN_FROM_DICT,
-    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_53": _HANDLER_ARGUMENTS,
-    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_57": _HANDLER_ARGUMENTS,
-    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_60": _HANDLER_ARGUMENTS,
-    "llm_fsm.turn.xǁTurnRunnerǁ_fire__mutmut_63": [
+    "llm_fsm.turn.runner.xǁTurnResultǁfrom_dict__mutmut_14": _TURN_FROM_DICT,
+    "llm_fsm.turn.runner.xǁTurnResultǁfrom_dict__mutmut_32": _TURN_FROM_DICT,
+    "llm_fsm.turn.runner.xǁTurnResultǁfrom_dict__mutmut_38": _TURN_FROM_DICT,
+    "llm_fsm.turn.runner.xǁTurnResultǁfrom_dict__mutmut_63": _TURN_FROM_DICT,
+    "llm_fsm.turn.runner.xǁTurnResultǁto_dict__mutmut_28": _TURN_FROM_DICT,
+    "llm_fsm.turn.runner.xǁTurnResultǁto_dict__mutmut_4": _TURN_FROM_DICT,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_53": _HANDLER_ARGUMENTS,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_57": _HANDLER_ARGUMENTS,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_60": _HANDLER_ARGUMENTS,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_63": [
         "tests/test_telemetry.py::test_a_handler_span_names_the_state_it_ran_in_and_the_target"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁclose_terminal__mutmut_25": [
+    "llm_fsm.turn.runner.xǁTurnRunnerǁclose_terminal__mutmut_25": [
         _H + "test_a_second_pause_at_the_end_is_another_pause_in_the_ended_state"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁdecide_call__mutmut_19": _FOUND_RUNNING,
-    "llm_fsm.turn.xǁTurnRunnerǁdecide_call__mutmut_46": [
+    "llm_fsm.turn.runner.xǁTurnRunnerǁdecide_call__mutmut_19": _FOUND_RUNNING,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁdecide_call__mutmut_46": [
         _T + "test_a_supplied_result_that_is_not_json_data_is_refused_naming_it"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁdecide_call__mutmut_68": _REJECTED,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁdecide_call__mutmut_68": _REJECTED,
     # test_telemetry.py had it already (outside the turn's test files)
-    "llm_fsm.turn.xǁTurnRunnerǁexhausted__mutmut_21": [
+    "llm_fsm.turn.runner.xǁTurnRunnerǁexhausted__mutmut_21": [
         "tests/test_telemetry.py::test_a_reply_never_accepted_ends_in_the_fallback"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁkeyed_call__mutmut_14": _KEYED,
-    "llm_fsm.turn.xǁTurnRunnerǁkeyed_call__mutmut_2": _KEYED,
-    "llm_fsm.turn.xǁTurnRunnerǁrun_approved__mutmut_8": [
+    "llm_fsm.turn.runner.xǁTurnRunnerǁkeyed_call__mutmut_14": _KEYED,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁkeyed_call__mutmut_2": _KEYED,
+    "llm_fsm.turn.runner.xǁTurnRunnerǁrun_approved__mutmut_8": [
         _T + "test_a_call_held_without_a_key_by_an_older_version_gets_the_key_of_its_pause"
     ],
-    "llm_fsm.turn.xǁTurnRunnerǁuse_tools__mutmut_70": [
+    "llm_fsm.turn.runner.xǁTurnRunnerǁuse_tools__mutmut_70": [
         _T + "test_a_second_call_that_needs_approval_in_the_round_is_refused_until_the_first_is_decided"
     ],
 }
@@ -306,9 +314,9 @@ KILLED_BY: dict[str, list[str]] = {
 # after the import, so their mutants can never be active. Each such change was applied by hand to a copy of
 # the module and failed tests/test_logic.py (see benchmarks/RESULTS.md); reported apart, out of the total.
 IMPORT_TIME = [
-    "llm_fsm.logic.x__chain__mutmut_*",
-    "llm_fsm.logic.x__numeric__mutmut_*",
-    "llm_fsm.logic.x__deciding__mutmut_*",
+    "llm_fsm.logic.rules.x__chain__mutmut_*",
+    "llm_fsm.logic.rules.x__numeric__mutmut_*",
+    "llm_fsm.logic.rules.x__deciding__mutmut_*",
 ]
 
 STATUS = {1: "killed", 3: "killed", 0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", 37: "killed"}

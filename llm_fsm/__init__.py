@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:  # for type checkers and editors; at run time the names load on first use
     from llm_fsm.conversation import Conversation
-    from llm_fsm.definition import Condition, FSMDefinition, State, Transition
-    from llm_fsm.engine import Exchange, Origin, PendingEvent, Rejection, Snapshot
+    from llm_fsm.definition.loader import DefinitionWarning, load
+    from llm_fsm.definition.models import Condition, FSMDefinition, State, Transition
     from llm_fsm.errors import (
         CassetteMismatch,
         ConflictError,
@@ -50,16 +50,16 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
     )
     from llm_fsm.hooks import Break, Hooks
     from llm_fsm.llm import LiteLLMClient, LLMClient, LLMRequest, LLMResponse, Usage
-    from llm_fsm.loader import DefinitionWarning, load
-    from llm_fsm.prompt import PromptBuilder, PromptSettings
-    from llm_fsm.turn import TurnResult
+    from llm_fsm.snapshot import Exchange, Origin, PendingEvent, Rejection, Snapshot
+    from llm_fsm.turn.prompt import PromptBuilder, PromptSettings
+    from llm_fsm.turn.runner import TurnResult
 
 # Where each public name lives. Importing the package loads none of them (pydantic models, Jinja):
 # the command line's --help stays fast, and each name is imported the first time it is used.
 _HOMES = {
     "Conversation": "conversation",
-    **dict.fromkeys(["Condition", "FSMDefinition", "State", "Transition"], "definition"),
-    **dict.fromkeys(["Exchange", "Origin", "PendingEvent", "Rejection", "Snapshot"], "engine"),
+    **dict.fromkeys(["Condition", "FSMDefinition", "State", "Transition"], "definition.models"),
+    **dict.fromkeys(["Exchange", "Origin", "PendingEvent", "Rejection", "Snapshot"], "turn.engine"),
     **dict.fromkeys(
         [
             "CassetteMismatch",
@@ -95,9 +95,9 @@ _HOMES = {
     ),  # fmt: skip
     **dict.fromkeys(["Break", "Hooks"], "hooks"),
     **dict.fromkeys(["LiteLLMClient", "LLMClient", "LLMRequest", "LLMResponse", "Usage"], "llm"),
-    **dict.fromkeys(["DefinitionWarning", "load"], "loader"),
-    **dict.fromkeys(["PromptBuilder", "PromptSettings"], "prompt"),
-    **dict.fromkeys(["TurnResult"], "turn"),
+    **dict.fromkeys(["DefinitionWarning", "load"], "definition.loader"),
+    **dict.fromkeys(["PromptBuilder", "PromptSettings"], "turn.prompt"),
+    **dict.fromkeys(["TurnResult"], "turn.runner"),
 }
 
 

@@ -7,13 +7,13 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.definition.subflows import has_subflows, tree, unattached
+from llm_fsm.definition.wording import did_you_mean
 from llm_fsm.errors import DefinitionError, Problem
 from llm_fsm.hooks import Hooks
-from llm_fsm.steps import Runtime, TurnSettings
-from llm_fsm.subflows.definition import has_subflows, tree, unattached
 from llm_fsm.tools import calling
-from llm_fsm.wording import did_you_mean
+from llm_fsm.turn.steps import Runtime, TurnSettings
 
 
 def check_bindings(definition: FSMDefinition, hooks: Hooks) -> dict[str, calling.BoundTool]:

@@ -1,4 +1,5 @@
-"""The reply contract: what the model must answer, how we read it, and the schema we ask for.
+"""The reply contract: what the model must answer and how we read it (the schema asked for is
+:mod:`llm_fsm.definition.reply_schema`).
 
 The model answers ``{"transition": {"target_state", "context_update"}, "message", "reasoning"}``.
 ``transition`` comes before ``message`` so that a streaming reader can check the move before it
@@ -16,12 +17,11 @@ from __future__ import annotations
 import json
 import math
 import re
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from llm_fsm.definition import State, Transition
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from llm_fsm.values import blank, clean_text
 
@@ -385,60 +385,3 @@ def _describe(exc: ValidationError) -> str:
         text = str(err["ctx"]["error"]) if err["type"] == "value_error" else err["msg"].lower()
         parts.append(f"{where}: {text}")
     return "the reply does not follow the format: " + "; ".join(parts)
-
-
-# a value of a key whose type nothing says, in a strict schema: any scalar, or null (not learned)
-SCALAR: dict[str, Any] = {"type": ["string", "number", "boolean", "null"]}
-
-
-def reply_schema(
-    state: State,
-    *,
-    strict: bool,
-    protected: Collection[str] = (),
-    moves: Sequence[Transition] | None = None,
-    keys: Sequence[str] | None = None,
-    values: Mapping[str, dict[str, Any]] | None = None,
-) -> dict[str, Any]:
-    """JSON Schema of a valid reply in ``state``: ``target_state`` is an enum of the allowed moves.
-
-    ``moves``: the state's moves as the runtime offers them (``FSMDefinition.moves``: global ones
-    included, ``"$return"`` resolved); by default its own transitions. With ``strict`` (OpenAI-style
-    structured outputs) every object is closed and every property required, so ``context_update``
-    lists the keys this state may write (``keys``, by default :func:`writable_keys`); the model writes
-    null for keys it did not learn, and nulls are ignored by the merge. ``values``: the schema of a key's
-    value, where it is known (else any scalar or null).
-    """
-    moves = state.transitions if moves is None else moves
-    # the state itself is always a target: staying needs no transition (see engine._check_target)
-    targets = sorted({state.id, *(t.target_state for t in moves)})
-    update: dict[str, Any] = {"type": "object"}
-    if strict:
-        keys = list(writable_keys(state, protected) if keys is None else keys)
-        values = {key: (values or {}).get(key, SCALAR) for key in keys}
-        update.update(properties=values, required=keys, additionalProperties=False)
-    transition = {
-        "type": "object",
-        "properties": {"context_update": update, "target_state": {"type": "string", "enum": targets}},
-        "required": ["context_update", "target_state"],
-        "additionalProperties": False,
-    }
-    return {
-        "type": "object",
-        "properties": {
-            "transition": transition,
-            "message": {"type": "string"},
-            "reasoning": {"type": "string"},
-        },
-        "required": ["transition", "message", "reasoning"],
-        "additionalProperties": False,
-    }
-
-
-def writable_keys(
-    state: State, protected: Collection[str] = (), moves: Sequence[Transition] | None = None
-) -> list[str]:
-    """Keys the model is asked about in ``state``: its ``writable_keys`` when it has them, else those to
-    collect and those the conditions of its ``moves`` read (by default its own transitions; pass
-    ``FSMDefinition.moves`` to count the global ones); never internal ``_`` keys or ``protected`` ones."""
-    return state.asked_keys(protected, moves)

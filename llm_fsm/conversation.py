@@ -1,11 +1,11 @@
-"""The public shell: a conversation holds a snapshot and runs turns (see :mod:`llm_fsm.turn`).
+"""The public shell: a conversation holds a snapshot and runs turns (see :mod:`llm_fsm.turn.runner`).
 
 A turn makes one model call when the reply is valid. An invalid reply (unparseable, unknown or
 disallowed target, unmet condition, a value its schema refuses) gets up to ``max_corrections``
 corrective calls whose prompt says exactly what was wrong; failed acceptance checks get up to the
 state's ``max_retries`` calls with feedback; no turn makes more than ``max_calls_per_turn`` calls.
 If the reply is still invalid, the conversation stays where it is, keeps the context updates that
-were valid, and answers with ``fallback_message`` (default: the definition's, see :mod:`llm_fsm.texts`):
+were valid, and answers with ``fallback_message`` (default: the definition's, see :mod:`llm_fsm.definition.texts`):
 a message that describes a state the conversation did not enter is never returned. A turn that fails
 raises and changes nothing.
 
@@ -21,7 +21,7 @@ from typing import Any
 
 from llm_fsm import memory
 from llm_fsm.binding import check_bindings, runtime
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.driving import (
     CheckpointSink,
     StreamEvent,
@@ -31,21 +31,22 @@ from llm_fsm.driving import (
     complete,
     events,
 )
-from llm_fsm.engine import Exchange, PendingEvent, Snapshot, initial_snapshot, write
 from llm_fsm.errors import (
     ConversationError,
 )
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.memory import summaries
-from llm_fsm.prompt import PROMPT_ORDERS, PromptBuilder, PromptOrder
 from llm_fsm.recorded import recorded
-from llm_fsm.refusals import turn_refusal
-from llm_fsm.restoring import restored
+from llm_fsm.snapshot import Exchange, PendingEvent, Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
 from llm_fsm.subflows.stack import check_restore, entered, frames
 from llm_fsm.tools.calling import ToolMode
-from llm_fsm.turn import DEFAULT_FALLBACK, TurnResult, TurnSettings
+from llm_fsm.turn.engine import initial_snapshot, write
+from llm_fsm.turn.prompt import PROMPT_ORDERS, PromptBuilder, PromptOrder
+from llm_fsm.turn.refusals import turn_refusal
+from llm_fsm.turn.restoring import restored
+from llm_fsm.turn.runner import DEFAULT_FALLBACK, TurnResult, TurnSettings
 from llm_fsm.values import as_json_data
 
 __all__ = [
@@ -77,7 +78,7 @@ class Conversation:
     Summaries (:mod:`llm_fsm.memory.summaries`, when the definition asks for them) are written by
     ``summary_llm`` (default: ``llm``), at the end of the turn that made them due, or with
     ``background_summaries=True`` after it returned (:meth:`summarize_pending`, or a task ``asend`` starts).
-    ``guided`` and ``prompt_order`` (where the prompt puts the reply rules: :data:`~llm_fsm.prompt.PromptOrder`)
+    ``guided`` and ``prompt_order`` (where the prompt puts the reply rules: :data:`~llm_fsm.turn.prompt.PromptOrder`)
     default to what ``llm`` says it wants.
     """
 
@@ -272,7 +273,7 @@ class Conversation:
 
     def start(self) -> TurnResult:
         """The opening message of the current state: one model call, or none when the state has its own
-        ``opening`` (written over the context; see :mod:`llm_fsm.opening`)."""
+        ``opening`` (written over the context; see :mod:`llm_fsm.definition.opening`)."""
         return complete(self, None)
 
     def send(self, text: str) -> TurnResult:
@@ -318,7 +319,7 @@ class Conversation:
 
 
 def wanted_order(llm: LLMClient) -> PromptOrder:
-    """Where ``llm`` wants the prompt's reply rules (:data:`~llm_fsm.prompt.PromptOrder`): its
+    """Where ``llm`` wants the prompt's reply rules (:data:`~llm_fsm.turn.prompt.PromptOrder`): its
     ``prompt_order`` if it names one, else ``"recency"``."""
     order = getattr(llm, "prompt_order", None)
     return order if order in PROMPT_ORDERS else "recency"

@@ -1,7 +1,7 @@
 """Opening a turn and driving it: one function opens any kind of turn (:func:`open_turn`), and one
 drive (:class:`Drive`) feeds it, sync or async, with what each of its steps produced.
 
-httpx's habit: the logic is in one generator (the turn, :mod:`llm_fsm.turn`); the drivers here only
+httpx's habit: the logic is in one generator (the turn, :mod:`llm_fsm.turn.runner`); the drivers here only
 run its steps (:func:`items` sync, :func:`aitems` async) and turn what they produce into events. The
 summary calls made outside a turn are driven by the same step runners (:func:`run_steps`, :func:`arun_steps`).
 """
@@ -16,20 +16,20 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
 
 from llm_fsm import telemetry
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Snapshot
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import ConversationError, LLMError
-from llm_fsm.firing import fire_error
 from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
 from llm_fsm.memory import summaries
-from llm_fsm.steps import Call, Checkpoint, Runtime, RunTools, Step, Turn, TurnResult, TurnSettings
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.subflows.stack import StackTurn
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import plain_turn, summary_steps
+from llm_fsm.turn.firing import fire_error
+from llm_fsm.turn.runner import plain_turn, summary_steps
+from llm_fsm.turn.steps import Call, Checkpoint, Runtime, RunTools, Step, Turn, TurnResult, TurnSettings
 from llm_fsm.values import clean_text
 
 if TYPE_CHECKING:
@@ -58,7 +58,7 @@ def open_turn(
 
 
 class CheckpointSink(Protocol):
-    """Where a conversation's checkpoints are saved as they are made (see :class:`~llm_fsm.steps.Checkpoint`)."""
+    """Where a conversation's checkpoints are saved as they are made (see :class:`~llm_fsm.turn.steps.Checkpoint`)."""
 
     def hold(self, snapshot: Snapshot) -> None: ...
 

@@ -194,7 +194,7 @@ class HooksLoadError(FSMError):
 class RefinementError(FSMError):
     """A state's checks still failed after its retries, and its policy is ``raise``. Nothing changed.
 
-    ``failures`` holds the failed checks as :class:`~llm_fsm.engine.Rejection` objects.
+    ``failures`` holds the failed checks as :class:`~llm_fsm.snapshot.Rejection` objects.
     """
 
     def __init__(self, message: str, *, state: str, failures: tuple[Any, ...]) -> None:

@@ -19,7 +19,7 @@ A handler is called with keyword arguments only (those it does not declare are n
 handlers keep working when arguments are added): ``conversation``, ``timing``, ``state``,
 ``target``, ``context`` (a read-only view), ``update`` (keys updated this turn), ``corrections``
 (at ``context_update``: the updated keys whose collected value changed, ``{"from": ..., "to": ...}`` each;
-see :mod:`llm_fsm.corrections`), ``user``, ``reply``, ``message``, ``error``, ``memory`` (the turn's working
+see :mod:`llm_fsm.definition.corrections`), ``user``, ``reply``, ``message``, ``error``, ``memory`` (the turn's working
 memory, to read and write: see :class:`llm_fsm.memory.MemoryAccess`). It returns a context delta or None; a
 key set to None in a delta deletes it. Raising :class:`Break` pauses the conversation.
 """

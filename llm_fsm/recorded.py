@@ -28,13 +28,13 @@ assistant's turn of the history: :meth:`Conversation.record <llm_fsm.Conversatio
 
 from __future__ import annotations
 
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Exchange, Snapshot
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import ConversationError, ConversationPaused, EmptyMessageError
 from llm_fsm.memory import summaries
-from llm_fsm.refusals import blankness
-from llm_fsm.steps import TurnSettings
+from llm_fsm.snapshot import Exchange, Snapshot
 from llm_fsm.subflows.stack import levels
+from llm_fsm.turn.refusals import blankness
+from llm_fsm.turn.steps import TurnSettings
 from llm_fsm.values import clean_text
 
 __all__ = ["checked_message", "recorded"]

@@ -149,3 +149,20 @@ def exception_text(exc: BaseException) -> str:
     except Exception:
         return ""
     return text if isinstance(text, str) else ""
+
+
+def merge(context: dict[str, Any], update: dict[str, Any]) -> dict[str, Any]:
+    """A new context with ``update`` merged in: nested objects merge, ``None`` values are ignored."""
+    result = dict(context)
+    for key, value in update.items():
+        if value is None:
+            continue
+        old = result.get(key)
+        if isinstance(value, dict) and isinstance(old, dict):
+            result[key] = merge(old, value)
+        elif isinstance(value, dict):
+            # through merge() so that the nulls inside are dropped and the caller's dict is not shared
+            result[key] = merge({}, value)
+        else:
+            result[key] = value
+    return result

@@ -14,7 +14,7 @@ import pytest
 import llm_fsm
 from llm_fsm.authoring.analysis import Diagnostic, analyze
 from llm_fsm.authoring.condition_solver import find_witness
-from llm_fsm.definition import Transition
+from llm_fsm.definition.models import Transition
 from tests.conftest import EXAMPLES, ROOT
 
 
@@ -257,7 +257,7 @@ def test_the_runtime_takes_the_move_the_model_names_whatever_the_priorities():
     """What the hint says, checked on the engine: both moves hold, so each is accepted, the less
     preferred one (priority 20) included; and a target is accepted when any of its transitions holds."""
     from llm_fsm.contract import parse_reply
-    from llm_fsm.engine import decide, initial_snapshot
+    from llm_fsm.turn.engine import decide, initial_snapshot
 
     transitions = [
         to("done", ADULT, priority=10),
@@ -339,7 +339,7 @@ def test_the_sweep_names_every_transition_that_a_pair_by_pair_search_names():
 
 
 def _holds(transition: dict[str, Any], context: dict[str, Any]) -> bool:
-    from llm_fsm.engine import unmet_condition
+    from llm_fsm.definition.conditions import unmet_condition
 
     return unmet_condition(Transition.model_validate(transition), context) is None
 
@@ -519,7 +519,7 @@ def fits(value: Any, schema: dict[str, Any]) -> bool:
 def test_a_transition_reported_dead_is_never_taken_on_any_context():
     """No false positives: whenever condition_never_holds is reported, the engine accepts the move on
     none of many contexts (numbers, numeric strings, text, booleans, null, lists, objects, absence)."""
-    from llm_fsm.engine import unmet_condition
+    from llm_fsm.definition.conditions import unmet_condition
 
     rng = random.Random(11)
 
@@ -685,7 +685,7 @@ def test_a_key_in_writable_keys_counts_as_collected():
 
 
 def test_the_rejection_lists_only_keys_the_model_could_write():
-    from llm_fsm.engine import filter_update
+    from llm_fsm.turn.engine import filter_update
 
     _, (refused,) = filter_update({"x": 1}, writable=["name", "_score", "_extra", "approved"], protected=["approved"])
     assert refused.reason == "context key 'x' is not writable in this state (writable: _extra, name)"

@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 
 from llm_fsm.cli import app
 from llm_fsm.cli.authoring import complete_definitions, schema_text
-from llm_fsm.definition_schema import json_schema
+from llm_fsm.definition.json_schema import json_schema
 from tests.conftest import EXAMPLES, ROOT, SIGNUP
 
 runner = CliRunner()

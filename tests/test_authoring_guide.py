@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from llm_fsm.definition_schema import json_schema
+from llm_fsm.definition.json_schema import json_schema
 
 ROOT = Path(__file__).resolve().parent.parent
 

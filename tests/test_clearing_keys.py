@@ -1,4 +1,4 @@
-"""Taking a value back (llm_fsm.clearing): a state's ``clearable_keys`` (null removes), a transition's
+"""Taking a value back (llm_fsm.definition.clearing): a state's ``clearable_keys`` (null removes), a transition's
 ``clear_keys`` (a move removes), and the definition's ``any_value`` ("dontcare": any value will do)."""
 
 from __future__ import annotations
@@ -13,16 +13,16 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.clearing import RULE
-from llm_fsm.engine import check_values, decide, initial_snapshot
+from llm_fsm.definition.clearing import RULE
+from llm_fsm.definition.loader import DefinitionWarning, inspect, load_text
 from llm_fsm.errors import DefinitionError
-from llm_fsm.guided import guided_schema
-from llm_fsm.loader import DefinitionWarning, inspect, load_text
-from llm_fsm.prompt import PromptBuilder
-from llm_fsm.requests import state_reply_schemas
-from llm_fsm.steps import TurnResult
+from llm_fsm.guided.schema import guided_schema
 from llm_fsm.store import StoredConversation, open_store
 from llm_fsm.testing import ScriptedLLM
+from llm_fsm.turn.engine import check_values, decide, initial_snapshot
+from llm_fsm.turn.prompt import PromptBuilder
+from llm_fsm.turn.requests import state_reply_schemas
+from llm_fsm.turn.steps import TurnResult
 from tests.conftest import changed_definition, reply
 from tests.test_engine import make_reply
 
@@ -394,7 +394,7 @@ def test_a_definition_without_the_fields_hashes_as_before() -> None:
 
 def test_the_guide_states_the_rule() -> None:
     text = " ".join((ROOT / "docs" / "turns.md").read_text().split())
-    assert RULE in text, "docs/turns.md does not state the rule in the words of llm_fsm.clearing.RULE"
+    assert RULE in text, "docs/turns.md does not state the rule in the words of llm_fsm.definition.clearing.RULE"
 
 
 def test_the_guide_s_example_loads_without_a_problem() -> None:

@@ -4,17 +4,8 @@ import json
 
 import pytest
 
-from llm_fsm.contract import (
-    Reply,
-    _candidates,
-    _depth,
-    _object_end,
-    parse_reply,
-    partial_reply,
-    reply_object,
-    reply_schema,
-    writable_keys,
-)
+from llm_fsm.contract import Reply, _candidates, _depth, _object_end, parse_reply, partial_reply, reply_object
+from llm_fsm.definition.reply_schema import reply_schema, writable_keys
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
 from tests.conftest import reply
 
@@ -139,9 +130,9 @@ def test_deeply_nested_replies_are_refused_not_recursed_into():
 
 def test_explicit_writable_keys_are_what_the_strict_schema_and_the_prompt_offer():
     import llm_fsm
-    from llm_fsm.engine import initial_snapshot
-    from llm_fsm.prompt import PromptBuilder
-    from llm_fsm.requests import state_reply_schemas
+    from llm_fsm.turn.engine import initial_snapshot
+    from llm_fsm.turn.prompt import PromptBuilder
+    from llm_fsm.turn.requests import state_reply_schemas
     from tests.conftest import SIGNUP
 
     data = json.loads(json.dumps(SIGNUP))
@@ -313,7 +304,7 @@ def test_writable_keys_leave_out_internal_and_protected_keys_and_read_the_moves_
 
 def test_the_reply_schemas_are_exact():
     import llm_fsm
-    from llm_fsm.requests import state_reply_schemas
+    from llm_fsm.turn.requests import state_reply_schemas
 
     definition = llm_fsm.load(
         {
@@ -382,7 +373,7 @@ def test_the_reply_schemas_are_exact():
 
 def test_a_strict_schema_holds_each_value_to_its_declared_or_compared_type():
     import llm_fsm
-    from llm_fsm.requests import state_reply_schemas
+    from llm_fsm.turn.requests import state_reply_schemas
 
     definition = llm_fsm.load(
         {
@@ -424,7 +415,7 @@ def test_a_strict_schema_holds_each_value_to_its_declared_or_compared_type():
 
 def test_reply_schemas_offer_the_keys_of_a_way_back_and_are_kept_per_way_back():
     import llm_fsm
-    from llm_fsm.requests import state_reply_schemas
+    from llm_fsm.turn.requests import state_reply_schemas
 
     definition = llm_fsm.load(
         {

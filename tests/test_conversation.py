@@ -311,7 +311,7 @@ def test_a_snapshot_saved_before_tools_existed_restores_unchanged(name):
 
 
 def test_a_turn_result_as_a_dict_and_back_is_the_same_result(signup):
-    from llm_fsm.turn import TurnResult
+    from llm_fsm.turn.runner import TurnResult
 
     llm = ScriptedLLM(["not json", reply("ask_email", "Thanks Ann, your email?", name="Ann")])
     conversation = llm_fsm.Conversation(signup, llm)

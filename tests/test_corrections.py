@@ -10,15 +10,16 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.corrections import RULE
-from llm_fsm.engine import decide, initial_snapshot, model_writable_keys
+from llm_fsm.definition.corrections import RULE
+from llm_fsm.definition.loader import load_text
+from llm_fsm.definition.reply_schema import model_writable_keys
 from llm_fsm.errors import DefinitionError
-from llm_fsm.guided import guided_schema
-from llm_fsm.loader import load_text
-from llm_fsm.prompt import PromptBuilder
-from llm_fsm.requests import state_reply_schemas
-from llm_fsm.steps import TurnResult
+from llm_fsm.guided.schema import guided_schema
 from llm_fsm.testing import ScriptedLLM
+from llm_fsm.turn.engine import decide, initial_snapshot
+from llm_fsm.turn.prompt import PromptBuilder
+from llm_fsm.turn.requests import state_reply_schemas
+from llm_fsm.turn.steps import TurnResult
 from tests.conftest import changed_definition, reply
 from tests.test_engine import make_reply
 
@@ -305,10 +306,10 @@ def test_corrections_is_true_false_or_a_list_of_keys():
 
 def test_the_guides_state_the_one_rule():
     # docs/authoring.md and docs/turns.md (README's "How a turn works") say what the model may write in the
-    # words of llm_fsm.corrections.RULE, which the engine applies
+    # words of llm_fsm.definition.corrections.RULE, which the engine applies
     for page in ("docs/authoring.md", "docs/turns.md"):
         text = " ".join((ROOT / page).read_text().split())
-        assert RULE in text, f"{page} does not state the rule in the words of llm_fsm.corrections.RULE"
+        assert RULE in text, f"{page} does not state the rule in the words of llm_fsm.definition.corrections.RULE"
 
 
 def test_run_and_serve_mask_a_secret_correction_like_the_context():

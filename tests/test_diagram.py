@@ -8,7 +8,7 @@ import pytest
 
 import llm_fsm
 from llm_fsm.authoring.diagram import LABEL_LIMIT, edge_label, mermaid_text, short_logic, to_dot, to_mermaid
-from llm_fsm.definition import FSMDefinition, Transition
+from llm_fsm.definition.models import FSMDefinition, Transition
 from tests.conftest import EXAMPLES, SIGNUP
 
 

@@ -8,25 +8,22 @@ from hypothesis import strategies as st
 
 import llm_fsm
 from llm_fsm.contract import Reply
-from llm_fsm.engine import (
-    Exchange,
-    Origin,
-    PendingEvent,
-    Rejection,
+from llm_fsm.definition.reply_schema import model_writable_keys
+from llm_fsm.errors import ContextValueError, ResumeError
+from llm_fsm.snapshot import Exchange, Origin, PendingEvent, Rejection
+from llm_fsm.turn.engine import (
     apply_delta,
     check_values,
     commit,
     decide,
     filter_update,
     initial_snapshot,
-    merge,
-    model_writable_keys,
     record,
     way_back,
     write,
 )
-from llm_fsm.errors import ContextValueError, ResumeError
-from llm_fsm.resuming import resumed
+from llm_fsm.turn.resuming import resumed
+from llm_fsm.values import merge
 
 
 def make_reply(target, **update):
@@ -401,7 +398,7 @@ def test_a_resume_spends_its_token_once_and_merges_only_a_break_s_result():
 
 
 def test_a_malformed_key_is_never_present():
-    from llm_fsm.logic import has_key  # what requires_context_keys is checked with
+    from llm_fsm.logic.rules import has_key  # what requires_context_keys is checked with
 
     assert has_key({"": 1}, "") is False
     assert has_key({"a": {"b": 1}}, "a.b") is True

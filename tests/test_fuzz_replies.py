@@ -21,7 +21,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import llm_fsm
-from llm_fsm.engine import unmet_condition
+from llm_fsm.definition.conditions import unmet_condition
 from llm_fsm.streaming import MessageDelta, MessageReset
 from llm_fsm.testing import ScriptedLLM
 

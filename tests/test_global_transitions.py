@@ -13,14 +13,15 @@ import pytest
 import llm_fsm
 from llm_fsm.authoring.analysis import analyze
 from llm_fsm.authoring.diagram import to_dot, to_mermaid
-from llm_fsm.definition import RETURN
-from llm_fsm.engine import Snapshot, way_back
+from llm_fsm.definition.models import RETURN
 from llm_fsm.errors import DefinitionError
-from llm_fsm.guided import guided_schema
-from llm_fsm.requests import state_reply_schemas
+from llm_fsm.guided.schema import guided_schema
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store import open_store
 from llm_fsm.testing import ScriptedLLM, SimulatedLLM
 from llm_fsm.testing.conversation_tests import CaseOutcome, coverage
+from llm_fsm.turn.engine import way_back
+from llm_fsm.turn.requests import state_reply_schemas
 from tests.conftest import ROOT, reply
 
 FORM = {
@@ -112,7 +113,7 @@ def test_unknown_targets_and_excepted_states_are_errors_naming_where():
 
 def test_a_global_transition_of_the_wrong_shape_is_named_with_its_line():
     text = json.dumps({**FORM, "global_transitions": [{"target_state": "done", "except_states": "confirm"}]}, indent=1)
-    report = llm_fsm.loader.load_text(text, source="f.json")
+    report = llm_fsm.definition.loader.load_text(text, source="f.json")
     (problem,) = report.errors
     assert problem.path == "global_transitions[0].except_states" and problem.line is not None
     assert "list" in problem.message
@@ -121,7 +122,9 @@ def test_a_global_transition_of_the_wrong_shape_is_named_with_its_line():
 def test_an_unknown_field_of_a_global_transition_is_reported():
     data = json.loads(json.dumps(FORM))
     data["global_transitions"][0]["expect_states"] = ["confirm"]
-    with pytest.warns(llm_fsm.loader.DefinitionWarning, match=r"global_transitions\[0\]\.expect_states.*except_states"):
+    with pytest.warns(
+        llm_fsm.definition.loader.DefinitionWarning, match=r"global_transitions\[0\]\.expect_states.*except_states"
+    ):
         llm_fsm.load(data)
     assert "unknown_field" in {p[1] for p in problems_strict(data)}
 
@@ -317,7 +320,7 @@ def test_the_prompt_lists_the_global_moves_with_their_conditions_and_where_retur
     assert "<condition>a real question (needs: q)</condition>" in first and "<key>q</key>" in first
     assert "<valid_states>help, ask_name, cancelled</valid_states>" in in_help
     assert "<target>ask_name</target>\n<description>The question is answered</description>" in in_help
-    confirm = llm_fsm.prompt.PromptBuilder().definition_part(definition, "confirm")
+    confirm = llm_fsm.turn.prompt.PromptBuilder().definition_part(definition, "confirm")
     assert "<target>cancelled</target>" not in confirm  # excepted there
 
 
@@ -521,7 +524,7 @@ def test_chat_state_shows_the_global_moves_and_where_return_goes(tmp_path):
 
 def test_a_plain_prompt_lists_the_states_own_moves_first_and_a_guided_one_by_priority():
     definition = llm_fsm.load(FORM)
-    builder = llm_fsm.prompt.PromptBuilder()
+    builder = llm_fsm.turn.prompt.PromptBuilder()
     plain, guided = (builder.definition_part(definition, "ask_name", guided=g) for g in (False, True))
     assert "<valid_states>ask_name, ask_email, cancelled, help</valid_states>" in plain
     assert "<valid_states>ask_name, cancelled, ask_email, help</valid_states>" in guided

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Iterator, Mapping
 
 import llm_fsm
-from llm_fsm.graph import predecessors, reachable, shortest_path, successors
+from llm_fsm.definition.graph import predecessors, reachable, shortest_path, successors
 
 EDGES = {"a": ["b", "c"], "b": ["d"], "c": ["d", "a"], "d": [], "lonely": ["d"]}
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import random
 
-from llm_fsm.graph import carry, components, reachable
+from llm_fsm.definition.graph import carry, components, reachable
 
 EDGES = {"a": ["b", "c"], "b": ["d"], "c": ["d", "a"], "d": [], "lonely": ["d"]}
 

@@ -1,4 +1,4 @@
-"""Guided replies: the per-turn reply schema for small models (llm_fsm.guided), and how it is reached."""
+"""Guided replies: the per-turn reply schema for small models (llm_fsm.guided.schema), and how it is reached."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import jsonschema
 
 import llm_fsm
 from llm_fsm.cli.options import Provider, make_client
-from llm_fsm.guided import MAX_STAY_BRANCHES, MAX_TEXT, guided_schema, value_schema
+from llm_fsm.guided.schema import MAX_STAY_BRANCHES, MAX_TEXT, guided_schema, value_schema
 from llm_fsm.testing import ScriptedLLM, tool_calls
 from llm_fsm.testing.cassette import RecordingLLM, ReplayLLM
 from tests.conftest import example_hooks
@@ -332,7 +332,7 @@ def test_conditions_the_grammar_cannot_read_are_offered_and_never_forced():
         ({"==": [{"var": "x"}, None]}, {"x": None}),
         ({"==": [{"var": ["x", "basic"]}, "basic"]}, {"x": None}),  # a default
     ]:
-        keys = sorted({k.split(".")[0] for k in llm_fsm.logic.keys_read(logic)})
+        keys = sorted({k.split(".")[0] for k in llm_fsm.logic.rules.keys_read(logic)})
         schema = guided_schema(definition_with([move("b", logic)], writable_keys=keys), "a", {})
         full = {k: update.get(k) for k in keys}
         assert valid(schema, reply("b", full)), logic
@@ -443,7 +443,7 @@ def test_a_tool_that_answered_is_not_offered_again_in_the_turn():
 
 
 def test_patterns_are_sent_in_classes_a_grammar_server_reads():
-    from llm_fsm.guided import portable_pattern
+    from llm_fsm.guided.schema import portable_pattern
 
     # llama.cpp's patterns lack \d, \w and \s (it then accepts any text): the tool's time and date were free
     path = EXAMPLES / "restaurant_booking.json"

@@ -6,9 +6,9 @@ from __future__ import annotations
 from typing import Any
 
 import llm_fsm
-from llm_fsm.guided import guided_schema
-from llm_fsm.guided_conditions import asked_elsewhere
-from llm_fsm.guided_words import from_words, pool
+from llm_fsm.guided.conditions import asked_elsewhere
+from llm_fsm.guided.schema import guided_schema
+from llm_fsm.guided.words import from_words, pool
 from tests.test_guided import reply, valid
 
 
@@ -164,7 +164,7 @@ def test_a_state_whose_keys_are_known_and_whose_move_holds_does_not_stay_unless_
 
 
 def test_a_time_said_without_am_or_pm_is_either_and_the_move_s_hours_pick_one():
-    from llm_fsm.guided_dates import times
+    from llm_fsm.guided.dates import times
 
     assert times("yes tuesday 5.45 is fine") == ["05:45", "17:45"]
     assert times("9:30am") == ["09:30"] and times("19.30") == ["19:30"] and times("21h") == ["21:00"]

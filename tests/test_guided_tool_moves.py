@@ -394,8 +394,8 @@ def test_a_key_a_move_only_needs_counts_once_however_many_ways_the_words_offer_i
 
 
 def test_can_fail_tries_the_values_the_condition_solver_tries_for_the_free_keys_only():
-    from llm_fsm.condition_values import can_fail
-    from llm_fsm.definition import Condition
+    from llm_fsm.definition.condition_values import can_fail
+    from llm_fsm.definition.models import Condition
 
     def condition(rule: dict[str, Any]) -> Condition:
         return Condition(description="c", logic=rule)

@@ -1,15 +1,15 @@
 """Issue 28: what a guided schema offers from the user's words and the whole definition's conditions
-(llm_fsm.guided_words, llm_fsm.guided_values), and the move a staying reply's update fulfils."""
+(llm_fsm.guided.words, llm_fsm.guided.values), and the move a staying reply's update fulfils."""
 
 from __future__ import annotations
 
 from typing import Any
 
 import llm_fsm
-from llm_fsm.guided import guided_schema
-from llm_fsm.guided_entered import fulfilled_move
-from llm_fsm.guided_values import closed_set, derived_values, text_shape
-from llm_fsm.guided_words import from_words, pool, spans
+from llm_fsm.guided.entered import fulfilled_move
+from llm_fsm.guided.schema import guided_schema
+from llm_fsm.guided.values import closed_set, derived_values, text_shape
+from llm_fsm.guided.words import from_words, pool, spans
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.testing.scorecard import course as scorecard_course
 from tests.test_corrections import ROOT, _offered
@@ -364,7 +364,7 @@ def test_a_value_the_words_give_one_move_is_not_invented_by_another():
 def test_a_guided_message_opens_like_no_earlier_message():
     import re
 
-    from llm_fsm.guided_patterns import not_opening_like
+    from llm_fsm.guided.patterns import not_opening_like
 
     earlier = ["Hi! I'll set up your Northwind profile.", "jon"]
     schema = guided_schema(example("form_filling"), "collect_email", {"name": "maya"}, said="hi", earlier=earlier)
@@ -471,7 +471,7 @@ def test_numbers_written_the_european_way_and_requests_that_are_not_questions():
 def test_dates_said_with_a_month_s_name_are_offered_as_iso_and_a_day_alone_is_of_the_month_collected():
     import datetime
 
-    from llm_fsm.guided_dates import dates
+    from llm_fsm.guided.dates import dates
 
     today = datetime.date(2026, 11, 26)
     assert dates("Hi, I need a room from March 14th", today) == ["2027-03-14"]  # the next March 14th
@@ -494,7 +494,7 @@ def test_a_state_that_asks_for_nothing_routes_to_its_moves_that_already_hold():
 
 
 def test_a_guided_tool_request_takes_its_arguments_from_what_was_said_then_from_what_was_collected():
-    from llm_fsm.guided_tools import guided_arguments
+    from llm_fsm.guided.tools import guided_arguments
 
     params = {
         "type": "object",
@@ -540,7 +540,7 @@ def branch_reply(branch: dict[str, Any]) -> dict[str, Any]:
 
 
 def test_a_guided_message_loses_a_loop_and_the_prompt_s_tags_and_nothing_else():
-    from llm_fsm.guided import tidy
+    from llm_fsm.guided.schema import tidy
 
     looping = "Happy Friday! I'm happy to see you. I'm happy, I'm happy. I'm happy.</assistant>"
     assert tidy(looping) == "Happy Friday! I'm happy to see you. I'm happy."
@@ -602,7 +602,7 @@ def test_a_number_with_a_scale_word_is_read_whole():
 
 
 def test_a_key_is_named_by_a_word_of_its_name_or_its_plural():
-    from llm_fsm.guided_words import names
+    from llm_fsm.guided.words import names
 
     assert names("annual_income", pool("oops, income is actually 52,000").words)
     assert names("monthly_debt_payments", pool("my debts are 250 a month").words)
@@ -633,7 +633,7 @@ def test_a_number_said_beside_a_key_name_is_not_offered_to_another_key():
 
 
 def test_a_name_takes_the_number_nearest_it_unless_the_word_is_a_rate_or_names_two_keys():
-    from llm_fsm.guided_branches import owned_numbers
+    from llm_fsm.guided.branches import owned_numbers
 
     assert owned_numbers("I'm 34 with an income of 52k", ["age", "annual_income"]) == {"annual_income": [52000]}
     assert owned_numbers("rent is 3-4k, 2 of us", ["monthly_rent"]) == {"monthly_rent": [3000, 4000]}
@@ -711,7 +711,7 @@ def test_an_address_that_fits_another_key_is_not_offered_as_free_text():
 def test_a_date_in_digits_is_offered_to_a_date_key_and_a_dates_or_times_digits_are_no_numbers():
     import datetime
 
-    from llm_fsm.guided_dates import days_said, times
+    from llm_fsm.guided.dates import days_said, times
 
     today = datetime.date(2026, 11, 27)
     assert days_said("13/06/2027, 3 nights", today) == ["2027-06-13"]
@@ -754,8 +754,8 @@ def test_a_shaped_value_written_in_groups_is_offered_whole_first():
 def test_a_key_with_no_schema_takes_the_shape_of_the_tool_argument_of_its_name():
     # restaurant_booking declares no context_schema; its tools take date as YYYY-MM-DD: "Oh, OK. 9 pm then" at the
     # date and time question had a 135M model write "21:00" as the date, and the availability check never matched
-    from llm_fsm.guided import value_schema
-    from llm_fsm.guided_values import tool_shape
+    from llm_fsm.guided.schema import value_schema
+    from llm_fsm.guided.values import tool_shape
 
     definition = example("restaurant_booking")
     assert tool_shape(definition, "date") == {"pattern": "^\\d{4}-\\d{2}-\\d{2}$"}

@@ -13,9 +13,9 @@ from typer.testing import CliRunner
 
 import llm_fsm
 from llm_fsm.cli import app
-from llm_fsm.engine import Exchange
+from llm_fsm.definition.memory import RunningSummary
 from llm_fsm.errors import StoreError
-from llm_fsm.memory.spec import RunningSummary
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import StoredConversation, open_store
 from llm_fsm.store.history import TAIL, bounded
 from llm_fsm.testing import ScriptedLLM
@@ -188,7 +188,7 @@ def test_chat_history_pages_back_through_the_stored_history(tmp_path):
 
 def test_a_window_wider_than_the_stores_tail_comes_back_whole_from_a_load(tmp_path):
     """A conversation whose prompt shows more exchanges than the store's default tail carries them all."""
-    from llm_fsm.prompt import PromptBuilder, PromptSettings
+    from llm_fsm.turn.prompt import PromptBuilder, PromptSettings
 
     wide = TAIL + 10
     turns = wide + 5

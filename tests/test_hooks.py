@@ -14,7 +14,7 @@ from llm_fsm import Break, Hooks
 from llm_fsm.errors import ConversationPaused, DefinitionError, LLMUnavailableError, ResumeError
 from llm_fsm.hooks import HandlerError
 from llm_fsm.testing import ScriptedLLM
-from llm_fsm.turn import RefinementError
+from llm_fsm.turn.runner import RefinementError
 from tests.conftest import ROOT, reply
 
 FLOW: dict[str, Any] = {

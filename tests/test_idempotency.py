@@ -22,17 +22,17 @@ import pytest
 from fastapi.testclient import TestClient
 
 import llm_fsm
-from llm_fsm.engine import Rejection
 from llm_fsm.errors import IdempotencyKeyReused, ScriptExhausted
 from llm_fsm.llm import Usage
 from llm_fsm.memory.summaries import SummaryRun
 from llm_fsm.server import create_app
 from llm_fsm.server.auth import ANONYMOUS
+from llm_fsm.snapshot import Rejection
 from llm_fsm.store import Store, StoredConversation, aadvance, advance, open_store
 from llm_fsm.store.idempotency import KEPT, fingerprint
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 from tests.conftest import reply
 from tests.postgres_server import free_port
 from tests.test_serve_cli import wait_until_serving
@@ -208,7 +208,7 @@ def test_a_keyed_first_request_that_opens_in_a_sub_conversation_has_the_same_uid
     (tmp_path / "identity_check.json").write_text((SUBFLOWS / "identity_check.json").read_text())
     claim = llm_fsm.load(tmp_path / "claim.json")
 
-    def first_request() -> llm_fsm.engine.Snapshot:
+    def first_request() -> llm_fsm.snapshot.Snapshot:
         store = open_store("memory:")  # each retry finds nothing stored
         llm = ScriptedLLM([reply("ask_dob", "Your date of birth?")])
         stored = StoredConversation(store, "c1", lambda snap: llm_fsm.Conversation(claim, llm))

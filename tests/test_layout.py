@@ -1,6 +1,6 @@
-"""The package's layout (docs/architecture.md): no module imports one that imports it back, directly
-or through others, and each layer imports only the layers it may; no module or class grows too long to
-take in (over 500 and 250 lines).
+"""The package's layout (docs/architecture.md): its rooms as floors, each importing only from its own floor
+and those below; guided mode reached only through its seam; no module imports one that imports it back,
+directly or through others; and a map that names every module.
 
 Every import statement counts: top-level, inside functions and under ``if TYPE_CHECKING:``.
 ``from llm_fsm.x import y`` is an import of the module ``llm_fsm.x.y`` when there is one, else of
@@ -20,15 +20,29 @@ PACKAGE = Path(llm_fsm.__file__).parent
 ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.md"
 
 
-# What each layer may import besides itself (the subpackages; every other module is the core).
-MAY_IMPORT = {
-    "core": set(),
-    "store": {"core"},
-    "authoring": {"core"},
-    "testing": {"core", "authoring"},
-    "server": {"core", "store", "authoring"},
-    "cli": {"core", "store", "authoring", "testing", "server"},
-}
+# The rooms, from the ground up: a module imports only from its own room and the rooms below it. A room is a
+# package of llm_fsm or a few top-level modules; the edges the turn uses (llm, telemetry, tools, memory) are
+# below it, and what people use (store, authoring, testing, server, cli) above the conversation.
+FLOORS: list[tuple[str, set[str]]] = [
+    ("ground", {"errors", "values", "secrets", "schemas", "jsonfiles", "named_files", "hooks", "contract"}),
+    ("logic", {"logic"}),
+    ("definition", {"definition"}),
+    ("snapshot", {"snapshot"}),
+    ("guided", {"guided"}),
+    ("telemetry", {"telemetry"}),
+    ("llm", {"llm"}),
+    ("edges", {"tools", "memory"}),
+    ("turn", {"turn"}),
+    ("subflows", {"subflows"}),
+    ("conversation", {"conversation", "driving", "binding", "recorded", "streaming"}),
+    ("face", {""}),  # llm_fsm/__init__.py: every public name, imported on first use
+    ("store", {"store"}),
+    ("authoring", {"authoring"}),
+    ("testing", {"testing"}),
+    ("server", {"server"}),
+    ("cli", {"cli"}),
+]
+FLOOR = {room: level for level, (_, rooms) in enumerate(FLOORS) for room in rooms}
 
 
 def module_name(path: Path) -> str:
@@ -64,9 +78,15 @@ def import_graph() -> dict[str, set[str]]:
     return graph
 
 
-def layer(module: str) -> str:
+def room(module: str) -> str:
+    """The room of a module: its package under llm_fsm (``turn`` for ``llm_fsm.turn.runner``), or its own name for a
+    top-level module; ``""`` for the package itself."""
     parts = module.split(".")
-    return parts[1] if len(parts) > 1 and parts[1] in MAY_IMPORT else "core"
+    return parts[1] if len(parts) > 1 else ""
+
+
+def floor(module: str) -> int:
+    return FLOOR[room(module)]
 
 
 def reachable(graph: dict[str, set[str]], start: str) -> set[str]:
@@ -89,15 +109,18 @@ def test_the_import_graph_sees_every_kind_of_import():
     graph = import_graph()
     assert "llm_fsm.cli.main" in graph["llm_fsm.cli.run"]  # top level
     assert "llm_fsm.store.stored" in graph["llm_fsm.cli.conversation_factory"]  # in a function and under TYPE_CHECKING
-    assert "llm_fsm.logic" in graph["llm_fsm.engine"]  # from llm_fsm import logic: the module
+    assert (
+        "llm_fsm.logic.rules" in graph["llm_fsm.definition.conditions"]
+    )  # from llm_fsm.logic import rules: the module
     assert "llm_fsm.cli" not in graph["llm_fsm.cli.chat"]
-    assert "llm_fsm.memory.spec" in graph["llm_fsm.definition"]  # a module of a core package
-    assert "llm_fsm.memory" in graph["llm_fsm.prompt"]  # from llm_fsm import memory: the package's __init__
+    assert "llm_fsm.definition.memory" in graph["llm_fsm.definition.models"]  # a module of a core package
+    assert "llm_fsm.memory" in graph["llm_fsm.turn.prompt"]  # from llm_fsm import memory: the package's __init__
 
 
-def test_the_core_packages_are_the_core():
-    # memory/ is part of the core (definition and engine read its declarations; the turn writes it), not a layer
-    assert layer("llm_fsm.memory.working") == layer("llm_fsm.refusals") == "core"
+def test_every_room_has_a_floor():
+    rooms = {room(module) for module in import_graph()}
+    assert not rooms - set(FLOOR), "rooms with no floor in FLOORS: " + ", ".join(sorted(rooms - set(FLOOR)))
+    assert floor("llm_fsm.definition.loader") < floor("llm_fsm.guided.words") < floor("llm_fsm.turn.runner")
 
 
 def test_the_cycle_finder_names_modules_that_import_each_other():
@@ -110,12 +133,23 @@ def test_no_module_imports_one_that_imports_it_back():
     assert not found, "modules that import each other: " + "; ".join(" ↔ ".join(sorted(c)) for c in found)
 
 
-def test_each_layer_imports_only_what_it_may():
+def test_no_import_runs_up_a_floor():
     wrong = [
         f"{module} imports {target}"
         for module, targets in import_graph().items()
         for target in targets
-        if layer(target) != layer(module) and layer(target) not in MAY_IMPORT[layer(module)]
+        if floor(target) > floor(module)
+    ]
+    assert not wrong, "; ".join(sorted(wrong))
+
+
+def test_guided_mode_is_reached_only_through_its_seam():
+    # what helps a small model is one package; the turn asks it through llm_fsm/guided/__init__.py alone
+    wrong = [
+        f"{module} imports {target}"
+        for module, targets in import_graph().items()
+        for target in targets
+        if room(module) != "guided" and room(target) == "guided" and target != "llm_fsm.guided"
     ]
     assert not wrong, "; ".join(sorted(wrong))
 
@@ -139,46 +173,27 @@ def test_the_architecture_page_names_every_module_and_no_other():
     )
 
 
-# A newcomer reads a module, or a class, whole: past these sizes it is split into modules of one concept each
-# (see docs/architecture.md). The module is every line of its file; a class, from its "class" line to its last.
-MAX_MODULE_LINES = 500
-MAX_CLASS_LINES = 250
-
-
-def oversized(name: str, text: str) -> list[str]:
-    """What in the module ``name`` (its source ``text``) is over the limits, each with its size."""
-    found = []
-    lines = len(text.splitlines())
-    if lines > MAX_MODULE_LINES:
-        found.append(f"{name}: {lines} lines (at most {MAX_MODULE_LINES})")
-    for node in ast.walk(ast.parse(text)):
-        if isinstance(node, ast.ClassDef):
-            size = (node.end_lineno or node.lineno) - node.lineno + 1
-            if size > MAX_CLASS_LINES:
-                found.append(f"{name}: class {node.name}, {size} lines (at most {MAX_CLASS_LINES})")
-    return found
-
-
-def test_the_size_check_names_each_long_module_and_class_with_its_size():
-    def klass(name: str, lines: int, indent: str = "") -> str:
-        body = "".join(f"{indent}    x{i} = {i}\n" for i in range(lines - 1))
-        return f"{indent}class {name}:\n{body}"
-
-    fits = klass("Fits", MAX_CLASS_LINES) + "y = 0\n" * (MAX_MODULE_LINES - MAX_CLASS_LINES)
-    assert len(fits.splitlines()) == MAX_MODULE_LINES and oversized("fits.py", fits) == []
-    nested = "def f():\n" + klass("Inner", MAX_CLASS_LINES + 1, indent="    ")  # classes in functions count too
-    long = klass("Long", MAX_CLASS_LINES + 1) + nested + "y = 0\n" * 10
-    assert oversized("llm_fsm/long.py", long) == [
-        f"llm_fsm/long.py: {2 * MAX_CLASS_LINES + 13} lines (at most {MAX_MODULE_LINES})",
-        f"llm_fsm/long.py: class Long, {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})",
-        f"llm_fsm/long.py: class Inner, {MAX_CLASS_LINES + 1} lines (at most {MAX_CLASS_LINES})",
+def private_imports(tree: ast.AST) -> list[str]:
+    """The private names (``_x``, not ``__x__``) a module's ``from llm_fsm... import`` statements take."""
+    return [
+        f"{node.module}.{alias.name}"
+        for node in ast.walk(tree)
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("llm_fsm")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
     ]
 
 
-def test_no_module_or_class_is_too_long_to_take_in():
+def test_the_private_name_check_sees_a_private_import_and_no_other():
+    tree = ast.parse("from llm_fsm.a import _x, y, __version__\nfrom os import _exit\n")
+    assert private_imports(tree) == ["llm_fsm.a._x"]
+
+
+def test_no_module_imports_another_module_s_private_names():
+    # a name another module needs is part of its module's face: named without the underscore
     found = [
-        problem
+        f"{path.relative_to(PACKAGE.parent).as_posix()} imports {name}"
         for path in sorted(PACKAGE.rglob("*.py"))
-        for problem in oversized(path.relative_to(PACKAGE.parent).as_posix(), path.read_text(encoding="utf-8"))
+        for name in private_imports(ast.parse(path.read_text(encoding="utf-8")))
     ]
-    assert not found, "split these into modules of one concept each (docs/architecture.md): " + "; ".join(found)
+    assert not found, "; ".join(found)

@@ -16,9 +16,9 @@ from typing import Any
 import pytest
 
 import llm_fsm
-from llm_fsm.contract import writable_keys
-from llm_fsm.engine import unmet_condition
-from llm_fsm.loader import inspect
+from llm_fsm.definition.conditions import unmet_condition
+from llm_fsm.definition.loader import inspect
+from llm_fsm.definition.reply_schema import writable_keys
 from llm_fsm.testing import ScriptedLLM, reply
 
 FORMAT = Path(__file__).parent / "data" / "llm_fsm_format"

@@ -10,7 +10,7 @@ import pytest
 
 import llm_fsm
 from llm_fsm.errors import LLMUnavailableError
-from llm_fsm.llm import LLMRequest, LLMResponse, ToolCallRequest, Usage, _StreamReader, _ToolCallParts
+from llm_fsm.llm import LLMRequest, LLMResponse, StreamReader, ToolCallParts, ToolCallRequest, Usage
 from tests.fake_openai import HTTPError, ToolCalls
 
 WEATHER = {
@@ -259,7 +259,7 @@ def chunk(*, content=None, tool_calls=None, finish=None, usage=None):
 
 
 def test_fragments_without_an_index_follow_their_id():
-    parts = _ToolCallParts()
+    parts = ToolCallParts()
     parts.add([fragment(id="a", name="f", arguments="")])
     parts.add([fragment(arguments='{"x":')])
     parts.add([fragment(id="b", name="g", arguments="[1")])
@@ -269,7 +269,7 @@ def test_fragments_without_an_index_follow_their_id():
 
 
 def test_repeated_names_and_ids_are_not_doubled_and_parsed_arguments_become_text():
-    parts = _ToolCallParts()
+    parts = ToolCallParts()
     parts.add([fragment(index=1, id="b", name="g", arguments={"k": "é"})])
     parts.add([fragment(index=0, id="a", name="f", arguments="{}")])
     parts.add([fragment(index=0, id="a", name="f", arguments=None)])
@@ -280,7 +280,7 @@ def test_a_stream_of_calls_that_ends_without_a_finish_reason_is_an_error():
     chunks = [chunk(tool_calls=[fragment(index=0, id="a", name="f", arguments='{"x": ')])]
     model = llm_fsm.LiteLLMClient("openai/test")
     with pytest.raises(LLMUnavailableError, match="ended before the reply was complete"):
-        list(_StreamReader(model, chunks))
+        list(StreamReader(model, chunks))
 
 
 def test_a_hand_made_stream_puts_text_and_calls_together():
@@ -293,7 +293,7 @@ def test_a_hand_made_stream_puts_text_and_calls_together():
         chunk(finish="tool_calls"),
         chunk(usage=usage),
     ]
-    items = list(_StreamReader(llm_fsm.LiteLLMClient("openai/test"), chunks))
+    items = list(StreamReader(llm_fsm.LiteLLMClient("openai/test"), chunks))
     assert items[:-1] == ["One ", "moment."]
     assert items[-1] == LLMResponse(
         "One moment.", Usage(5, 3, 8), "openai/test", "tool_calls", (ToolCallRequest("a", "f", '{"x": 1}'),)

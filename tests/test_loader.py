@@ -11,10 +11,10 @@ import pytest
 from pydantic import ValidationError
 
 import llm_fsm
-import llm_fsm.loader
-from llm_fsm.definition_schema import json_schema
+import llm_fsm.definition.loader
+from llm_fsm.definition.json_schema import json_schema
+from llm_fsm.definition.loader import DefinitionWarning, inspect
 from llm_fsm.errors import DefinitionError
-from llm_fsm.loader import DefinitionWarning, inspect
 from tests.conftest import SIGNUP
 
 DATA = Path(__file__).parent / "data"
@@ -214,7 +214,7 @@ def test_pathological_json_is_a_definition_error(tmp_path):
 
 
 def problem_of(text: str):
-    report = llm_fsm.loader.load_text(text, source="def.json")
+    report = llm_fsm.definition.loader.load_text(text, source="def.json")
     assert report.definition is None
     (problem,) = report.errors
     return problem
@@ -350,7 +350,7 @@ WRONG_VALUES: list[object] = [None, True, 0, -3, 1.5, "", "x", [], ["x"], [1], [
 
 def field_locations() -> list[tuple[str | int, ...]]:
     """Where every field of the format sits in a definition with one state holding one of each part."""
-    from llm_fsm.definition import Condition, Example, State, Transition, _Check
+    from llm_fsm.definition.models import CheckPart, Condition, Example, State, Transition
 
     def names(model: type) -> list[str]:
         return [f.alias or name for name, f in model.model_fields.items()]
@@ -362,7 +362,7 @@ def field_locations() -> list[tuple[str | int, ...]]:
     locations += [(*state, "transitions", 0), *((*transition, name) for name in names(Transition))]
     locations += [(*transition, "conditions", 0), *((*transition, "conditions", 0, n) for n in names(Condition))]
     locations += [(*state, "example_dialogue", 0), *((*state, "example_dialogue", 0, n) for n in names(Example))]
-    for index, check in enumerate(_Check.__subclasses__()):
+    for index, check in enumerate(CheckPart.__subclasses__()):
         locations += [(*state, "checks", index, name) for name in names(check)]
     return locations
 
@@ -396,15 +396,15 @@ def only_problem(data: dict[str, Any], where: tuple[str | int, ...], value: obje
     for part in where[:-1]:
         parent = parent[part]
     parent[where[-1]] = value
-    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    (problem,) = llm_fsm.definition.loader.load_text(json.dumps(data, indent=1)).errors
     return problem
 
 
 def test_the_full_definition_covers_every_check_kind_in_order():
-    from llm_fsm.definition import _Check
+    from llm_fsm.definition.models import CheckPart
 
     kinds = [check["kind"] for check in full_definition()["states"]["a"]["checks"]]  # type: ignore[index]
-    assert kinds == [c.model_fields["kind"].annotation.__args__[0] for c in _Check.__subclasses__()]
+    assert kinds == [c.model_fields["kind"].annotation.__args__[0] for c in CheckPart.__subclasses__()]
 
 
 def test_no_pydantic_words_reach_the_author_whatever_the_wrong_type():
@@ -416,7 +416,7 @@ def test_no_pydantic_words_reach_the_author_whatever_the_wrong_type():
             for part in loc[:-1]:
                 parent = parent[part]
             parent[loc[-1]] = value
-            report = llm_fsm.loader.load_text(json.dumps(data, indent=1))
+            report = llm_fsm.definition.loader.load_text(json.dumps(data, indent=1))
             for problem in [*report.errors, *report.warnings]:
                 seen += 1
                 words = f"{problem.message} {problem.hint or ''}"
@@ -439,7 +439,7 @@ def test_a_value_of_the_right_type_out_of_its_bounds_names_the_bound(where, valu
     """Before: a 10,000-character language was "expected a string, got a string"."""
     data = full_definition() | {"texts": {}}
     problem = only_problem(data, where, value)
-    assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
+    assert problem.path == llm_fsm.definition.loader.dotted(where) and problem.message == message
     assert problem.code == "out_of_range"
     assert not jsonschema.Draft202012Validator(json_schema()).is_valid(data)  # the loader and the schema agree
 
@@ -447,7 +447,7 @@ def test_a_value_of_the_right_type_out_of_its_bounds_names_the_bound(where, valu
 def test_a_broken_rule_of_any_kind_never_reads_as_the_wrong_type():
     from pydantic import BaseModel, Field
 
-    from llm_fsm.wording import Vocabulary, field_problems
+    from llm_fsm.definition.wording import Vocabulary, field_problems
 
     class Bounded(BaseModel):
         ratio: float = Field(allow_inf_nan=False)
@@ -518,19 +518,19 @@ def test_a_list_of_states_without_ids_reports_only_the_missing_ids(tmp_path):
 
 def test_positions_are_computed_only_when_there_is_something_to_report(monkeypatch):
     calls = []
-    real = llm_fsm.loader._positions
-    monkeypatch.setattr(llm_fsm.loader, "_positions", lambda text: calls.append(text) or real(text))
+    real = llm_fsm.definition.loader._positions
+    monkeypatch.setattr(llm_fsm.definition.loader, "_positions", lambda text: calls.append(text) or real(text))
     clean = json.dumps(SIGNUP, indent=2)
-    assert llm_fsm.loader.load_text(clean).definition is not None and calls == []
+    assert llm_fsm.definition.loader.load_text(clean).definition is not None and calls == []
     broken = clean.replace('"priority": 10', '"priority": "high"')
-    (problem,) = llm_fsm.loader.load_text(broken).errors
+    (problem,) = llm_fsm.definition.loader.load_text(broken).errors
     assert problem.line is not None and len(calls) == 1
 
 
 def test_an_item_of_an_optional_list_is_reported_at_its_own_place():
     data = full_definition()
     data["states"]["a"]["writable_keys"] = ["k", 1]  # type: ignore[index]
-    (problem,) = llm_fsm.loader.load_text(json.dumps(data, indent=1)).errors
+    (problem,) = llm_fsm.definition.loader.load_text(json.dumps(data, indent=1)).errors
     assert (problem.path, problem.message) == ("states.a.writable_keys[1]", "expected a string, got a number (1)")
 
 
@@ -561,6 +561,6 @@ def test_booleans_and_whole_numbers_are_not_converted_from_other_types(where, va
     """What the published JSON Schema rejects does not load: "no" is not false (masking stays on)."""
     data = full_definition()
     problem = only_problem(data, where, value)
-    assert problem.path == llm_fsm.loader._dotted(where) and problem.message == message
+    assert problem.path == llm_fsm.definition.loader.dotted(where) and problem.message == message
     schema_validator = jsonschema.Draft202012Validator(json_schema())
     assert not schema_validator.is_valid(data)  # the loader and the schema agree

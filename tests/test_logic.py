@@ -1,4 +1,4 @@
-"""Tests for llm_fsm.logic: the JsonLogic reference suite plus our own additions."""
+"""Tests for llm_fsm.logic.rules: the JsonLogic reference suite plus our own additions."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from llm_fsm.errors import LogicError
-from llm_fsm.logic import (
+from llm_fsm.logic.rules import (
     ALLOWED_OPERATORS,
     MAX_DEPTH,
     check_rule,
@@ -709,3 +709,13 @@ def test_keys_read_takes_only_literal_string_keys() -> None:
     assert keys_read({"has_context": [{"var": 3}, "e"]}) == set()
     assert keys_read({"context_length": [{"var": "u"}, 3]}) == {"u"}
     assert keys_read({"var": ["a", "default"]}) == {"a"}
+
+
+def test_the_operator_table_is_what_the_evaluator_runs_and_allows():
+    from llm_fsm.logic.operators import LAZY_OPS, OPS
+    from llm_fsm.logic.table import INFIX, OPERATORS, of_kind
+
+    assert set(OPS) | set(LAZY_OPS) == set(OPERATORS) == ALLOWED_OPERATORS  # every row runs, nothing else does
+    assert of_kind("order") == {"<", "<=", ">", ">="} and "min" in of_kind("arithmetic") and "in" in INFIX
+    # the arity the table gives is the one a rule is checked against
+    assert check_rule({"<": [1, 2, 3, 4]}) and not check_rule({"<": [1, 2, 3]})

@@ -20,7 +20,7 @@ import pytest
 
 from llm_fsm.errors import FSMError
 from llm_fsm.tools import mcp
-from llm_fsm.tools.mcp import MCPError, MCPServer, MCPTool, MCPToolError, _Backoff, tool_result
+from llm_fsm.tools.mcp import Backoff, MCPError, MCPServer, MCPTool, MCPToolError, tool_result
 from tests.conftest import wait_for
 
 pytestmark = pytest.mark.slow  # every test here starts server processes
@@ -379,7 +379,7 @@ def test_restarts_back_off_while_a_server_cannot_come_back(tmp_path: Path, monke
 def test_backoff_doubles_from_one_second_to_thirty_and_resets(monkeypatch: pytest.MonkeyPatch) -> None:
     now = [1000.0]
     monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    backoff = _Backoff()
+    backoff = Backoff()
     assert backoff.wait() == 0  # the first restart: at once
     waits = []
     for _ in range(8):

@@ -314,7 +314,7 @@ def test_the_guided_schema_allows_a_bounded_memory_update(notes):
     for branch in branches:
         update = branch["properties"]["memory_update"]
         assert "memory_update" not in branch["required"], "optional: a small model need not write it"
-        # the slot holds what the user said (llm_fsm.guided_branches.guided_memory), within its 40 characters
+        # the slot holds what the user said (llm_fsm.guided.branches.guided_memory), within its 40 characters
         said = update["properties"]["facts"]["anyOf"][0]["enum"]
         assert "short" in said and all(len(text) <= 40 for text in said)
         assert list(branch["properties"])[:2] == ["context_update", "memory_update"], "before the move"

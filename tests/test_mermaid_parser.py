@@ -25,7 +25,7 @@ from filelock import FileLock
 
 import llm_fsm
 from llm_fsm.authoring.diagram import edge_label, extra_nodes, global_label, subflow_text, to_mermaid, tools_text
-from llm_fsm.definition import RETURN, FSMDefinition, State
+from llm_fsm.definition.models import RETURN, FSMDefinition, State
 from tests.conftest import EXAMPLES
 
 PACKAGES = {"mermaid": "11.17.2", "jsdom": "24.1.3"}  # both run on node 18 and later

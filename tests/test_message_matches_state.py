@@ -3,7 +3,7 @@
 A reply that stays is never moved with its stay message. Plain mode: the engine judges the target the model
 named, and nothing else. Guided mode (a small model's aid) moves a reply that stays where its update fulfils
 a move's conditions, and asks once more, with the entered state's prompt, for that state's message
-(``llm_fsm.guided_entered``); where that call gives none, the conversation stays, as the model proposed."""
+(``llm_fsm.guided.entered``); where that call gives none, the conversation stays, as the model proposed."""
 
 from __future__ import annotations
 

@@ -391,8 +391,8 @@ def orders_with_approval(llm: Any) -> tuple[Any, TestClient, list[str]]:
 
 
 def test_a_tool_call_waiting_for_approval_is_not_the_chat_users_to_approve():
+    from llm_fsm.definition.texts import runtime_text
     from llm_fsm.testing import tool_calls
-    from llm_fsm.texts import runtime_text
 
     llm = ScriptedLLM([reply("help", "How can I help?"), tool_calls(("find_order", {"order_id": "A-17"})),
                        reply("help", "A-17 has shipped."), reply("help", "You are welcome.")])  # fmt: skip

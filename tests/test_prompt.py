@@ -5,10 +5,11 @@ import xml.etree.ElementTree as ET
 import pytest
 
 import llm_fsm
-from llm_fsm.engine import Exchange, initial_snapshot
 from llm_fsm.errors import PromptError
-from llm_fsm.prompt import PromptBuilder, PromptSettings
+from llm_fsm.snapshot import Exchange
 from llm_fsm.testing import ScriptedLLM
+from llm_fsm.turn.engine import initial_snapshot
+from llm_fsm.turn.prompt import PromptBuilder, PromptSettings
 from tests.conftest import reply
 
 ATTACK = (

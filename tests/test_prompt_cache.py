@@ -202,8 +202,9 @@ def test_openai_requests_are_unchanged(signup, fake_openai):
 
 
 def test_the_turns_pieces_read_the_same_through_a_users_templates(signup, tmp_path):
-    from llm_fsm.engine import Exchange, initial_snapshot
-    from llm_fsm.prompt import _templates_dir
+    from llm_fsm.snapshot import Exchange
+    from llm_fsm.turn.engine import initial_snapshot
+    from llm_fsm.turn.prompt import _templates_dir
 
     history = (
         Exchange(user=None, assistant="Hi <b>", state="ask_name"),

@@ -16,10 +16,10 @@ import pytest
 
 import llm_fsm
 from llm_fsm import Break, Conversation, Hooks
-from llm_fsm.engine import Exchange
 from llm_fsm.errors import ConversationError, ConversationPaused, EmptyMessageError, IdempotencyKeyReused
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.server import create_app
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import StoredConversation, aadvance, open_store
 from llm_fsm.store.history import TAIL
 from llm_fsm.testing import ScriptedLLM, reply, tool_calls

@@ -1,4 +1,4 @@
-"""Whether a turn may start: the one rule (llm_fsm.refusals) that Conversation and the HTTP API apply."""
+"""Whether a turn may start: the one rule (llm_fsm.turn.refusals) that Conversation and the HTTP API apply."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import pytest
 import llm_fsm
 from llm_fsm.errors import ConversationEnded, ConversationError, ConversationPaused, EmptyMessageError
 from llm_fsm.hooks import Break, Hooks
-from llm_fsm.refusals import Refusal, turn_refusal
 from llm_fsm.testing import ScriptedLLM, reply
+from llm_fsm.turn.refusals import Refusal, turn_refusal
 
 
 def test_a_new_conversation_may_open_and_take_a_message(signup):

@@ -8,7 +8,7 @@ import json
 import pytest
 
 import llm_fsm
-from llm_fsm.guided import MAX_MESSAGE, MAX_TEXT
+from llm_fsm.guided.schema import MAX_MESSAGE, MAX_TEXT
 from llm_fsm.llm import LLMRequest
 from llm_fsm.llm.protocol import longer_budget, max_reply_chars
 from tests.conftest import reply

@@ -13,8 +13,8 @@ import llm_fsm
 from benchmarks.sgd import run
 from benchmarks.sgd.ablation import FAMILIES, listing, without
 from benchmarks.sgd.data import DATA
-from llm_fsm.guided import guided_schema
-from llm_fsm.guided_dates import dates
+from llm_fsm.guided.dates import dates
+from llm_fsm.guided.schema import guided_schema
 from llm_fsm.llm import LLMRequest
 from tests.test_corrections import BOOKED, _offered, dentist
 from tests.test_guided import reply, scripted_conversation, valid

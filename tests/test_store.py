@@ -17,8 +17,8 @@ from datetime import timedelta
 import pytest
 
 import llm_fsm
-from llm_fsm.engine import Exchange
 from llm_fsm.errors import ConflictError, StoreError
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import StoredConversation, advance, open_store
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import ROOT, reply
@@ -379,7 +379,7 @@ def test_four_processes_advance_one_conversation_without_losing_a_turn(kind, tmp
 CRASHER = """
 import sys
 sys.path.insert(0, {root!r})
-from llm_fsm.engine import Exchange
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import open_store
 store = open_store({url!r})
 record = store.load({cid!r})

@@ -14,8 +14,8 @@ from contextlib import ExitStack
 
 import pytest
 
-from llm_fsm.engine import Exchange
 from llm_fsm.errors import ConflictError
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import DEFAULT_WAIT, Record, open_store
 from llm_fsm.store.redis import RedisStore
 from llm_fsm.store.sqlite import SQLiteStore

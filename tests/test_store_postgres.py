@@ -11,8 +11,8 @@ import uuid
 
 import pytest
 
-from llm_fsm.engine import Exchange
 from llm_fsm.errors import ConflictError, StoreError
+from llm_fsm.snapshot import Exchange
 from llm_fsm.store import open_store
 from tests.test_store import snapshot_after
 

@@ -257,7 +257,7 @@ def test_the_stream_driver_holds_no_turn_rules():
         if isinstance(node, ast.ImportFrom)
         for alias in node.names
     }
-    assert not {m for m, _ in imported} & {"llm_fsm.contract", "llm_fsm.checks", "llm_fsm.logic"}
+    assert not {m for m, _ in imported} & {"llm_fsm.contract", "llm_fsm.turn.checks", "llm_fsm.logic.rules"}
     assert not {n for _, n in imported} & {"decide", "commit", "merge", "Reply"}
 
 

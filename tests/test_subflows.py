@@ -13,9 +13,9 @@ import pytest
 import llm_fsm
 from llm_fsm import Break, Conversation, Hooks
 from llm_fsm.authoring.diagram import to_dot, to_mermaid
-from llm_fsm.engine import Snapshot
+from llm_fsm.definition.loader import inspect
 from llm_fsm.errors import ConversationError, DefinitionError, ResumeError
-from llm_fsm.loader import inspect
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store import open_store
 from llm_fsm.testing import ScriptedLLM
 from tests.conftest import reply
@@ -486,7 +486,7 @@ def test_the_turn_span_names_the_frame(folder: Path) -> None:
     last = turns[-1].attributes
     assert last["llm_fsm.frame.definition"] == "identity_check" and last["llm_fsm.frame.depth"] == 1
     assert last["llm_fsm.frame.state"] == "ask_dob" and last["llm_fsm.state.before"] == "identity"
-    assert last["llm_fsm.state.after"] == "identity" and last["llm_fsm.turn"] == 2
+    assert last["llm_fsm.state.after"] == "identity" and last["llm_fsm.turn.runner"] == 2
     assert turns[0].attributes["llm_fsm.frame.depth"] == 0
     calls = [s for s in exporter.get_finished_spans() if s.attributes.get("gen_ai.operation.name") == "chat"]
     assert len(calls) == 3 and calls[-1].parent.span_id == turns[-1].context.span_id

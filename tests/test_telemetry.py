@@ -151,9 +151,9 @@ def test_a_turn_is_one_span_with_a_child_span_per_model_call(spans):
     assert tree(spans, turn) == ["invoke_agent signup", "chat"]
     assert turn.kind == SpanKind.INTERNAL and turn.parent is None
     assert turn.attributes["gen_ai.operation.name"] == "invoke_agent"
-    assert turn.attributes["gen_ai.agent.name"] == turn.attributes["llm_fsm.definition"] == "signup"
+    assert turn.attributes["gen_ai.agent.name"] == turn.attributes["llm_fsm.definition.models"] == "signup"
     assert turn.attributes["gen_ai.conversation.id"] == "conv-1"
-    assert turn.attributes["llm_fsm.turn.kind"] == "message" and turn.attributes["llm_fsm.turn"] == 1
+    assert turn.attributes["llm_fsm.turn.kind"] == "message" and turn.attributes["llm_fsm.turn.runner"] == 1
     assert turn.attributes["llm_fsm.state.before"] == "ask_name"
     assert turn.attributes["llm_fsm.state.after"] == "ask_password"
     assert turn.attributes["llm_fsm.transition"] == "ask_name -> ask_password"

@@ -131,7 +131,7 @@ def test_paths_writes_a_runnable_case_for_a_comparison_of_two_dates(tmp_path):
     ("schema", "sample"), [({"type": "integer", "minimum": 1}, 1), ({"type": "string", "format": "date"}, "2026-01-15")]
 )
 def test_the_simulated_model_satisfies_a_comparison_of_two_keys(comparison, schema, sample):
-    from llm_fsm.loader import load
+    from llm_fsm.definition.loader import load
     from llm_fsm.testing.simulation import SimulatedLLM
 
     compared = {comparison: [{"var": "check_in"}, {"var": "check_out"}]}
@@ -147,7 +147,7 @@ def test_the_simulated_model_satisfies_a_comparison_of_two_keys(comparison, sche
 
 
 def test_the_simulated_model_fills_an_array_key_with_a_list_its_schema_allows():
-    from llm_fsm.loader import load
+    from llm_fsm.definition.loader import load
     from llm_fsm.testing.simulation import SimulatedLLM
 
     data = {

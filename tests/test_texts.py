@@ -11,10 +11,18 @@ import pytest
 
 import llm_fsm
 from llm_fsm import Hooks
+from llm_fsm.definition.loader import DefinitionWarning
+from llm_fsm.definition.texts import (
+    ANSWERS,
+    BUILT_IN,
+    language_code,
+    language_name,
+    runtime_text,
+    yes_no_choices,
+    yes_or_no,
+)
 from llm_fsm.errors import DefinitionError
-from llm_fsm.loader import DefinitionWarning
 from llm_fsm.testing import ScriptedLLM, reply, tool_calls
-from llm_fsm.texts import ANSWERS, BUILT_IN, language_code, language_name, runtime_text, yes_no_choices, yes_or_no
 from tests.conftest import ROOT
 from tests.test_tools import SUPPORT, make_hooks
 

@@ -406,7 +406,7 @@ def test_a_listed_tool_without_code_is_an_error_when_the_conversation_starts(sup
 def test_tool_declarations_are_checked_when_the_definition_loads(edit, message):
     data = json.loads(json.dumps(SUPPORT))
     edit(data)
-    report = llm_fsm.loader.inspect(data)
+    report = llm_fsm.definition.loader.inspect(data)
     assert report.definition is None and any(message in str(p) for p in report.errors), report.errors
 
 
@@ -657,7 +657,7 @@ def test_a_call_found_running_takes_no_other_decision_than_its_approval(support,
 
 
 def test_a_call_found_running_is_logged_and_another_decision_refused_naming_the_tool(support, tmp_path, caplog):
-    from llm_fsm.turn import INTERRUPTED
+    from llm_fsm.turn.runner import INTERRUPTED
 
     with caplog.at_level("WARNING", logger="llm_fsm"):
         _, _, held = _interrupted(support, tmp_path, make_hooks(), [])
@@ -884,7 +884,7 @@ def test_a_call_still_waiting_for_a_worker_when_its_time_is_up_never_runs(suppor
 
 
 def test_approval_rules_fail_closed_and_read_only_args_or_context(support, monkeypatch):
-    from llm_fsm.loader import inspect
+    from llm_fsm.definition.loader import inspect
     from llm_fsm.tools import calling
 
     def broken(rule, data):  # noqa: ANN001, ANN202
@@ -1145,9 +1145,9 @@ def test_prepare_checks_each_call_exactly(support):
         "1", "lookup_order", {"order_id": "A1"}, "no", 1, "rejected",
     )  # fmt: skip
     with pytest.raises(ValueError, match="^tool call 'lookup_order' was refused and must not run$"):
-        from llm_fsm.tools.calling import _tool
+        from llm_fsm.tools.calling import bound_tool
 
-        _tool(elsewhere)
+        bound_tool(elsewhere)
     assert tools["big_refund"].keywords({"order_id": "a", "amount": 1}) == {"order_id": "a", "amount": 1.0}
     with pytest.raises(ValueError, match="^amount: Field required$"):
         tools["big_refund"].keywords({"order_id": "a"})
@@ -1186,7 +1186,7 @@ def test_what_the_model_reads_of_a_run_is_exact_and_bounded():
     from llm_fsm.tools.calling import (
         MAX_ERROR_CHARS,
         ToolRun,
-        _bounded,
+        bounded,
         json_request_text,
         masked,
         native_exchange,
@@ -1202,7 +1202,7 @@ def test_what_the_model_reads_of_a_run_is_exact_and_bounded():
     assert json.loads(text) == {"truncated": whole[:MAX_RESULT_CHARS], "omitted_chars": len(whole) - MAX_RESULT_CHARS}
     fits = "y" * (MAX_RESULT_CHARS - len('{"result": ""}'))
     assert json.loads(result_text(ToolRun(id="i", name="n", arguments={}, result=fits))) == {"result": fits}
-    assert (_bounded("abcdef", 3), _bounded("abc", 3), MAX_ERROR_CHARS) == ("abc…[truncated 3 chars]", "abc", 500)
+    assert (bounded("abcdef", 3), bounded("abc", 3), MAX_ERROR_CHARS) == ("abc…[truncated 3 chars]", "abc", 500)
     assert native_exchange([run], "hi") == [
         {
             "role": "assistant",
@@ -1260,14 +1260,14 @@ def test_the_model_reads_non_ascii_text_as_is_and_keys_in_order():
 
 
 def test_a_refused_call_never_reaches_its_tool_and_approval_rules_read_the_context(support):
-    from llm_fsm.definition import Approval
+    from llm_fsm.definition.models import Approval
     from llm_fsm.llm import ToolCallRequest as Call
-    from llm_fsm.tools.calling import Prepared, _tool, bind, needs_approval
+    from llm_fsm.tools.calling import Prepared, bind, bound_tool, needs_approval
 
     tools, _ = bind(support, make_hooks())
     with pytest.raises(ValueError, match="was refused and must not run"):
-        _tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1, error="no"))
-    assert _tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1)) is tools["refund"]
+        bound_tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1, error="no"))
+    assert bound_tool(Prepared(Call("1", "refund", "{}"), tools["refund"], {}, 1)) is tools["refund"]
     rule = Approval(when={"==": [{"var": "context.vip"}, True]})
     tool = tools["refund"].__class__(**{**tools["refund"].__dict__, "approval": rule})
     assert needs_approval(tool, {}, {"vip": True}) is True

@@ -25,9 +25,14 @@ from collections.abc import Callable, Iterable
 from typing import Any
 from unittest import mock
 
-from llm_fsm import guided, guided_branches, guided_entered, guided_tools, guided_words, requests, verdict
-from llm_fsm.guided_words import Said, Topic
+from llm_fsm.guided import branches as guided_branches
+from llm_fsm.guided import entered as guided_entered
+from llm_fsm.guided import schema as guided
+from llm_fsm.guided import tools as guided_tools
+from llm_fsm.guided import words as guided_words
+from llm_fsm.guided.words import Said, Topic
 from llm_fsm.llm import litellm_client
+from llm_fsm.turn import requests, verdict
 
 FAMILIES: dict[str, str] = {
     "spans": "free text is offered as the spans of the user's words, up to 8 words, and long sentences whole "

@@ -20,7 +20,7 @@ Warnings are about definitions that load but probably do not do what their autho
 ``no_path_to_terminal``
     a reachable state from which no terminal state can be reached: once there, the conversation never
     ends. A state that goes back (``"$return"``) can end where it goes back to: it is reported only when
-    a state it is entered from cannot end either (see :func:`llm_fsm.graph.stuck`).
+    a state it is entered from cannot end either (see :func:`llm_fsm.definition.graph.stuck`).
 ``self_loop_no_exit``
     a state whose own transitions only lead back to itself (the global moves that still lead out are named).
 ``ends_only_by_global_move``
@@ -93,10 +93,10 @@ from llm_fsm.authoring.key_checks import Words as _Words  # noqa: F401 (the name
 from llm_fsm.authoring.key_checks import keys_never_set, keys_not_writable, keys_unused, writable_keys_refused
 from llm_fsm.authoring.priority_checks import ambiguous_priorities
 from llm_fsm.authoring.review import Finding, Review
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.json_problems import positions as _positions
+from llm_fsm.definition.loader import LoadReport, dotted, inspect, load_text
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import Problem
-from llm_fsm.json_problems import positions as _positions
-from llm_fsm.loader import LoadReport, _dotted, inspect, load_text
 from llm_fsm.named_files import read_bytes
 
 __all__ = ["Diagnostic", "Finding", "Locator", "analyze", "find_warnings"]
@@ -205,7 +205,7 @@ class Locator:
     def diagnostic(self, finding: Finding, file: str | None) -> Diagnostic:
         line, column = self.position(finding.loc)
         return Diagnostic(
-            "warning", finding.code, _dotted(finding.loc), line, column, finding.message, finding.hint, file
+            "warning", finding.code, dotted(finding.loc), line, column, finding.message, finding.hint, file
         )
 
 
@@ -247,7 +247,7 @@ def _tools_unused(definition: FSMDefinition) -> Iterator[Finding]:
 
 
 def _openings(definition: FSMDefinition) -> Iterator[Finding]:
-    from llm_fsm.opening import missing_keys, opening_failure
+    from llm_fsm.definition.opening import missing_keys, opening_failure
 
     for sid, state in definition.states.items():
         if state.opening is None:

@@ -12,9 +12,8 @@ import random
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
-from llm_fsm import logic
 from llm_fsm.authoring.requirements import condition_parts
-from llm_fsm.condition_values import (
+from llm_fsm.definition.condition_values import (
     MISSING,
     candidates,
     condition_keys,
@@ -26,10 +25,12 @@ from llm_fsm.condition_values import (
     var_name,
     with_compared_keys,
 )
-from llm_fsm.definition import Condition, Transition
-from llm_fsm.engine import merge, unmet_condition
+from llm_fsm.definition.conditions import unmet_condition
+from llm_fsm.definition.models import Condition, Transition
 from llm_fsm.errors import LogicError
-from llm_fsm.logic import Rule
+from llm_fsm.logic import rules as logic
+from llm_fsm.logic.rules import Rule
+from llm_fsm.values import merge
 
 Score = Callable[[dict[str, object]], int]  # candidate assignment -> number of condition parts that hold
 _EXHAUSTIVE_LIMIT = 512  # contexts tried one by one when the candidate product is this small

@@ -18,12 +18,12 @@ import re
 import unicodedata
 from collections.abc import Mapping, Sequence
 
-from llm_fsm.definition import RETURN, Condition, FSMDefinition, GlobalTransition, State, Transition
+from llm_fsm.definition.models import RETURN, Condition, FSMDefinition, GlobalTransition, State, Transition
+from llm_fsm.logic.table import INFIX
 
 LABEL_LIMIT = 80
 ELLIPSIS = "…"
 
-_INFIX = frozenset({"==", "!=", "===", "!==", "<", "<=", ">", ">=", "+", "-", "*", "/", "%", "in"})
 _CALLS = frozenset({"if", "?:", "cat", "min", "max", "missing_some"})
 # Characters Mermaid reads as syntax (or as HTML) in a label; its entity codes (#59;) render them.
 _MERMAID_ESCAPES = {
@@ -71,7 +71,7 @@ def _formula(rule: object, *, nested: bool) -> str:
     text = _operation(str(op), args)
     if text is None:
         return _compact(rule)
-    grouped = op in ("and", "or") or op in _INFIX
+    grouped = op in ("and", "or") or op in INFIX
     return f"({text})" if nested and grouped and len(args) > 1 else text
 
 
@@ -92,7 +92,7 @@ def _operation(op: str, args: list[object]) -> str | None:
     if op == "missing":
         names = args[0] if len(args) == 1 and isinstance(args[0], list) else args
         return "missing(" + ", ".join(str(name) for name in names) + ")"
-    if op in _INFIX and len(args) >= 2:
+    if op in INFIX and len(args) >= 2:
         return f" {op} ".join(parts)
     if op in _CALLS or op in ("-", "+", "*"):
         return f"{op}(" + ", ".join(parts) + ")"

@@ -7,9 +7,9 @@ from __future__ import annotations
 from collections.abc import Iterator, Sequence
 
 from llm_fsm.authoring.review import Finding, Place, Review, transition_loc
-from llm_fsm.definition import RETURN
-from llm_fsm.graph import GLOBAL
-from llm_fsm.loader import _dotted
+from llm_fsm.definition.graph import GLOBAL
+from llm_fsm.definition.loader import dotted
+from llm_fsm.definition.models import RETURN
 
 
 def conditions_never_holding(review: Review) -> Iterator[Finding]:
@@ -52,7 +52,7 @@ def unreachable_states(review: Review) -> Iterator[Finding]:
         if sid in review.declared_reachable:
             message += ": every path to it takes a transition that can never be taken"
             if sid in dead_into:
-                message += " (" + ", ".join(_dotted(transition_loc(*place)) for place in dead_into[sid][:3]) + ")"
+                message += " (" + ", ".join(dotted(transition_loc(*place)) for place in dead_into[sid][:3]) + ")"
             hint = "fix the conditions that can never hold (see condition_never_holds)"
         yield Finding(("states", sid), "unreachable_state", message, hint)
 

@@ -8,9 +8,9 @@ import re
 from collections.abc import Collection, Iterable, Iterator
 
 from llm_fsm.authoring.review import Finding, Review, tool_keys, transition_loc
-from llm_fsm.condition_values import condition_keys
-from llm_fsm.definition import FSMDefinition, State, Subflow, Transition
-from llm_fsm.engine import EXTRA_KEY, model_writable_keys
+from llm_fsm.definition.condition_values import condition_keys
+from llm_fsm.definition.models import FSMDefinition, State, Subflow, Transition
+from llm_fsm.definition.reply_schema import EXTRA_KEY, model_writable_keys
 
 
 def _root(key: str) -> str:

@@ -8,8 +8,8 @@ back, ``"$return"``, goes back to the state before it on the path, and on from t
 
 from __future__ import annotations
 
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.graph import shortest_path, successors
+from llm_fsm.definition.graph import shortest_path, successors
+from llm_fsm.definition.models import FSMDefinition
 
 
 def covering_paths(definition: FSMDefinition) -> list[list[str]]:

@@ -13,7 +13,7 @@ from typing import Any
 from llm_fsm.authoring.condition_solver import find_witness
 from llm_fsm.authoring.requirements import Requirements
 from llm_fsm.authoring.review import Finding, Review
-from llm_fsm.definition import Transition
+from llm_fsm.definition.models import Transition
 
 _PRIORITY_HINT = (
     "priority does not choose between them: the model names a target_state, and the move is accepted when "

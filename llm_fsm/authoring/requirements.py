@@ -12,7 +12,7 @@ A transition is taken only when every *part* of its conditions holds: each key o
 * comparisons of a key with a constant of a type its ``context_schema`` does not give it;
 * the keys that must be present, because a part is false without them.
 
-Domains over-approximate JsonLogic as :mod:`llm_fsm.logic` evaluates it, so what is concluded from
+Domains over-approximate JsonLogic as :mod:`llm_fsm.logic.rules` evaluates it, so what is concluded from
 them is a proof, not a guess: ``x < 5`` (``<=``, ``>``, ``>=``, ``1 < x < 5``) holds only when ``x``
 converts to a number below 5 and ``x == 5`` only when it converts to 5 (loose equality converts every
 value the comparisons accept the same way); ``x == "abc"`` (a string that is not a number),
@@ -31,13 +31,14 @@ from dataclasses import dataclass, field
 from functools import cached_property
 from typing import Any, TypeGuard
 
-from llm_fsm import logic
 from llm_fsm.authoring.diagram import short_logic
-from llm_fsm.definition import Condition, Transition
+from llm_fsm.definition.models import Condition, Transition
 from llm_fsm.errors import LogicError
+from llm_fsm.logic import rules as logic
+from llm_fsm.logic.table import of_kind
 
 Loc = tuple[str | int, ...]
-_READERS = frozenset({"var", "missing", "missing_some", "has_context"})
+_READERS = of_kind("reads")
 _ABSENT = object()  # the key is not in the context
 _EQUAL_OR_ORDER = frozenset({"==", "<", "<=", ">", ">="})
 _SCHEMA_TYPES = {"str": "string", "bool": "boolean", "NoneType": "null", "list": "array", "dict": "object"}
@@ -152,7 +153,7 @@ def _domains(rule: object) -> dict[str, Domain]:
     """What ``rule`` alone requires of the keys it compares with constants."""
     op, args = _operation(rule)
     found: list[tuple[str, Domain]] = []
-    if op in ("<", "<=", ">", ">="):
+    if op in of_kind("order"):
         chain = args[:3] if op in ("<", "<=") else args[:2][::-1]  # a > b is b < a
         strict = op in ("<", ">")
         for left, right in itertools.pairwise(chain):
@@ -399,7 +400,7 @@ def _check_type(found: Requirements, part: Part, key: str, schema: Mapping[str, 
 
 
 def _compared_constant(op: str | None, args: list[object], key: str) -> object:
-    if op not in ("==", "!=", "===", "!==", "<", "<=", ">", ">=") or len(args) != 2:
+    if op not in of_kind("equality", "order") or len(args) != 2:
         return _ABSENT
     for variable, constant in (args, args[::-1]):
         if _plain_var(variable) == key and not isinstance(constant, (dict, list)):

@@ -9,9 +9,9 @@ from functools import cached_property
 from typing import NamedTuple
 
 from llm_fsm.authoring.requirements import Requirements, requirements
-from llm_fsm.definition import RETURN, FSMDefinition, State, Transition
-from llm_fsm.engine import model_writable_keys
-from llm_fsm.graph import GLOBAL, carry, predecessors, reachable, stuck, successors
+from llm_fsm.definition.graph import GLOBAL, carry, predecessors, reachable, stuck, successors
+from llm_fsm.definition.models import RETURN, FSMDefinition, State, Transition
+from llm_fsm.definition.reply_schema import model_writable_keys
 
 
 class Finding(NamedTuple):

@@ -204,7 +204,7 @@ def schema_text(*, tests: bool = False) -> str:
         from llm_fsm.testing.conversation_tests import json_schema as test_schema
 
         return json.dumps(test_schema(), indent=2, ensure_ascii=False) + "\n"
-    from llm_fsm.definition_schema import json_schema
+    from llm_fsm.definition.json_schema import json_schema
 
     return json.dumps(json_schema(), indent=2, ensure_ascii=False) + "\n"
 

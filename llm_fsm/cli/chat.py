@@ -64,14 +64,14 @@ from llm_fsm.cli.options import (
     with_model_options,
 )
 from llm_fsm.cli.shown import as_text, in_markup
+from llm_fsm.definition.texts import yes_no_choices, yes_or_no
 from llm_fsm.errors import FSMError, OpeningError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.named_files import LIMIT_VARIABLE, FileRefused, limit, size_text
-from llm_fsm.texts import yes_no_choices, yes_or_no
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
-    from llm_fsm.turn import TurnResult
+    from llm_fsm.turn.runner import TurnResult
 
 __all__ = ["COMMANDS", "ChatSession", "chat", "readline_prompt", "status_line"]  # status_line: the tests' import
 
@@ -224,7 +224,7 @@ class ChatSession(StoredChat):
         name = "/quit" if name == "/exit" else name
         handler = handlers.get(name)
         if handler is None:
-            from llm_fsm.wording import did_you_mean
+            from llm_fsm.definition.wording import did_you_mean
 
             hint = did_you_mean(name, list(handlers))
             error(f"unknown command {name}{'; ' + hint if hint else ''} (type /help)")
@@ -388,7 +388,7 @@ def chat(
 def _check_state(fsm: llm_fsm.FSMDefinition, state: str | None) -> None:
     """``--state``: exit 2 when the definition has no such state."""
     if state is not None and state not in fsm.states:
-        from llm_fsm.wording import did_you_mean
+        from llm_fsm.definition.wording import did_you_mean
 
         hint = did_you_mean(state, list(fsm.states))
         fail(f"unknown state '{state}'{'; ' + hint if hint else ''}", 2)

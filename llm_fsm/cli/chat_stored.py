@@ -18,9 +18,9 @@ from llm_fsm.errors import ConversationError, FSMError
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.conversation import Conversation
-    from llm_fsm.engine import Snapshot
+    from llm_fsm.snapshot import Snapshot
     from llm_fsm.store.stored import StoredConversation
-    from llm_fsm.turn import TurnResult
+    from llm_fsm.turn.runner import TurnResult
 
 HISTORY_PAGE = 20  # exchanges /history shows at a time
 NOT_SHOWN = -1  # StoredChat.older before any page of the history was shown
@@ -176,8 +176,8 @@ def read_snapshot(path: str) -> Snapshot:
     is and why it cannot be loaded."""
     from pydantic import ValidationError
 
-    from llm_fsm.engine import Snapshot
     from llm_fsm.jsonfiles import JSONFileError, not_a, other_kind, read_json, validation_summary
+    from llm_fsm.snapshot import Snapshot
 
     try:
         document = read_json(path, "saved conversation")

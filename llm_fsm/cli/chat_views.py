@@ -13,13 +13,13 @@ from rich.text import Text
 import llm_fsm
 from llm_fsm.cli.conversation_factory import masker
 from llm_fsm.cli.shown import as_text, in_markup, json_text, json_view, shown
-from llm_fsm.definition import GlobalTransition
+from llm_fsm.definition.models import GlobalTransition
 from llm_fsm.errors import FSMError
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.conversation import Conversation, StreamEvent
-    from llm_fsm.engine import Exchange
-    from llm_fsm.turn import TurnResult
+    from llm_fsm.snapshot import Exchange
+    from llm_fsm.turn.runner import TurnResult
 
 Mask = Callable[[dict[str, Any]], dict[str, Any]]  # how a context is shown (secret-looking values masked)
 

@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     # The modules that build pydantic models or import Jinja load inside the commands that use them:
     # "llm-fsm --help" and the authoring commands never pay for what they do not run.
     from llm_fsm.conversation import Conversation
-    from llm_fsm.engine import Snapshot
+    from llm_fsm.snapshot import Snapshot
     from llm_fsm.store.base import Store
     from llm_fsm.store.stored import StoredConversation
 

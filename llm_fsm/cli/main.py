@@ -97,7 +97,7 @@ def definition_warnings() -> Iterator[None]:
     Left to Python, a warning reads ``.../scorecard.py:80: DefinitionWarning: ...`` with our source line under
     it, and only the first time in a process; the commands that load definitions inside the library (``eval``'s
     courses, ``test``'s cases) load them in here."""
-    from llm_fsm.loader import DefinitionWarning
+    from llm_fsm.definition.loader import DefinitionWarning
 
     printed: set[str] = set()
     with warnings.catch_warnings():  # restores the filters and showwarning when it ends

@@ -30,7 +30,7 @@ from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.named_files import open_file
 
 if TYPE_CHECKING:
-    from llm_fsm.definition import FSMDefinition
+    from llm_fsm.definition.models import FSMDefinition
     from llm_fsm.tools.mcp import MCPServer
 
 SCRIPTED_PREFIX = "scripted:"
@@ -68,7 +68,7 @@ def complete_states(ctx: typer.Context, args: list[str], incomplete: str) -> lis
     path = ctx.params.get("definition") or next((a for a in ctx.args if a.endswith(".json")), None)
     if not path:
         return []
-    from llm_fsm.loader import inspect
+    from llm_fsm.definition.loader import inspect
 
     report = inspect(path)
     states = report.definition.states if report.definition else {}

@@ -45,7 +45,7 @@ from llm_fsm.values import blank
 
 if TYPE_CHECKING:
     from llm_fsm.store.stored import StoredConversation
-    from llm_fsm.turn import TurnResult
+    from llm_fsm.turn.runner import TurnResult
 
 
 InputOption = Annotated[str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")]
@@ -83,7 +83,7 @@ def run(
     Exits 3 when the conversation is left paused (a handler's pause, or a tool call waiting for
     approval): the last line's "pending" says why; run again with --store, -c and --resume JSON."""
     check_definition_policy(allow_changed_definition, strict_definition)
-    from llm_fsm.prompt import PromptBuilder, PromptSettings
+    from llm_fsm.turn.prompt import PromptBuilder, PromptSettings
 
     fsm = load_definition(definition)
     registry = load_hooks(hooks)

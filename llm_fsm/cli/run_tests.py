@@ -22,7 +22,7 @@ from llm_fsm.cli.shown import as_text, in_markup
 if TYPE_CHECKING:
     from collections.abc import Callable
 
-    from llm_fsm.definition import FSMDefinition
+    from llm_fsm.definition.models import FSMDefinition
     from llm_fsm.llm import LLMClient
     from llm_fsm.testing.conversation_tests import CaseOutcome
 

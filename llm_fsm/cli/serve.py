@@ -245,7 +245,7 @@ def build(settings: ServeSettings, command: typer.Context | None = None) -> tupl
 
     if isinstance(llm, LiteLLMClient):
         llm.litellm  # noqa: B018 (imports litellm now, seconds, before /health answers: not in a user's first turn)
-    from llm_fsm.prompt import PromptBuilder, PromptSettings
+    from llm_fsm.turn.prompt import PromptBuilder, PromptSettings
 
     builder = PromptBuilder(settings=PromptSettings(history_window=s.history_window))
     try:

@@ -27,7 +27,7 @@ from llm_fsm.llm.protocol import (
     ToolCallRequest,
     Usage,
 )
-from llm_fsm.llm.responses import _StreamReader, _ToolCallParts  # not public: their tests import them from here
+from llm_fsm.llm.responses import StreamReader, ToolCallParts  # not public: their tests import them from here
 
 __all__ = [
     "LLMClient",
@@ -41,6 +41,6 @@ __all__ = [
     "ToolCallRequest",
     "ToolCalling",
     "Usage",
-    "_StreamReader",
-    "_ToolCallParts",
+    "StreamReader",
+    "ToolCallParts",
 ]

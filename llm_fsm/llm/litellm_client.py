@@ -24,7 +24,7 @@ from llm_fsm import telemetry
 from llm_fsm.errors import LLMError, LLMUnavailableError
 from llm_fsm.llm.protocol import LLMRequest, LLMResponse, ResponseFormat, ToolCalling, longer_budget, max_reply_chars
 from llm_fsm.llm.provider_errors import provider_error
-from llm_fsm.llm.responses import _alast_response, _last_response, _StreamReader, whole_response
+from llm_fsm.llm.responses import StreamReader, alast_response, last_response, whole_response
 from llm_fsm.secrets import without_url_passwords
 
 logger = logging.getLogger("llm_fsm.llm")  # retry notices (silent unless the application shows warnings)
@@ -112,7 +112,7 @@ class LiteLLMClient:
         **extra: Any,
     ) -> None:
         self.model = model
-        self.guided = guided  # conversations give this model guided reply schemas (see llm_fsm.guided)
+        self.guided = guided  # conversations give this model guided reply schemas (see llm_fsm.guided.schema)
         if prompt_order not in ("auto", "recency", "cache"):
             raise ValueError(f"prompt_order is 'auto', 'recency' or 'cache', not {prompt_order!r}")
         self._prompt_order = prompt_order
@@ -166,7 +166,7 @@ class LiteLLMClient:
 
     def complete(self, request: LLMRequest) -> LLMResponse:
         if self.stream:
-            return _last_response(self.stream_complete(request))
+            return last_response(self.stream_complete(request))
         for attempt in self._attempts():
             with attempt:
                 return whole_response(self.litellm.completion(**self._params(request, stream=False)), self.model)
@@ -175,7 +175,7 @@ class LiteLLMClient:
 
     async def acomplete(self, request: LLMRequest) -> LLMResponse:
         if self.stream:
-            return await _alast_response(self.astream_complete(request))
+            return await alast_response(self.astream_complete(request))
         for attempt in self._attempts():
             with attempt:
                 response = await self.litellm.acompletion(**self._params(request, stream=False))
@@ -190,7 +190,7 @@ class LiteLLMClient:
         """
         for attempt in self._attempts():
             with attempt:
-                reader = iter(_StreamReader(self, self.litellm.completion(**self._params(request, stream=True))))
+                reader = iter(StreamReader(self, self.litellm.completion(**self._params(request, stream=True))))
                 with contextlib.closing(reader):  # closed now, not when collected, if our caller stops early
                     for item in reader:
                         yield attempt.passed(item)
@@ -202,7 +202,7 @@ class LiteLLMClient:
         for attempt in self._attempts():
             with attempt:
                 chunks = await self.litellm.acompletion(**self._params(request, stream=True))
-                reader = aiter(_StreamReader(self, chunks))
+                reader = aiter(StreamReader(self, chunks))
                 async with contextlib.aclosing(reader):
                     async for item in reader:
                         yield attempt.passed(item)
@@ -249,7 +249,7 @@ class LiteLLMClient:
 
     @property
     def prompt_order(self) -> Literal["recency", "cache"]:
-        """Where conversations with this model put the prompt's reply rules (``llm_fsm.prompt.PromptOrder``):
+        """Where conversations with this model put the prompt's reply rules (``llm_fsm.turn.prompt.PromptOrder``):
         ``"cache"`` first, with a map of every state's transitions, so that consecutive calls share most of the
         prompt across a change of state (what a provider's prompt cache bills cheaper; the prompt is longer);
         ``"recency"`` after the state, where a small model follows them (``benchmarks/REAL_MODEL.md``, issue 26).

@@ -66,7 +66,7 @@ class ToolCallRequest:
 
 @dataclass(frozen=True)
 class LLMRequest:
-    """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``contract.reply_schema``).
+    """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``definition.reply_schema``).
 
     ``kind`` (``reply``, ``judge``, or ``summary``: see ``llm_fsm.memory.summaries``), ``state`` and ``context``
     describe the call for test doubles and recorders (the simulated model reads them); they are never

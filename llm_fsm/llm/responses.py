@@ -80,7 +80,7 @@ def _chunk_usage(chunk: Any) -> Usage | None:
     return _read_usage(usage, cost if isinstance(cost, int | float) else None)
 
 
-class _StreamReader:
+class StreamReader:
     """Reads a provider stream (sync or async): text deltas, then the whole response with usage and
     the tool calls, put together from their fragments (which only the final response carries)."""
 
@@ -88,7 +88,7 @@ class _StreamReader:
         self.model: str = client.model  # a LiteLLMClient's: the reader names it in errors and the response
         self.chunks = chunks
         self.parts: list[str] = []
-        self.calls = _ToolCallParts()
+        self.calls = ToolCallParts()
         self.usage = Usage()
         self.finish_reason: str | None = None
 
@@ -146,7 +146,7 @@ async def _aclose_stream(chunks: Any) -> None:
             await aclose()
 
 
-class _ToolCallParts:
+class ToolCallParts:
     """Tool calls arriving in fragments: each carries the call's ``index``; the id and name usually come
     in the first, the arguments in pieces. The first id and name given win (some servers repeat them)."""
 
@@ -187,7 +187,7 @@ class _ToolCallParts:
         )
 
 
-def _last_response(items: Iterator[str | LLMResponse]) -> LLMResponse:
+def last_response(items: Iterator[str | LLMResponse]) -> LLMResponse:
     response = None
     for item in items:
         if isinstance(item, LLMResponse):
@@ -197,7 +197,7 @@ def _last_response(items: Iterator[str | LLMResponse]) -> LLMResponse:
     return response
 
 
-async def _alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMResponse:
+async def alast_response(items: AsyncIterator[str | LLMResponse]) -> LLMResponse:
     response = None
     async for item in items:
         if isinstance(item, LLMResponse):

@@ -50,12 +50,12 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from llm_fsm.memory.spec import RunningSummary, StateSummaries, SummarySpec
+from llm_fsm.definition.memory import RunningSummary, StateSummaries, SummarySpec
 
 if TYPE_CHECKING:
-    from llm_fsm.definition import FSMDefinition
-    from llm_fsm.engine import Exchange, Snapshot
+    from llm_fsm.definition.models import FSMDefinition
     from llm_fsm.llm import LLMRequest, LLMResponse, Usage
+    from llm_fsm.snapshot import Exchange, Snapshot
 
 logger = logging.getLogger(__name__)
 

@@ -23,7 +23,7 @@ Who writes:
   next to ``context_update``. ``null`` leaves a slot alone, ``""`` empties it; any other JSON value is
   kept as its JSON text. A slot that is not declared, or that only code writes (``"model_writes":
   false``), is dropped; a text longer than ``max_chars`` is cut to ``max_chars``. Each is reported as a
-  :class:`~llm_fsm.engine.Rejection` of kind ``memory`` in ``TurnResult.rejected`` (like a dropped
+  :class:`~llm_fsm.snapshot.Rejection` of kind ``memory`` in ``TurnResult.rejected`` (like a dropped
   context key, it calls for no corrective call). The update of the reply the turn settles on is kept,
   as its valid context updates are;
 - handlers, through their ``memory`` argument (:class:`MemoryAccess`: ``memory["goals"] = "..."``);
@@ -43,12 +43,12 @@ import json
 from collections.abc import Iterator, Mapping, MutableMapping
 from typing import TYPE_CHECKING, Any
 
+from llm_fsm.definition.memory import MAX_SLOTS, MemorySpec, Slot
 from llm_fsm.errors import MemoryValueError
-from llm_fsm.memory.spec import MAX_SLOTS, MemorySpec, Slot
 
 if TYPE_CHECKING:
-    from llm_fsm.definition import FSMDefinition
-    from llm_fsm.engine import Rejection, Snapshot
+    from llm_fsm.definition.models import FSMDefinition
+    from llm_fsm.snapshot import Rejection, Snapshot
 
 __all__ = ["MAX_SLOTS", "MemoryAccess", "MemorySpec", "Slot", "current", "code_update", "with_memory_update"]
 
@@ -74,7 +74,7 @@ def apply_model_update(
     definition: FSMDefinition, written: Mapping[str, str], update: Mapping[str, Any], *, attempt: int = 1
 ) -> tuple[dict[str, str], dict[str, str], list[Rejection]]:
     """``written`` after a reply's ``memory_update``: the new slots, what was applied, what was refused or cut."""
-    from llm_fsm.engine import Rejection
+    from llm_fsm.snapshot import Rejection
     from llm_fsm.values import clean_text
 
     result, applied, rejected = dict(written), {}, []

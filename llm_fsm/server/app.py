@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 from fastapi import FastAPI
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient
 from llm_fsm.server.auth import parse_tokens

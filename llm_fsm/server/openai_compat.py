@@ -26,7 +26,8 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import ValidationError
 from starlette.exceptions import HTTPException
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.definition.texts import runtime_text
 from llm_fsm.errors import FSMError
 from llm_fsm.server import openai_index as index
 from llm_fsm.server import openai_turns as turns
@@ -49,7 +50,6 @@ from llm_fsm.server.routes import Client
 from llm_fsm.server.service import Service
 from llm_fsm.server.sse import DONE, EventStream, launch
 from llm_fsm.store.idempotency import fingerprint
-from llm_fsm.texts import runtime_text
 from llm_fsm.values import blank, clean_text
 
 NamedId = Annotated[

@@ -29,8 +29,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.errors import IdempotencyKeyReused
+from llm_fsm.snapshot import KeyedResult, Snapshot
 from llm_fsm.store import Store
 from llm_fsm.store.clients import client_key
 from llm_fsm.values import derived_uid

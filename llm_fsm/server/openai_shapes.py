@@ -13,12 +13,12 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from llm_fsm.engine import PendingEvent
+from llm_fsm.definition.wording import what
 from llm_fsm.llm import Usage
 from llm_fsm.server.errors import APIError
 from llm_fsm.server.openai_index import Said
+from llm_fsm.snapshot import PendingEvent
 from llm_fsm.values import clean_text
-from llm_fsm.wording import what
 
 IGNORED_ROLES = ("system", "developer")  # the definition is the system prompt: a client's own is left out
 NOTE_SYSTEM = "system messages are ignored: the definition is the system prompt"

@@ -15,17 +15,17 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Snapshot
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.llm import Usage
-from llm_fsm.refusals import turn_refusal
 from llm_fsm.server import openai_index as index
 from llm_fsm.server.errors import APIError
 from llm_fsm.server.openai_shapes import Conversed, answer_of, question_of
 from llm_fsm.server.service import Service, Stored
 from llm_fsm.server.sse import STARTED
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.refusals import turn_refusal
+from llm_fsm.turn.runner import TurnResult
 
 T = TypeVar("T")
 SHOWN_ID = 64  # characters of a named conversation id an error echoes (the id is the client's text)

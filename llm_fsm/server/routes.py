@@ -18,7 +18,7 @@ from llm_fsm.server.retries import Key, asked, keyed, mark_replayed
 from llm_fsm.server.service import Service
 from llm_fsm.server.sse import start_stream
 from llm_fsm.server.views import conversation_view, definition_view, history_view, result_view
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 
 # -- request bodies ----------------------------------------------------------------------------------
 

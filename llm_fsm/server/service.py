@@ -14,13 +14,13 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import Snapshot
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import ConversationError
 from llm_fsm.hooks import Hooks, is_async
 from llm_fsm.llm import LLMClient
 from llm_fsm.server.errors import APIError, not_found
 from llm_fsm.server.retries import id_of
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store import Store, StoredConversation
 from llm_fsm.store.clients import client_key
 

@@ -16,14 +16,14 @@ from fastapi.responses import Response
 from starlette.types import Receive, Scope, Send
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.refusals import turn_refusal
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.server.errors import APIError, api_error
 from llm_fsm.server.retries import REPLAYED, asked, keyed
 from llm_fsm.server.service import Stored
 from llm_fsm.server.views import result_view
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.refusals import turn_refusal
+from llm_fsm.turn.runner import TurnResult
 
 T = TypeVar("T")
 PING_SECONDS = 15.0  # a comment line this often keeps proxies from closing a quiet stream

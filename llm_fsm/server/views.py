@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.server.service import Stored
 from llm_fsm.store.history import Page
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 
 
 def result_view(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> dict[str, Any]:

@@ -44,8 +44,8 @@ from datetime import timedelta
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import ConflictError, StoreError
+from llm_fsm.snapshot import Exchange, Snapshot
 from llm_fsm.store.history import TAIL, Page, frames_bounded
 
 if TYPE_CHECKING:

@@ -33,9 +33,9 @@ from contextlib import contextmanager, suppress
 from datetime import timedelta
 from pathlib import Path
 
-from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.jsonfiles import private_folders
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store.base import (
     Info,
     Record,

@@ -15,11 +15,11 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Protocol
 
-from llm_fsm.engine import Exchange, Snapshot
 from llm_fsm.errors import StoreError
+from llm_fsm.snapshot import Exchange, Snapshot
 
 if TYPE_CHECKING:
-    from llm_fsm.memory.spec import RunningSummary
+    from llm_fsm.definition.memory import RunningSummary
 
 # exchanges a loaded snapshot carries (besides any waiting for a summary): the prompt's default window (6) and
 # summary batch (4) with room to spare; a store whose conversations use a wider window needs a larger ``tail``

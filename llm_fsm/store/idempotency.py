@@ -21,9 +21,9 @@ import hashlib
 import json
 from typing import Any
 
-from llm_fsm.engine import KeyedResult, Snapshot
 from llm_fsm.errors import IdempotencyKeyReused
-from llm_fsm.turn import TurnResult
+from llm_fsm.snapshot import KeyedResult, Snapshot
+from llm_fsm.turn.runner import TurnResult
 
 KEPT = 32  # keyed answers a conversation keeps: a retry comes soon, not 32 turns later
 MAX_KEY = 255  # characters: a key is a client's UUID or the like, and each is stored with the conversation

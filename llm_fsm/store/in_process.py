@@ -12,7 +12,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import timedelta
 
-from llm_fsm.engine import Exchange, Snapshot
+from llm_fsm.snapshot import Exchange, Snapshot
 from llm_fsm.store.base import Info, Record, Store, check_id, conflict, info_of, seconds
 from llm_fsm.store.history import Page, check_page, frames_bounded, page_window, rows_to_write
 

@@ -51,8 +51,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 import psycopg
 from psycopg import sql
 
-from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store.base import LEASE, Info, Record, Store, assemble, check_id, conflict, head_json, public_url, seconds
 from llm_fsm.store.history import Page, check_page, page_of, rows_to_write
 from llm_fsm.store.postgres_pool import AsyncPool, Pool, PoolBusy

@@ -21,8 +21,8 @@ from datetime import timedelta
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store.base import (
     LEASE,
     Info,

@@ -24,9 +24,9 @@ from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
-from llm_fsm.engine import Snapshot
 from llm_fsm.errors import StoreError
 from llm_fsm.jsonfiles import private_file, private_folders
+from llm_fsm.snapshot import Snapshot
 from llm_fsm.store.base import (
     LEASE,
     Info,

@@ -18,15 +18,15 @@ from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
-from llm_fsm.engine import KeyedResult, Snapshot
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.llm import LLMClient
 from llm_fsm.recorded import checked_message
+from llm_fsm.snapshot import KeyedResult, Snapshot
 from llm_fsm.store import idempotency
 from llm_fsm.store.base import DEFAULT_WAIT, Record, Store
 from llm_fsm.store.history import Page, bounded, whole
 from llm_fsm.subflows import stack
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 from llm_fsm.values import derived_uid
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """Sub-conversations: a state that runs another definition, then returns with its results.
 
-This package: :mod:`~llm_fsm.subflows.definition` loads and checks them (with the definition that
+This package: :mod:`~llm_fsm.definition.subflows` loads and checks them (with the definition that
 declares them); :mod:`~llm_fsm.subflows.stack` says where a conversation is in its stack and runs the
 turns that push, run in the innermost and pop them.
 
@@ -58,7 +58,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from llm_fsm.subflows.definition import (
+from llm_fsm.definition.subflows import (
     MAX_DEPTH,
     attach,
     has_subflows,
@@ -69,7 +69,7 @@ from llm_fsm.subflows.definition import (
 )
 
 # The running side imports the turn (and with it the prompt's Jinja): loaded on first use, so that
-# loading a definition (llm_fsm.loader imports the definition side) stays cheap.
+# loading a definition (llm_fsm.definition.loader imports the definition side) stays cheap.
 _STACK = (
     "StackTurn", "breadcrumb", "changed_subflows", "check_restore", "entered", "frames", "innermost", "levels",
     "offering", "outer_moves",

@@ -8,26 +8,18 @@ from collections.abc import Generator, Mapping
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
-from llm_fsm.definition import RETURN, FSMDefinition, GlobalTransition, State
-from llm_fsm.engine import (
-    Decision,
-    Exchange,
-    Frame,
-    PendingEvent,
-    Snapshot,
-    initial_snapshot,
-    record,
-    unmet_condition,
-    write,
-)
+from llm_fsm.definition.conditions import unmet_condition
+from llm_fsm.definition.models import RETURN, FSMDefinition, GlobalTransition, State
+from llm_fsm.definition.opening import keys_read, missing_keys
+from llm_fsm.definition.subflows import MAX_DEPTH
 from llm_fsm.errors import ConversationError, OpeningError, ResumeError
-from llm_fsm.opening import keys_read, missing_keys
-from llm_fsm.outcomes import accept
-from llm_fsm.steps import Checkpoint, Runtime, Step, Steps, TurnResult
-from llm_fsm.subflows.definition import MAX_DEPTH
+from llm_fsm.snapshot import Exchange, Frame, PendingEvent, Snapshot
 from llm_fsm.tools.calling import ToolRun
-from llm_fsm.turn import TurnRunner, plain_turn
-from llm_fsm.turn_state import Working
+from llm_fsm.turn.engine import Decision, initial_snapshot, record, write
+from llm_fsm.turn.outcomes import accept
+from llm_fsm.turn.runner import TurnRunner, plain_turn
+from llm_fsm.turn.steps import Checkpoint, Runtime, Step, Steps, TurnResult
+from llm_fsm.turn.working import Working
 from llm_fsm.values import derived_uid
 
 if TYPE_CHECKING:
@@ -246,8 +238,8 @@ def _changed(definition: FSMDefinition, **update: Any) -> FSMDefinition:
 
 class StackTurn:
     """A turn of a conversation with sub-conversations under way (or that may start one): it runs as
-    the innermost level's :class:`~llm_fsm.turn.TurnRunner`, then pops and pushes (see :mod:`llm_fsm.subflows`).
-    It implements :class:`~llm_fsm.steps.Turn`: ``base`` is the root's snapshot, the rest the inner turn's."""
+    the innermost level's :class:`~llm_fsm.turn.runner.TurnRunner`, then pops and pushes (see :mod:`llm_fsm.subflows`).
+    It implements :class:`~llm_fsm.turn.steps.Turn`: ``base`` is the root's snapshot, the rest the inner turn's."""
 
     def __init__(
         self,

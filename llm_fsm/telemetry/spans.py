@@ -60,10 +60,10 @@ class TurnTrace:
             **llm,
             "gen_ai.operation.name": "invoke_agent",
             "gen_ai.agent.name": definition.name,
-            "llm_fsm.definition": definition.name,
+            "llm_fsm.definition.models": definition.name,
             "llm_fsm.definition.version": definition.version,
             "llm_fsm.turn.kind": kind,
-            "llm_fsm.turn": runner.turn_index,
+            "llm_fsm.turn.runner": runner.turn_index,
             "llm_fsm.state.before": runner.base.state,
         }
         if conversation.id is not None:
@@ -314,7 +314,7 @@ def _committed_attributes(result: TurnResult) -> dict[str, Any]:
     if kinds:
         attributes["llm_fsm.rejection.kinds"] = kinds
     if result.corrections:  # the keys only: their values are content (llm_fsm.context, when captured)
-        attributes["llm_fsm.corrections"] = list(result.corrections)
+        attributes["llm_fsm.definition.corrections"] = list(result.corrections)
     if result.usage.cost is not None:
         attributes["llm_fsm.usage.cost"] = result.usage.cost
     if result.pending is not None:

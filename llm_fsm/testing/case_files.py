@@ -10,15 +10,15 @@ from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from llm_fsm.engine import RejectionKind
+from llm_fsm.definition.json_problems import json_pointer as _json_pointer
+from llm_fsm.definition.json_problems import positions as _positions
+from llm_fsm.definition.loader import dotted
+from llm_fsm.definition.wording import Vocabulary, field_problems
 from llm_fsm.errors import DefinitionError, Problem
-from llm_fsm.json_problems import json_pointer as _json_pointer
-from llm_fsm.json_problems import positions as _positions
 from llm_fsm.jsonfiles import JSONFileError, not_a, read_json
-from llm_fsm.loader import _dotted
 from llm_fsm.named_files import read_bytes
+from llm_fsm.snapshot import RejectionKind
 from llm_fsm.testing.tool_scripts import STUBS_DESCRIPTION, ApprovalExpectation, StubSpec, ToolCallExpectation, ToolStub
-from llm_fsm.wording import Vocabulary, field_problems
 
 Reply = dict[str, Any] | str
 
@@ -192,5 +192,5 @@ def _problems(exc: ValidationError, path: Path) -> list[Problem]:
         while pointer and pointer not in positions:  # a missing field: point at its parent
             pointer = pointer.rsplit("/", 1)[0]
         line, column = positions.get(pointer, (None, None))
-        problems.append(Problem(_dotted(loc), message, line, column, hint, code, str(path)))
+        problems.append(Problem(dotted(loc), message, line, column, hint, code, str(path)))
     return problems

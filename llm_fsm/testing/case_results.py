@@ -8,10 +8,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from llm_fsm.definition import RETURN, FSMDefinition
+from llm_fsm.definition.loader import DefinitionWarning, load
+from llm_fsm.definition.models import RETURN, FSMDefinition
 from llm_fsm.errors import FSMError
-from llm_fsm.loader import DefinitionWarning, load
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 
 
 @dataclass

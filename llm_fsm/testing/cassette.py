@@ -47,7 +47,7 @@ class RecordingLLM:
 
     @property
     def prompt_order(self) -> Literal["recency", "cache"]:
-        """The wrapped client's prompt order (``llm_fsm.prompt.PromptOrder``), noted in the cassette."""
+        """The wrapped client's prompt order (``llm_fsm.turn.prompt.PromptOrder``), noted in the cassette."""
         order: Literal["recency", "cache"] = (
             "cache" if getattr(self.inner, "prompt_order", None) == "cache" else "recency"
         )

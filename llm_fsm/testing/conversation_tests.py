@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.loader import load
+from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.definition.wording import did_you_mean
 from llm_fsm.errors import FSMError, HooksLoadError
 from llm_fsm.hooks import Hooks
 from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
-from llm_fsm.loader import load
 from llm_fsm.testing.case_files import (
     Case,
     Expect,
@@ -54,8 +55,7 @@ from llm_fsm.testing.tool_scripts import (
     tool_call_failures,
 )
 from llm_fsm.tools.calling import ToolMode
-from llm_fsm.turn import TurnResult
-from llm_fsm.wording import did_you_mean
+from llm_fsm.turn.runner import TurnResult
 
 __all__ = [
     "ANYWHERE",
@@ -144,7 +144,7 @@ def run_case(
         return outcome
     outcome.states.add(conversation.state)
     with asyncio.Runner() as runner:
-        turn = _turn_caller(conversation, runner)
+        turn = turn_caller(conversation, runner)
         for index, step in enumerate(case.steps):
             stubs.begin(tools, case.tools, step.tools)
             outcome.steps.append(_run_step(conversation, turn, llm, step, index, outcome))
@@ -174,7 +174,7 @@ def _binding_hint(exc: FSMError, hooks: Hooks | None) -> str:
     return ""
 
 
-def _turn_caller(conversation: Conversation, runner: asyncio.Runner) -> Callable[..., TurnResult]:
+def turn_caller(conversation: Conversation, runner: asyncio.Runner) -> Callable[..., TurnResult]:
     """``turn("send", text)``: the sync method, or its async twin when the hooks need the async API."""
     if not conversation.hooks.async_names():
         return lambda method, *args: getattr(conversation, method)(*args)

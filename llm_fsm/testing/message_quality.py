@@ -18,7 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.guided import LOOP_WORDS
 
 COPIED_WORDS = 8  # a run this long, word for word, is a copy and not a coincidence
@@ -34,8 +34,8 @@ def words(text: str) -> list[str]:
 def prose_runs(definition: FSMDefinition, size: int = COPIED_WORDS) -> frozenset[tuple[str, ...]]:
     """Every run of ``size`` words in the prompts of the definition's states that the definition does not
     give the model to say (see the module's description)."""
-    from llm_fsm.engine import initial_snapshot
-    from llm_fsm.prompt import PromptBuilder
+    from llm_fsm.turn.engine import initial_snapshot
+    from llm_fsm.turn.prompt import PromptBuilder
 
     builder, prompts, sayable = PromptBuilder(), [], []
     for state in definition.states.values():

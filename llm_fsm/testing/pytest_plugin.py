@@ -15,9 +15,9 @@ from typing import Any
 import pytest
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.loader import load
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.llm import LLMClient
-from llm_fsm.loader import load
 from llm_fsm.testing.conversation_tests import CaseOutcome, discover, failure_text, run_files
 from llm_fsm.testing.scripted import ScriptedLLM
 

@@ -20,16 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.json_problems import encoding_message
+from llm_fsm.definition.loader import load
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import DefinitionError, FSMError, LLMError, ScriptExhausted
 from llm_fsm.hooks import Hooks
-from llm_fsm.json_problems import encoding_message
 from llm_fsm.llm import LLMClient
-from llm_fsm.loader import load
 from llm_fsm.named_files import read_bytes
 from llm_fsm.testing import message_quality
 from llm_fsm.testing.scripted import ScriptedLLM
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 
 QUALITY = tuple(f"{kind}_messages" for kind in message_quality.KINDS)
 

@@ -21,13 +21,14 @@ from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from llm_fsm.authoring.condition_solver import find_witness
-from llm_fsm.condition_values import condition_keys
-from llm_fsm.definition import FSMDefinition, Transition
-from llm_fsm.engine import check_values, model_writable_keys
+from llm_fsm.definition.condition_values import condition_keys
+from llm_fsm.definition.models import FSMDefinition, Transition
+from llm_fsm.definition.reply_schema import model_writable_keys
 from llm_fsm.llm import LLMRequest, LLMResponse, Message, ToolCallRequest, Usage
-from llm_fsm.prompt import OPENING_REQUEST
 from llm_fsm.testing.scripted import folded_summary
 from llm_fsm.tools.calling import tool_request
+from llm_fsm.turn.engine import check_values
+from llm_fsm.turn.prompt import OPENING_REQUEST
 
 
 class SimulatedLLM:

@@ -15,15 +15,15 @@ from typing import Any
 
 from llm_fsm.authoring.condition_solver import find_witness
 from llm_fsm.authoring.paths import covering_paths
-from llm_fsm.condition_values import condition_keys
 from llm_fsm.conversation import Conversation
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.condition_values import condition_keys
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import FSMError
 from llm_fsm.hooks import Hooks
-from llm_fsm.testing.conversation_tests import _turn_caller
+from llm_fsm.testing.conversation_tests import turn_caller
 from llm_fsm.testing.simulation import SimulatedLLM, sample_value
 from llm_fsm.testing.tool_scripts import StubbedTools, ToolStub
-from llm_fsm.turn import TurnResult
+from llm_fsm.turn.runner import TurnResult
 
 Turn = Callable[..., TurnResult]  # turn("send", text): a conversation's sync method, or its async twin run
 
@@ -108,7 +108,7 @@ def _case(
     llm = SimulatedLLM(definition, path=path, seed=seed)
     conversation = Conversation(definition, llm, context=context, hooks=hooks)
     try:
-        steps = _walk(conversation, _turn_caller(conversation, runner), llm, path)
+        steps = _walk(conversation, turn_caller(conversation, runner), llm, path)
     except FSMError as exc:
         return f"stopped in {conversation.state}: {str(exc).splitlines()[0]}"
     if conversation.state != path[-1]:

@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict
 
-from llm_fsm.definition import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import Problem
 from llm_fsm.hooks import Hooks, ToolFunction
 from llm_fsm.tools.tool_types import KEY_PARAMETER, BoundTool
@@ -26,7 +26,7 @@ def bind(definition: FSMDefinition, hooks: Hooks) -> tuple[dict[str, BoundTool],
         function = hooks.tools.get(name)
         declared = definition.tools.get(name)
         if function is None:
-            from llm_fsm.wording import did_you_mean
+            from llm_fsm.definition.wording import did_you_mean
 
             where = ", ".join(f"'{s}'" for s in states)
             message = f"state {where} lists tool '{name}', which is not registered"

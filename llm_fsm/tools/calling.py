@@ -26,9 +26,9 @@ import json
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from llm_fsm import logic
-from llm_fsm.definition import Approval, State
+from llm_fsm.definition.models import Approval, State
 from llm_fsm.llm import ToolCallRequest
+from llm_fsm.logic import rules as logic
 from llm_fsm.tools.binding import arguments_model, bind, call_key, signature_schema, takes_key
 from llm_fsm.tools.messages import (
     JSON_REQUEST_SCHEMA,
@@ -42,7 +42,7 @@ from llm_fsm.tools.messages import (
     tool_request,
     unique_ids,
 )
-from llm_fsm.tools.running import _describe, _tool, arun_batch, raised, run_batch
+from llm_fsm.tools.running import arun_batch, bound_tool, describe, raised, run_batch
 from llm_fsm.tools.tool_types import (
     KEY_PARAMETER,
     MAX_ERROR_CHARS,
@@ -50,7 +50,7 @@ from llm_fsm.tools.tool_types import (
     BoundTool,
     Prepared,
     ToolRun,
-    _bounded,
+    bounded,
 )
 
 __all__ = [
@@ -62,8 +62,8 @@ __all__ = [
     "Prepared",
     "ToolMode",
     "ToolRun",
-    "_bounded",
-    "_tool",
+    "bounded",
+    "bound_tool",
     "arguments_model",
     "arguments_text",
     "arun_batch",
@@ -115,7 +115,7 @@ def prepare(
     except ValueError as exc:
         problem = str(exc)
     except Exception as exc:  # a schema jsonschema cannot apply (an unresolvable $ref...): the call cannot be checked
-        return Prepared(call, tool, arguments, round_, f"the tool's schema cannot be checked: {_describe(exc)}")
+        return Prepared(call, tool, arguments, round_, f"the tool's schema cannot be checked: {describe(exc)}")
     if problem:
         return Prepared(call, tool, arguments, round_, f"the arguments do not match the schema: {problem}")
     return Prepared(call, tool, arguments, round_, needs_approval=needs_approval(tool, arguments, context))

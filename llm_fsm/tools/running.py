@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from llm_fsm.errors import ContextValueError
 from llm_fsm.telemetry import NO_SPAN
-from llm_fsm.tools.tool_types import KEY_PARAMETER, MAX_ERROR_CHARS, BoundTool, Prepared, ToolRun, _bounded
+from llm_fsm.tools.tool_types import KEY_PARAMETER, MAX_ERROR_CHARS, BoundTool, Prepared, ToolRun, bounded
 from llm_fsm.values import as_json_data, exception_text
 
 if TYPE_CHECKING:
@@ -83,7 +83,7 @@ async def arun_batch(calls: Sequence[Prepared], spans: Sequence[ToolSpan] | None
 
 
 def _call_sync(prepared: Prepared, span: ToolSpan | NoSpan) -> Any:
-    tool = _tool(prepared)
+    tool = bound_tool(prepared)
     keywords = _keywords(tool, prepared)
     if tool.function.is_async:  # in this worker thread, on a loop of its own
         # Unlike a thread, a coroutine can be stopped: cancelled at the tool's timeout (when the
@@ -94,7 +94,7 @@ def _call_sync(prepared: Prepared, span: ToolSpan | NoSpan) -> Any:
 
 
 def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolExecutor) -> ToolRun:
-    tool = _tool(prepared)
+    tool = bound_tool(prepared)
     # the timeout counts from the call's submission: time spent waiting on earlier calls' results counts
     remaining = max(0.0, tool.timeout - (time.perf_counter() - started))
     try:
@@ -110,7 +110,7 @@ def _outcome(prepared: Prepared, started: float, future: Any, pool: ThreadPoolEx
 
 
 async def _arun(prepared: Prepared, span: ToolSpan | NoSpan) -> ToolRun:
-    tool, started = _tool(prepared), time.perf_counter()
+    tool, started = bound_tool(prepared), time.perf_counter()
     function = tool.function.function
     try:
         keywords = _keywords(tool, prepared)
@@ -134,7 +134,7 @@ def _keywords(tool: BoundTool, prepared: Prepared) -> dict[str, Any]:
     return keywords
 
 
-def _tool(prepared: Prepared) -> BoundTool:
+def bound_tool(prepared: Prepared) -> BoundTool:
     if prepared.tool is None or prepared.error is not None:
         raise ValueError(f"tool call {prepared.call.name!r} was refused and must not run")
     return prepared.tool
@@ -155,7 +155,7 @@ def _succeeded(prepared: Prepared, value: Any, started: float) -> ToolRun:
 def _failed(prepared: Prepared, error: str, started: float) -> ToolRun:
     return ToolRun(
         id=prepared.call.id, name=prepared.call.name, arguments=prepared.arguments,
-        error=_bounded(error, MAX_ERROR_CHARS), duration=time.perf_counter() - started, round=prepared.round,
+        error=bounded(error, MAX_ERROR_CHARS), duration=time.perf_counter() - started, round=prepared.round,
         idempotency_key=prepared.key,
     )  # fmt: skip
 
@@ -163,8 +163,8 @@ def _failed(prepared: Prepared, error: str, started: float) -> ToolRun:
 def raised(prepared: Prepared, exc: BaseException) -> str:
     """What the model, ``rejected`` and the turn's result say of an exception the tool raised: its type
     and first line with secret-looking values masked (the call's secret arguments too), or its type only."""
-    tool = _tool(prepared)
-    text = _describe(exc)
+    tool = bound_tool(prepared)
+    text = describe(exc)
     if tool.secret_keys is not None:
         from llm_fsm.secrets import mask_text, secret_values
 
@@ -174,7 +174,7 @@ def raised(prepared: Prepared, exc: BaseException) -> str:
     return type(exc).__name__ if tool.error_detail == "type" else text
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
     message = exception_text(exc).strip()
     text = message.splitlines()[0] if message else ""
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -12,7 +12,7 @@ from urllib.parse import unquote
 
 from pydantic import BaseModel, ConfigDict
 
-from llm_fsm.definition import Approval, ToolErrorDetail
+from llm_fsm.definition.models import Approval, ToolErrorDetail
 from llm_fsm.hooks import ToolFunction
 from llm_fsm.llm import ToolCallRequest
 
@@ -102,12 +102,12 @@ class Prepared:
 
     def refused(self, error: str, approval: str | None = None) -> ToolRun:
         return ToolRun(
-            id=self.call.id, name=self.call.name, arguments=self.arguments, error=_bounded(error, MAX_ERROR_CHARS),
+            id=self.call.id, name=self.call.name, arguments=self.arguments, error=bounded(error, MAX_ERROR_CHARS),
             round=self.round, approval=approval,
         )  # fmt: skip
 
 
-def _bounded(text: str, limit: int) -> str:
+def bounded(text: str, limit: int) -> str:
     return text if len(text) <= limit else f"{text[:limit]}…[truncated {len(text) - limit} chars]"
 
 

@@ -28,8 +28,9 @@ from typing import Any
 import pytest
 
 import llm_fsm
-from llm_fsm.engine import model_writable_keys, unmet_condition
-from llm_fsm.texts import runtime_text
+from llm_fsm.definition.conditions import unmet_condition
+from llm_fsm.definition.reply_schema import model_writable_keys
+from llm_fsm.definition.texts import runtime_text
 from tests.conftest import ROOT, wait_for
 
 SCRIPT = ROOT / "scripts" / "local-model"

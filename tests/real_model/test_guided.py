@@ -9,7 +9,7 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.guided import guided_schema, portable_patterns
+from llm_fsm.guided.schema import guided_schema, portable_patterns
 from tests.conftest import ROOT
 from tests.real_model.conftest import check_turn, model_opens
 

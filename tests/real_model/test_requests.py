@@ -8,8 +8,8 @@ import jsonschema
 import pytest
 
 import llm_fsm
-from llm_fsm.requests import state_reply_schemas
-from llm_fsm.turn import DEFAULT_FALLBACK
+from llm_fsm.turn.requests import state_reply_schemas
+from llm_fsm.turn.runner import DEFAULT_FALLBACK
 from tests.conftest import ROOT
 from tests.real_model.conftest import check_turn, model_opens, unchanged
 

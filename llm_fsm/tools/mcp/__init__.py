@@ -14,7 +14,7 @@ run concurrently. The SDK is imported by :meth:`MCPServer.start`, never at impor
 
 A server that dies is brought back by the next call that needs it: a stdio command is started
 again, a URL connected to again. The call that was running when it died fails (it may have had
-effects: it is not sent again). Restarts back off (:class:`_Backoff`): the first comes at once,
+effects: it is not sent again). Restarts back off (:class:`Backoff`): the first comes at once,
 each further one at least 1, 2, 4, 8, 16, then 30 s after the one before, until a call succeeds;
 meanwhile calls fail at once, saying when the next attempt is. :attr:`MCPServer.down` says why a
 server is down, :meth:`MCPServer.revive` brings it back outside a call (a readiness check).
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 from llm_fsm.tools.mcp.errors import MCPError, MCPToolError
 from llm_fsm.tools.mcp.registration import connect, register
-from llm_fsm.tools.mcp.server import MCPServer, _Backoff
+from llm_fsm.tools.mcp.server import Backoff, MCPServer
 from llm_fsm.tools.mcp.wire import MCPTool, tool_result
 
 __all__ = ["MCPError", "MCPServer", "MCPTool", "MCPToolError", "connect", "register", "tool_result"]
-__all__ += ["_Backoff"]  # not public: its tests import it from here
+__all__ += ["Backoff"]  # not public: its tests import it from here

@@ -21,21 +21,21 @@ class MCPToolError(FSMError):
         self.server = server
 
 
-_CONNECTION_CLOSED = -32000  # the SDK's error code when the transport ends
+CONNECTION_CLOSED = -32000  # the SDK's error code when the transport ends
 _INVALID_REQUEST = -32600
 _SESSION_GONE = re.compile(r"\bsession (not found|terminated|expired)\b", re.IGNORECASE)
 
 
-def _session_gone(exc: BaseException) -> bool:
+def session_gone(exc: BaseException) -> bool:
     """Whether an HTTP server no longer knows our session (HTTP 404): it restarted, or dropped it.
 
     The spec tells the client to start a new session then; the SDK reports the 404 as an
     invalid-request error whose message is the only thing telling it apart from other such errors.
     """
-    return _error_code(exc) == _INVALID_REQUEST and bool(_SESSION_GONE.search(str(exc)))
+    return error_code(exc) == _INVALID_REQUEST and bool(_SESSION_GONE.search(str(exc)))
 
 
-def _root_cause(exc: BaseException) -> BaseException:
+def root_cause(exc: BaseException) -> BaseException:
     """The first real error inside (nested) exception groups from the SDK's task groups."""
     while isinstance(exc, BaseExceptionGroup):
         real = [e for e in exc.exceptions if not isinstance(e, asyncio.CancelledError)]
@@ -43,19 +43,19 @@ def _root_cause(exc: BaseException) -> BaseException:
     return exc
 
 
-def _error_code(exc: BaseException) -> int | None:
+def error_code(exc: BaseException) -> int | None:
     """The JSON-RPC error code of the SDK's error (``McpError`` in 1.x, ``MCPError`` in 2.x), else None."""
     code = getattr(getattr(exc, "error", None), "code", None)
     return code if isinstance(code, int) else None
 
 
-def _is_closed_stream(exc: BaseException) -> bool:
+def is_closed_stream(exc: BaseException) -> bool:
     import anyio
 
     return isinstance(exc, (anyio.ClosedResourceError, anyio.BrokenResourceError, anyio.EndOfStream, EOFError))
 
 
-def _os_error(exc: OSError, executable: str) -> str:
+def os_error(exc: OSError, executable: str) -> str:
     if isinstance(exc, FileNotFoundError) and exc.filename not in (None, executable):
         return f"no such folder '{exc.filename}'"
     if isinstance(exc, FileNotFoundError):
@@ -65,13 +65,13 @@ def _os_error(exc: OSError, executable: str) -> str:
     return exc.strerror or str(exc)
 
 
-def _describe(exc: BaseException) -> str:
-    text = _one_line(str(exc))
-    if not text and _is_closed_stream(exc):
+def describe(exc: BaseException) -> str:
+    text = one_line(str(exc))
+    if not text and is_closed_stream(exc):
         return "the connection closed"
     return text or type(exc).__name__
 
 
-def _one_line(text: str, limit: int = 500) -> str:
+def one_line(text: str, limit: int = 500) -> str:
     line = " ".join(text.split())
     return line if len(line) <= limit else line[: limit - 1] + "…"

@@ -11,7 +11,7 @@ from llm_fsm.tools.mcp.errors import MCPError
 from llm_fsm.tools.mcp.server import MCPServer
 
 if TYPE_CHECKING:
-    from llm_fsm.definition import FSMDefinition
+    from llm_fsm.definition.models import FSMDefinition
     from llm_fsm.hooks import Hooks
 
 
@@ -23,7 +23,7 @@ def register(hooks: Hooks, server: MCPServer, names: Iterable[str] | None = None
     for name in wanted:
         tool = offered.get(name)
         if tool is None:
-            from llm_fsm.wording import did_you_mean
+            from llm_fsm.definition.wording import did_you_mean
 
             hint = did_you_mean(name, list(offered))
             raise MCPError(f"the MCP server '{server.name}' has no tool '{name}'" + (f" ({hint})" if hint else ""))

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from llm_fsm.tools.mcp.errors import MCPError, MCPToolError, _one_line
-from llm_fsm.tools.mcp.session import _GRACE, _import_sdk, _quiet_sdk_logging, _Session, _StderrTail
+from llm_fsm.tools.mcp.errors import MCPError, MCPToolError, one_line
+from llm_fsm.tools.mcp.session import GRACE, Session, StderrTail, import_sdk, quiet_sdk_logging
 from llm_fsm.tools.mcp.spec import server_options
 from llm_fsm.tools.mcp.wire import MCPTool
 
@@ -30,7 +30,7 @@ logger = logging.getLogger("llm_fsm.tools.mcp")  # the name it had as one module
 
 
 @dataclass
-class _Backoff:
+class Backoff:
     """When a server that went down may be restarted: at once the first time, then no sooner than
     1, 2, 4, 8, 16 and at most 30 s after the attempt before, until a call succeeds. A server that
     dies at every start or every call is not restarted in a tight loop, yet one that comes back after
@@ -51,7 +51,7 @@ class _Backoff:
         self.attempts, self.not_before = 0, 0.0
 
 
-class MCPServer(_Session):
+class MCPServer(Session):
     """One MCP server: a stdio command (a list of arguments, with optional env/cwd) or a URL.
 
     ``env`` is added to the few variables the SDK passes on (PATH, HOME, USER, ...): a stdio server
@@ -92,14 +92,14 @@ class MCPServer(_Session):
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._lost: asyncio.Event | None = None  # set on the loop when a call finds the connection gone
-        self._backoff = _Backoff()
+        self._backoff = Backoff()
         self._session: Any = None
         self._accepting = False
         self._restarting = False  # a restart is under way (under _start_lock): callers wait for its end
         self._failure: str | None = None  # why calls fail now: the server exited, its connection broke, or was closed
         self._tools: dict[str, MCPTool] = {}
         self._inflight: set[asyncio.Task[Any]] = set()
-        self._stderr: _StderrTail | None = None
+        self._stderr: StderrTail | None = None
         self._scope: Any = None  # the anyio cancel scope of the session's task, while connecting
 
     @classmethod
@@ -114,7 +114,7 @@ class MCPServer(_Session):
         try:
             return cls(options.pop("command", None), **options)
         except (TypeError, ValueError) as exc:  # a wrong type or value in the spec: say which, in one line
-            raise MCPError(f"invalid MCP server spec: {_one_line(str(exc))}") from None
+            raise MCPError(f"invalid MCP server spec: {one_line(str(exc))}") from None
 
     def __repr__(self) -> str:
         return f"MCPServer({self.name!r}, {self._state})"
@@ -158,8 +158,8 @@ class MCPServer(_Session):
         """Start the session's thread and wait until it is ready (under ``_start_lock``)."""
         if self._thread is not None:  # close() gave up waiting for the last session to end
             raise MCPError(f"the MCP server '{self.name}' is still shutting down: try again later")
-        _import_sdk()
-        _quiet_sdk_logging()
+        import_sdk()
+        quiet_sdk_logging()
         self._failure, self._tools, self._stderr = None, {}, None
         self._loop, self._stop, self._lost = asyncio.new_event_loop(), asyncio.Event(), asyncio.Event()
         ready: concurrent.futures.Future[None] = concurrent.futures.Future()
@@ -167,7 +167,7 @@ class MCPServer(_Session):
         self._accepting = True
         self._thread.start()
         try:
-            ready.result(self.timeout + _GRACE)
+            ready.result(self.timeout + GRACE)
         except BaseException as exc:
             self._shut_down()
             if isinstance(exc, concurrent.futures.TimeoutError):
@@ -219,7 +219,7 @@ class MCPServer(_Session):
         limit = self._limit(timeout)
         future = self._submit(name, arguments, limit, meta)
         try:
-            return future.result(limit + _GRACE)
+            return future.result(limit + GRACE)
         except concurrent.futures.TimeoutError:
             future.cancel()
             raise self._timeout_error(name, limit) from None

@@ -1,7 +1,7 @@
 """The background thread's half of :class:`~llm_fsm.tools.mcp.MCPServer`: the SDK's session lives in one
 task on the thread's own event loop; calls are submitted to that loop and run there concurrently.
 
-:class:`_Session` holds what runs on that loop: connect (stdio, streamable HTTP, SSE), list the tools,
+:class:`Session` holds what runs on that loop: connect (stdio, streamable HTTP, SSE), list the tools,
 hold the session until it is closed or lost, run calls, and word what went wrong. It is a base class of
 ``MCPServer`` rather than an object of its own because both halves share the server's state (its
 session, tools, failure and in-flight calls), each writing it from its own thread.
@@ -23,26 +23,26 @@ from urllib.parse import urlsplit
 
 from llm_fsm.errors import FSMError
 from llm_fsm.tools.mcp.errors import (
-    _CONNECTION_CLOSED,
+    CONNECTION_CLOSED,
     MCPError,
     MCPToolError,
-    _describe,
-    _error_code,
-    _is_closed_stream,
-    _one_line,
-    _os_error,
-    _root_cause,
-    _session_gone,
+    describe,
+    error_code,
+    is_closed_stream,
+    one_line,
+    os_error,
+    root_cause,
+    session_gone,
 )
-from llm_fsm.tools.mcp.wire import MCPTool, _next_page, _wire, tool_result
+from llm_fsm.tools.mcp.wire import MCPTool, next_page, tool_result, wire_form
 
-_GRACE = 5.0  # seconds a blocked caller waits past a call's own timeout, should the background loop be stuck
+GRACE = 5.0  # seconds a blocked caller waits past a call's own timeout, should the background loop be stuck
 _STDERR_LINES = 20
 _MAX_LINE = 2000
 _ANSI = re.compile(r"\x1b\[[0-9;?]*[ -/]*[@-~]")
 
 
-class _Session:
+class Session:
     """What runs on the server's background loop (see the module's docstring); ``MCPServer`` sets the state."""
 
     name: str
@@ -61,7 +61,7 @@ class _Session:
     _failure: str | None
     _tools: dict[str, MCPTool]
     _inflight: set[asyncio.Task[Any]]
-    _stderr: _StderrTail | None
+    _stderr: StderrTail | None
     _submit_lock: Any  # threading.Lock
     _backoff: Any  # server._Backoff
 
@@ -117,7 +117,7 @@ class _Session:
             if not ready.done():
                 ready.set_exception(await self._start_error(exc))
             elif not self._failure:
-                self._failure = await self._lost_connection(_root_cause(exc))
+                self._failure = await self._lost_connection(root_cause(exc))
         finally:
             self._session = self._scope = None
             self._failure = self._failure or f"the MCP server '{self.name}' is not running"
@@ -152,7 +152,7 @@ class _Session:
         from mcp.client.stdio import stdio_client
 
         assert self.command is not None
-        self._stderr, errlog = await _StderrTail.open()
+        self._stderr, errlog = await StderrTail.open()
         params = StdioServerParameters(command=self.command[0], args=self.command[1:], env=self.env, cwd=self.cwd)
         try:
             return await stack.enter_async_context(stdio_client(params, errlog=errlog))
@@ -186,7 +186,7 @@ class _Session:
         tools: dict[str, MCPTool] = {}
         cursor = None
         for _ in range(100):
-            page = _wire(await (session.list_tools() if cursor is None else _next_page(session, cursor)))
+            page = wire_form(await (session.list_tools() if cursor is None else next_page(session, cursor)))
             for tool in page.get("tools", []):
                 schema = tool.get("inputSchema") or {"type": "object"}
                 tools[tool["name"]] = MCPTool(tool["name"], tool.get("description") or "", schema)
@@ -218,11 +218,11 @@ class _Session:
             raise await self._call_error(name, exc) from None
         finally:
             self._inflight.discard(task)
-        return tool_result(_wire(result), tool=name, server=self.name)
+        return tool_result(wire_form(result), tool=name, server=self.name)
 
     async def _unknown_tool(self, session: Any, name: str) -> None:
         """Ask the server again (its tools may have changed), then fail with a did-you-mean."""
-        from llm_fsm.wording import did_you_mean
+        from llm_fsm.definition.wording import did_you_mean
 
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._list_tools(session), self.timeout)
@@ -239,39 +239,39 @@ class _Session:
             # the grace below (a CI run logged "Task exception was never retrieved")
             task.add_done_callback(_retrieved)
         if tasks:
-            await asyncio.wait(tasks, timeout=_GRACE)
+            await asyncio.wait(tasks, timeout=GRACE)
 
     async def _call_error(self, name: str, exc: Exception) -> FSMError:
-        cause = _root_cause(exc)
-        if _error_code(cause) == _CONNECTION_CLOSED or _is_closed_stream(cause) or _session_gone(cause):
+        cause = root_cause(exc)
+        if error_code(cause) == CONNECTION_CLOSED or is_closed_stream(cause) or session_gone(cause):
             self._failure = await self._lost_connection(cause)
             if self._lost is not None:
                 self._lost.set()  # end this session: the next call starts a new one
             return MCPError(self._failure)
         # an error answer, or a result the SDK rejected: this call failed, the session is fine
-        message = f"the MCP tool '{name}' on '{self.name}' failed: {_describe(cause)}"
+        message = f"the MCP tool '{name}' on '{self.name}' failed: {describe(cause)}"
         return MCPToolError(message, tool=name, server=self.name)
 
     async def _lost_connection(self, cause: BaseException) -> str:
         if self.command is None:
-            return f"lost the connection to the MCP server at {self.url}: {_describe(cause)}"
+            return f"lost the connection to the MCP server at {self.url}: {describe(cause)}"
         exited = await self._stderr_ended()
         verb = "exited" if exited else "closed the connection"
         return f"the MCP server '{self.name}' {verb}: {self._last_words()}"
 
     async def _start_error(self, exc: BaseException) -> MCPError:
-        cause = _root_cause(exc)
+        cause = root_cause(exc)
         if isinstance(cause, MCPError):
             return cause
         if isinstance(cause, OSError) and self.command:
-            return MCPError(f"cannot start the MCP server '{self.name}': {_os_error(cause, self.command[0])}")
-        closed = _error_code(cause) == _CONNECTION_CLOSED or _is_closed_stream(cause)
-        if self.command is None and (closed or _error_code(cause) is None):
-            return MCPError(f"cannot reach the MCP server at {self.url}: {_describe(cause)}")
+            return MCPError(f"cannot start the MCP server '{self.name}': {os_error(cause, self.command[0])}")
+        closed = error_code(cause) == CONNECTION_CLOSED or is_closed_stream(cause)
+        if self.command is None and (closed or error_code(cause) is None):
+            return MCPError(f"cannot reach the MCP server at {self.url}: {describe(cause)}")
         if closed:
             await self._stderr_ended()
             return MCPError(f"the MCP server '{self.name}' exited before it was ready: {self._last_words()}")
-        return MCPError(f"the MCP server '{self.name}' failed to start: {_describe(cause)}")
+        return MCPError(f"the MCP server '{self.name}' failed to start: {describe(cause)}")
 
     async def _stderr_ended(self) -> bool:
         """Whether the child closed its stderr (it exited), waiting a moment for its last lines."""
@@ -283,10 +283,10 @@ class _Session:
 
     def _last_words(self) -> str:
         lines = self.stderr
-        return _one_line(lines[-1]) if lines else "(it wrote nothing to stderr)"
+        return one_line(lines[-1]) if lines else "(it wrote nothing to stderr)"
 
 
-class _StderrTail(asyncio.Protocol):
+class StderrTail(asyncio.Protocol):
     """The read end of the child's stderr pipe: keeps its last lines, notes end of file (the child exited)."""
 
     def __init__(self) -> None:
@@ -297,7 +297,7 @@ class _StderrTail(asyncio.Protocol):
         self._transport: asyncio.BaseTransport | None = None
 
     @classmethod
-    async def open(cls) -> tuple[_StderrTail, Any]:
+    async def open(cls) -> tuple[StderrTail, Any]:
         """A protocol reading a fresh pipe, and the pipe's write end to hand to the child."""
         read_fd, write_fd = os.pipe()
         tail = cls()
@@ -340,7 +340,7 @@ def _drain(loop: asyncio.AbstractEventLoop) -> None:
     loop.run_until_complete(loop.shutdown_asyncgens())
 
 
-def _import_sdk() -> None:
+def import_sdk() -> None:
     try:
         import mcp  # noqa: F401  (anyio comes with it)
     except ModuleNotFoundError as exc:
@@ -351,7 +351,7 @@ def _import_sdk() -> None:
         raise MCPError(f"the installed mcp package cannot be imported ({exc}): pip install -U mcp") from None
 
 
-def _quiet_sdk_logging() -> None:
+def quiet_sdk_logging() -> None:
     """The SDK logs connection noise; without a handler of its own Python prints WARNINGs to stderr.
 
     A NullHandler on the ``mcp`` logger stops that last-resort printing only; an application that

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from llm_fsm.tools.mcp.errors import MCPError, _one_line
+from llm_fsm.tools.mcp.errors import MCPError, one_line
 
 _SPEC_KEYS = ("command", "args", "url", "env", "cwd", "name", "timeout", "headers")
 
@@ -29,11 +29,11 @@ def server_options(spec: str | Mapping[str, Any], relative_to: Path | None) -> d
     try:
         return _from_mapping(spec, base)
     except (TypeError, ValueError) as exc:  # a wrong type or value in the spec: say which, in one line
-        raise MCPError(f"invalid MCP server spec: {_one_line(str(exc))}") from None
+        raise MCPError(f"invalid MCP server spec: {one_line(str(exc))}") from None
 
 
 def _from_mapping(spec: Mapping[str, Any], base: str | None) -> dict[str, Any]:
-    from llm_fsm.wording import did_you_mean
+    from llm_fsm.definition.wording import did_you_mean
 
     for key in spec:
         if key not in _SPEC_KEYS:

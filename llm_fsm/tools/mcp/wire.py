@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from llm_fsm.tools.mcp.errors import MCPToolError, _one_line
+from llm_fsm.tools.mcp.errors import MCPToolError, one_line
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ def tool_result(result: Mapping[str, Any], *, tool: str = "?", server: str = "?"
     items = [_content(item) for item in result.get("content") or []]
     if result.get("isError"):
         text = " ".join(str(i) for i in items if isinstance(i, str)) or json.dumps(items)
-        raise MCPToolError(f"the MCP tool '{tool}' on '{server}' failed: {_one_line(text)}", tool=tool, server=server)
+        raise MCPToolError(f"the MCP tool '{tool}' on '{server}' failed: {one_line(text)}", tool=tool, server=server)
     if result.get("structuredContent") is not None:
         return result["structuredContent"]
     if not items:
@@ -58,7 +58,7 @@ def _content(item: Mapping[str, Any]) -> Any:
     return {"type": kind}
 
 
-async def _next_page(session: Any, cursor: str) -> Any:
+async def next_page(session: Any, cursor: str) -> Any:
     try:
         from mcp.types import PaginatedRequestParams
     except ImportError:  # mcp < 1.12
@@ -66,7 +66,7 @@ async def _next_page(session: Any, cursor: str) -> Any:
     return await session.list_tools(params=PaginatedRequestParams(cursor=cursor))
 
 
-def _wire(model: Any) -> dict[str, Any]:
+def wire_form(model: Any) -> dict[str, Any]:
     """An SDK model as its JSON wire form (camelCase), the same in mcp 1.x and 2.x."""
     dumped: dict[str, Any] = model.model_dump(mode="json", by_alias=True, exclude_none=True)
     return dumped

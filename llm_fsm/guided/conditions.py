@@ -1,0 +1,251 @@
+"""What a transition's conditions say about a context key, for guided schemas: which keys an update must
+give for a move to be able to hold, which values the move's simple comparisons allow, and the type the
+conditions compare a key as. Anything less plain is left to the engine to check."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from llm_fsm.definition.models import FSMDefinition, State, Transition
+from llm_fsm.guided.patterns import MAX_TEXT, containing, literal
+from llm_fsm.logic.table import of_kind
+
+_NUMERIC_OPS = of_kind("order", "arithmetic")
+_EQUALITY_OPS = of_kind("equality")
+
+
+def needed_keys(transition: Transition, context: Mapping[str, Any], writable: list[str]) -> list[str] | None:
+    """The keys an update must give for ``transition`` to be able to hold; None when no update can
+    make it hold (it requires a key this state may not write, or fails on keys it may not change).
+
+    Only plain requirements count: ``requires_context_keys`` and conditions made of comparisons of a
+    key with constants (joined by ``and``). A move with any other condition (``or`` of keys, ``!``,
+    ``missing``, ``if``, a default, a nested path, a comparison with null) is offered as it is and never
+    forced: when it holds is the engine's to check."""
+    from llm_fsm.definition.conditions import unmet_condition
+
+    required, plain = required_keys(transition)
+    missing = sorted(key for key in required if context.get(key) is None)
+    if any(key not in writable for key in missing):
+        return None  # a plain requirement no update can meet: the conditions cannot all hold
+    if not plain or not required:
+        return []
+    if not missing and not set(required) & set(writable) and unmet_condition(transition, dict(context)) is not None:
+        return None
+    return missing
+
+
+def required_keys(transition: Transition) -> tuple[list[str], bool]:
+    """The keys the transition's conditions plainly require (see :func:`needed_keys`), and whether every
+    part of them is such a plain requirement."""
+    keys: list[str] = []
+    plain = True
+    for condition in transition.conditions:
+        for key in condition.requires_context_keys:
+            if "." in key:
+                plain = False
+            else:
+                keys.append(key)
+        for rule in conjuncts(condition.logic):
+            compared = _compared_key(rule) or _whole_key(rule)
+            if compared is None or not (_comparison(rule, compared) or _whole_key(rule)):
+                plain = False
+            else:
+                keys.append(compared)
+    return list(dict.fromkeys(keys)), plain
+
+
+def _whole_key(rule: Any) -> str | None:
+    """The key of a whole-number test, ``{"==": [{"%": [{"var": key}, 1]}, 0]}``, or None."""
+    if not isinstance(rule, dict) or set(rule) != {"=="} or not isinstance(rule["=="], list):
+        return None
+    args = rule["=="]
+    if len(args) != 2 or args[1] != 0 or not isinstance(args[0], dict) or set(args[0]) != {"%"}:
+        return None
+    modulo = args[0]["%"]
+    if not isinstance(modulo, list) or len(modulo) != 2 or modulo[1] != 1:
+        return None
+    return _compared_key({"==": [modulo[0], 0]})
+
+
+def _compared_key(rule: Any) -> str | None:
+    """The one plain key (no dots, no default) a comparison reads, or None."""
+    if not isinstance(rule, dict) or len(rule) != 1:
+        return None
+    ((operator, args),) = rule.items()
+    if not isinstance(args, list):
+        return None
+    if operator == "or":
+        keys = {_compared_key(part) for part in args}
+        return keys.pop() if len(keys) == 1 else None
+    names = [a["var"] for a in args if isinstance(a, dict) and "var" in a]
+    if len(names) != 1 or not isinstance(names[0], str) or "." in names[0] or not names[0]:
+        return None
+    return names[0]
+
+
+def narrowed_by(schema: dict[str, Any], transition: Transition, key: str, given: list[str]) -> dict[str, Any]:
+    """``schema`` with what the transition's simple comparisons of ``key`` say (a constant, a list of
+    values, numeric bounds), when they fit its type; anything else is left to the engine to check."""
+    narrowed = dict(schema)
+    parts = contained(transition, key)
+    limit = int(schema.get("maxLength", MAX_TEXT))
+    pattern = containing([*given, *parts], limit) if parts and schema.get("type") == "string" else None
+    if pattern is not None:
+        narrowed["pattern"] = pattern
+    for condition in transition.conditions:
+        for rule in conjuncts(condition.logic):
+            for keyword, value in _comparison(rule, key):
+                if keyword == "contains":
+                    continue
+                if keyword in ("const", "enum"):
+                    values = value if keyword == "enum" else [value]
+                    if all(_fits(schema, v) for v in values):
+                        narrowed.pop("maxLength", None)
+                        narrowed[keyword] = value
+                elif schema.get("type") in ("number", "integer"):  # the tightest of several bounds
+                    tighter = max if keyword in ("minimum", "exclusiveMinimum") else min
+                    narrowed[keyword] = tighter(narrowed[keyword], value) if keyword in narrowed else value
+    return narrowed
+
+
+def conjuncts(rule: Any) -> list[Any]:
+    if isinstance(rule, dict) and len(rule) == 1 and isinstance(rule.get("and"), list):
+        return [part for item in rule["and"] for part in conjuncts(item)]
+    return [] if rule is None else [rule]
+
+
+def contained(transition: Transition, key: str) -> list[str]:
+    """The text the transition's conditions require ``key``'s value to contain (``{"in": ["@", key]}``)."""
+    return [
+        value
+        for condition in transition.conditions
+        for rule in conjuncts(condition.logic)
+        for keyword, value in _comparison(rule, key)
+        if keyword == "contains"
+    ]
+
+
+_BOUNDS = {"<": ("exclusiveMinimum", "exclusiveMaximum"), "<=": ("minimum", "maximum")}
+_FLIPPED = {">": "<", ">=": "<="}
+
+
+def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
+    """(keyword, value) pairs for a comparison of ``key`` with constants; [] for anything else."""
+    if not isinstance(rule, dict) or len(rule) != 1:
+        return []
+    ((operator, args),) = rule.items()
+    if not isinstance(args, list):
+        return []
+    if operator == "or" and args:  # each part names values of the key: any of them
+        values: list[Any] = []
+        for part in args:
+            found = _comparison(part, key)
+            if not found or found[0][0] not in ("const", "enum"):
+                return []
+            values.extend(found[0][1] if found[0][0] == "enum" else [found[0][1]])
+        return [("enum", list(dict.fromkeys(values)))]
+    if operator in ("==", "===") and len(args) == 2:
+        other = args[1] if _reads(args[0], key) else args[0] if _reads(args[1], key) else None
+        return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
+    if operator == "in" and len(args) == 2 and _reads(args[1], key) and isinstance(args[0], str):  # text in text
+        return [("contains", args[0])] if literal(args[0]) is not None else []
+    if operator == "in" and len(args) == 2 and _reads(args[0], key) and isinstance(args[1], list):
+        return [("enum", args[1])] if args[1] and all(not isinstance(v, dict | list) for v in args[1]) else []
+    if operator in _FLIPPED:
+        operator, args = _FLIPPED[operator], list(reversed(args))
+    if operator not in _BOUNDS or len(args) not in (2, 3):
+        return []
+    low, high = _BOUNDS[operator]
+    if len(args) == 3 and _reads(args[1], key) and is_number(args[0]) and is_number(args[2]):
+        return [(low, args[0]), (high, args[2])]
+    if len(args) == 2 and _reads(args[0], key) and is_number(args[1]):
+        return [(high, args[1])]
+    if len(args) == 2 and _reads(args[1], key) and is_number(args[0]):
+        return [(low, args[0])]
+    return []
+
+
+def _fits(schema: dict[str, Any], value: Any) -> bool:
+    kind = schema.get("type")
+    kinds = kind if isinstance(kind, list) else [kind]
+    if "enum" in schema and value not in schema["enum"]:
+        return False
+    if kind is None:
+        return True
+    names = {bool: "boolean", str: "string", int: "integer", float: "number"}
+    name = names.get(type(value))
+    return (
+        name in kinds
+        or (name == "integer" and "number" in kinds)
+        or (name == "number" and "integer" in kinds and float(value).is_integer())
+    )
+
+
+def inferred_type(moves: Iterable[Transition], key: str) -> str | None:
+    kinds: set[str] = set()
+    for transition in moves:
+        for condition in transition.conditions:
+            if condition.logic is not None:
+                _collect_kinds(condition.logic, key, kinds)
+    if kinds == {"boolean"}:
+        return "boolean"
+    if kinds == {"number", "integer"}:  # compared as a number, and tested to be whole ({"%": [key, 1]} == 0)
+        return "integer"
+    if kinds <= {"number", "integer"} and kinds:
+        return "number"
+    return "string" if kinds else None
+
+
+def _collect_kinds(rule: Any, key: str, kinds: set[str]) -> None:
+    """How the rule compares ``key``: with booleans, numbers, or anything else (text)."""
+    todo = [rule]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, list):
+            todo.extend(node)
+            continue
+        if not isinstance(node, dict):
+            continue
+        for operator, args in node.items():
+            arguments = args if isinstance(args, list) else [args]
+            todo.extend(arguments)
+            if not any(_reads(argument, key) for argument in arguments):
+                continue
+            constants = [a for a in arguments if not isinstance(a, dict | list)]
+            if operator == "%" and len(arguments) == 2 and arguments[1] == 1 and _reads(arguments[0], key):
+                kinds.update(("number", "integer"))
+            elif operator in _EQUALITY_OPS and constants and all(isinstance(c, bool) for c in constants):
+                kinds.add("boolean")
+            elif all(is_number(c) for c in constants) and (
+                operator in _NUMERIC_OPS or constants and operator in _EQUALITY_OPS
+            ):
+                kinds.add("number")  # compared with numbers, or tested equal to one
+            elif constants:  # compared with text (or null): text; with an expression: nothing known
+                kinds.add("text")
+
+
+def _reads(node: Any, key: str) -> bool:
+    if not isinstance(node, dict) or "var" not in node:
+        return False
+    name = node["var"][0] if isinstance(node["var"], list) and node["var"] else node["var"]
+    return isinstance(name, str) and name == key  # "key.part" reads inside an object: not the key's own value
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
+
+
+def asked_elsewhere(definition: FSMDefinition, state_id: str) -> frozenset[str]:
+    """The keys other states ask for and ``state_id`` does not: a move of this state may read them (a booking that
+    skips the contact step when the contact is known), but a small model asked for them here fills them with what
+    this turn's user said (an age as the trip's length, the day as the owner's name). A guided turn leaves them as
+    they are: collected in their own state, corrected where ``corrections`` allows or in a read-back (a state
+    that asks only a yes/no question: "is all this right?"), once collected."""
+
+    def compute(state: State) -> frozenset[str]:
+        others = (other.required_context_keys for other in definition.states.values() if other.id != state.id)
+        return frozenset(key for keys in others for key in keys) - set(state.required_context_keys)
+
+    return definition.derived("guided:asked_elsewhere", state_id, compute)

@@ -1,0 +1,167 @@
+"""Reading one reply of a turn: parsed, shown to the ``after_reply`` handlers, decided on the working
+context, its ``memory_update`` weighed, and the state's acceptance checks run (a judge is a model call
+of the turn). What it finds wrong is what the next corrective call is told."""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Generator
+from typing import Any
+
+from llm_fsm.contract import Reply, parse_reply
+from llm_fsm.definition.models import Check
+from llm_fsm.errors import ReplyFormatError, ReplyTruncated
+from llm_fsm.guided import fulfilled_move, tidy
+from llm_fsm.hooks import Run
+from llm_fsm.llm import LLMRequest, LLMResponse
+from llm_fsm.memory.working import apply_model_update
+from llm_fsm.snapshot import Rejection
+from llm_fsm.turn import checks
+from llm_fsm.turn.engine import Decision, decide
+from llm_fsm.turn.firing import fire
+from llm_fsm.turn.steps import Call, Step
+from llm_fsm.turn.working import Working
+from llm_fsm.values import clean_text
+
+Problems = tuple[Rejection, ...]
+
+
+def verdict(
+    work: Working, response: LLMResponse
+) -> Generator[Step, Any, tuple[Decision | None, Reply | None, Problems]]:
+    """Parse and check one reply; the problems that call for another try (none: accepted)."""
+    try:
+        # a reply cut at the token limit is refused even if what came parses, unless it can stand (cut_reply)
+        cut = response.finish_reason == "length"
+        reply = cut_reply(response.text, guided=work.settings.guided) if cut else parse_reply(response.text)
+        if reply is None:
+            raise ReplyTruncated(
+                f"the reply was cut off at the token limit after {len(response.text)} characters: "
+                "answer again, with a shorter message"
+            )
+        if work.settings.guided and (tidied := tidy(reply.message)) != reply.message:
+            reply = reply.model_copy(update={"message": tidied})  # a small model's loop, cut
+    except ReplyFormatError as exc:
+        truncated = isinstance(exc, ReplyTruncated)
+        problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.calls)
+        work.rejected.append(problem)
+        return None, None, (problem,)
+    # after_reply handlers run before the move is decided, so the deltas they return are decided on
+    yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
+    decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
+    if work.settings.guided:  # the move the update fulfils: checked below, and told by moved() to the turn
+        decision = fulfilled(work, reply, decision)
+    work.rejected.extend(decision.rejected)
+    work.memory_proposal = reply.transition.memory_update
+    if work.memory_proposal:  # reported now; applied with the reply the turn settles on
+        refused = apply_model_update(work.definition, work.memory.written, work.memory_proposal, attempt=work.calls)[2]
+        work.rejected.extend(refused)
+    work.last_decision = decision
+    # a key the model may not write is dropped and reported, but is no reason to ask again
+    # a refused memory update (above) is reported too, but is no reason to ask again either
+    problems = tuple(r for r in decision.rejected if r.kind != "context_key")
+    if problems or not work.definition.states[work.base.state].checks:  # most states have no checks: no run
+        return decision, reply, problems
+    failures = yield from run_checks(work, decision, reply.message)
+    work.rejected.extend(failures)
+    return decision, reply, tuple(failures)
+
+
+# where a reply's message or reasoning starts, as the strict schemas order them: after its transition
+_CUT_KEYS = re.compile(r',\s*"(message|reasoning)"\s*:\s*"')
+
+
+def cut_reply(text: str, *, guided: bool = False) -> Reply | None:
+    """A reply the token limit cut once its move and message were whole, where it can stand: cut in its
+    ``reasoning`` (the last key, never shown), with the reasoning so far. None for any other cut: a message cut
+    mid-sentence is not shown. ``guided``: a message that loops ("You can buy it for £10. You can buy it for
+    £10. You can...") stands too, up to the loop (a small model's loop; any other model is asked again)."""
+    cuts = list(_CUT_KEYS.finditer(text))
+    if not cuts:
+        return None
+    found = cuts[-1]  # a message that quotes the key comes before it
+    rest = ', "message": "-"}' if found[1] == "message" else "}"
+    try:
+        reply = parse_reply(text[: found.start()] + rest)
+        so_far = clean_text(json.loads(f'"{text[found.end() :]}"'))
+    except ValueError:  # no whole move, or a cut inside an escape
+        return None
+    if found[1] == "reasoning":
+        return reply.model_copy(update={"reasoning": so_far})
+    if not guided:
+        return None
+    message = tidy(so_far)
+    return reply.model_copy(update={"message": message, "reasoning": None}) if message != so_far else None
+
+
+def fulfilled(work: Working, reply: Reply, decision: Decision) -> Decision:
+    """Guided: a reply that stays though its update fulfils a move takes the move
+    (:func:`llm_fsm.guided.entered.fulfilled_move`), where a call is left in the turn to write the message of
+    the state it enters (the reply's own was written for the state it leaves). A move that held before the
+    update is not forced, and an opening, with nothing the user said, keeps its state."""
+    base = work.base
+    if not decision.accepted or decision.state != base.state or work.opening or not work.budget_left():
+        return decision
+    back_to = work.definition.return_target(base.state, base.came_from)
+    target = fulfilled_move(work.definition, base.state, work.context, decision.context, back_to)
+    if target is None:
+        return decision
+    moved = reply.model_copy(update={"transition": reply.transition.model_copy(update={"target_state": target})})
+    again = decide(work.definition, work.snapshot(), moved, attempt=work.calls)
+    return again if again.accepted else decision
+
+
+def moved(work: Working, reply: Reply, decision: Decision) -> bool:
+    """Whether ``decision`` moves a reply that stayed (:func:`fulfilled`): its message is not the state's."""
+    return reply.transition.target_state == work.base.state and decision.state != work.base.state
+
+
+def entered_message(work: Working, response: LLMResponse, target: str) -> str | None:
+    """The message of the reply that writes ``target``'s (``requests.entered_request``), or None, its problem
+    reported: a reply that names another state would say that state's message."""
+    try:
+        written = parse_reply(response.text)
+    except ReplyFormatError as exc:
+        work.rejected.append(Rejection(kind="format", reason=str(exc), attempt=work.calls))
+        return None
+    if (named := written.transition.target_state) != target:
+        reason = f"the message of state '{target}' was asked for, and the reply names '{named}'"
+        work.rejected.append(Rejection(kind="target", reason=reason, target_state=target, attempt=work.calls))
+        return None
+    return tidy(written.message)
+
+
+def run_checks(work: Working, decision: Decision, message: str) -> Generator[Step, Any, list[Rejection]]:
+    """The state's acceptance checks on the proposed move: a rejection for each that fails."""
+    state = work.definition.states[work.base.state]
+    proposal = checks.Proposal(message, state.id, decision.state, decision.context, decision.applied, work.user)
+    failures: list[Rejection] = []
+    for index, check in enumerate(state.checks):
+        if check not in checks.applicable(state, proposal):
+            continue
+        if isinstance(check, checks.JudgeCheck) and failures:
+            continue  # the turn is asked again anyway: do not pay for a judge
+        name = checks.name_of(check, index)
+        with work.trace.check(name, check.kind, state.id) as span:
+            why = yield from check_failure(work, check, proposal, span.run)
+            span.verdict(why)
+        if why:
+            key = check.key if isinstance(check, checks.SchemaCheck) else None
+            reason = f"check '{name}' failed: {why}"
+            failures.append(Rejection(kind="check", reason=reason, key=key, attempt=work.calls))
+    return failures
+
+
+def check_failure(work: Working, check: Check, proposal: checks.Proposal, run: Run) -> Generator[Step, Any, str | None]:
+    """Why ``check`` fails on ``proposal`` (None: it passes); a judge is a model call of the turn."""
+    if isinstance(check, checks.JudgeCheck):
+        if not work.budget_left():
+            return "no LLM calls left in this turn to run the judge"
+        messages = work.settings.prompt.judge_messages(work.definition, check.rubric, proposal)
+        response = yield Call("judge", LLMRequest(messages, kind="judge", state=proposal.state), purpose="judge")
+        work.count(response)
+        return checks.judge_failure(response.text)
+    if isinstance(check, checks.PythonCheck):
+        return (yield from checks.python_failure(check, proposal, work.hooks, run))
+    return checks.failure(check, proposal)

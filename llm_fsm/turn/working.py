@@ -1,0 +1,136 @@
+"""The working state of one turn: what it reads (definition, base snapshot, hooks, settings) and what it
+changes as it goes (context and provenance, calls, rejections, tool runs, working memory).
+
+Every unit of a turn (:mod:`llm_fsm.turn.requests`, :mod:`llm_fsm.turn.verdict`, :mod:`llm_fsm.turn.firing`,
+:mod:`llm_fsm.turn.tool_rounds`, :mod:`llm_fsm.turn.outcomes`) is a plain function of this state; the loop in
+:mod:`llm_fsm.turn.runner` drives them. Nothing outside it changes until the turn's snapshot is committed.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Mapping
+from functools import cached_property
+from typing import TYPE_CHECKING, Any
+
+from llm_fsm.definition.clearing import removed, written
+from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.hooks import Hooks
+from llm_fsm.llm import LLMResponse, Usage
+from llm_fsm.memory.working import MemoryAccess
+from llm_fsm.snapshot import Origin, PendingEvent, Rejection, Snapshot
+from llm_fsm.telemetry import NO_TRACE, NoTrace
+from llm_fsm.tools.calling import BoundTool, ToolMode, ToolRun
+from llm_fsm.turn.engine import Decision, record
+from llm_fsm.turn.steps import TurnSettings
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.spans import TurnTrace
+
+
+class Working:
+    """Everything one turn from ``base`` works on: ``user`` text, or None for the opening or a resume.
+
+    ``handle`` is passed to handlers as ``conversation``.
+    """
+
+    def __init__(
+        self,
+        definition: FSMDefinition,
+        base: Snapshot,
+        hooks: Hooks,
+        settings: TurnSettings,
+        *,
+        user: str | None,
+        note: str | None = None,
+        handle: Any = None,
+        resuming: PendingEvent | None = None,
+        paused: Snapshot | None = None,
+        decision: Mapping[str, Any] | None = None,
+    ) -> None:
+        self.definition = definition
+        self.base = base
+        self.hooks = hooks
+        self.settings = settings
+        self.user = user
+        self.note = note  # the user-turn text of an opening or a resume
+        self.handle = handle
+        self.resuming = resuming  # the pause this turn continues: its handlers that ran are not run again
+        self.paused = paused  # the snapshot that paused (a tool approval's checkpoint is made from it)
+        self.decision = decision  # a person's decision about the tool call the pause waits for
+        self.started = time.perf_counter()
+        self.calls = 0
+        self.usage = Usage()
+        self.rejected: list[Rejection] = []
+        self.refinements = 0  # corrective calls for failed checks or refused values (within the state's max_retries)
+        # the context and provenance as the turn changes them: replaced on each change, never mutated
+        self.context: dict[str, Any] = dict(base.context)
+        self.provenance: dict[str, Origin] = dict(base.provenance)
+        self.memory = MemoryAccess(definition, base.memory)  # handlers' ``memory``: the turn's working memory
+        self.memory_proposal: dict[str, Any] = {}  # the memory_update of the last reply read
+        self.last_decision: Decision | None = None
+        self.fallback = False  # no reply accepted: the turn says the fallback message
+        self.messages: list[dict[str, Any]] = []
+        self.tool_runs: list[ToolRun] = []
+        self.rounds = 0  # rounds of tool calls made in this turn
+        self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
+        self._snapshot: Snapshot | None = None
+        # the index commit() will give this turn: the opening is turn 0, a resume counts as a turn of its own
+        self.turn_index = base.turns + (1 if user is not None or base.history else 0)
+        self.trace: TurnTrace | NoTrace = NO_TRACE  # the driver's, when the turn is traced
+        # states that leave this level for a level below it (llm_fsm.subflows.stack): reached without
+        # this level's handlers or summaries, since the level is dropped at once
+        self.exits: frozenset[str] = frozenset()
+
+    @cached_property
+    def keyed(self) -> Counter[str]:
+        """Calls of each tool given an idempotency key in this turn (made when a tool first asks: a turn
+        without tools pays nothing for it)."""
+        return Counter()
+
+    @property
+    def said(self) -> str | None:
+        """What the user said that this turn answers: its text, or, where it goes on after a person decided about a
+        tool call, the text of the turn that asked for the call (guided values and arguments are taken from it)."""
+        if self.user is None and self.decision is not None and self.base.history:
+            return self.base.history[-1].user
+        return self.user
+
+    @property
+    def opening(self) -> bool:
+        """Whether this is the conversation's first turn (no user text, nothing said yet)."""
+        return self.user is None and not self.base.history
+
+    def snapshot(self) -> Snapshot:
+        """The snapshot every decision of this turn is made on: the base with the working context."""
+        if self._snapshot is None or self._snapshot.context is not self.context:  # replaced, not changed
+            self._snapshot = self.base.model_copy(update={"context": self.context})
+        return self._snapshot
+
+    def count(self, response: LLMResponse) -> None:
+        self.calls += 1
+        self.usage += response.usage
+
+    def set(self, context: dict[str, Any], update: Mapping[str, Any], by: str) -> None:
+        """Take ``context`` as the working one, the keys of ``update`` written by ``by`` (a None value: removed)."""
+        self.context = context
+        self.provenance = record(self.provenance, written(update), by, self.turn_index, removed(update))
+
+    def budget_left(self) -> bool:
+        return self.calls < self.settings.max_calls_per_turn
+
+    def tool_mode(self) -> ToolMode:
+        return self.settings.tool_mode()
+
+    def tool_round_limit(self) -> int:
+        state = self.definition.states[self.base.state]
+        return self.definition.max_tool_rounds if state.max_tool_rounds is None else state.max_tool_rounds
+
+    def state_tools(self) -> list[BoundTool]:
+        """The tools the model may call now (none once the state allows no rounds of calls)."""
+        bound = self.settings.tools
+        # a state that allows no rounds gets no tools at all: the model is not offered calls it may not make
+        if self.tool_round_limit() == 0:
+            return []
+        return [bound[name] for name in self.definition.states[self.base.state].tools if name in bound]
