@@ -298,8 +298,18 @@ def test_values_are_checked_against_the_context_schema_and_short_in_the_reason()
     assert invalid[0].reason.startswith(f"value '{'y' * 58}' for 'code' is invalid: ")
     plain = llm_fsm.load({**HUB, "context_schema": {}})
     assert check_values(plain, {"age": -1}) == ({"age": -1}, [])
+
     decision = decide(hub, initial_snapshot(hub), make_reply("menu", age=-1, item="tea"))
     assert (decision.accepted, decision.applied, decision.rejected[0].kind) == (False, {"item": "tea"}, "context_value")
+
+
+def test_an_email_is_checked_as_an_address_not_as_text_with_an_at():
+    mail = llm_fsm.load({**HUB, "context_schema": {"email": {"type": "string", "format": "email"}}})
+    for wrong in ("a@b", "x@@y.com", "maya chen@example.com"):  # jsonschema's own check takes all three
+        kept, invalid = check_values(mail, {"email": wrong})
+        assert kept == {} and invalid[0].key == "email" and "is not a 'email'" in invalid[0].reason
+    assert check_values(mail, {"email": "maya.chen@example.com"}) == ({"email": "maya.chen@example.com"}, [])
+    assert check_values(mail, {"email": "müller@beispiel.de"})[1] == []  # an address in any script, no DNS asked
 
 
 def test_commit_counts_turns_records_the_way_back_and_the_status():

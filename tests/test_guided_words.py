@@ -90,8 +90,13 @@ def test_numbers_come_from_the_digits_written_and_a_branch_none_fits_cannot_be_w
     # null stays possible: the part that cannot be is dropped (20 nights, where 14 is the most: stay)
     large = {"anyOf": [{"type": "integer", "exclusiveMinimum": 8}, {"type": "null"}]}
     assert from_words(large, said) == {"type": "null"}
-    words_only = pool("two, please")
-    assert words_only is not None and from_words({"type": "integer"}, words_only) == {"type": "integer"}
+    # a number said in words is a number (text2num), in the languages it reads; "one" alone stays a word
+    assert from_words({"type": "integer"}, pool("two, please")) == {"enum": [2]}  # type: ignore[arg-type]
+    assert pool("fifty two thousand").numbers == [52000] and pool("zweihundert", language="de").numbers == [200]  # type: ignore[union-attr]
+    assert pool("no one told me").numbers == [] and pool("dos, gracias", language="es").numbers == [2]  # type: ignore[union-attr]
+    assert pool("dwa, prosze", language="pl").numbers == []  # type: ignore[union-attr]  # a language it does not read
+    seats = {"type": "string", "enum": ["1", "2", "3"]}  # a closed set of numbers as text (SGD's number_of_seats)
+    assert from_words(seats, pool("for two, at seven")) == {**seats, "enum": ["2"]}  # type: ignore[arg-type]
     # a phone number is no amount: four, said in words, is the model's to write
     guests = {"type": "integer", "minimum": 1, "maximum": 8}
     phone = pool("we are four, call me on 0612345678")

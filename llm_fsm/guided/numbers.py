@@ -53,6 +53,26 @@ _SECOND = "|".join(  # a scale on it (3-4k), or its digits alone (10-12, 1500-20
 _DASHED = re.compile(rf"(?<![\w.,-])(\d+(?:[.,]\d+)?[kKM]?)[-\u2013]({_SECOND})", re.IGNORECASE)
 
 
+# the languages text2num reads numbers said in words in (its alpha2digit)
+WORDED_LANGUAGES = frozenset({"en", "fr", "es", "pt", "de", "it", "nl"})
+
+
+def in_digits(text: str, language: str | None = None) -> str:
+    """``text`` with the numbers said in words written in digits ("for two people": "for 2 people", "fifty two
+    thousand": "52000", "zweihundert": "200"), by text2num for ``language`` (English by default); "one" alone
+    stays a word ("no one", "a one way flight"), as it does in a language text2num does not read. A message that
+    holds digits is read as written: its scale words are its digits' ("42 thousand", "1.5 to 2 million")."""
+    code = (language or "en").split("-")[0].casefold()
+    if code not in WORDED_LANGUAGES or any(c.isdigit() for c in text):
+        return text
+    from text_to_num import alpha2digit  # imported on first use: a guided turn's, never at import
+
+    try:
+        return str(alpha2digit(text, code, threshold=2))
+    except Exception:  # a phrase the library cannot read is left as it was said
+        return text
+
+
 def said_numbers(text: str) -> list[int | float]:
     """The numbers written in digits in ``text``, in order (a code or a phone number is none). A number written
     with spaces between its thousands ("1 500") is read whole, before its parts; the first end of a range whose

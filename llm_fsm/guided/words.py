@@ -32,7 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from llm_fsm.guided.dates import ISO_DATE, dates, days_said, real_day, times
-from llm_fsm.guided.numbers import said_numbers
+from llm_fsm.guided.numbers import in_digits, said_numbers
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
 MAX_WORDS = 60  # of a longer message, the first and the last 30 words are the ones offered
@@ -173,7 +173,11 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     text, whole = stated(text, language), text
     every = spans(text)
     texts = [span for span in every if not _only(span, empty)]
-    numbers = said_numbers(text)
+    worded = in_digits(text, language)  # "two": 2, a number; and the spans that name a closed set's "2"
+    numbers = said_numbers(worded)
+    if worded != text:
+        seen = set(every)
+        every += [span for span in spans(worded) if span not in seen and any(c.isdigit() for c in span)]
     texts += [time for time in [*times(text), *dates(text)] if time not in texts]
     texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
     told: list[Any] = []  # what the tools answered: offered where nothing the user said fits
