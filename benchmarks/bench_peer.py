@@ -139,6 +139,20 @@ def run_ours(definition_path: str, replies: list[str], lines: list[str], convers
     return {"turns": turns, "states": states}
 
 
+def faked_completion(queue: list[Any]) -> tuple[list[float], Any]:
+    """A stand-in for ``litellm.completion`` that returns the next response of ``queue``, and the seconds spent
+    inside it so far (a one-item list, read as ``inside[0]``): the time a turn's figure leaves out."""
+    inside = [0.0]
+
+    def fake_completion(**kwargs: Any) -> Any:
+        start = time.perf_counter()
+        response = queue.pop(0)
+        inside[0] += time.perf_counter() - start
+        return response
+
+    return inside, fake_completion
+
+
 def run_ours_litellm(definition_path: str, replies: list[str], lines: list[str], conversations: int) -> dict[str, Any]:
     """Ours on the path users take: :class:`LiteLLMClient` builds the request and reads the response, and
     ``litellm.completion`` (replaced, as in the peer's process) returns responses litellm's own ``mock_response``
@@ -149,15 +163,8 @@ def run_ours_litellm(definition_path: str, replies: list[str], lines: list[str],
 
     built = [litellm.completion(model="gpt-4o-mini", messages=[{"role": "user", "content": "x"}], mock_response=text)
              for text in replies]  # fmt: skip
-    inside = [0.0]
     queue: list[Any] = []
-
-    def fake_completion(**kwargs: Any) -> Any:
-        start = time.perf_counter()
-        response = queue.pop(0)
-        inside[0] += time.perf_counter() - start
-        return response
-
+    inside, fake_completion = faked_completion(queue)
     litellm.completion = fake_completion
     definition = llm_fsm.load(definition_path)
     client = llm_fsm.LiteLLMClient("gpt-4o-mini")
@@ -184,15 +191,8 @@ def run_peer(definition_path: str, replies: list[str], lines: list[str], convers
     import litellm
     from loguru import logger
 
-    inside = [0.0]
     queue: list[Any] = []
-
-    def fake_completion(**kwargs: Any) -> Any:
-        start = time.perf_counter()
-        response = queue.pop(0)
-        inside[0] += time.perf_counter() - start
-        return response
-
+    inside, fake_completion = faked_completion(queue)
     litellm.completion = fake_completion
     import llm_fsm  # the peer's package: this process runs in its virtualenv
     import llm_fsm.llm

@@ -39,6 +39,8 @@ from llm_fsm.logic.table import of_kind
 
 Loc = tuple[str | int, ...]
 _READERS = of_kind("reads")
+_ORDERS = of_kind("order")
+_COMPARING = of_kind("equality", "order")
 _ABSENT = object()  # the key is not in the context
 _EQUAL_OR_ORDER = frozenset({"==", "<", "<=", ">", ">="})
 _SCHEMA_TYPES = {"str": "string", "bool": "boolean", "NoneType": "null", "list": "array", "dict": "object"}
@@ -153,7 +155,7 @@ def _domains(rule: object) -> dict[str, Domain]:
     """What ``rule`` alone requires of the keys it compares with constants."""
     op, args = _operation(rule)
     found: list[tuple[str, Domain]] = []
-    if op in of_kind("order"):
+    if op in _ORDERS:
         chain = args[:3] if op in ("<", "<=") else args[:2][::-1]  # a > b is b < a
         strict = op in ("<", ">")
         for left, right in itertools.pairwise(chain):
@@ -400,7 +402,7 @@ def _check_type(found: Requirements, part: Part, key: str, schema: Mapping[str, 
 
 
 def _compared_constant(op: str | None, args: list[object], key: str) -> object:
-    if op not in of_kind("equality", "order") or len(args) != 2:
+    if op not in _COMPARING or len(args) != 2:
         return _ABSENT
     for variable, constant in (args, args[::-1]):
         if _plain_var(variable) == key and not isinstance(constant, (dict, list)):

@@ -27,6 +27,8 @@ from llm_fsm.guided.conditions import conjuncts, is_number
 from llm_fsm.guided.words import FUNCTION_WORDS, Topic, word_set
 from llm_fsm.logic.table import of_kind
 
+_ORDERS = of_kind("order")
+
 MAX_PAIRS = 8  # consistent combinations offered for one move (past this, the move is offered as it is)
 
 
@@ -85,7 +87,7 @@ def _text_shapes(definition: FSMDefinition) -> dict[str, str]:
                 elif isinstance(node, dict):
                     for operator, args in node.items():
                         todo.append(args)
-                        if operator in of_kind("order") and isinstance(args, list):
+                        if operator in _ORDERS and isinstance(args, list):
                             names = [name for arg in args if (name := _name(arg)) is not None]
                             texts = [arg for arg in args if isinstance(arg, str)]
                             for name in names if texts else []:
