@@ -7,7 +7,6 @@ not made); raised after it, in the new state.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Generator
 from typing import Any
 
@@ -139,9 +138,9 @@ def finish(
         turn=snapshot.turns,
         context_updates=dict(applied),
         rejected=tuple(work.rejected),
-        llm_calls=work.calls,
-        usage=work.usage,
-        latency=time.perf_counter() - work.started,
+        llm_calls=work.budget.calls,
+        usage=work.budget.usage,
+        latency=work.budget.elapsed(),
         ended=snapshot.status == "ended",
         # a copy: a caller that changes the result's context does not change the committed snapshot
         context=copied(snapshot.context),

@@ -175,13 +175,13 @@ class TurnRunner:
         corrections = 0
         while True:
             response = yield reply_call(work, ask, purpose)
-            work.count(response)
+            work.budget.count(response)
             # a reply that asks for tools is not judged: the tools run and the model is asked again with their results
             if calls := rounds.requested_tools(work, response):
                 pause = yield from rounds.use_tools(work, calls, response)
                 if pause is not None:
                     return pause
-                if not work.budget_left():
+                if not work.budget.left():
                     return (yield from exhausted(work, False))
                 ask, purpose = request(work, work.messages), "tool_results"
                 continue
@@ -197,8 +197,8 @@ class TurnRunner:
             # anything else is corrected within max_corrections
             refining = bool(problems) and all(p.kind in ("check", "context_value") for p in problems)
             corrections += not refining
-            work.refinements += refining
-            if not self.may_retry(corrections, work.refinements, refining):
+            work.budget.refinements += refining
+            if not self.may_retry(corrections, work.budget.refinements, refining):
                 return (yield from exhausted(work, refining))
             ask, purpose = correction(work, response.text, problems), "refinement" if refining else "correction"
 
@@ -209,11 +209,11 @@ class TurnRunner:
         work = self.work
         target = decision.state
         response = yield Call("reply", entered_request(work, decision), stays_in(target), "entered")
-        work.count(response)
+        work.budget.count(response)
         message = entered_message(work, response, target)
         if message is not None:
             return (yield from accept(work, decision, message))
-        stay = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
+        stay = decide(work.definition, work.snapshot(), reply, attempt=work.budget.calls)
         if work.definition.states[work.base.state].checks:  # they judged the move: the stay is judged again
             failures = yield from run_checks(work, stay, reply.message)
             if failures:
@@ -227,7 +227,7 @@ class TurnRunner:
         # the two budgets are counted apart: failed checks do not use up the corrections of malformed
         # replies, and malformed replies do not use up the state's max_retries
         within = refinements <= state.max_retries if refining else corrections <= work.settings.max_corrections
-        return within and work.budget_left()
+        return within and work.budget.left()
 
 
 def summary_steps(

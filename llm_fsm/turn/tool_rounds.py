@@ -107,7 +107,7 @@ def apply_tools(work: Working, runs: list[ToolRun]) -> None:
         tool = work.settings.tools.get(run.name)
         if run.error is not None:
             reason = f"tool '{run.name}': {run.error}"
-            work.rejected.append(Rejection(kind="tool", reason=reason, attempt=work.calls))
+            work.rejected.append(Rejection(kind="tool", reason=reason, attempt=work.budget.calls))
         elif tool is not None and tool.result_key:  # replaced, not merged: a result is a whole
             key, by = tool.result_key, f"tool:{run.name}"
             work.context = {**work.context, key: copy.deepcopy(run.result)}

@@ -44,18 +44,20 @@ def verdict(
             reply = reply.model_copy(update={"message": tidied})  # a small model's loop, cut
     except ReplyFormatError as exc:
         truncated = isinstance(exc, ReplyTruncated)
-        problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.calls)
+        problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.budget.calls)
         work.rejected.append(problem)
         return None, None, (problem,)
     # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
-    decision = decide(work.definition, work.snapshot(), reply, attempt=work.calls)
+    decision = decide(work.definition, work.snapshot(), reply, attempt=work.budget.calls)
     if work.settings.guided:  # the move the update fulfils: checked below, and told by moved() to the turn
         decision = fulfilled(work, reply, decision)
     work.rejected.extend(decision.rejected)
     work.memory_proposal = reply.transition.memory_update
     if work.memory_proposal:  # reported now; applied with the reply the turn settles on
-        refused = apply_model_update(work.definition, work.memory.written, work.memory_proposal, attempt=work.calls)[2]
+        refused = apply_model_update(
+            work.definition, work.memory.written, work.memory_proposal, attempt=work.budget.calls
+        )[2]
         work.rejected.extend(refused)
     work.last_decision = decision
     # a key the model may not write is dropped and reported, but is no reason to ask again
@@ -101,14 +103,14 @@ def fulfilled(work: Working, reply: Reply, decision: Decision) -> Decision:
     the state it enters (the reply's own was written for the state it leaves). A move that held before the
     update is not forced, and an opening, with nothing the user said, keeps its state."""
     base = work.base
-    if not decision.accepted or decision.state != base.state or work.opening or not work.budget_left():
+    if not decision.accepted or decision.state != base.state or work.opening or not work.budget.left():
         return decision
     back_to = work.definition.return_target(base.state, base.came_from)
     target = fulfilled_move(work.definition, base.state, work.context, decision.context, back_to)
     if target is None:
         return decision
     moved = reply.model_copy(update={"transition": reply.transition.model_copy(update={"target_state": target})})
-    again = decide(work.definition, work.snapshot(), moved, attempt=work.calls)
+    again = decide(work.definition, work.snapshot(), moved, attempt=work.budget.calls)
     return again if again.accepted else decision
 
 
@@ -123,11 +125,11 @@ def entered_message(work: Working, response: LLMResponse, target: str) -> str | 
     try:
         written = parse_reply(response.text)
     except ReplyFormatError as exc:
-        work.rejected.append(Rejection(kind="format", reason=str(exc), attempt=work.calls))
+        work.rejected.append(Rejection(kind="format", reason=str(exc), attempt=work.budget.calls))
         return None
     if (named := written.transition.target_state) != target:
         reason = f"the message of state '{target}' was asked for, and the reply names '{named}'"
-        work.rejected.append(Rejection(kind="target", reason=reason, target_state=target, attempt=work.calls))
+        work.rejected.append(Rejection(kind="target", reason=reason, target_state=target, attempt=work.budget.calls))
         return None
     return tidy(written.message)
 
@@ -149,18 +151,18 @@ def run_checks(work: Working, decision: Decision, message: str) -> Generator[Ste
         if why:
             key = check.key if isinstance(check, checks.SchemaCheck) else None
             reason = f"check '{name}' failed: {why}"
-            failures.append(Rejection(kind="check", reason=reason, key=key, attempt=work.calls))
+            failures.append(Rejection(kind="check", reason=reason, key=key, attempt=work.budget.calls))
     return failures
 
 
 def check_failure(work: Working, check: Check, proposal: checks.Proposal, run: Run) -> Generator[Step, Any, str | None]:
     """Why ``check`` fails on ``proposal`` (None: it passes); a judge is a model call of the turn."""
     if isinstance(check, checks.JudgeCheck):
-        if not work.budget_left():
+        if not work.budget.left():
             return "no LLM calls left in this turn to run the judge"
         messages = work.settings.prompt.judge_messages(work.definition, check.rubric, proposal)
         response = yield Call("judge", LLMRequest(messages, kind="judge", state=proposal.state), purpose="judge")
-        work.count(response)
+        work.budget.count(response)
         return checks.judge_failure(response.text)
     if isinstance(check, checks.PythonCheck):
         return (yield from checks.python_failure(check, proposal, work.hooks, run))

@@ -8,7 +8,6 @@ Every unit of a turn (:mod:`llm_fsm.turn.requests`, :mod:`llm_fsm.turn.verdict`,
 
 from __future__ import annotations
 
-import time
 from collections import Counter
 from collections.abc import Mapping
 from functools import cached_property
@@ -17,11 +16,11 @@ from typing import TYPE_CHECKING, Any
 from llm_fsm.definition.clearing import removed, written
 from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.hooks import Hooks
-from llm_fsm.llm import LLMResponse, Usage
 from llm_fsm.memory.working import MemoryAccess
 from llm_fsm.snapshot import Origin, PendingEvent, Rejection, Snapshot
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.tools.calling import BoundTool, ToolMode, ToolRun
+from llm_fsm.turn.budget import Budget
 from llm_fsm.turn.engine import Decision, record
 from llm_fsm.turn.steps import TurnSettings
 
@@ -59,11 +58,8 @@ class Working:
         self.resuming = resuming  # the pause this turn continues: its handlers that ran are not run again
         self.paused = paused  # the snapshot that paused (a tool approval's checkpoint is made from it)
         self.decision = decision  # a person's decision about the tool call the pause waits for
-        self.started = time.perf_counter()
-        self.calls = 0
-        self.usage = Usage()
+        self.budget = Budget(settings.max_calls_per_turn)  # the calls made and their usage, against the limit
         self.rejected: list[Rejection] = []
-        self.refinements = 0  # corrective calls for failed checks or refused values (within the state's max_retries)
         # the context and provenance as the turn changes them: replaced on each change, never mutated
         self.context: dict[str, Any] = dict(base.context)
         self.provenance: dict[str, Origin] = dict(base.provenance)
@@ -108,17 +104,10 @@ class Working:
             self._snapshot = self.base.model_copy(update={"context": self.context})
         return self._snapshot
 
-    def count(self, response: LLMResponse) -> None:
-        self.calls += 1
-        self.usage += response.usage
-
     def set(self, context: dict[str, Any], update: Mapping[str, Any], by: str) -> None:
         """Take ``context`` as the working one, the keys of ``update`` written by ``by`` (a None value: removed)."""
         self.context = context
         self.provenance = record(self.provenance, written(update), by, self.turn_index, removed(update))
-
-    def budget_left(self) -> bool:
-        return self.calls < self.settings.max_calls_per_turn
 
     def tool_mode(self) -> ToolMode:
         return self.settings.tool_mode()
