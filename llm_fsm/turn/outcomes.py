@@ -146,7 +146,7 @@ def finish(
         context=copied(snapshot.context),
         status=snapshot.status,
         pending=pending,
-        tool_calls=tuple(work.tool_runs),
+        tool_calls=tuple(work.tools.runs),
         memory_updates=dict(work.memory.changed),
         fallback=work.fallback,
         corrections=corrected(work.definition, work.base.state, work.base.context, snapshot.context, written(applied)),

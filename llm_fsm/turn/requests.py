@@ -35,8 +35,8 @@ from llm_fsm.turn.working import Working
 
 def prompt_messages(work: Working) -> list[dict[str, Any]]:
     """The turn's prompt: the state's instructions, its tools, the context, the history, the user's text."""
-    tools = work.state_tools()
-    mode = work.tool_mode() if tools else "native"
+    tools = work.tools.offered()
+    mode = work.tools.mode() if tools else "native"
     return work.settings.prompt.messages(
         work.definition, work.snapshot(), work.user or work.note, tools=tools, tool_mode=mode,
         guided=work.settings.guided, order=work.settings.prompt_order(),
@@ -48,17 +48,17 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
     back_to = work.definition.return_target(work.base.state, work.base.came_from)  # where "$return" goes
     schema, closed = reply_schemas(work, back_to)
     strict: dict[str, Any] = closed
-    tools = work.state_tools()
+    tools = work.tools.offered()
     specs: tuple[dict[str, Any], ...] | None = None
-    if tools and work.tool_mode() == "native":
+    if tools and work.tools.mode() == "native":
         specs = tuple(tool.spec() for tool in tools)
-    elif tools and work.rounds < work.tool_round_limit():  # the JSON form: a reply may be a tool request
+    elif tools and work.tools.rounds < work.tools.limit():  # the JSON form: a reply may be a tool request
         # instead, while rounds are left (after them the schema, and a grammar held to it, asks for the answer)
         schema = {"anyOf": [schema, calling.JSON_REQUEST_SCHEMA]}
         # a grammar-driven server takes the alternatives (a provider's strict mode wants one object: the client
         # asks those for a JSON object instead). Guided (a small model, which repeats a call it has the answer
         # of): each tool once per turn
-        ran = {run.name for run in work.tool_runs if run.error is None or run.approval == "rejected"}  # or refused
+        ran = {run.name for run in work.tools.runs if run.error is None or run.approval == "rejected"}  # or refused
         offered = [tool for tool in tools if tool.name not in ran] if work.settings.guided else tools
         if offered:
             asking = calling.json_request_schema(offered, min(work.definition.max_tool_calls, len(offered)))
@@ -69,7 +69,7 @@ def request(work: Working, messages: list[dict[str, Any]], *, longer: bool = Fal
                 answered = {tool.result_key for tool in tools if tool.name in ran}
                 pending = {tool.result_key for tool in offered if tool.result_key} - answered
                 waiting = awaiting_tools(work.definition, work.base.state, strict, work.context, pending)
-                if waiting is None and any(run.error for run in work.tool_runs):
+                if waiting is None and any(run.error for run in work.tools.runs):
                     waiting = strict  # the call failed: the reply is offered beside it, not the call alone
             strict = asking if waiting is None else {"anyOf": [waiting, asking]}
     if work.settings.guided or "anyOf" in strict:  # for a grammar: patterns in the classes servers read
@@ -97,7 +97,7 @@ def reply_schemas(work: Working, back_to: str | None) -> tuple[dict[str, Any], d
     if not work.settings.guided:  # the state's, less the keys it may correct once collected, while they are not
         return schema, without_uncollected(strict, definition, state, work.context)
     # guided: made for this turn, it knows which keys are missing and which moves hold
-    results = [run.result for run in work.tool_runs if run.error is None]
+    results = [run.result for run in work.tools.runs if run.error is None]
     guided = guided_schema(
         definition, state, work.context, opening=work.opening, back_to=back_to, said=work.said, results=results,
         earlier=[exchange.assistant for exchange in work.base.history],

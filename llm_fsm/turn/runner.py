@@ -108,7 +108,7 @@ class TurnRunner:
 
     @property
     def tool_runs(self) -> list[ToolRun]:
-        return self.work.tool_runs
+        return self.work.tools.runs
 
     @property
     def frame_attributes(self) -> dict[str, Any]:

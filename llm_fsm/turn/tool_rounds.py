@@ -39,9 +39,9 @@ def requested_tools(work: Working, response: LLMResponse) -> list[ToolCallReques
     """The tool calls a response asks for: native ones, or a reply in the JSON form (in states with tools)."""
     if response.tool_calls:
         return list(response.tool_calls)
-    if not work.definition.states[work.base.state].tools or work.tool_mode() != "json":
+    if not work.definition.states[work.base.state].tools or work.tools.mode() != "json":
         return []
-    return calling.requested_in_text(response.text, work.rounds + 1)
+    return calling.requested_in_text(response.text, work.tools.rounds + 1)
 
 
 def use_tools(
@@ -52,11 +52,11 @@ def use_tools(
     A call that needs a person's approval pauses the turn (returned: the pause) after the others ran.
     """
     state = work.definition.states[work.base.state]
-    work.rounds += 1
-    rounds = work.rounds
+    work.tools.rounds += 1
+    rounds = work.tools.rounds
     calls = calling.unique_ids(calls, rounds)
     prepared = [calling.prepare(c, state, work.settings.tools, work.context, rounds) for c in calls]
-    if rounds > work.tool_round_limit():
+    if rounds > work.tools.limit():
         # refused with a reason rather than dropped: the model is told to give its final reply
         prepared = [calling.Prepared(p.call, None, p.arguments, rounds, NO_MORE_TOOLS) for p in prepared]
     most = work.definition.max_tool_calls
@@ -95,15 +95,15 @@ def keyed_call(work: Working, prepared: Prepared) -> Prepared:
     if prepared.error is not None:
         return prepared
     name = prepared.call.name
-    key = calling.call_key(work.base.uid, work.turn_index, name, work.keyed[name])
-    work.keyed[name] += 1
+    key = calling.call_key(work.base.uid, work.turn_index, name, work.tools.keyed[name])
+    work.tools.keyed[name] += 1
     return replace(prepared, key=key)
 
 
 def apply_tools(work: Working, runs: list[ToolRun]) -> None:
     """Record the runs: a rejection for each error, each result under its tool's ``result_key``."""
     for run in runs:
-        work.tool_runs.append(run)
+        work.tools.runs.append(run)
         tool = work.settings.tools.get(run.name)
         if run.error is not None:
             reason = f"tool '{run.name}': {run.error}"
@@ -118,7 +118,7 @@ def tool_exchange(work: Working, runs: list[ToolRun], text: str | None) -> list[
     """The messages that ask for ``runs`` and give their results (secret-looking values masked, as
     in the context the model reads), in this model's form."""
     runs = [calling.masked(run, work.definition.masked) for run in runs]
-    if work.tool_mode() == "native":
+    if work.tools.mode() == "native":
         return calling.native_exchange(runs, text)
     # the request as the runtime read it, not the model's raw text: its arguments masked like the results
     return [
@@ -141,7 +141,7 @@ def pause_for_approval(work: Working, held: Prepared) -> tuple[Snapshot, TurnRes
         state=state,
         kind="tool_approval",
         tool_call=waiting.model_dump(),
-        tool_runs=tuple(run.model_dump() for run in work.tool_runs),
+        tool_runs=tuple(run.model_dump() for run in work.tools.runs),
     )
     return finish(work, state, runtime_text(work.definition, "approval"), {}, pending=event)
 
@@ -196,12 +196,12 @@ def after_approval(work: Working) -> Generator[Step, Any, list[dict[str, Any]]]:
     assert pause is not None and pause.tool_call is not None
     earlier = [ToolRun.model_validate(run) for run in pause.tool_runs]
     held = ToolRun.model_validate(pause.tool_call)
-    work.keyed.update(run.name for run in [*earlier, held] if run.idempotency_key)  # keys already given
+    work.tools.keyed.update(run.name for run in [*earlier, held] if run.idempotency_key)  # keys already given
     # a call checkpointed with its result (approved and run) is taken as it ran, never run again;
     # "running": its process stopped during the call (see decide_call)
     decided = held if held.approval not in (None, "running") else (yield from decide_call(work, held, pause))
     # the rounds go on from the paused one, so the state's round limit counts those before the pause
-    work.rounds = held.round
+    work.tools.rounds = held.round
     apply_tools(work, [decided])
     # the paused turn's messages were not saved: they are rebuilt from the prompt and the recorded runs
     messages = prompt_messages(work)

@@ -8,9 +8,7 @@ Every unit of a turn (:mod:`llm_fsm.turn.requests`, :mod:`llm_fsm.turn.verdict`,
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Mapping
-from functools import cached_property
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.definition.clearing import removed, written
@@ -19,10 +17,10 @@ from llm_fsm.hooks import Hooks
 from llm_fsm.memory.working import MemoryAccess
 from llm_fsm.snapshot import Origin, PendingEvent, Rejection, Snapshot
 from llm_fsm.telemetry import NO_TRACE, NoTrace
-from llm_fsm.tools.calling import BoundTool, ToolMode, ToolRun
 from llm_fsm.turn.budget import Budget
 from llm_fsm.turn.engine import Decision, record
 from llm_fsm.turn.steps import TurnSettings
+from llm_fsm.turn.tool_use import ToolUse
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import TurnTrace
@@ -68,8 +66,7 @@ class Working:
         self.last_decision: Decision | None = None
         self.fallback = False  # no reply accepted: the turn says the fallback message
         self.messages: list[dict[str, Any]] = []
-        self.tool_runs: list[ToolRun] = []
-        self.rounds = 0  # rounds of tool calls made in this turn
+        self.tools = ToolUse(definition, base.state, settings)  # the state's tools and the calls made of them
         self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._snapshot: Snapshot | None = None
         # the index commit() will give this turn: the opening is turn 0, a resume counts as a turn of its own
@@ -78,12 +75,6 @@ class Working:
         # states that leave this level for a level below it (llm_fsm.subflows.stack): reached without
         # this level's handlers or summaries, since the level is dropped at once
         self.exits: frozenset[str] = frozenset()
-
-    @cached_property
-    def keyed(self) -> Counter[str]:
-        """Calls of each tool given an idempotency key in this turn (made when a tool first asks: a turn
-        without tools pays nothing for it)."""
-        return Counter()
 
     @property
     def said(self) -> str | None:
@@ -108,18 +99,3 @@ class Working:
         """Take ``context`` as the working one, the keys of ``update`` written by ``by`` (a None value: removed)."""
         self.context = context
         self.provenance = record(self.provenance, written(update), by, self.turn_index, removed(update))
-
-    def tool_mode(self) -> ToolMode:
-        return self.settings.tool_mode()
-
-    def tool_round_limit(self) -> int:
-        state = self.definition.states[self.base.state]
-        return self.definition.max_tool_rounds if state.max_tool_rounds is None else state.max_tool_rounds
-
-    def state_tools(self) -> list[BoundTool]:
-        """The tools the model may call now (none once the state allows no rounds of calls)."""
-        bound = self.settings.tools
-        # a state that allows no rounds gets no tools at all: the model is not offered calls it may not make
-        if self.tool_round_limit() == 0:
-            return []
-        return [bound[name] for name in self.definition.states[self.base.state].tools if name in bound]
