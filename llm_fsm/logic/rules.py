@@ -146,9 +146,8 @@ def _compile(rule: object, depth: int) -> Run:
     if op in LAZY_OPS:
         return LAZY_OPS[op](parts)
     # (not with a third argument: evaluated, though unused, it could raise; the general form below does it)
-    if op == "var" and 1 <= len(args) <= 2 and isinstance(args[0], str) and args[0]:
-        if (literal := _literal_var(args[0], nth_argument(args, 1))) is not None:
-            return literal
+    if op == "var" and (literal := _literal_var(args)) is not None:
+        return literal
     return _compile_call(OPS[op], args, parts)
 
 
@@ -163,12 +162,15 @@ def _compile_list(rule: list[object] | tuple[object, ...], depth: int) -> Run:
     return lambda data: [part(data) for part in parts]
 
 
-def _literal_var(dotted: str, default: object) -> Run | None:
+def _literal_var(args: list[object]) -> Run | None:
     """The closure for ``var`` of a literal path with a literal default (the commonest node), the path
-    split once here rather than on every evaluation; None when the default is itself a rule."""
+    split once here rather than on every evaluation; None for any other ``var``."""
+    if not (1 <= len(args) <= 2 and isinstance(args[0], str) and args[0]):
+        return None
+    default = nth_argument(args, 1)
     if isinstance(default, (list, tuple, Mapping)):
         return None
-    path = dotted.split(".")
+    path = args[0].split(".")
     return lambda data: default if (found := walk(data, path)) is ABSENT else found
 
 
