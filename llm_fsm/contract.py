@@ -158,10 +158,8 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
     decoder = _EXACT_DECODER if exact else _DECODER
     if text.startswith("{") and isinstance(data := _strict(text, decoder), dict) and data:
         return data, False  # the common case, the whole reply one exact object: nothing around it to check
-    if exact and wrapped_in_list(text):  # the object inside would be found and taken: refuse the shape instead
-        raise ReplyFormatError(f"the reply is a JSON list; answer with one JSON object, not a list of them: {_SHAPE}")
-    if exact and (count := _objects(text)) > 1:  # the repair (or the first fence) would take one of them
-        raise ReplyFormatError(f"the reply holds {count} JSON objects; answer with exactly one: {_SHAPE}")
+    if exact:
+        _refuse_several(text)
     candidates = _candidates(text)
     for candidate in candidates:  # exact JSON anywhere beats a repair
         data = _strict(candidate, decoder)
@@ -169,12 +167,27 @@ def _extract_object(text: str, *, exact: bool = False) -> tuple[dict[str, Any], 
             return data, False
     if cut := _cut_short(text):
         raise ReplyTruncated(f"the reply stops {cut}, before its JSON ends: answer again with the whole JSON object")
+    return _repaired_object(candidates, exact=exact), True
+
+
+def _refuse_several(text: str) -> None:
+    """Raises when the reply is a list of objects or holds more than one: the search for an object inside
+    would find one of them and take it, so the shape is refused instead (exact mode only)."""
+    if wrapped_in_list(text):
+        raise ReplyFormatError(f"the reply is a JSON list; answer with one JSON object, not a list of them: {_SHAPE}")
+    if (count := _objects(text)) > 1:  # the repair (or the first fence) would take one of them
+        raise ReplyFormatError(f"the reply holds {count} JSON objects; answer with exactly one: {_SHAPE}")
+
+
+def _repaired_object(candidates: list[str], *, exact: bool) -> dict[str, Any]:
+    """The first candidate json-repair reads as a non-empty object; in exact mode a key given twice is
+    refused (json-repair keeps the last silently)."""
     for candidate in candidates:
         data = _repaired(candidate)
         if isinstance(data, dict) and data:
-            if exact and (twice := repeated_key(candidate)):  # json-repair keeps the last silently
+            if exact and (twice := repeated_key(candidate)):
                 raise ReplyFormatError(_twice(*twice))
-            return data, True
+            return data
     raise ReplyFormatError("the reply is not a JSON object; answer with exactly one JSON object")
 
 

@@ -305,19 +305,29 @@ def _import_module(spec: str, where: str, folder: Path) -> Any:
     """The module ``where`` names: a ``.py`` file (relative to ``folder``), else an importable module
     (``folder`` is searched too)."""
     if not where.endswith(".py"):
-        if (folder / where).is_file():  # "rules.json:x" would otherwise look for a module "rules"
-            raise HooksLoadError(f"hooks {spec}: {where} is not a Python file (FILE.py) or module")
-        if str(folder) not in sys.path:
-            sys.path.insert(0, str(folder))
-        try:
-            return importlib.import_module(where)
-        except ModuleNotFoundError as exc:
-            # only the module asked for (or its package) missing is reported here; a module that the user's
-            # module imports and is missing is their error, raised as it is
-            if exc.name is not None and where.startswith(exc.name):
-                looked = f"looked in {folder.resolve()} and sys.path"
-                raise HooksLoadError(f"hooks {spec}: no module named {exc.name!r} ({looked})") from None
-            raise
+        return _import_named_module(spec, where, folder)
+    return _import_file(spec, where, folder)
+
+
+def _import_named_module(spec: str, where: str, folder: Path) -> Any:
+    """The importable module ``where`` names, ``folder`` searched too."""
+    if (folder / where).is_file():  # "rules.json:x" would otherwise look for a module "rules"
+        raise HooksLoadError(f"hooks {spec}: {where} is not a Python file (FILE.py) or module")
+    if str(folder) not in sys.path:
+        sys.path.insert(0, str(folder))
+    try:
+        return importlib.import_module(where)
+    except ModuleNotFoundError as exc:
+        # only the module asked for (or its package) missing is reported here; a module that the user's
+        # module imports and is missing is their error, raised as it is
+        if exc.name is not None and where.startswith(exc.name):
+            looked = f"looked in {folder.resolve()} and sys.path"
+            raise HooksLoadError(f"hooks {spec}: no module named {exc.name!r} ({looked})") from None
+        raise
+
+
+def _import_file(spec: str, where: str, folder: Path) -> Any:
+    """The module of the ``.py`` file ``where`` (relative to ``folder``), imported once whatever its name."""
     path = (folder / where).resolve()
     if not path.is_file():
         raise HooksLoadError(f"hooks {spec}: no such file {path}")

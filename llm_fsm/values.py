@@ -54,25 +54,36 @@ def _convert(value: Any, path: str, source: str, depth: int) -> Any:
         return value
     if isinstance(value, enum.Enum):  # before str and int: an IntEnum or StrEnum member is stored as its value
         return _convert(value.value, path, source, depth + 1)
+    if isinstance(value, str | int | float):
+        return _text_or_number(value, path, source)
+    if isinstance(value, Mapping | list | tuple | set | frozenset):
+        return _container(value, path, source, depth)
+    return _convert(_simple(value, path, source), path, source, depth + 1)
+
+
+def _text_or_number(value: str | int | float, path: str, source: str) -> Any:
+    """A str, int or float (or a subclass of one) as the plain value; a float JSON cannot hold is refused."""
     if isinstance(value, str):
         return clean_text(str(value))
     if isinstance(value, int):  # an int subclass other than bool
         return int(value)
-    if isinstance(value, float):
-        if not math.isfinite(value):
-            raise ContextValueError(f"{source}: '{path}' is {value}, which JSON cannot hold", path)
-        return float(value)
+    if not math.isfinite(value):
+        raise ContextValueError(f"{source}: '{path}' is {value}, which JSON cannot hold", path)
+    return float(value)
+
+
+def _container(value: Any, path: str, source: str, depth: int) -> Any:
+    """A mapping as an object, a list or tuple as a list, a set as a sorted list (in its own order when
+    its items cannot be compared), each item converted one level deeper."""
     if isinstance(value, Mapping):
         return {_key(k, path, source): _convert(v, f"{path}.{k}", source, depth + 1) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_convert(v, f"{path}[{i}]", source, depth + 1) for i, v in enumerate(value)]
-    if isinstance(value, set | frozenset):
-        items = [_convert(v, f"{path}[]", source, depth + 1) for v in value]
-        try:
-            return sorted(items)
-        except TypeError:  # mixed kinds: keep them, in the set's own order
-            return items
-    return _convert(_simple(value, path, source), path, source, depth + 1)
+    items = [_convert(v, f"{path}[]", source, depth + 1) for v in value]
+    try:
+        return sorted(items)
+    except TypeError:  # mixed kinds: keep them, in the set's own order
+        return items
 
 
 def _simple(value: Any, path: str, source: str) -> Any:

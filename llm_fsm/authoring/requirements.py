@@ -154,33 +154,56 @@ _LINE_START, _LINE_END = (-1,), (2,)  # before every number, after every string
 def _domains(rule: object) -> dict[str, Domain]:
     """What ``rule`` alone requires of the keys it compares with constants."""
     op, args = _operation(rule)
-    found: list[tuple[str, Domain]] = []
     if op in _ORDERS:
-        chain = args[:3] if op in ("<", "<=") else args[:2][::-1]  # a > b is b < a
-        strict = op in ("<", ">")
-        for left, right in itertools.pairwise(chain):
-            if (key := _plain_var(left)) is not None and _number(right):
-                found.append((key, Domain(high=right, high_open=strict, numeric=True)))
-            elif (key := _plain_var(right)) is not None and _number(left):
-                found.append((key, Domain(low=left, low_open=strict, numeric=True)))
+        found = _order_domains(op, args)
     elif op in ("==", "===") and len(args) == 2:
-        for variable, constant in (args, args[::-1]):
-            if (key := _plain_var(variable)) is None:
-                continue
-            if _number(constant):
-                found.append((key, Domain(low=constant, high=constant, numeric=True)))
-            elif isinstance(constant, str) and _text(constant):
-                found.append((key, Domain(strings=frozenset([constant]))))
-    elif op == "in" and len(args) == 2 and (key := _plain_var(args[0])) is not None and isinstance(args[1], list):
-        items = args[1]
-        if all(isinstance(item, str) and _text(item) for item in items):
-            found.append((key, Domain(strings=frozenset(items))))
-        elif all(_number(item) for item in items):
-            found.append((key, Domain(low=min(items), high=max(items), numeric=True)))
+        found = _equal_domains(args)
+    elif op == "in" and len(args) == 2:
+        found = _member_domains(args)
+    else:
+        found = []
     domains: dict[str, Domain] = {}
     for key, domain in found:
         domains[key] = domains[key] & domain if key in domains else domain
     return domains
+
+
+def _order_domains(op: str, args: list[object]) -> list[tuple[str, Domain]]:
+    """The bounds a comparison chain (``<``, ``<=``, ``>``, ``>=``) puts on the keys it compares with numbers."""
+    found: list[tuple[str, Domain]] = []
+    chain = args[:3] if op in ("<", "<=") else args[:2][::-1]  # a > b is b < a
+    strict = op in ("<", ">")
+    for left, right in itertools.pairwise(chain):
+        if (key := _plain_var(left)) is not None and _number(right):
+            found.append((key, Domain(high=right, high_open=strict, numeric=True)))
+        elif (key := _plain_var(right)) is not None and _number(left):
+            found.append((key, Domain(low=left, low_open=strict, numeric=True)))
+    return found
+
+
+def _equal_domains(args: list[object]) -> list[tuple[str, Domain]]:
+    """The one value ``==`` of a key and a number or a text pins the key to, on either side."""
+    found: list[tuple[str, Domain]] = []
+    for variable, constant in (args, args[::-1]):
+        if (key := _plain_var(variable)) is None:
+            continue
+        if _number(constant):
+            found.append((key, Domain(low=constant, high=constant, numeric=True)))
+        elif isinstance(constant, str) and _text(constant):
+            found.append((key, Domain(strings=frozenset([constant]))))
+    return found
+
+
+def _member_domains(args: list[object]) -> list[tuple[str, Domain]]:
+    """The texts, or the span of numbers, ``in`` of a key and a literal list allows the key."""
+    if (key := _plain_var(args[0])) is None or not isinstance(args[1], list):
+        return []
+    items = args[1]
+    if all(isinstance(item, str) and _text(item) for item in items):
+        return [(key, Domain(strings=frozenset(items)))]
+    if all(_number(item) for item in items):
+        return [(key, Domain(low=min(items), high=max(items), numeric=True))]
+    return []
 
 
 def _operation(rule: object) -> tuple[str | None, list[object]]:

@@ -38,6 +38,23 @@ EvalModelOption = Annotated[
 ]  # fmt: skip
 
 
+def _check_arguments(paths: list[Path], model: ModelOptions, scripts: Path | None) -> None:
+    """Exits (code 2) on paths that do not exist, a missing or simulated model, a bad --scripts folder,
+    or a scripted model naming no file."""
+    missing = [str(p) for p in paths if not p.exists()]
+    if missing:
+        fail(f"no such file or folder: {', '.join(missing)}", 2)
+    if not model.name:
+        fail("eval needs a model: --model NAME (or LLM_FSM_MODEL)", 2)
+    if model.simulated:  # it follows no user: its score would measure nothing about a model
+        fail("eval scores how a model follows the courses' users; the simulated model reads none: give a real one", 2)
+    if scripts is not None and not scripts.is_dir():
+        why = "not a folder (it holds NAME.txt and NAME.json)" if scripts.exists() else "no such folder"
+        fail(f"--scripts {scripts}: {why}", 2)
+    if model.name.rstrip(":") == SCRIPTED and model.name != SCRIPTED:
+        fail(f"--model {model.name} names no file: {SCRIPTED_PREFIX}FILE, or {SCRIPTED} alone for each course's own", 2)
+
+
 @app.command("eval")
 @with_model_options(EvalModelOption)
 def evaluate(
@@ -56,19 +73,8 @@ def evaluate(
     own scripts/NAME.json: the whole folder checked offline, every turn reached."""
     from llm_fsm.testing.scorecard import as_json, run
 
-    missing = [str(p) for p in paths if not p.exists()]
-    if missing:
-        fail(f"no such file or folder: {', '.join(missing)}", 2)
-    if not model.name:
-        fail("eval needs a model: --model NAME (or LLM_FSM_MODEL)", 2)
+    _check_arguments(paths, model, scripts)
     own = model.name == SCRIPTED  # bare: every course's own scripts/NAME.json
-    if model.simulated:  # it follows no user: its score would measure nothing about a model
-        fail("eval scores how a model follows the courses' users; the simulated model reads none: give a real one", 2)
-    if scripts is not None and not scripts.is_dir():
-        why = "not a folder (it holds NAME.txt and NAME.json)" if scripts.exists() else "no such folder"
-        fail(f"--scripts {scripts}: {why}", 2)
-    if model.name.rstrip(":") == SCRIPTED and model.name != SCRIPTED:
-        fail(f"--model {model.name} names no file: {SCRIPTED_PREFIX}FILE, or {SCRIPTED} alone for each course's own", 2)
     courses = _courses(paths, scripts)
     if json_out is not None:
         check_writable(json_out)

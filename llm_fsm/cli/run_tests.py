@@ -77,13 +77,7 @@ def test(
     with definition_warnings():  # the cases' definitions load in there: their warnings as validate writes them
         outcomes = run_files(files, factory, repeat=repeat, min_pass=min_pass, hooks=hooks)
     for outcome in outcomes:
-        mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
-        runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
-        console.print(f"{mark} {in_markup(outcome.file)}: {in_markup(outcome.name)}{runs}")
-        if verbose or not outcome.passed:
-            _print_steps(outcome)
-        if not outcome.passed:
-            console.print(as_text(f"     {failure_text(outcome)}", style="red"))
+        _print_outcome(outcome, failure_text(outcome) if not outcome.passed else None, verbose=verbose)
     failed = sum(not o.passed for o in outcomes)
     console.print(f"{len(outcomes) - failed} passed, {failed} failed")
     if show_coverage:
@@ -91,6 +85,18 @@ def test(
     if junit is not None:
         write_output(junit, junit_xml(outcomes))
     raise typer.Exit(1 if failed else 0)
+
+
+def _print_outcome(outcome: CaseOutcome, failure: str | None, *, verbose: bool) -> None:
+    """A case's line (PASS or FAIL, and its runs), its steps when it failed or ``verbose``, and ``failure``:
+    why it failed (None when it passed)."""
+    mark = "[green]PASS[/]" if outcome.passed else "[red]FAIL[/]"
+    runs = f" ({outcome.passes}/{outcome.runs} runs)" if outcome.runs > 1 else ""
+    console.print(f"{mark} {in_markup(outcome.file)}: {in_markup(outcome.name)}{runs}")
+    if verbose or not outcome.passed:
+        _print_steps(outcome)
+    if failure is not None:
+        console.print(as_text(f"     {failure}", style="red"))
 
 
 def _well_formed(spec: str) -> bool:

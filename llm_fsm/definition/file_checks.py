@@ -130,25 +130,7 @@ class FileChecks:
         declared = tools if isinstance(tools, dict) else {}
         known_servers = servers if isinstance(servers, dict) else {}
         for name, tool in dict_items(declared):
-            loc = ("tools", name)
-            if not _TOOL_NAME.match(name):
-                self.error(loc, f"tool name '{name}' is not valid (1 to 64 letters, digits, _ or -)", code="bad_id")
-            parameters = get(tool, "parameters")
-            if isinstance(parameters, dict):
-                self._check_schemas((*loc, "parameters"), parameters)
-                if parameters.get("type", "object") != "object":
-                    self.error(
-                        (*loc, "parameters"), "a tool's parameters are a JSON Schema of type object", code="bad_schema"
-                    )
-            rule = get(get(tool, "approval"), "when")
-            for where, message in logic.check_rule(rule) if rule is not None else ():
-                self.error((*loc, "approval", "when"), f"{where + ': ' if where else ''}{message}", code="logic")
-            if rule is not None:
-                self._check_approval_reads((*loc, "approval", "when"), rule, parameters)
-            server = get(tool, "mcp_server")
-            if isinstance(server, str) and server not in known_servers:
-                hint = did_you_mean(server, known_servers)
-                self.error((*loc, "mcp_server"), f"unknown MCP server '{server}'", code="unknown_server", hint=hint)
+            self._check_tool(("tools", name), name, tool, known_servers)
         for name, server in dict_items(known_servers):
             if isinstance(server, dict) and (server.get("command") is None) == (server.get("url") is None):
                 self.error(
@@ -160,6 +142,27 @@ class FileChecks:
                 if isinstance(name, str) and name not in declared and not known_servers:
                     hint = did_you_mean(name, declared) or 'declare it in the top-level "tools"'
                     self.error(("states", sid, "tools", i), f"unknown tool '{name}'", code="unknown_tool", hint=hint)
+
+    def _check_tool(self, loc: tuple[Any, ...], name: str, tool: Any, known_servers: dict[str, Any]) -> None:
+        """One declared tool: its name, its parameters' schema, its approval rule, its MCP server."""
+        if not _TOOL_NAME.match(name):
+            self.error(loc, f"tool name '{name}' is not valid (1 to 64 letters, digits, _ or -)", code="bad_id")
+        parameters = get(tool, "parameters")
+        if isinstance(parameters, dict):
+            self._check_schemas((*loc, "parameters"), parameters)
+            if parameters.get("type", "object") != "object":
+                self.error(
+                    (*loc, "parameters"), "a tool's parameters are a JSON Schema of type object", code="bad_schema"
+                )
+        rule = get(get(tool, "approval"), "when")
+        if rule is not None:
+            for where, message in logic.check_rule(rule):
+                self.error((*loc, "approval", "when"), f"{where + ': ' if where else ''}{message}", code="logic")
+            self._check_approval_reads((*loc, "approval", "when"), rule, parameters)
+        server = get(tool, "mcp_server")
+        if isinstance(server, str) and server not in known_servers:
+            hint = did_you_mean(server, known_servers)
+            self.error((*loc, "mcp_server"), f"unknown MCP server '{server}'", code="unknown_server", hint=hint)
 
     def _check_approval_reads(self, loc: tuple[Any, ...], rule: Any, parameters: Any) -> None:
         """An approval rule reads ``args.<parameter>`` or ``context.<key>``: anything else is always

@@ -49,47 +49,81 @@ def line_column(text: str, offset: int) -> tuple[int, int]:
 
 def json_problem(text: str, exc: json.JSONDecodeError) -> tuple[str, int]:
     """Why ``text`` is not JSON, in plain words ending with where, and the offset to point at."""
-    offset, rest = exc.pos, text[exc.pos :]
-
-    def at(where: int) -> str:
-        return "{}:{}".format(*line_column(text, where))
-
     if not text.strip():
         return "the file is empty: a definition is a JSON object, starting with '{'", 0
+    for reading in (_foreign_syntax, _cut_off, _bare_word, _bad_escape_or_extra):
+        if problem := reading(text, exc):
+            return problem
+    return f"{_JSON_MESSAGES.get(exc.msg, 'this is not valid JSON')} at {_at(text, exc.pos)}", exc.pos
+
+
+def _at(text: str, where: int) -> str:
+    return "{}:{}".format(*line_column(text, where))
+
+
+def _foreign_syntax(text: str, exc: json.JSONDecodeError) -> tuple[str, int] | None:
+    """Something other formats allow and JSON does not: YAML, comments, single quotes, a BOM, a trailing comma."""
+    offset, rest = exc.pos, text[exc.pos :]
     first = len(text) - len(text.lstrip())
     if offset == first and _YAML.match(text, first):
-        return f"this looks like YAML, but a definition file must be JSON (starting with '{{') at {at(first)}", first
+        return (
+            f"this looks like YAML, but a definition file must be JSON (starting with '{{') at {_at(text, first)}",
+            first,
+        )
     if rest.startswith(("//", "/*")):
         kind = "//" if rest.startswith("//") else "/* */"
-        return f"JSON does not allow comments: remove the '{kind}' comment at {at(offset)}", offset
+        return f"JSON does not allow comments: remove the '{kind}' comment at {_at(text, offset)}", offset
     if rest.startswith("'"):
-        return f"JSON needs double quotes around keys and strings: replace the ' at {at(offset)}", offset
+        return f"JSON needs double quotes around keys and strings: replace the ' at {_at(text, offset)}", offset
     if rest.startswith(_BOM):
-        return f"a byte order mark (BOM) cannot be here: remove it at {at(offset)}", offset
+        return f"a byte order mark (BOM) cannot be here: remove it at {_at(text, offset)}", offset
     before = text[:offset].rstrip()
     if rest[:1] in ("}", "]") and before.endswith(","):
         comma = len(before) - 1
-        return f"JSON does not allow a trailing comma: remove the ',' at {at(comma)}", comma
+        return f"JSON does not allow a trailing comma: remove the ',' at {_at(text, comma)}", comma
+    return None
+
+
+def _cut_off(text: str, exc: json.JSONDecodeError) -> tuple[str, int] | None:
+    """The file ends inside a string or with a container still open."""
+    offset = exc.pos
     if exc.msg.startswith("Unterminated string"):
-        message = f"the file ends before the JSON does (is it cut off?): the string at {at(offset)} is never closed"
+        where = _at(text, offset)
+        message = f"the file ends before the JSON does (is it cut off?): the string at {where} is never closed"
         return message, len(text)
-    if not rest.strip():
+    if not text[offset:].strip():
         opened = _unclosed(text)
-        what = f"the '{text[opened]}' at {at(opened)} is never closed" if opened is not None else "it is incomplete"
+        what = (
+            f"the '{text[opened]}' at {_at(text, opened)} is never closed" if opened is not None else "it is incomplete"
+        )
         return f"the file ends before the JSON does (is it cut off?): {what}", offset
+    return None
+
+
+def _bare_word(text: str, exc: json.JSONDecodeError) -> tuple[str, int] | None:
+    """A word without quotes where JSON wants a value or a key: a Python constant, a key, a string."""
+    offset = exc.pos
     word = _WORD.match(text, offset)
-    if word and word.group() in _PYTHON_CONSTANTS:
-        return f"JSON writes true, false and null in lowercase: '{word.group()}' at {at(offset)}", offset
-    if word and exc.msg.startswith("Expecting property name"):
-        return f'keys need double quotes: write "{word.group()}" at {at(offset)}', offset
-    if word and exc.msg == "Expecting value":
-        return f'text needs double quotes: write "{word.group()}" at {at(offset)}', offset
+    if not word:
+        return None
+    if word.group() in _PYTHON_CONSTANTS:
+        return f"JSON writes true, false and null in lowercase: '{word.group()}' at {_at(text, offset)}", offset
+    if exc.msg.startswith("Expecting property name"):
+        return f'keys need double quotes: write "{word.group()}" at {_at(text, offset)}', offset
+    if exc.msg == "Expecting value":
+        return f'text needs double quotes: write "{word.group()}" at {_at(text, offset)}', offset
+    return None
+
+
+def _bad_escape_or_extra(text: str, exc: json.JSONDecodeError) -> tuple[str, int] | None:
+    """A backslash escape JSON does not know, or text after the object's end."""
+    offset = exc.pos
     if exc.msg.startswith("Invalid \\escape"):
         escape = text[offset : offset + 2]
-        return f"'{escape}' is not a JSON escape: write '\\\\' for a backslash, at {at(offset)}", offset
+        return f"'{escape}' is not a JSON escape: write '\\\\' for a backslash, at {_at(text, offset)}", offset
     if exc.msg == "Extra data":
-        return f"there is more after the end of the JSON object: the '{text[offset]}' at {at(offset)}", offset
-    return f"{_JSON_MESSAGES.get(exc.msg, 'this is not valid JSON')} at {at(offset)}", offset
+        return f"there is more after the end of the JSON object: the '{text[offset]}' at {_at(text, offset)}", offset
+    return None
 
 
 def _unclosed(text: str) -> int | None:

@@ -132,13 +132,7 @@ def _compile(rule: object, depth: int) -> Run:
     """The closure that evaluates ``rule`` at ``depth``: the rule's shape is read here once, so that
     evaluating it again only calls the operators (a definition's conditions run on every reply)."""
     if isinstance(rule, (list, tuple)):
-        if depth > MAX_DEPTH:
-            return _fail(LogicError(f"rule nests deeper than {MAX_DEPTH} levels"))
-        if not any(isinstance(item, (list, tuple, Mapping)) for item in rule):
-            items = list(rule)  # literals only: a fresh copy each time, as the caller may keep it
-            return lambda data: list(items)
-        parts = [_compile(item, depth + 1) for item in rule]
-        return lambda data: [part(data) for part in parts]
+        return _compile_list(rule, depth)
     if not isinstance(rule, Mapping) or not rule:
         return lambda data: rule
     if depth > MAX_DEPTH:
@@ -151,13 +145,37 @@ def _compile(rule: object, depth: int) -> Run:
     # and/or/if evaluate their own arguments: a branch not taken is never evaluated, so it cannot fail
     if op in LAZY_OPS:
         return LAZY_OPS[op](parts)
-    run = OPS[op]
     # (not with a third argument: evaluated, though unused, it could raise; the general form below does it)
-    if op == "var" and 1 <= len(args) <= 2 and isinstance(args[0], str) and args[0]:
-        # the commonest node, a literal path: split once here rather than on every evaluation
-        path, default = args[0].split("."), nth_argument(args, 1)
-        if not isinstance(default, (list, tuple, Mapping)):
-            return lambda data: default if (found := walk(data, path)) is ABSENT else found
+    if op == "var" and (literal := _literal_var(args)) is not None:
+        return literal
+    return _compile_call(OPS[op], args, parts)
+
+
+def _compile_list(rule: list[object] | tuple[object, ...], depth: int) -> Run:
+    """The closure for a list in a rule: each item evaluated, or a copy when all are literals."""
+    if depth > MAX_DEPTH:
+        return _fail(LogicError(f"rule nests deeper than {MAX_DEPTH} levels"))
+    if not any(isinstance(item, (list, tuple, Mapping)) for item in rule):
+        items = list(rule)  # literals only: a fresh copy each time, as the caller may keep it
+        return lambda data: list(items)
+    parts = [_compile(item, depth + 1) for item in rule]
+    return lambda data: [part(data) for part in parts]
+
+
+def _literal_var(args: list[object]) -> Run | None:
+    """The closure for ``var`` of a literal path with a literal default (the commonest node), the path
+    split once here rather than on every evaluation; None for any other ``var``."""
+    if not (1 <= len(args) <= 2 and isinstance(args[0], str) and args[0]):
+        return None
+    default = nth_argument(args, 1)
+    if isinstance(default, (list, tuple, Mapping)):
+        return None
+    path = args[0].split(".")
+    return lambda data: default if (found := walk(data, path)) is ABSENT else found
+
+
+def _compile_call(run: Any, args: list[object], parts: list[Run]) -> Run:
+    """The closure calling operator ``run`` on its evaluated arguments ``parts`` (``args`` as written)."""
     if not any(isinstance(arg, (list, tuple, Mapping)) for arg in args):
         constant = list(args)  # no operator writes to or returns its argument list: it can be shared
         return lambda data: run(constant, data)

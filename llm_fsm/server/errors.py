@@ -34,7 +34,7 @@ from __future__ import annotations
 
 import logging
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from fastapi import FastAPI, Request
@@ -106,39 +106,65 @@ def not_found(what: str) -> APIError:
 
 
 def from_fsm_error(error: FSMError) -> APIError:
-    """The API error for an error of the runtime."""
-    if isinstance(error, ConflictError):
-        return APIError(409, "busy", "another turn of this conversation is in progress: try again later")
-    if isinstance(error, ConversationEnded):
-        return APIError(410, "conversation_ended", str(error), state=error.state)
-    if isinstance(error, ConversationPaused):
-        return APIError(409, "conversation_paused", str(error).replace("call resume()", "resume it"), state=error.state)
-    if isinstance(error, ResumeError):
-        return APIError(409, "resume_refused", str(error), state=error.state)
-    if isinstance(error, DefinitionError):
-        problems = [str(problem) for problem in error.problems]
-        return APIError(422, "definition_error", f"the definition cannot run: {'; '.join(problems)}", problems=problems)
-    if isinstance(error, IdempotencyKeyReused):  # as the IETF draft on the Idempotency-Key header says
-        return APIError(422, "idempotency_key_reused", str(error).replace("idempotency key", "Idempotency-Key"))
-    if isinstance(error, EmptyMessageError):
-        return APIError(422, "empty_message", str(error))
-    if isinstance(error, ConversationError):
-        return APIError(409, "conversation_conflict", str(error), state=error.state)
-    if isinstance(error, LLMError):
-        logger.warning("model call failed: %s", error)  # the provider's own words, which may name hosts: logged only
-        return _provider_error(error)
-    if isinstance(error, RefinementError):
-        return APIError(502, "provider_error", f"the model's replies kept failing the state's checks: {error}")
-    if isinstance(error, StoreError):
-        logger.error("store error: %s", error)
-        return APIError(503, "store_unavailable", "the conversation store cannot be used now")
-    if isinstance(error, ContextValueError | OpeningError):  # the request's context lacks what the opening reads
-        return APIError(400, "invalid_request", str(error))
-    if isinstance(error, HandlerError):
-        logger.error("%s", error, exc_info=error)
-        return APIError(500, "internal_error", f"handler '{error.name}' failed at '{error.timing}'")
+    """The API error for an error of the runtime: the first kind in ``_BY_KIND`` it is."""
+    for kind, answer in _BY_KIND:
+        if isinstance(error, kind):
+            return answer(error)
     logger.error("unexpected runtime error: %s", error, exc_info=error)
     return APIError(500, "internal_error", "internal error")
+
+
+def _definition_error(error: Any) -> APIError:
+    problems = [str(problem) for problem in error.problems]
+    return APIError(422, "definition_error", f"the definition cannot run: {'; '.join(problems)}", problems=problems)
+
+
+def _model_call_failed(error: Any) -> APIError:
+    logger.warning("model call failed: %s", error)  # the provider's own words, which may name hosts: logged only
+    return _provider_error(error)
+
+
+def _store_error(error: Any) -> APIError:
+    logger.error("store error: %s", error)
+    return APIError(503, "store_unavailable", "the conversation store cannot be used now")
+
+
+def _handler_error(error: Any) -> APIError:
+    logger.error("%s", error, exc_info=error)
+    return APIError(500, "internal_error", f"handler '{error.name}' failed at '{error.timing}'")
+
+
+# each kind of runtime error and its API error, in the order they are tried (a subclass before its base)
+_BY_KIND: tuple[tuple[Any, Callable[[Any], APIError]], ...] = (
+    (
+        ConflictError,
+        lambda e: APIError(409, "busy", "another turn of this conversation is in progress: try again later"),
+    ),
+    (ConversationEnded, lambda e: APIError(410, "conversation_ended", str(e), state=e.state)),
+    (
+        ConversationPaused,
+        lambda e: APIError(409, "conversation_paused", str(e).replace("call resume()", "resume it"), state=e.state),
+    ),
+    (ResumeError, lambda e: APIError(409, "resume_refused", str(e), state=e.state)),
+    (DefinitionError, _definition_error),
+    (  # as the IETF draft on the Idempotency-Key header says
+        IdempotencyKeyReused,
+        lambda e: APIError(422, "idempotency_key_reused", str(e).replace("idempotency key", "Idempotency-Key")),
+    ),
+    (EmptyMessageError, lambda e: APIError(422, "empty_message", str(e))),
+    (ConversationError, lambda e: APIError(409, "conversation_conflict", str(e), state=e.state)),
+    (LLMError, _model_call_failed),
+    (
+        RefinementError,
+        lambda e: APIError(502, "provider_error", f"the model's replies kept failing the state's checks: {e}"),
+    ),
+    (StoreError, _store_error),
+    (
+        ContextValueError | OpeningError,
+        lambda e: APIError(400, "invalid_request", str(e)),
+    ),  # the context lacks what the opening reads
+    (HandlerError, _handler_error),
+)
 
 
 def _provider_error(error: LLMError) -> APIError:

@@ -99,6 +99,25 @@ class CourseScore:
         return self.end == self.expected_end
 
 
+def _user_lines(lines_file: Path) -> list[tuple[int, str]]:
+    """The user's lines of ``lines_file``, each with its number in the file (lines end as a text file's do,
+    not at a form feed), blank lines skipped: an error names the line the author sees. FSMError if none."""
+    try:
+        raw = read_bytes(lines_file, "file of user lines")
+        bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # an editor's mark, not the user's word
+        text = raw[bom:].decode("utf-8")
+    except OSError as exc:
+        raise FSMError(f"{lines_file}: cannot read the user's lines: {exc.strerror or exc}") from None
+    except UnicodeDecodeError as exc:
+        why = encoding_message(raw, bom + exc.start)
+        raise FSMError(f"{lines_file}: cannot read the user's lines: {why}") from None
+    split = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
+    numbered = [(number, line) for number, line in enumerate(split, 1) if line.strip()]
+    if not numbered:
+        raise FSMError(f"{lines_file}: no user lines (one per line)")
+    return numbered
+
+
 def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | None = None) -> Course:
     """The course of the definition at ``path``: ``scripts/<name>.txt`` (user lines) and the states a
     scripted run of ``scripts/<name>.json`` reaches (``scripts`` defaults to the definition's folder's
@@ -112,21 +131,7 @@ def course(path: str | Path, scripts: str | Path | None = None, hooks: Hooks | N
     missing = [str(file) for file in (lines_file, replies_file) if not file.exists()]
     if missing:
         raise FSMError(f"{path.name}: no course (needs {' and '.join(missing)})")
-    try:
-        raw = read_bytes(lines_file, "file of user lines")
-        bom = len(codecs.BOM_UTF8) if raw.startswith(codecs.BOM_UTF8) else 0  # an editor's mark, not the user's word
-        text = raw[bom:].decode("utf-8")
-    except OSError as exc:
-        raise FSMError(f"{lines_file}: cannot read the user's lines: {exc.strerror or exc}") from None
-    except UnicodeDecodeError as exc:
-        why = encoding_message(raw, bom + exc.start)
-        raise FSMError(f"{lines_file}: cannot read the user's lines: {why}") from None
-    # each line with its number in the file (lines end as a text file's do, not at a form feed), blank lines
-    # skipped: an error names the line the author sees
-    split = text.replace("\r\n", "\n").replace("\r", "\n").split("\n")
-    numbered = [(number, line) for number, line in enumerate(split, 1) if line.strip()]
-    if not numbered:
-        raise FSMError(f"{lines_file}: no user lines (one per line)")
+    numbered = _user_lines(lines_file)
     try:
         scripted = ScriptedLLM.from_file(replies_file)
         conversation = Conversation(definition, scripted, hooks=hooks)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import random
 import re
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from typing import Any, Literal
 
 from llm_fsm.authoring.condition_solver import find_witness
@@ -259,6 +259,19 @@ def schema_value(schema: Mapping[str, Any], name: str, root: Mapping[str, Any] |
         items = given if isinstance(given := schema.get("items"), Mapping) else {}
         count = 0 if schema.get("maxItems") == 0 else max(1, schema.get("minItems", 1))
         return [schema_value(items, name, root) for _ in range(count)]
+    return _scalar_value(schema, kind, name)
+
+
+_FORMATS = {
+    "email": "user@example.com",
+    "date": "2026-01-15",
+    "date-time": "2026-01-15T10:00:00Z",
+    "uri": "https://example.com",
+}  # a sample of each string format a schema may name
+
+
+def _scalar_value(schema: Mapping[str, Any], kind: Any, name: str) -> Any:
+    """A value of the scalar ``kind`` (null, a number, a boolean; text for any other) that ``schema`` allows."""
     if kind == "null":
         return None
     if kind in ("integer", "number"):
@@ -268,14 +281,8 @@ def schema_value(schema: Mapping[str, Any], name: str, root: Mapping[str, Any] |
         return int(value) if kind == "integer" else float(value)
     if kind == "boolean":
         return True
-    formats = {
-        "email": "user@example.com",
-        "date": "2026-01-15",
-        "date-time": "2026-01-15T10:00:00Z",
-        "uri": "https://example.com",
-    }
-    if schema.get("format") in formats:
-        return formats[schema["format"]]
+    if schema.get("format") in _FORMATS:
+        return _FORMATS[schema["format"]]
     if isinstance(schema.get("pattern"), str) and (matching := pattern_sample(schema["pattern"])) is not None:
         return matching
     text = f"sample {name}"
@@ -305,37 +312,34 @@ _CATEGORY = {"CATEGORY_DIGIT": "0", "CATEGORY_WORD": "a", "CATEGORY_SPACE": " ",
 def _sample(items: Any, parser: Any) -> str | None:
     out = []
     for op, arg in items:
-        name = str(op)
-        if name == "LITERAL":
-            out.append(chr(arg))
-        elif name == "ANY":
-            out.append("a")
-        elif name == "IN":
-            char = _class_member(arg)
-            if char is None:
-                return None
-            out.append(char)
-        elif name in ("MAX_REPEAT", "MIN_REPEAT", "POSSESSIVE_REPEAT"):
-            low, _, inner = arg
-            part = _sample(inner, parser)
-            if part is None:
-                return None
-            out.append(part * low)
-        elif name == "SUBPATTERN":
-            part = _sample(arg[-1], parser)
-            if part is None:
-                return None
-            out.append(part)
-        elif name == "BRANCH":
-            part = _sample(arg[1][0], parser)
-            if part is None:
-                return None
-            out.append(part)
-        elif name in ("AT", "ASSERT_NOT"):
-            continue  # anchors; a negative lookahead is checked by the final match
-        else:
+        sampler = _SAMPLERS.get(str(op))
+        part = sampler(arg, parser) if sampler is not None else None
+        if part is None:
             return None
+        out.append(part)
     return "".join(out)
+
+
+def _repeated(arg: Any, parser: Any) -> str | None:
+    low, _, inner = arg
+    part = _sample(inner, parser)
+    return None if part is None else part * low
+
+
+# what each node of a parsed pattern adds to the sample (None: no sample found); anchors add nothing, and a
+# negative lookahead is checked by the final match
+_SAMPLERS: dict[str, Callable[[Any, Any], str | None]] = {
+    "LITERAL": lambda arg, parser: chr(arg),
+    "ANY": lambda arg, parser: "a",
+    "IN": lambda arg, parser: _class_member(arg),
+    "MAX_REPEAT": _repeated,
+    "MIN_REPEAT": _repeated,
+    "POSSESSIVE_REPEAT": _repeated,
+    "SUBPATTERN": lambda arg, parser: _sample(arg[-1], parser),
+    "BRANCH": lambda arg, parser: _sample(arg[1][0], parser),
+    "AT": lambda arg, parser: "",
+    "ASSERT_NOT": lambda arg, parser: "",
+}
 
 
 def _class_member(items: Any) -> str | None:

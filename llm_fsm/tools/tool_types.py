@@ -123,44 +123,56 @@ def inlined(schema: dict[str, Any]) -> dict[str, Any]:
     checked against ``schema``."""
     if '"$ref"' not in json.dumps(schema):
         return schema
-
-    def pointed(ref: str) -> Any:
-        node: Any = schema
-        for raw in ref[2:].split("/") if ref != "#" else []:
-            part = unquote(raw).replace("~1", "/").replace("~0", "~")
-            if isinstance(node, dict) and part in node:
-                node = node[part]
-            elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
-                node = node[int(part)]
-            else:
-                return None
-        return node if isinstance(node, dict | bool) else None
-
-    def written(node: Any, within: frozenset[str], root: bool = False) -> Any:
-        if not isinstance(node, dict):
-            return node
-        rest: dict[str, Any] = {}
-        for key, value in node.items():
-            if key == "$ref" or (root and key in ("$defs", "definitions")):
-                continue
-            if key in _NAMED and isinstance(value, dict):
-                rest[key] = {name: written(part, within) for name, part in value.items()}
-            elif key in _DATA:
-                rest[key] = value
-            elif isinstance(value, list):
-                rest[key] = [written(part, within) for part in value]
-            else:
-                rest[key] = written(value, within)
-        ref = node.get("$ref")
-        target = pointed(ref) if isinstance(ref, str) and ref.startswith("#") else None
-        if target is None:
-            return rest if ref is None else {**rest, "$ref": ref}
-        assert isinstance(ref, str)  # a target was found for it
-        if ref in within or ref == "#":
-            return rest  # a recursive type: any value where it recurs
-        if isinstance(target, bool):
-            return target if not rest else rest if target else {**rest, "not": {}}
-        return {**written(target, within | {ref}), **rest}
-
-    written_out: dict[str, Any] = written(schema, frozenset(), root=True)
+    written_out: dict[str, Any] = _written(schema, schema, frozenset(), root=True)
     return written_out
+
+
+def _pointed(schema: dict[str, Any], ref: str) -> Any:
+    """The schema (a dict or a bool) the local reference ``ref`` points at within ``schema``, or None."""
+    node: Any = schema
+    for raw in ref[2:].split("/") if ref != "#" else []:
+        part = unquote(raw).replace("~1", "/").replace("~0", "~")
+        if isinstance(node, dict) and part in node:
+            node = node[part]
+        elif isinstance(node, list) and part.isdigit() and int(part) < len(node):
+            node = node[int(part)]
+        else:
+            return None
+    return node if isinstance(node, dict | bool) else None
+
+
+def _written(schema: dict[str, Any], node: Any, within: frozenset[str], root: bool = False) -> Any:
+    """``node`` with the references in it written out; ``within``: the references being written out
+    around it (one met again is a recursive type)."""
+    if not isinstance(node, dict):
+        return node
+    rest = _members_written(schema, node, within, root)
+    ref = node.get("$ref")
+    target = _pointed(schema, ref) if isinstance(ref, str) and ref.startswith("#") else None
+    if target is None:
+        return rest if ref is None else {**rest, "$ref": ref}
+    assert isinstance(ref, str)  # a target was found for it
+    if ref in within or ref == "#":
+        return rest  # a recursive type: any value where it recurs
+    if isinstance(target, bool):
+        return target if not rest else rest if target else {**rest, "not": {}}
+    return {**_written(schema, target, within | {ref}), **rest}
+
+
+def _members_written(
+    schema: dict[str, Any], node: dict[str, Any], within: frozenset[str], root: bool
+) -> dict[str, Any]:
+    """``node``'s members but its ``$ref`` (and the root's definitions), each schema in them written out."""
+    rest: dict[str, Any] = {}
+    for key, value in node.items():
+        if key == "$ref" or (root and key in ("$defs", "definitions")):
+            continue
+        if key in _NAMED and isinstance(value, dict):
+            rest[key] = {name: _written(schema, part, within) for name, part in value.items()}
+        elif key in _DATA:
+            rest[key] = value
+        elif isinstance(value, list):
+            rest[key] = [_written(schema, part, within) for part in value]
+        else:
+            rest[key] = _written(schema, value, within)
+    return rest
