@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -666,6 +667,17 @@ def test_a_pause_resumed_through_the_native_route_lets_the_chat_go_on():
     assert http.post(f"/conversations/{conversation_id}/resume", json={"token": token}).status_code == 200
     _, extension = ask(client, messages, model="signup")  # before the fix: 409 paused, for ever
     assert extension["conversation_id"] == conversation_id and extension["branched_from"] is None
+
+
+def test_a_stream_is_data_lines_then_done_as_openai_frames_them():
+    _, http = in_process(ScriptedLLM([reply("ask_name", "Hi! Your name?"), reply("ask_email", "Email?", name="Ada")]))
+    body = {"model": "signup", "messages": [{"role": "user", "content": "Ada"}], "stream": True}
+    raw = http.post("/v1/chat/completions", json=body).content
+    lines = re.findall(rb"data: (.*)\n\n", raw)
+    assert b"".join(b"data: %s\n\n" % line for line in lines) == raw  # no event names, no CR, no comments
+    assert lines[-1] == b"[DONE]" and [json.loads(line)["object"] for line in lines[:-1]] == [
+        "chat.completion.chunk"
+    ] * (len(lines) - 1)
 
 
 def test_a_stream_that_fails_after_it_started_still_ends_with_done():

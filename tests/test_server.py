@@ -248,6 +248,15 @@ def test_a_streamed_turn_sends_deltas_then_the_result():
     assert http.get(f"/conversations/{cid}").json()["turns"] == 1
 
 
+def test_a_streamed_turn_is_framed_with_one_event_and_one_data_line_each_ending_in_lf():
+    http = client(ScriptedLLM([reply("ask_name", "Hi!"), reply("ask_email", "Thanks Ann! Email?", name="Ann")]))
+    cid = create(http)["id"]
+    body = http.post(f"/conversations/{cid}/stream", json={"message": "Ann"}).content
+    blocks = re.findall(rb"event: (\w+)\ndata: (.*)\n\n", body)
+    assert b"".join(b"event: %s\ndata: %s\n\n" % block for block in blocks) == body  # nothing else, no CR
+    assert blocks[-1][0] == b"result" and json.loads(blocks[-1][1])["message"] == "Thanks Ann! Email?"
+
+
 def test_the_opening_turn_may_stream_too():
     http = client(ScriptedLLM([reply("ask_name", "Hello there, who are you?")]))
     cid = create(http, start=False)["id"]
@@ -861,11 +870,104 @@ def test_a_stream_whose_client_is_gone_when_written_to_ends_quietly_after_its_tu
             await asyncio.sleep(10)
             return {"type": "http.disconnect"}
 
-        await EventStream(queue, turn, lambda event: b"data: {}\n\n")({"type": "http"}, receive, send)
+        await EventStream(queue, turn, lambda event: b"data: {}\n\n")({"type": "http", "method": "POST"}, receive, send)
         return len(sent), turn.done(), turn.cancelled()
 
     sent, done, cancelled = asyncio.run(scenario())
     assert sent == 2 and done and cancelled  # no error escaped; the turn was cancelled and awaited
+
+
+async def call_stream(stream: Any, receive: Any) -> list[Any]:
+    """What ``stream`` (an ASGI response) sends to a client whose messages ``receive`` gives."""
+    sent: list[Any] = []
+
+    async def send(message: Any) -> None:
+        sent.append(message)
+
+    await stream({"type": "http", "method": "POST"}, receive, send)
+    return sent
+
+
+async def never_disconnects() -> Any:
+    await asyncio.sleep(60)
+    return {"type": "http.disconnect"}  # pragma: no cover
+
+
+def bodies(sent: list[Any]) -> list[bytes]:
+    return [message["body"] for message in sent if message["type"] == "http.response.body"]
+
+
+def test_a_quiet_stream_carries_ping_comments_until_its_turn_ends():
+    from llm_fsm.server.sse import DONE, EventStream
+
+    async def scenario() -> list[bytes]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def turn() -> None:
+            await asyncio.sleep(0.25)  # the model says nothing for a while
+            queue.put_nowait(b"data: {}\n\n")
+
+        task = asyncio.create_task(turn())
+        task.add_done_callback(lambda _: queue.put_nowait(DONE))
+        return bodies(await call_stream(EventStream(queue, task, lambda e: e, ping=0.05), never_disconnects))
+
+    sent = asyncio.run(scenario())
+    assert sent[-2:] == [b"data: {}\n\n", b""] and len(sent) >= 4  # the event, then the end of the body
+    assert set(sent[:-2]) == {b": ping\n\n"}  # before it: only comments, which EventSource ignores
+
+
+def test_a_disconnect_cancels_the_turn_and_the_response_ends_only_after_it():
+    from llm_fsm.server.sse import DONE, EventStream
+
+    async def scenario() -> tuple[list[str], list[bytes]]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+        steps: list[str] = []
+
+        async def turn() -> None:
+            try:
+                await asyncio.sleep(60)  # the model is silent
+            except asyncio.CancelledError:
+                steps.append("cancelled")
+                await asyncio.sleep(0.1)  # undoing takes a while (a store's rollback, a lock's release)
+                steps.append("undone")
+                raise
+
+        async def receive() -> Any:
+            await asyncio.sleep(0.05)
+            return {"type": "http.disconnect"}
+
+        task = asyncio.create_task(turn())
+        task.add_done_callback(lambda _: queue.put_nowait(DONE))
+        sent = await call_stream(EventStream(queue, task, lambda e: e), receive)
+        steps.append("response ended")
+        assert task.cancelled()
+        return steps, bodies(sent)
+
+    steps, sent = asyncio.run(scenario())
+    assert steps == ["cancelled", "undone", "response ended"] and sent == []
+
+
+def test_a_server_shutting_down_lets_a_stream_run_to_its_turn_s_end(monkeypatch: pytest.MonkeyPatch):
+    from sse_starlette.sse import AppStatus
+
+    from llm_fsm.server.sse import DONE, EventStream
+
+    monkeypatch.setattr(AppStatus, "should_exit", True)  # what uvicorn's SIGTERM sets: in-flight requests finish
+
+    async def scenario() -> tuple[list[bytes], bool]:
+        queue: asyncio.Queue[Any] = asyncio.Queue()
+
+        async def turn() -> None:
+            await asyncio.sleep(0.2)
+            queue.put_nowait(b"data: {}\n\n")
+
+        task = asyncio.create_task(turn())
+        task.add_done_callback(lambda _: queue.put_nowait(DONE))
+        sent = await call_stream(EventStream(queue, task, lambda e: e), never_disconnects)
+        return bodies(sent), task.cancelled()
+
+    sent, cancelled = asyncio.run(scenario())
+    assert sent == [b"data: {}\n\n", b""] and not cancelled
 
 
 def orders_needing_approval() -> tuple[llm_fsm.FSMDefinition, Hooks, list[str]]:

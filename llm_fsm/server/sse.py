@@ -1,6 +1,7 @@
 """A turn as Server-Sent Events: the turn runs in a task of its own, and once it holds the
-conversation's lock the response streams its events (:class:`EventStream`); a client that disconnects
-cancels the turn, and the response ends only once the turn's task has.
+conversation's lock the response streams its events (:class:`EventStream`, an sse-starlette
+``EventSourceResponse``); a client that disconnects cancels the turn, and the response ends only once the
+turn's task has.
 """
 
 from __future__ import annotations
@@ -8,11 +9,13 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
-from collections.abc import Callable, Coroutine, Mapping
+import math
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from typing import Any, TypeVar
 
 import anyio
 from fastapi.responses import Response
+from sse_starlette import EventSourceResponse, ServerSentEvent
 from starlette.types import Receive, Scope, Send
 
 from llm_fsm.conversation import Conversation
@@ -26,7 +29,8 @@ from llm_fsm.turn.refusals import turn_refusal
 from llm_fsm.turn.runner import TurnResult
 
 T = TypeVar("T")
-PING_SECONDS = 15.0  # a comment line this often keeps proxies from closing a quiet stream
+PING_SECONDS = 15.0  # a ``: ping`` comment this often keeps proxies from closing a quiet stream
+SEP = "\n"  # the line ending of every event (sse-starlette's own is CRLF)
 
 STARTED = object()  # the turn holds the lock and may run: the response starts
 DONE = object()  # the turn's task ended (its result or error is on the task)
@@ -82,7 +86,7 @@ async def launch(queue: asyncio.Queue[Any], work: Coroutine[Any, Any, T]) -> tup
         raise
 
 
-def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], bytes]) -> Response:
+def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], Any]) -> Response:
     """A kept turn as a stream: its whole message as one ``delta`` (the deltas still add up to the message),
     then its ``result``; the tool calls it made are in the result (they ran once, in the first attempt)."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
@@ -91,7 +95,7 @@ def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], b
     return EventStream(queue, task, encode, headers={REPLAYED: "true"})
 
 
-def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> bytes:
+def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> ServerSentEvent:
     from llm_fsm.secrets import mask_run
 
     data: dict[str, Any]  # the event's JSON object
@@ -110,58 +114,56 @@ def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> 
         name, data = "error", event.body()
     else:  # pragma: no cover (every event of a turn is one of the above)
         raise TypeError(f"unexpected event {event!r}")
-    return f"event: {name}\ndata: {json.dumps(data, ensure_ascii=False, default=str)}\n\n".encode()
+    return ServerSentEvent(json.dumps(data, ensure_ascii=False, default=str), event=name, sep=SEP)
 
 
-class EventStream(Response):
+def _ping() -> ServerSentEvent:
+    return ServerSentEvent(comment="ping", sep=SEP)
+
+
+async def _events(
+    queue: asyncio.Queue[Any], task: asyncio.Task[Any], encode: Callable[[Any], Any]
+) -> AsyncIterator[Any]:
+    """The queued events, encoded, up to :data:`DONE`; then the turn's error as one more event, if it failed."""
+    while (event := await queue.get()) is not DONE:
+        yield encode(event)
+    if not task.cancelled() and (error := task.exception()) is not None:
+        yield encode(api_error(error))
+
+
+class EventStream(EventSourceResponse):
     """Server-Sent Events of one turn: ``delta``, ``reset``, ``tool_call``, ``tool_result``, then ``result``
-    or ``error``. A disconnect cancels the turn (a cancelled turn changes nothing), and the response
-    ends only once the turn's task has: the conversation is saved whole or not at all by then."""
-
-    media_type = "text/event-stream"
+    or ``error`` (``encode`` gives each event's bytes or :class:`ServerSentEvent`), with a ``: ping`` comment
+    every ``ping`` seconds. A disconnect cancels the turn (a cancelled turn changes nothing), and the
+    response ends only once the turn's task has: the conversation is saved whole or not at all by then. A
+    server shutting down lets the stream run to its end (``shutdown_grace_period``: no limit but the
+    server's own), as any request in flight."""
 
     def __init__(
         self,
         queue: asyncio.Queue[Any],
         task: asyncio.Task[Any],
-        encode: Callable[[Any], bytes],
+        encode: Callable[[Any], Any],
         headers: Mapping[str, str] | None = None,
+        ping: float = PING_SECONDS,
     ) -> None:
-        self.status_code, self.background = 200, None
-        # no body: no Content-Length
-        self.init_headers({"Cache-Control": "no-cache", "X-Accel-Buffering": "no", **(headers or {})})
-        self.queue, self.task, self.encode = queue, task, encode
+        super().__init__(
+            _events(queue, task, encode),
+            headers={"Cache-Control": "no-cache", **(headers or {})},
+            ping=ping,
+            sep=SEP,
+            ping_message_factory=_ping,
+            shutdown_grace_period=math.inf,
+        )
+        self.task = task
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         try:
-            async with anyio.create_task_group() as group:
-                group.start_soon(self._watch, receive, group.cancel_scope)
-                await self._events(send)
-                group.cancel_scope.cancel()
-        except* OSError:  # the client went away while we wrote (the task group may wrap it)
+            await super().__call__(scope, receive, send)
+        except* OSError:  # the client went away while we wrote
             pass
         finally:
             if not self.task.done():
                 self.task.cancel()
             with anyio.CancelScope(shield=True):
                 await asyncio.wait([self.task])
-
-    async def _watch(self, receive: Receive, scope: anyio.CancelScope) -> None:
-        while (await receive())["type"] != "http.disconnect":
-            pass
-        scope.cancel()
-
-    async def _events(self, send: Send) -> None:
-        await send({"type": "http.response.start", "status": 200, "headers": self.raw_headers})
-        while True:
-            try:
-                event = await asyncio.wait_for(self.queue.get(), PING_SECONDS)
-            except TimeoutError:
-                await send({"type": "http.response.body", "body": b": ping\n\n", "more_body": True})
-                continue
-            if event is DONE:
-                if not self.task.cancelled() and (error := self.task.exception()) is not None:
-                    await send({"type": "http.response.body", "body": self.encode(api_error(error)), "more_body": True})
-                break
-            await send({"type": "http.response.body", "body": self.encode(event), "more_body": True})
-        await send({"type": "http.response.body", "body": b"", "more_body": False})
