@@ -32,6 +32,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from llm_fsm.guided.dates import ISO_DATE, dates, days_said, real_day, times
+from llm_fsm.guided.languages import CODES, phrases, union, words
 from llm_fsm.guided.numbers import in_digits, said_numbers
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
@@ -40,32 +41,7 @@ MAX_OFFERED = 400  # values offered for one key (a grammar of a few thousand cha
 # words that carry no value on their own (articles, pronouns, prepositions, auxiliaries, fillers): a span made
 # only of them ("to", "the", "all", "is fine") is not something a user states as a name or an answer. English
 # always (users mix it in), and the definition's language when it is a built-in one (llm_fsm.definition.texts)
-FUNCTION_WORDS: dict[str, frozenset[str]] = {
-    code: frozenset(words.split())
-    for code, words in {
-        "en": "a an the this that these those it its it's i i'm i'd i'll me my we we're our you you're your he she "
-        "they them their to of in on at by for from with about as into than then so and or but if is are was were be "
-        "been am do does did have has had will would can could should may might must not no yes ok okay oh hmm um "
-        "well just also too very all any some what which who how when where why there here please thanks thank "
-        "maybe like really actually anyway sure fine good great one alright right fair enough cool perfect nice "
-        "awesome lovely got it's that's lol hey hi hello don't can't won't isn't think",
-        "es": "el la los las un una unos unas lo de del a al en con por para sin sobre y o pero si no sí que qué "
-        "es son está estoy soy ser me mi mis te tu tus su sus se le les nos yo tú él ella ellos muy ya bueno "
-        "vale pues gracias hola favor puede ser",
-        "de": "der die das den dem des ein eine einen einem einer und oder aber wenn ob nicht ja nein ist sind bin "
-        "war ich du er sie es wir ihr mich mir dich dir mein meine dein zu von mit für auf in im an am bei aus "
-        "nach über sehr auch schon gut danke bitte hallo",
-        "fr": "le la les un une des du de d' l' à au aux en dans sur pour par avec sans et ou mais si ne pas oui "
-        "non est sont suis je tu il elle nous vous ils elles me te se mon ma mes ton ta tes son sa ses ce cette "
-        "ça très bien merci bonjour",
-        "it": "il lo la i gli le un uno una di del della a al in con per su da e o ma se non sì no è sono io tu lui "
-        "lei noi voi mi ti si mio mia tuo tua suo sua che molto bene grazie ciao",
-        "pt": "o a os as um uma uns umas de do da dos das em no na por para com sem e ou mas se não sim é são sou "
-        "eu tu ele ela nós vós me te se meu minha seu sua que muito bem obrigado obrigada olá",
-        "nl": "de het een en of maar als niet ja nee is zijn ben was ik jij je hij zij wij we mij me mijn jouw "
-        "zijn haar van in op aan met voor naar bij uit over heel ook wel goed dank bedankt hallo",
-    }.items()
-}
+FUNCTION_WORDS: dict[str, frozenset[str]] = {code: words(code, "function") for code in CODES}
 
 
 def word_set(text: str) -> frozenset[str]:
@@ -77,60 +53,24 @@ def word_set(text: str) -> frozenset[str]:
 # no name, "whats the difference between medium and large?" names no size ("Sydney?" is an answer, said unsure)
 # ("Can I get a refund?", "Could you book 7pm?" ask for something: a request states it, so can, could, may, will
 # and would are not question words)
-QUESTION_WORDS: dict[str, frozenset[str]] = {  # English always, and the definition's language (as FUNCTION_WORDS)
-    code: word_set(words)
-    for code, words in {
-        "en": "what whats what's why how who whom whose when where which do does did is are was were should have "
-        "has am isn't aren't don't doesn't",
-        "es": "qué que por porqué cómo como cuál cual cuánto cuanto cuándo dónde donde quién quien hay",
-        "de": "was warum wie wer wann wo welche welcher welches gibt",
-        "fr": "pourquoi quoi comment qui quand où quel quelle combien est-ce",
-        "it": "perché cosa come chi quando dove quale quanto",
-        "pt": "porque quem onde qual quanto quando como",
-        "nl": "waarom wat hoe wie wanneer waar welke",
-    }.items()
-}
+QUESTION_WORDS = {code: words(code, "question") for code in CODES}  # English always, and the definition's
 # phrases that say yes with a no-word in them, and words that turn a yes into "yes, but..." (the model's to read)
-YES_PHRASES = (
-    "no problem", "not a problem", "no worries", "why not", "no doubt", "of course", "no hay problema",
-    "sin problema", "kein problem", "pas de problème", "pas de souci", "nessun problema", "sem problema",
-    "geen probleem", "let's go", "lets go", "go for it", "do it", "sounds good",
-)  # fmt: skip
-BUT_WORDS = word_set("but however although except pero aber mais ma mas maar")
+YES_PHRASES = phrases("yes_phrases")
+BUT_WORDS = union("but")
 # words that say yes, and words that say no (English and the built-in languages): a yes/no flag the user
 # confirms is written from them (llm_fsm.guided.schema: flags)
-YES_WORDS = word_set(
-    "yes yeah yep yup sure ok okay correct right fine perfect great good absolutely definitely exactly confirm "
-    "confirmed agreed ahead sí si claro vale correcto correcta perfecto perfecta exacto exacta ja genau richtig "
-    "korrekt stimmt oui exact exactement parfait sì certo esatto giusto perfetto sim exato klopt prima"
-)
-NO_WORDS = word_set(
-    "no nope nah not never nothing none nobody wrong incorrect isn't don't dont doesn't incorrecto incorrecta mal nein "
-    "nicht falsch non pas faux sbagliato sbagliata não errado errada nee niet fout"
-)
+YES_WORDS = union("yes")
+NO_WORDS = union("no")
 # words that take back what was said, opening a sentence ("hmm wait, can I change the date?", "oh wait, Saturday is
 # my sister's wedding"): to a read-back they say no
-CHANGE_WORDS = word_set("wait change instead espera cambiar moment ändern attends attendez changer aspetta cambiare")
+CHANGE_WORDS = union("change")
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
 # words that count: a number may be said in them ("me and three friends", "zero", "fifty two thousand")
-CARDINAL_WORDS = word_set(
-    "zero none nil one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
-    "seventeen eighteen nineteen twenty thirty forty fifty sixty seventy eighty ninety hundred thousand million "
-    "dozen couple pair alone cero uno dos tres cuatro cinco seis siete ocho nueve diez once doce veinte treinta "
-    "cuarenta cincuenta cien mil null eins zwei drei vier fünf sechs sieben acht neun zehn elf zwölf zwanzig "
-    "dreißig vierzig fünfzig hundert tausend zéro un deux trois quatre cinq sept huit neuf dix onze douze vingt "
-    "trente quarante cinquante cent mille"
-)
+CARDINAL_WORDS = union("cardinal")
 # words that say a number, a time of day or a day: a value shaped with digits (a time, a date) may be said in them
-NUMBER_WORDS = CARDINAL_WORDS | word_set(
-    "half quarter noon midnight today tomorrow tonight monday tuesday wednesday thursday friday saturday sunday "
-    "january february march april may june july august september october november december media cuarto mediodía "
-    "hoy mañana lunes martes miércoles jueves viernes sábado domingo halb heute morgen montag dienstag mittwoch "
-    "donnerstag freitag samstag sonntag demie midi minuit aujourd'hui demain lundi mardi mercredi jeudi vendredi "
-    "samedi dimanche"
-)
+NUMBER_WORDS = CARDINAL_WORDS | union("fraction") | union("day")
 _GROUPS = re.compile(r"\+?\(?\d+\)?(?:[ -]\(?\d+\)?)*")  # digits in groups: 555 123 4567, (555) 123-4567
-_DAY_WORDS = NUMBER_WORDS - CARDINAL_WORDS - word_set("half quarter media cuarto halb demie")  # "tomorrow", "noon"
+_DAY_WORDS = NUMBER_WORDS - CARDINAL_WORDS - union("fraction")  # "tomorrow", "noon"
 _LONE = re.compile(r"\s\(?\d\)?$")  # a lone digit at the end: another number ("2027-06-13 3 nights")
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
