@@ -44,6 +44,10 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
     static = ROOT / "llm_fsm" / "server" / "static"
     files = {f"llm_fsm/server/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
     assert "llm_fsm/server/static/vendor/mermaid/LICENSE" in files and page == files
+    languages = {
+        f"llm_fsm/guided/languages/{p.name}" for p in (ROOT / "llm_fsm" / "guided" / "languages").glob("*.json")
+    }
+    assert "llm_fsm/guided/languages/en.json" in languages and languages <= set(names)  # guided mode's words
 
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
