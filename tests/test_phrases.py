@@ -19,7 +19,13 @@ def numbers(phrase: str, language: str) -> list[int | float]:
     return [] if said is None else said.numbers
 
 
-EXTRACTORS = {"numbers": numbers}  # kind -> extractor: swap one to score another on the same corpus
+def yes(phrase: str, language: str) -> bool | None:
+    """True for a yes, False for a no, None for neither."""
+    said = pool(phrase, language=language)
+    return None if said is None else said.yes
+
+
+EXTRACTORS = {"numbers": numbers, "yes": yes}  # kind -> extractor: swap one to score another on the same corpus
 
 CASES = [
     pytest.param(path, case, id=f"{path.name}:{case['phrase']}")
