@@ -204,7 +204,7 @@ NOT_A_ROOM = {"data", "stress", "real_model"}  # corpora, long runs and the real
 
 
 def test_the_tests_mirror_the_package_s_rooms():
-    """A folder of tests is named for the package (or top-level module) it tests; what tests the whole project stays at the top."""
+    """A folder of tests is named for the package (or top-level module) it tests; the whole project at the top."""
     folders = {p.name for p in TESTS.iterdir() if p.is_dir() and not p.name.startswith((".", "_"))} - NOT_A_ROOM
     packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
     packages |= {p.stem for p in PACKAGE.glob("*.py")}  # the conversation's own modules at the top, too
