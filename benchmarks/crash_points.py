@@ -1,4 +1,4 @@
-"""The crash-point table: run tests/test_crash_points.py and print what every kill left and what the retry did.
+"""The crash-point table: run tests/store/test_crash_points.py and print what every kill left and what the retry did.
 
     python benchmarks/crash_points.py        # about 3 minutes; needs redis-server and PostgreSQL's binaries
 
@@ -24,7 +24,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as folder:
         table = Path(folder) / "cases.json"
         env = {**os.environ, "LLM_FSM_CRASH_TABLE": str(table)}
-        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/test_crash_points.py"]
+        command = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests/store/test_crash_points.py"]
         done = subprocess.run(command, cwd=ROOT, env=env)
         if not table.exists():
             return done.returncode or 1

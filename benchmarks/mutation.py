@@ -53,13 +53,13 @@ WORK = ROOT / ".mutation"
 
 # module name -> (files to mutate, relative to the checkout; its own test files)
 MODULES: dict[str, tuple[list[str], list[str]]] = {
-    "engine": (["llm_fsm/turn/engine.py"], ["tests/test_engine.py"]),
-    "contract": (["llm_fsm/contract.py"], ["tests/test_contract.py", "tests/test_reply_contract.py"]),
-    "logic": (["llm_fsm/logic/rules.py", "llm_fsm/logic/js_values.py"], ["tests/test_logic.py"]),
-    # not tests/test_llm_tools.py: each of its tests is an HTTP round trip through litellm to a local server
+    "engine": (["llm_fsm/turn/engine.py"], ["tests/turn/test_engine.py"]),
+    "contract": (["llm_fsm/contract.py"], ["tests/turn/test_contract.py", "tests/turn/test_reply_contract.py"]),
+    "logic": (["llm_fsm/logic/rules.py", "llm_fsm/logic/js_values.py"], ["tests/logic/test_logic.py"]),
+    # not tests/tools/test_llm_tools.py: each of its tests is an HTTP round trip through litellm to a local server
     "calling": (
         [f"llm_fsm/tools/{name}.py" for name in ("calling", "tool_types", "binding", "running", "messages")],
-        ["tests/test_tools.py"],
+        ["tests/tools/test_tools.py"],
     ),
     # the turn's behaviour is tested where each feature is: with conversation and engine alone, most of it is
     # reached by no test (measured: RESULTS.md section 13)
@@ -74,14 +74,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
             "llm_fsm/turn/tool_rounds.py",
         ],
         [
-            "tests/test_conversation.py",
-            "tests/test_engine.py",
-            "tests/test_tools.py",
-            "tests/test_hooks.py",
-            "tests/test_summaries.py",
-            "tests/test_streaming.py",
-            "tests/test_async.py",
-            "tests/test_subflows.py",
+            "tests/conversation/test_conversation.py",
+            "tests/turn/test_engine.py",
+            "tests/tools/test_tools.py",
+            "tests/turn/test_hooks.py",
+            "tests/memory/test_summaries.py",
+            "tests/conversation/test_streaming.py",
+            "tests/conversation/test_async.py",
+            "tests/subflows/test_subflows.py",
         ],
     ),
     # every store against the same tests (memory, files, SQLite, and real redis-server and PostgreSQL servers
@@ -89,14 +89,14 @@ MODULES: dict[str, tuple[list[str], list[str]]] = {
     "stores": (
         ["llm_fsm/store/*.py"],
         [
-            "tests/test_store.py",
-            "tests/test_store_files.py",
-            "tests/test_store_leftovers.py",
-            "tests/test_store_locks.py",
-            "tests/test_store_postgres.py",
-            "tests/test_store_cli.py",
-            "tests/test_idempotency.py",
-            "tests/test_aadvance.py",
+            "tests/store/test_store.py",
+            "tests/store/test_store_files.py",
+            "tests/store/test_store_leftovers.py",
+            "tests/store/test_store_locks.py",
+            "tests/store/test_store_postgres.py",
+            "tests/cli/test_store_cli.py",
+            "tests/store/test_idempotency.py",
+            "tests/conversation/test_aadvance.py",
         ],
     ),
 }
@@ -203,14 +203,14 @@ EQUIVALENT: dict[str, str] = {
 # the outcome is kept in ``.mutation/<module>/checked.json``. Quicker than ``--retest`` (which reruns every
 # test of the mutated function, minutes per survivor of the turn) and it also takes tests from other files (where
 # that behaviour's tests live: telemetry).
-_T, _H = "tests/test_tools.py::", "tests/test_hooks.py::"
-_TURN_FROM_DICT = ["tests/test_conversation.py::test_a_turn_result_as_a_dict_and_back_is_the_same_result"]
+_T, _H = "tests/tools/test_tools.py::", "tests/turn/test_hooks.py::"
+_TURN_FROM_DICT = ["tests/conversation/test_conversation.py::test_a_turn_result_as_a_dict_and_back_is_the_same_result"]
 _ERROR_HANDLERS = [_H + "test_error_handlers_run_for_their_states_only_and_their_own_failure_is_logged"]
 _HANDLER_ARGUMENTS = [_H + "test_handlers_are_given_the_message_no_error_and_the_memory"]
 _FOUND_RUNNING = [_T + "test_a_call_found_running_is_logged_and_another_decision_refused_naming_the_tool"]
 _REJECTED = [_T + "test_a_call_rejected_without_a_reason_says_only_that_and_the_model_is_told_which_tool"]
 _KEYED = [_T + "test_the_calls_of_a_turn_are_keyed_by_tool_and_by_their_rank_among_that_tools_calls"]
-_S, _L, _I = "tests/test_store.py::", "tests/test_store_locks.py::", "tests/test_idempotency.py::"
+_S, _L, _I = "tests/store/test_store.py::", "tests/store/test_store_locks.py::", "tests/store/test_idempotency.py::"
 _STORE_ERRORS = [
     _S + "test_a_damaged_sqlite_file_is_a_store_error_naming_the_store",
     _S + "test_a_redis_server_gone_is_a_store_error_naming_the_store_without_its_password",
@@ -237,10 +237,10 @@ KILLED_BY: dict[str, list[str]] = {
         _I + "test_a_fingerprint_takes_any_text_even_a_lone_surrogate"
     ],
     "llm_fsm.store.postgres.xǁPostgresStoreǁ__init____mutmut_19": [
-        "tests/test_store_postgres.py::test_a_store_waits_at_most_its_connect_timeout_unless_the_url_says"
+        "tests/store/test_store_postgres.py::test_a_store_waits_at_most_its_connect_timeout_unless_the_url_says"
     ],
     "llm_fsm.store.postgres.xǁPostgresStoreǁ_arun__mutmut_15": [
-        "tests/test_store_postgres.py::test_an_async_save_that_keeps_meeting_a_unique_violation_gives_up_after_three_tries"
+        "tests/store/test_store_postgres.py::test_an_async_save_that_keeps_meeting_a_unique_violation_gives_up_after_three_tries"
     ],
     "llm_fsm.store.redis.x__info__mutmut_27": [_S + "test_list_tells_an_ended_conversation_from_an_active_one"],
     "llm_fsm.store.redis.x__split_prefix__mutmut_12": _REDIS_URLS,
@@ -274,7 +274,7 @@ KILLED_BY: dict[str, list[str]] = {
     "llm_fsm.turn.runner.x_resume_turn__mutmut_28": _FOUND_RUNNING,
     "llm_fsm.turn.runner.x_resume_turn__mutmut_64": _REJECTED,
     "llm_fsm.turn.runner.x_summary_steps__mutmut_18": [
-        "tests/test_summaries.py::test_a_summary_request_that_cannot_be_made_never_fails_the_turn"
+        "tests/memory/test_summaries.py::test_a_summary_request_that_cannot_be_made_never_fails_the_turn"
     ],
     "llm_fsm.turn.runner.xǁTurnResultǁfrom_dict__mutmut_14": _TURN_FROM_DICT,
     "llm_fsm.turn.runner.xǁTurnResultǁfrom_dict__mutmut_32": _TURN_FROM_DICT,
@@ -286,7 +286,7 @@ KILLED_BY: dict[str, list[str]] = {
     "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_57": _HANDLER_ARGUMENTS,
     "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_60": _HANDLER_ARGUMENTS,
     "llm_fsm.turn.runner.xǁTurnRunnerǁ_fire__mutmut_63": [
-        "tests/test_telemetry.py::test_a_handler_span_names_the_state_it_ran_in_and_the_target"
+        "tests/telemetry/test_telemetry.py::test_a_handler_span_names_the_state_it_ran_in_and_the_target"
     ],
     "llm_fsm.turn.runner.xǁTurnRunnerǁclose_terminal__mutmut_25": [
         _H + "test_a_second_pause_at_the_end_is_another_pause_in_the_ended_state"
@@ -298,7 +298,7 @@ KILLED_BY: dict[str, list[str]] = {
     "llm_fsm.turn.runner.xǁTurnRunnerǁdecide_call__mutmut_68": _REJECTED,
     # test_telemetry.py had it already (outside the turn's test files)
     "llm_fsm.turn.runner.xǁTurnRunnerǁexhausted__mutmut_21": [
-        "tests/test_telemetry.py::test_a_reply_never_accepted_ends_in_the_fallback"
+        "tests/telemetry/test_telemetry.py::test_a_reply_never_accepted_ends_in_the_fallback"
     ],
     "llm_fsm.turn.runner.xǁTurnRunnerǁkeyed_call__mutmut_14": _KEYED,
     "llm_fsm.turn.runner.xǁTurnRunnerǁkeyed_call__mutmut_2": _KEYED,
@@ -312,7 +312,7 @@ KILLED_BY: dict[str, list[str]] = {
 
 # Functions that only run at import time, to build a table (logic's operators): mutmut switches mutants on
 # after the import, so their mutants can never be active. Each such change was applied by hand to a copy of
-# the module and failed tests/test_logic.py (see benchmarks/RESULTS.md); reported apart, out of the total.
+# the module and failed tests/logic/test_logic.py (see benchmarks/RESULTS.md); reported apart, out of the total.
 IMPORT_TIME = [
     "llm_fsm.logic.rules.x__chain__mutmut_*",
     "llm_fsm.logic.rules.x__numeric__mutmut_*",

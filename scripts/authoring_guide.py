@@ -1,7 +1,7 @@
 """The field tables of docs/authoring.md, generated from the definition format's JSON Schema.
 
 ``python scripts/authoring_guide.py`` rewrites the part of the guide between the two markers;
-``--check`` only says whether it is up to date (exit 1 if not). ``tests/test_authoring_guide.py``
+``--check`` only says whether it is up to date (exit 1 if not). ``tests/authoring/test_authoring_guide.py``
 runs the check, so the tables cannot drift from the schema (``llm_fsm.definition.json_schema.json_schema()``).
 """
 

@@ -197,3 +197,18 @@ def test_no_module_imports_another_module_s_private_names():
         for name in private_imports(ast.parse(path.read_text(encoding="utf-8")))
     ]
     assert not found, "; ".join(found)
+
+
+TESTS = Path(__file__).resolve().parent
+NOT_A_ROOM = {"data", "stress", "real_model"}  # corpora, long runs and the real-model suite
+
+
+def test_the_tests_mirror_the_package_s_rooms():
+    """A folder of tests is named for the package (or top-level module) it tests; the whole project at the top."""
+    folders = {p.parent.name for p in TESTS.glob("*/test_*.py")} - NOT_A_ROOM  # what tests make (artifacts/): none
+    packages = {p.name for p in PACKAGE.iterdir() if (p / "__init__.py").is_file()}
+    packages |= {p.stem for p in PACKAGE.glob("*.py")}  # the conversation's own modules at the top, too
+    assert folders, "no test folders found"
+    assert not folders - packages, "test folders named for no package: " + ", ".join(sorted(folders - packages))
+    for folder in folders:
+        assert (TESTS / folder / "__init__.py").is_file(), f"tests/{folder}/ has no __init__.py"

@@ -15,8 +15,8 @@ import llm_fsm
 from llm_fsm.cli import app
 from llm_fsm.secrets import MASK, is_secret_key, looks_like_card, mask_text
 from llm_fsm.testing import ScriptedLLM
+from tests.cli.test_cli import command
 from tests.conftest import ROOT, SIGNUP, reply
-from tests.test_cli import command
 
 SECRETS = {
     "password": "hunter2-PASSWORD",

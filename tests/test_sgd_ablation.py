@@ -16,10 +16,10 @@ from benchmarks.sgd.data import DATA
 from llm_fsm.guided.dates import dates
 from llm_fsm.guided.schema import guided_schema
 from llm_fsm.llm import LLMRequest
-from tests.test_corrections import BOOKED, _offered, dentist
-from tests.test_guided import reply, scripted_conversation, valid
-from tests.test_guided_tool_moves import READY, first_request, found, pharmacy, reply_and_tools
-from tests.test_guided_words import targets
+from tests.definition.test_corrections import BOOKED, _offered, dentist
+from tests.guided.test_guided import reply, scripted_conversation, valid
+from tests.guided.test_guided_tool_moves import READY, first_request, found, pharmacy, reply_and_tools
+from tests.guided.test_guided_words import targets
 
 
 def form(keys: dict[str, Any], moves: list[dict[str, Any]] | None = None) -> llm_fsm.FSMDefinition:

@@ -7,7 +7,7 @@ anywhere" node (dashed), their ``except_states`` in the label (``not in: confirm
 edge from every state; transitions to ``"$return"`` lead to one "back where it came from" node.
 :func:`short_logic` writes a JsonLogic rule as a formula.
 Mermaid reads many words and characters as syntax, so its states are drawn under generated ids with
-their real ids as labels, and labels code what it would misread (``tests/test_mermaid_parser.py``
+their real ids as labels, and labels code what it would misread (``tests/authoring/test_mermaid_parser.py``
 reads the output back with Mermaid's own parser).
 """
 

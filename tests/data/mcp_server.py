@@ -1,4 +1,4 @@
-"""A small real MCP server for tests/test_mcp.py, built with the SDK's FastMCP.
+"""A small real MCP server for tests/tools/test_mcp.py, built with the SDK's FastMCP.
 
     python mcp_server.py                    # stdio
     python mcp_server.py --http PORT        # streamable HTTP on 127.0.0.1:PORT, path /mcp

@@ -16,7 +16,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_store import crash_rounds  # noqa: E402
+from tests.store.test_store import crash_rounds  # noqa: E402
 
 
 def main() -> None:

@@ -1,6 +1,6 @@
 """Fuzz definition files at length: ``python tests/stress/fuzz_definitions.py --mutations 10000``.
 
-Each mutation (the kinds of ``tests/test_definition_fuzz.py``, which this script imports) is written to a
+Each mutation (the kinds of ``tests/definition/test_definition_fuzz.py``, which this script imports) is written to a
 file, loaded with ``llm_fsm.load`` and checked with ``llm-fsm validate``; the contract is the one that
 module documents. Prints the count of each kind and each outcome, the problem codes seen, every distinct
 broken promise with a reproduction command, and the slowest files. Mutation ``i`` of seed ``s`` is rebuilt
@@ -25,7 +25,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests import test_definition_fuzz as fuzz  # noqa: E402 (after the path is set)
+from tests.definition import test_definition_fuzz as fuzz  # noqa: E402 (after the path is set)
 
 
 def _run_chunk(seed: int, start: int, count: int, kinds: tuple[str, ...], huge_states: int) -> list[dict[str, Any]]:

@@ -1,4 +1,4 @@
-"""The reply-fuzzing properties of tests/test_fuzz_replies.py with many more examples.
+"""The reply-fuzzing properties of tests/turn/test_fuzz_replies.py with many more examples.
 
 python tests/stress/fuzz_replies.py --examples 100000
 """
@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
-from tests.test_fuzz_replies import any_reply, check_turns, contexts, starts  # noqa: E402
+from tests.turn.test_fuzz_replies import any_reply, check_turns, contexts, starts  # noqa: E402
 
 
 def main() -> None:

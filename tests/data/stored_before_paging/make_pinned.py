@@ -5,7 +5,7 @@ REDIS_URL POSTGRES_URL``. It plays a conversation on ``claim.json`` (summaries o
 ``identity_check`` sub-conversation) until it pauses inside the sub-conversation, with a history longer than the
 prompt's window and a running summary, and saves it in each store: ``file/`` (the file store's folder),
 ``store.db`` (SQLite), ``redis.json`` (every key, as the raw values to write back) and ``postgres.json`` (the rows of
-each table). ``tests/test_stored_before_paging.py`` loads them with today's code.
+each table). ``tests/store/test_stored_before_paging.py`` loads them with today's code.
 """
 
 from __future__ import annotations
