@@ -30,4 +30,4 @@ def union(kind: str) -> frozenset[str]:
 
 def phrases(kind: str) -> tuple[str, ...]:
     """The phrases of class ``kind`` (a list in each file) of every built-in language, in order."""
-    return tuple(phrase for code in CODES for phrase in language(code)[kind])  # type: ignore[attr-defined]
+    return tuple(phrase for code in CODES for phrase in language(code)[kind])  # type: ignore[attr-defined]  # a list in each file
