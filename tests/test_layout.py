@@ -144,14 +144,25 @@ def test_no_import_runs_up_a_floor():
 
 
 def test_guided_mode_is_reached_only_through_its_seam():
-    # what helps a small model is one package; the turn asks it through llm_fsm/guided/__init__.py alone
+    # what helps a small model is one package, asked through llm_fsm/guided/__init__.py alone; and the turn asks it
+    # from one module, its reply mode (llm_fsm/turn/reply_modes.py), so nothing else of the turn knows it is there
+    graph = import_graph()
     wrong = [
         f"{module} imports {target}"
-        for module, targets in import_graph().items()
+        for module, targets in graph.items()
         for target in targets
         if room(module) != "guided" and room(target) == "guided" and target != "llm_fsm.guided"
     ]
     assert not wrong, "; ".join(sorted(wrong))
+    turn = {module for module, targets in graph.items() if room(module) == "turn" and "llm_fsm.guided" in targets}
+    assert turn == {"llm_fsm.turn.reply_modes"}, "the turn imports guided mode from: " + ", ".join(sorted(turn))
+    # and only the reply mode asks whether the turn is guided: the rest of the turn asks the mode
+    asking = {
+        path.relative_to(PACKAGE).as_posix()
+        for path in (PACKAGE / "turn").glob("*.py")
+        if "settings.guided" in path.read_text(encoding="utf-8")
+    }
+    assert asking == {"turn/reply_modes.py"}, "turn modules that branch on settings.guided: " + ", ".join(sorted(asking))
 
 
 def module_map() -> set[str]:

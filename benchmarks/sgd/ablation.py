@@ -32,7 +32,7 @@ from llm_fsm.guided import tools as guided_tools
 from llm_fsm.guided import words as guided_words
 from llm_fsm.guided.words import Said, Topic
 from llm_fsm.llm import litellm_client
-from llm_fsm.turn import requests, verdict
+from llm_fsm.turn import reply_modes
 
 FAMILIES: dict[str, str] = {
     "spans": "free text is offered as the spans of the user's words, up to 8 words, and long sentences whole "
@@ -67,15 +67,15 @@ FAMILIES: dict[str, str] = {
     "tool_results": "the text and numbers the turn's tools answered are offered where nothing said fits "
     "(guided_words.pool's results -> Said.told)",
     "tool_form": "the JSON tool form's call arguments are taken from what was said or collected "
-    "(guided_tools.guided_arguments in requests.request)",
+    "(guided.guided_arguments in turn.reply_modes.Guided.tool_request)",
     "tool_waits": "moves that wait on a tool the turn still offers are left out, so the tool is called first "
-    "(guided_tools.awaiting_tools in requests.request)",
+    "(guided.awaiting_tools in turn.reply_modes.Guided.tool_request)",
     "openings": "the message may not open like an earlier one (guided_patterns.not_opening_like in "
     "guided_entered.message_schema)",
     "loops": "a message that loops is cut after its first time, and a reply cut in such a loop stands "
-    "(guided.tidy in verdict.verdict, cut_reply, entered_message)",
+    "(guided.tidy in turn.reply_modes.Guided)",
     "fulfilled": "a reply that stays though its update fulfils a move takes the move, and a call writes its "
-    "message (guided_entered.fulfilled_move in verdict.fulfilled)",
+    "message (guided.fulfilled_move in turn.reply_modes.Guided.settle)",
     "dry": "llama.cpp's DRY sampler on a local server (llm.litellm_client.GUIDED_SAMPLING)",
     "words": "everything read from the user's words at once: no values, flags, questions or tool arguments "
     "from them (guided_words.pool -> None in guided, guided_branches, guided_tools)",
@@ -226,11 +226,11 @@ _OFF: dict[str, Callable[[contextlib.ExitStack], None]] = {
     "addresses": lambda stack: _set(stack, "_addresses", lambda text, branches: frozenset(), guided_branches),
     "corrections": _no_corrections,
     "tool_results": _said(lambda said: said._replace(told=())),
-    "tool_form": lambda stack: _set(stack, "guided_arguments", _unchanged, requests),
-    "tool_waits": lambda stack: _set(stack, "awaiting_tools", lambda d, s, schema, c, p: schema, requests),
+    "tool_form": lambda stack: _set(stack, "guided_arguments", _unchanged, reply_modes),
+    "tool_waits": lambda stack: _set(stack, "awaiting_tools", lambda d, s, schema, c, p: schema, reply_modes),
     "openings": lambda stack: _set(stack, "not_opening_like", lambda earlier, limit: None, guided_entered),
-    "loops": lambda stack: _set(stack, "tidy", lambda message: message, verdict),
-    "fulfilled": lambda stack: _set(stack, "fulfilled_move", lambda *args: None, verdict),
+    "loops": lambda stack: _set(stack, "tidy", lambda message: message, reply_modes),
+    "fulfilled": lambda stack: _set(stack, "fulfilled_move", lambda *args: None, reply_modes),
     "dry": lambda stack: stack.enter_context(mock.patch.dict(litellm_client.GUIDED_SAMPLING, clear=True)),
     "words": lambda stack: _set(stack, "pool", lambda text, results=(), language=None: None, *_POOLS),
 }

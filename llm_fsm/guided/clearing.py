@@ -23,20 +23,6 @@ from llm_fsm.guided.entered import keys_of
 from llm_fsm.guided.words import accepts
 
 
-def strict_any(schema: dict[str, Any], any_value: str | None) -> dict[str, Any]:
-    """A plain strict schema's value ``schema`` (``guided.strict_value``'s: a type or a closed set, and null)
-    that also takes ``any_value``, in the forms every provider's strict mode takes."""
-    kinds = schema.get("type")
-    if any_value is None or (isinstance(kinds, list) and "string" in kinds and "enum" not in schema):
-        return schema  # any text is taken already
-    if isinstance(schema.get("enum"), list) and isinstance(kinds, list):
-        if any_value in schema["enum"]:
-            return schema
-        types = [*sorted({*kinds, "string"} - {"null"}), *(["null"] if "null" in kinds else [])]
-        return {"type": types, "enum": [*(v for v in schema["enum"] if v is not None), any_value, None]}
-    return {"anyOf": [schema, {"type": "string", "enum": [any_value]}]}
-
-
 def with_clearing(
     definition: FSMDefinition,
     state_id: str,

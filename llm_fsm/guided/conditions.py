@@ -4,15 +4,12 @@ conditions compare a key as. Anything less plain is left to the engine to check.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
+from llm_fsm.definition.key_values import is_number, reads
 from llm_fsm.definition.models import FSMDefinition, State, Transition
 from llm_fsm.guided.patterns import MAX_TEXT, containing, literal
-from llm_fsm.logic.table import of_kind
-
-_NUMERIC_OPS = of_kind("order", "arithmetic")
-_EQUALITY_OPS = of_kind("equality")
 
 
 def needed_keys(transition: Transition, context: Mapping[str, Any], writable: list[str]) -> list[str] | None:
@@ -147,22 +144,22 @@ def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
             values.extend(found[0][1] if found[0][0] == "enum" else [found[0][1]])
         return [("enum", list(dict.fromkeys(values)))]
     if operator in ("==", "===") and len(args) == 2:
-        other = args[1] if _reads(args[0], key) else args[0] if _reads(args[1], key) else None
+        other = args[1] if reads(args[0], key) else args[0] if reads(args[1], key) else None
         return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
-    if operator == "in" and len(args) == 2 and _reads(args[1], key) and isinstance(args[0], str):  # text in text
+    if operator == "in" and len(args) == 2 and reads(args[1], key) and isinstance(args[0], str):  # text in text
         return [("contains", args[0])] if literal(args[0]) is not None else []
-    if operator == "in" and len(args) == 2 and _reads(args[0], key) and isinstance(args[1], list):
+    if operator == "in" and len(args) == 2 and reads(args[0], key) and isinstance(args[1], list):
         return [("enum", args[1])] if args[1] and all(not isinstance(v, dict | list) for v in args[1]) else []
     if operator in _FLIPPED:
         operator, args = _FLIPPED[operator], list(reversed(args))
     if operator not in _BOUNDS or len(args) not in (2, 3):
         return []
     low, high = _BOUNDS[operator]
-    if len(args) == 3 and _reads(args[1], key) and is_number(args[0]) and is_number(args[2]):
+    if len(args) == 3 and reads(args[1], key) and is_number(args[0]) and is_number(args[2]):
         return [(low, args[0]), (high, args[2])]
-    if len(args) == 2 and _reads(args[0], key) and is_number(args[1]):
+    if len(args) == 2 and reads(args[0], key) and is_number(args[1]):
         return [(high, args[1])]
-    if len(args) == 2 and _reads(args[1], key) and is_number(args[0]):
+    if len(args) == 2 and reads(args[1], key) and is_number(args[0]):
         return [(low, args[0])]
     return []
 
@@ -181,60 +178,6 @@ def _fits(schema: dict[str, Any], value: Any) -> bool:
         or (name == "integer" and "number" in kinds)
         or (name == "number" and "integer" in kinds and float(value).is_integer())
     )
-
-
-def inferred_type(moves: Iterable[Transition], key: str) -> str | None:
-    kinds: set[str] = set()
-    for transition in moves:
-        for condition in transition.conditions:
-            if condition.logic is not None:
-                _collect_kinds(condition.logic, key, kinds)
-    if kinds == {"boolean"}:
-        return "boolean"
-    if kinds == {"number", "integer"}:  # compared as a number, and tested to be whole ({"%": [key, 1]} == 0)
-        return "integer"
-    if kinds <= {"number", "integer"} and kinds:
-        return "number"
-    return "string" if kinds else None
-
-
-def _collect_kinds(rule: Any, key: str, kinds: set[str]) -> None:
-    """How the rule compares ``key``: with booleans, numbers, or anything else (text)."""
-    todo = [rule]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, list):
-            todo.extend(node)
-            continue
-        if not isinstance(node, dict):
-            continue
-        for operator, args in node.items():
-            arguments = args if isinstance(args, list) else [args]
-            todo.extend(arguments)
-            if not any(_reads(argument, key) for argument in arguments):
-                continue
-            constants = [a for a in arguments if not isinstance(a, dict | list)]
-            if operator == "%" and len(arguments) == 2 and arguments[1] == 1 and _reads(arguments[0], key):
-                kinds.update(("number", "integer"))
-            elif operator in _EQUALITY_OPS and constants and all(isinstance(c, bool) for c in constants):
-                kinds.add("boolean")
-            elif all(is_number(c) for c in constants) and (
-                operator in _NUMERIC_OPS or constants and operator in _EQUALITY_OPS
-            ):
-                kinds.add("number")  # compared with numbers, or tested equal to one
-            elif constants:  # compared with text (or null): text; with an expression: nothing known
-                kinds.add("text")
-
-
-def _reads(node: Any, key: str) -> bool:
-    if not isinstance(node, dict) or "var" not in node:
-        return False
-    name = node["var"][0] if isinstance(node["var"], list) and node["var"] else node["var"]
-    return isinstance(name, str) and name == key  # "key.part" reads inside an object: not the key's own value
-
-
-def is_number(value: Any) -> bool:
-    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def asked_elsewhere(definition: FSMDefinition, state_id: str) -> frozenset[str]:

@@ -34,26 +34,25 @@ from __future__ import annotations
 
 import itertools
 import re
-from collections.abc import Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping
 from typing import Any, TypeVar
 
+from llm_fsm.definition.key_values import closed_set, inferred_type, is_number, text_shape, tool_shape
 from llm_fsm.definition.models import RETURN, FSMDefinition, State
-from llm_fsm.definition.reply_schema import SCALAR, writable_keys
+from llm_fsm.definition.reply_schema import writable_keys
 from llm_fsm.definition.texts import language_code
 from llm_fsm.guided.branches import NULL, as_said
-from llm_fsm.guided.clearing import strict_any, with_clearing
+from llm_fsm.guided.clearing import with_clearing
 from llm_fsm.guided.conditions import (
     asked_elsewhere,
     contained,
-    inferred_type,
-    is_number,
     narrowed_by,
     needed_keys,
     required_keys,
 )
 from llm_fsm.guided.entered import MAX_EARLIER, MAX_MESSAGE, keys_of, message_schema
 from llm_fsm.guided.patterns import MAX_TEXT, containing, portable_pattern, portable_patterns
-from llm_fsm.guided.values import closed_set, derived_values, flag_topic, text_shape, tool_shape
+from llm_fsm.guided.values import derived_values, flag_topic
 from llm_fsm.guided.words import named_in, pool, spans
 
 __all__ = [  # portable_pattern(s) and MAX_TEXT are defined in llm_fsm.guided.patterns, and imported from here
@@ -352,35 +351,6 @@ def value_schema(definition: FSMDefinition, state: State, key: str) -> dict[str,
         # nothing says what the key holds: any scalar, but bounded, so that a looping model still ends it
         schema = {"type": ["string", "number", "boolean"], "maxLength": MAX_TEXT}
     return schema
-
-
-_JSON_TYPES = {str: "string", bool: "boolean", int: "number", float: "number"}
-
-
-def nullable_enum(values: Sequence[Any]) -> dict[str, Any]:
-    """One of ``values`` (text, numbers, yes/no) or null, as every provider's strict mode takes it."""
-    kinds = sorted({_JSON_TYPES[type(v)] for v in values})
-    return {"type": [*kinds, "null"], "enum": [*values, None]}
-
-
-def strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
-    """A value of ``key`` in a plain strict schema, held to what every provider's strict mode takes: the type
-    :func:`value_schema` finds and the closed set ``context_schema`` declares, or null (a ``confirmed`` flag
-    compared with ``true`` is a boolean); any scalar where it finds neither; and the definition's ``any_value``
-    (:func:`llm_fsm.guided.clearing.strict_any`). A set only read from the conditions (a ``severity`` routed
-    on three constants) is a guided reply's: a capable model may write another value, which a move that only
-    needs the key present takes."""
-    return strict_any(_strict_value(definition, state, key), definition.any_value)
-
-
-def _strict_value(definition: FSMDefinition, state: State, key: str) -> dict[str, Any]:
-    schema = value_schema(definition, state, key)
-    if key not in (definition.context_schema or {}) and "enum" in schema:
-        return {"type": ["string", "null"]}
-    if isinstance(schema.get("enum"), list) and all(type(v) in _JSON_TYPES for v in schema["enum"]):
-        return nullable_enum(schema["enum"])
-    kind = schema.get("type")
-    return {"type": [kind, "null"]} if kind in ("string", "number", "integer", "boolean") else dict(SCALAR)
 
 
 # the formats llama.cpp's grammars hold; an email (all jsonschema checks of one: an "@") becomes a pattern

@@ -21,84 +21,13 @@ import re
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+from llm_fsm.definition.key_values import every_transition, is_number, key_read
 from llm_fsm.definition.models import FSMDefinition, Transition
 from llm_fsm.errors import LogicError
-from llm_fsm.guided.conditions import conjuncts, is_number
+from llm_fsm.guided.conditions import conjuncts
 from llm_fsm.guided.words import FUNCTION_WORDS, Topic, word_set
-from llm_fsm.logic.table import of_kind
-
-_ORDERS = of_kind("order")
 
 MAX_PAIRS = 8  # consistent combinations offered for one move (past this, the move is offered as it is)
-
-
-def closed_set(definition: FSMDefinition, key: str) -> list[str] | None:
-    """The text constants ``key`` is compared with, when every condition of the definition that reads
-    it compares it with text constants only; None otherwise (or when nothing compares it)."""
-    return definition.derived("guided:closed_sets", definition.initial_state, lambda _: _closed_sets(definition)).get(
-        key
-    )
-
-
-def _closed_sets(definition: FSMDefinition) -> dict[str, list[str]]:
-    found: dict[str, list[str]] = {}
-    opened: set[str] = set()  # keys read some other way: not closed
-    for transition in _every_transition(definition):
-        for condition in transition.conditions:
-            if condition.logic is not None:
-                _walk(condition.logic, found, opened)
-    declared = definition.context_schema or {}
-    return {key: values for key, values in found.items() if key not in opened and key not in declared}
-
-
-def text_shape(definition: FSMDefinition, key: str) -> str | None:
-    """A pattern for ``key`` when conditions order it against text constants of one shape (``"17:00" <=
-    time``): compared as text, a value only orders right when written in that shape (``21:00``, not ``9
-    pm``); digits stand for any digit, letters for any letter. None otherwise."""
-    shapes = definition.derived("guided:text_shapes", definition.initial_state, lambda _: _text_shapes(definition))
-    return shapes.get(key)
-
-
-def tool_shape(definition: FSMDefinition, key: str) -> dict[str, Any] | None:
-    """The shape of text a key with no schema of its own holds where the definition's tools take an argument of
-    its name: the ``pattern`` and ``format`` every such argument declares, when they agree (``date``:
-    ``^\\d{4}-\\d{2}-\\d{2}$``); None where none declares one, or they differ. A 135M model wrote "21:00" as the
-    date of a booking whose tools take dates as ``YYYY-MM-DD``."""
-    shapes = set()
-    for tool in definition.tools.values():
-        argument = ((tool.parameters or {}).get("properties") or {}).get(key)
-        if isinstance(argument, dict):
-            shape = (argument.get("pattern"), argument.get("format"))
-            shapes.add(shape if argument.get("type") == "string" else (None, None))
-    if len(shapes) != 1 or (shape := shapes.pop()) == (None, None):
-        return None
-    return {name: value for name, value in zip(("pattern", "format"), shape, strict=True) if value is not None}
-
-
-def _text_shapes(definition: FSMDefinition) -> dict[str, str]:
-    constants: dict[str, set[str]] = {}
-    for transition in _every_transition(definition):
-        for condition in transition.conditions:
-            todo = [condition.logic]
-            while todo:
-                node = todo.pop()
-                if isinstance(node, list):
-                    todo.extend(node)
-                elif isinstance(node, dict):
-                    for operator, args in node.items():
-                        todo.append(args)
-                        if operator in _ORDERS and isinstance(args, list):
-                            names = [name for arg in args if (name := _name(arg)) is not None]
-                            texts = [arg for arg in args if isinstance(arg, str)]
-                            for name in names if texts else []:
-                                constants.setdefault(name, set()).update(_shape(text) for text in texts)
-    return {key: f"^{shapes.pop()}$" for key, shapes in constants.items() if len(shapes) == 1}
-
-
-def _shape(text: str) -> str:
-    return "".join(
-        "[0-9]" if c.isdigit() else "[A-Za-z]" if c.isascii() and c.isalpha() else re.escape(c) for c in text
-    )
 
 
 # a flag named for one of these (confirmed, reset_confirmed, ready, verified, confirmada) is a yes or a no the
@@ -125,7 +54,7 @@ def _flag_topics(definition: FSMDefinition) -> dict[str, Topic | None]:
     from llm_fsm.logic.rules import keys_read
 
     texts: dict[str, list[str]] = {}
-    for transition in _every_transition(definition):
+    for transition in every_transition(definition):
         for condition in transition.conditions:
             try:
                 read = {name.split(".")[0] for name in keys_read(condition.logic)} if condition.logic else set()
@@ -146,63 +75,6 @@ def _topic(key: str, text: str = "") -> Topic | None:
         return frozenset(word for word in words if word not in skip and len(word) > 2)
 
     return Topic(content(name), content([*name, *re.findall(r"\w+", text.casefold())]))
-
-
-def _every_transition(definition: FSMDefinition) -> Iterable[Transition]:
-    for state in definition.states.values():
-        yield from state.transitions
-    yield from definition.global_transitions
-
-
-def _walk(node: Any, found: dict[str, list[str]], opened: set[str]) -> None:
-    """Record, per key, the text constants it is compared with; a key read any other way is ``opened``."""
-    if isinstance(node, list):
-        for item in node:
-            _walk(item, found, opened)
-        return
-    if not isinstance(node, dict):
-        return
-    if "var" in node and len(node) == 1:  # a read outside a comparison with constants (or with a default)
-        name = _name(node, plain=False)
-        if name is not None:
-            opened.add(name.split(".")[0])
-        return
-    for operator, args in node.items():
-        arguments = args if isinstance(args, list) else [args]
-        key, constants = _text_comparison(operator, arguments)
-        if key is not None:
-            values = found.setdefault(key, [])
-            values.extend(c for c in constants if c not in values)
-            continue
-        _walk(arguments, found, opened)
-
-
-def _text_comparison(operator: str, args: list[Any]) -> tuple[str | None, list[str]]:
-    """(key, constants) for ``key == "text"`` or ``key in ["a", "b"]``; (None, []) otherwise."""
-    if operator in ("==", "===") and len(args) == 2:
-        for this, other in ((args[0], args[1]), (args[1], args[0])):
-            name = _name(this)
-            if name is not None and isinstance(other, str):
-                return name, [other]
-    if operator == "in" and len(args) == 2 and isinstance(args[1], list) and args[1]:
-        name = _name(args[0])
-        if name is not None and all(isinstance(v, str) for v in args[1]):
-            return name, list(args[1])
-    return None, []
-
-
-def _name(node: Any, *, plain: bool = True) -> str | None:
-    """The key a ``{"var": ...}`` reads; with ``plain``, only a whole key read without a default."""
-    if not isinstance(node, dict) or "var" not in node or len(node) != 1:
-        return None
-    read = node["var"]
-    if isinstance(read, list):
-        if not read or (plain and len(read) > 1):
-            return None
-        read = read[0]
-    if not isinstance(read, str) or not read:
-        return None
-    return read if not plain else (read if "." not in read else None)
 
 
 def derived_values(
@@ -258,14 +130,14 @@ def _tie(rule: Any) -> tuple[str, Any] | None:
         return None
     if operator in ("==", "===") and len(args) == 2:
         for this, other in ((args[0], args[1]), (args[1], args[0])):
-            name = _name(this)
+            name = key_read(this)
             if name is not None and isinstance(other, dict) and _reads_of(other) and name not in _reads_of(other):
                 return name, other
     if operator == "<=" and len(args) == 3 and is_number(args[0]) and is_number(args[2]):
         low, middle, high = args
         if low <= 0 <= high and isinstance(middle, dict) and set(middle) == {"-"} and len(middle["-"]) == 2:
             this, other = middle["-"]
-            name = _name(this)
+            name = key_read(this)
             if name is not None and isinstance(other, dict) and _reads_of(other) and name not in _reads_of(other):
                 return name, other
     return None
@@ -279,7 +151,7 @@ def _reads_of(expr: Any) -> set[str]:
         if isinstance(node, list):
             todo.extend(node)
         elif isinstance(node, dict):
-            name = _name(node)
+            name = key_read(node)
             if name is not None:
                 found.add(name)
             else:
@@ -313,4 +185,4 @@ def _fits_type(schema: dict[str, Any], value: Any) -> bool:
     return "string" in kinds
 
 
-__all__ = ["MAX_PAIRS", "closed_set", "derived_values", "text_shape", "tool_shape"]
+__all__ = ["MAX_PAIRS", "derived_values", "flag_topic"]

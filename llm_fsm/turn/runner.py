@@ -45,7 +45,8 @@ from llm_fsm.turn import tool_rounds as rounds
 from llm_fsm.turn.engine import Decision, decide
 from llm_fsm.turn.firing import fire, fire_error
 from llm_fsm.turn.outcomes import DEFAULT_PAUSE_MESSAGE, accept, close_terminal, exhausted, paused
-from llm_fsm.turn.requests import correction, entered_request, prompt_messages, reply_call, request, stays_in
+from llm_fsm.turn.reply_modes import Guided, mode_of, moved
+from llm_fsm.turn.requests import correction, prompt_messages, reply_call, request, stays_in
 from llm_fsm.turn.resuming import resumed
 from llm_fsm.turn.steps import (
     DEFAULT_FALLBACK,
@@ -62,7 +63,7 @@ from llm_fsm.turn.steps import (
     TurnSettings,
 )
 from llm_fsm.turn.tool_rounds import DEFAULT_APPROVAL_MESSAGE, INTERRUPTED, NO_MORE_TOOLS
-from llm_fsm.turn.verdict import entered_message, moved, run_checks, verdict
+from llm_fsm.turn.verdict import run_checks, verdict
 from llm_fsm.turn.working import Working
 
 if TYPE_CHECKING:
@@ -203,14 +204,16 @@ class TurnRunner:
             ask, purpose = correction(work, response.text, problems), "refinement" if refining else "correction"
 
     def entered(self, reply: Reply, decision: Decision) -> Steps:
-        """A guided reply that stayed, moved to the state its update fulfils a move to (``verdict.fulfilled``): one
+        """A guided reply that stayed, moved to the state its update fulfils a move to (``Guided.settle``): one
         more call, with that state's prompt, writes the message the person reads there. Where it writes none
         (an invalid reply), the conversation stays, with the reply's own message, as the model proposed."""
         work = self.work
+        mode = mode_of(work)
+        assert isinstance(mode, Guided)  # only a guided reply is moved (the plain mode settles where it says)
         target = decision.state
-        response = yield Call("reply", entered_request(work, decision), stays_in(target), "entered")
+        response = yield Call("reply", mode.entered_request(work, decision), stays_in(target), "entered")
         work.budget.count(response)
-        message = entered_message(work, response, target)
+        message = mode.entered_message(work, response.text, target)
         if message is not None:
             return (yield from accept(work, decision, message))
         stay = decide(work.definition, work.snapshot(), reply, attempt=work.budget.calls)

@@ -12,7 +12,6 @@ from typing import Any
 from llm_fsm.contract import Reply, parse_reply
 from llm_fsm.definition.models import Check
 from llm_fsm.errors import ReplyFormatError, ReplyTruncated
-from llm_fsm.guided import fulfilled_move, tidy
 from llm_fsm.hooks import Run
 from llm_fsm.llm import LLMRequest, LLMResponse
 from llm_fsm.memory.working import apply_model_update
@@ -20,6 +19,7 @@ from llm_fsm.snapshot import Rejection
 from llm_fsm.turn import checks
 from llm_fsm.turn.engine import Decision, decide
 from llm_fsm.turn.firing import fire
+from llm_fsm.turn.reply_modes import PLAIN, ReplyMode, mode_of
 from llm_fsm.turn.steps import Call, Step
 from llm_fsm.turn.working import Working
 from llm_fsm.values import clean_text
@@ -34,14 +34,13 @@ def verdict(
     try:
         # a reply cut at the token limit is refused even if what came parses, unless it can stand (cut_reply)
         cut = response.finish_reason == "length"
-        reply = cut_reply(response.text, guided=work.settings.guided) if cut else parse_reply(response.text)
+        reply = cut_reply(response.text, mode_of(work)) if cut else parse_reply(response.text)
         if reply is None:
             raise ReplyTruncated(
                 f"the reply was cut off at the token limit after {len(response.text)} characters: "
                 "answer again, with a shorter message"
             )
-        if work.settings.guided and (tidied := tidy(reply.message)) != reply.message:
-            reply = reply.model_copy(update={"message": tidied})  # a small model's loop, cut
+        reply = mode_of(work).read(reply)  # guided: a small model's loop, cut
     except ReplyFormatError as exc:
         truncated = isinstance(exc, ReplyTruncated)
         problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.budget.calls)
@@ -50,8 +49,8 @@ def verdict(
     # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
     decision = decide(work.definition, work.snapshot(), reply, attempt=work.budget.calls)
-    if work.settings.guided:  # the move the update fulfils: checked below, and told by moved() to the turn
-        decision = fulfilled(work, reply, decision)
+    # guided: the move the update fulfils, checked below and told by reply_modes.moved() to the turn
+    decision = mode_of(work).settle(work, reply, decision)
     work.rejected.extend(decision.rejected)
     work.memory_proposal = reply.transition.memory_update
     if work.memory_proposal:  # reported now; applied with the reply the turn settles on
@@ -74,11 +73,11 @@ def verdict(
 _CUT_KEYS = re.compile(r',\s*"(message|reasoning)"\s*:\s*"')
 
 
-def cut_reply(text: str, *, guided: bool = False) -> Reply | None:
+def cut_reply(text: str, mode: ReplyMode = PLAIN) -> Reply | None:
     """A reply the token limit cut once its move and message were whole, where it can stand: cut in its
-    ``reasoning`` (the last key, never shown), with the reasoning so far. None for any other cut: a message cut
-    mid-sentence is not shown. ``guided``: a message that loops ("You can buy it for £10. You can buy it for
-    £10. You can...") stands too, up to the loop (a small model's loop; any other model is asked again)."""
+    ``reasoning`` (the last key, never shown), with the reasoning so far. A reply cut in its message stands where
+    ``mode`` says it can (guided: a message that loops, up to the loop; plain: never, a message cut mid-sentence is
+    not shown)."""
     cuts = list(_CUT_KEYS.finditer(text))
     if not cuts:
         return None
@@ -91,47 +90,8 @@ def cut_reply(text: str, *, guided: bool = False) -> Reply | None:
         return None
     if found[1] == "reasoning":
         return reply.model_copy(update={"reasoning": so_far})
-    if not guided:
-        return None
-    message = tidy(so_far)
-    return reply.model_copy(update={"message": message, "reasoning": None}) if message != so_far else None
-
-
-def fulfilled(work: Working, reply: Reply, decision: Decision) -> Decision:
-    """Guided: a reply that stays though its update fulfils a move takes the move
-    (:func:`llm_fsm.guided.entered.fulfilled_move`), where a call is left in the turn to write the message of
-    the state it enters (the reply's own was written for the state it leaves). A move that held before the
-    update is not forced, and an opening, with nothing the user said, keeps its state."""
-    base = work.base
-    if not decision.accepted or decision.state != base.state or work.opening or not work.budget.left():
-        return decision
-    back_to = work.definition.return_target(base.state, base.came_from)
-    target = fulfilled_move(work.definition, base.state, work.context, decision.context, back_to)
-    if target is None:
-        return decision
-    moved = reply.model_copy(update={"transition": reply.transition.model_copy(update={"target_state": target})})
-    again = decide(work.definition, work.snapshot(), moved, attempt=work.budget.calls)
-    return again if again.accepted else decision
-
-
-def moved(work: Working, reply: Reply, decision: Decision) -> bool:
-    """Whether ``decision`` moves a reply that stayed (:func:`fulfilled`): its message is not the state's."""
-    return reply.transition.target_state == work.base.state and decision.state != work.base.state
-
-
-def entered_message(work: Working, response: LLMResponse, target: str) -> str | None:
-    """The message of the reply that writes ``target``'s (``requests.entered_request``), or None, its problem
-    reported: a reply that names another state would say that state's message."""
-    try:
-        written = parse_reply(response.text)
-    except ReplyFormatError as exc:
-        work.rejected.append(Rejection(kind="format", reason=str(exc), attempt=work.budget.calls))
-        return None
-    if (named := written.transition.target_state) != target:
-        reason = f"the message of state '{target}' was asked for, and the reply names '{named}'"
-        work.rejected.append(Rejection(kind="target", reason=reason, target_state=target, attempt=work.budget.calls))
-        return None
-    return tidy(written.message)
+    message = mode.cut_message(so_far)
+    return None if message is None else reply.model_copy(update={"message": message, "reasoning": None})
 
 
 def run_checks(work: Working, decision: Decision, message: str) -> Generator[Step, Any, list[Rejection]]:

@@ -6,9 +6,10 @@ from __future__ import annotations
 from typing import Any
 
 import llm_fsm
+from llm_fsm.definition.key_values import closed_set, text_shape
 from llm_fsm.guided.entered import fulfilled_move
 from llm_fsm.guided.schema import guided_schema
-from llm_fsm.guided.values import closed_set, derived_values, text_shape
+from llm_fsm.guided.values import derived_values
 from llm_fsm.guided.words import from_words, pool, spans
 from llm_fsm.testing import ScriptedLLM
 from llm_fsm.testing.scorecard import course as scorecard_course
@@ -759,8 +760,8 @@ def test_a_shaped_value_written_in_groups_is_offered_whole_first():
 def test_a_key_with_no_schema_takes_the_shape_of_the_tool_argument_of_its_name():
     # restaurant_booking declares no context_schema; its tools take date as YYYY-MM-DD: "Oh, OK. 9 pm then" at the
     # date and time question had a 135M model write "21:00" as the date, and the availability check never matched
+    from llm_fsm.definition.key_values import tool_shape
     from llm_fsm.guided.schema import value_schema
-    from llm_fsm.guided.values import tool_shape
 
     definition = example("restaurant_booking")
     assert tool_shape(definition, "date") == {"pattern": "^\\d{4}-\\d{2}-\\d{2}$"}
