@@ -162,7 +162,7 @@ def test_guided_mode_is_reached_only_through_its_seam():
         for path in (PACKAGE / "turn").glob("*.py")
         if "settings.guided" in path.read_text(encoding="utf-8")
     }
-    assert asking == {"turn/reply_modes.py"}, "turn modules that branch on settings.guided: " + ", ".join(sorted(asking))
+    assert asking == {"turn/reply_modes.py"}, "turn modules asking settings.guided: " + ", ".join(sorted(asking))
 
 
 def module_map() -> set[str]:

@@ -31,4 +31,3 @@ def test_a_reply_cut_in_its_message_stands_in_the_guided_mode_alone_and_only_whe
     for mode in (PLAIN, GUIDED):  # the reasoning is never shown: a reply cut there stands in both
         kept = cut_reply(in_reasoning, mode)
         assert kept is not None and kept.message == "Done." and kept.reasoning == "be"
-
