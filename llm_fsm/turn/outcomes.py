@@ -35,8 +35,8 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
     work.set(decision.context, decision.applied, "llm")
     if target in work.exits:  # a move of a level below (subflows): that level runs the move's handlers
         return finish(work, target, message, decision.applied)
-    if work.memory_proposal:  # the memory_update of the reply the turn settles on
-        work.memory.written, applied, _ = apply_model_update(work.definition, work.memory.written, work.memory_proposal)
+    if proposed := work.judged.memory_update:  # the memory_update of the reply the turn settles on
+        work.memory.written, applied, _ = apply_model_update(work.definition, work.memory.written, proposed)
         work.memory.changed.update(applied)
     try:
         if decision.applied:
@@ -67,7 +67,7 @@ def exhausted(work: Working, refining: bool) -> Outcome:
     """
     state = work.definition.states[work.base.state]
     if refining and state.on_exhausted == "raise":
-        failures = tuple(r for r in work.rejected if r.kind in ("check", "context_value"))
+        failures = work.judged.refinements()
         message = f"state '{state.id}': checks still failing after {state.max_retries} retries"
         raise RefinementError(message, state=state.id, failures=failures)
     work.trace.note("llm_fsm.fallback", True)
@@ -76,10 +76,7 @@ def exhausted(work: Working, refining: bool) -> Outcome:
     if refining and state.on_exhausted == "fallback_state" and state.fallback_state:
         target = state.fallback_state
     # the updates of the last reply read stay, except those a check refused (and the clear_keys of a move not made)
-    last = work.last_decision
-    failed_keys = {r.key for r in work.rejected if r.kind == "check" and r.key} | set(last.cleared if last else ())
-    kept: dict[str, Any] = last.applied if last else {}
-    applied = {k: v for k, v in kept.items() if k not in failed_keys}
+    applied = work.judged.kept_updates()
     decision = Decision(True, target, apply_delta(work.context, applied), applied, ())
     # through accept() like any reply, so the handlers around a move run for the fallback's move too
     message = work.settings.fallback_message or runtime_text(work.definition, "fallback")
@@ -137,7 +134,7 @@ def finish(
         user=work.user,
         turn=snapshot.turns,
         context_updates=dict(applied),
-        rejected=tuple(work.rejected),
+        rejected=tuple(work.judged.problems),
         llm_calls=work.budget.calls,
         usage=work.budget.usage,
         latency=work.budget.elapsed(),

@@ -121,7 +121,7 @@ class Guided:
             definition, work.base.state, work.context, opening=work.opening, back_to=back_to, said=work.said,
             results=results, earlier=[exchange.assistant for exchange in work.base.history],
         )  # fmt: skip
-        refused = {r.target_state for r in work.rejected if r.kind in ("condition", "target") and r.target_state}
+        refused = work.judged.refused_targets()  # earlier in the turn: a small model would write the same move again
         strict = with_memory_update(without_moves(made, refused), definition, strict=True, guided=True)
         if definition.memory is not None:
             language = language_code(definition.language) if definition.language else None
@@ -196,13 +196,11 @@ class Guided:
         try:
             written = parse_reply(text)
         except ReplyFormatError as exc:
-            work.rejected.append(Rejection(kind="format", reason=str(exc), attempt=work.budget.calls))
+            work.judged.found([Rejection(kind="format", reason=str(exc), attempt=work.budget.calls)])
             return None
         if (named := written.transition.target_state) != target:
             reason = f"the message of state '{target}' was asked for, and the reply names '{named}'"
-            work.rejected.append(
-                Rejection(kind="target", reason=reason, target_state=target, attempt=work.budget.calls)
-            )
+            work.judged.found([Rejection(kind="target", reason=reason, target_state=target, attempt=work.budget.calls)])
             return None
         return tidy(written.message)
 

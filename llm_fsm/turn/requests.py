@@ -95,9 +95,8 @@ def state_reply_schemas(
 def correction(work: Working, text: str, problems: tuple[Rejection, ...]) -> LLMRequest:
     """The request that tells the model what was wrong with its reply ``text``."""
     feedback = work.settings.prompt.correction(problems, work.base.state)
-    work.corrected = [{"role": "assistant", "content": text}, {"role": "user", "content": feedback}]
     # a reply cut at the token limit asks the client for a larger token budget on the next call
-    return request(work, [*work.messages, *work.corrected], longer=any(p.kind == "truncated" for p in problems))
+    return request(work, work.transcript.corrected(text, feedback), longer=any(p.kind == "truncated" for p in problems))
 
 
 def stays_in(state: str) -> Preview:

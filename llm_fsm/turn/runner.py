@@ -142,8 +142,8 @@ class TurnRunner:
         if work.resuming is not None and work.resuming.kind == "tool_approval":
             # an approved (or refused) tool call goes straight back to the model: the handlers before the
             # model call ran in the turn that paused, which had already made the call asking for the tool
-            work.messages = yield from rounds.after_approval(work)
-            return (yield from self.replies(request(work, work.messages), "tool_results"))
+            messages = work.transcript.start((yield from rounds.after_approval(work)))
+            return (yield from self.replies(request(work, messages), "tool_results"))
         # the opening turn: the first one, or the resume of a pause a start handler made before it (that
         # pause's message is not the opening: the start handlers left go on, then the state's opening)
         opening = work.opening or (work.resuming is not None and work.resuming.timing == "start")
@@ -158,8 +158,7 @@ class TurnRunner:
             yield from fire(work, "before_llm_call", state)
         except Break as pause:
             return paused(work, pause, state, pause.message or runtime_text(work.definition, "pause"))
-        work.messages = prompt_messages(work)
-        return (yield from self.replies(request(work, work.messages)))
+        return (yield from self.replies(request(work, work.transcript.start(prompt_messages(work)))))
 
     def written_opening(self, text: str) -> Steps:
         """The state's own opening, over the context the ``start`` handlers left: no model call, so no
@@ -184,7 +183,7 @@ class TurnRunner:
                     return pause
                 if not work.budget.left():
                     return (yield from exhausted(work, False))
-                ask, purpose = request(work, work.messages), "tool_results"
+                ask, purpose = request(work, work.transcript.messages), "tool_results"
                 continue
             try:
                 decision, reply, problems = yield from verdict(work, response)
@@ -220,7 +219,7 @@ class TurnRunner:
         if work.definition.states[work.base.state].checks:  # they judged the move: the stay is judged again
             failures = yield from run_checks(work, stay, reply.message)
             if failures:
-                work.rejected.extend(failures)
+                work.judged.found(failures)
                 return (yield from exhausted(work, True))
         return (yield from accept(work, stay, reply.message))
 

@@ -85,8 +85,7 @@ def use_tools(
     if held is not None:
         return pause_for_approval(work, held)
     # the correction this call answered stays in what the model reads next; earlier requests keep theirs
-    work.messages = [*work.messages, *work.corrected, *tool_exchange(work, runs, response.text)]
-    work.corrected = []
+    work.transcript.tools_answered(tool_exchange(work, runs, response.text))
     return None
 
 
@@ -107,7 +106,7 @@ def apply_tools(work: Working, runs: list[ToolRun]) -> None:
         tool = work.settings.tools.get(run.name)
         if run.error is not None:
             reason = f"tool '{run.name}': {run.error}"
-            work.rejected.append(Rejection(kind="tool", reason=reason, attempt=work.budget.calls))
+            work.judged.found([Rejection(kind="tool", reason=reason, attempt=work.budget.calls)])
         elif tool is not None and tool.result_key:  # replaced, not merged: a result is a whole
             key, by = tool.result_key, f"tool:{run.name}"
             work.context = {**work.context, key: copy.deepcopy(run.result)}

@@ -44,28 +44,27 @@ def verdict(
     except ReplyFormatError as exc:
         truncated = isinstance(exc, ReplyTruncated)
         problem = Rejection(kind="truncated" if truncated else "format", reason=str(exc), attempt=work.budget.calls)
-        work.rejected.append(problem)
+        work.judged.found([problem])
         return None, None, (problem,)
     # after_reply handlers run before the move is decided, so the deltas they return are decided on
     yield from fire(work, "after_reply", work.base.state, reply=reply, message=reply.message)
     decision = decide(work.definition, work.snapshot(), reply, attempt=work.budget.calls)
     # guided: the move the update fulfils, checked below and told by reply_modes.moved() to the turn
     decision = mode_of(work).settle(work, reply, decision)
-    work.rejected.extend(decision.rejected)
-    work.memory_proposal = reply.transition.memory_update
-    if work.memory_proposal:  # reported now; applied with the reply the turn settles on
-        refused = apply_model_update(
-            work.definition, work.memory.written, work.memory_proposal, attempt=work.budget.calls
-        )[2]
-        work.rejected.extend(refused)
-    work.last_decision = decision
+    work.judged.found(decision.rejected)
+    proposed = reply.transition.memory_update
+    if proposed:  # reported now; applied with the reply the turn settles on
+        work.judged.found(
+            apply_model_update(work.definition, work.memory.written, proposed, attempt=work.budget.calls)[2]
+        )
+    work.judged.read(decision, proposed)
     # a key the model may not write is dropped and reported, but is no reason to ask again
     # a refused memory update (above) is reported too, but is no reason to ask again either
     problems = tuple(r for r in decision.rejected if r.kind != "context_key")
     if problems or not work.definition.states[work.base.state].checks:  # most states have no checks: no run
         return decision, reply, problems
     failures = yield from run_checks(work, decision, reply.message)
-    work.rejected.extend(failures)
+    work.judged.found(failures)
     return decision, reply, tuple(failures)
 
 

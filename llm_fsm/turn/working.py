@@ -1,5 +1,6 @@
 """The working state of one turn: what it reads (definition, base snapshot, hooks, settings) and what it
-changes as it goes (context and provenance, calls, rejections, tool runs, working memory).
+changes as it goes: the context and provenance, and the small objects that own the rest (the calls' budget, the
+tool use, the replies judged, the transcript, the working memory).
 
 Every unit of a turn (:mod:`llm_fsm.turn.requests`, :mod:`llm_fsm.turn.verdict`, :mod:`llm_fsm.turn.firing`,
 :mod:`llm_fsm.turn.tool_rounds`, :mod:`llm_fsm.turn.outcomes`) is a plain function of this state; the loop in
@@ -15,12 +16,14 @@ from llm_fsm.definition.clearing import removed, written
 from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.hooks import Hooks
 from llm_fsm.memory.working import MemoryAccess
-from llm_fsm.snapshot import Origin, PendingEvent, Rejection, Snapshot
+from llm_fsm.snapshot import Origin, PendingEvent, Snapshot
 from llm_fsm.telemetry import NO_TRACE, NoTrace
 from llm_fsm.turn.budget import Budget
-from llm_fsm.turn.engine import Decision, record
+from llm_fsm.turn.engine import record
+from llm_fsm.turn.judged import Judged
 from llm_fsm.turn.steps import TurnSettings
 from llm_fsm.turn.tool_use import ToolUse
+from llm_fsm.turn.transcript import Transcript
 
 if TYPE_CHECKING:
     from llm_fsm.telemetry.spans import TurnTrace
@@ -57,17 +60,14 @@ class Working:
         self.paused = paused  # the snapshot that paused (a tool approval's checkpoint is made from it)
         self.decision = decision  # a person's decision about the tool call the pause waits for
         self.budget = Budget(settings.max_calls_per_turn)  # the calls made and their usage, against the limit
-        self.rejected: list[Rejection] = []
+        self.judged = Judged()  # the problems found in the replies read, and the last reply's decision
         # the context and provenance as the turn changes them: replaced on each change, never mutated
         self.context: dict[str, Any] = dict(base.context)
         self.provenance: dict[str, Origin] = dict(base.provenance)
         self.memory = MemoryAccess(definition, base.memory)  # handlers' ``memory``: the turn's working memory
-        self.memory_proposal: dict[str, Any] = {}  # the memory_update of the last reply read
-        self.last_decision: Decision | None = None
         self.fallback = False  # no reply accepted: the turn says the fallback message
-        self.messages: list[dict[str, Any]] = []
+        self.transcript = Transcript()  # the messages sent to the model: the prompt, tool rounds, a correction
         self.tools = ToolUse(definition, base.state, settings)  # the state's tools and the calls made of them
-        self.corrected: list[dict[str, Any]] = []  # the last correction's exchange, kept if tools follow it
         self._snapshot: Snapshot | None = None
         # the index commit() will give this turn: the opening is turn 0, a resume counts as a turn of its own
         self.turn_index = base.turns + (1 if user is not None or base.history else 0)
