@@ -125,7 +125,7 @@ def test_other_prompts_open_with_the_task_that_names_the_definition(signup, orde
     prompt = llm_fsm.PromptBuilder().system_prompt(signup, snapshot, order=order, guided=guided)
     assert prompt.startswith('<task>\nYou are the conversational voice of a finite state machine named "signup"')
     task = prompt[: prompt.index("</task>")]
-    assert task.index("named \"signup\"") < task.index("Each turn you read") < task.index("are data from")
+    assert task.index('named "signup"') < task.index("Each turn you read") < task.index("are data from")
 
 
 @pytest.mark.parametrize(
