@@ -11,7 +11,8 @@ Per example: the median and the lowest share, and the overall share (shared char
 of the calls after the first).
 
 With ``--old``, each tree is measured in a subprocess of its own with ``PYTHONPATH`` pointing at it, on its
-own examples and scripts, and the table shows both.
+own examples and scripts, and the table shows both; ``--old-order cache`` (or ``recency``) measures the old tree
+in that prompt order (a tree with the orders, for a change to one of them), else in its default one.
 """
 
 from __future__ import annotations
@@ -190,13 +191,14 @@ def figures(calls: list[tuple[str, str]]) -> dict[str, float]:
     return {**shares([text for _, text in calls]), **service, **{f"reply_{k}": v for k, v in alone.items()}}
 
 
-def section(quick: bool = False, old: Path = OLD) -> list[str]:
-    """The RESULTS.md section: before (the tree at ``old``, when there) and after. The shares are exact (one
-    run); the render cost alternates old and new, 2 runs each with ``quick``, else 5."""
+def section(quick: bool = False, old: Path = OLD, old_order: str | None = None) -> list[str]:
+    """The RESULTS.md section: before (the tree at ``old``, when there, in ``old_order``: None for its default)
+    and after. The shares are exact (one run); the render cost alternates old and new, 2 runs each with
+    ``quick``, else 5."""
     # the two orders of today's prompt (llm_fsm.turn.prompt.PromptOrder): "recency" for models without a prompt
     # cache (local ones), "cache" for the providers that have one
     recency, new = measure(ROOT, order="recency"), measure(ROOT, order="cache")
-    before = measure(old) if (old / "llm_fsm").is_dir() else {}
+    before = measure(old, order=old_order) if (old / "llm_fsm").is_dir() else {}
     renders: dict[str, list[dict[str, float]]] = {"old": [], "new": []}
     for _ in range(2 if quick else 5):
         if before:
@@ -216,8 +218,14 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
         'the price (the discounts providers give), the rest in full. "Across conversations": per reply '
         "call, the share of its prompt that any conversation in the same state sends alike (all before memory and "
         "context), which a cache shared by a service's conversations serves on a change of state too. "
-        "Command: `python benchmarks/bench_prefix.py --old /tmp/old-prompt`"
-        + (f" (old tree: `{old}`)" if before else " (no old tree found)")
+        "Command: `python benchmarks/bench_prefix.py --old /tmp/old-prompt"
+        + (f" --old-order {old_order}" if old_order else "")
+        + "`"
+        + (
+            f" (old tree: `{old}`" + (f", in its {old_order} order" if old_order else "") + ")"
+            if before
+            else " (no old tree found)"
+        )
         + ".",
         "",
         "| example | calls | prompt chars (median) | not shared, chars (median) | median share "
@@ -279,6 +287,7 @@ def section(quick: bool = False, old: Path = OLD) -> list[str]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--old", type=Path, default=OLD, help="the tree to compare with (a git worktree)")
+    parser.add_argument("--old-order", choices=("recency", "cache"), help="the old tree's prompt order")
     parser.add_argument("--worker", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--render", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--order", help=argparse.SUPPRESS)
@@ -289,7 +298,7 @@ def main() -> None:
     if args.worker:
         print(json.dumps({name: figures(calls) for name, calls in record(args.worker, args.order).items()}))
         return
-    print("\n".join(section(old=args.old)))
+    print("\n".join(section(old=args.old, old_order=args.old_order)))
 
 
 if __name__ == "__main__":

@@ -8,7 +8,9 @@ The system prompt runs from the most stable part to the least: what depends only
 the current state, then the context and the history, which change every turn. Two orders place the reply
 rules (:data:`PromptOrder`): ``"recency"`` right after the state, where a small model follows them, and
 ``"cache"`` before anything that depends on the state, with a map of the states, so that a change of state
-keeps most of the prompt as a provider's prompt cache saw it. The user's message is sent once, as the user turn.
+keeps most of the prompt as a provider's prompt cache saw it; there (but in a guided prompt) they open the
+prompt, before the task's line that names the definition, so that a call of another definition (a
+sub-conversation's) keeps them too. The user's message is sent once, as the user turn.
 """
 
 from __future__ import annotations
@@ -201,7 +203,8 @@ class PromptBuilder(CallPrompts):
     def stable_prefix(self, definition: FSMDefinition, *, guided: bool = False, order: PromptOrder = "recency") -> str:
         """The part of every system prompt of ``definition`` that is the same in every state: the prefix a
         provider that needs a marker (Anthropic) is told to cache. In the ``"cache"`` order it holds the reply
-        rules and the map of the states too."""
+        rules and the map of the states too, and (but guided) opens with what names no definition: the rules,
+        then the task, whose line that names the definition closes it."""
         key = ("definition", definition.content_hash, guided, order)
         text = self._cache.get(key)
         if text is None:

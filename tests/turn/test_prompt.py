@@ -63,11 +63,11 @@ def test_sections_in_recency_order(signup):
 def test_sections_in_cache_order(signup):
     prompt = render(signup, order="cache")
     top = [p for p in structure(prompt) if p.count("/") <= 2]
-    assert top == [  # the rules and the map before anything that depends on the state
-        "/task",
+    assert top == [  # the rules (naming no definition) and the map before anything that depends on the state
         "/response",
         "/guidelines",
         "/format_rules",
+        "/task",
         "/fsm",
         "/fsm/persona",
         "/fsm/state_map",

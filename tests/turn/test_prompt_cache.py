@@ -89,6 +89,45 @@ def test_in_the_cache_order_a_change_of_state_keeps_the_rules_and_the_map(signup
     assert kept > 0.6 > kept_recency
 
 
+def sub_conversation_prompts(order):
+    """The insurance example's first two calls: the first line's (insurance_claim: its opening is fixed, no call),
+    which enters the identity check, then the second's (the sub-definition identity_check): their system prompts."""
+    from tests.conftest import ROOT, example_hooks
+    from tests.test_examples import script_for
+
+    path = ROOT / "fsm_definitions" / "insurance_claim.json"
+    script, lines = script_for(path)
+    llm = ScriptedLLM(script["replies"])
+    conversation = llm_fsm.Conversation(llm_fsm.load(path), llm, hooks=example_hooks(path), prompt_order=order)
+    conversation.start()
+    conversation.send(lines[0])
+    conversation.send(lines[1])
+    assert [r.definition for r in llm.requests[:2]] == ["insurance_claim", "identity_check"]
+    return [str(r.messages[0]["content"]) for r in llm.requests[:2]]
+
+
+def test_in_the_cache_order_a_sub_conversation_keeps_the_rules_and_the_task():
+    parent, child = sub_conversation_prompts("cache")
+    shared = os.path.commonprefix([parent, child])
+    # the rules and the task's lines that name no definition come before the line that names it
+    assert parent.startswith("<response>") and "<format_rules>" in shared and "Each turn you read" in shared
+    line = 'You are the conversational voice of a finite state machine named "'
+    assert shared.endswith(f"{line}i") and shared.count("\n") == parent[: parent.index(line)].count("\n")
+    assert len(shared) > 1500
+    # the recency order opens with the definition's name: the two share the task's first words only
+    parent, child = sub_conversation_prompts("recency")
+    assert len(os.path.commonprefix([parent, child])) < 100
+
+
+@pytest.mark.parametrize(("order", "guided"), [("recency", False), ("recency", True), ("cache", True)])
+def test_other_prompts_open_with_the_task_that_names_the_definition(signup, order, guided):
+    snapshot = llm_fsm.Conversation(signup, ScriptedLLM()).snapshot()
+    prompt = llm_fsm.PromptBuilder().system_prompt(signup, snapshot, order=order, guided=guided)
+    assert prompt.startswith('<task>\nYou are the conversational voice of a finite state machine named "signup"')
+    task = prompt[: prompt.index("</task>")]
+    assert task.index('named "signup"') < task.index("Each turn you read") < task.index("are data from")
+
+
 @pytest.mark.parametrize(
     ("model", "api_base", "guided", "order"),
     [
