@@ -48,6 +48,22 @@ def model(definition: llm_fsm.FSMDefinition) -> llm_fsm.LLMClient:
     return llm_fsm.LiteLLMClient(name) if name else SimulatedLLM(definition, keep=100)
 
 
+# The HTTP status of each error a turn may raise, the first that fits (a ConflictError is a StoreError too).
+STATUSES: list[tuple[type[Exception], int]] = [
+    (llm_fsm.ConflictError, 409),  # still locked by another turn after `wait` seconds
+    (llm_fsm.StoreError, 400),  # a user id the store refuses as a conversation id
+    (llm_fsm.ConversationError, 409),  # it ended, or it waits for a pause to be resumed
+    (llm_fsm.EmptyMessageError, 422),  # no text: only spaces
+    (llm_fsm.LLMError, 502),  # the provider failed, after its retries: nothing was saved
+]
+TURN_ERRORS = tuple(kind for kind, _ in STATUSES)
+
+
+def http_error(exc: Exception) -> HTTPException:
+    """The HTTP error a turn's ``exc`` answers with (:data:`STATUSES`)."""
+    return HTTPException(next(status for kind, status in STATUSES if isinstance(exc, kind)), str(exc))
+
+
 def create_app(store_url: str | None = None) -> FastAPI:
     # Loaded once and shared by every conversation: a definition is immutable, and so is its use here.
     definition = llm_fsm.load(DEFINITION)
@@ -68,16 +84,8 @@ def create_app(store_url: str | None = None) -> FastAPI:
             # Lock this user's conversation, load it (or create it), run one turn, save it. Two requests
             # of one user wait for each other; other users' turns run meanwhile.
             result = await aadvance(store, user_id, definition, llm, message.text, hooks=hooks)
-        except llm_fsm.ConflictError as exc:  # still locked by another turn after `wait` seconds
-            raise HTTPException(409, str(exc)) from exc
-        except llm_fsm.StoreError as exc:  # a user id the store refuses as a conversation id
-            raise HTTPException(400, str(exc)) from exc
-        except llm_fsm.ConversationError as exc:  # it ended, or it waits for a pause to be resumed
-            raise HTTPException(409, str(exc)) from exc
-        except llm_fsm.EmptyMessageError as exc:  # no text: only spaces
-            raise HTTPException(422, str(exc)) from exc
-        except llm_fsm.LLMError as exc:  # the provider failed, after its retries: nothing was saved
-            raise HTTPException(502, str(exc)) from exc
+        except TURN_ERRORS as exc:
+            raise http_error(exc) from exc
         return {"reply": result.message, "state": result.state}
 
     @app.get("/users/{user_id}")

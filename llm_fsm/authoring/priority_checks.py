@@ -95,10 +95,7 @@ class _Overlaps:
 
     def _sweep(self, options: list[_Option], axis: str, swept: frozenset[str]) -> None:
         spans = [option.requirements.domains[axis].span() for option in options]
-        pinned: dict[Any, list[_Option]] = {}  # value -> the options whose domain is that one value
-        for option, span in zip(options, spans, strict=True):
-            if len(span) == 1 and span[0][0] == span[0][1]:
-                pinned.setdefault(span[0][0], []).append(option)
+        pinned = _pinned(options, spans)
         for group in pinned.values():
             if len(group) > 1:
                 self._search(group, swept)
@@ -114,17 +111,22 @@ class _Overlaps:
             option = options[n]
             pin = id(option) in points
             meeting = [wide] if pin else [wide, narrow]  # two pinned options meet in their group's search
-            if option.index not in self.covered:  # its first partner, among the open segments it meets
-                any(self._try(option, other) for open_ in meeting for other in open_.options())
-            if option.index in self.covered:  # then a partner for each of those still waiting
-
-                def partnered(other: _Option, option: _Option = option) -> bool:
-                    return other.index in self.covered or self._try(option, other)
-
-                for open_ in meeting:
-                    open_.settle(partnered)
+            self._meet(option, meeting)
             (narrow if pin else wide).add(segment, option, option.index in self.covered)
             heapq.heappush(ends, (end, segment))
+
+    def _meet(self, option: _Option, meeting: list[_Open]) -> None:
+        """``option``, where its segment opens, and the ``meeting`` open segments: its first partner among
+        them, then, once it has one, a partner for each of those still waiting."""
+        if option.index not in self.covered:  # its first partner, among the open segments it meets
+            any(self._try(option, other) for open_ in meeting for other in open_.options())
+        if option.index in self.covered:  # then a partner for each of those still waiting
+
+            def partnered(other: _Option) -> bool:
+                return other.index in self.covered or self._try(option, other)
+
+            for open_ in meeting:
+                open_.settle(partnered)
 
     def _across(self, options: list[_Option], others: list[_Option]) -> None:
         """Each option without a partner tries ``others`` until one holds with it. Options without
@@ -175,6 +177,17 @@ class _Open:
         for segment, other in list(self.waiting.items()):
             if partnered(other):
                 self.partnered[segment] = self.waiting.pop(segment)
+
+
+def _pinned(
+    options: list[_Option], spans: list[list[tuple[tuple[Any, ...], tuple[Any, ...]]]]
+) -> dict[Any, list[_Option]]:
+    """Value -> the ``options`` whose domain (``spans``, one per option) is that one value."""
+    pinned: dict[Any, list[_Option]] = {}
+    for option, span in zip(options, spans, strict=True):
+        if len(span) == 1 and span[0][0] == span[0][1]:
+            pinned.setdefault(span[0][0], []).append(option)
+    return pinned
 
 
 def _axis(options: list[_Option], swept: Collection[str]) -> str | None:

@@ -132,22 +132,12 @@ def _converse(
     if tracked.conversation.ended:
         fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
     try:
-        if decision is not None:
-            pending = tracked.conversation.pending
-            if pending is None:
-                fail("--resume: the conversation is not paused (resume a stored one: --store and -c ID)", 2)
-            _emit(tracked.run(lambda c: c.resume(pending.token, decision)), mask)
-        elif tracked.is_new:
-            _emit(tracked.run(lambda c: c.start()), mask)
+        _first_turn(tracked, mask, decision)
         for line in lines:
             if tracked.conversation.ended or tracked.conversation.paused:
                 break
             _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]  # a default binds the line: mypy cannot type it
-        conversation = tracked.conversation
-        if conversation.paused and conversation.pending is not None:
-            how = "a --store to keep it" if tracked.id == UNSTORED_ID else f"--store, -c {tracked.id} and --resume JSON"
-            typer.echo(f"paused: {shown(conversation.pending.reason)} (to continue: run again with {how})", err=True)
-            raise typer.Exit(PAUSED_EXIT)
+        _exit_if_paused(tracked)
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
     except KeyboardInterrupt:
@@ -158,6 +148,29 @@ def _converse(
         fail(str(exc), 1)
     except FSMError as exc:
         fail(str(exc), 2)
+
+
+def _first_turn(
+    tracked: StoredConversation, mask: Callable[[dict[str, Any]], dict[str, Any]], decision: dict[str, Any] | None
+) -> None:
+    """The turn a run opens with before its input's lines, where it has one: the resume of a paused conversation
+    with ``decision`` (--resume; exit 2 where it is not paused), or the start of a new one."""
+    if decision is not None:
+        pending = tracked.conversation.pending
+        if pending is None:
+            fail("--resume: the conversation is not paused (resume a stored one: --store and -c ID)", 2)
+        _emit(tracked.run(lambda c: c.resume(pending.token, decision)), mask)
+    elif tracked.is_new:
+        _emit(tracked.run(lambda c: c.start()), mask)
+
+
+def _exit_if_paused(tracked: StoredConversation) -> None:
+    """Exit :data:`PAUSED_EXIT` where the conversation waits for a person, saying on stderr how to continue it."""
+    conversation = tracked.conversation
+    if conversation.paused and conversation.pending is not None:
+        how = "a --store to keep it" if tracked.id == UNSTORED_ID else f"--store, -c {tracked.id} and --resume JSON"
+        typer.echo(f"paused: {shown(conversation.pending.reason)} (to continue: run again with {how})", err=True)
+        raise typer.Exit(PAUSED_EXIT)
 
 
 def _lines(stream: TextIO, name: str, most: int) -> Iterator[str]:

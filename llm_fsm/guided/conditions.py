@@ -4,7 +4,7 @@ conditions compare a key as. Anything less plain is left to the engine to check.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from llm_fsm.definition.key_values import is_number, reads
@@ -135,26 +135,48 @@ def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
     ((operator, args),) = rule.items()
     if not isinstance(args, list):
         return []
-    if operator == "or" and args:  # each part names values of the key: any of them
-        values: list[Any] = []
-        for part in args:
-            found = _comparison(part, key)
-            if not found or found[0][0] not in ("const", "enum"):
-                return []
-            values.extend(found[0][1] if found[0][0] == "enum" else [found[0][1]])
-        return [("enum", list(dict.fromkeys(values)))]
-    if operator in ("==", "===") and len(args) == 2:
-        other = args[1] if reads(args[0], key) else args[0] if reads(args[1], key) else None
-        return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
-    if operator == "in" and len(args) == 2 and reads(args[1], key) and isinstance(args[0], str):  # text in text
-        return [("contains", args[0])] if literal(args[0]) is not None else []
-    if operator == "in" and len(args) == 2 and reads(args[0], key) and isinstance(args[1], list):
-        return [("enum", args[1])] if args[1] and all(not isinstance(v, dict | list) for v in args[1]) else []
     if operator in _FLIPPED:
         operator, args = _FLIPPED[operator], list(reversed(args))
-    if operator not in _BOUNDS or len(args) not in (2, 3):
+    if operator in _BOUNDS:
+        return _bounded(_BOUNDS[operator], args, key)
+    compared = _COMPARED.get(operator)
+    return compared(args, key) if compared is not None else []
+
+
+def _any_of(args: list[Any], key: str) -> list[tuple[str, Any]]:
+    """An ``or`` whose every part names values of the key: any of them."""
+    if not args:
         return []
-    low, high = _BOUNDS[operator]
+    values: list[Any] = []
+    for part in args:
+        found = _comparison(part, key)
+        if not found or found[0][0] not in ("const", "enum"):
+            return []
+        values.extend(found[0][1] if found[0][0] == "enum" else [found[0][1]])
+    return [("enum", list(dict.fromkeys(values)))]
+
+
+def _equal(args: list[Any], key: str) -> list[tuple[str, Any]]:
+    """The key equal to a constant (either side): that value."""
+    if len(args) != 2:
+        return []
+    other = args[1] if reads(args[0], key) else args[0] if reads(args[1], key) else None
+    return [("const", other)] if other is not None and not isinstance(other, dict | list) else []
+
+
+def _membership(args: list[Any], key: str) -> list[tuple[str, Any]]:
+    """An ``in``: text the key's text contains (``{"in": ["@", key]}``), or a list of constants the key is one of."""
+    if len(args) == 2 and reads(args[1], key) and isinstance(args[0], str):  # text in text
+        return [("contains", args[0])] if literal(args[0]) is not None else []
+    if len(args) == 2 and reads(args[0], key) and isinstance(args[1], list):
+        return [("enum", args[1])] if args[1] and all(not isinstance(v, dict | list) for v in args[1]) else []
+    return []
+
+
+def _bounded(bounds: tuple[str, str], args: list[Any], key: str) -> list[tuple[str, Any]]:
+    """A ``<`` or ``<=`` (``bounds``: its lower and upper keywords) of the key and numbers: the key between two, or
+    below or above one."""
+    low, high = bounds
     if len(args) == 3 and reads(args[1], key) and is_number(args[0]) and is_number(args[2]):
         return [(low, args[0]), (high, args[2])]
     if len(args) == 2 and reads(args[0], key) and is_number(args[1]):
@@ -162,6 +184,15 @@ def _comparison(rule: Any, key: str) -> list[tuple[str, Any]]:
     if len(args) == 2 and reads(args[1], key) and is_number(args[0]):
         return [(low, args[0])]
     return []
+
+
+# the comparisons other than bounds, by operator
+_COMPARED: dict[str, Callable[[list[Any], str], list[tuple[str, Any]]]] = {
+    "or": _any_of,
+    "==": _equal,
+    "===": _equal,
+    "in": _membership,
+}
 
 
 def _fits(schema: dict[str, Any], value: Any) -> bool:

@@ -59,24 +59,7 @@ def not_opening_like(earlier: Iterable[str], limit: int) -> str | None:
 
     Each character is either a letter the earlier messages use (or an ASCII one), which goes on with an opening
     or leaves it, or anything else, which is skipped (up to three in a row; a fourth leaves every opening)."""
-    trie: dict[str, Any] = {}
-    letters = set(_ASCII)
-    for text in earlier:
-        chars = [char for char in text.lower() if char.isalnum() and len(char.upper()) == 1]
-        letters.update(chars + [char.upper() for char in chars])
-        if not chars:
-            continue
-        node = trie
-        for char in chars[:OPENING_CHARS]:
-            if node.get("") == _PREFIX:  # a shorter opening ends here: this one is avoided already
-                break
-            node = node.setdefault(char, {})
-        else:
-            if len(chars) > OPENING_CHARS:
-                node.clear()
-                node[""] = _PREFIX
-            elif "" not in node:
-                node[""] = _EXACT
+    trie, letters = _openings(earlier)
     if not trie:
         return None
     known = _class(letters)
@@ -104,6 +87,31 @@ def not_opening_like(earlier: Iterable[str], limit: int) -> str | None:
     tail = f"[^{_TEXT_EXCLUDED}]{{0,{max(0, limit - 2 * OPENING_CHARS)}}}"
     ended = shorter(trie)
     return "^(?:" + diverging(trie) + tail + (f"|{ended}" if ended is not None else "") + ")$"
+
+
+def _openings(earlier: Iterable[str]) -> tuple[dict[str, Any], set[str]]:
+    """The openings of ``earlier`` as a trie of their lower-case letters and digits (an opening ends where a node's
+    ``""`` says how: :data:`_PREFIX` for one of :data:`OPENING_CHARS` characters, whatever follows it repeating it;
+    :data:`_EXACT` for a whole short message), and the letters a message may use: ASCII's and theirs, both cases."""
+    trie: dict[str, Any] = {}
+    letters = set(_ASCII)
+    for text in earlier:
+        chars = [char for char in text.lower() if char.isalnum() and len(char.upper()) == 1]
+        letters.update(chars + [char.upper() for char in chars])
+        if not chars:
+            continue
+        node = trie
+        for char in chars[:OPENING_CHARS]:
+            if node.get("") == _PREFIX:  # a shorter opening ends here: this one is avoided already
+                break
+            node = node.setdefault(char, {})
+        else:
+            if len(chars) > OPENING_CHARS:
+                node.clear()
+                node[""] = _PREFIX
+            elif "" not in node:
+                node[""] = _EXACT
+    return trie, letters
 
 
 def _class(chars: Iterable[str]) -> str:
@@ -151,33 +159,21 @@ def portable_pattern(pattern: str, limit: int = MAX_TEXT) -> str:
       small model loops until the token limit (they share ``limit``, so the whole stays near it)."""
     out: list[str] = []
     i, n = 0, len(pattern)
-    negated = in_class = False
+    in_class = False
     limit = max(1, limit // max(1, _open_repeats(pattern)))  # the repeats share the length
     while i < n:
         c = pattern[i]
         if c == "\\" and i + 1 < n:
-            escaped = pattern[i + 1]
-            if escaped in _SHORTHANDS:
-                out.append(_SHORTHANDS[escaped] if in_class else f"[{_SHORTHANDS[escaped]}]")
-            elif escaped.lower() in _SHORTHANDS and not in_class:
-                out.append(f"[^{_SHORTHANDS[escaped.lower()]}{_TEXT_EXCLUDED}]")
-            else:
-                out.append(c + escaped)
+            out.append(_escape(pattern[i + 1], in_class))
             i += 2
         elif in_class:
             in_class = c != "]"
             out.append(c)
             i += 1
         elif c == "[":
-            negated = pattern[i + 1 : i + 2] == "^"
+            opened, i = _class_opening(pattern, i)
             in_class = True
-            i += 2 if negated else 1
-            out.append("[^" if negated else "[")
-            if negated and not pattern.startswith(_TEXT_EXCLUDED, i):  # first, so nothing after makes it a range
-                out.append(_TEXT_EXCLUDED)
-            if pattern[i : i + 1] in ("]", "-"):  # a character of the class where it stands: escaped after ours
-                out.append("\\" + pattern[i])
-                i += 1
+            out.append(opened)
         elif c == ".":
             out.append(f"[^{_TEXT_EXCLUDED}]")
             i += 1
@@ -192,6 +188,32 @@ def portable_pattern(pattern: str, limit: int = MAX_TEXT) -> str:
             out.append(c)
             i += 1
     return "".join(out)
+
+
+def _escape(escaped: str, in_class: bool) -> str:
+    """The escape of ``escaped`` (the character after a backslash) as llama.cpp reads it: a shorthand class
+    (``\\d``) as its characters inside brackets, else as a bracket class; its negation (``\\D``, outside
+    brackets) a negated class that never matches what ends a JSON string; any other escape as it was."""
+    if escaped in _SHORTHANDS:
+        return _SHORTHANDS[escaped] if in_class else f"[{_SHORTHANDS[escaped]}]"
+    if escaped.lower() in _SHORTHANDS and not in_class:
+        return f"[^{_SHORTHANDS[escaped.lower()]}{_TEXT_EXCLUDED}]"
+    return "\\" + escaped
+
+
+def _class_opening(pattern: str, i: int) -> tuple[str, int]:
+    """The opening of the bracket class at ``pattern[i]`` (a ``[``) as written for a grammar, and where the class's
+    own characters go on: a negated class first excludes what ends a JSON string, and a ``]`` or ``-`` right after
+    the opening, a character of the class, is escaped."""
+    negated = pattern[i + 1 : i + 2] == "^"
+    i += 2 if negated else 1
+    opened = "[^" if negated else "["
+    if negated and not pattern.startswith(_TEXT_EXCLUDED, i):  # first, so nothing after makes it a range
+        opened += _TEXT_EXCLUDED
+    if pattern[i : i + 1] in ("]", "-"):  # a character of the class where it stands: escaped after ours
+        opened += "\\" + pattern[i]
+        i += 1
+    return opened, i
 
 
 _OPEN_REPEAT = re.compile(r"\{(\d+),\}")

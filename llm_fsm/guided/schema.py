@@ -100,16 +100,10 @@ def guided_schema(
     opens like none of them (:func:`llm_fsm.guided.patterns.not_opening_like`).
     """
     state = definition.states[state_id]
-    every = definition.moves(state_id, RETURN)
-    keys = [] if opening else writable_keys(state, protected or definition.code_only_keys, every)
     asks = state.required_context_keys
     # a yes/no key that is all the state asks is the state's question (a read-back's "confirmed")
     question = asks[0] if len(asks) == 1 and value_schema(definition, state, asks[0]).get("type") == "boolean" else None
-    if state.writable_keys is None:  # a key another state asks for is that state's to collect (asked_elsewhere)
-        elsewhere = asked_elsewhere(definition, state_id)
-        keys = [key for key in keys if key not in elsewhere or (question and key in context)]
-    if not opening:  # and the keys it may correct, once collected (llm_fsm.definition.corrections)
-        keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
+    keys = _reply_keys(definition, state_id, context, opening, protected, question)
     # values collected before that the state does not ask for, here to be corrected (a read-back, corrections)
     kept = [key for key in keys if key in context and key not in asks]
     values = {key: value_schema(definition, state, key) for key in keys}
@@ -157,19 +151,17 @@ def guided_schema(
             # a move on the model's judgment alone (a hand-over, a cancellation) is taken only by a reply that
             # collects none of what the state asks for: a user who answers the question is on the flow
             groups.extend([(key, None)] for key in collected)
-        for combo in _combos([group for group in groups if group is not None]):
-            for offer in offers:
-                branch = _branch(transition.target_state, {**own, **offer}, need=[*needed, *offer], given=_given(combo))
-                moves.append(branch)
+        moves.extend(
+            _branch(transition.target_state, {**own, **offer}, need=[*needed, *offer], given=_given(combo))
+            for combo in _combos([group for group in groups if group is not None])
+            for offer in offers
+        )
         breaking = {
             key: _breaking(values[key], own[key], contained(transition, key), _format_parts(definition, key))
             for key in forced
         }
-        if offers != [{}] and eager:  # staying leaves the first key it ties (the product) null
-            fulfilled.append({next(iter(offers[0])): None})
-        elif forced and eager and all(value is not False for value in breaking.values()):
-            # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
-            fulfilled.append(breaking)  # type: ignore[arg-type]  # False was ruled out just above
+        if eager and (unfulfilled := _unfulfilled(offers, breaking)) is not None:
+            fulfilled.append(unfulfilled)
     stays = [_branch(state.id, values, given=_given(combo)) for combo in _combos([list(m.items()) for m in fulfilled])]
     targets = [back_to if t.target_state == RETURN else t.target_state for t in state.transitions]
     open_ = {branch["properties"]["target_state"]["enum"][0] for branch in moves}
@@ -204,6 +196,43 @@ def guided_schema(
         "required": ["transition", "message"],
         "additionalProperties": False,
     }
+
+
+def _reply_keys(
+    definition: FSMDefinition,
+    state_id: str,
+    context: Mapping[str, Any],
+    opening: bool,
+    protected: Collection[str],
+    question: str | None,
+) -> list[str]:
+    """The keys a reply in ``state_id`` may write: none in the opening message; else the state's writable keys
+    (not ``protected`` ones, or the definition's code-only keys), less those another state asks for unless
+    collected and the state asks only its yes/no ``question``, and the keys it may correct once collected."""
+    state = definition.states[state_id]
+    every = definition.moves(state_id, RETURN)
+    keys = [] if opening else writable_keys(state, protected or definition.code_only_keys, every)
+    if state.writable_keys is None:  # a key another state asks for is that state's to collect (asked_elsewhere)
+        elsewhere = asked_elsewhere(definition, state_id)
+        keys = [key for key in keys if key not in elsewhere or (question and key in context)]
+    if not opening:  # and the keys it may correct, once collected (llm_fsm.definition.corrections)
+        keys += [key for key in definition.correctable_keys(state_id) if key in context and key not in keys]
+    return keys
+
+
+def _unfulfilled(
+    offers: list[dict[str, Any]], breaking: Mapping[str, dict[str, Any] | None | bool]
+) -> dict[str, dict[str, Any] | None] | None:
+    """How staying (or a later move) leaves a move unfulfilled, key by key (None: the key left null, else a value
+    schema that breaks the move): the first key a move ties to others (the product) left null where it has
+    ``offers``; else one of the keys it was forced to need left null or ``breaking`` it. None where neither can
+    be said (no key forced, or a breaking value JSON Schema cannot say)."""
+    if offers != [{}]:  # staying leaves the first key it ties (the product) null
+        return {next(iter(offers[0])): None}
+    if breaking and all(value is not False for value in breaking.values()):
+        # staying (or a later move) leaves one of its keys null, or gives a value that breaks it
+        return breaking  # type: ignore[return-value]  # False was ruled out just above
+    return None
 
 
 _WORDS = re.compile(r"\w+")
@@ -275,15 +304,7 @@ def _breaking(
     breaks the move by lacking one of the others (said only for single characters)."""
     parts = [part for part in parts if part not in given]
     if parts:
-        changed = {k for k in {*base, *narrowed} if base.get(k) != narrowed.get(k)}
-        if changed != {"pattern"} or any(len(part) != 1 for part in parts):
-            return False
-        limit = int(base.get("maxLength", MAX_TEXT))
-        lacking = [containing(given, limit, without=part) for part in parts]
-        if None in lacking:
-            return False
-        branches = [{**base, "pattern": pattern} for pattern in lacking]
-        return branches[0] if len(branches) == 1 else {"anyOf": branches}
+        return _lacking_parts(base, narrowed, parts, given)
     if narrowed == base:
         return None
     allowed = [narrowed["const"]] if "const" in narrowed else narrowed.get("enum")
@@ -294,19 +315,37 @@ def _breaking(
         return None if not rest else {**base, "enum": rest}
     kind = narrowed.get("type")
     if kind in ("integer", "number") and not {"const", "enum"} & set(narrowed):
-        outside = []
         # each bound the move needs, turned around: a value past any one of them breaks it
-        if "minimum" in narrowed:
-            outside.append({"type": kind, "exclusiveMaximum": narrowed["minimum"]})
-        if "exclusiveMinimum" in narrowed:
-            outside.append({"type": kind, "maximum": narrowed["exclusiveMinimum"]})
-        if "maximum" in narrowed:
-            outside.append({"type": kind, "exclusiveMinimum": narrowed["maximum"]})
-        if "exclusiveMaximum" in narrowed:
-            outside.append({"type": kind, "minimum": narrowed["exclusiveMaximum"]})
+        outside = [{"type": kind, _TURNED[bound]: narrowed[bound]} for bound in _TURNED if bound in narrowed]
         if outside:
             return outside[0] if len(outside) == 1 else {"anyOf": outside}
     return False
+
+
+# a numeric bound, and the bound a value past it keeps: past ``minimum: 5`` is ``exclusiveMaximum: 5``
+_TURNED = {
+    "minimum": "exclusiveMaximum",
+    "exclusiveMinimum": "maximum",
+    "maximum": "exclusiveMinimum",
+    "exclusiveMaximum": "minimum",
+}
+
+
+def _lacking_parts(
+    base: dict[str, Any], narrowed: dict[str, Any], parts: list[str], given: list[str]
+) -> dict[str, Any] | bool:
+    """The values of ``base`` that lack one of ``parts`` (single characters the move needs the text to contain,
+    beyond what its format gives): False where the move narrows more than the pattern, a part is longer than a
+    character, or a pattern cannot say it."""
+    changed = {k for k in {*base, *narrowed} if base.get(k) != narrowed.get(k)}
+    if changed != {"pattern"} or any(len(part) != 1 for part in parts):
+        return False
+    limit = int(base.get("maxLength", MAX_TEXT))
+    lacking = [containing(given, limit, without=part) for part in parts]
+    if None in lacking:
+        return False
+    branches = [{**base, "pattern": pattern} for pattern in lacking]
+    return branches[0] if len(branches) == 1 else {"anyOf": branches}
 
 
 def _within(schema: dict[str, Any], value: Any) -> bool:

@@ -211,19 +211,12 @@ def from_words(
         parts = [part for part in found if part is not None]
         return None if not parts else parts[0] if len(parts) == 1 else {"anyOf": parts}
     if "enum" in schema and "const" not in schema:
-        named = [value for value in schema["enum"] if isinstance(value, str) and named_in(value, said.every)]
-        if named:
-            return {**schema, "enum": named}
-        if current is not None:
-            return {"const": current} if current in schema["enum"] else None
-        unasked = not asked and any(isinstance(value, str) for value in schema["enum"])
-        return None if unasked or not said.every else schema  # a message that only asks chooses nothing
+        return _closed_set(schema, said, current, asked)
     if "const" in schema or schema.get("format", "date") != "date" or schema.get("type") in ("null", "boolean"):
         return schema  # a date format is read as its pattern (below); other formats are the model's to write
     if schema.get("format") == "date" and "pattern" not in schema:
         schema = {**schema, "pattern": ISO_DATE.pattern}
-    kind, original = schema.get("type"), schema
-    kind_free = isinstance(kind, list)  # nothing says what it holds: text or a number
+    kind = schema.get("type")
     if (
         not said.texts
         and not said.numbers
@@ -232,12 +225,27 @@ def from_words(
         and (kind in ("string", "integer", "number") or isinstance(kind, list))
     ):
         return None  # nothing stated (a question, "okay, fair enough"): no value to write
+    return _open_value(schema, said, current, keep)
+
+
+def _closed_set(schema: dict[str, Any], said: Said, current: Any, asked: bool) -> dict[str, Any] | None:
+    """A closed set (an ``enum``) made the values the words name; where they name none, the collected
+    ``current`` value if the set has it, else the whole set when the key is ``asked`` and something was said."""
+    named = [value for value in schema["enum"] if isinstance(value, str) and named_in(value, said.every)]
+    if named:
+        return {**schema, "enum": named}
+    if current is not None:
+        return {"const": current} if current in schema["enum"] else None
+    unasked = not asked and any(isinstance(value, str) for value in schema["enum"])
+    return None if unasked or not said.every else schema  # a message that only asks chooses nothing
+
+
+def _open_value(schema: dict[str, Any], said: Said, current: Any, keep: bool) -> dict[str, Any] | None:
+    """A part with no closed set (free text, a number, or a value of any of those kinds) made the values of
+    ``said`` it accepts; a part of another kind is left as it is."""
+    kind = schema.get("type")
     if kind == "string":
-        offered: list[Any] = list(said.texts)
-        if isinstance(current, str) and ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
-            offered += [day for day in (f"{current[:8]}{day:02d}" for day in said.days) if real_day(day)]
-        if _digits_in(schema.get("pattern")):  # "13/06/2027": a date's key is offered the date
-            offered += [day for day in said.dated if day not in offered]
+        offered = _texts_offered(schema, said, current)
     elif kind in ("integer", "number"):
         offered = [n for n in said.numbers if kind == "number" or isinstance(n, int) or float(n).is_integer()]
         offered = [int(n) if kind == "integer" else n for n in offered]
@@ -246,10 +254,31 @@ def from_words(
             # collected one only where it is corrected ("income is actually fifty two thousand")
             return _kept(schema, current) if current is not None and not (keep and said.counted) else schema
     elif isinstance(kind, list) and set(kind) == {"string", "number", "boolean"}:  # nothing says what it holds
-        offered = [*said.texts, *said.numbers]
-        schema = {key: value for key, value in schema.items() if key != "type"}
+        untyped = {key: value for key, value in schema.items() if key != "type"}
+        return _chosen(untyped, schema, said, [*said.texts, *said.numbers], current, keep)
     else:
         return schema
+    return _chosen(schema, schema, said, offered, current, keep)
+
+
+def _texts_offered(schema: dict[str, Any], said: Said, current: Any) -> list[Any]:
+    """The texts a free-text part is offered: the spans said, a day of the month collected ("the 15th"), and
+    the dates said where the part's pattern asks for digits."""
+    offered: list[Any] = list(said.texts)
+    if isinstance(current, str) and ISO_DATE.fullmatch(current):  # "the 15th": of the month collected
+        offered += [day for day in (f"{current[:8]}{day:02d}" for day in said.days) if real_day(day)]
+    if _digits_in(schema.get("pattern")):  # "13/06/2027": a date's key is offered the date
+        offered += [day for day in said.dated if day not in offered]
+    return offered
+
+
+def _chosen(
+    schema: dict[str, Any], original: dict[str, Any], said: Said, offered: list[Any], current: Any, keep: bool
+) -> dict[str, Any] | None:
+    """The values of ``offered`` that ``schema`` accepts, as a closed set (``original`` is the part as it came,
+    its type included); what the tools answered where nothing said fits."""
+    kind = original.get("type")
+    kind_free = isinstance(kind, list)  # nothing says what it holds: text or a number
     accepts = _checker(schema)
     # what the user said first; what the tools answered where nothing said fits ("9 pm then": 21:00, not the
     # 22:00 the availability check was asked about)
@@ -259,27 +288,35 @@ def from_words(
     if not fitting and kind == "string" and "pattern" in schema:  # a code typed loosely: "pf 4471 9902 de"
         fitting = [value for value in dict.fromkeys(_compacted(offered)) if accepts(value)]
     if not fitting:
-        if current is not None:
-            return _kept(original, current)
-        if kind == "string" and _digits_in(schema.get("pattern")) and (not said.numeric or said.digits):
-            # a time or a code the words do not say ("I'm Ana"), or say wrong (a 5-character reference where 6
-            # are asked): not invented; said in words ("diez y media", "tomorrow, 3 nights") it is the model's
-            return original if said.words & _DAY_WORDS else None
-        return None if kind in ("integer", "number") else original
-    if "pattern" in schema and kind == "string":  # a shaped value (an email, a code): the least span that has it,
-        # and first the whole of digits written in groups ("555 123 4567", "+44 7700 900123"), not a piece of them
-        least = [value for value in fitting if not any(other != value and other in value for other in fitting)]
-        whole_only = str(schema["pattern"]).startswith("^") and str(schema["pattern"]).endswith("$")
-        groups = [
-            v for v in fitting if whole_only and isinstance(v, str) and _GROUPS.fullmatch(v) and not _LONE.search(v)
-        ]
-        whole = [
-            v for v in groups if not any(o != v and v in o for o in groups) and any(p != v and p in v for p in least)
-        ]
-        fitting = list(dict.fromkeys([*whole, *least]))
+        return _unfitted(original, said, current)
+    if "pattern" in schema and kind == "string":
+        fitting = _least_shaped(fitting, str(schema["pattern"]))
     elif keep and isinstance(current, str | int | float) and not isinstance(current, bool) and accepts(current):
         fitting = [current, *(value for value in fitting if value != current)]
     return {"enum": fitting[:MAX_OFFERED]}
+
+
+def _unfitted(original: dict[str, Any], said: Said, current: Any) -> dict[str, Any] | None:
+    """What a part becomes when nothing said or answered fits it: the collected value where there is one; else
+    none for a number, nor for a value of digits the words do not say; else the part as it was."""
+    kind = original.get("type")
+    if current is not None:
+        return _kept(original, current)
+    if kind == "string" and _digits_in(original.get("pattern")) and (not said.numeric or said.digits):
+        # a time or a code the words do not say ("I'm Ana"), or say wrong (a 5-character reference where 6
+        # are asked): not invented; said in words ("diez y media", "tomorrow, 3 nights") it is the model's
+        return original if said.words & _DAY_WORDS else None
+    return None if kind in ("integer", "number") else original
+
+
+def _least_shaped(fitting: list[Any], pattern: str) -> list[Any]:
+    """Of the values a shaped part (an email, a code) accepts, the least spans that have it, and first the whole
+    of digits written in groups ("555 123 4567", "+44 7700 900123"), not a piece of them."""
+    least = [value for value in fitting if not any(other != value and other in value for other in fitting)]
+    whole_only = pattern.startswith("^") and pattern.endswith("$")
+    groups = [v for v in fitting if whole_only and isinstance(v, str) and _GROUPS.fullmatch(v) and not _LONE.search(v)]
+    whole = [v for v in groups if not any(o != v and v in o for o in groups) and any(p != v and p in v for p in least)]
+    return list(dict.fromkeys([*whole, *least]))
 
 
 def _compacted(texts: Iterable[Any]) -> Iterable[str]:

@@ -84,7 +84,16 @@ Client = Annotated[str, Depends(_authenticate)]
 
 
 def add_routes(app: FastAPI, service: Service) -> None:
-    views = {name: definition_view(definition) for name, definition in service.definitions.items()}  # drawn once
+    """The routes below on ``app``, answered by ``service``: the server's, the definitions', the conversations'
+    and their turns' (in this order, the order of the API's description)."""
+    _server_routes(app, service)
+    _definition_routes(app, service)
+    _conversation_routes(app, service)
+    _turn_routes(app, service)
+
+
+def _server_routes(app: FastAPI, service: Service) -> None:
+    """Health and readiness, asked without a token."""
 
     @app.get("/health", tags=["server"])
     async def health() -> dict[str, str]:
@@ -100,6 +109,11 @@ def add_routes(app: FastAPI, service: Service) -> None:
         body = {"status": "not ready" if down else "ready", "mcp_servers_down": down}
         return JSONResponse(body, status_code=503 if down else 200)
 
+
+def _definition_routes(app: FastAPI, service: Service) -> None:
+    """The definitions served, each drawn once."""
+    views = {name: definition_view(definition) for name, definition in service.definitions.items()}  # drawn once
+
     @app.get("/definitions", tags=["definitions"])
     async def list_definitions(client: Client) -> dict[str, Any]:
         """The definitions served, each with its states and its graph (Mermaid ``stateDiagram-v2``)."""
@@ -109,6 +123,10 @@ def add_routes(app: FastAPI, service: Service) -> None:
     async def get_definition(name: str, client: Client) -> dict[str, Any]:
         """One definition, with its states and its graph (Mermaid)."""
         return views[service.definition(name).name]
+
+
+def _conversation_routes(app: FastAPI, service: Service) -> None:
+    """A conversation made, read (whole, or its history a page at a time) and deleted."""
 
     @app.post("/conversations", status_code=201, tags=["conversations"])
     async def create_conversation(
@@ -157,6 +175,20 @@ def add_routes(app: FastAPI, service: Service) -> None:
             raise not_found(f"no conversation {conversation_id!r}")
         return history_view(page)
 
+    @app.delete("/conversations/{conversation_id}", status_code=204, tags=["conversations"])
+    async def delete_conversation(conversation_id: str, client: Client) -> Response:
+        """Delete the conversation (after any turn running on it)."""
+        key = service.stored(client, conversation_id).stored.id
+        async with service.store.alock(key, timeout=service.wait):
+            if not await service.store.adelete(key):
+                raise not_found(f"no conversation {conversation_id!r}")
+        return Response(status_code=204)
+
+
+def _turn_routes(app: FastAPI, service: Service) -> None:
+    """A conversation's turns: a message sent (answered whole or streamed), a pause resumed, and an assistant's
+    message written elsewhere recorded."""
+
     @app.post("/conversations/{conversation_id}/messages", tags=["conversations"])
     async def send_message(
         conversation_id: str, body: SendMessage, client: Client, response: Response, key: Key
@@ -201,15 +233,6 @@ def add_routes(app: FastAPI, service: Service) -> None:
         await item.stored.arecord(body.message, replace=body.replace, idempotency_key=key)
         mark_replayed(response, item.stored)
         return conversation_view(item, service.mask(item.definition))
-
-    @app.delete("/conversations/{conversation_id}", status_code=204, tags=["conversations"])
-    async def delete_conversation(conversation_id: str, client: Client) -> Response:
-        """Delete the conversation (after any turn running on it)."""
-        key = service.stored(client, conversation_id).stored.id
-        async with service.store.alock(key, timeout=service.wait):
-            if not await service.store.adelete(key):
-                raise not_found(f"no conversation {conversation_id!r}")
-        return Response(status_code=204)
 
 
 def _page_bounds(before: str | None, limit: str | None) -> tuple[int | None, int]:
