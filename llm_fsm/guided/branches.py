@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 
 from llm_fsm.definition.models import RETURN, FSMDefinition
 from llm_fsm.definition.texts import language_code
-from llm_fsm.guided.languages import spoken
+from llm_fsm.guided import languages
 from llm_fsm.guided.numbers import Placed, placed_numbers, ranges_joined
-from llm_fsm.guided.words import Said, Topic, accepts, flag, from_words, names, pool, word_set
+from llm_fsm.guided.words import Said, Topic, accepts, flag, from_words, names, pool
 
 NULL: dict[str, Any] = {"type": "null"}
 NOTHING = Said([], [], [])  # what a held value is taken from: it stays as collected
@@ -240,8 +240,8 @@ def _ranged(placed: list[Placed], n: int, m: int) -> bool:
 
 
 # "a year", "per month", "/mo": a rate, which names a key of that rate (monthly_rent), not of that thing (vehicle_year)
-_RATE = frozenset({"a", "an", "per", "each", "every", "/"})
-_PERIODS = word_set("year month week day hour night annum yr mo wk")
+_RATE = languages.words("en", "rate") | {"/"}  # "/mo" is a rate too
+_PERIODS = languages.words("en", "period")
 
 
 @functools.cache
@@ -249,7 +249,7 @@ def _clauses(language: str | None) -> re.Pattern[str]:
     """Where a message's clauses part: after a sentence's end, at a comma, and at a word that joins two clauses
     ("and", "but") of English and ``language`` (every built-in language's where None): per language, as "en" is
     Dutch "and" and French "in", "ma" Italian "but" and French "my"."""
-    joiners = "|".join(re.escape(word) for word in sorted(spoken("clause", language), key=lambda w: (-len(w), w)))
+    joiners = languages.either(languages.spoken("clause", language))
     return re.compile(rf"(?<=[.!?;])\s+|,\s+|\s+(?:{joiners})\s+", re.IGNORECASE)
 
 

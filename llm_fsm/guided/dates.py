@@ -16,9 +16,9 @@ _TIME = re.compile(  # not a date's day and month: 13.06.2027
 # beside a day's number ("13 June", "June 13th"), and none is a function word of another language
 # (tests/guided/test_languages.py)
 _MONTHS = languages.months()
-_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+_MONTH = "(" + languages.either(frozenset(_MONTHS)) + r")\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th|er|º|\.)?"
-_OF = "|".join(sorted(languages.union("day_of"), key=len, reverse=True))  # "13 of June", "13 de junio"
+_OF = languages.either(languages.union("day_of"))  # "13 of June", "13 de junio"
 _DATES = (
     re.compile(rf"\b{_DAY}\s+(?:(?:{_OF})\s+)?{_MONTH}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # 13 June (2026)
     re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # June 13th (, 2026)

@@ -14,7 +14,14 @@
 - ``day_of``: the word between a day and its month's name ("13 of June", "13 de junio");
 - ``times`` (an object): a time of day, ``HH:MM``, and the words that say it ("noon");
 - ``thousand``, ``million``: the words that scale a number said in digits ("42 thousand", "3 Millionen");
-- ``between``: the words that open a range said with "and" ("between 40 and 50k"), and ``between_and``: its "and".
+- ``between``: the words that open a range said with "and" ("between 40 and 50k"), and ``between_and``: its "and";
+  ``range_to``: the word between a range's ends ("3 to 4 thousand", "3 bis 4");
+- ``rate``, ``period``: the words of a rate ("a", "per"; "year", "month"): "12k miles a year" names no key of that
+  thing (vehicle_year), only one of that rate (annual_mileage); English's only, as key names are paired by their
+  English "-ly" form (monthly_rent);
+- ``confirming``: the starts of a yes/no key's name that make it a confirmation ("confirm", "acept", "bestätig"),
+  and ``generic``: the words of a key's name or a move's description that name who or how, not what ("user",
+  "says"): both read from the definition's names, in every language.
 
 Words are apart by spaces; a field a language does not fill is empty. Where a reader knows the definition's language
 it reads that language's words beside English's (:func:`spoken`): a word of one language can be a function word of
@@ -24,6 +31,7 @@ from __future__ import annotations
 
 import functools
 import json
+import re
 from importlib import resources
 
 CODES = ("en", "es", "de", "fr", "it", "pt", "nl")  # the built-in languages, in the order their words are read
@@ -53,6 +61,12 @@ def spoken(kind: str, code: str | None = None) -> frozenset[str]:
     if code is None:
         return union(kind)
     return words("en", kind) | (words(code, kind) if code in CODES else frozenset())
+
+
+def either(words: frozenset[str]) -> str:
+    """A regular expression's alternatives for any of ``words``, the longest first (a word is not read as its
+    start: "millions" before "million")."""
+    return "|".join(re.escape(word) for word in sorted(words, key=lambda word: (-len(word), word)))
 
 
 def phrases(kind: str) -> tuple[str, ...]:

@@ -10,7 +10,7 @@ import re
 from typing import NamedTuple
 
 from llm_fsm.guided.dates import date_and_time_spans
-from llm_fsm.guided.languages import spoken
+from llm_fsm.guided.languages import either, spoken
 
 _GROUP = "['\u2019\u00a0\u202f]"  # thousands apart with an apostrophe (5'000) or a no-break space (1 500)
 # a unit written on the number ("70kg", "25yo", "2hrs", "4pax"): the number is read ("pm", "am" make a time of day)
@@ -25,17 +25,18 @@ _END = rf"[kKM](?![\w]|[.,]\d)|(?={_UNITS})|(?![\w]|[.,:]\d|{_GROUP}\d)"
 _NUMBER = re.compile(rf"(?<![\w.,:-])-?(?:{_DIGITS})(?:{_END})")
 _SPACED = re.compile(r"(?<![\w.,'-])\d{1,3}(?: \d{3})+(?:,\d+)?(?![\w]|[.,]\d| \d)")  # 1 500 (not 555 123 4567)
 _FRACTION = re.compile(r"(?<![\w./])(\d)/(\d{1,2})(?![\w/]|\.\d)")  # 1/2, 3/4 (not 50/50 or 24/7)
-_RANGE = re.compile(r"\s*(?:-|\u2013|to|\x00)\s*")  # between a range's ends: 3-4k, 3 to 4 thousand
 
 
 class _Scaled(NamedTuple):
     """The patterns that read the words of a set of languages: ``scale`` a scale word after a number ("42
     thousand", "3 Millionen": group 1 thousands, group 2 millions), ``between`` a range said with "and" ("between
-    40 and 50k": group 1 its "and"), ``dashed`` a range written with a dash, its ends apart ("10-12", "3-4k",
-    "1500-2000"; not 2027-06-13, 555-0142)."""
+    40 and 50k": group 1 its "and"), ``to`` what stands between a range's ends ("3-4k", "3 to 4 thousand", "3 bis
+    4"), ``dashed`` a range written with a dash, its ends apart ("10-12", "3-4k", "1500-2000"; not 2027-06-13,
+    555-0142)."""
 
     scale: re.Pattern[str]
     between: re.Pattern[str]
+    to: re.Pattern[str]
     dashed: re.Pattern[str]
 
 
@@ -43,22 +44,18 @@ class _Scaled(NamedTuple):
 def _scaled_words(language: str | None) -> _Scaled:
     """The patterns of English's words and ``language``'s (every built-in language's where it is None): "mio" is
     German "million" and Italian "my", "grand" English "thousand" and French "big"."""
-    thousands, millions = _either(spoken("thousand", language)), _either(spoken("million", language))
+    thousands, millions = either(spoken("thousand", language)), either(spoken("million", language))
     second = "|".join(  # a scale on it (3-4k), or its digits alone (10-12, 1500-2000)
         [rf"\d+(?:[.,]\d+)?(?:[kKM]|\s*(?:{thousands}|{millions}))\b"]
         + [r"(?:[1-9]\d{0,2}(?:[.,']\d{3})*|[1-9]\d{3,})(?![\w-]|[.,]\d)"]
     )
-    between, joined = _either(spoken("between", language)), _either(spoken("between_and", language))
+    between, joined = either(spoken("between", language)), either(spoken("between_and", language))
     return _Scaled(
         re.compile(rf"\s*(?:({thousands})|({millions}))\b", re.IGNORECASE),
         re.compile(rf"(?<!\w)(?:{between})\s+\d[\d.,']*[kKM]?(?:\s*[^\W\d]+)?\s+({joined})\s+(?=\d)", re.IGNORECASE),
+        re.compile(rf"\s*(?:-|\u2013|{either(spoken('range_to', language))}|\x00)\s*"),
         re.compile(rf"(?<![\w.,-])(\d+(?:[.,]\d+)?[kKM]?)[-\u2013]({second})", re.IGNORECASE),
     )
-
-
-def _either(words: frozenset[str]) -> str:
-    """A pattern for any of ``words``, the longest first (a word is not read as its start: "millions", "million")."""
-    return "|".join(re.escape(word) for word in sorted(words, key=lambda word: (-len(word), word)))
 
 
 def ranges_joined(text: str, language: str | None = None) -> str:
@@ -126,7 +123,7 @@ def placed_numbers(text: str, language: str | None = None) -> list[Placed]:
     for index, match in enumerate(matches):
         number = _scaled(text, match, words.scale)
         following = matches[index + 1] if index + 1 < len(matches) else None
-        ranged = following is not None and bool(_RANGE.fullmatch(text, match.end(), following.start()))
+        ranged = following is not None and bool(words.to.fullmatch(text, match.end(), following.start()))
         if number is not None and following is not None and ranged:
             scaled = _scaled_as(number, text, match, following, words.scale)
             second = _scaled(text, following, words.scale)
