@@ -169,7 +169,7 @@ def _no_dates(stack: contextlib.ExitStack) -> None:
 def _no_numbers(stack: contextlib.ExitStack) -> None:
     # Said.counted and .digits stay as read: they say whether a number was said, which other rules ask
     _said(lambda said: said._replace(numbers=[]))(stack)
-    _set(stack, "placed_numbers", lambda text: [], guided_branches)
+    _set(stack, "placed_numbers", lambda text, language=None: [], guided_branches)
 
 
 def _no_codes(stack: contextlib.ExitStack) -> None:

@@ -16,13 +16,16 @@
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Collection, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from llm_fsm.definition.models import RETURN, FSMDefinition
+from llm_fsm.definition.texts import language_code
+from llm_fsm.guided import languages
 from llm_fsm.guided.numbers import Placed, placed_numbers, ranges_joined
-from llm_fsm.guided.words import Said, Topic, accepts, flag, from_words, names, pool, word_set
+from llm_fsm.guided.words import Said, Topic, accepts, flag, from_words, names, pool
 
 NULL: dict[str, Any] = {"type": "null"}
 NOTHING = Said([], [], [])  # what a held value is taken from: it stays as collected
@@ -54,7 +57,8 @@ def as_said(
         reading_back = sole is not None or not definition.states[state_id].required_context_keys
         held = set() if reading_back else {key for key in held if isinstance(context[key], str)}
     keys = {key for branch in branches for key, value in update_of(branch).items() if leaves_open(value)}
-    claims = Claims(owned_numbers(said.text, keys), _addresses(said.text, branches))
+    language = language_code(definition.language) if definition.language else None
+    claims = Claims(owned_numbers(said.text, keys, language), _addresses(said.text, branches))
     here = definition.states[state_id].required_context_keys
 
     def asks(branch: dict[str, Any]) -> set[str]:
@@ -187,17 +191,18 @@ class Claims(NamedTuple):
     addresses: frozenset[str]
 
 
-def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]]:
+def owned_numbers(text: str, keys: Iterable[str], language: str | None = None) -> dict[str, list[int | float]]:
     """The numbers of ``text`` said beside one of ``keys``' names (:func:`llm_fsm.guided.words.names`), per key.
     In each clause (a sentence, or a part of one after a comma or an "and"), each name takes the number nearest
     it, the nearest pairs first and one said after a name before one said before it ("the rent is 1,100 and the
     deposit is 2k": rent 1100, deposit 2000; "rent 1100 deposit 2000"; "I'm 34 with an income of 52k": income
     52000, and 34 is no key's), with the rest of a range ("3-4k") or the parts of a spaced number ("1 500"). A
     word that names two keys ("monthly" of monthly_income and monthly_expenses) names neither, and one said as a
-    rate ("12k miles a year", "per month") names no key."""
+    rate ("12k miles a year", "per month") names no key. Joining and range words are English's and ``language``'s
+    (a built-in language's code; every built-in language's where None)."""
     owned: dict[str, list[int | float]] = {}
     keys = sorted(keys)
-    for clause in _CLAUSE.split(ranges_joined(text)):  # "between 40 and 50k" is one clause
+    for clause in _clauses(language).split(ranges_joined(text, language)):  # "between 40 and 50k" is one clause
         named, words = [], list(re.finditer(r"[\w']+|/", clause.casefold()))
         for index, word in enumerate(words):
             found = [key for key in keys if names(key, {word.group().removesuffix("'s")})]
@@ -205,7 +210,7 @@ def owned_numbers(text: str, keys: Iterable[str]) -> dict[str, list[int | float]
                 found = [key for key in found if word.group() + "ly" in re.split(r"[_\W\d]+", key.casefold())]
             if len(found) == 1:
                 named.append((word.start(), word.end(), found[0]))
-        placed = placed_numbers(clause)
+        placed = placed_numbers(clause, language)
         pairs = sorted(
             (number.start - end if number.start >= end else start - number.end, number.start < end, index, n)
             for index, (start, end, _) in enumerate(named)
@@ -235,9 +240,17 @@ def _ranged(placed: list[Placed], n: int, m: int) -> bool:
 
 
 # "a year", "per month", "/mo": a rate, which names a key of that rate (monthly_rent), not of that thing (vehicle_year)
-_RATE = frozenset({"a", "an", "per", "each", "every", "/"})
-_PERIODS = word_set("year month week day hour night annum yr mo wk")
-_CLAUSE = re.compile(r"(?<=[.!?;])\s+|,\s+|\s+(?:and|but|plus|y|pero|und|aber|et|mais|e|ma|en)\s+", re.IGNORECASE)
+_RATE = languages.words("en", "rate") | {"/"}  # "/mo" is a rate too
+_PERIODS = languages.words("en", "period")
+
+
+@functools.cache
+def _clauses(language: str | None) -> re.Pattern[str]:
+    """Where a message's clauses part: after a sentence's end, at a comma, and at a word that joins two clauses
+    ("and", "but") of English and ``language`` (every built-in language's where None): per language, as "en" is
+    Dutch "and" and French "in", "ma" Italian "but" and French "my"."""
+    joiners = languages.either(languages.spoken("clause", language))
+    return re.compile(rf"(?<=[.!?;])\s+|,\s+|\s+(?:{joiners})\s+", re.IGNORECASE)
 
 
 def _claimed(said: Said, key: str, schema: dict[str, Any], claims: Claims, current: Any) -> Said:

@@ -6,37 +6,25 @@ from __future__ import annotations
 import datetime
 import re
 
+from llm_fsm.guided import languages
+
 _TIME = re.compile(  # not a date's day and month: 13.06.2027
     r"(?<![\w:./])(\d{1,2})(?:[:.h](\d{2}))?\s*(a\.?m\.?|p\.?m\.?|h(?:rs)?|uhr)?(?![\w:/]|\.\d)", re.IGNORECASE
 )
 
-_MONTHS = {
-    name: number
-    for number, names in enumerate(
-        [
-            "january jan enero janvier januar",
-            "february feb febrero février fevrier februar",
-            "march mar marzo mars märz",
-            "april apr abril avril",
-            "may mayo mai",
-            "june jun junio juin juni",
-            "july jul julio juillet juli",
-            "august aug agosto août aout",
-            "september sep sept septiembre septembre",
-            "october oct octubre octobre oktober",
-            "november nov noviembre novembre",
-            "december dec diciembre décembre dezember",
-        ],  # fmt: skip
-        start=1,
-    )
-    for name in names.split()
-}
-_MONTH = "(" + "|".join(sorted(_MONTHS, key=len, reverse=True)) + r")\.?"
+# every built-in language's names of the months, read whatever the definition's language: a name is read only
+# beside a day's number ("13 June", "June 13th"), and none is a function word of another language
+# (tests/guided/test_languages.py)
+_MONTHS = languages.months()
+_MONTH = "(" + languages.either(frozenset(_MONTHS)) + r")\.?"
 _DAY = r"(\d{1,2})(?:st|nd|rd|th|er|º|\.)?"
+_OF = languages.either(languages.union("day_of"))  # "13 of June", "13 de junio"
 _DATES = (
-    re.compile(rf"\b{_DAY}\s+(?:of\s+|de\s+)?{_MONTH}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # 13 June (2026)
+    re.compile(rf"\b{_DAY}\s+(?:(?:{_OF})\s+)?{_MONTH}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # 13 June (2026)
     re.compile(rf"\b{_MONTH}\s+{_DAY}(?:,?\s+(\d{{4}}))?\b", re.IGNORECASE),  # June 13th (, 2026)
 )
+# the words that say a time of day ("noon", "medianoche"), of every built-in language, read as the months are
+_TIME_WORDS = languages.times()
 ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 # a date in digits: 13/06/2027, 13.06.27, 6/13 (the day first where it can be, the month first too where both can)
 # a date in digits: 13/06/2027, 13-06-2027, 13.06.27, and without a year 13/06 and 13.06. (with its last dot)
@@ -134,8 +122,8 @@ def times(text: str) -> list[str]:
         found.append(f"{hour:02d}:{minutes or '00'}")
         if not mark and 1 <= hour <= 11:  # "5.45" with no am or pm: the afternoon's too, after the morning's
             found.append(f"{hour + 12:02d}:{minutes}")
-    for word, time in (("noon", "12:00"), ("midday", "12:00"), ("midnight", "00:00")):
-        if re.search(rf"\b{word}\b", text, re.IGNORECASE):
+    for word, time in _TIME_WORDS.items():
+        if re.search(rf"\b{re.escape(word)}\b", text, re.IGNORECASE):
             found.append(time)
     return list(dict.fromkeys(found))
 

@@ -25,21 +25,17 @@ from llm_fsm.definition.key_values import every_transition, is_number, key_read
 from llm_fsm.definition.models import FSMDefinition, Transition
 from llm_fsm.errors import LogicError
 from llm_fsm.guided.conditions import conjuncts
-from llm_fsm.guided.words import FUNCTION_WORDS, Topic, word_set
+from llm_fsm.guided.languages import union
+from llm_fsm.guided.words import FUNCTION_WORDS, Topic
 
 MAX_PAIRS = 8  # consistent combinations offered for one move (past this, the move is offered as it is)
 
 
 # a flag named for one of these (confirmed, reset_confirmed, ready, verified, confirmada) is a yes or a no the
 # user gives; any other (user_said_goodbye, customer_cancelled, wants_human) names something the user does
-_CONFIRMING = ("confirm", "correct", "right", "agree", "approv", "accept", "ready", "proceed", "consent", "verif",
-               "valid", "acept", "bestätig")  # fmt: skip
+_CONFIRMING = tuple(sorted(union("confirming")))  # of every built-in language (languages/<code>.json)
 # words that name who or how, not what: no flag is about them ("the user says goodbye": goodbye)
-_GENERIC = word_set(
-    "user users customer customers caller callers guest guests client clients visitor person said says say "
-    "saying wants want wanted asks ask asked requests request requested needs need needed flag true false set "
-    "given gives give when only now"
-)
+_GENERIC = union("generic")
 
 
 def flag_topic(definition: FSMDefinition, key: str) -> Topic | None:

@@ -115,7 +115,7 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
     texts = [span for span in every if not _only(span, empty)]
     # "two": 2, a number; not a closed set's "2" (SGD: "two rooms" also named star_rating's "2", invented values
     # rose 3 points with joint goal accuracy unchanged, benchmarks/SGD.md section 4)
-    numbers = said_numbers(in_digits(text, language))
+    numbers = said_numbers(in_digits(text, language), language)
     texts += [time for time in [*times(text), *dates(text)] if time not in texts]
     texts += [s for sentence in _sentences(text) if len((s := sentence.strip(_EDGE)).split()) > MAX_SPAN_WORDS]
     told: list[Any] = []  # what the tools answered: offered where nothing the user said fits
