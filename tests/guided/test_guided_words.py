@@ -6,7 +6,6 @@ from __future__ import annotations
 from typing import Any
 
 import llm_fsm
-from llm_fsm.definition.key_values import closed_set, text_shape
 from llm_fsm.guided.entered import fulfilled_move
 from llm_fsm.guided.schema import guided_schema
 from llm_fsm.guided.values import derived_values
@@ -84,6 +83,12 @@ def test_a_branch_no_number_said_fits_cannot_be_written():
     assert from_words(large, said) == {"type": "null"}
 
 
+def test_a_guided_schema_offers_a_closed_set_alone():
+    triage = example("support_triage")
+    schema = guided_schema(triage, "triage", {})
+    assert not valid(schema, reply("triage", {"category": "triage"}))  # what the 135M model wrote
+
+
 def test_a_closed_set_the_words_name_none_of_keeps_its_collected_value():
     # the values the words name: tests/data/phrases/choices.en.json
     said = pool("I'd like the burr grinder, please")
@@ -93,25 +98,6 @@ def test_a_closed_set_the_words_name_none_of_keeps_its_collected_value():
     assert other is not None
     assert from_words(products, other, current="espresso_machine") == {"const": "espresso_machine"}
     assert from_words({"type": "boolean"}, said) == {"type": "boolean"}  # a flag is the model's to judge
-
-
-def test_a_key_compared_only_with_text_constants_is_that_closed_set():
-    triage = example("support_triage")
-    assert closed_set(triage, "category") == ["billing", "technical", "account_access"]
-    assert set(closed_set(triage, "severity") or []) == {"critical", "low", "medium", "high"}
-    assert closed_set(triage, "issue_summary") is None  # only required, never compared
-    schema = guided_schema(triage, "triage", {})
-    assert not valid(schema, reply("triage", {"category": "triage"}))  # what the 135M model wrote
-
-
-def test_a_key_read_any_other_way_is_not_closed():
-    for logic in (
-        {"==": [{"var": ["x", "basic"]}, "basic"]},  # a default: a missing key reads as "basic"
-        {"and": [{"==": [{"var": "x"}, "a"]}, {"!=": [{"var": "x"}, "b"]}]},
-        {"and": [{"==": [{"var": "x"}, "a"]}, {"in": ["@", {"var": "x"}]}]},
-    ):
-        assert closed_set(definition_with([move("b", logic)]), "x") is None, logic
-    assert closed_set(definition_with([move("b", {"in": [{"var": "x"}, ["a", "b"]]})]), "x") == ["a", "b"]
 
 
 def test_a_price_tied_to_the_product_is_offered_only_with_the_consistent_pairs():
@@ -144,12 +130,6 @@ def test_a_total_within_a_cent_is_computed_and_the_keys_it_reads_keep_their_valu
     }
     assert by_method["express"]["order_total"] == {"const": 277}
     assert by_method["express"]["quantity"] == {"anyOf": [{"const": 2}, {"type": "null"}]}  # not rewritten
-
-
-def test_text_ordered_against_a_time_is_written_in_that_shape():
-    booking = example("restaurant_booking")
-    assert text_shape(booking, "time") == "^[0-9][0-9]:[0-9][0-9]$"
-    assert text_shape(booking, "guest_name") is None
 
 
 def test_a_move_on_judgment_alone_is_not_offered_with_an_answer_to_the_state():
@@ -586,13 +566,9 @@ def test_a_date_in_digits_is_offered_to_free_text_as_written():
 def test_a_key_with_no_schema_takes_the_shape_of_the_tool_argument_of_its_name():
     # restaurant_booking declares no context_schema; its tools take date as YYYY-MM-DD: "Oh, OK. 9 pm then" at the
     # date and time question had a 135M model write "21:00" as the date, and the availability check never matched
-    from llm_fsm.definition.key_values import tool_shape
     from llm_fsm.guided.schema import value_schema
 
     definition = example("restaurant_booking")
-    assert tool_shape(definition, "date") == {"pattern": "^\\d{4}-\\d{2}-\\d{2}$"}
-    assert tool_shape(definition, "party_size") is None  # a number's bounds stay the conditions' (a party of 12)
-    assert tool_shape(definition, "guest_name") is None  # an argument with no shape gives none
     assert value_schema(definition, definition.states["date_time"], "date")["pattern"] == "^\\d{4}-\\d{2}-\\d{2}$"
     collected = {"party_size": 4, "date": "2027-06-13", "day_of_week": "Friday", "time": "22:00"}
     schema = guided_schema(definition, "date_time", collected, said="Oh, OK. 9 pm then.")
