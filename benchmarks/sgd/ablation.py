@@ -53,7 +53,7 @@ FAMILIES: dict[str, str] = {
     "groups whole (a phone number) (guided_words.from_words: _compacted, _GROUPS)",
     "flags": "yes/no flags are answered by the words: a confirmation by a yes or a no, a flag about something "
     "only when the words name it (guided_words.flag from guided_branches._from_words); yes_no is part of it",
-    "yes_no": "the yes and no words (YES_WORDS, NO_WORDS, YES_PHRASES, CHANGE_WORDS, BUT_WORDS) that answer a "
+    "yes_no": "the yes and no words (guided_words.answering: yes, no, change, but, phrases) that answer a "
     "confirmation and a state's sole yes/no question (guided_words._answer -> Said.yes, read by flag)",
     "named_values": "a closed set is narrowed to the values the words name, and tied values to the combinations "
     "named (guided_words.from_words' enum part, named_in; guided._named_offers)",

@@ -24,8 +24,15 @@
   "says"): both read from the definition's names, in every language.
 
 Words are apart by spaces; a field a language does not fill is empty. Where a reader knows the definition's language
-it reads that language's words beside English's (:func:`spoken`): a word of one language can be a function word of
-another ("ma" is Italian "but" and French "my", "si" Spanish "yes" and French "if", "once" Spanish "eleven")."""
+it reads that language's words beside English's (:func:`spoken`, :func:`phrases`): a word of one language can be a
+function word of another ("ma" is Italian "but" and French "my", "si" Spanish "yes" and French "if", "prima" Dutch
+"fine" and Italian "before", "once" Spanish "eleven"). So each language lists its own words in full, those it
+shares with another too ("mil", "sábado", "claro"): none is read through another language's list.
+
+Where no language is known every language's words are read (as guided mode always has), so a language's
+``cardinal`` leaves out its words that are common English or function words too: Italian "due" ("due date"),
+Portuguese "um" (a hesitation) and "dos" ("of the"), Dutch "een" ("a"; "één" is listed). text2num still writes
+them as numbers in their own language (:func:`llm_fsm.guided.numbers.in_digits`)."""
 
 from __future__ import annotations
 
@@ -44,16 +51,19 @@ def language(code: str) -> dict[str, object]:
     return dict(json.loads(text))
 
 
+@functools.cache
 def words(code: str, kind: str) -> frozenset[str]:
     """The words of class ``kind`` of the language ``code``."""
     return frozenset(str(language(code)[kind]).split())
 
 
+@functools.cache
 def union(kind: str) -> frozenset[str]:
     """The words of class ``kind`` of every built-in language."""
     return frozenset(word for code in CODES for word in words(code, kind))
 
 
+@functools.cache
 def spoken(kind: str, code: str | None = None) -> frozenset[str]:
     """The words of class ``kind`` of English and of the language ``code`` (a built-in one's; English alone for
     another); of every built-in language where ``code`` is None (a reader that does not know the language reads
@@ -69,9 +79,12 @@ def either(words: frozenset[str]) -> str:
     return "|".join(re.escape(word) for word in sorted(words, key=lambda word: (-len(word), word)))
 
 
-def phrases(kind: str) -> tuple[str, ...]:
-    """The phrases of class ``kind`` (a list in each file) of every built-in language, in order."""
-    return tuple(phrase for code in CODES for phrase in language(code)[kind])  # type: ignore[attr-defined]  # a list in each file
+@functools.cache
+def phrases(kind: str, code: str | None = None) -> tuple[str, ...]:
+    """The phrases of class ``kind`` (a list in each file) of English and of the language ``code``, as
+    :func:`spoken` reads words: of every built-in language, in order, where ``code`` is None."""
+    codes = CODES if code is None else ("en", *([code] if code in CODES and code != "en" else []))
+    return tuple(phrase for each in codes for phrase in language(each)[kind])  # type: ignore[attr-defined]  # a list in each file
 
 
 def months() -> dict[str, int]:

@@ -128,15 +128,18 @@ def settled(definition: FSMDefinition, state: State, move: Transition, context: 
     return True
 
 
-def guided_arguments(schema: dict[str, Any], text: str | None, context: Mapping[str, Any]) -> dict[str, Any]:
+def guided_arguments(
+    schema: dict[str, Any], text: str | None, context: Mapping[str, Any], language: str | None = None
+) -> dict[str, Any]:
     """The JSON tool form's ``schema`` with each call's scalar arguments taken from what was said in ``text`` or
     collected in ``context`` where they fit; an argument nothing fits is left as declared. A shaped argument (a
     pattern: a time, a date) takes only what was said where that fits it ("9 pm then" asks about 21:00, not the
     22:00 collected; "make it the 12th" is the 12th of the month collected under its name), and where what was
     said fits a few of a call's arguments (a departure and a return date) it is theirs that the words name alone
     ("move the return to December 20"): the others keep what was collected under their names, or, where the
-    words name none of them, are offered it after what was said."""
-    said = pool(text)
+    words name none of them, are offered it after what was said. ``language``: the definition's built-in language's
+    code, whose words are read beside English's (every built-in language's where None, as the turn calls it)."""
+    said = pool(text, (), language)
     if said is None:
         return schema
     items = schema["properties"]["tool_calls"]["items"]

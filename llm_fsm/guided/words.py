@@ -27,12 +27,13 @@ something (leaving, cancelling) is true only when the words name it.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, NamedTuple
 
 from llm_fsm.guided.dates import ISO_DATE, dates, days_said, real_day, times
-from llm_fsm.guided.languages import CODES, phrases, union, words
+from llm_fsm.guided.languages import CODES, phrases, spoken, words
 from llm_fsm.guided.numbers import in_digits, said_numbers
 
 MAX_SPAN_WORDS = 8  # the longest span offered, in words
@@ -54,23 +55,55 @@ def word_set(text: str) -> frozenset[str]:
 # ("Can I get a refund?", "Could you book 7pm?" ask for something: a request states it, so can, could, may, will
 # and would are not question words)
 QUESTION_WORDS = {code: words(code, "question") for code in CODES}  # English always, and the definition's
-# phrases that say yes with a no-word in them, and words that turn a yes into "yes, but..." (the model's to read)
-YES_PHRASES = phrases("yes_phrases")
-BUT_WORDS = union("but")
-# words that say yes, and words that say no (English and the built-in languages): a yes/no flag the user
-# confirms is written from them (llm_fsm.guided.schema: flags)
-YES_WORDS = union("yes")
-NO_WORDS = union("no")
-# words that take back what was said, opening a sentence ("hmm wait, can I change the date?", "oh wait, Saturday is
-# my sister's wedding"): to a read-back they say no
-CHANGE_WORDS = union("change")
+
+
+class Answering(NamedTuple):
+    """The words a yes or a no is read by (:func:`answering`): ``yes`` and ``no``; ``change``, words that take back
+    what was said, opening a sentence ("hmm wait, can I change the date?", "oh wait, Saturday is my sister's
+    wedding"), which to a read-back say no; ``but``, words that turn a yes into "yes, but..." (the model's to read);
+    ``phrases``, phrases that say yes with a no-word in them ("no problem")."""
+
+    yes: frozenset[str]
+    no: frozenset[str]
+    change: frozenset[str]
+    but: frozenset[str]
+    phrases: tuple[str, ...]
+
+
+@functools.cache
+def answering(language: str | None = None) -> Answering:
+    """The yes and no words of English and ``language`` (a built-in language's code), of every built-in language
+    where it is None (:func:`llm_fsm.guided.languages.spoken`): in a French definition "si" is "if", no yes; in an
+    Italian one "prima" is "before"; in Spanish "si" and in Dutch "prima" say yes. A yes/no flag the user confirms
+    is written from them (llm_fsm.guided.schema: flags)."""
+    return Answering(
+        spoken("yes", language), spoken("no", language), spoken("change", language), spoken("but", language),
+        phrases("yes_phrases", language),
+    )  # fmt: skip
+
+
+class Counting(NamedTuple):
+    """The words that say a number (:func:`counting`): ``cardinal``, words that count ("me and three friends",
+    "zero", "fifty two thousand"); ``numeric``, those and the words that divide or say a time of day or a day
+    ("half", "noon", "Friday"): a value shaped with digits (a time, a date) may be said in them; ``days``, the last
+    ("tomorrow", "noon")."""
+
+    cardinal: frozenset[str]
+    numeric: frozenset[str]
+    days: frozenset[str]
+
+
+@functools.cache
+def counting(language: str | None = None) -> Counting:
+    """The number words of English and ``language`` (a built-in language's code), of every built-in language where
+    it is None, as :func:`answering` reads yes and no: in an English definition "once" is no number, in a Spanish
+    one it is eleven."""
+    cardinal, fraction, day = (spoken(kind, language) for kind in ("cardinal", "fraction", "day"))
+    return Counting(cardinal, cardinal | fraction | day, day - cardinal - fraction)
+
+
 _EDGE = " \t\n\"'`.,;:!?()[]{}<>¡¿«»“”‘’-–—*/\\|&"
-# words that count: a number may be said in them ("me and three friends", "zero", "fifty two thousand")
-CARDINAL_WORDS = union("cardinal")
-# words that say a number, a time of day or a day: a value shaped with digits (a time, a date) may be said in them
-NUMBER_WORDS = CARDINAL_WORDS | union("fraction") | union("day")
 _GROUPS = re.compile(r"\+?\(?\d+\)?(?:[ -]\(?\d+\)?)*")  # digits in groups: 555 123 4567, (555) 123-4567
-_DAY_WORDS = NUMBER_WORDS - CARDINAL_WORDS - union("fraction")  # "tomorrow", "noon"
 _LONE = re.compile(r"\s\(?\d\)?$")  # a lone digit at the end: another number ("2027-06-13 3 nights")
 MAX_NUMBERS = 20  # numbers offered (a message full of them keeps the grammar small)
 _LARGEST = 10**15
@@ -96,6 +129,7 @@ class Said(NamedTuple):
     yes: bool | None = None  # the words say yes (True), no (False), or neither or both (None)
     numeric: bool = False  # a digit or a word for a number, a time or a day was stated ("half past", "Friday")
     counted: bool = False  # a number was stated, in digits or in words ("three", "zero"): not a day or a month
+    dayword: bool = False  # a word for a day or a time of day was stated ("tomorrow", "noon", "Friday")
     digits: bool = False  # a digit was stated
     days: tuple[int, ...] = ()  # days of the month said alone ("make it the 15th"): of the month collected
     told: tuple[Any, ...] = ()  # the text and numbers the turn's tools answered with
@@ -106,7 +140,9 @@ class Said(NamedTuple):
 def pool(text: str | None, results: Iterable[Any] = (), language: str | None = None) -> Said | None:
     """What ``text`` (the user's message) and ``results`` (the scalar values inside what the turn's tools
     answered) offer; None without user text. Spans made only of function words (of English and
-    ``language``'s code) are not offered as text values."""
+    ``language``'s code) are not offered as text values. A yes, a no and a number said in words are read in
+    English and ``language`` (a built-in language's code), in every built-in language where it is None (the
+    definition declares none, or one that is not built in): :func:`answering`, :func:`counting`."""
     if not text or not text.strip():
         return None
     empty = FUNCTION_WORDS["en"] | FUNCTION_WORDS.get(language or "en", frozenset())
@@ -126,29 +162,33 @@ def pool(text: str | None, results: Iterable[Any] = (), language: str | None = N
             told.append(value)
     words = frozenset(re.findall(r"[\w']+", text.casefold()))
     asked = not text.strip() and bool(whole.strip())
-    numeric = any(c.isdigit() for c in text) or bool(words & NUMBER_WORDS)
+    counting_words = counting(language)
+    numeric = any(c.isdigit() for c in text) or bool(words & counting_words.numeric)
     said = Said(list(dict.fromkeys(texts)), list(dict.fromkeys(numbers))[:MAX_NUMBERS], every, words, asked)
     days = tuple(int(day) for day in re.findall(r"\b(\d{1,2})(?:st|nd|rd|th)\b", text) if 1 <= int(day) <= 31)
-    counted, digits = bool(numbers) or bool(words & CARDINAL_WORDS), any(c.isdigit() for c in text)
+    counted, digits = bool(numbers) or bool(words & counting_words.cardinal), any(c.isdigit() for c in text)
     return said._replace(
-        yes=_answer(text), numeric=numeric, counted=counted, digits=digits, days=days, text=text,
+        yes=_answer(text, language), numeric=numeric, counted=counted, digits=digits, days=days, text=text,
+        dayword=bool(words & counting_words.days),
         told=tuple(dict.fromkeys(told)), dated=tuple(days_said(text)),
     )  # fmt: skip
 
 
-def _answer(text: str) -> bool | None:
-    """True when ``text`` says yes and not no, False when no and not yes; None for neither, both, or "yes, but"."""
+def _answer(text: str, language: str | None = None) -> bool | None:
+    """True when ``text`` says yes and not no, False when no and not yes; None for neither, both, or "yes, but".
+    In the words of English and ``language`` (:func:`answering`)."""
+    said_as = answering(language)
     lowered, phrased = text.casefold(), False
-    for phrase in YES_PHRASES:
+    for phrase in said_as.phrases:
         if phrase in lowered:
             lowered, phrased = lowered.replace(phrase, " "), True
     # a yes or a no opens what it answers ("Oh no, the email is wrong", "Looks good, go ahead"); one further on is
     # about something else ("my mail is camille@gmail.fr, pas .com")
     opening = [sentence.split()[:4] for sentence in _sentences(lowered.replace("’", "'"))]
     words = {word.strip(_EDGE) for first in opening for word in first}
-    yes = phrased or bool(words & YES_WORDS)
-    no = bool(words & (NO_WORDS | CHANGE_WORDS)) or any(word.endswith("n't") for word in words)
-    if yes == no or (yes and words & BUT_WORDS):
+    yes = phrased or bool(words & said_as.yes)
+    no = bool(words & (said_as.no | said_as.change)) or any(word.endswith("n't") for word in words)
+    if yes == no or (yes and words & said_as.but):
         return None
     return yes
 
@@ -305,7 +345,7 @@ def _unfitted(original: dict[str, Any], said: Said, current: Any) -> dict[str, A
     if kind == "string" and _digits_in(original.get("pattern")) and (not said.numeric or said.digits):
         # a time or a code the words do not say ("I'm Ana"), or say wrong (a 5-character reference where 6
         # are asked): not invented; said in words ("diez y media", "tomorrow, 3 nights") it is the model's
-        return original if said.words & _DAY_WORDS else None
+        return original if said.dayword else None
     return None if kind in ("integer", "number") else original
 
 
@@ -452,14 +492,9 @@ def _leaves(value: Any) -> Iterable[Any]:
 
 __all__ = [
     "FUNCTION_WORDS",
-    "NO_WORDS",
-    "CHANGE_WORDS",
-    "BUT_WORDS",
-    "NUMBER_WORDS",
-    "CARDINAL_WORDS",
     "QUESTION_WORDS",
-    "YES_PHRASES",
-    "YES_WORDS",
+    "Answering",
+    "Counting",
     "MAX_NUMBERS",
     "MAX_OFFERED",
     "Said",
@@ -467,6 +502,8 @@ __all__ = [
     "MAX_SPAN_WORDS",
     "MAX_WORDS",
     "accepts",
+    "answering",
+    "counting",
     "flag",
     "from_words",
     "named_in",

@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any, Protocol
 
 from llm_fsm import guided
 from llm_fsm.contract import Reply, parse_reply
+from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.definition.reply_schema import model_writable_keys
 from llm_fsm.definition.texts import language_code
 from llm_fsm.errors import ReplyFormatError
@@ -124,8 +125,7 @@ class Guided:
         refused = work.judged.refused_targets()  # earlier in the turn: a small model would write the same move again
         strict = with_memory_update(without_moves(made, refused), definition, strict=True, guided=True)
         if definition.memory is not None:
-            language = language_code(definition.language) if definition.language else None
-            strict = guided_memory(strict, work.said, language)
+            strict = guided_memory(strict, work.said, _language(definition))
         return strict
 
     def tool_request(self, work: Working, strict: dict[str, Any], tools: Sequence[BoundTool]) -> dict[str, Any]:
@@ -135,7 +135,7 @@ class Guided:
         if not offered:
             return strict
         asking = calling.json_request_schema(offered, min(work.definition.max_tool_calls, len(offered)))
-        asking = guided_arguments(asking, work.said, work.context)
+        asking = guided_arguments(asking, work.said, work.context, _language(work.definition))
         # what only a call can write, and no call of this turn has (two tools may share a result_key)
         answered = {tool.result_key for tool in tools if tool.name in ran}
         pending = {tool.result_key for tool in offered if tool.result_key} - answered
@@ -242,6 +242,11 @@ def without_moves(schema: dict[str, Any], targets: set[str]) -> dict[str, Any]:
         **schema,
         "properties": {**schema["properties"], "transition": kept[0] if len(kept) == 1 else {"anyOf": kept}},
     }
+
+
+def _language(definition: FSMDefinition) -> str | None:
+    """The built-in language the definition speaks (None: none declared, or one not built in: every language's)."""
+    return language_code(definition.language) if definition.language else None
 
 
 def mode_of(work: Working) -> Plain | Guided:

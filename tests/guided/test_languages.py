@@ -35,3 +35,12 @@ def test_a_reader_that_knows_no_language_reads_every_language_s_words():
     # tests/data/phrases/owned.fr.json, numbers.it.json; read for every language, they do, as they always did
     assert owned_numbers("le loyer de ma chambre est 450", ["loyer"]) == {}
     assert said_numbers("siamo in 5 mio marito compreso") == [5000000]
+
+
+def test_a_yes_no_or_number_word_of_another_language_is_no_english_function_word():
+    # where a definition declares no language (SGD's do) every language's yes, no, number and day words are read
+    # beside English's: Portuguese "um" (one) is left out of its list, as it is English's hesitation
+    english = languages.words("en", "function")
+    for kind in ("yes", "no", "change", "but", "cardinal", "fraction", "day"):
+        for code in languages.CODES[1:]:
+            assert not languages.words(code, kind) & english, (kind, code)
