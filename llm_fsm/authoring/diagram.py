@@ -19,12 +19,11 @@ import unicodedata
 from collections.abc import Mapping, Sequence
 
 from llm_fsm.definition.models import RETURN, Condition, FSMDefinition, GlobalTransition, State, Transition
-from llm_fsm.logic.table import INFIX
+from llm_fsm.logic.table import INFIX, OPERATORS
 
 LABEL_LIMIT = 80
 ELLIPSIS = "…"
 
-_CALLS = frozenset({"if", "?:", "cat", "min", "max", "missing_some"})
 # Characters Mermaid reads as syntax (or as HTML) in a label; its entity codes (#59;) render them.
 _MERMAID_ESCAPES = {
     ":": "#58;",
@@ -94,7 +93,7 @@ def _operation(op: str, args: list[object]) -> str | None:
         return "missing(" + ", ".join(str(name) for name in names) + ")"
     if op in INFIX and len(args) >= 2:
         return f" {op} ".join(parts)
-    if op in _CALLS or op in ("-", "+", "*"):
+    if op in OPERATORS:  # as a call: an operator the table writes so, an infix one with one argument
         return f"{op}(" + ", ".join(parts) + ")"
     return None
 
