@@ -27,6 +27,8 @@ loads it (or creates it), runs the turn and saves the result with a version chec
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import SplitResult, unquote, urlsplit
 
@@ -36,7 +38,9 @@ from llm_fsm.store.stored import StoredConversation, aadvance, advance
 
 __all__ = [
     "DEFAULT_WAIT",
+    "KINDS",
     "Info",
+    "Kind",
     "Page",
     "Record",
     "Store",
@@ -45,6 +49,7 @@ __all__ = [
     "advance",
     "check_id",
     "default_url",
+    "forms",
     "home",
     "open_store",
 ]
@@ -60,10 +65,76 @@ def default_url() -> str:
     return "sqlite:" + (home() / "conversations.db").absolute().as_uri().removeprefix("file:")
 
 
-_FORMS = (
-    "memory:, sqlite:PATH.db, sqlite:///ABSOLUTE/PATH.db, file:DIR, file:///ABSOLUTE/DIR, redis://host:port/db "
-    "or postgresql://user@host:port/db"
+@dataclass(frozen=True)
+class Kind:
+    """A kind of store, as :func:`open_store` reads its URL: the ``schemes`` that name it, how its URLs are
+    written (``forms``, for errors and help), what ``opens`` a store from a URL, and whether it is a ``local`` path
+    (``create=False`` then checks that something is there)."""
+
+    schemes: tuple[str, ...]
+    forms: str
+    opens: Callable[[str], Store]
+    local: bool = False
+
+
+def _memory(url: str) -> Store:
+    if url.partition(":")[2]:
+        raise StoreError(f"unknown store URL {public_url(url)!r}: use {forms()}")
+    from llm_fsm.store.in_process import MemoryStore
+
+    return MemoryStore()
+
+
+def _file(url: str) -> Store:
+    from llm_fsm.store.files import FileStore
+
+    return FileStore(_local_path(url))
+
+
+def _sqlite(url: str) -> Store:
+    from llm_fsm.store.sqlite import SQLiteStore
+
+    return SQLiteStore(_local_path(url))
+
+
+def _redis(url: str) -> Store:
+    """A Redis store; :class:`StoreError` for a URL redis-py would refuse, before any connection is tried."""
+    _check_redis_url(url)
+    try:
+        from llm_fsm.store.redis import RedisStore
+    except ImportError:
+        raise StoreError("the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'") from None
+    try:
+        return RedisStore(url)
+    except (ValueError, TypeError) as exc:  # what redis-py itself refuses in a URL
+        raise StoreError(f"store URL {public_url(url)!r} is not a Redis URL: {exc}") from None
+
+
+def _postgres(url: str) -> Store:
+    """A PostgreSQL store; :class:`StoreError` for a bad URL or a server that cannot be used."""
+    _check_port(url)
+    try:
+        from llm_fsm.store.postgres import PostgresStore
+    except ImportError:
+        raise StoreError("the PostgreSQL store needs psycopg: pip install 'llm-fsm-runtime[postgres]'") from None
+    return PostgresStore(url)
+
+
+# Every kind of store, each imported only when a URL names it. A new store is a module and a row here.
+KINDS: tuple[Kind, ...] = (
+    Kind(("memory",), "memory:", _memory),
+    Kind(("sqlite",), "sqlite:PATH.db, sqlite:///ABSOLUTE/PATH.db", _sqlite, local=True),
+    Kind(("file",), "file:DIR, file:///ABSOLUTE/DIR", _file, local=True),
+    Kind(("redis", "rediss", "unix"), "redis://host:port/db", _redis),
+    Kind(("postgresql", "postgres"), "postgresql://user@host:port/db", _postgres),
 )
+_BY_SCHEME = {scheme: kind for kind in KINDS for scheme in kind.schemes}
+
+
+def forms() -> str:
+    """How store URLs are written, every kind's, for an error or a help text."""
+    written = [kind.forms for kind in KINDS]
+    return ", ".join(written[:-1]) + " or " + written[-1]
 
 
 def open_store(url: str | None = None, *, create: bool = True) -> Store:
@@ -71,30 +142,17 @@ def open_store(url: str | None = None, *, create: bool = True) -> Store:
     ``create=False``: a ``sqlite:`` or ``file:`` store that does not exist yet is a :class:`StoreError` too, not
     made (a mistyped path where a store is only looked at)."""
     url = default_url() if url is None else url
-    if not create and url.partition(":")[0] in ("file", "sqlite") and not Path(_local_path(url)).exists():
+    scheme, colon, _ = url.partition(":")
+    if not colon or not scheme:
+        raise StoreError(f"{public_url(url)!r} is not a store URL: use {forms()}")
+    kind = _BY_SCHEME.get(scheme)
+    if kind is None:
+        raise StoreError(f"unknown store URL {public_url(url)!r}: use {forms()}")
+    if not create and kind.local and not Path(_local_path(url)).exists():
         raise StoreError(
             f"no store at {public_url(url)}: nothing is at {_local_path(url)} (run, chat and serve make one)"
         )
-    scheme, colon, rest = url.partition(":")
-    if not colon or not scheme:
-        raise StoreError(f"{public_url(url)!r} is not a store URL: use {_FORMS}")
-    if scheme == "memory" and not rest:
-        from llm_fsm.store.in_process import MemoryStore
-
-        return MemoryStore()
-    if scheme == "file":
-        from llm_fsm.store.files import FileStore
-
-        return FileStore(_local_path(url))
-    if scheme == "sqlite":
-        from llm_fsm.store.sqlite import SQLiteStore
-
-        return SQLiteStore(_local_path(url))
-    if scheme in ("redis", "rediss", "unix"):
-        return _redis(url)
-    if scheme in ("postgresql", "postgres"):
-        return _postgres(url)
-    raise StoreError(f"unknown store URL {public_url(url)!r}: use {_FORMS}")
+    return kind.opens(url)
 
 
 def _local_path(url: str) -> str:
@@ -120,29 +178,6 @@ def _local_path(url: str) -> str:
             f"store URL {public_url(url)!r} has no path: write {scheme}:PATH (relative) or {scheme}:///ABSOLUTE/PATH"
         )
     return unquote(rest)
-
-
-def _redis(url: str) -> Store:
-    """A Redis store; :class:`StoreError` for a URL redis-py would refuse, before any connection is tried."""
-    _check_redis_url(url)
-    try:
-        from llm_fsm.store.redis import RedisStore
-    except ImportError:
-        raise StoreError("the Redis store needs redis-py: pip install 'llm-fsm-runtime[redis]'") from None
-    try:
-        return RedisStore(url)
-    except (ValueError, TypeError) as exc:  # what redis-py itself refuses in a URL
-        raise StoreError(f"store URL {public_url(url)!r} is not a Redis URL: {exc}") from None
-
-
-def _postgres(url: str) -> Store:
-    """A PostgreSQL store; :class:`StoreError` for a bad URL or a server that cannot be used."""
-    _check_port(url)
-    try:
-        from llm_fsm.store.postgres import PostgresStore
-    except ImportError:
-        raise StoreError("the PostgreSQL store needs psycopg: pip install 'llm-fsm-runtime[postgres]'") from None
-    return PostgresStore(url)
 
 
 def _check_port(url: str) -> SplitResult:

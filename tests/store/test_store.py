@@ -46,7 +46,18 @@ def url_for(kind: str, tmp_path, request) -> str:
     return f"{request.getfixturevalue('redis_url')}?prefix=test-{uuid.uuid4().hex}"
 
 
-@pytest.fixture(params=["memory", "file", "sqlite", "redis", "postgres"])
+# the stores every contract test runs on: each kind open_store knows (llm_fsm.store.KINDS), by one of its schemes
+KINDS = ["memory", "file", "sqlite", "redis", "postgres"]
+
+
+def test_every_kind_of_store_is_held_to_the_contract():
+    from llm_fsm.store import KINDS as REGISTERED
+
+    assert all(set(kind.schemes) & set(KINDS) for kind in REGISTERED), "a store no contract test runs on"
+    assert len(KINDS) == len(REGISTERED)
+
+
+@pytest.fixture(params=KINDS)
 def store_url(request, tmp_path):
     return url_for(request.param, tmp_path, request)
 
