@@ -12,7 +12,6 @@ everything else gets the plain ``getattr``.
 
 from __future__ import annotations
 
-import functools
 from typing import Any
 
 from pydantic import BaseModel
@@ -23,7 +22,10 @@ _PYDANTIC_GETATTR = BaseModel.__dict__["__getattr__"]  # pydantic hides it from 
 def field(obj: Any, name: str) -> Any:
     """``getattr(obj, name, None)``, the same answer, cheaper on a pydantic model."""
     kind: Any = type(obj)  # Any: mypy takes type[Any] for unhashable
-    if not _plain_pydantic(kind, name):
+    plain = _PLAIN.get((kind, name))
+    if plain is None:
+        plain = _PLAIN[kind, name] = _plain_pydantic(kind, name)
+    if not plain:
         return getattr(obj, name, None)
     values = obj.__dict__
     if name in values:
@@ -35,7 +37,9 @@ def field(obj: Any, name: str) -> Any:
     return extra.get(name) if extra else None
 
 
-@functools.cache
+_PLAIN: dict[tuple[Any, str], bool] = {}  # (class, name) -> _plain_pydantic: as many as the code reads
+
+
 def _plain_pydantic(cls: Any, name: str) -> bool:
     """Whether ``getattr(obj, name, None)`` on an instance of ``cls`` is the lookup :func:`field` writes out:
     ``cls`` is a pydantic model whose attribute access is pydantic's (no ``__getattr__`` or
