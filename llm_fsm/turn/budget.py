@@ -11,7 +11,6 @@ from dataclasses import dataclass, field
 
 from llm_fsm.llm import LLMResponse, Usage
 
-
 NO_USAGE = Usage()  # a turn's usage before its first call: shared, as a Usage is frozen (two fewer made a turn)
 
 
