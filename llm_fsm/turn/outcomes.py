@@ -39,7 +39,7 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
         work.memory.written, applied, _ = apply_model_update(work.definition, work.memory.written, work.memory_proposal)
         work.memory.changed.update(applied)
     try:
-        if decision.applied:
+        if decision.applied and work.hooks.handlers:  # fire() runs nothing without handlers: nothing to work out
             keys = frozenset(decision.applied)
             fixed = corrected(work.definition, current, work.base.context, work.context, written(decision.applied))
             yield from fire(work, "context_update", current, keys=keys, update=decision.applied, corrections=fixed)
