@@ -38,8 +38,10 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
     if work.memory_proposal:  # the memory_update of the reply the turn settles on
         work.memory.written, applied, _ = apply_model_update(work.definition, work.memory.written, work.memory_proposal)
         work.memory.changed.update(applied)
+    if not work.hooks.handlers:  # most turns: no handler to fire around the commit (fire() would run none)
+        return finish(work, target, message, decision.applied)
     try:
-        if decision.applied and work.hooks.handlers:  # fire() runs nothing without handlers: nothing to work out
+        if decision.applied:
             keys = frozenset(decision.applied)
             fixed = corrected(work.definition, current, work.base.context, work.context, written(decision.applied))
             yield from fire(work, "context_update", current, keys=keys, update=decision.applied, corrections=fixed)
