@@ -352,7 +352,12 @@ class _Attempt:
         self.client = client
         self.number = number
         self.started = False
-        self.delay = client._delay(number)  # before a retry (jittered once, so the notice tells the truth)
+
+    @functools.cached_property
+    def delay(self) -> float:
+        """The seconds before a retry, jittered once (so the notice tells the truth); worked out only for an
+        attempt that failed, the one that needs it."""
+        return self.client._delay(self.number)
 
     def passed(self, item: str | LLMResponse) -> str | LLMResponse:
         """``item`` goes to the caller: from now on a failure is raised, not retried."""
