@@ -149,7 +149,12 @@ def blank(text: str) -> bool:
     """Whether ``text`` shows nothing: empty, or only whitespace, invisible format characters (zero-width
     spaces and joiners, the byte order mark, soft hyphens: Unicode category Cf) and blank fillers.
     A message that is blank so reads to a person (and to a model) as no message at all."""
-    return all(c.isspace() or c in _BLANK_FILLERS or unicodedata.category(c) == "Cf" for c in text)
+    # a loop, not all() over a generator: a message is seen not to be blank at its first letter, and a
+    # generator left so is closed by raising GeneratorExit in it (every reply's message is checked)
+    for c in text:  # noqa: SIM110 (see above)
+        if not (c.isspace() or c in _BLANK_FILLERS or unicodedata.category(c) == "Cf"):
+            return False
+    return True
 
 
 def exception_text(exc: BaseException) -> str:

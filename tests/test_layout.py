@@ -24,7 +24,7 @@ ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.m
 # package of llm_fsm or a few top-level modules; the edges the turn uses (llm, telemetry, tools, memory) are
 # below it, and what people use (store, authoring, testing, server, cli) above the conversation.
 FLOORS: list[tuple[str, set[str]]] = [
-    ("ground", {"errors", "values", "secrets", "schemas", "jsonfiles", "named_files", "hooks", "contract"}),
+    ("ground", {"errors", "values", "secrets", "records", "schemas", "jsonfiles", "named_files", "hooks", "contract"}),
     ("logic", {"logic"}),
     ("definition", {"definition"}),
     ("snapshot", {"snapshot"}),

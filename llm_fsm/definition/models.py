@@ -66,6 +66,7 @@ from llm_fsm.definition.parts import (
     ToolErrorDetail,
     Transition,
 )
+from llm_fsm.secrets import mask  # every prompt masks the context: imported once, not per call
 from llm_fsm.values import blank
 
 __all__ = [  # the parts are defined in llm_fsm.definition.parts and imported from here
@@ -288,6 +289,9 @@ class FSMDefinition(Frozen):
         """The keys the model may correct in ``state_id`` once they are in the context: its ``corrections``, else
         the definition's (true: :attr:`collected_keys`); never code's keys
         (see :mod:`llm_fsm.definition.corrections`)."""
+        known: tuple[str, ...] | None = self._derived.get(("correctable_keys", state_id))
+        if known is not None:  # asked several times a reply: no closure made once it is known
+            return known
 
         def compute(state: State) -> tuple[str, ...]:
             setting = self.corrections if state.corrections is None else state.corrections
@@ -327,6 +331,10 @@ class FSMDefinition(Frozen):
         """Every move of ``state_id`` by priority: its own transitions and the global ones that apply
         (on equal priorities its own first). ``"$return"`` targets become ``back_to``, the state the
         conversation came from (see :meth:`return_target`); without one, those moves are left out."""
+        kind = f"moves:{back_to or ''}"
+        known: tuple[Transition, ...] | None = self._derived.get((kind, state_id))
+        if known is not None:
+            return known
 
         def compute(state: State) -> tuple[Transition, ...]:
             every = sorted((*state.transitions, *self.global_moves(state_id)), key=lambda t: t.priority)
@@ -336,7 +344,7 @@ class FSMDefinition(Frozen):
                 t.model_copy(update={"target_state": back_to}) if t.target_state == RETURN else t for t in every
             )
 
-        return self.derived(f"moves:{back_to or ''}", state_id, compute)
+        return self.derived(kind, state_id, compute)
 
     def return_target(self, state_id: str, came_from: Sequence[str]) -> str | None:
         """Where a ``"$return"`` move of ``state_id`` goes: the state the conversation came from (the last
@@ -347,6 +355,9 @@ class FSMDefinition(Frozen):
 
     def returns(self, state_id: str) -> bool:
         """Whether ``state_id`` has a ``"$return"`` move (its own or a global one)."""
+        known: bool | None = self._derived.get(("returns", state_id))
+        if known is not None:
+            return known
 
         def compute(state: State) -> bool:
             return any(t.target_state == RETURN for t in (*state.transitions, *self.global_moves(state_id)))
@@ -437,10 +448,13 @@ class FSMDefinition(Frozen):
         """``context`` with secret-looking values masked (unless this definition turns masking off)."""
         if not self.mask_secrets:
             return context
-        from llm_fsm.secrets import mask
-
         masked: dict[str, Any] = mask(context, self.secret_keys)
         return masked
+
+    def known(self, kind: str, state_id: str) -> Any:
+        """What :meth:`derived` keeps for ``kind`` and ``state_id``, or None before it is computed: a caller asked
+        several times a turn looks first, and builds the ``compute`` it would pass only when it is not known."""
+        return self._derived.get((kind, state_id))
 
     def derived(self, kind: str, state_id: str, compute: Callable[[State], T]) -> T:
         """``compute(state)``, computed once per definition, state and ``kind`` (the definition is immutable)."""

@@ -72,6 +72,9 @@ EXTRA_KEY = "_extra"
 def model_writable_keys(definition: FSMDefinition, state_id: str) -> frozenset[str]:
     """What the model may write in a state: its ``writable_keys``, or by default the keys it collects,
     the keys its moves' conditions read, and ``_extra`` (and, once collected, the keys it may correct: decide)."""
+    known: frozenset[str] | None = definition.known("writable_keys", state_id)
+    if known is not None:  # asked on every reply: no closure made once it is known
+        return known
 
     def compute(state: State) -> frozenset[str]:
         if state.writable_keys is not None:

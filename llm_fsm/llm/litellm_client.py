@@ -210,7 +210,7 @@ class LiteLLMClient:
             await _sleep(attempt.delay)
 
     def _attempts(self) -> Iterator[_Attempt]:
-        return (_Attempt(self, number) for number in range(1, self.max_retries + 2))
+        return _Attempts(self)
 
     def _params(self, request: LLMRequest, *, stream: bool) -> dict[str, Any]:
         params: dict[str, Any] = {
@@ -324,6 +324,26 @@ class LiteLLMClient:
         return delay * (0.5 + random.random() / 2)  # jitter spreads retries of many conversations
 
 
+class _Attempts:
+    """The tries of one call, numbered from 1 to ``max_retries + 1``. An iterator, not a generator: a call that
+    succeeds returns from inside the loop over them, and a generator left suspended so is closed by raising
+    ``GeneratorExit`` in it, which cost a few microseconds on every call."""
+
+    def __init__(self, client: LiteLLMClient) -> None:
+        self.client = client
+        self.number = 0
+        self.last = client.max_retries + 1
+
+    def __iter__(self) -> _Attempts:
+        return self
+
+    def __next__(self) -> _Attempt:
+        if self.number >= self.last:
+            raise StopIteration
+        self.number += 1
+        return _Attempt(self.client, self.number)
+
+
 class _Attempt:
     """One try of a call: ``with attempt:`` turns a provider failure into our error, and swallows it
     (so the loop tries again after ``delay``) only when a retry can help and no text was passed on."""
@@ -332,7 +352,12 @@ class _Attempt:
         self.client = client
         self.number = number
         self.started = False
-        self.delay = client._delay(number)  # before a retry (jittered once, so the notice tells the truth)
+
+    @functools.cached_property
+    def delay(self) -> float:
+        """The seconds before a retry, jittered once (so the notice tells the truth); worked out only for an
+        attempt that failed, the one that needs it."""
+        return self.client._delay(self.number)
 
     def passed(self, item: str | LLMResponse) -> str | LLMResponse:
         """``item`` goes to the caller: from now on a failure is raised, not retried."""

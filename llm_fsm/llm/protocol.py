@@ -8,9 +8,12 @@ from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
+from llm_fsm.records import quick_init
+
 Message = dict[str, Any]  # role and content; an assistant's may carry "tool_calls", a tool's "tool_call_id"
 
 
+@quick_init  # built on every turn (llm_fsm.records)
 @dataclass(frozen=True)
 class Usage:
     """Tokens (and cost in USD when litellm knows the model's price) of one or more calls.
@@ -54,6 +57,7 @@ class PromptText(str):
         return str(self), self.breaks
 
 
+@quick_init  # llm_fsm.records
 @dataclass(frozen=True)
 class ToolCallRequest:
     """A tool call the model asked for."""
@@ -64,6 +68,7 @@ class ToolCallRequest:
     arguments: str
 
 
+@quick_init  # built on every turn (llm_fsm.records)
 @dataclass(frozen=True)
 class LLMRequest:
     """One model call. ``schema``/``strict_schema`` describe a valid reply (see ``definition.reply_schema``).
@@ -95,6 +100,7 @@ class LLMRequest:
     back_to: str | None = None
 
 
+@quick_init  # built on every turn (llm_fsm.records)
 @dataclass(frozen=True)
 class LLMResponse:
     """The model's text (``""`` when it only called tools) and the tool calls it asked for, in order.

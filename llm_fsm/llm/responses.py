@@ -9,24 +9,25 @@ from collections.abc import AsyncGenerator, AsyncIterator, Generator, Iterator
 from typing import Any
 
 from llm_fsm.errors import LLMError, LLMUnavailableError
+from llm_fsm.llm.fields import field
 from llm_fsm.llm.protocol import LLMResponse, ToolCallRequest, Usage
 
 
 def whole_response(response: Any, model: str) -> LLMResponse:
     """A non-streamed litellm response; ``model`` names the client's model in errors."""
-    choices = getattr(response, "choices", None)
+    choices = field(response, "choices")
     if not choices:
         raise LLMError("the provider returned no choices", model=model)
     message = choices[0].message
     text = message.content or ""
-    finish = getattr(choices[0], "finish_reason", None)
-    calls = tuple(_tool_call(call, n) for n, call in enumerate(getattr(message, "tool_calls", None) or ()))
-    return LLMResponse(text, _usage(response), getattr(response, "model", None), finish, calls)
+    finish = field(choices[0], "finish_reason")
+    calls = tuple(_tool_call(call, n) for n, call in enumerate(field(message, "tool_calls") or ()))
+    return LLMResponse(text, _usage(response), field(response, "model"), finish, calls)
 
 
 def _usage(response: Any) -> Usage:
-    usage = getattr(response, "usage", None)
-    hidden = getattr(response, "_hidden_params", None) or {}
+    usage = field(response, "usage")
+    hidden = field(response, "_hidden_params") or {}
     if usage is None:
         return Usage(cost=hidden.get("response_cost"))
     return _read_usage(usage, hidden.get("response_cost"))
@@ -47,13 +48,13 @@ def _cache_tokens(usage: Any) -> tuple[int, int]:
     """Prompt tokens read from and written to the provider's prompt cache. litellm puts the read ones in
     ``prompt_tokens_details.cached_tokens`` for every provider (OpenAI, DeepSeek, Gemini; Anthropic's
     ``cache_read_input_tokens`` too, which it also keeps), the written ones in ``cache_creation_input_tokens``."""
-    details = getattr(usage, "prompt_tokens_details", None)
-    read = getattr(details, "cached_tokens", None) if details is not None else None
+    details = field(usage, "prompt_tokens_details")
+    read = field(details, "cached_tokens") if details is not None else None
     if isinstance(details, dict):  # a provider's raw usage, not litellm's object
         read = details.get("cached_tokens")
     if not read:
-        read = getattr(usage, "cache_read_input_tokens", None)
-    written = getattr(usage, "cache_creation_input_tokens", None)
+        read = field(usage, "cache_read_input_tokens")
+    written = field(usage, "cache_creation_input_tokens")
     return (read if isinstance(read, int) else 0), (written if isinstance(written, int) else 0)
 
 
@@ -70,13 +71,13 @@ def _check_finished(model: str, finished: bool, parts: list[str]) -> None:
 def _chunk_usage(chunk: Any) -> Usage | None:
     """The usage of a stream's usage chunk (the last, asked for with ``include_usage``), with its cost: litellm
     prices that chunk as it prices a whole response (``_hidden_params["response_cost"]``, also ``usage.cost``)."""
-    usage = getattr(chunk, "usage", None)
-    if not usage or not getattr(usage, "total_tokens", None):
+    usage = field(chunk, "usage")
+    if not usage or not field(usage, "total_tokens"):
         return None
-    hidden = getattr(chunk, "_hidden_params", None) or {}
+    hidden = field(chunk, "_hidden_params") or {}
     cost = hidden.get("response_cost")
     if not isinstance(cost, int | float):
-        cost = getattr(usage, "cost", None)
+        cost = field(usage, "cost")
     return _read_usage(usage, cost if isinstance(cost, int | float) else None)
 
 
@@ -114,8 +115,8 @@ class StreamReader:
         self.usage = _chunk_usage(chunk) or self.usage
         self.finish_reason = _finish_reason(chunk) or self.finish_reason
         delta = _delta(chunk)
-        self.calls.add(getattr(delta, "tool_calls", None) or ())
-        text: str = getattr(delta, "content", None) or ""
+        self.calls.add(field(delta, "tool_calls") or ())
+        text: str = field(delta, "content") or ""
         if text:
             self.parts.append(text)
         return text
@@ -158,19 +159,19 @@ class ToolCallParts:
     def add(self, fragments: Any) -> None:
         for fragment in fragments:
             index = self._index(fragment)
-            function = getattr(fragment, "function", None)
-            if (call_id := getattr(fragment, "id", None)) and index not in self.ids:
+            function = field(fragment, "function")
+            if (call_id := field(fragment, "id")) and index not in self.ids:
                 self.ids[index] = call_id
-            if (name := getattr(function, "name", None)) and index not in self.names:
+            if (name := field(function, "name")) and index not in self.names:
                 self.names[index] = name
-            self.arguments.setdefault(index, []).append(_text(getattr(function, "arguments", None)))
+            self.arguments.setdefault(index, []).append(_text(field(function, "arguments")))
 
     def _index(self, fragment: Any) -> int:
-        index = getattr(fragment, "index", None)
+        index = field(fragment, "index")
         if isinstance(index, int):
             return index
         # no index (some servers): a fragment with a new id starts a call, any other continues its own or the last
-        call_id = getattr(fragment, "id", None)
+        call_id = field(fragment, "id")
         for known, seen_id in self.ids.items():
             if seen_id == call_id:
                 return known
@@ -218,20 +219,20 @@ _UNKNOWN = object()
 
 
 def _finish_reason(chunk: Any) -> str | None:
-    choices: Any = getattr(chunk, "choices", None)
-    return getattr(choices[0], "finish_reason", None) if choices else None
+    choices: Any = field(chunk, "choices")
+    return field(choices[0], "finish_reason") if choices else None
 
 
 def _delta(chunk: Any) -> Any:
-    choices = getattr(chunk, "choices", None)
-    return getattr(choices[0], "delta", None) if choices else None
+    choices = field(chunk, "choices")
+    return field(choices[0], "delta") if choices else None
 
 
 def _tool_call(call: Any, position: int) -> ToolCallRequest:
     """A whole tool call from a (non-streamed) response message."""
-    function = getattr(call, "function", None)
-    call_id = getattr(call, "id", None) or f"call_{position}"
-    return ToolCallRequest(call_id, getattr(function, "name", None) or "", _text(getattr(function, "arguments", None)))
+    function = field(call, "function")
+    call_id = field(call, "id") or f"call_{position}"
+    return ToolCallRequest(call_id, field(function, "name") or "", _text(field(function, "arguments")))
 
 
 def _text(arguments: Any) -> str:

@@ -170,7 +170,11 @@ def _op_in(args: list[object], data: object) -> bool:
     if isinstance(haystack, str):
         return js_str(needle) in haystack
     if isinstance(haystack, (list, tuple)):
-        return any(strict_equal(needle, item) for item in haystack)
+        # a loop, not any() over a generator: one found early would close it by raising GeneratorExit in it
+        for item in haystack:  # noqa: SIM110
+            if strict_equal(needle, item):
+                return True
+        return False
     if isinstance(haystack, Mapping):
         return isinstance(needle, str) and needle in haystack
     return False

@@ -148,6 +148,9 @@ def triggers(definition: FSMDefinition, state_id: str) -> tuple[bool, bool]:
 def enabled(definition: FSMDefinition) -> tuple[bool, bool]:
     """Whether any state summarises on overflow, and whether any on leaving (computed once per definition)."""
     # cached under the initial state's id: the answer is the whole definition's
+    known: tuple[bool, bool] | None = definition.known("summaries", definition.initial_state)
+    if known is not None:  # asked on every prompt: no lambda made once it is known
+        return known
     return definition.derived("summaries", definition.initial_state, lambda _: _any_triggers(definition))
 
 

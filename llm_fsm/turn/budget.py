@@ -11,6 +11,8 @@ from dataclasses import dataclass, field
 
 from llm_fsm.llm import LLMResponse, Usage
 
+NO_USAGE = Usage()  # a turn's usage before its first call: shared, as a Usage is frozen (two fewer made a turn)
+
 
 @dataclass
 class Budget:
@@ -18,14 +20,17 @@ class Budget:
 
     limit: int
     calls: int = 0
-    usage: Usage = field(default_factory=Usage)
+    usage: Usage = NO_USAGE
     refinements: int = 0  # corrective calls for failed checks or refused values (within the state's max_retries)
     started: float = field(default_factory=time.perf_counter)
 
     def count(self, response: LLMResponse) -> None:
         """One call made: its tokens join the turn's."""
         self.calls += 1
-        self.usage += response.usage
+        if self.usage is NO_USAGE and type(response.usage) is Usage:  # the first call's: nothing to add it to
+            self.usage = response.usage  # the sum it would make, equal field by field (a Usage is frozen)
+        else:
+            self.usage += response.usage
 
     def left(self) -> bool:
         """Whether one more call fits in the turn."""

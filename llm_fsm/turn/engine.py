@@ -16,10 +16,12 @@ from llm_fsm.definition import clearing, corrections
 from llm_fsm.definition.conditions import unmet_condition
 from llm_fsm.definition.models import RETURN, FSMDefinition, Transition
 from llm_fsm.definition.reply_schema import EXTRA_KEY, model_writable_keys
+from llm_fsm.records import quick_init
 from llm_fsm.snapshot import Exchange, Origin, PendingEvent, Rejection, Snapshot, Status
 from llm_fsm.values import as_json_data, merge
 
 
+@quick_init  # built on every turn (llm_fsm.records)
 @dataclass(frozen=True)
 class Decision:
     """The verdict on one reply. ``context`` already holds the accepted updates, ``applied`` (None: a removal)."""

@@ -38,6 +38,8 @@ def accept(work: Working, decision: Decision, message: str) -> Outcome:
     if proposed := work.judged.memory_update:  # the memory_update of the reply the turn settles on
         work.memory.written, applied, _ = apply_model_update(work.definition, work.memory.written, proposed)
         work.memory.changed.update(applied)
+    if not work.hooks.handlers:  # most turns: no handler to fire around the commit (fire() would run none)
+        return finish(work, target, message, decision.applied)
     try:
         if decision.applied:
             keys = frozenset(decision.applied)

@@ -17,6 +17,7 @@ from llm_fsm.definition.texts import BUILT_IN
 from llm_fsm.hooks import Await, Hooks
 from llm_fsm.llm import LLMRequest, Usage
 from llm_fsm.memory import summaries
+from llm_fsm.records import quick_init
 from llm_fsm.snapshot import PendingEvent, Rejection, Snapshot
 from llm_fsm.tools.calling import BoundTool, Prepared, ToolMode, ToolRun
 from llm_fsm.turn.prompt import PromptBuilder, PromptOrder
@@ -49,6 +50,7 @@ class TurnSettings:
     background_summaries: bool = False  # summaries run after the turn returns (see llm_fsm.memory.summaries)
 
 
+@quick_init  # built on every turn (llm_fsm.records)
 @dataclass(frozen=True)
 class Call:
     """A model call the turn needs: the reply itself, a judge grading a proposed reply, or a summary
@@ -92,6 +94,7 @@ Step = Call | Await | RunTools | Checkpoint
 Steps = Generator[Step, Any, "tuple[Snapshot, TurnResult]"]
 
 
+@quick_init  # built on every turn (llm_fsm.records)
 @dataclass(frozen=True)
 class TurnResult:
     """What one turn did. ``previous_state`` is None for the opening message."""

@@ -63,6 +63,7 @@ class Working:
         self.judged = Judged()  # the problems found in the replies read, and the last reply's decision
         # the context and provenance as the turn changes them: replaced on each change, never mutated
         self.context: dict[str, Any] = dict(base.context)
+        self._found = self.context  # the context as the turn found it, until the turn replaces it
         self.provenance: dict[str, Origin] = dict(base.provenance)
         self.memory = MemoryAccess(definition, base.memory)  # handlers' ``memory``: the turn's working memory
         self.fallback = False  # no reply accepted: the turn says the fallback message
@@ -91,6 +92,8 @@ class Working:
 
     def snapshot(self) -> Snapshot:
         """The snapshot every decision of this turn is made on: the base with the working context."""
+        if self.context is self._found:  # not replaced yet: a copy of the base's, which says the same (no copy made)
+            return self.base
         if self._snapshot is None or self._snapshot.context is not self.context:  # replaced, not changed
             self._snapshot = self.base.model_copy(update={"context": self.context})
         return self._snapshot
