@@ -146,6 +146,12 @@ class State(Frozen):
     subflow: Subflow | None = Field(
         None, description="Run another definition as a sub-conversation on entering this state (llm_fsm.subflows)."
     )
+    acts: bool = Field(
+        False,
+        strict=True,
+        description="The state works on its own: entering it runs a turn with no person's message (its purpose, "
+        "instructions and tools over the context); its message is a report, and its checks are its key results.",
+    )
     opening: str | None = Field(
         None,
         description="The first message of a conversation that opens in this state, written without a model "
@@ -265,6 +271,14 @@ class FSMDefinition(Frozen):
     )
     max_tool_calls: int = Field(
         8, ge=1, le=100, strict=True, description="Tool calls the model may ask for at once (in one round)."
+    )
+    max_run_steps: int = Field(
+        20,
+        ge=1,
+        le=1000,
+        strict=True,
+        description="Steps a run may take on its own (acting states and automatic moves) before it stops with an "
+        "error naming this limit: the bound on a workflow's loops.",
     )
     memory: MemorySpec | None = Field(
         None, description="Working memory: named text slots (background, slots) the model and code keep up to date."

@@ -82,13 +82,14 @@ _ADDED_TOP = {
     "texts": None,
     "corrections": False,
     "any_value": None,
+    "max_run_steps": 20,
 }
 _ADDED_STATE: dict[str, Any] = {
     "tools": [], "max_tool_rounds": None, "summaries": None, "subflow": None, "opening": None, "corrections": None,
-    "clearable_keys": [],
+    "clearable_keys": [], "acts": False,
 }  # fmt: skip
 _ADDED_TOOL: dict[str, Any] = {"error_detail": None}
-_ADDED_TRANSITION: dict[str, Any] = {"clear_keys": []}
+_ADDED_TRANSITION: dict[str, Any] = {"clear_keys": [], "automatic": False}
 
 
 def canonical_dump(dumped: dict[str, Any]) -> dict[str, Any]:

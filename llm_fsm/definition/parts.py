@@ -92,6 +92,12 @@ class Transition(Frozen):
         description="Context keys this move removes (with who set them), as it is taken: those the context "
         "held before the reply; a key the reply writes on the same turn stays. A fresh start in the same service.",
     )
+    automatic: bool = Field(
+        False,
+        strict=True,
+        description="The runtime takes this move on its own, with no model call, as soon as its conditions hold: "
+        "on entering the state, after a turn or a tool's result, after a handler wrote a key (see Workflows).",
+    )
 
 
 RETURN = "$return"  # a target that goes back where the conversation came from ("$" is never in a state id)
