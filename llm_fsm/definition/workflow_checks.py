@@ -4,7 +4,8 @@
   *forced* move: the first of its automatic moves by priority (its own and the global ones that apply,
   as :meth:`FSMDefinition.moves` orders them), when that move always holds (no conditions). A move
   before it that has conditions can still be taken first, so it breaks the cycle; a model's move cannot
-  (the runtime does not wait for the model), nor can an automatic move after it.
+  (the runtime does not wait for the model), nor can an automatic move after it. An automatic move to its own
+  state is never taken (as in :func:`llm_fsm.turn.automatic.automatic_move`): it is passed over.
 - ``acts_no_way_out``: an acting state from which no state can be reached that waits for a person (one
   that does not act, or runs a sub-conversation), is terminal, or goes back (``"$return"``) to where the
   conversation came from: a run there never stops but at ``max_run_steps``.
@@ -41,7 +42,7 @@ def forced_move(definition: FSMDefinition, sid: str) -> tuple[tuple[Any, ...], T
     anywhere = [(("global_transitions", j), definition.global_transitions[j]) for j in definition.global_indices(sid)]
     # sorted is stable: on equal priorities the state's own come first, as in FSMDefinition.moves
     for loc, move in sorted([*own, *anywhere], key=lambda pair: pair[1].priority):
-        if move.automatic:
+        if move.automatic and move.target_state != sid:  # the runtime never takes an automatic move to its own state
             return (loc, move) if always_holds(move) else None
     return None
 

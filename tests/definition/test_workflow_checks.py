@@ -62,10 +62,18 @@ def test_the_cycle_error_has_the_line_and_column_of_the_move():
     assert problem.column is not None
 
 
-def test_an_automatic_move_to_its_own_state_is_a_cycle_of_one():
+def test_an_automatic_move_to_its_own_state_is_passed_over_as_the_runtime_does():
     data = definition({"a": {"transitions": [auto("a"), {"target_state": "end"}]}, "end": {}})
-    (problem,) = errors(data)
-    assert problem.code == "automatic_cycle" and "a → a" in problem.message
+    assert codes(data) == []
+    # passed over: the next automatic move is the forced one
+    data = definition(
+        {
+            "a": {"transitions": [auto("a", priority=1), auto("b")]},
+            "b": {"transitions": [auto("a"), auto("end")]},
+            "end": {},
+        }
+    )
+    assert codes(data) == ["automatic_cycle"]
 
 
 def test_a_condition_on_a_move_of_the_cycle_breaks_it():
@@ -172,7 +180,10 @@ def test_an_automatic_return_to_a_state_the_model_left_is_no_cycle():
 
 
 def test_the_cycle_error_names_the_definitions_max_run_steps():
-    data = definition({"a": {"transitions": [auto("a"), {"target_state": "end"}]}, "end": {}}, max_run_steps=5)
+    data = definition(
+        {"a": {"transitions": [auto("b"), {"target_state": "end"}]}, "b": {"transitions": [auto("a")]}, "end": {}},
+        max_run_steps=5,
+    )
     (problem,) = errors(data)
     assert "max_run_steps (5)" in problem.message
 
