@@ -4,7 +4,10 @@
 format (versions 3.0 and 4.1), including files written by llm-fsm's ``model_dump_json()``, where every
 optional field is present and ``null`` when unset (``null`` means the default). Fields we use are
 mapped; fields we do not use become one ``ignored_field`` warning per field (with a count), unless
-their value says nothing (``null``, empty, or llm-fsm's default); nothing is dropped silently.
+their value says nothing (``null``, empty, or llm-fsm's default); nothing is dropped silently. A state's
+``auto_transition_threshold`` (llm-fsm 4.x: its moves decided by their conditions, with no model call) makes
+its transitions with conditions that can fail automatic, unless ``is_deterministic`` is false: one
+``mapped_field`` warning per state says which (the threshold's number is not used).
 
 Every problem is written for the person who wrote the file: a path
 (``states.greet.transitions[0].target_state``), the file's line:column when the source is a file,
