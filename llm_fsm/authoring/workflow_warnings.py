@@ -22,6 +22,9 @@ _HINT = (
 
 
 def states_passed_through(definition: FSMDefinition) -> Iterator[Finding]:
+    moves = (*(t for state in definition.states.values() for t in state.transitions), *definition.global_transitions)
+    if not any(move.automatic for move in moves):
+        return
     by_global: dict[tuple[Any, ...], list[str]] = {}
     for sid, state in definition.states.items():
         if state.terminal or state.handlers or state.subflow is not None:

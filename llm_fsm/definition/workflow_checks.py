@@ -49,8 +49,11 @@ def forced_move(definition: FSMDefinition, sid: str) -> tuple[tuple[Any, ...], T
 
 def problems(definition: FSMDefinition) -> Iterator[Problem]:
     """Every cycle of forced moves, then every acting state with no way out."""
-    yield from _cycles(definition)
-    yield from _acting_without_way_out(definition)
+    moves = (*(t for state in definition.states.values() for t in state.transitions), *definition.global_transitions)
+    if any(move.automatic for move in moves):  # a definition without workflows pays one pass over its moves
+        yield from _cycles(definition)
+    if any(state.acts for state in definition.states.values()):
+        yield from _acting_without_way_out(definition)
 
 
 def _forced_edges(definition: FSMDefinition) -> tuple[dict[str, list[str]], dict[str, tuple[Any, ...]]]:
