@@ -45,6 +45,7 @@ if TYPE_CHECKING:  # for type checkers and editors; at run time the names load o
         ReplyFormatError,
         ReplyTruncated,
         ResumeError,
+        RunLimitError,
         ScriptExhausted,
         StoreError,
     )
@@ -88,6 +89,7 @@ _HOMES = {
             "ReplyFormatError",
             "ReplyTruncated",
             "ResumeError",
+            "RunLimitError",
             "ScriptExhausted",
             "StoreError",
         ],
@@ -161,6 +163,7 @@ __all__ = [
     "ReplyFormatError",
     "ReplyTruncated",
     "ResumeError",
+    "RunLimitError",
     "ScriptExhausted",
     "Snapshot",
     "State",

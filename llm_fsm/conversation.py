@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from llm_fsm import memory
+from llm_fsm import memory, running
 from llm_fsm.binding import check_bindings, runtime
 from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.driving import (
     CheckpointSink,
+    Resume,
     StreamEvent,
     SummaryCalls,
     aevents,
@@ -41,6 +42,7 @@ from llm_fsm.recorded import recorded
 from llm_fsm.snapshot import Exchange, PendingEvent, Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
 from llm_fsm.subflows.stack import check_restore, entered, frames
+from llm_fsm.telemetry import NO_RUN, NoRun
 from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn.engine import initial_snapshot, write
 from llm_fsm.turn.prompt import PROMPT_ORDERS, PromptBuilder, PromptOrder
@@ -48,6 +50,9 @@ from llm_fsm.turn.refusals import turn_refusal
 from llm_fsm.turn.restoring import restored
 from llm_fsm.turn.runner import DEFAULT_FALLBACK, TurnResult, TurnSettings
 from llm_fsm.values import as_json_data
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.runs import RunTrace
 
 __all__ = [
     "DEFAULT_FALLBACK", "Conversation", "MessageDelta", "MessageReset", "StreamEvent", "ToolCall", "ToolResult",
@@ -126,6 +131,7 @@ class Conversation:
         self.checkpoints: CheckpointSink | None = None
         self._summaries = SummaryCalls(self)  # the summary calls made outside turns
         self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
+        self.run_trace: RunTrace | NoRun = NO_RUN  # the trace of a run under way (llm_fsm.running)
 
     @property
     def prompt(self) -> PromptBuilder:
@@ -273,20 +279,35 @@ class Conversation:
 
     def start(self) -> TurnResult:
         """The opening message of the current state: one model call, or none when the state has its own
-        ``opening`` (written over the context; see :mod:`llm_fsm.definition.opening`)."""
-        return complete(self, None)
+        ``opening`` (written over the context; see :mod:`llm_fsm.definition.opening`). In a workflow, the run
+        goes on through the steps nobody types for (:meth:`run`) and this is its last result."""
+        return self._whole_run(None)
 
     def send(self, text: str) -> TurnResult:
-        """Answer the user's ``text``: one model call when the reply is valid."""
-        return complete(self, text)
+        """Answer the user's ``text``: one model call when the reply is valid. In a workflow (some state acts on
+        its own, or some move is automatic), the run goes on until a state waits for a person, a pause or the
+        end: the result is the last step's, with the steps before it in ``result.steps``."""
+        return self._whole_run(text)
 
     def resume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
-        """Continue a paused conversation: merge ``result`` into the context, then one model call.
+        """Continue a paused conversation: merge ``result`` into the context, then one model call (in a
+        workflow, the rest of the run, as :meth:`send`).
 
         Works once per token: a second call with the same token raises :class:`ResumeError` and
         changes nothing. If the model call fails, nothing changes and the token stays valid.
         """
-        return complete(self, None, resume=(token, result))
+        return self._whole_run(None, (token, result))
+
+    def run(self, text: str | None = None, *, resume: Resume | None = None) -> Iterator[TurnResult]:
+        """The run from ``text`` (None: the opening of a new conversation, or the steps the current state takes on
+        its own), or from ``resume=(token, result)``: one :class:`TurnResult` per step, each committed as it is
+        yielded, until a state waits for a person, a pause, or the end (see :mod:`llm_fsm.running`). Yields nothing
+        when there is nothing to do. :class:`RunLimitError` past the definition's ``max_run_steps``."""
+        return running.steps(self, text, resume)
+
+    def arun(self, text: str | None = None, *, resume: Resume | None = None) -> AsyncIterator[TurnResult]:
+        """The async form of :meth:`run`."""
+        return running.asteps(self, text, resume)
 
     def stream(self, text: str | None = None) -> Iterator[StreamEvent]:
         """Run a turn (``text=None``: the opening) and yield its events as they happen.
@@ -294,26 +315,42 @@ class Conversation:
         Yields :class:`MessageDelta` for message text whose transition has been checked,
         :class:`MessageReset` if shown text must be discarded, and last the :class:`TurnResult`.
         The deltas after the last reset add up to the result's message. Closing the iterator
-        early leaves the conversation exactly as it was before the turn.
+        early leaves the conversation exactly as it was before the turn. In a workflow, every step of the
+        run, each ending with its own :class:`TurnResult` (a step that ended stays committed).
         """
+        if self.definition.is_workflow:
+            return running.step_events(self, text, stream=True)
         return events(self, text, stream=True)
 
     async def astart(self) -> TurnResult:
-        return await alast(aevents(self, None, stream=False))
+        return await self._awhole_run(None)
 
     async def asend(self, text: str) -> TurnResult:
-        return await alast(aevents(self, text, stream=False))
+        return await self._awhole_run(text)
 
     async def aresume(self, token: str, result: Mapping[str, Any] | None = None) -> TurnResult:
-        return await alast(aevents(self, None, (token, result), stream=False))
+        return await self._awhole_run(None, (token, result))
 
     def astream(self, text: str | None = None) -> AsyncIterator[StreamEvent]:
         """The async form of :meth:`stream`."""
+        if self.definition.is_workflow:
+            return running.astep_events(self, text, stream=True)
         return aevents(self, text, stream=True)
 
-    def _may_take(self, user: str | None, *, resuming: bool = False) -> None:
+    def _whole_run(self, text: str | None, resume: Resume | None = None) -> TurnResult:
+        if not self.definition.is_workflow:
+            return complete(self, text, resume)
+        return running.last(list(running.steps(self, text, resume)) or [complete(self, text, resume)])
+
+    async def _awhole_run(self, text: str | None, resume: Resume | None = None) -> TurnResult:
+        if not self.definition.is_workflow:
+            return await alast(aevents(self, text, resume, stream=False))
+        results = [result async for result in running.asteps(self, text, resume)]
+        return running.last(results or [await alast(aevents(self, text, resume, stream=False))])
+
+    def _may_take(self, user: str | None, *, resuming: bool = False, going_on: bool = False) -> None:
         """Raise unless the conversation can take this turn now (the rule: :func:`turn_refusal`)."""
-        refused = turn_refusal(self, user, busy=self._busy, resuming=resuming)
+        refused = turn_refusal(self, user, busy=self._busy, resuming=resuming, going_on=going_on)
         if refused is not None:
             raise refused.error()
 

@@ -13,10 +13,10 @@ import logging
 from collections.abc import AsyncIterator, Awaitable, Generator, Iterable, Iterator, Mapping
 from itertools import chain
 from types import TracebackType
-from typing import TYPE_CHECKING, Any, Protocol, TypeVar, Union
+from typing import TYPE_CHECKING, Any, Literal, Protocol, TypeVar, Union
 
 from llm_fsm import telemetry
-from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition, Transition
 from llm_fsm.errors import ConversationError, LLMError
 from llm_fsm.hooks import Await, Awaited, Hooks, logger
 from llm_fsm.llm import LLMClient, LLMResponse, StreamingLLMClient
@@ -24,7 +24,7 @@ from llm_fsm.memory import summaries
 from llm_fsm.snapshot import Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.subflows.stack import StackTurn
-from llm_fsm.telemetry import NO_TRACE, NoTrace
+from llm_fsm.telemetry import NO_TRACE, NoRun, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn.firing import fire_error
@@ -33,6 +33,7 @@ from llm_fsm.turn.steps import Call, Checkpoint, Runtime, RunTools, Step, Turn, 
 from llm_fsm.values import clean_text
 
 if TYPE_CHECKING:
+    from llm_fsm.telemetry.runs import RunTrace
     from llm_fsm.telemetry.spans import TurnTrace
 
 StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
@@ -49,12 +50,15 @@ def open_turn(
     *,
     user: str | None,
     resume: tuple[str, Mapping[str, Any]] | None = None,
+    move: Transition | None = None,
 ) -> Turn:
-    """The turn from ``snapshot``: ``user`` text (None: the opening), or the resume of a pause with
-    ``(token, result)``; of a conversation with sub-conversations (``runtime.stacked``) or not."""
+    """The turn from ``snapshot``: ``user`` text (None: the opening, or a turn of a state that acts), the resume
+    of a pause with ``(token, result)``, or an automatic ``move``; of a conversation with sub-conversations
+    (``runtime.stacked``, where a run takes no steps of its own) or not."""
     if runtime.stacked:
         return StackTurn(definition, snapshot, runtime, user=user, resume=resume)
-    return plain_turn(definition, snapshot, runtime, runtime.settings(definition), user=user, resume=resume)
+    settings = runtime.settings(definition)
+    return plain_turn(definition, snapshot, runtime, settings, user=user, resume=resume, move=move)
 
 
 class CheckpointSink(Protocol):
@@ -81,11 +85,12 @@ class Host(Protocol):
     _snapshot: Snapshot
     _runtime: Runtime
     _summaries: SummaryCalls
+    run_trace: RunTrace | NoRun  # the trace of the run under way (llm_fsm.running), else telemetry.NO_RUN
 
     @property
     def state(self) -> str: ...
 
-    def _may_take(self, user: str | None, *, resuming: bool = False) -> None: ...
+    def _may_take(self, user: str | None, *, resuming: bool = False, going_on: bool = False) -> None: ...
 
 
 class Drive:
@@ -239,20 +244,24 @@ class Drive:
 # -- the drivers: one turn, sync or async --------------------------------------------------------
 
 Resume = tuple[str, Mapping[str, Any] | None]  # a pause's token, and the result to resume it with
+# a step of a run that nobody typed for: a turn of a state that acts ("act"), or an automatic move
+Going = Transition | Literal["act"]
 
 
-def complete(conversation: Host, user: str | None, resume: Resume | None = None) -> TurnResult:
+def complete(
+    conversation: Host, user: str | None, resume: Resume | None = None, *, step: Going | None = None
+) -> TurnResult:
     """A turn with no events to show: the same drive, without the event machinery (send's speed)."""
-    with Drive(conversation, opened(conversation, user, resume), stream=False, sync=True) as drive:
+    with Drive(conversation, opened(conversation, user, resume, step), stream=False, sync=True) as drive:
         return drive.run_to_end()
 
 
 def events(
-    conversation: Host, user: str | None, resume: Resume | None = None, *, stream: bool
+    conversation: Host, user: str | None, resume: Resume | None = None, *, stream: bool, step: Going | None = None
 ) -> Iterator[StreamEvent]:
     """A turn, sync, as its events (the message's deltas while it streams, then the result); the
     turn is opened when the first event is asked for."""
-    with Drive(conversation, opened(conversation, user, resume), stream, sync=True) as drive:
+    with Drive(conversation, opened(conversation, user, resume, step), stream, sync=True) as drive:
         try:
             yield from drive.take(None)
             while drive.call is not None:
@@ -264,11 +273,11 @@ def events(
 
 
 async def aevents(
-    conversation: Host, user: str | None, resume: Resume | None = None, *, stream: bool
+    conversation: Host, user: str | None, resume: Resume | None = None, *, stream: bool, step: Going | None = None
 ) -> AsyncIterator[StreamEvent]:
     """A turn, async, as its events; a summary still running in the background ends first."""
     await conversation._summaries.settle()  # never two summaries at once, none lost
-    with Drive(conversation, opened(conversation, user, resume), stream, sync=False) as drive:
+    with Drive(conversation, opened(conversation, user, resume, step), stream, sync=False) as drive:
         try:
             for event in drive.take(None):
                 yield event
@@ -284,13 +293,16 @@ async def aevents(
             raise
 
 
-def opened(conversation: Host, user: str | None, resume: Resume | None) -> Turn:
-    """The conversation's turn, once it may take it: ``user`` text (None: the opening), or a resume."""
-    conversation._may_take(user, resuming=resume is not None)
+def opened(conversation: Host, user: str | None, resume: Resume | None, step: Going | None = None) -> Turn:
+    """The conversation's turn, once it may take it: ``user`` text (None: the opening), a resume, or a ``step``
+    of a run (:mod:`llm_fsm.running`)."""
+    conversation._may_take(user, resuming=resume is not None, going_on=step is not None)
     conversation._summaries.refuse_while_running("a sync turn")
     text = None if user is None else clean_text(user)  # a lone surrogate could never be saved
     how = None if resume is None else (resume[0], {} if resume[1] is None else resume[1])
-    return open_turn(conversation.definition, conversation._snapshot, conversation._runtime, user=text, resume=how)
+    move = step if isinstance(step, Transition) else None
+    snapshot, runtime = conversation._snapshot, conversation._runtime
+    return open_turn(conversation.definition, snapshot, runtime, user=text, resume=how, move=move)
 
 
 def items(llm: LLMClient, step: Step, stream: bool, trace: TurnTrace | NoTrace) -> Iterable[Item]:

@@ -28,7 +28,8 @@
         ├── ConversationEnded      the conversation reached a terminal state
         ├── ConversationPaused     a handler paused it: resume() with the pending event's token first
         ├── ResumeError            the resume token is wrong or was already used
-        └── IdempotencyKeyReused   an idempotency key sent again with another request
+        ├── IdempotencyKeyReused   an idempotency key sent again with another request
+        └── RunLimitError          a run took ``max_run_steps`` steps on its own and stopped (its steps stand)
 
 Setup errors (``DefinitionError``, ``LogicError``, ``PromptError``) are raised while loading or
 rendering; run errors (``LLMError``, ``ConversationError``) while a conversation runs. A failed turn
@@ -170,6 +171,15 @@ class ResumeError(ConversationError):
 class IdempotencyKeyReused(ConversationError):
     """An idempotency key came again with another request than the one it was first sent with (a new
     request needs a new key); nothing ran. See :mod:`llm_fsm.store.idempotency`."""
+
+
+class RunLimitError(ConversationError):
+    """A run took ``limit`` steps on its own (acting states and automatic moves) and stopped in ``state``: the
+    definition's ``max_run_steps``. Every step it took was committed (and saved, with a store)."""
+
+    def __init__(self, message: str, *, state: str | None = None, limit: int = 0) -> None:
+        super().__init__(message, state=state)
+        self.limit = limit
 
 
 class HandlerError(FSMError):

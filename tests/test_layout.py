@@ -34,7 +34,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("edges", {"tools", "memory"}),
     ("turn", {"turn"}),
     ("subflows", {"subflows"}),
-    ("conversation", {"conversation", "driving", "binding", "recorded", "streaming"}),
+    ("conversation", {"conversation", "driving", "running", "binding", "recorded", "streaming"}),
     ("face", {""}),  # llm_fsm/__init__.py: every public name, imported on first use
     ("store", {"store"}),
     ("authoring", {"authoring"}),

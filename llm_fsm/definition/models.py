@@ -360,6 +360,18 @@ class FSMDefinition(Frozen):
 
         return self.derived(kind, state_id, compute)
 
+    @cached_property
+    def is_workflow(self) -> bool:
+        """Whether some state acts on its own or some move is automatic: a person's turn may then go on into
+        steps nobody types for (a run, see :mod:`llm_fsm.running`)."""
+        moves = (*(t for s in self.states.values() for t in s.transitions), *self.global_transitions)
+        return any(s.acts for s in self.states.values()) or any(t.automatic for t in moves)
+
+    def automatic_in(self, state_id: str) -> bool:
+        """Whether ``state_id`` has an automatic move (its own or a global one that applies there)."""
+        state = self.states[state_id]
+        return any(t.automatic for t in state.transitions) or any(t.automatic for t in self.global_moves(state_id))
+
     def return_target(self, state_id: str, came_from: Sequence[str]) -> str | None:
         """Where a ``"$return"`` move of ``state_id`` goes: the state the conversation came from (the last
         of ``came_from``, see ``Snapshot.came_from``); None when there is none, or ``state_id`` has no such move."""

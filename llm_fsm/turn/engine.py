@@ -234,19 +234,21 @@ def commit(
     user: str | None,
     message: str,
     pending: PendingEvent | None = None,
+    exchange: bool = True,
 ) -> Snapshot:
-    """The snapshot after a turn that ends in ``state`` and shows ``message`` (paused if ``pending``)."""
+    """The snapshot after a turn that ends in ``state`` and shows ``message`` (paused if ``pending``); without
+    ``exchange`` (an automatic move that said nothing) no exchange is recorded and no turn counted."""
     status: Status = "paused" if pending else ("ended" if definition.states[state].terminal else "active")
-    exchange = Exchange(user=user, assistant=message, state=state)
+    said = (Exchange(user=user, assistant=message, state=state),) if exchange else ()
     return snapshot.model_copy(
         update={
             "state": state,
             "came_from": way_back(snapshot.came_from, snapshot.state, state),
             "context": context,
             "provenance": provenance,
-            "history": (*snapshot.history, exchange),
+            "history": (*snapshot.history, *said),
             # the opening (no user text, no history) is turn 0; every later exchange counts, a resume's too
-            "turns": snapshot.turns + (0 if user is None and not snapshot.history else 1),
+            "turns": snapshot.turns + (0 if not exchange or (user is None and not snapshot.history) else 1),
             "status": status,
             "pending": pending,
         }

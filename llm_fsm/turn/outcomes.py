@@ -126,6 +126,7 @@ def finish(
         user=work.user,
         message=message,
         pending=pending,
+        exchange=work.exchange,
     )
     if work.memory.written != work.base.memory:
         snapshot = snapshot.model_copy(update={"memory": dict(work.memory.written)})
@@ -149,5 +150,6 @@ def finish(
         memory_updates=dict(work.memory.changed),
         fallback=work.fallback,
         corrections=corrected(work.definition, work.base.state, work.base.context, snapshot.context, written(applied)),
+        step=work.step,
     )
     return snapshot, result

@@ -33,6 +33,10 @@ class CallPrompts:
         """The user-turn text of the call that follows a resume."""
         return self._render("resume.xml.j2", {"reason": reason, "result": result})
 
+    def act_note(self, task: str | None, *, tools: bool) -> str:
+        """The user-turn text of an acting state's turn (no person waits to type): ``task``, the run's input, if any."""
+        return self._render("act.xml.j2", {"task": task, "tools": tools})
+
     def approval_note(self, tool: str, decision: Mapping[str, Any]) -> str:
         """The user-turn text of the call that follows a person's decision about a tool call."""
         return self._render("approval.xml.j2", {"tool": tool, "decision": dict(decision)})

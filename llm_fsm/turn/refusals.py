@@ -73,11 +73,14 @@ class Refusal:
         return ConversationError(self.message, state=self.state)
 
 
-def turn_refusal(conversation: Standing, user: object, *, busy: bool = False, resuming: bool = False) -> Refusal | None:
+def turn_refusal(
+    conversation: Standing, user: object, *, busy: bool = False, resuming: bool = False, going_on: bool = False
+) -> Refusal | None:
     """Why ``conversation`` may not take a turn with the message ``user`` (None: the opening turn) now, or None.
 
     ``busy``: another turn of the same object is running. ``resuming``: the turn is a ``resume()``,
-    whose pause and token the engine checks, so only ``busy`` refuses it here.
+    whose pause and token the engine checks, so only ``busy`` refuses it here. ``going_on``: a step of a run
+    that nobody typed for (an acting state's turn, an automatic move), which needs no message.
     """
     state = conversation.state
     if busy:
@@ -90,6 +93,8 @@ def turn_refusal(conversation: Standing, user: object, *, busy: bool = False, re
         reason = conversation.pending.reason if conversation.pending else "paused"
         # The HTTP API says "resume it" instead of "call resume()" (llm_fsm.server.errors).
         return Refusal("paused", f"the conversation is paused ({reason}); call resume() with its token", state)
+    if user is None and going_on:
+        return None
     if user is None:
         if conversation.history:
             return Refusal("started", "the opening turn was already made: send a message", state)

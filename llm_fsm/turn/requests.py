@@ -26,8 +26,9 @@ def prompt_messages(work: Working) -> list[dict[str, Any]]:
     """The turn's prompt: the state's instructions, its tools, the context, the history, the user's text."""
     tools = work.tools.offered()
     mode = work.tools.mode() if tools else "native"
+    said = work.note if work.acting else work.user or work.note  # an acting state's note holds its task
     return work.settings.prompt.messages(
-        work.definition, work.snapshot(), work.user or work.note, tools=tools, tool_mode=mode,
+        work.definition, work.snapshot(), said, tools=tools, tool_mode=mode,
         guided=mode_of(work).guided, order=work.settings.prompt_order(),
     )  # fmt: skip
 

@@ -32,7 +32,7 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any
 
 from llm_fsm.contract import Reply
-from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.definition.models import FSMDefinition, Transition
 from llm_fsm.definition.opening import render_opening
 from llm_fsm.definition.texts import runtime_text
 from llm_fsm.errors import RefinementError
@@ -42,6 +42,7 @@ from llm_fsm.memory import summaries
 from llm_fsm.snapshot import PendingEvent, Snapshot
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn import tool_rounds as rounds
+from llm_fsm.turn.automatic import automatic_move, take
 from llm_fsm.turn.engine import Decision, decide
 from llm_fsm.turn.firing import fire, fire_error
 from llm_fsm.turn.outcomes import DEFAULT_PAUSE_MESSAGE, accept, close_terminal, exhausted, paused
@@ -181,6 +182,9 @@ class TurnRunner:
                 pause = yield from rounds.use_tools(work, calls, response)
                 if pause is not None:
                     return pause
+                # a tool's result may fulfil an automatic move: taken at once, with no call to read the results
+                if (move := automatic_move(work.definition, work.snapshot())) is not None:
+                    return (yield from take(work, move))
                 if not work.budget.left():
                     return (yield from exhausted(work, False))
                 ask, purpose = request(work, work.transcript.messages), "tool_results"
@@ -230,6 +234,19 @@ class TurnRunner:
         # replies, and malformed replies do not use up the state's max_retries
         within = refinements <= state.max_retries if refining else corrections <= work.settings.max_corrections
         return within and work.budget.left()
+
+
+class AutomaticMove(TurnRunner):
+    """A step of a run with no model call: the automatic ``move`` from the snapshot's state
+    (:mod:`llm_fsm.turn.automatic`), with the handlers around it and the summaries a turn has."""
+
+    def __init__(self, work: Working, move: Transition) -> None:
+        super().__init__(work)
+        self.move = move
+
+    def turn(self) -> Steps:
+        self.work.step = "automatic"
+        return (yield from take(self.work, self.move))
 
 
 def summary_steps(
@@ -288,10 +305,19 @@ def plain_turn(
     *,
     user: str | None,
     resume: tuple[str, Mapping[str, Any]] | None = None,
+    move: Transition | None = None,
 ) -> TurnRunner:
-    """The turn of one level, with ``settings``: ``user`` text (None: the opening), or the resume of a
-    pause with ``(token, result)``."""
+    """The turn of one level, with ``settings``: ``user`` text (None: the opening, or a turn of a state that
+    acts on its own), the resume of a pause with ``(token, result)``, or an automatic ``move``."""
+    hooks, handle = runtime.hooks, runtime.handle
+    if move is not None:
+        return AutomaticMove(Working(definition, snapshot, hooks, settings, user=None, handle=handle), move)
+    if resume is None and (state := definition.states[snapshot.state]).acts:
+        # nobody waits to type: the prompt says so, with the run's input (``user``) as the task, if there is one
+        note = settings.prompt.act_note(user, tools=bool(state.tools))
+        acting = Working(definition, snapshot, hooks, settings, user=user, note=note, handle=handle, acting=True)
+        return TurnRunner(acting)
     if resume is None:
-        return TurnRunner(Working(definition, snapshot, runtime.hooks, settings, user=user, handle=runtime.handle))
+        return TurnRunner(Working(definition, snapshot, hooks, settings, user=user, handle=handle))
     token, result = resume
     return resume_turn(definition, snapshot, runtime.hooks, settings, token, result, handle=runtime.handle)

@@ -126,6 +126,11 @@ class TurnResult:
     # the model's writes that changed a value already collected, where the definition allows corrections
     # (llm_fsm.definition.corrections): key -> {"from": the old value, "to": the new one}
     corrections: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # what the turn was: a person's turn or the opening ("turn"), a turn of a state that acts on its own ("act"),
+    # or a move the runtime took because its conditions held ("automatic", no model call)
+    step: Literal["turn", "act", "automatic"] = "turn"
+    # a run's last result (``send`` in a workflow): the results of the run's steps before it, in order
+    steps: tuple[TurnResult, ...] = ()
 
     @property
     def transitioned(self) -> bool:
@@ -160,6 +165,9 @@ class TurnResult:
             **({"frames": [list(f) for f in self.frames], "ran_in": self.ran_in} if self.frames else {}),
             # written only when the turn corrected something: from_dict reads it with .get
             **({"corrections": self.corrections} if self.corrections else {}),
+            # written only in workflows (llm_fsm.running): from_dict reads them with .get
+            **({"step": self.step} if self.step != "turn" else {}),
+            **({"steps": [r.to_dict() for r in self.steps]} if self.steps else {}),
         }
 
     @classmethod
@@ -182,6 +190,8 @@ class TurnResult:
             ran_in=None if ran_in is None else (ran_in[0], ran_in[1]),
             fallback=data.get("fallback", False),  # answers stored before the field read as not a fallback
             corrections=data.get("corrections", {}),
+            step=data.get("step", "turn"),
+            steps=tuple(cls.from_dict(r) for r in data.get("steps", ())),
         )  # fmt: skip
 
 

@@ -10,7 +10,7 @@ Every unit of a turn (:mod:`llm_fsm.turn.requests`, :mod:`llm_fsm.turn.verdict`,
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Literal
 
 from llm_fsm.definition.clearing import removed, written
 from llm_fsm.definition.models import FSMDefinition
@@ -48,6 +48,7 @@ class Working:
         resuming: PendingEvent | None = None,
         paused: Snapshot | None = None,
         decision: Mapping[str, Any] | None = None,
+        acting: bool = False,
     ) -> None:
         self.definition = definition
         self.base = base
@@ -59,6 +60,9 @@ class Working:
         self.resuming = resuming  # the pause this turn continues: its handlers that ran are not run again
         self.paused = paused  # the snapshot that paused (a tool approval's checkpoint is made from it)
         self.decision = decision  # a person's decision about the tool call the pause waits for
+        self.acting = acting  # a turn of a state that acts on its own: its prompt's user turn is ``note``
+        self.step: Literal["turn", "act", "automatic"] = "act" if acting else "turn"  # TurnResult.step
+        self.exchange = True  # whether the turn records an exchange (an automatic move that says nothing: no)
         self.budget = Budget(settings.max_calls_per_turn)  # the calls made and their usage, against the limit
         self.judged = Judged()  # the problems found in the replies read, and the last reply's decision
         # the context and provenance as the turn changes them: replaced on each change, never mutated
@@ -88,7 +92,7 @@ class Working:
     @property
     def opening(self) -> bool:
         """Whether this is the conversation's first turn (no user text, nothing said yet)."""
-        return self.user is None and not self.base.history
+        return self.user is None and not self.base.history and self.exchange
 
     def snapshot(self) -> Snapshot:
         """The snapshot every decision of this turn is made on: the base with the working context."""

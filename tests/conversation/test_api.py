@@ -50,6 +50,7 @@ PUBLIC = [
     "ReplyFormatError",
     "ReplyTruncated",
     "ResumeError",
+    "RunLimitError",
     "ScriptExhausted",
     "Snapshot",
     "State",
