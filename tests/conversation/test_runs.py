@@ -72,6 +72,8 @@ def test_a_run_goes_from_the_task_to_the_end_one_step_per_state():
     assert "<act>" in first and "<task_input>quantum computing</task_input>" in first
     later = llm.requests[1].messages[-1]["content"]  # nobody typed: no task, the same note
     assert "<act>" in later and "task_input" not in later
+    system = llm.requests[1].messages[0]["content"]  # the state says it acts; the rules say what that changes
+    assert "<acts>This state acts on its own" in system and "what its work found or made" in system
     assert [h.user for h in conversation.history] == ["quantum computing", None, None]
 
 
