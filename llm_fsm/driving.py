@@ -147,11 +147,11 @@ class Drive:
         if self.watcher is not None and (rest := self.watcher.flush()):
             events.append(self._show(rest))
         call = self.call = self._advance(item)
+        if isinstance(item, list) and self.stream:  # the tools that ran, before what the turn does next (its end too)
+            events += [ToolResult(run) for run in item]
         if isinstance(call, tuple):
             self.call = None
             return chain(events, self._end(*call))  # lazily: the commit waits until the result is taken
-        if isinstance(item, list) and self.stream:  # the tools that ran, before what the turn does next
-            events += [ToolResult(run) for run in item]
         if isinstance(call, RunTools):
             if self.stream:
                 events += [ToolCall(p.call.id, p.call.name, p.arguments) for p in call.calls]

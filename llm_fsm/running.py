@@ -77,23 +77,23 @@ class Run:
         return event
 
     def next(self) -> Going | None:
-        """The next step on its own, once the last is held where the conversation is stored (the caller saves it
-        first); :class:`RunLimitError` past the limit."""
+        """The next step on its own (counted), or None: the run is over."""
         if self.last is not None and self.last.fallback:  # no valid reply within the budgets: it would fail again
             return None
         step = next_step(self.conversation)
-        if step is None:
-            return None
+        self.taken += step is not None
+        return step
+
+    def within_limit(self) -> None:
+        """:class:`RunLimitError` when the step about to start is past the limit (the last one is saved by then)."""
         limit = self.conversation.definition.max_run_steps
-        if self.taken >= limit:
+        if self.taken > limit:
             state = self.conversation.state
             raise RunLimitError(
                 f"the run took {limit} steps on its own and stopped in state '{state}' (max_run_steps: {limit}); "
                 "its steps stand: run it again to go on, or raise the definition's max_run_steps",
                 state=state, limit=limit,
             )  # fmt: skip
-        self.taken += 1
-        return step
 
 
 def _hold(conversation: Host) -> None:
@@ -114,7 +114,8 @@ def steps(conversation: Host, user: str | None = None, resume: Resume | None = N
         if run.opens(user, resume):
             yield run.took(complete(conversation, user, resume))
         while (step := run.next()) is not None:
-            _hold(conversation)
+            _hold(conversation)  # the last step saved before the next starts, or before the limit stops the run
+            run.within_limit()
             yield run.took(complete(conversation, None, step=step))
 
 
@@ -127,6 +128,7 @@ async def asteps(
             yield run.took(await alast(aevents(conversation, user, resume, stream=False)))
         while (step := run.next()) is not None:
             await _ahold(conversation)
+            run.within_limit()
             yield run.took(await alast(aevents(conversation, None, stream=False, step=step)))
 
 
@@ -139,7 +141,8 @@ def step_events(
         if run.opens(user, resume):
             yield from map(run.took, events(conversation, user, resume, stream=stream))
         while (step := run.next()) is not None:
-            _hold(conversation)
+            _hold(conversation)  # the last step saved before the next starts, or before the limit stops the run
+            run.within_limit()
             yield from map(run.took, events(conversation, None, stream=stream, step=step))
 
 
@@ -153,6 +156,7 @@ async def astep_events(
                 yield run.took(event)
         while (step := run.next()) is not None:
             await _ahold(conversation)
+            run.within_limit()
             async for event in aevents(conversation, None, stream=stream, step=step):
                 yield run.took(event)
 
