@@ -277,8 +277,10 @@ class ChatSession(StoredChat):
         """One step's result (``announced``: an acting state's marker came before it, as it started)."""
         self.last = result
         show_step_kind(result, announced)
-        if result.message or result.step == "turn":  # an automatic move says nothing unless it opens, a tool's
-            console.print(rendered(result.message))  # act may report nothing (its automatic move came first)
+        # an automatic move says nothing unless its state opens; an act may report nothing, when its tools'
+        # results took an automatic move at once
+        if result.message or result.step == "turn":
+            console.print(rendered(result.message))
         if result.step != "automatic":
             console.print(as_text(status_line(result), style="dim"))
         if result.pending is not None:
