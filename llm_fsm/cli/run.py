@@ -200,8 +200,14 @@ def _goes_on(conversation: Conversation) -> bool:
 
 
 def _steps(tracked: StoredConversation, mask: Mask, text: str | None = None, resume: Resume | None = None) -> None:
-    """The run from ``text`` (None: the opening, or the steps left) or ``resume``, under the conversation's lock,
-    each step's line printed as it ends (one line where the definition is no workflow)."""
+    """The run from ``text`` (None: the opening, or the steps left) or ``resume``, under the conversation's lock.
+
+    In a workflow each step's line is printed as the step ends (the next step saves it, before it begins);
+    elsewhere the turn's line once it is saved, as always: a line printed is a turn kept."""
+    if not tracked.conversation.definition.is_workflow:
+        for result in tracked.run(lambda conversation: list(conversation.run(text, resume=resume))):
+            _emit(result, mask)
+        return
 
     def action(conversation: Conversation) -> RunLimitError | None:
         try:
