@@ -79,6 +79,7 @@ from llm_fsm.named_files import LIMIT_VARIABLE, FileRefused, limit, size_text
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
+    from llm_fsm.driving import Resume
     from llm_fsm.turn.runner import TurnResult
 
 __all__ = ["COMMANDS", "ChatSession", "chat", "readline_prompt", "status_line"]  # status_line: the tests' import
@@ -205,9 +206,11 @@ class ChatSession(StoredChat):
             fail(one_line(exc), 1)
         error(one_line(exc))
 
-    def run_steps(self, text: str | None) -> TurnResult | None:
-        """A workflow's run from ``text`` (None: the opening, or the steps left), each step shown as it ends; its
-        last step's result, or None if its first failed or was cancelled (a step that ended stands)."""
+    def run_steps(self, text: str | None, resume: Resume | None = None) -> TurnResult | None:
+        """A workflow's run from ``text`` (None: the opening, or the steps left) or ``resume``, each step shown as
+        it ends; its last step's result, or None if its first failed or was cancelled (a step that ended stands)."""
+        from llm_fsm.running import step_events
+
         shown: list[TurnResult] = []
 
         def each(result: TurnResult) -> bool:
@@ -217,11 +220,12 @@ class ChatSession(StoredChat):
 
         def action(conversation: llm_fsm.Conversation) -> TurnResult | RunLimitError:
             try:
-                return show_stream(conversation.stream(text), self.mask, each)
+                events = conversation.stream(text) if resume is None else step_events(conversation, None, resume)
+                return show_stream(events, self.mask, each)
             except RunLimitError as exc:  # returned, not raised: the store saves the run's last step on a return
                 return exc
 
-        announce_first(self.conversation, text)
+        announce_first(self.conversation, text is not None or resume is not None)
         try:
             outcome = self.run(action)
         except KeyboardInterrupt:
@@ -333,6 +337,9 @@ class ChatSession(StoredChat):
             return
         if not isinstance(result, dict):
             error('/resume takes a JSON object, e.g. /resume {"approved": true}')
+            return
+        if self.conversation.definition.is_workflow:  # the rest of the run, each step shown as it ends
+            self.run_steps(None, (pending.token, result))
             return
         try:
             with console.status("resuming…"):

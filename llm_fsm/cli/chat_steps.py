@@ -27,10 +27,10 @@ def goes_on(conversation: Conversation) -> bool:
     return next_step(conversation) is not None
 
 
-def announce_first(conversation: Conversation, text: str | None) -> None:
-    """The marker of a run's first step, where it is an acting state's turn: one that ``text`` (or a new
-    conversation's opening) starts, or the next of the steps left (``text`` None)."""
-    if text is not None or conversation.status == "new":
+def announce_first(conversation: Conversation, opens: bool) -> None:
+    """The marker of a run's first step, where it is an acting state's turn: the one the caller's message, resume
+    or a new conversation's opening starts (``opens``), else the next of the steps left."""
+    if opens or conversation.status == "new":
         if conversation.definition.states[conversation.state].acts:
             _acts(conversation.state)
         return

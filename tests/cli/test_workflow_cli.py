@@ -293,3 +293,35 @@ def test_chat_goes_on_with_a_stored_run_that_stopped_before_its_end(tmp_path):
     assert "(the run stopped in state review before its end: going on with it)" in out
     assert out.index("[review acts]") < out.index('🔧 check({}) → "links fine"') < out.index("Looks good.")
     assert "Drafted." not in out.split("going on with it")[1]  # write's step is not run again
+
+
+def approving(flow: dict[str, Any]) -> dict[str, Any]:
+    """``flow`` with review's check tool waiting for a person's approval."""
+    flow = json.loads(json.dumps(flow))
+    flow["tools"]["check"]["approval"] = "always"
+    return flow
+
+
+def test_chat_shows_the_steps_of_a_run_an_approval_resumes(tmp_path):
+    result = chat(tmp_path, approving(WORKFLOW), [SEARCH, DRAFT, CHECK, GOOD], "quantum\ny\n")
+    assert result.exit_code == 0, result.output
+    out = result.stdout
+    asked = out.index("⏸ approval needed: the tool check wants to run with {}")
+    assert out.index("Drafted.") < asked < out.index('🔧 check({}) → "links fine"') < out.index("Looks good.")
+    assert "[review acts]" in out[asked:]  # the run goes on in review, and says so
+    assert "The conversation has ended." in out
+
+
+def test_run_resumes_a_paused_workflow_and_prints_the_rest_of_its_steps(files, tmp_path):
+    definition, hooks = files
+    definition.write_text(json.dumps(approving(WORKFLOW)))
+    store = f"sqlite://{tmp_path / 'store.db'}"
+    args = ["run", str(definition), "--hooks", hooks, "--store", store, "-c", "job"]
+    paused = runner.invoke(app, [*args, "--model", script(tmp_path, [SEARCH, DRAFT, CHECK])], input="quantum\n")
+    assert paused.exit_code == 3, paused.output
+    assert lines(paused.stdout)[-1]["pending"]["kind"] == "tool_approval"
+    rest = [*args, "--model", script(tmp_path, [GOOD], "rest.json"), "--resume", '{"approved": true}']
+    resumed = runner.invoke(app, rest, input="")
+    assert resumed.exit_code == 0, resumed.output
+    (step,) = lines(resumed.stdout)
+    assert step["state"] == "done" and step["tool_calls"][0]["approval"] == "approved"
