@@ -42,7 +42,8 @@ def test_scripted_conversation_reaches_a_terminal_state(path):
     script, lines = script_for(path)
     llm = ScriptedLLM(script["replies"])
     conversation = llm_fsm.Conversation(definition, llm, hooks=example_hooks(path))
-    results = [conversation.start(), *(conversation.send(line) for line in lines)]
+    sent = [conversation.start(), *(conversation.send(line) for line in lines)]  # a workflow's send: its last step, .steps before it
+    results = [step for result in sent for step in (*result.steps, result)]  # a run: every step
     expect = script["expect"]
     runs = [run for result in results for run in result.tool_calls]
     assert bool(runs) == bool(definition.tools), "an example with tools shows them in its script"
