@@ -5,13 +5,16 @@ Load it with ``--hooks fsm_definitions/hooks/research_report.py:hooks`` (or
 gets the same sources every time (the example's tests rely on that). A real version would call a search
 API or a document index instead.
 
-A result always has the same keys (``query`` and ``results``, an empty list when nothing matched): the
-runtime merges a result into what its ``result_key`` held, so a key left out would keep an earlier call's.
+A result always has the same keys (``query`` and ``results``): the runtime merges a result into what its
+``result_key`` held, so a key left out would keep an earlier call's. A query the library knows nothing about
+gets the encyclopedia's search page as its one source, so any topic can be walked through offline (the
+example's test file stubs the tool to show a search that finds nothing).
 """
 
 from __future__ import annotations
 
 from typing import Any
+from urllib.parse import quote_plus
 
 from llm_fsm import Hooks
 
@@ -55,9 +58,21 @@ LIBRARY: tuple[dict[str, Any], ...] = (
 
 @hooks.tool()
 def search_sources(query: str) -> dict[str, Any]:
-    """Up to three sources of the library whose topics the query names, best match first: each with its id,
-    title, url and summary (none matched: ``results`` is an empty list)."""
+    """Up to three sources of the library whose topics the query names, best match first, each with its id,
+    title, url and summary; none matched: the encyclopedia's search page for the query."""
     words = query.lower()
     scored = [(sum(topic in words for topic in source["topics"]), n, source) for n, source in enumerate(LIBRARY)]
     found = [source for score, _, source in sorted(scored, key=lambda s: (-s[0], s[1])) if score][:3]
+    if not found:
+        return {"query": query, "results": [encyclopedia(query)]}
     return {"query": query, "results": [{k: v for k, v in s.items() if k != "topics"} for s in found]}
+
+
+def encyclopedia(query: str) -> dict[str, Any]:
+    """The one source of a query the library has nothing on: the encyclopedia's search page for it."""
+    return {
+        "id": "encyclopedia",
+        "title": f"Encyclopedia search: {query}",
+        "url": f"https://en.wikipedia.org/w/index.php?search={quote_plus(query)}",
+        "summary": "The library has no summary on this topic: read the encyclopedia's articles before citing them.",
+    }
