@@ -94,9 +94,11 @@ class ByState(ScriptedLLM):
     """Answers each call with the next reply scripted for the call's state (a retry that goes on at a step gets
     that step's replies); a state asked for more replies than it has took a step twice."""
 
-    def __init__(self, boundary: Callable[[str], None] | None = None) -> None:
+    def __init__(
+        self, boundary: Callable[[str], None] | None = None, script: dict[str, list[Any]] | None = None
+    ) -> None:
         super().__init__()
-        self.script = {state: deque(replies) for state, replies in SCRIPT.items()}
+        self.script = {state: deque(replies) for state, replies in (script or SCRIPT).items()}
         self.boundary = boundary or (lambda name: None)
 
     def complete(self, request: Any) -> Any:
