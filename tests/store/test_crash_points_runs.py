@@ -1,10 +1,13 @@
 """Crash points of a run: a three-step workflow run is killed (SIGKILL) at every boundary it passes, in every store.
 
 The run (gather, draft, check: three acting states, each calling one tool whose ``result_key`` its way out needs,
-gather's by an automatic move) is taken from a stored conversation with ``stored.run(lambda c: list(c.run()))``.
-A forked child runs it and kills itself at its n-th boundary: before and after each model call, each tool run and
-each save (the checkpoint of every step, then the final save). The parent then does what a restarted process
-does: the same ``run()``, which goes on from the step the store holds. It checks the promises of issue 48:
+gather's by an automatic move) is taken from a stored conversation two ways: with
+``stored.run(lambda c: list(c.run()))`` once the person's turn that enters gather is stored, and as the person's
+message itself sent with an idempotency key (its run: that turn and the three steps). A forked child takes it and
+kills itself at its n-th boundary: before and after each model call, each tool run and each save (the checkpoint
+before every step, then the final save). The parent then does what a restarted process or a client does: the
+same ``run()``, or the same message with the same key, which go on from the step the store holds. It checks the
+promises of issue 48:
 
 - the store holds the conversation before the run or after one of its steps, never a mix;
 - no finished step runs again: its tool is not called again, and its model replies are not asked for again (the
@@ -25,6 +28,7 @@ import signal
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -87,7 +91,6 @@ SCRIPT = {
     "draft": [call("write", notes=["a note on quantum"]), reply("check", "Drafted.")],
     "check": [call("verify", draft="# quantum"), reply("done", "Checked: it holds.")],
 }
-SETUP = [(None, [reply("ask", "Your topic?")]), ("quantum", [reply("gather", "On it.", topic="quantum")])]
 
 
 class ByState(ScriptedLLM):
@@ -197,67 +200,114 @@ def go_on(conversation: StoredConversation, is_async: bool) -> list[Any]:
     return asyncio.run(conversation.arun(steps))
 
 
-def set_up(store: Any, cid: str, effects: Path) -> Any:
-    """The opening, then the person's turn that enters gather, alone (its run's first step): the stored core."""
+def keyed_message(conversation: StoredConversation, is_async: bool) -> list[Any]:
+    """The person's message that starts the run, with an idempotency key: sent again as it was, it goes on with
+    the run saved part-way (see :mod:`llm_fsm.store.idempotency`)."""
+    key = f"{conversation.id}-run"
+    if is_async:
+        result = asyncio.run(conversation.arun(lambda c: c.asend("quantum"), idempotency_key=key))
+    else:
+        result = conversation.run(lambda c: c.send("quantum"), idempotency_key=key)
+    return [*result.steps, result]
+
+
+@dataclass(frozen=True)
+class Scenario:
+    """The turns before the run (``(text or None for the opening, replies)``, each alone), the run as the killed
+    process takes it and as the retry does (``take``), and the states of its steps."""
+
+    name: str
+    setup: list[tuple[str | None, list[Any]]]
+    take: Callable[[StoredConversation, bool], list[Any]]
+    steps: tuple[str, ...]
+
+
+OPENING = (None, [reply("ask", "Your topic?")])
+ENTER = reply("gather", "On it.", topic="quantum")  # the person's turn that enters the run's acting states
+SCENARIOS = [
+    Scenario("gone on with run()", [OPENING, ("quantum", [ENTER])], go_on, STEPS),
+    Scenario("a keyed message sent again", [OPENING], keyed_message, ("ask", *STEPS)),
+]
+
+
+def set_up(store: Any, cid: str, effects: Path, scenario: Scenario = SCENARIOS[0]) -> Any:
+    """The setup's turns, each alone (a message's run stops after its first step): the stored core."""
     definition = llm_fsm.load(WORKFLOW)
     hooks = tool_hooks(effects)
-    for text, replies in SETUP:
+    for text, replies in scenario.setup:
         step: Callable[[Any], Any] = (lambda c: c.start()) if text is None else (lambda c, t=text: next(c.run(t)))
         advance(store, cid, definition, ScriptedLLM(replies), text, hooks=hooks, action=step)
     snapshot = store.load(cid).snapshot
-    assert snapshot.state == "gather"  # the run's three steps are still to come
+    assert snapshot.state == scenario.steps[0]  # the run's steps are still to come
     return core(snapshot)
 
 
-def child(url: str, cid: str, folder: Path, kill_at: int, is_async: bool) -> None:
+def child(scenario: Scenario, url: str, cid: str, folder: Path, kill_at: int, is_async: bool) -> None:
     """In a forked process: the run, every boundary watched (the store opened anew, its lease short)."""
     boundary = Boundaries(folder / f"{cid}.points", kill_at)
     store = open_store(url)
     store.lease = LEASE
     watch_saves(store, boundary)
-    go_on(stored(store, cid, ByState(boundary), tool_hooks(folder / f"{cid}.effects", boundary)), is_async)
+    hooks = tool_hooks(folder / f"{cid}.effects", boundary)
+    scenario.take(stored(store, cid, ByState(boundary, script_of(scenario)), hooks), is_async)
 
 
-def uninterrupted(url: str, folder: Path) -> tuple[list[str], list[Any], list[str | None]]:
+def script_of(scenario: Scenario) -> dict[str, list[Any]]:
+    return {**SCRIPT, "ask": [ENTER]} if "ask" in scenario.steps else SCRIPT
+
+
+def uninterrupted(
+    url: str, folder: Path, scenario: Scenario = SCENARIOS[0]
+) -> tuple[list[str], list[Any], list[str | None]]:
     """The run whole, in this process: the boundaries it passes, the core of each save, its model calls' states."""
     store, cid = open_store(url), f"u{uuid.uuid4().hex[:12]}"
-    set_up(store, cid, folder / f"{cid}.effects")
+    set_up(store, cid, folder / f"{cid}.effects", scenario)
     boundary, saved = Boundaries(folder / f"{cid}.points", None), []
-    llm = ByState(boundary)
+    llm = ByState(boundary, script_of(scenario))
     watch_saves(store, boundary, saved)
-    results = go_on(stored(store, cid, llm, tool_hooks(folder / f"{cid}.effects", boundary)), False)
-    assert [r.previous_state for r in results] == list(STEPS) and results[-1].state == "done"
+    results = scenario.take(stored(store, cid, llm, tool_hooks(folder / f"{cid}.effects", boundary)), False)
+    assert [r.previous_state for r in results] == list(scenario.steps) and results[-1].state == "done"
     assert all(left == deque() for left in llm.script.values())  # every scripted reply was used, once
     return (folder / f"{cid}.points").read_text().splitlines(), saved, [r.state for r in llm.requests]
 
 
-def kill_and_retry(
-    url: str, folder: Path, kill_at: int, is_async: bool, *, unlock: bool = False
-) -> tuple[Any, Any, Any, list[Any], Path]:
-    """A run killed at its ``kill_at``-th boundary, then run again (``unlock``: after the dead run's lock is
-    force-released, as an operator would, rather than waited out): the cores before it, stored after the kill and
-    at the end, the states of the retry's model calls, and the file of the tools' effects."""
+@dataclass
+class Killed:
+    """What one kill left and what its retry made: the stored cores before the run, after the kill and at the
+    end, the states of the retry's model calls, and the file of the tools' effects."""
+
+    before: Any
+    held: Any
+    final: Any
+    asked: list[str | None]
+    effects: Path
+
+
+def kill_and_retry(scenario: Scenario, url: str, folder: Path, kill_at: int, is_async: bool, unlock: bool) -> Killed:
+    """The run killed at its ``kill_at``-th boundary, then taken again (``unlock``: after the dead run's lock is
+    force-released, as an operator would, rather than waited out)."""
     store, cid = open_store(url), f"c{uuid.uuid4().hex[:12]}"
     effects = folder / f"{cid}.effects"
-    before = set_up(store, cid, effects)
+    before = set_up(store, cid, effects, scenario)
     errors = folder / f"{cid}.error"
-    status = forked(lambda: child(url, cid, folder, kill_at, is_async), errors)
+    status = forked(lambda: child(scenario, url, cid, folder, kill_at, is_async), errors)
     assert status == -signal.SIGKILL, errors.read_text() if errors.exists() else status
     held = core(store.load(cid).snapshot)
     if unlock:
         store.unlock(cid)
-    llm = ByState()
-    go_on(stored(store, cid, llm, tool_hooks(effects)), is_async)  # the retry takes the lock within a lease
-    return before, held, core(store.load(cid).snapshot), [r.state for r in llm.requests], effects
+    llm = ByState(script=script_of(scenario))
+    scenario.take(stored(store, cid, llm, tool_hooks(effects)), is_async)  # the retry takes the lock within a lease
+    return Killed(before, held, core(store.load(cid).snapshot), [r.state for r in llm.requests], effects)
 
 
-def check_effects(effects: Path, held_state: str, where: str) -> None:
+def check_effects(scenario: Scenario, effects: Path, held_state: str, where: str) -> None:
     """Each tool's effect happened once; a tool of a step saved before the kill was not even called again."""
-    done = [TOOL_OF[s] for s in STEPS[: STEPS.index(held_state)]] if held_state in STEPS else list(TOOL_OF.values())
+    steps = scenario.steps
+    finished = steps[: steps.index(held_state)] if held_state in steps else steps
     made = Counter(e["tool"] for e in lines(effects))
     called = Counter(e["tool"] for e in lines(Path(f"{effects}.calls")))
     assert made == Counter(TOOL_OF.values()), f"{where}: the tools' effects happened {dict(made)} times"
-    for tool in done:
+    for tool in (TOOL_OF[step] for step in finished if step in TOOL_OF):
         assert called[tool] == 1, f"{where}: {tool}, whose step was saved, was called {called[tool]} times"
 
 
@@ -266,32 +316,34 @@ CASES = [("file", False), ("sqlite", False), ("redis", False), ("postgresql", Fa
 # where the retry waits out the dead run's lease (about 0.6 s a kill); elsewhere it force-releases the lock, so that
 # every kill point costs little: waiting a lease out is the same for a run as for a turn, and the turn harness
 # waits it out on every store
-LEASE_WAITED = (("sqlite", False),)
+LEASE_WAITED = ((SCENARIOS[0].name, "sqlite", False),)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize(("kind", "is_async"), CASES, ids=[f"{k}{'-async' if a else ''}" for k, a in CASES])
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=[s.name for s in SCENARIOS])
 def test_a_run_killed_at_any_boundary_goes_on_from_its_stored_step_and_runs_no_finished_step_again(
-    kind: str, is_async: bool, tmp_path: Path, request: pytest.FixtureRequest
+    scenario: Scenario, kind: str, is_async: bool, tmp_path: Path, request: pytest.FixtureRequest
 ) -> None:
     url = url_of(kind, tmp_path, request)
-    points, saved, states = uninterrupted(url, tmp_path)
-    # three steps, each with its tool; a checkpoint before each step (the first's saves what the store holds),
-    # then the final save
+    points, saved, states = uninterrupted(url, tmp_path, scenario)
+    # each step's tool; a checkpoint before each step after a person's (gone on with run(), the first one's saves
+    # what the store holds), then the final save
     assert [p for p in points if p.startswith("before tool")] == [f"before tool {TOOL_OF[s]}" for s in STEPS]
     assert [p for p in points if p.startswith("before save")] == [f"before save ({s})" for s in (*STEPS, "done")]
     end = saved[-1]
     for kill_at in range(1, len(points) + 1):
         where = f"killed {points[kill_at - 1]} (boundary {kill_at})"
-        unlock = (kind, is_async) not in LEASE_WAITED
-        before, held, final, asked, effects = kill_and_retry(url, tmp_path, kill_at, is_async, unlock=unlock)
-        assert held == before or held in saved, f"{where}: the store holds a mix of two steps"
+        unlock = (scenario.name, kind, is_async) not in LEASE_WAITED
+        killed = kill_and_retry(scenario, url, tmp_path, kill_at, is_async, unlock)
+        held = killed.held
+        assert held == killed.before or held in saved, f"{where}: the store holds a mix of two steps"
         held_state = held["state"]  # the step the retry goes on at ("done": none left)
         # every save the run passed stands: a kill after a step's checkpoint goes on at that step
         passed = [p.removeprefix("after save (")[:-1] for p in points[:kill_at] if p.startswith("after save")]
-        assert held_state == (passed or ["gather"])[-1], f"{where}: the store went on from {held_state}"
-        assert final == end, f"{where}: the retry did not end where the run ends"
+        assert held_state == (passed or [scenario.steps[0]])[-1], f"{where}: the store went on from {held_state}"
+        assert killed.final == end, f"{where}: the retry did not end where the run ends"
         # the retry asks for the replies of the steps from the stored one on: none of a finished step
         first = states.index(held_state) if held_state in states else len(states)
-        assert asked == states[first:], f"{where}: the retry asked {asked}, not the replies of steps left"
-        check_effects(effects, held_state, where)
+        assert killed.asked == states[first:], f"{where}: the retry asked {killed.asked}, not the replies of steps left"
+        check_effects(scenario, killed.effects, held_state, where)
