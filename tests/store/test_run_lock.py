@@ -7,6 +7,7 @@ saved so far; once the run ends, the caller that waited takes the lock and finds
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections.abc import Callable
@@ -96,3 +97,54 @@ def test_another_run_on_the_id_waits_for_a_run_in_progress_then_finds_it_finishe
     assert [r.state for r in ran["result"]] == ["draft", "check", "done"]
     assert seen == {"result": ("done", [])}  # it took the lock after the run and found nothing left to do
     assert calls == ["gather", "write", "verify"]
+
+
+def test_an_async_run_holds_the_lock_alike(tmp_path: Path) -> None:
+    store = open_store(f"sqlite://{tmp_path / 'c.db'}")
+    set_up(store, "c1", tmp_path / "effects")
+    calls: list[str] = []
+
+    async def scenario() -> tuple[Any, Any]:
+        entered, release = asyncio.Event(), asyncio.Event()
+        hooks = Hooks()
+
+        @hooks.tool("gather")
+        def gather(topic: str) -> list[str]:
+            calls.append("gather")
+            return [f"a note on {topic}"]
+
+        @hooks.tool("write")
+        async def write(notes: list[str]) -> str:
+            calls.append("write")
+            entered.set()
+            await asyncio.wait_for(release.wait(), TIMEOUT)
+            return "# quantum"
+
+        @hooks.tool("verify")
+        def verify(draft: str) -> str:
+            calls.append("verify")
+            return f"{draft} holds"
+
+        async def steps(c: Any) -> list[Any]:
+            return [result async for result in c.arun()]
+
+        async def seen(c: Any) -> tuple[str, list[Any]]:
+            return c.state, await steps(c)
+
+        running = asyncio.create_task(stored(store, "c1", ByState(), hooks).arun(steps))
+        await asyncio.wait_for(entered.wait(), TIMEOUT)
+        impatient = stored(store, "c1", ByState(), hooks)
+        impatient.wait = 0.2
+        with pytest.raises(ConflictError):
+            await impatient.arun(steps)
+        patient = stored(store, "c1", ByState(), hooks)
+        patient.wait = TIMEOUT
+        waiting = asyncio.create_task(patient.arun(seen))
+        await asyncio.sleep(0.3)
+        assert not waiting.done(), "the second run did not wait for the first"
+        release.set()
+        return await running, await waiting
+
+    ran, seen = asyncio.run(scenario())
+    assert [r.state for r in ran] == ["draft", "check", "done"]
+    assert seen == ("done", []) and calls == ["gather", "write", "verify"]
