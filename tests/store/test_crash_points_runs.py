@@ -300,15 +300,17 @@ def kill_and_retry(scenario: Scenario, url: str, folder: Path, kill_at: int, is_
     return Killed(before, held, core(store.load(cid).snapshot), [r.state for r in llm.requests], effects)
 
 
-def check_effects(scenario: Scenario, effects: Path, held_state: str, where: str) -> None:
-    """Each tool's effect happened once; a tool of a step saved before the kill was not even called again."""
+def check_effects(scenario: Scenario, effects: Path, held_state: str, where: str) -> tuple[int, int, int]:
+    """Each tool's effect happened once; a tool of a step saved before the kill was not even called again. The
+    most effects of one tool, the most calls of one tool, and the calls again of finished steps' tools."""
     steps = scenario.steps
     finished = steps[: steps.index(held_state)] if held_state in steps else steps
     made = Counter(e["tool"] for e in lines(effects))
     called = Counter(e["tool"] for e in lines(Path(f"{effects}.calls")))
+    again = {tool: called[tool] - 1 for tool in (TOOL_OF[step] for step in finished if step in TOOL_OF)}
     assert made == Counter(TOOL_OF.values()), f"{where}: the tools' effects happened {dict(made)} times"
-    for tool in (TOOL_OF[step] for step in finished if step in TOOL_OF):
-        assert called[tool] == 1, f"{where}: {tool}, whose step was saved, was called {called[tool]} times"
+    assert not any(again.values()), f"{where}: tools of saved steps were called again: {again}"
+    return max(made.values()), max(called.values()), sum(again.values())
 
 
 # every store, sync; the async run (arun, asave) on one of them
@@ -331,19 +333,38 @@ def test_a_run_killed_at_any_boundary_goes_on_from_its_stored_step_and_runs_no_f
     # what the store holds), then the final save
     assert [p for p in points if p.startswith("before tool")] == [f"before tool {TOOL_OF[s]}" for s in STEPS]
     assert [p for p in points if p.startswith("before save")] == [f"before save ({s})" for s in (*STEPS, "done")]
-    end = saved[-1]
     for kill_at in range(1, len(points) + 1):
-        where = f"killed {points[kill_at - 1]} (boundary {kill_at})"
         unlock = (scenario.name, kind, is_async) not in LEASE_WAITED
         killed = kill_and_retry(scenario, url, tmp_path, kill_at, is_async, unlock)
-        held = killed.held
-        assert held == killed.before or held in saved, f"{where}: the store holds a mix of two steps"
-        held_state = held["state"]  # the step the retry goes on at ("done": none left)
-        # every save the run passed stands: a kill after a step's checkpoint goes on at that step
-        passed = [p.removeprefix("after save (")[:-1] for p in points[:kill_at] if p.startswith("after save")]
-        assert held_state == (passed or [scenario.steps[0]])[-1], f"{where}: the store went on from {held_state}"
-        assert killed.final == end, f"{where}: the retry did not end where the run ends"
-        # the retry asks for the replies of the steps from the stored one on: none of a finished step
-        first = states.index(held_state) if held_state in states else len(states)
-        assert killed.asked == states[first:], f"{where}: the retry asked {killed.asked}, not the replies of steps left"
-        check_effects(scenario, killed.effects, held_state, where)
+        row = {"scenario": scenario.name, "store": f"{kind}{' (async)' if is_async else ''}"}
+        TABLE.append(row | check_kill(scenario, killed, points[:kill_at], saved, states))
+
+
+def check_kill(
+    scenario: Scenario, killed: Killed, passed: list[str], saved: list[Any], states: list[str | None]
+) -> dict[str, Any]:
+    """What a kill after the boundaries ``passed`` left and what its retry did, checked: a row of the table."""
+    where = f"killed {passed[-1]} (boundary {len(passed)})"
+    held = killed.held
+    assert held == killed.before or held in saved, f"{where}: the store holds a mix of two steps"
+    held_state = held["state"]  # the step the retry goes on at ("done": none left)
+    # every save the run passed stands: a kill after a step's checkpoint goes on at that step
+    saves = [p.removeprefix("after save (")[:-1] for p in passed if p.startswith("after save")]
+    assert held_state == (saves or [scenario.steps[0]])[-1], f"{where}: the store went on from {held_state}"
+    assert killed.final == saved[-1], f"{where}: the retry did not end where the run ends"
+    # the retry asks for the replies of the steps from the stored one on: none of a finished step
+    left = states[states.index(held_state) :] if held_state in states else []
+    assert killed.asked == left, f"{where}: the retry asked {killed.asked}, not the replies of the steps left"
+    effects, calls, again = check_effects(scenario, killed.effects, held_state, where)
+    return {"point": passed[-1], "held": held_state, "effects": effects, "calls": calls, "tools_again": again}
+
+
+TABLE: list[dict[str, Any]] = []  # a row per kill, for LLM_FSM_RUN_CRASH_TABLE (benchmarks/run_crash_points.py)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def table() -> Any:
+    yield
+    path = os.environ.get("LLM_FSM_RUN_CRASH_TABLE")
+    if path and TABLE:
+        Path(path).write_text(json.dumps(TABLE, indent=1))
