@@ -90,3 +90,31 @@ def test_the_async_api_goes_on_with_a_keyed_run_alike(tmp_path: Path) -> None:
     assert asend(again).state == "done"
     assert [r.state for r in again.requests] == ["check", "check"]
     assert [h.user for h in store.load("c1").snapshot.history].count("quantum") == 1
+
+
+def test_a_keyed_streamed_run_goes_on_alike(tmp_path: Path) -> None:
+    """As serve streams a keyed message: the run's events consumed under ``arun``; sent again, the rest of the run
+    is the answer (serve sends it as a kept one) and the stream's action does not run again."""
+    store, effects = open_store(f"sqlite://{tmp_path / 'c.db'}"), tmp_path / "effects"
+    opened(store, effects)
+    definition, hooks = llm_fsm.load(WORKFLOW), tool_hooks(effects)
+
+    def stream(llm: Any) -> tuple[Any, bool]:
+        stored = StoredConversation(
+            store, "c1", lambda s: llm_fsm.Conversation.restore(s, definition, llm, hooks=hooks)
+        )
+        streamed: list[Any] = []
+
+        async def action(conversation: llm_fsm.Conversation) -> Any:
+            async for event in conversation.astream("quantum"):
+                streamed.append(event)
+            return streamed[-1]
+
+        return asyncio.run(stored.arun(action, idempotency_key="k1")), stored.replayed
+
+    with pytest.raises(RuntimeError):
+        stream(ByState(script=DIES))
+    answer, replayed = stream(ByState(script={**SCRIPT, "ask": [ENTER]}))
+    assert replayed and (answer.state, answer.message) == ("done", "Checked: it holds.")
+    assert [h.user for h in store.load("c1").snapshot.history].count("quantum") == 1
+    assert [e["tool"] for e in lines(effects)] == ["gather", "write", "verify"]
