@@ -63,6 +63,11 @@ class KeyedResult(BaseModel):
     key: str
     fingerprint: str | None = Field(None, description="What the request asked (None: not compared).")
     result: dict[str, Any] | None = Field(None, description="The turn's TurnResult.to_dict() (None: no turn ran).")
+    begun: bool = Field(
+        False,
+        description="The request's run is saved part-way (a step of it, before the next began; result: None): "
+        "sent again, the request goes on with the run from the stored step.",
+    )
 
 
 class Snapshot(BaseModel):

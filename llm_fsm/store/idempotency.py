@@ -62,7 +62,18 @@ def remembered(snapshot: Snapshot, key: str, fingerprint: str | None, result: An
     """``snapshot`` keeping the answer to ``key``: ``result`` if it is a :class:`TurnResult`, else none (a
     conversation created without a turn). The oldest answers go past :data:`KEPT`."""
     data = result.to_dict() if isinstance(result, TurnResult) else None
-    entry = KeyedResult(key=key, fingerprint=fingerprint, result=data)
+    return _kept(snapshot, KeyedResult(key=key, fingerprint=fingerprint, result=data))
+
+
+def begun(snapshot: Snapshot, key: str, fingerprint: str | None) -> Snapshot:
+    """``snapshot`` saying that the run of the request with ``key`` began (it is saved between two of the run's
+    steps): the request sent again goes on with the run from the stored step rather than take its first step
+    again (a message sent twice). The run's last save replaces it with the answer (:func:`remembered`)."""
+    return _kept(snapshot, KeyedResult(key=key, fingerprint=fingerprint, begun=True))
+
+
+def _kept(snapshot: Snapshot, entry: KeyedResult) -> Snapshot:
+    key = entry.key
     # one entry per key, the newest last, so that the cut to KEPT drops the oldest
     others = [kept for kept in snapshot.idempotency if kept.key != key]
     return snapshot.model_copy(update={"idempotency": (*others, entry)[-KEPT:]})

@@ -8,7 +8,9 @@ but its checkpoints: a checkpoint (a tool call a person approved is about to run
 version check, the moment the turn makes it and before the turn goes on, so a process that dies at any point
 leaves a retry what it needs to run that call at most once.
 A turn run with an idempotency key keeps its result in the snapshot it saves, so the same request sent
-again, from any process, gets that result and runs nothing (:mod:`llm_fsm.store.idempotency`).
+again, from any process, gets that result and runs nothing (:mod:`llm_fsm.store.idempotency`). A keyed run of
+a workflow saved part-way (each step is saved before the next begins) says so in each step it saves: the request
+sent again goes on with the run from the stored step, rather than take the run's first step (its message) again.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
 
+from llm_fsm import running
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.llm import LLMClient
@@ -44,6 +47,7 @@ class StoredConversation:
         self.version = 0  # of the stored snapshot the conversation continues; 0: nothing stored yet
         self.replayed = False  # whether the last run returned a kept answer (an idempotency key sent again)
         self._conversation: Conversation | None = None
+        self._keyed: tuple[str, str | None] | None = None  # the key and fingerprint of the run under the lock
 
     @property
     def conversation(self) -> Conversation:
@@ -72,17 +76,21 @@ class StoredConversation:
         turn's result (a :class:`TurnResult`, or None) and runs nothing; :class:`IdempotencyKeyReused` when
         its ``fingerprint`` (see :func:`~llm_fsm.store.idempotency.fingerprint`; None: not compared)
         differs from the first one's. ``replayed`` says whether it did. With a key, ``action`` returns a
-        :class:`TurnResult` or None.
+        :class:`TurnResult` or None. The key of a run saved part-way (killed between two of its steps) goes on
+        with the run instead of ``action`` (``replayed`` too), and returns its last step's result, whose
+        ``steps`` are those taken now.
         """
         with self.store.lock(self.id, timeout=self.wait):
             # loaded again under the lock: another process may have saved a turn since this object last looked
             self._catch_up(self.store.load(self.id), idempotency_key)
             # the kept answers of the newest version, read under the lock: two retries of one request
             # cannot both run the turn
-            if (kept := self._answered(idempotency_key, fingerprint)) is not None:
+            kept = self._answered(idempotency_key, fingerprint)
+            if kept is not None and not kept.begun:
                 return cast(T, idempotency.replayed(kept))
-            with self._holding():  # the turn's checkpoints are saved as they come
-                result = action(self.conversation)
+            step = action if kept is None else cast(Callable[[Conversation], T], _going_on)
+            with self._holding(idempotency_key, fingerprint):  # the turn's checkpoints are saved as they come
+                result = step(self.conversation)
             self._remember(idempotency_key, fingerprint, result)
             # version-checked even under the lock: a turn that lost its lock (its lease ran out) fails here
             # rather than overwrite the turn that took it over
@@ -100,10 +108,12 @@ class StoredConversation:
         """The async form of :meth:`run`: ``action`` returns an awaitable (``lambda c: c.asend(text)``)."""
         async with self.store.alock(self.id, timeout=self.wait):
             self._catch_up(await self.store.aload(self.id), idempotency_key)
-            if (kept := self._answered(idempotency_key, fingerprint)) is not None:
+            kept = self._answered(idempotency_key, fingerprint)
+            if kept is not None and not kept.begun:
                 return cast(T, idempotency.replayed(kept))
-            with self._holding():
-                result = await action(self.conversation)
+            step = action if kept is None else cast(Callable[[Conversation], Awaitable[T]], _agoing_on)
+            with self._holding(idempotency_key, fingerprint):
+                result = await step(self.conversation)
             self._remember(idempotency_key, fingerprint, result)
             self.version = await self.store.asave(self.id, self.conversation.snapshot(), expected_version=self.version)
             self._carry_tail()
@@ -145,21 +155,32 @@ class StoredConversation:
         return whole(self.store, self.id, self.conversation.snapshot())
 
     @contextmanager
-    def _holding(self) -> Iterator[None]:
-        """While the lock is held: the conversation's checkpoints are saved here (never without the lock)."""
+    def _holding(self, key: str | None = None, fingerprint: str | None = None) -> Iterator[None]:
+        """While the lock is held: the conversation's checkpoints are saved here (never without the lock), those
+        between two steps of a run with ``key`` saying that its run began."""
         self.conversation.checkpoints = self
+        self._keyed = None if key is None else (key, fingerprint)
         try:
             yield
         finally:
             self.conversation.checkpoints = None
+            self._keyed = None
 
     def hold(self, snapshot: Snapshot) -> None:
         """Save a checkpoint of the turn running under the lock, before the turn goes on."""
         # its version is the one the turn's final save (or its next checkpoint) must then match
-        self.version = self.store.save(self.id, snapshot, expected_version=self.version)
+        self.version = self.store.save(self.id, self._marked(snapshot), expected_version=self.version)
 
     async def ahold(self, snapshot: Snapshot) -> None:
-        self.version = await self.store.asave(self.id, snapshot, expected_version=self.version)
+        self.version = await self.store.asave(self.id, self._marked(snapshot), expected_version=self.version)
+
+    def _marked(self, snapshot: Snapshot) -> Snapshot:
+        """``snapshot`` as a checkpoint saves it: between two steps of a keyed run, saying that the run began."""
+        # a checkpoint inside a turn (an approved tool call's) comes while the turn is busy: the request sent
+        # again redoes that turn, which finds the call's record; one between two steps of a run comes between turns
+        if self._keyed is None or self.conversation._busy:
+            return snapshot
+        return idempotency.begun(snapshot, *self._keyed)
 
     def replace(self, conversation: Conversation) -> None:
         """Go on with ``conversation`` (after an undo, a reset, a file loaded), saved over the stored one:
@@ -217,6 +238,17 @@ class StoredConversation:
         self.store.tail = max(self.store.tail, shown_at_most(conversation))
         self._conversation = conversation
         self.version = record.version if record is not None else 0
+
+
+def _going_on(conversation: Conversation) -> TurnResult | None:
+    """The rest of a run saved part-way: its last step's result (None: no step was left)."""
+    results = list(conversation.run())
+    return running.last(results) if results else None
+
+
+async def _agoing_on(conversation: Conversation) -> TurnResult | None:
+    results = [result async for result in conversation.arun()]
+    return running.last(results) if results else None
 
 
 def shown_at_most(conversation: Conversation) -> int:
