@@ -193,7 +193,8 @@ def _turn_routes(app: FastAPI, service: Service) -> None:
     async def send_message(
         conversation_id: str, body: SendMessage, client: Client, response: Response, key: Key
     ) -> dict[str, Any]:
-        """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it)."""
+        """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it). In a workflow,
+        the whole run, under the conversation's lock: the last step's result, the earlier ones in ``steps``."""
         item = service.stored(client, conversation_id)
         result = await item.stored.arun(lambda c: c.asend(body.message), **keyed(key, *asked(body.message)))
         mark_replayed(response, item.stored)
@@ -206,9 +207,10 @@ def _turn_routes(app: FastAPI, service: Service) -> None:
     )
     async def stream_turn(conversation_id: str, body: StreamTurn, client: Client, key: Key) -> Response:
         """One turn as Server-Sent Events: ``delta`` (message text), ``reset`` (discard the text shown),
-        ``tool_call`` and ``tool_result``, then ``result`` (the turn's result) or ``error``. A client
-        that disconnects cancels the turn: the conversation is left as it was (or, if the turn had
-        committed, with the whole turn)."""
+        ``tool_call`` and ``tool_result``, then ``result`` (the turn's result) or ``error``. In a workflow,
+        the whole run: each step's events then a ``step`` (that step's result), and last the ``result`` (as
+        ``/messages`` answers). A client that disconnects cancels the turn: the conversation is left as it
+        was (or, if the turn had committed, with the whole turn; in a workflow, with the steps that had)."""
         return await start_stream(service.stored(client, conversation_id), body.message, service.mask, key)
 
     @app.post("/conversations/{conversation_id}/resume", tags=["conversations"])
