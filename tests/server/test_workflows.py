@@ -18,7 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 import llm_fsm
-from llm_fsm import Hooks
+from llm_fsm import Break, Hooks
 from llm_fsm.llm import LLMRequest, LLMResponse, Usage
 from llm_fsm.server import create_app
 from llm_fsm.testing import ScriptedLLM, tool_calls
@@ -162,6 +162,32 @@ def test_a_message_runs_the_whole_workflow_and_answers_with_the_last_step_and_th
     after = http.post(f"/conversations/{cid}/messages", json={"message": "great"}).json()
     assert (after["message"], after["state"], after["previous_state"]) == ("Glad you like it.", "done", "present")
     assert "steps" not in after and "step" not in after
+
+
+def test_a_resume_goes_on_with_the_rest_of_the_run():
+    hooks = outline_hooks()
+
+    @hooks.on("state_enter", states=["write"])
+    def hold(*, context: dict[str, Any], **_: Any) -> None:
+        if not context.get("approved"):
+            raise Break("an editor must approve the topic", {"topic": context["topic"]})
+
+    llm = HeldLLM(RUN)
+    http = TestClient(create_app([pipeline()], llm, hooks=hooks, store="memory:"), raise_server_exceptions=False)
+    cid = started(http)
+    paused = http.post(f"/conversations/{cid}/messages", json={"message": "owls"}).json()
+    assert paused["status"] == "paused" and "steps" not in paused and llm.calls == 1  # the run stops at the pause
+    token = paused["pending"]["token"]
+    resumed = http.post(f"/conversations/{cid}/resume", json={"token": token, "result": {"approved": True}}).json()
+    # the resumed turn runs in write (its tools, its draft), then the automatic move: the run's last step
+    assert kinds([*resumed["steps"], resumed]) == ["turn", "automatic"] and resumed["state"] == "present"
+    (went_on,) = resumed["steps"]
+    assert (went_on["state"], went_on["message"], went_on["context_updates"]) == (
+        "write",
+        "Drafted.",
+        {"draft": "# Owls"},
+    )
+    assert [run["name"] for run in went_on["tool_calls"]] == ["outline"] and llm.calls == 3
 
 
 def test_a_definition_without_workflows_answers_as_before():
