@@ -70,7 +70,7 @@ async def start_stream(
     async def turn(conversation: Conversation) -> TurnResult | None:
         _refusal(conversation, text)
         queue.put_nowait(STARTED)
-        workflow, results = conversation.definition.is_workflow, []
+        workflow, results = conversation.definition.is_workflow, list[TurnResult]()
         async for event in conversation.astream(text):
             if isinstance(event, TurnResult):
                 results.append(event)
@@ -78,9 +78,10 @@ async def start_stream(
             queue.put_nowait(Step(event) if workflow and isinstance(event, TurnResult) else event)
         if not results:  # pragma: no cover (a stream that ends without its result raised instead)
             return None
+        answer = last(results)  # kept for the key: the run's, as POST .../messages answers it
         if workflow:
-            queue.put_nowait(last(results))
-        return last(results)  # the result, kept for the key: the run's, as POST .../messages answers it
+            queue.put_nowait(answer)
+        return answer
 
     task, first = await launch(queue, item.stored.arun(turn, **keyed(key, *asked(text))))
     encode = functools.partial(_encode, mask=mask_of(item.definition))
