@@ -1,5 +1,6 @@
 """The routes: health and readiness, the definitions served, and the conversations (create, read,
-send, stream, resume, record an assistant message, delete), each behind the bearer token's client (:data:`Client`)."""
+send, stream, resume, go on with a workflow's run, record an assistant message, delete), each behind the bearer
+token's client (:data:`Client`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from llm_fsm.conversation import Conversation
+from llm_fsm.running import last
 from llm_fsm.server.auth import client_of
 from llm_fsm.server.errors import APIError, not_found
 from llm_fsm.server.retries import Key, asked, keyed, mark_replayed
 from llm_fsm.server.service import Service
 from llm_fsm.server.sse import start_stream
 from llm_fsm.server.views import conversation_view, definition_view, history_view, result_view
+from llm_fsm.turn.refusals import turn_refusal
 from llm_fsm.turn.runner import TurnResult
 
 # -- request bodies ----------------------------------------------------------------------------------
@@ -221,6 +224,28 @@ def _turn_routes(app: FastAPI, service: Service) -> None:
         item = service.stored(client, conversation_id)
         asked = keyed(key, "resume", body.model_dump())
         result = await item.stored.arun(lambda c: c.aresume(body.token, body.result), **asked)
+        mark_replayed(response, item.stored)
+        return result_view(result, service.mask(item.definition))
+
+    @app.post("/conversations/{conversation_id}/run", tags=["conversations"])
+    async def go_on(conversation_id: str, client: Client, response: Response, key: Key) -> dict[str, Any]:
+        """A workflow's run from where the conversation stands, with no message: the steps its state takes on
+        its own (after a run stopped at its ``max_run_steps``, or one a failure or a stopped server cut short),
+        answered as a message's run is. 409 ``conversation_conflict`` when it waits for a person."""
+        item = service.stored(client, conversation_id)
+
+        async def run(conversation: Conversation) -> TurnResult:
+            refused = turn_refusal(conversation, None, going_on=True)  # ended or paused: that error
+            if refused is not None:
+                raise refused.error()
+            results = [result async for result in conversation.arun()]
+            if not results:
+                raise APIError(
+                    409, "conversation_conflict", f"nothing to run: state {conversation.state!r} waits for a person"
+                )
+            return last(results)
+
+        result = await item.stored.arun(run, **keyed(key, "run"))
         mark_replayed(response, item.stored)
         return result_view(result, service.mask(item.definition))
 

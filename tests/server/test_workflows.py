@@ -190,6 +190,50 @@ def test_a_resume_goes_on_with_the_rest_of_the_run():
     assert [run["name"] for run in went_on["tool_calls"]] == ["outline"] and llm.calls == 3
 
 
+def limited() -> llm_fsm.FSMDefinition:
+    return llm_fsm.load({**json.loads(json.dumps(PIPELINE)), "max_run_steps": 1})
+
+
+def test_a_run_past_its_limit_is_409_naming_it():
+    http = served(HeldLLM(RUN), limited())
+    cid = started(http)
+    error = error_of(http.post(f"/conversations/{cid}/messages", json={"message": "owls"}), 409, "run_limit")
+    assert error["limit"] == 1 and error["state"] == "write" and "POST /conversations/{id}/run" in error["message"]
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="llm_fsm.running: the step a run's limit stops after is committed but not saved with a store (no "
+    "checkpoint before RunLimitError), so /run acts again and the script runs out",
+)
+def test_after_its_limit_a_run_goes_on_with_run_from_the_last_step():
+    llm = HeldLLM(RUN)
+    http = served(llm, limited())
+    cid = started(http)
+    error_of(http.post(f"/conversations/{cid}/messages", json={"message": "owls"}), 409, "run_limit")
+    went_on = http.post(f"/conversations/{cid}/run", json={})
+    assert went_on.status_code == 200, went_on.text
+    assert went_on.json()["step"] == "automatic" and went_on.json()["state"] == "present" and llm.calls == 3
+    error_of(http.post(f"/conversations/{cid}/run"), 409, "conversation_conflict")  # it waits for a person
+
+
+def test_run_goes_on_once_per_idempotency_key_and_refuses_what_it_cannot_run():
+    llm = HeldLLM([*RUN[1:], reply("done", "Bye.")])
+    http = served(llm)
+    # made in the acting state, without its first turn: /run runs it (the state acts), then the automatic move
+    made = http.post("/conversations", json={"state": "write", "context": {"topic": "owls"}, "start": False})
+    cid = made.json()["id"]
+    first = http.post(f"/conversations/{cid}/run", headers={"Idempotency-Key": "go"})
+    assert first.status_code == 200, first.text
+    assert kinds([*first.json()["steps"], first.json()]) == ["act", "automatic"] and llm.calls == 2
+    again = http.post(f"/conversations/{cid}/run", headers={"Idempotency-Key": "go"})
+    assert again.headers["Idempotent-Replayed"] == "true" and again.json() == first.json() and llm.calls == 2
+    nothing = error_of(http.post(f"/conversations/{cid}/run"), 409, "conversation_conflict")
+    assert "'present' waits for a person" in nothing["message"]
+    http.post(f"/conversations/{cid}/messages", json={"message": "great"})
+    error_of(http.post(f"/conversations/{cid}/run"), 410, "conversation_ended")
+
+
 def test_a_definition_without_workflows_answers_as_before():
     replies = [reply("ask_name", "Hi!"), reply("ask_email", "Email?", name="Ann"), reply("ask_email", "And?")]
     http = served(ScriptedLLM(replies), signup())
