@@ -220,7 +220,8 @@ def _turn_routes(app: FastAPI, service: Service) -> None:
     async def resume(
         conversation_id: str, body: ResumeTurn, client: Client, response: Response, key: Key
     ) -> dict[str, Any]:
-        """Continue a paused conversation with its pending event's token, exactly once per token."""
+        """Continue a paused conversation with its pending event's token, exactly once per token (in a workflow,
+        with the rest of its run, answered as a message's run)."""
         item = service.stored(client, conversation_id)
         asked = keyed(key, "resume", body.model_dump())
         result = await item.stored.arun(lambda c: c.aresume(body.token, body.result), **asked)
