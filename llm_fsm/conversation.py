@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import copy
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from llm_fsm import memory, running
 from llm_fsm.binding import check_bindings, runtime
@@ -42,6 +42,7 @@ from llm_fsm.recorded import recorded
 from llm_fsm.snapshot import Exchange, PendingEvent, Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult  # the events of a streamed turn
 from llm_fsm.subflows.stack import check_restore, entered, frames
+from llm_fsm.telemetry import NO_RUN, NoRun
 from llm_fsm.tools.calling import ToolMode
 from llm_fsm.turn.engine import initial_snapshot, write
 from llm_fsm.turn.prompt import PROMPT_ORDERS, PromptBuilder, PromptOrder
@@ -49,6 +50,9 @@ from llm_fsm.turn.refusals import turn_refusal
 from llm_fsm.turn.restoring import restored
 from llm_fsm.turn.runner import DEFAULT_FALLBACK, TurnResult, TurnSettings
 from llm_fsm.values import as_json_data
+
+if TYPE_CHECKING:
+    from llm_fsm.telemetry.runs import RunTrace
 
 __all__ = [
     "DEFAULT_FALLBACK", "Conversation", "MessageDelta", "MessageReset", "StreamEvent", "ToolCall", "ToolResult",
@@ -127,6 +131,7 @@ class Conversation:
         self.checkpoints: CheckpointSink | None = None
         self._summaries = SummaryCalls(self)  # the summary calls made outside turns
         self.last_summary: summaries.SummaryRun | None = None  # the last summary call made, in a turn or not
+        self.run_trace: RunTrace | NoRun = NO_RUN  # the trace of a run under way (llm_fsm.running)
 
     @property
     def prompt(self) -> PromptBuilder:

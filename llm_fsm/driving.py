@@ -24,7 +24,7 @@ from llm_fsm.memory import summaries
 from llm_fsm.snapshot import Snapshot
 from llm_fsm.streaming import MessageDelta, MessageReset, MessageWatcher, ToolCall, ToolResult
 from llm_fsm.subflows.stack import StackTurn
-from llm_fsm.telemetry import NO_TRACE, NoTrace
+from llm_fsm.telemetry import NO_TRACE, NoRun, NoTrace
 from llm_fsm.tools import calling
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn.firing import fire_error
@@ -33,6 +33,7 @@ from llm_fsm.turn.steps import Call, Checkpoint, Runtime, RunTools, Step, Turn, 
 from llm_fsm.values import clean_text
 
 if TYPE_CHECKING:
+    from llm_fsm.telemetry.runs import RunTrace
     from llm_fsm.telemetry.spans import TurnTrace
 
 StreamEvent = Union["MessageDelta", "MessageReset", "ToolCall", "ToolResult", "TurnResult"]
@@ -84,6 +85,7 @@ class Host(Protocol):
     _snapshot: Snapshot
     _runtime: Runtime
     _summaries: SummaryCalls
+    run_trace: RunTrace | NoRun  # the trace of the run under way (llm_fsm.running), else telemetry.NO_RUN
 
     @property
     def state(self) -> str: ...
@@ -145,11 +147,11 @@ class Drive:
         if self.watcher is not None and (rest := self.watcher.flush()):
             events.append(self._show(rest))
         call = self.call = self._advance(item)
+        if isinstance(item, list) and self.stream:  # the tools that ran, before what the turn does next (its end too)
+            events += [ToolResult(run) for run in item]
         if isinstance(call, tuple):
             self.call = None
             return chain(events, self._end(*call))  # lazily: the commit waits until the result is taken
-        if isinstance(item, list) and self.stream:  # the tools that ran, before what the turn does next
-            events += [ToolResult(run) for run in item]
         if isinstance(call, RunTools):
             if self.stream:
                 events += [ToolCall(p.call.id, p.call.name, p.arguments) for p in call.calls]

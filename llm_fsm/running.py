@@ -11,22 +11,29 @@ Every step is a whole turn of its own: committed before the next is chosen, save
 is stored (the conversation's checkpoint sink, as a tool approval's checkpoint is), so a process killed mid-run
 goes on at the step it was in and runs no finished step again. A run takes at most the definition's
 ``max_run_steps`` steps on its own; the next one raises :class:`~llm_fsm.errors.RunLimitError`, every step
-before it standing. A conversation with sub-conversations takes no steps of its own (its turns are one each).
+before it standing; a step that fell back (no valid reply within its budgets) ends the run where it is. A
+conversation with sub-conversations takes no steps of its own (its turns are one each).
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import replace
-from typing import TYPE_CHECKING, Literal
+from types import TracebackType
+from typing import TYPE_CHECKING, Literal, TypeVar
 
+from llm_fsm import telemetry
 from llm_fsm.driving import Going, Host, Resume, StreamEvent, aevents, alast, complete, events
 from llm_fsm.errors import RunLimitError
+from llm_fsm.telemetry import NO_RUN, NoRun
 from llm_fsm.turn.automatic import automatic_move
 from llm_fsm.turn.steps import TurnResult
 
 if TYPE_CHECKING:
     from llm_fsm.definition.models import Transition
+    from llm_fsm.telemetry.runs import RunTrace
+
+T = TypeVar("T")
 
 
 def next_step(conversation: Host) -> Transition | Literal["act"] | None:
@@ -40,22 +47,53 @@ def next_step(conversation: Host) -> Transition | Literal["act"] | None:
     return "act" if definition.states[snapshot.state].acts else None
 
 
-def _opens(conversation: Host, user: str | None, resume: Resume | None) -> bool:
-    """Whether the run begins with a turn of the caller's: a message, a resume, or the opening of a new one."""
-    return user is not None or resume is not None or not conversation._snapshot.history_len
+class Run:
+    """One run's bookkeeping: its trace (a span with the steps' spans under it), the steps taken on their own
+    against the limit, and the last result (a step that fell back ends the run: the same step would again)."""
 
+    def __init__(self, conversation: Host) -> None:
+        self.conversation = conversation
+        self.taken = 0
+        self.last: TurnResult | None = None
+        self.trace: RunTrace | NoRun = NO_RUN
 
-def _counted(conversation: Host, taken: int) -> Going | None:
-    """The next step once ``taken`` steps were taken on their own; :class:`RunLimitError` past the limit."""
-    step = next_step(conversation)
-    limit = conversation.definition.max_run_steps
-    if step is not None and taken >= limit:
-        raise RunLimitError(
-            f"the run took {limit} steps on its own and stopped in state '{conversation.state}' (max_run_steps: "
-            f"{limit}); its steps stand: run it again to go on, or raise the definition's max_run_steps",
-            state=conversation.state, limit=limit,
-        )  # fmt: skip
-    return step
+    def __enter__(self) -> Run:
+        self.trace = self.conversation.run_trace = telemetry.start_run(self.conversation)
+        return self
+
+    def __exit__(self, kind: type[BaseException] | None, error: BaseException | None, tb: TracebackType | None) -> None:
+        self.conversation.run_trace = NO_RUN
+        self.trace.end(error)
+
+    def opens(self, user: str | None, resume: Resume | None) -> bool:
+        """Whether the run begins with a turn of the caller's: a message, a resume, or a new one's opening."""
+        return user is not None or resume is not None or not self.conversation._snapshot.history_len
+
+    def took(self, event: T) -> T:
+        """``event`` passed on; a step's result is counted."""
+        if isinstance(event, TurnResult):
+            self.last = event
+            self.trace.step(event)
+        return event
+
+    def next(self) -> Going | None:
+        """The next step on its own (counted), or None: the run is over."""
+        if self.last is not None and self.last.fallback:  # no valid reply within the budgets: it would fail again
+            return None
+        step = next_step(self.conversation)
+        self.taken += step is not None
+        return step
+
+    def within_limit(self) -> None:
+        """:class:`RunLimitError` when the step about to start is past the limit (the last one is saved by then)."""
+        limit = self.conversation.definition.max_run_steps
+        if self.taken > limit:
+            state = self.conversation.state
+            raise RunLimitError(
+                f"the run took {limit} steps on its own and stopped in state '{state}' (max_run_steps: {limit}); "
+                "its steps stand: run it again to go on, or raise the definition's max_run_steps",
+                state=state, limit=limit,
+            )  # fmt: skip
 
 
 def _hold(conversation: Host) -> None:
@@ -72,26 +110,26 @@ async def _ahold(conversation: Host) -> None:
 def steps(conversation: Host, user: str | None = None, resume: Resume | None = None) -> Iterator[TurnResult]:
     """The run from ``user`` text (or a resume, or the opening of a new conversation, or nothing: the steps the
     current state takes on its own), one result per step."""
-    if _opens(conversation, user, resume):
-        yield complete(conversation, user, resume)
-    taken = 0
-    while (step := _counted(conversation, taken)) is not None:
-        _hold(conversation)
-        taken += 1
-        yield complete(conversation, None, step=step)
+    with Run(conversation) as run:
+        if run.opens(user, resume):
+            yield run.took(complete(conversation, user, resume))
+        while (step := run.next()) is not None:
+            _hold(conversation)  # the last step saved before the next starts, or before the limit stops the run
+            run.within_limit()
+            yield run.took(complete(conversation, None, step=step))
 
 
 async def asteps(
     conversation: Host, user: str | None = None, resume: Resume | None = None
 ) -> AsyncIterator[TurnResult]:
     """The async form of :func:`steps`."""
-    if _opens(conversation, user, resume):
-        yield await alast(aevents(conversation, user, resume, stream=False))
-    taken = 0
-    while (step := _counted(conversation, taken)) is not None:
-        await _ahold(conversation)
-        taken += 1
-        yield await alast(aevents(conversation, None, stream=False, step=step))
+    with Run(conversation) as run:
+        if run.opens(user, resume):
+            yield run.took(await alast(aevents(conversation, user, resume, stream=False)))
+        while (step := run.next()) is not None:
+            await _ahold(conversation)
+            run.within_limit()
+            yield run.took(await alast(aevents(conversation, None, stream=False, step=step)))
 
 
 def step_events(
@@ -99,28 +137,28 @@ def step_events(
 ) -> Iterator[StreamEvent]:
     """The run as the events of its steps: each step's deltas, tool calls and results, then its
     :class:`TurnResult` (one per step)."""
-    if _opens(conversation, user, resume):
-        yield from events(conversation, user, resume, stream=stream)
-    taken = 0
-    while (step := _counted(conversation, taken)) is not None:
-        _hold(conversation)
-        taken += 1
-        yield from events(conversation, None, stream=stream, step=step)
+    with Run(conversation) as run:
+        if run.opens(user, resume):
+            yield from map(run.took, events(conversation, user, resume, stream=stream))
+        while (step := run.next()) is not None:
+            _hold(conversation)  # the last step saved before the next starts, or before the limit stops the run
+            run.within_limit()
+            yield from map(run.took, events(conversation, None, stream=stream, step=step))
 
 
 async def astep_events(
     conversation: Host, user: str | None = None, resume: Resume | None = None, *, stream: bool = True
 ) -> AsyncIterator[StreamEvent]:
     """The async form of :func:`step_events`."""
-    if _opens(conversation, user, resume):
-        async for event in aevents(conversation, user, resume, stream=stream):
-            yield event
-    taken = 0
-    while (step := _counted(conversation, taken)) is not None:
-        await _ahold(conversation)
-        taken += 1
-        async for event in aevents(conversation, None, stream=stream, step=step):
-            yield event
+    with Run(conversation) as run:
+        if run.opens(user, resume):
+            async for event in aevents(conversation, user, resume, stream=stream):
+                yield run.took(event)
+        while (step := run.next()) is not None:
+            await _ahold(conversation)
+            run.within_limit()
+            async for event in aevents(conversation, None, stream=stream, step=step):
+                yield run.took(event)
 
 
 def last(results: list[TurnResult]) -> TurnResult:

@@ -42,7 +42,9 @@ def test_scripted_conversation_reaches_a_terminal_state(path):
     script, lines = script_for(path)
     llm = ScriptedLLM(script["replies"])
     conversation = llm_fsm.Conversation(definition, llm, hooks=example_hooks(path))
-    results = [conversation.start(), *(conversation.send(line) for line in lines)]
+    sent = [conversation.start(), *(conversation.send(line) for line in lines)]
+    # in a workflow, send returns a run's last step with the steps before it in .steps: count every step
+    results = [step for result in sent for step in (*result.steps, result)]
     expect = script["expect"]
     runs = [run for result in results for run in result.tool_calls]
     assert bool(runs) == bool(definition.tools), "an example with tools shows them in its script"
@@ -99,3 +101,25 @@ def test_readme_example_command_runs(monkeypatch):
     assert result.exit_code == 0, result.output
     turns = [json.loads(line) for line in result.stdout.splitlines()]
     assert turns[-1]["ended"] is True and turns[0]["user"] is None
+
+
+def test_the_readme_runs_the_workflow_examples_offline(monkeypatch):
+    monkeypatch.chdir(ROOT)
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    section = readme.split("### Workflows", 1)[1].split("\n## ", 1)[0]
+    commands = re.findall(r"^(?:echo (\"[^\"]+\") \| )?llm-fsm (run \S+ --hooks \S+ --model scripted:\S+ --input \S+)$",
+                          section, re.MULTILINE)  # fmt: skip
+    assert {shlex.split(run)[1] for _, run in commands} == {
+        "fsm_definitions/research_report.json", "fsm_definitions/support_triage_bot.json"
+    }  # fmt: skip
+    for echoed, command in commands:
+        typed = shlex.split(echoed)[0] + "\n" if echoed else None
+        result = CliRunner().invoke(app, shlex.split(command), input=typed, catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+        lines = [json.loads(line) for line in result.stdout.splitlines()]
+        # one line per step, or per turn with the run's earlier steps in "steps": every step either way
+        steps = [step for line in lines for step in (*line.get("steps", ()), line)]
+        assert lines[-1]["ended"] is True
+        assert {"act", "automatic"} <= {step.get("step", "turn") for step in steps}
+        calls = [call for step in steps for call in step["tool_calls"]]
+        assert calls and all(call["error"] is None for call in calls)

@@ -64,7 +64,10 @@ Warnings are about definitions that load but probably do not do what their autho
     a state's ``opening`` cannot be written even with the keys it reads: the sandbox refuses it (a loop over
     more than 1,000 items, a repetition or a text over 4,000 characters, an exponent over 64), it includes a
     template, or it writes nothing a user could read.
-``ignored_field``, ``unknown_field``
+``state_passed_through``
+    a state whose first automatic move (by priority) has no conditions: the runtime takes it as soon as a step
+    ends there, so the state never acts nor is talked in (see :mod:`llm_fsm.authoring.workflow_warnings`).
+``ignored_field``, ``unknown_field``, ``mapped_field``
     the loader's warnings, passed through.
 
 Each check grows about linearly with the size of the definition (``benchmarks/bench_validate.py``).
@@ -93,6 +96,7 @@ from llm_fsm.authoring.key_checks import Words as _Words  # noqa: F401 (the name
 from llm_fsm.authoring.key_checks import keys_never_set, keys_not_writable, keys_unused, writable_keys_refused
 from llm_fsm.authoring.priority_checks import ambiguous_priorities
 from llm_fsm.authoring.review import Finding, Review
+from llm_fsm.authoring.workflow_warnings import states_passed_through
 from llm_fsm.definition.json_problems import positions as _positions
 from llm_fsm.definition.loader import LoadReport, dotted, inspect, load_text
 from llm_fsm.definition.models import FSMDefinition
@@ -231,6 +235,7 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *ambiguous_priorities(review),
         *_tools_unused(definition),
         *_openings(definition),
+        *states_passed_through(definition),
     ]
 
 

@@ -5,6 +5,8 @@ labelled ``description (p10) [has email; age >= 18]``, and terminal states marke
 end in Mermaid, a double circle in DOT). Global transitions are drawn once each, from one "from
 anywhere" node (dashed), their ``except_states`` in the label (``not in: confirm``), rather than an
 edge from every state; transitions to ``"$return"`` lead to one "back where it came from" node.
+An automatic move says ``auto`` before its priority (``(auto, p10)``, and bold in DOT); an acting
+state says "acts on its own" in its box (a thick outline in Mermaid, bold in DOT).
 :func:`short_logic` writes a JsonLogic rule as a formula.
 Mermaid reads many words and characters as syntax, so its states are drawn under generated ids with
 their real ids as labels, and labels code what it would misread (``tests/authoring/test_mermaid_parser.py``
@@ -22,6 +24,8 @@ from llm_fsm.definition.models import RETURN, Condition, FSMDefinition, GlobalTr
 from llm_fsm.logic.table import INFIX, OPERATORS
 
 LABEL_LIMIT = 80
+AUTO_MARK = "auto, "  # in an automatic move's label, before its priority
+ACTS_NOTE = "acts on its own"  # in an acting state's box
 ELLIPSIS = "…"
 
 # Characters Mermaid reads as syntax (or as HTML) in a label; its entity codes (#59;) render them.
@@ -119,9 +123,10 @@ def condition_text(condition: Condition) -> str:
 
 
 def edge_label(transition: Transition, limit: int = LABEL_LIMIT) -> str:
-    """``description (p10) [has email; age >= 18]``, at most ``limit`` characters."""
+    """``description (p10) [has email; age >= 18]``, at most ``limit`` characters; an automatic move (taken by
+    the runtime with no model call) says so: ``(auto, p10)``."""
     conditions = "; ".join(text for c in transition.conditions if (text := condition_text(c)))
-    priority = f"(p{transition.priority})"
+    priority = f"({AUTO_MARK}p{transition.priority})" if transition.automatic else f"(p{transition.priority})"
     room = limit - len(priority) - 1
     if conditions:
         description = _shorten(transition.description, max(room // 2, room - len(conditions) - 3))
@@ -176,6 +181,9 @@ def to_mermaid(definition: FSMDefinition) -> str:
     lines += [f"    {ids[sid]} --> [*]" for sid, state in definition.states.items() if state.terminal]
     if extra:  # dashed outlines: not states of the conversation
         lines += ["    classDef moves stroke-dasharray: 5 5", f"    class {', '.join(extra)} moves"]
+    acting = [ids[sid] for sid, state in definition.states.items() if state.acts]
+    if acting:  # thick outlines: states that work with no person's message
+        lines += ["    classDef acts stroke-width: 3px", f"    class {', '.join(acting)} acts"]
     return "\n".join(lines) + "\n"
 
 
@@ -195,8 +203,9 @@ def extra_nodes(definition: FSMDefinition) -> dict[str, str]:
 
 
 def _notes(definition: FSMDefinition, state: State) -> list[str]:
-    """What a state's box says besides its id: the tools, the sub-definition it runs."""
-    notes = [tools_text(state.tools)] if state.tools else []
+    """What a state's box says besides its id: that it acts on its own, the tools, the sub-definition it runs."""
+    notes = [ACTS_NOTE] if state.acts else []
+    notes += [tools_text(state.tools)] if state.tools else []
     if state.subflow is not None:
         notes.append(subflow_text(definition, state))
     return notes
@@ -246,7 +255,7 @@ def to_dot(definition: FSMDefinition) -> str:
     ]
     lines += [f"    {_dot_quote(sid)} [shape=doublecircle];" for sid, s in definition.states.items() if s.terminal]
     lines += [
-        f"    {_dot_quote(sid)} [label={_dot_quote(chr(10).join([sid, *notes]))}{', peripheries=2' * bool(s.subflow)}];"
+        f"    {_dot_quote(sid)} [label={_dot_quote(chr(10).join([sid, *notes]))}{_dot_box(s)}];"
         for sid, s in definition.states.items()
         if (notes := _notes(definition, s))
     ]
@@ -259,13 +268,28 @@ def to_dot(definition: FSMDefinition) -> str:
     for sid, state in definition.states.items():
         for transition in state.transitions:
             target, label = _dot_node(transition.target_state), _dot_quote(edge_label(transition))
-            style = ", style=dashed" if transition.target_state == RETURN else ""
+            style = _dot_edge_style(transition, dashed=transition.target_state == RETURN)
             lines.append(f"    {_dot_quote(sid)} -> {target} [label={label}{style}];")
     for move in definition.global_transitions:
         target, label = _dot_node(move.target_state), _dot_quote(global_label(move))
-        lines.append(f"    {_dot_quote(_DOT_ANYWHERE)} -> {target} [label={label}, style=dashed];")
+        lines.append(
+            f"    {_dot_quote(_DOT_ANYWHERE)} -> {target} [label={label}{_dot_edge_style(move, dashed=True)}];"
+        )
     lines.append("}")
     return "\n".join(lines) + "\n"
+
+
+def _dot_box(state: State) -> str:
+    """The attributes of a state's box besides its label: a double outline for a subflow, bold for acting."""
+    return ", peripheries=2" * bool(state.subflow) + ', style="rounded,bold"' * state.acts
+
+
+def _dot_edge_style(move: Transition, *, dashed: bool) -> str:
+    """Dashed for global and going-back moves, bold for automatic ones (the label says "auto" too)."""
+    styles = ["dashed"] * dashed + ["bold"] * move.automatic
+    if not styles:
+        return ""
+    return f", style={styles[0]}" if len(styles) == 1 else f', style="{",".join(styles)}"'
 
 
 def _dot_node(target: str) -> str:

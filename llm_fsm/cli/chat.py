@@ -5,6 +5,13 @@ reply the runtime refuses is never displayed. Meta commands start with ``/``. Ct
 the prompt leave with exit code 0; Ctrl-C during a reply cancels that turn and changes nothing.
 litellm is imported in a background thread: at launch when the opening needs the model, else once the
 first prompt is up (a state's own opening needs no model, so the prompt comes at once).
+
+In a workflow a message (or the opening) starts a run: each step shows as it happens (the marker of an
+acting state's turn or of an automatic move, its tool calls, its report, its status line; see
+:mod:`llm_fsm.cli.chat_steps`), and the prompt comes back where a state waits for a person. A new conversation
+whose initial state acts asks for its task first (``task>``; an empty line starts it with none). A run that
+stopped before its end (its process killed, a step that failed) goes on when the chat continues it, or before
+the next message is sent.
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ import typer
 from rich.console import Console  # noqa: F401 (the tests make chat.console a Console of their own)
 
 import llm_fsm
+from llm_fsm.cli.chat_steps import acts_first, announce_first, announce_next, goes_on, show_step_kind
 from llm_fsm.cli.chat_stored import StoredChat, exchanges
 from llm_fsm.cli.chat_views import (
     COMMANDS,
@@ -65,12 +73,13 @@ from llm_fsm.cli.options import (
 )
 from llm_fsm.cli.shown import as_text, in_markup
 from llm_fsm.definition.texts import yes_no_choices, yes_or_no
-from llm_fsm.errors import FSMError, OpeningError
+from llm_fsm.errors import FSMError, OpeningError, RunLimitError
 from llm_fsm.llm import LiteLLMClient, LLMClient
 from llm_fsm.named_files import LIMIT_VARIABLE, FileRefused, limit, size_text
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
+    from llm_fsm.driving import Resume
     from llm_fsm.turn.runner import TurnResult
 
 __all__ = ["COMMANDS", "ChatSession", "chat", "readline_prompt", "status_line"]  # status_line: the tests' import
@@ -92,11 +101,15 @@ class ChatSession(StoredChat):
 
     # -- turns ----------------------------------------------------------------------------------
 
-    def begin(self) -> None:
-        """The opening of a new conversation; for one continued, where it stands and why it is paused."""
+    def begin(self) -> bool:
+        """The opening of a new conversation (or the task of its acting initial state: False when the person
+        leaves at its prompt); for one continued, where it stands and why it is paused, and the steps left of
+        a run that stopped before its end."""
+        if acts_first(self.conversation):
+            return self.task()
         if self.conversation.status == "new":
             self.opening()
-            return
+            return True
         current = self.conversation
         told = f"state {current.state}, {exchanges(current.snapshot().history_len)}"
         console.print(as_text(f"Continuing conversation {self.tracked.id}: {told}."))
@@ -107,6 +120,21 @@ class ChatSession(StoredChat):
             self.approve(current.pending)
         if current.ended:
             show_end()
+        if goes_on(current):
+            console.print(as_text(f"(the run stopped in state {current.state} before its end: going on with it)"))
+            self.turn(None)
+        return True
+
+    def task(self) -> bool:
+        """The task of a new conversation whose initial state acts, read at ``task>`` and its run started (an
+        empty line: with no task); False at the end of input or Ctrl-C."""
+        state = self.conversation.state
+        console.print(as_text(f"The state {state} acts on its own: type its task (Enter alone starts it with none)."))
+        text = _read(readline_prompt("[bold magenta]task>[/] "))
+        if text is None:
+            return False
+        self.turn(None if blank(text) else text.strip())
+        return True
 
     def opens_with_model(self) -> bool:
         """Whether :meth:`begin` makes a model call: a new conversation whose opening the definition does
@@ -121,7 +149,7 @@ class ChatSession(StoredChat):
     def opening(self) -> None:
         """The opening message; when its model call fails, the next message the user types tries it again
         first (an opening the state writes that cannot be written ends the chat: see :meth:`turn`)."""
-        if self.turn(None) is None:
+        if self.turn(None) is None and self.conversation.status == "new":
             errors.print("[dim](no opening yet: it is tried again when you type your next message)[/]")
 
     def say(self, text: str) -> None:
@@ -129,6 +157,15 @@ class ChatSession(StoredChat):
         if self.conversation.ended:
             error("the conversation has ended: /back undoes its last turn, /reset starts over, /quit leaves")
             return
+        if acts_first(self.conversation):  # its first run failed: the message is its task
+            self.turn(text)
+            return
+        if goes_on(self.conversation):  # a run stopped before its end: its steps left come first
+            console.print("[dim](the run goes on first: it stopped before its end)[/]")
+            self.turn(None)
+            if self.conversation.ended or self.conversation.paused or goes_on(self.conversation):
+                console.print("[dim](your message was not sent: the run did not stop where a state waits)[/]")
+                return
         if self.conversation.status == "new":
             console.print("[dim](the opening message first)[/]")
             self.opening()
@@ -147,21 +184,62 @@ class ChatSession(StoredChat):
         if self.conversation.paused:
             errors.print("The conversation is paused: type [bold]/resume JSON[/] to continue it.")
             return None
+        if self.conversation.definition.is_workflow:
+            return self.run_steps(text)
         try:
             result = self.run(lambda conversation: show_stream(conversation.stream(text), self.mask))
         except KeyboardInterrupt:
             errors.print("[yellow](turn cancelled: nothing changed)[/]")
             return None
         except FSMError as exc:  # the model failed, or the conversation cannot take this turn
-            if text is None and isinstance(exc, OpeningError):
-                # the state's own opening could not be written over the context: every try fails the same
-                # way (the chat cannot change the context), so it says so once and leaves, not retry it
-                fail(one_line(exc), 1)
-            error(one_line(exc))
+            self.failed(text, exc)
             return None
         self.show_result(result)
         self.approve(result.pending)
         return result
+
+    def failed(self, text: str | None, exc: FSMError) -> None:
+        """The error of a turn that failed, in one line."""
+        if text is None and isinstance(exc, OpeningError):
+            # the state's own opening could not be written over the context: every try fails the same
+            # way (the chat cannot change the context), so it says so once and leaves, not retry it
+            fail(one_line(exc), 1)
+        error(one_line(exc))
+
+    def run_steps(self, text: str | None, resume: Resume | None = None) -> TurnResult | None:
+        """A workflow's run from ``text`` (None: the opening, or the steps left) or ``resume``, each step shown as
+        it ends; its last step's result, or None if its first failed or was cancelled (a step that ended stands)."""
+        from llm_fsm.running import step_events
+
+        shown: list[TurnResult] = []
+
+        def each(result: TurnResult) -> bool:
+            shown.append(result)
+            self.show_step(result, announced=True)
+            return announce_next(self.conversation)
+
+        def action(conversation: llm_fsm.Conversation) -> TurnResult | RunLimitError:
+            try:
+                events = conversation.stream(text) if resume is None else step_events(conversation, None, resume)
+                return show_stream(events, self.mask, each)
+            except RunLimitError as exc:  # returned, not raised: the store saves the run's last step on a return
+                return exc
+
+        announce_first(self.conversation, text is not None or resume is not None)
+        try:
+            outcome = self.run(action)
+        except KeyboardInterrupt:
+            kept = f"the {len(shown)} steps shown stand, " if shown else ""
+            errors.print(f"[yellow](run cancelled: {kept}the step under way changed nothing)[/]")
+            return shown[-1] if shown else None
+        except FSMError as exc:
+            self.failed(text, exc)
+            return shown[-1] if shown else None
+        if isinstance(outcome, RunLimitError):
+            error(one_line(outcome))
+            return shown[-1] if shown else None
+        self.approve(outcome.pending)
+        return outcome
 
     def approve(self, pending: llm_fsm.PendingEvent | None) -> None:
         """A tool call waiting for approval: ask y/n here (nothing typed: it stays paused for /resume). One
@@ -194,9 +272,21 @@ class ChatSession(StoredChat):
         return None
 
     def show_result(self, result: TurnResult) -> None:
+        """A turn's result; a workflow's run's (a resume's), each of its steps."""
+        for step in result.steps:
+            self.show_step(step)
+        self.show_step(result)
+
+    def show_step(self, result: TurnResult, announced: bool = False) -> None:
+        """One step's result (``announced``: an acting state's marker came before it, as it started)."""
         self.last = result
-        console.print(rendered(result.message))
-        console.print(as_text(status_line(result), style="dim"))
+        show_step_kind(result, announced)
+        # an automatic move says nothing unless its state opens; an act may report nothing, when its tools'
+        # results took an automatic move at once
+        if result.message or result.step == "turn":
+            console.print(rendered(result.message))
+        if result.step != "automatic":
+            console.print(as_text(status_line(result), style="dim"))
         if result.pending is not None:
             show_pending(result.pending, self.mask)
         if result.ended:
@@ -247,6 +337,9 @@ class ChatSession(StoredChat):
             return
         if not isinstance(result, dict):
             error('/resume takes a JSON object, e.g. /resume {"approved": true}')
+            return
+        if self.conversation.definition.is_workflow:  # the rest of the run, each step shown as it ends
+            self.run_steps(None, (pending.token, result))
             return
         try:
             with console.status("resuming…"):
@@ -381,7 +474,8 @@ def chat(
     import readline  # noqa: F401  (line editing and history for input())
 
     console.print(f"[bold]{in_markup(fsm.name)}[/] · {in_markup(model.name)} · /help for commands, Ctrl-D to leave")
-    session.begin()
+    if not session.begin():
+        return
     _talk(session, warm_up=None if opens_with_model else lambda: _warm_up(llm))
 
 

@@ -8,7 +8,7 @@ and the meta commands that read or replace the stored conversation: ``/history``
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeVar
 
 import llm_fsm
 from llm_fsm.cli.chat_views import Mask, console, error, one_line, show_history
@@ -21,6 +21,8 @@ if TYPE_CHECKING:  # loaded when a chat starts (see llm_fsm.cli)
     from llm_fsm.snapshot import Snapshot
     from llm_fsm.store.stored import StoredConversation
     from llm_fsm.turn.runner import TurnResult
+
+T = TypeVar("T")
 
 HISTORY_PAGE = 20  # exchanges /history shows at a time
 NOT_SHOWN = -1  # StoredChat.older before any page of the history was shown
@@ -55,7 +57,7 @@ class StoredChat:
     def conversation(self) -> Conversation:
         return self.tracked.conversation
 
-    def run(self, action: Callable[[Conversation], TurnResult]) -> TurnResult:
+    def run(self, action: Callable[[Conversation], T]) -> T:
         """``action`` as a stored turn; once it is saved, /back can return to the snapshot it ran on. That is
         the newest stored version, which may hold turns another process saved since this chat last looked:
         then the older undo snapshots come from before those turns, and are dropped (going back to one would
@@ -64,7 +66,7 @@ class StoredChat:
         ran_on: list[Snapshot] = []
         took_up: list[bool] = []
 
-        def recorded(conversation: Conversation) -> TurnResult:
+        def recorded(conversation: Conversation) -> T:
             # run under the lock on the newest version: a version other than the one this chat saw means
             # another process saved since (the turn's own checkpoints come after this)
             ran_on.append(conversation.snapshot())

@@ -229,40 +229,94 @@ def rendered(message: str) -> Text | Any:
     return Markdown(_as_written(message), hyperlinks=False)
 
 
-def show_stream(events: Iterator[StreamEvent], mask: Callable[[dict[str, Any]], dict[str, Any]]) -> TurnResult:
-    """Render the message while it streams; return the turn's result (printed by the caller)."""
-    # Imported here: --help should not pay for them (markdown, when a message needs it: see rendered()).
-    from rich.live import Live
-    from rich.spinner import Spinner
+def show_stream(
+    events: Iterator[StreamEvent], mask: Mask, each: Callable[[TurnResult], bool] | None = None
+) -> TurnResult:
+    """Render the message while it streams; return the turn's result (printed by the caller).
 
+    ``each``: the events are a whole run's (a workflow's steps, each ending with its own result). It is called
+    with each step's result as the step ends, the display stopped so that it can print the step, and says
+    whether another step follows (a spinner shows meanwhile); the result returned is the last step's."""
     from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
 
-    streamed = ""
-    live = Live(Spinner("dots", text="thinking…"), console=console, refresh_per_second=15, transient=True)
+    display, result = _Display(mask), None
     try:
-        # Not "with Live(...)": a Ctrl-C landing inside Live's own start-up would skip its exit and
-        # leave the refresh thread drawing over the prompt; stop() in finally always runs.
-        live.start()
+        display.start()
         for event in events:
-            if isinstance(event, MessageDelta):
-                streamed += event.text
-                live.update(rendered(streamed))
-            elif isinstance(event, MessageReset):
-                streamed = ""
-                live.update(Spinner("dots", text="thinking…"))
-            elif isinstance(event, ToolCall):
-                live.update(Spinner("dots", text=as_text(f"running {event.name}…")))  # a str would be markup
-            elif isinstance(event, ToolResult):
-                live.console.print(as_text(f"🔧 {tool_line(event.run, mask)}", style="dim"))
-                live.update(Spinner("dots", text="thinking…"))
-            else:
+            if isinstance(event, (MessageDelta, MessageReset, ToolCall, ToolResult)):
+                display.show(event)
+                continue
+            display.finish(event)
+            if each is None:
                 return event
+            result = event
+            display.stop()
+            if each(event):
+                display.start()
     finally:
-        live.stop()
+        display.stop()
         close = getattr(events, "close", None)
         if close is not None:
             close()  # a cancelled turn (Ctrl-C) must not leave the stream half-run
-    raise FSMError("the turn ended without a result")  # pragma: no cover
+    if result is None:
+        raise FSMError("the turn ended without a result")  # pragma: no cover
+    return result
+
+
+class _Display:
+    """The spinner of the step under way, then its message as it streams in (gone once the step ends)."""
+
+    def __init__(self, mask: Mask) -> None:
+        self.mask = mask
+        self.streamed = ""
+        self.tools = 0  # the tool calls of the step under way shown so far
+        self.live: Any = None  # rich's Live while a step runs
+
+    def start(self) -> None:
+        # Imported here: --help should not pay for them (markdown, when a message needs it: see rendered()).
+        from rich.live import Live
+
+        self.streamed, self.tools = "", 0
+        self.live = Live(_spinner("thinking…"), console=console, refresh_per_second=15, transient=True)
+        # Not "with Live(...)": a Ctrl-C landing inside Live's own start-up would skip its exit and
+        # leave the refresh thread drawing over the prompt; stop() (in show_stream's finally) always runs.
+        self.live.start()
+
+    def stop(self) -> None:
+        if self.live is not None:
+            self.live.stop()
+            self.live = None
+
+    def show(self, event: StreamEvent) -> None:
+        from llm_fsm.streaming import MessageDelta, MessageReset, ToolCall, ToolResult
+
+        if isinstance(event, MessageDelta):
+            self.streamed += event.text
+            self.live.update(rendered(self.streamed))
+        elif isinstance(event, MessageReset):
+            self.streamed = ""
+            self.live.update(_spinner("thinking…"))
+        elif isinstance(event, ToolCall):
+            self.live.update(_spinner(as_text(f"running {event.name}…")))  # a str would be markup
+        elif isinstance(event, ToolResult):
+            self._tool(event.run)
+            self.live.update(_spinner("thinking…"))
+
+    def finish(self, result: TurnResult) -> None:
+        """The step's tool calls not shown as they ran: a turn that ends right after its tools, an automatic
+        move their results allow, streams no ToolResult for them."""
+        for run in result.tool_calls[self.tools :]:
+            self._tool(run)
+
+    def _tool(self, run: Any) -> None:
+        self.tools += 1
+        self.live.console.print(as_text(f"🔧 {tool_line(run, self.mask)}", style="dim"))
+
+
+def _spinner(text: str | Text) -> Any:
+    from rich.spinner import Spinner
+
+    return Spinner("dots", text=text)
 
 
 def status_line(result: TurnResult) -> str:

@@ -1,4 +1,10 @@
-"""``llm-fsm run``: a conversation from lines of input, one JSON line for the opening and for each turn."""
+"""``llm-fsm run``: a conversation from lines of input, one JSON line for the opening and for each turn.
+
+In a workflow (a definition where some state acts or some move is automatic) an input line starts a run, and
+each of its steps prints its own line as it ends (see :mod:`llm_fsm.running`): a new conversation whose initial
+state acts takes the input's first line as its task (no line: it starts with none), and a stored one left
+mid-run (killed, or stopped at ``max_run_steps``) goes on with the steps left before it reads a line.
+"""
 
 from __future__ import annotations
 
@@ -39,13 +45,17 @@ from llm_fsm.cli.options import (
     with_model_options,
 )
 from llm_fsm.cli.shown import json_text, shown
-from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, StoreError
+from llm_fsm.errors import ConversationError, FSMError, LLMError, ResumeError, RunLimitError, StoreError
 from llm_fsm.named_files import LIMIT_VARIABLE, NotARegularFile, limit, open_file, size_text
 from llm_fsm.values import blank
 
 if TYPE_CHECKING:
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.driving import Resume
     from llm_fsm.store.stored import StoredConversation
     from llm_fsm.turn.runner import TurnResult
+
+Mask = Callable[[dict[str, Any]], dict[str, Any]]
 
 
 InputOption = Annotated[str, typer.Option("--input", "-i", help="File of user messages, one per line; - for stdin.")]
@@ -78,7 +88,8 @@ def run(
     replay: ReplayOption = None,
     resume: ResumeOption = None,
 ) -> None:
-    """Run a conversation non-interactively: one JSON line for the opening and for each turn.
+    """Run a conversation non-interactively: one JSON line for the opening and for each turn (in a workflow,
+    for each step of a run: with -c ID and no input, a stored run stopped mid-way goes on).
 
     Exits 3 when the conversation is left paused (a handler's pause, or a tool call waiting for
     approval): the last line's "pending" says why; run again with --store, -c and --resume JSON."""
@@ -126,17 +137,17 @@ def _decision(text: str | None) -> dict[str, Any] | None:
 def _converse(
     tracked: StoredConversation,
     lines: Iterator[str],
-    mask: Callable[[dict[str, Any]], dict[str, Any]],
+    mask: Mask,
     decision: dict[str, Any] | None = None,
 ) -> None:
     if tracked.conversation.ended:
         fail(f"conversation {tracked.id!r} has ended (state '{tracked.conversation.state}')", 1)
     try:
-        _first_turn(tracked, mask, decision)
+        lines = _first_turn(tracked, mask, decision, lines)
         for line in lines:
             if tracked.conversation.ended or tracked.conversation.paused:
                 break
-            _emit(tracked.run(lambda c, text=line: c.send(text)), mask)  # type: ignore[misc]  # a default binds the line: mypy cannot type it
+            _steps(tracked, mask, line)
         _exit_if_paused(tracked)
     except LLMError as exc:
         fail(f"model call failed: {exc}", 1)
@@ -144,24 +155,72 @@ def _converse(
         fail("interrupted", 130)
     except ResumeError as exc:  # a --resume value that does not fit the pause: a bad option value
         fail(f"--resume: {exc}", 2)
+    except RunLimitError as exc:
+        fail(_stopped(exc, tracked), 1)
     except (ConversationError, StoreError) as exc:
         fail(str(exc), 1)
     except FSMError as exc:
         fail(str(exc), 2)
 
 
+def _stopped(exc: RunLimitError, tracked: StoredConversation) -> str:
+    """The error of a run stopped at ``max_run_steps``, with how to go on from the command line."""
+    if tracked.id == UNSTORED_ID:
+        return f"{exc} (from the command line: run with --store and -c ID to keep a run and go on with it)"
+    return f"{exc} (from the command line: run again with --store, -c {tracked.id} and no input)"
+
+
 def _first_turn(
-    tracked: StoredConversation, mask: Callable[[dict[str, Any]], dict[str, Any]], decision: dict[str, Any] | None
-) -> None:
-    """The turn a run opens with before its input's lines, where it has one: the resume of a paused conversation
-    with ``decision`` (--resume; exit 2 where it is not paused), or the start of a new one."""
+    tracked: StoredConversation, mask: Mask, decision: dict[str, Any] | None, lines: Iterator[str]
+) -> Iterator[str]:
+    """The turn a run opens with before its input's lines, where it has one; the lines left for the turns after.
+
+    The resume of a paused conversation with ``decision`` (--resume; exit 2 where it is not paused); the start
+    of a new one (in a workflow whose initial state acts, a run with the first line as its task: no line, no
+    task); in a stored workflow, the steps a run stopped mid-way has left (none where its state waits)."""
+    conversation = tracked.conversation
     if decision is not None:
-        pending = tracked.conversation.pending
+        pending = conversation.pending
         if pending is None:
             fail("--resume: the conversation is not paused (resume a stored one: --store and -c ID)", 2)
-        _emit(tracked.run(lambda c: c.resume(pending.token, decision)), mask)
+        _steps(tracked, mask, resume=(pending.token, decision))
     elif tracked.is_new:
-        _emit(tracked.run(lambda c: c.start()), mask)
+        acts = conversation.definition.states[conversation.state].acts
+        _steps(tracked, mask, next(lines, None) if acts else None)
+    elif _goes_on(conversation):
+        _steps(tracked, mask)
+    return lines
+
+
+def _goes_on(conversation: Conversation) -> bool:
+    """Whether a stored conversation has steps to take on its own: a run stopped before its end."""
+    from llm_fsm.running import next_step
+
+    return next_step(conversation) is not None
+
+
+def _steps(tracked: StoredConversation, mask: Mask, text: str | None = None, resume: Resume | None = None) -> None:
+    """The run from ``text`` (None: the opening, or the steps left) or ``resume``, under the conversation's lock.
+
+    In a workflow each step's line is printed as the step ends (the next step saves it, before it begins);
+    elsewhere the turn's line once it is saved, as always: a line printed is a turn kept."""
+    if not tracked.conversation.definition.is_workflow:
+        for result in tracked.run(lambda conversation: list(conversation.run(text, resume=resume))):
+            _emit(result, mask)
+        return
+
+    def action(conversation: Conversation) -> RunLimitError | None:
+        try:
+            for result in conversation.run(text, resume=resume):
+                _emit(result, mask)
+        except RunLimitError as exc:
+            # returned, not raised: the store saves a run's last step only when the action returns
+            return exc
+        return None
+
+    stopped = tracked.run(action)
+    if stopped is not None:
+        raise stopped
 
 
 def _exit_if_paused(tracked: StoredConversation) -> None:
@@ -196,7 +255,7 @@ def _lines(stream: TextIO, name: str, most: int) -> Iterator[str]:
         fail(f"the input {source} is not UTF-8 text: {exc.reason}", 2)
 
 
-def _emit(result: TurnResult, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> None:
+def _emit(result: TurnResult, mask: Mask) -> None:
     if result.fallback and result.rejected and all(r.kind == "truncated" for r in result.rejected):
         # no reply fit: a token limit too low for any reply reads as the model asking the user for more
         typer.echo(

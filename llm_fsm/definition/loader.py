@@ -4,7 +4,10 @@
 format (versions 3.0 and 4.1), including files written by llm-fsm's ``model_dump_json()``, where every
 optional field is present and ``null`` when unset (``null`` means the default). Fields we use are
 mapped; fields we do not use become one ``ignored_field`` warning per field (with a count), unless
-their value says nothing (``null``, empty, or llm-fsm's default); nothing is dropped silently.
+their value says nothing (``null``, empty, or llm-fsm's default); nothing is dropped silently. A state's
+``auto_transition_threshold`` (llm-fsm 4.x: its moves decided by their conditions, with no model call) makes
+its transitions with conditions that can fail automatic, unless ``is_deterministic`` is false: one
+``mapped_field`` warning per state says which (the threshold's number is not used).
 
 Every problem is written for the person who wrote the file: a path
 (``states.greet.transitions[0].target_state``), the file's line:column when the source is a file,
@@ -25,7 +28,7 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from llm_fsm.definition import clearing, corrections, subflows
+from llm_fsm.definition import clearing, corrections, subflows, workflow_checks
 from llm_fsm.definition.file_checks import FileChecks, dict_items, get
 from llm_fsm.definition.json_problems import (
     DuplicateKey,
@@ -87,6 +90,8 @@ _IGNORED: dict[str, dict[str, _LlmFsmField]] = {
     "global_transition": {},  # not in the llm-fsm format
     "condition": {"evaluation_priority": _LlmFsmField("4.1", 100)},
 }
+# llm-fsm 4.x: a state whose moves the runtime may take itself when their conditions decide (see _deterministic_moves)
+THRESHOLD = "auto_transition_threshold"
 _KNOWN: dict[str, frozenset[str]] = {
     "fsm": frozenset(f.alias or n for n, f in FSMDefinition.model_fields.items()),
     "state": frozenset(State.model_fields),
@@ -206,6 +211,8 @@ class _Reader:
             self.error(loc, message, code=code, hint=hint)
         for loc, message, code, hint, error in clearing.problems(definition) if definition and not self.errors else ():
             (self.error if error else self.warn)(loc, message, code=code, hint=hint)
+        for loc, message, code, hint in workflow_checks.problems(definition) if definition and not self.errors else ():
+            self.error(loc, message, code=code, hint=hint)
         if definition is not None and not self.errors and subflows.has_subflows(definition):
             self._check_subflows(definition)
         if definition is not None and (untranslated := missing_texts(definition)):
@@ -299,13 +306,15 @@ class _Reader:
         """A copy of ``data`` without the fields the models do not know, each one reported."""
         data = self._known_fields(data, (), "fsm")
         states = {}
-        for sid, state in dict_items(data.get("states")):
-            states[sid] = state = self._known_fields(state, ("states", sid), "state")
+        for sid, raw in dict_items(data.get("states")):
+            states[sid] = state = self._known_fields(raw, ("states", sid), "state")
             transitions = get(state, "transitions")
             if isinstance(transitions, list):
                 state["transitions"] = [
                     self._transition(t, ("states", sid, "transitions", i)) for i, t in enumerate(transitions)
                 ]
+                if get(raw, THRESHOLD) is not None:
+                    self._deterministic_moves(sid, raw, state["transitions"])
         if isinstance(data.get("states"), dict):
             data["states"] = states
         moves = data.get("global_transitions")
@@ -315,6 +324,28 @@ class _Reader:
             ]
         self._report_fields()
         return data
+
+    def _deterministic_moves(self, sid: str, raw: dict[str, Any], transitions: list[Any]) -> None:
+        """An llm-fsm 4.x state's ``auto_transition_threshold``: its transitions with conditions (not
+        ``is_deterministic: false``) become automatic, in place; the fields it reads are reported here, once."""
+        mapped = [
+            i
+            for i, (written, move) in enumerate(zip(raw["transitions"], transitions, strict=True))
+            if isinstance(move, dict)
+            and _can_fail(get(move, "conditions"))
+            and get(written, "is_deterministic") is not False
+            and "automatic" not in move
+        ]
+        for i in mapped:
+            transitions[i]["automatic"] = True
+        used = {
+            ("states", sid, THRESHOLD),
+            *(("states", sid, "transitions", i, "is_deterministic") for i in range(len(transitions))),
+        }
+        self._other_fields = [entry for entry in self._other_fields if entry[0] not in used]
+        head = f"'{THRESHOLD}' ({raw[THRESHOLD]!r}) in state '{sid}' (llm-fsm 4.1)"
+        message, hint = _threshold_words(head, mapped)
+        self.warn(("states", sid, THRESHOLD), message, code="mapped_field", hint=hint)
 
     def _transition(self, transition: Any, loc: tuple[Any, ...], kind: str = "transition") -> Any:
         transition = self._known_fields(transition, loc, kind)
@@ -376,6 +407,29 @@ def dotted(loc: tuple[Any, ...]) -> str:
     for part in loc:
         out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
     return out
+
+
+def _threshold_words(head: str, mapped: list[int]) -> tuple[str, str | None]:
+    """The warning about an ``auto_transition_threshold`` (``head`` names it and its state) and its hint."""
+    if not mapped:
+        return (
+            f"{head} is not used: none of its transitions has conditions that can fail and is deterministic, "
+            "so the model names each move",
+            None,
+        )
+    names = ", ".join(f"transitions[{i}]" for i in mapped)
+    return (
+        f'{head}: {names} load as "automatic": true, taken with no model call once their conditions hold; '
+        "the threshold's number is not used",
+        'moves without conditions (or whose conditions always hold), and those with "is_deterministic": false, '
+        "stay the model's to name",
+    )
+
+
+def _can_fail(conditions: Any) -> bool:
+    """Whether raw ``conditions`` can fail: one of them requires keys or has a rule other than ``true``. A
+    move whose conditions always hold is left to the model: made automatic, its state could never be talked in."""
+    return any(get(c, "requires_context_keys") or get(c, "logic") not in (None, True) for c in conditions or ())
 
 
 def _says_nothing(value: Any, default: object) -> bool:

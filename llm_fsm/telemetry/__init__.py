@@ -30,6 +30,7 @@ from typing import TYPE_CHECKING, Any
 from llm_fsm.telemetry.recording import harmless, warn_once
 
 if TYPE_CHECKING:
+    from llm_fsm.telemetry.runs import RunTrace
     from llm_fsm.telemetry.spans import TurnTrace
 
 __all__ = ["CONTENT_VARIABLE", "TRACER_NAME", "set_tracer_provider"]
@@ -111,7 +112,8 @@ def _version() -> str:
 
 
 def start_turn(conversation: Any, runner: Any) -> TurnTrace | NoTrace:
-    """The trace of the turn ``runner`` is about to run: its span started (ended by :meth:`TurnTrace.end`)."""
+    """The trace of the turn ``runner`` is about to run: its span started (ended by :meth:`TurnTrace.end`), under
+    the span of the run it is a step of, if any (``conversation.run_trace``)."""
     if not _otel_in_use():
         return NO_TRACE
     return _start(conversation, runner) or NO_TRACE
@@ -124,7 +126,25 @@ def _start(conversation: Any, runner: Any) -> TurnTrace | None:
         return None
     from llm_fsm.telemetry.spans import TurnTrace
 
-    return TurnTrace.start(tracer, conversation, runner, describe(conversation.llm), content_enabled())
+    parent = getattr(conversation, "run_trace", NO_RUN).parent
+    return TurnTrace.start(tracer, conversation, runner, describe(conversation.llm), content_enabled(), parent)
+
+
+def start_run(conversation: Any) -> RunTrace | NoRun:
+    """The trace of a run (:mod:`llm_fsm.running`) about to start: its span, the parent of its steps' spans."""
+    if not _otel_in_use():
+        return NO_RUN
+    return _start_run(conversation) or NO_RUN
+
+
+@harmless
+def _start_run(conversation: Any) -> RunTrace | None:
+    tracer = _tracer()
+    if tracer is None:
+        return None
+    from llm_fsm.telemetry.runs import RunTrace
+
+    return RunTrace.start(tracer, conversation)
 
 
 def retrying(error: BaseException, attempt: int, delay: float) -> None:
@@ -215,3 +235,18 @@ class NoTrace:
 
 
 NO_TRACE = NoTrace()
+
+
+class NoRun:
+    """The trace of an untraced run: its steps' spans have no parent of it."""
+
+    parent = None
+
+    def step(self, result: Any) -> None:
+        return None
+
+    def end(self, error: BaseException | None) -> None:
+        return None
+
+
+NO_RUN = NoRun()

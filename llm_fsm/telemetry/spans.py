@@ -50,12 +50,20 @@ class TurnTrace:
 
     @classmethod
     def start(
-        cls, tracer: Any, conversation: Conversation, runner: TurnRunner, llm: dict[str, Any], content: bool
+        cls,
+        tracer: Any,
+        conversation: Conversation,
+        runner: TurnRunner,
+        llm: dict[str, Any],
+        content: bool,
+        parent: Any = None,
     ) -> TurnTrace | None:
-        """The trace of ``runner``'s turn, its span started; None when the span does not record (no
-        provider, or not sampled: the turn then runs untraced)."""
+        """The trace of ``runner``'s turn, its span started (under ``parent``, a run's context, if given); None when
+        the span does not record (no provider, or not sampled: the turn then runs untraced)."""
         definition = conversation.definition
         kind = "resume" if runner.resuming is not None else "message" if runner.user is not None else "opening"
+        step = getattr(getattr(runner, "work", None), "step", "turn")  # a step of a run nobody typed for
+        kind = step if step != "turn" and runner.resuming is None else kind
         attributes: dict[str, Any] = {
             **llm,
             "gen_ai.operation.name": "invoke_agent",
@@ -71,7 +79,8 @@ class TurnTrace:
         attributes.update(getattr(runner, "frame_attributes", {}))  # a turn inside a sub-conversation (subflows)
         if runner.resuming is not None:
             attributes.update(_resume_attributes(runner))
-        span = tracer.start_span(f"invoke_agent {definition.name}", kind=SpanKind.INTERNAL, attributes=attributes)
+        name = f"invoke_agent {definition.name}"
+        span = tracer.start_span(name, context=parent, kind=SpanKind.INTERNAL, attributes=attributes)
         if not span.is_recording():
             return None
         return cls(tracer, span, conversation, runner, llm, content)

@@ -23,6 +23,7 @@ import asyncio
 import json
 import re
 from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.definition.wording import did_you_mean
 from llm_fsm.errors import FSMError, HooksLoadError
 from llm_fsm.hooks import Hooks
-from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse
+from llm_fsm.llm import LLMClient, LLMRequest, LLMResponse, Usage
 from llm_fsm.testing.case_files import (
     Case,
     Expect,
@@ -210,16 +211,38 @@ def _run_step(
         return StepOutcome(index, step.user, _error_failures(step.expect, exc))
     if step.expect.error is not None:
         return StepOutcome(index, step.user, [f"expected an error matching /{step.expect.error}/, got none"], result)
-    outcome.states.add(result.state)
-    if result.state != before:
-        outcome.transitions.add((before, result.state))
-    failures = check(step.expect, result, conversation)
+    covered(outcome, before, result)
+    failures = check(step.expect, whole_run(result), conversation)
     if llm.script is not None and llm.script.remaining:
         unused = f"{llm.script.remaining} scripted repl{'ies' if llm.script.remaining > 1 else 'y'} not used"
         if result.user is None and result.previous_state is None and not result.llm_calls:
             unused += f" (state '{result.state}' writes its own opening: no model call, so no reply for it)"
         failures.append(unused)
     return StepOutcome(index, step.user, failures, result)
+
+
+def covered(outcome: CaseOutcome, before: str, result: TurnResult) -> None:
+    """The states and moves a step went through, into ``outcome`` (a workflow's run: every one of its steps)."""
+    for taken in (*result.steps, result):
+        outcome.states.add(taken.state)
+        if taken.state != before:
+            outcome.transitions.add((before, taken.state))
+        before = taken.state
+
+
+def whole_run(result: TurnResult) -> TurnResult:
+    """A run's last result with what the run did in all (a workflow: ``result.steps`` before it): the calls, tokens,
+    tool calls and rejections of every step, which a step's ``expect`` checks (its state, context and message are
+    the last step's)."""
+    if not result.steps:
+        return result
+    every = (*result.steps, result)
+    usage = sum((taken.usage for taken in every), Usage())
+    return replace(
+        result, llm_calls=sum(taken.llm_calls for taken in every), usage=usage,
+        tool_calls=tuple(run for taken in every for run in taken.tool_calls),
+        rejected=tuple(rejection for taken in every for rejection in taken.rejected),
+    )  # fmt: skip
 
 
 def _error_failures(expect: Expect, exc: Exception) -> list[str]:

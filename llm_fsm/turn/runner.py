@@ -144,6 +144,8 @@ class TurnRunner:
             # an approved (or refused) tool call goes straight back to the model: the handlers before the
             # model call ran in the turn that paused, which had already made the call asking for the tool
             messages = work.transcript.start((yield from rounds.after_approval(work)))
+            if (move := automatic_move(work.definition, work.snapshot())) is not None:  # the tool's result fulfils it
+                return (yield from take(work, move))
             return (yield from self.replies(request(work, messages), "tool_results"))
         # the opening turn: the first one, or the resume of a pause a start handler made before it (that
         # pause's message is not the opening: the start handlers left go on, then the state's opening)
@@ -289,10 +291,11 @@ def resume_turn(
         note = rounds.approval_note(settings.prompt, pause, result)
     else:
         note = settings.prompt.resume_note(pause.reason if pause else "paused", dict(result))
+    acting = definition.states[base.state].acts  # a step of a run goes on as one: its result says "act"
     return TurnRunner(
         Working(
             definition, base, hooks, settings, user=None, note=note, handle=handle, resuming=pause,
-            paused=snapshot, decision=result,
+            paused=snapshot, decision=result, acting=acting,
         )
     )  # fmt: skip
 

@@ -163,6 +163,56 @@ def test_dot_escapes_quotes_backslashes_and_newlines():
     assert 'STR:Say "hi" \\ then more (p100)' in tokens
 
 
+WORKFLOW = {
+    "name": "w",
+    "initial_state": "ask",
+    "states": {
+        "ask": {"transitions": [{"target_state": "research"}]},
+        "research": {
+            "acts": True,
+            "tools": ["search"],
+            "transitions": [
+                {"target_state": "done", "automatic": True, "conditions": [{"requires_context_keys": ["notes"]}]},
+                {"target_state": "$return", "automatic": True, "priority": 200, "conditions": [{"logic": False}]},
+            ],
+        },
+        "done": {"acts": True},
+    },
+    "tools": {"search": {"description": "Search the web"}},
+}
+
+
+def test_an_automatic_move_says_auto_before_its_priority():
+    assert edge_label(transition(automatic=True, priority=10)) == "(auto, p10)"
+    t = transition(description="Notes ready", automatic=True, conditions=[{"requires_context_keys": ["notes"]}])
+    assert edge_label(t) == "Notes ready (auto, p100) [has notes]"
+    assert len(edge_label(transition(description="word " * 40, automatic=True))) <= LABEL_LIMIT
+
+
+def test_mermaid_notes_and_outlines_acting_states():
+    lines = to_mermaid(llm_fsm.load(WORKFLOW)).splitlines()
+    assert "    s1 : acts on its own" in lines and "    s1 : tools#58; search" in lines
+    assert "    s2 : acts on its own" in lines and "    s0 : acts on its own" not in lines
+    assert lines[-2:] == ["    classDef acts stroke-width: 3px", "    class s1, s2 acts"]
+    assert "    s1 --> s2: (auto, p100) [has notes]" in lines
+
+
+def test_dot_draws_acting_states_and_automatic_moves_bold():
+    text = to_dot(llm_fsm.load(WORKFLOW))
+    assert '    "research" [label="research\\nacts on its own\\ntools: search", style="rounded,bold"];' in text
+    assert '    "done" [label="done\\nacts on its own", style="rounded,bold"];' in text
+    assert '    "research" -> "done" [label="(auto, p100) [has notes]", style=bold];' in text
+    assert '    "research" -> "[back]" [label="(auto, p200) [false]", style="dashed,bold"];' in text
+    assert '"ask" -> "research" [label="(p100)"];' in text
+    dot_tokens(text)  # well formed
+
+
+def test_a_definition_without_workflow_fields_draws_as_before(signup):
+    assert "auto" not in to_mermaid(signup) + to_dot(signup)
+    assert "acts" not in to_mermaid(signup) + to_dot(signup)
+    assert "bold" not in to_dot(signup)
+
+
 @pytest.mark.parametrize("path", EXAMPLES, ids=[p.name for p in EXAMPLES])
 def test_every_example_exports(path):
     definition = llm_fsm.load(path)

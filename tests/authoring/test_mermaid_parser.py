@@ -24,7 +24,15 @@ import pytest
 from filelock import FileLock
 
 import llm_fsm
-from llm_fsm.authoring.diagram import edge_label, extra_nodes, global_label, subflow_text, to_mermaid, tools_text
+from llm_fsm.authoring.diagram import (
+    ACTS_NOTE,
+    edge_label,
+    extra_nodes,
+    global_label,
+    subflow_text,
+    to_mermaid,
+    tools_text,
+)
 from llm_fsm.definition.models import RETURN, FSMDefinition, State
 from tests.conftest import EXAMPLES
 
@@ -119,7 +127,8 @@ def expected(definition: FSMDefinition) -> tuple[dict[str, str], Counter[tuple[s
     ids[RETURN] = "back"
 
     def notes(state: State) -> str:  # what the state's box says besides its id (Mermaid appends it to the label)
-        tools = f" {tools_text(state.tools)}" if state.tools else ""
+        tools = f" {ACTS_NOTE}" if state.acts else ""
+        tools += f" {tools_text(state.tools)}" if state.tools else ""
         return tools + (f" {subflow_text(definition, state)}" if state.subflow else "")
 
     labels = {ids[sid]: shown(sid + notes(s)) for sid, s in definition.states.items()}
@@ -172,6 +181,27 @@ def test_global_transitions_and_going_back_are_read_back_as_drawn(mermaid):
     definition = llm_fsm.load({"name": "g", "initial_state": "ask", "states": states, "global_transitions": moves})
     text = to_mermaid(definition)
     assert text.count("anywhere -->") == 3 and "class anywhere, back moves" in text
+    check_all(mermaid, [definition])
+
+
+def test_acting_states_and_automatic_moves_are_read_back_as_drawn(mermaid):
+    states = {
+        "ask": {"transitions": [{"target_state": "research", "description": "The topic is known"}]},
+        "research": {
+            "acts": True,
+            "transitions": [
+                {"target_state": "write", "automatic": True, "conditions": [{"requires_context_keys": ["notes"]}]},
+                {"target_state": RETURN, "automatic": True, "priority": 200, "conditions": [{"logic": False}]},
+            ],
+        },
+        "write": {"acts": True, "transitions": [{"target_state": "done"}, {"target_state": "research"}]},
+        "done": {"acts": True},
+        "cancelled": {},
+    }
+    moves = [{"target_state": "cancelled", "automatic": True, "conditions": [{"requires_context_keys": ["stop"]}]}]
+    definition = llm_fsm.load({"name": "w", "initial_state": "ask", "states": states, "global_transitions": moves})
+    text = to_mermaid(definition)
+    assert "    class s1, s2, s3 acts" in text and "(auto, p100) [has notes]" in text
     check_all(mermaid, [definition])
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -158,6 +159,65 @@ def test_llm_fsm_format_files_validate_with_ignored_field_warnings():
     assert result.exit_code == 0
     assert "warning[ignored_field]" in result.stdout and "error[" not in result.stdout
     assert result.stdout.splitlines()[-1].startswith("2 files checked: 0 errors, ")
+
+
+WORKFLOW_CYCLE = {
+    "name": "w",
+    "initial_state": "ask",
+    "states": {
+        "ask": {"transitions": [{"target_state": "fetch"}, {"target_state": "done"}]},
+        "fetch": {"acts": True, "transitions": [{"target_state": "check", "automatic": True}]},
+        "check": {"transitions": [{"target_state": "fetch", "automatic": True}]},
+        "done": {},
+    },
+}
+
+
+def test_validate_reports_a_cycle_of_automatic_moves_with_its_position_and_hint(tmp_path):
+    path = write(tmp_path, "cycle.json", WORKFLOW_CYCLE)
+    result = invoke("validate", path)
+    assert result.exit_code == 1
+    lines = Path(path).read_text().splitlines()
+    line = next(n for n, text in enumerate(lines, 1) if '"target_state": "check"' in text) - 1
+    assert f"{path}:{line}:" in result.stdout
+    assert "error[automatic_cycle] states.fetch.transitions[0]: a cycle of automatic moves" in result.stdout
+    assert "fetch → check → fetch" in result.stdout and "    hint: give one of these moves conditions" in result.stdout
+
+
+def test_validate_reports_an_acting_state_with_no_way_out(tmp_path):
+    states = {
+        "ask": {"transitions": [{"target_state": "work"}, {"target_state": "done"}]},
+        "work": {"acts": True, "transitions": [{"target_state": "work2"}]},
+        "work2": {"acts": True, "transitions": [{"target_state": "work"}]},
+        "done": {},
+    }
+    result = invoke("validate", "--format", "json", write(tmp_path, "w.json", {**WORKFLOW_CYCLE, "states": states}))
+    assert result.exit_code == 1
+    found = [(d["severity"], d["code"], d["path"]) for d in json.loads(result.stdout)]
+    assert found == [
+        ("error", "acts_no_way_out", "states.work.acts"),
+        ("error", "acts_no_way_out", "states.work2.acts"),
+    ]
+    assert all(d["line"] is not None for d in json.loads(result.stdout))
+
+
+def test_strict_fails_on_a_state_passed_through(tmp_path):
+    states = {
+        "ask": {"transitions": [{"target_state": "hub"}]},
+        "hub": {"transitions": [{"target_state": "done", "automatic": True}]},
+        "done": {},
+    }
+    path = write(tmp_path, "hub.json", {**WORKFLOW_CYCLE, "states": states})
+    assert invoke("validate", path).exit_code == 0
+    result = invoke("validate", "--strict", path)
+    assert result.exit_code == 1 and "warning[state_passed_through] states.hub.transitions[0]" in result.stdout
+
+
+def test_an_llm_fsm_threshold_validates_with_what_it_was_mapped_to():
+    result = invoke("validate", str(ROOT / "tests" / "data" / "llm_fsm_format" / "v41_parcel_desk.json"))
+    assert result.exit_code == 0
+    assert "warning[mapped_field] states.ask_code.auto_transition_threshold" in result.stdout
+    assert 'transitions[0] load as "automatic": true' in result.stdout
 
 
 # ---------------------------------------------------------------- graph

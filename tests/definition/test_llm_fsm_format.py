@@ -42,7 +42,7 @@ def holding(definition: llm_fsm.FSMDefinition, state: str, context: dict[str, An
 def test_every_file_loads_without_errors(path):
     report = inspect(path)
     assert report.errors == [] and report.definition is not None
-    assert all(p.code == "ignored_field" for p in report.warnings)
+    assert all(p.code in ("ignored_field", "mapped_field") for p in report.warnings)
 
 
 @pytest.mark.parametrize("path", DUMPS, ids=[p.name for p in DUMPS])
@@ -138,10 +138,9 @@ def test_a_two_argument_has_context_transition_is_taken_in_a_conversation():
 
 def test_ignored_fields_are_reported_once_per_field_with_a_count():
     report = inspect(FORMAT / "v41_tailor_shop.json")
-    assert {p.code for p in report.warnings} == {"ignored_field"}
-    messages = sorted(p.message for p in report.warnings)
+    assert {p.code for p in report.warnings} == {"ignored_field", "mapped_field"}
+    messages = sorted(p.message for p in report.warnings if p.code == "ignored_field")
     assert messages == [
-        "'auto_transition_threshold' in 1 state (llm-fsm 4.1; not used by this runtime)",
         "'context_scope' in 1 state (llm-fsm 4.1; not used by this runtime)",
         "'evaluation_priority' in 2 conditions (llm-fsm 4.1; not used by this runtime)",
         "'extraction_confidence_threshold' in 1 state (llm-fsm 4.1; not used by this runtime)",
@@ -206,4 +205,66 @@ def with_field(where: str, field: str, value: object) -> dict[str, Any]:
 def test_no_ignored_field_warning_for_a_null_empty_or_default_value(where, field, quiet, loud):
     assert inspect(with_field(where, field, quiet)).warnings == []
     (warning,) = inspect(with_field(where, field, loud)).warnings
-    assert warning.code == "ignored_field" and f"'{field}'" in warning.message
+    # a threshold is mapped where it can be (see the tests below); here no move has a condition that can fail
+    expected = "mapped_field" if field == "auto_transition_threshold" else "ignored_field"
+    assert warning.code == expected and f"'{field}'" in warning.message
+
+
+# ---------------------------------------------------------------- auto_transition_threshold (llm-fsm 4.x)
+
+
+def automatic_moves(definition: llm_fsm.FSMDefinition) -> list[tuple[str, str]]:
+    return [(sid, t.target_state) for sid, s in definition.states.items() for t in s.transitions if t.automatic]
+
+
+def test_a_threshold_makes_the_states_conditioned_deterministic_moves_automatic():
+    # llm-fsm 4.x takes a move with no model call where its conditions decide it; moves without conditions, and
+    # those marked "is_deterministic": false, are the model's to choose. Ours: "automatic" moves.
+    report = inspect(FORMAT / "v41_parcel_desk.json")
+    assert report.errors == [] and report.definition is not None
+    assert automatic_moves(report.definition) == [("ask_code", "ask_slot"), ("ask_slot", "booked")]
+
+
+def test_each_threshold_is_one_warning_naming_the_state_and_what_was_mapped():
+    report = inspect(FORMAT / "v41_parcel_desk.json")
+    mapped = [p for p in report.warnings if p.code == "mapped_field"]
+    assert [(p.path, p.line) for p in mapped] == [
+        ("states.ask_code.auto_transition_threshold", 14),
+        ("states.ask_slot.auto_transition_threshold", 40),
+        ("states.clerk.auto_transition_threshold", 69),
+    ]
+    first, _, unused = mapped
+    assert first.message == (
+        "'auto_transition_threshold' (0.9) in state 'ask_code' (llm-fsm 4.1): transitions[0] load as "
+        '"automatic": true, taken with no model call once their conditions hold; the threshold\'s number is not used'
+    )
+    assert first.hint is not None and '"is_deterministic": false' in first.hint
+    assert "in state 'clerk'" in unused.message and "is not used" in unused.message
+
+
+def test_is_deterministic_in_a_state_with_a_threshold_is_used_and_not_reported():
+    report = inspect(FORMAT / "v41_parcel_desk.json")
+    assert not any("is_deterministic" in p.message for p in report.warnings)
+    # in a state without a threshold it means nothing here: still an ignored field
+    tailor = inspect(FORMAT / "v41_tailor_shop.json")
+    (ignored,) = [p for p in tailor.warnings if "'is_deterministic'" in p.message]
+    assert ignored.path == "states.alteration.transitions[1].is_deterministic"
+
+
+def test_a_move_whose_conditions_always_hold_stays_the_models():
+    data = with_field("state", "auto_transition_threshold", 0.9)  # a → b on a condition with nothing to check
+    definition = inspect(data).definition
+    assert definition is not None and automatic_moves(definition) == []
+
+
+def test_an_explicit_automatic_wins_over_the_threshold():
+    data = json.loads((FORMAT / "v41_parcel_desk.json").read_text())
+    data["states"]["ask_code"]["transitions"][0]["automatic"] = False
+    definition = inspect(data).definition
+    assert definition is not None and automatic_moves(definition) == [("ask_slot", "booked")]
+
+
+def test_a_file_without_a_threshold_loads_no_automatic_move():
+    for path in FILES:
+        if "auto_transition_threshold" not in path.read_text():
+            assert automatic_moves(load_quietly(path)) == [], path.name

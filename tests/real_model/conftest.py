@@ -249,6 +249,25 @@ def check_turn(
         assert result.rejected
 
 
+def check_step(
+    definition: llm_fsm.FSMDefinition,
+    conversation: llm_fsm.Conversation,
+    before: llm_fsm.Snapshot,
+    result: llm_fsm.TurnResult,
+) -> None:
+    """:func:`check_turn`'s invariants for one step of a run (a workflow): a move the runtime took on its own made
+    no call and was a declared automatic move whose conditions hold; a turn whose tools fulfilled one ended
+    there, with nothing more said."""
+    if result.step == "automatic":
+        assert result.llm_calls == 0 and result.state == conversation.state
+        back_to = definition.return_target(before.state, before.came_from)
+        moves = [t for t in definition.moves(before.state, back_to) if t.target_state == result.state]
+        assert any(t.automatic and unmet_condition(t, conversation.context) is None for t in moves)
+        return
+    if result.message or not result.tool_calls:  # else a tool's result took an automatic move: nothing was said
+        check_turn(definition, conversation, before, result)
+
+
 def generating(port: int) -> bool:
     """Whether llama-server is working on a request (its ``/slots`` endpoint)."""
     with DIRECT.open(f"http://127.0.0.1:{port}/slots", timeout=10) as response:

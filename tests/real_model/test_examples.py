@@ -13,7 +13,7 @@ import pytest
 
 import llm_fsm
 from tests.conftest import EXAMPLES, example_hooks
-from tests.real_model.conftest import check_turn, model_opens
+from tests.real_model.conftest import check_step, check_turn, model_opens
 
 pytestmark = pytest.mark.real_model
 
@@ -28,6 +28,8 @@ def script_lines(path: Path) -> list[str]:
 @pytest.mark.parametrize("path", EXAMPLES, ids=lambda p: p.stem)
 def test_opening_and_turns_keep_the_invariants(path, make_client, scorecard):
     definition = model_opens(path)
+    if definition.is_workflow:
+        return run_workflow(path, definition, make_client, scorecard)
     conversation = llm_fsm.Conversation(definition, make_client(), hooks=example_hooks(path))
     before = conversation.snapshot()
     result = conversation.start()
@@ -46,6 +48,30 @@ def test_opening_and_turns_keep_the_invariants(path, make_client, scorecard):
         if result.paused:  # a tool call that needs a person's approval: the turn stopped before it ran
             assert conversation.pending is not None and conversation.pending.kind == "tool_approval"
         scorecard.add(path.stem, result)
+
+
+STEPS = 4  # a workflow's run, bounded for the small model: each step is a call or two of a few seconds
+
+
+def run_workflow(path: Path, definition: llm_fsm.FSMDefinition, make_client, scorecard) -> None:
+    """A workflow's runs, step by step (from its task, or its opening and first lines): every step keeps the
+    invariants, and a run the model keeps going stops at the bound, its steps standing."""
+    bounded = definition.model_copy(update={"max_run_steps": STEPS})
+    conversation = llm_fsm.Conversation(bounded, make_client(), hooks=example_hooks(path))
+    lines = script_lines(path)
+    inputs = lines[:1] if bounded.states[bounded.initial_state].acts else [None, *lines[:TURNS]]
+    for text in inputs:
+        if conversation.ended or conversation.paused:
+            break
+        before = conversation.snapshot()
+        try:
+            for result in conversation.run(text):
+                check_step(bounded, conversation, before, result)
+                scorecard.add(path.stem, result)
+                before = conversation.snapshot()
+        except llm_fsm.RunLimitError as limit:
+            assert limit.limit == STEPS and conversation.state == limit.state  # every step before it stands
+            break
 
 
 def test_the_async_api_against_the_real_server(make_client):
