@@ -61,6 +61,7 @@ from llm_fsm.errors import (
     OpeningError,
     RefinementError,
     ResumeError,
+    RunLimitError,
     StoreError,
 )
 
@@ -152,6 +153,7 @@ _BY_KIND: tuple[tuple[Any, Callable[[Any], APIError]], ...] = (
         lambda e: APIError(422, "idempotency_key_reused", str(e).replace("idempotency key", "Idempotency-Key")),
     ),
     (EmptyMessageError, lambda e: APIError(422, "empty_message", str(e))),
+    (RunLimitError, lambda e: APIError(409, "run_limit", _run_limit_message(e), state=e.state, limit=e.limit)),
     (ConversationError, lambda e: APIError(409, "conversation_conflict", str(e), state=e.state)),
     (LLMError, _model_call_failed),
     (
@@ -165,6 +167,11 @@ _BY_KIND: tuple[tuple[Any, Callable[[Any], APIError]], ...] = (
     ),  # the context lacks what the opening reads
     (HandlerError, _handler_error),
 )
+
+
+def _run_limit_message(error: RunLimitError) -> str:
+    """The runtime's message, with the advice a client of the HTTP API can follow."""
+    return str(error).replace("run it again to go on", "POST /conversations/{id}/run goes on")
 
 
 def _provider_error(error: LLMError) -> APIError:

@@ -1,10 +1,15 @@
 """One chat-completions turn: which stored conversation it runs on (:func:`plan`, from the messages or a named
 id; see :mod:`llm_fsm.server.openai_index`), and the turn itself (:class:`ChatTurn`): the opening first when the
-conversation is new, a pause answered by the person's message where the pause allows it, else the message sent.
+conversation is new (not when its first state acts on its own: the message is then its task), a pause answered
+by the person's message where the pause allows it, else the message sent.
 
 The turn runs as every turn of ``serve`` does, in :meth:`StoredConversation.arun`: under the conversation's
 lock, saved with a version check, nothing saved when it fails. Its reply is what the client will resend, so the
 text is gathered as the client receives it (:class:`Reply`), and the transcript's mark is kept from it.
+
+In a workflow (:mod:`llm_fsm.running`) a turn is a whole run, and its reply is the report of the last step that
+said something (:func:`said`; an automatic move says nothing): a stream sends it whole once the run ended,
+since which step speaks last is known only then and a chat client cannot take text back.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any, TypeVar
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.llm import Usage
+from llm_fsm.running import last
 from llm_fsm.server import openai_index as index
 from llm_fsm.server.errors import APIError
 from llm_fsm.server.openai_shapes import Conversed, answer_of, question_of
@@ -189,7 +195,7 @@ class ChatTurn:
         if pending is None and conversation.status != "new":
             _refuse(conversation, self.text)  # ended, or an empty message: the error's status, before any 200
         self.reply.start()
-        if conversation.status == "new":
+        if conversation.status == "new" and not _takes_task(conversation):
             await self._run(conversation, None)
         if pending is not None and answer is not None:
             self._took(await conversation.aresume(pending.token, answer), self.reply.next_part())
@@ -204,21 +210,35 @@ class ChatTurn:
         if not self.streamed:
             self._took(await (conversation.astart() if text is None else conversation.asend(text)), since)
             return
-        result, discarded = None, False
+        # a workflow's reply is its last report, known once the run ended: it comes whole, then
+        results, discarded = [], conversation.definition.is_workflow
         async for event in conversation.astream(text):
             if isinstance(event, MessageReset):
                 discarded = True  # a chat client cannot take text back: the rest comes whole, after what it has
             elif isinstance(event, MessageDelta) and not discarded:
                 self.reply.add(event.text)
             elif isinstance(event, TurnResult):
-                result = event
-        assert result is not None  # a stream that ends without its result raised instead
-        self._took(result, since)
+                results.append(event)
+        assert results  # a stream that ends without its result raised instead
+        self._took(last(results), since)
 
     def _took(self, result: TurnResult, since: int) -> None:
-        self.reply.part(result.message, since)
-        self.usage += result.usage
+        self.reply.part(said(result), since)
+        for step in (*result.steps, result):  # a run's result carries its own step's usage only
+            self.usage += step.usage
         self.ran = True
+
+
+def said(result: TurnResult) -> str:
+    """What a turn said: in a workflow's run (``result.steps``), the message of the last step that said
+    something; else its message."""
+    return next((step.message for step in (result, *result.steps[::-1]) if step.message), result.message)
+
+
+def _takes_task(conversation: Conversation) -> bool:
+    """Whether a new conversation's first state acts on its own: the person's first message is then the run's
+    input (its task), with no opening run before it (which would run the workflow with no task)."""
+    return conversation.definition.states[conversation.state].acts
 
 
 def _refuse(conversation: Conversation, text: str) -> None:

@@ -1,5 +1,6 @@
 """The routes: health and readiness, the definitions served, and the conversations (create, read,
-send, stream, resume, record an assistant message, delete), each behind the bearer token's client (:data:`Client`)."""
+send, stream, resume, go on with a workflow's run, record an assistant message, delete), each behind the bearer
+token's client (:data:`Client`)."""
 
 from __future__ import annotations
 
@@ -12,12 +13,14 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import BaseModel, ConfigDict, Field
 
 from llm_fsm.conversation import Conversation
+from llm_fsm.running import last
 from llm_fsm.server.auth import client_of
 from llm_fsm.server.errors import APIError, not_found
 from llm_fsm.server.retries import Key, asked, keyed, mark_replayed
 from llm_fsm.server.service import Service
 from llm_fsm.server.sse import start_stream
 from llm_fsm.server.views import conversation_view, definition_view, history_view, result_view
+from llm_fsm.turn.refusals import turn_refusal
 from llm_fsm.turn.runner import TurnResult
 
 # -- request bodies ----------------------------------------------------------------------------------
@@ -193,7 +196,8 @@ def _turn_routes(app: FastAPI, service: Service) -> None:
     async def send_message(
         conversation_id: str, body: SendMessage, client: Client, response: Response, key: Key
     ) -> dict[str, Any]:
-        """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it)."""
+        """One turn: the user's message in, the turn's result out (as ``llm-fsm run`` prints it). In a workflow,
+        the whole run, under the conversation's lock: the last step's result, the earlier ones in ``steps``."""
         item = service.stored(client, conversation_id)
         result = await item.stored.arun(lambda c: c.asend(body.message), **keyed(key, *asked(body.message)))
         mark_replayed(response, item.stored)
@@ -206,19 +210,43 @@ def _turn_routes(app: FastAPI, service: Service) -> None:
     )
     async def stream_turn(conversation_id: str, body: StreamTurn, client: Client, key: Key) -> Response:
         """One turn as Server-Sent Events: ``delta`` (message text), ``reset`` (discard the text shown),
-        ``tool_call`` and ``tool_result``, then ``result`` (the turn's result) or ``error``. A client
-        that disconnects cancels the turn: the conversation is left as it was (or, if the turn had
-        committed, with the whole turn)."""
+        ``tool_call`` and ``tool_result``, then ``result`` (the turn's result) or ``error``. In a workflow,
+        the whole run: each step's events then a ``step`` (that step's result), and last the ``result`` (as
+        ``/messages`` answers). A client that disconnects cancels the turn: the conversation is left as it
+        was (or, if the turn had committed, with the whole turn; in a workflow, with the steps that had)."""
         return await start_stream(service.stored(client, conversation_id), body.message, service.mask, key)
 
     @app.post("/conversations/{conversation_id}/resume", tags=["conversations"])
     async def resume(
         conversation_id: str, body: ResumeTurn, client: Client, response: Response, key: Key
     ) -> dict[str, Any]:
-        """Continue a paused conversation with its pending event's token, exactly once per token."""
+        """Continue a paused conversation with its pending event's token, exactly once per token (in a workflow,
+        with the rest of its run, answered as a message's run)."""
         item = service.stored(client, conversation_id)
         asked = keyed(key, "resume", body.model_dump())
         result = await item.stored.arun(lambda c: c.aresume(body.token, body.result), **asked)
+        mark_replayed(response, item.stored)
+        return result_view(result, service.mask(item.definition))
+
+    @app.post("/conversations/{conversation_id}/run", tags=["conversations"])
+    async def go_on(conversation_id: str, client: Client, response: Response, key: Key) -> dict[str, Any]:
+        """A workflow's run from where the conversation stands, with no message: the steps its state takes on
+        its own (after a run stopped at its ``max_run_steps``, or one a failure or a stopped server cut short),
+        answered as a message's run is. 409 ``conversation_conflict`` when it waits for a person."""
+        item = service.stored(client, conversation_id)
+
+        async def run(conversation: Conversation) -> TurnResult:
+            refused = turn_refusal(conversation, None, going_on=True)  # ended or paused: that error
+            if refused is not None:
+                raise refused.error()
+            results = [result async for result in conversation.arun()]
+            if not results:
+                raise APIError(
+                    409, "conversation_conflict", f"nothing to run: state {conversation.state!r} waits for a person"
+                )
+            return last(results)
+
+        result = await item.stored.arun(run, **keyed(key, "run"))
         mark_replayed(response, item.stored)
         return result_view(result, service.mask(item.definition))
 

@@ -2,6 +2,10 @@
 conversation's lock the response streams its events (:class:`EventStream`, an sse-starlette
 ``EventSourceResponse``); a client that disconnects cancels the turn, and the response ends only once the
 turn's task has.
+
+In a workflow (:mod:`llm_fsm.running`) the turn is a whole run: each step's events, then a ``step`` event with
+that step's result as it commits (:class:`Step`), and last the ``result`` event, the run's answer as ``POST
+.../messages`` gives it (the last step's result, the earlier ones in its ``steps``).
 """
 
 from __future__ import annotations
@@ -10,7 +14,8 @@ import asyncio
 import functools
 import json
 import math
-from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping
+from dataclasses import dataclass, replace
 from typing import Any, TypeVar
 
 import anyio
@@ -20,6 +25,7 @@ from starlette.types import Receive, Scope, Send
 
 from llm_fsm.conversation import Conversation
 from llm_fsm.definition.models import FSMDefinition
+from llm_fsm.running import last
 from llm_fsm.server.errors import APIError, api_error
 from llm_fsm.server.retries import REPLAYED, asked, keyed
 from llm_fsm.server.service import Stored
@@ -34,6 +40,13 @@ SEP = "\n"  # the line ending of every event (sse-starlette's own is CRLF)
 
 STARTED = object()  # the turn holds the lock and may run: the response starts
 DONE = object()  # the turn's task ended (its result or error is on the task)
+
+
+@dataclass(frozen=True)
+class Step:
+    """A step of a workflow's run that committed (a ``step`` event): its own result."""
+
+    result: TurnResult
 
 
 def _refusal(conversation: Conversation, text: str | None) -> None:
@@ -57,18 +70,25 @@ async def start_stream(
     async def turn(conversation: Conversation) -> TurnResult | None:
         _refusal(conversation, text)
         queue.put_nowait(STARTED)
-        last = None
+        workflow, results = conversation.definition.is_workflow, list[TurnResult]()
         async for event in conversation.astream(text):
-            queue.put_nowait(event)
-            last = event
-        return last if isinstance(last, TurnResult) else None  # the result, kept for the key
+            if isinstance(event, TurnResult):
+                results.append(event)
+            # in a workflow, one result per step: the run's own comes once it ended
+            queue.put_nowait(Step(event) if workflow and isinstance(event, TurnResult) else event)
+        if not results:  # pragma: no cover (a stream that ends without its result raised instead)
+            return None
+        answer = last(results)  # kept for the key: the run's, as POST .../messages answers it
+        if workflow:
+            queue.put_nowait(answer)
+        return answer
 
     task, first = await launch(queue, item.stored.arun(turn, **keyed(key, *asked(text))))
     encode = functools.partial(_encode, mask=mask_of(item.definition))
     if first is DONE:
         kept = task.result()  # raises the turn's error: a JSON error response
         if item.stored.replayed and isinstance(kept, TurnResult):
-            return _replay(kept, task, encode)
+            return _replay(kept, task, encode, workflow=item.definition.is_workflow)
         raise APIError(500, "internal_error", "the turn ended before it started")  # pragma: no cover
     return EventStream(queue, task, encode)
 
@@ -86,13 +106,24 @@ async def launch(queue: asyncio.Queue[Any], work: Coroutine[Any, Any, T]) -> tup
         raise
 
 
-def _replay(kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], Any]) -> Response:
+def _replay(
+    kept: TurnResult, task: asyncio.Task[Any], encode: Callable[[Any], Any], *, workflow: bool = False
+) -> Response:
     """A kept turn as a stream: its whole message as one ``delta`` (the deltas still add up to the message),
-    then its ``result``; the tool calls it made are in the result (they ran once, in the first attempt)."""
+    then its ``result``; the tool calls it made are in the result (they ran once, in the first attempt). A
+    workflow's run: each step's message as one ``delta`` and its ``step``, then the run's ``result``."""
     queue: asyncio.Queue[Any] = asyncio.Queue()
-    for event in (MessageDelta(kept.message), kept, DONE):
+    for event in (*(_kept_steps(kept) if workflow else [MessageDelta(kept.message)]), kept, DONE):
         queue.put_nowait(event)
     return EventStream(queue, task, encode, headers={REPLAYED: "true"})
+
+
+def _kept_steps(kept: TurnResult) -> Iterator[Any]:
+    """The events of a kept run's steps, as its stream sent them (the deltas of each in one)."""
+    for step in (*kept.steps, replace(kept, steps=())):
+        if step.message:
+            yield MessageDelta(step.message)
+        yield Step(step)
 
 
 def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> ServerSentEvent:
@@ -110,6 +141,8 @@ def _encode(event: Any, *, mask: Callable[[dict[str, Any]], dict[str, Any]]) -> 
         name, data = "tool_result", mask_run(event.run.model_dump(), mask)
     elif isinstance(event, TurnResult):
         name, data = "result", result_view(event, mask)
+    elif isinstance(event, Step):
+        name, data = "step", result_view(event.result, mask)
     elif isinstance(event, APIError):
         name, data = "error", event.body()
     else:  # pragma: no cover (every event of a turn is one of the above)
@@ -132,12 +165,13 @@ async def _events(
 
 
 class EventStream(EventSourceResponse):
-    """Server-Sent Events of one turn: ``delta``, ``reset``, ``tool_call``, ``tool_result``, then ``result``
-    or ``error`` (``encode`` gives each event's bytes or :class:`ServerSentEvent`), with a ``: ping`` comment
-    every ``ping`` seconds. A disconnect cancels the turn (a cancelled turn changes nothing), and the
-    response ends only once the turn's task has: the conversation is saved whole or not at all by then. A
-    server shutting down lets the stream run to its end (``shutdown_grace_period``: no limit but the
-    server's own), as any request in flight."""
+    """Server-Sent Events of one turn: ``delta``, ``reset``, ``tool_call``, ``tool_result`` (and in a workflow
+    ``step`` after each step), then ``result`` or ``error`` (``encode`` gives each event's bytes or
+    :class:`ServerSentEvent`), with a ``: ping`` comment every ``ping`` seconds. A disconnect cancels the turn
+    (a cancelled turn changes nothing; in a workflow, the steps that committed stay), and the response ends
+    only once the turn's task has: the conversation is saved whole or not at all by then. A server shutting
+    down lets the stream run to its end (``shutdown_grace_period``: no limit but the server's own), as any
+    request in flight."""
 
     def __init__(
         self,

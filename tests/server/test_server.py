@@ -554,6 +554,7 @@ def test_the_openapi_document_lists_every_route():
         "/conversations/{conversation_id}/messages",
         "/conversations/{conversation_id}/stream",
         "/conversations/{conversation_id}/resume",
+        "/conversations/{conversation_id}/run",
         "/conversations/{conversation_id}/assistant",
         "/conversations/{conversation_id}/history",
         "/v1/models",

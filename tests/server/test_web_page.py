@@ -440,3 +440,31 @@ def test_the_page_loads_earlier_turns_as_you_scroll_up(opened: Any):
         texts = page.tab.locator("#transcript li .text").all_inner_texts()
         assert texts == ["hello", *[t for i in range(8) for t in (f"m{i}", f"reply {i}")]]
         assert not page.problems
+
+
+@browser_test
+def test_a_workflow_s_run_shows_a_bubble_per_step_as_it_happens(opened: Any):
+    from tests.server.test_workflows import RUN, HeldLLM, outline_hooks, pipeline
+
+    llm = HeldLLM(RUN, hold=1)  # the acting state's first model call waits
+    with live(create_app([pipeline()], llm, hooks=outline_hooks(), store="memory:")) as base:
+        page = opened(base)
+        page.wait_text("#definition", "pipeline")
+        page.start("pipeline")
+        page.wait_text("#transcript li.assistant .meta", "turn 0")
+        page.send("owls")
+        try:  # the person's turn is shown, finished, while the acting state still works
+            page.wait_text("#transcript", "turn 1 · in write")
+            assert page.tab.locator("#transcript li.assistant").nth(1).inner_text().startswith("On it.")
+            assert page.tab.locator("#transcript li.assistant.streaming").count() == 1
+        finally:
+            llm.gate.set()
+        page.wait_text("#transcript li.assistant:last-child .text", "moved on to present")
+        page.wait_state("present")
+        texts = page.tab.locator("#transcript li.assistant .text").all_inner_texts()
+        assert texts == ["Which topic?", "On it.", "Drafted.", "(moved on to present)"]
+        metas = page.tab.locator("#transcript li.assistant .meta").all_inner_texts()
+        assert metas[1:] == ["turn 1 · in write", "turn 2 · in write · act", "turn 2 · in present · automatic"]
+        assert "tool outline" in page.tab.locator("#transcript li.assistant").nth(2).inner_text()
+        assert page.text("#path") == "intake → write → present" and not page.tab.is_disabled("#message")
+        assert page.problems == []

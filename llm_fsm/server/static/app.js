@@ -314,10 +314,11 @@ async function sendMessage(event) {
   }
 }
 
-// One turn over the stream route: the reply's text as it comes, then the turn's result.
+// One turn over the stream route: the reply's text as it comes, then the turn's result. A workflow's run
+// streams several steps: each `step` event finishes its bubble, and the next step's text goes to a new one.
 async function runTurn(text) {
-  const bubble = addBubble("assistant", "");
-  bubble.classList.add("streaming");
+  let bubble = streamingBubble();
+  let steps = 0;
   try {
     const response = await api("POST", `conversations/${page.conversation.id}/stream`, { message: text });
     let result = null;
@@ -326,16 +327,33 @@ async function runTurn(text) {
       else if (name === "reset") bubble.querySelector(".text").textContent = "";
       else if (name === "tool_call") addNote(bubble, `tool call ${data.name} ${JSON.stringify(data.arguments)}`);
       else if (name === "tool_result") addNote(bubble, toolOutcome(data));
-      else if (name === "result") result = data;
+      else if (name === "step") {
+        showStep(data, bubble);
+        steps += 1;
+        bubble = streamingBubble();
+      } else if (name === "result") result = data;
       else if (name === "error") throw new ApiError(data.error.status, data.error.type, data.error.message);
     }
     if (!result) throw new ApiError(0, "stream_broken", "the stream ended before the turn's result");
+    if (steps) {
+      bubble.remove(); // the run's result is its last step's, shown already
+      await refresh();
+      return;
+    }
     bubble.classList.remove("streaming");
     await finishTurn(result, bubble);
   } catch (error) {
     bubble.remove();
-    throw error;
+    if (!steps) throw error;
+    showError(error); // the steps shown are saved: the message was taken, only the run's rest failed
+    await refresh().catch(() => {});
   }
+}
+
+function streamingBubble() {
+  const item = addBubble("assistant", "");
+  item.classList.add("streaming");
+  return item;
 }
 
 function toolOutcome(run) {
@@ -381,12 +399,25 @@ function deny() {
 }
 
 async function finishTurn(result, bubble) {
-  bubble.querySelector(".text").textContent = result.message;
-  bubble.querySelector(".meta").textContent = `turn ${result.turn} · in ${result.state}`;
+  for (const step of result.steps || []) {
+    showStep(step, bubble); // a workflow's run (a resume): a bubble per step, the last one's below
+    bubble = addBubble("assistant", "");
+  }
+  showStep(result, bubble);
+  await refresh();
+}
+
+// A finished turn, or a step of a workflow's run: its message (an automatic move's says where it went),
+// the tools it ran, where it is, and why.
+function showStep(result, bubble) {
+  bubble.classList.remove("streaming");
+  const moved = result.step === "automatic" ? `(moved on to ${result.state})` : "";
+  bubble.querySelector(".text").textContent = result.message || moved;
+  const kind = result.step ? ` · ${result.step}` : "";
+  bubble.querySelector(".meta").textContent = `turn ${result.turn} · in ${result.state}${kind}`;
   if (!bubble.querySelector(".note")) for (const run of result.tool_calls) addNote(bubble, toolOutcome(run));
   if (result.state !== page.path[page.path.length - 1]) page.path.push(result.state);
   addWhy(result);
-  await refresh();
 }
 
 async function refresh() {
