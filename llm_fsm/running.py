@@ -34,6 +34,9 @@ if TYPE_CHECKING:
     from llm_fsm.telemetry.runs import RunTrace
 
 T = TypeVar("T")
+HOLD = None  # an action of a run's plan: save the last step where the conversation is stored
+# the other actions: a turn to take, as (user text, resume, step of its own)
+Action = tuple[str | None, "Resume | None", "Going | None"] | None
 
 
 def next_step(conversation: Host) -> Transition | Literal["act"] | None:
@@ -65,9 +68,28 @@ class Run:
         self.conversation.run_trace = NO_RUN
         self.trace.end(error)
 
-    def opens(self, user: str | None, resume: Resume | None) -> bool:
-        """Whether the run begins with a turn of the caller's: a message, a resume, or a new one's opening."""
-        return user is not None or resume is not None or not self.conversation._snapshot.history_len
+    def plan(self, user: str | None, resume: Resume | None) -> Iterator[Action]:
+        """What the run does, one action at a time, each read on the conversation as the last one left it: the
+        caller's turn (a message, a resume, or a new one's opening), then the steps nobody types for, the
+        last step saved (:data:`HOLD`) before each. A message to a conversation whose run stopped part-way (a
+        process killed between two steps, a limit) comes after the steps it left: it is a person's message, not
+        the task of the state that was acting."""
+        conversation = self.conversation
+        began = bool(conversation._snapshot.history_len)
+        if user is not None and resume is None and began and next_step(conversation) is not None:
+            yield from self._own_steps()
+            yield HOLD
+            conversation._may_take(user)  # the run may have ended or paused: the message is refused as ever
+            yield user, None, None
+        elif user is not None or resume is not None or not began:
+            yield user, resume, None
+        yield from self._own_steps()
+
+    def _own_steps(self) -> Iterator[Action]:
+        while (step := self._next()) is not None:
+            yield HOLD  # the last step saved before the next starts, or before the limit stops the run
+            self._within_limit()
+            yield None, None, step
 
     def took(self, event: T) -> T:
         """``event`` passed on; a step's result is counted."""
@@ -76,7 +98,7 @@ class Run:
             self.trace.step(event)
         return event
 
-    def next(self) -> Going | None:
+    def _next(self) -> Going | None:
         """The next step on its own (counted), or None: the run is over."""
         if self.last is not None and self.last.fallback:  # no valid reply within the budgets: it would fail again
             return None
@@ -84,7 +106,7 @@ class Run:
         self.taken += step is not None
         return step
 
-    def within_limit(self) -> None:
+    def _within_limit(self) -> None:
         """:class:`RunLimitError` when the step about to start is past the limit (the last one is saved by then)."""
         limit = self.conversation.definition.max_run_steps
         if self.taken > limit:
@@ -111,12 +133,12 @@ def steps(conversation: Host, user: str | None = None, resume: Resume | None = N
     """The run from ``user`` text (or a resume, or the opening of a new conversation, or nothing: the steps the
     current state takes on its own), one result per step."""
     with Run(conversation) as run:
-        if run.opens(user, resume):
-            yield run.took(complete(conversation, user, resume))
-        while (step := run.next()) is not None:
-            _hold(conversation)  # the last step saved before the next starts, or before the limit stops the run
-            run.within_limit()
-            yield run.took(complete(conversation, None, step=step))
+        for action in run.plan(user, resume):
+            if action is HOLD:
+                _hold(conversation)
+            else:
+                text, how, step = action
+                yield run.took(complete(conversation, text, how, step=step))
 
 
 async def asteps(
@@ -124,12 +146,12 @@ async def asteps(
 ) -> AsyncIterator[TurnResult]:
     """The async form of :func:`steps`."""
     with Run(conversation) as run:
-        if run.opens(user, resume):
-            yield run.took(await alast(aevents(conversation, user, resume, stream=False)))
-        while (step := run.next()) is not None:
-            await _ahold(conversation)
-            run.within_limit()
-            yield run.took(await alast(aevents(conversation, None, stream=False, step=step)))
+        for action in run.plan(user, resume):
+            if action is HOLD:
+                await _ahold(conversation)
+            else:
+                text, how, step = action
+                yield run.took(await alast(aevents(conversation, text, how, stream=False, step=step)))
 
 
 def step_events(
@@ -138,12 +160,12 @@ def step_events(
     """The run as the events of its steps: each step's deltas, tool calls and results, then its
     :class:`TurnResult` (one per step)."""
     with Run(conversation) as run:
-        if run.opens(user, resume):
-            yield from map(run.took, events(conversation, user, resume, stream=stream))
-        while (step := run.next()) is not None:
-            _hold(conversation)  # the last step saved before the next starts, or before the limit stops the run
-            run.within_limit()
-            yield from map(run.took, events(conversation, None, stream=stream, step=step))
+        for action in run.plan(user, resume):
+            if action is HOLD:
+                _hold(conversation)
+            else:
+                text, how, step = action
+                yield from map(run.took, events(conversation, text, how, stream=stream, step=step))
 
 
 async def astep_events(
@@ -151,14 +173,13 @@ async def astep_events(
 ) -> AsyncIterator[StreamEvent]:
     """The async form of :func:`step_events`."""
     with Run(conversation) as run:
-        if run.opens(user, resume):
-            async for event in aevents(conversation, user, resume, stream=stream):
-                yield run.took(event)
-        while (step := run.next()) is not None:
-            await _ahold(conversation)
-            run.within_limit()
-            async for event in aevents(conversation, None, stream=stream, step=step):
-                yield run.took(event)
+        for action in run.plan(user, resume):
+            if action is HOLD:
+                await _ahold(conversation)
+            else:
+                text, how, step = action
+                async for event in aevents(conversation, text, how, stream=stream, step=step):
+                    yield run.took(event)
 
 
 def last(results: list[TurnResult]) -> TurnResult:

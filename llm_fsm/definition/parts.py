@@ -191,8 +191,13 @@ class RuntimeTexts(Frozen):
     approval: str | None = Field(
         None, min_length=1, description="The message of a turn whose tool call waits for a person's approval."
     )
+    step_failed: str | None = Field(
+        None,
+        min_length=1,
+        description="The message of a step of a state that acts on its own that found no valid reply (the run stops).",
+    )
 
-    @field_validator("fallback", "pause", "approval")
+    @field_validator("fallback", "pause", "approval", "step_failed")
     @classmethod
     def _visible(cls, value: str | None) -> str | None:
         if value is not None and blank(value):

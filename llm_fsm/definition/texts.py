@@ -1,12 +1,13 @@
 """The words the runtime itself says to a conversation's users, in the definition's language.
 
-Most of what a user reads is the model's message. Three texts are the runtime's own: the **fallback**
-(a turn found no valid reply), the **pause** (a handler paused the turn without a message of its own) and
-the **approval** (a tool call waits for a person). A definition sets its ``language`` and, optionally, its
-own ``texts``; each text is the definition's own, else the built-in one in its language (English, Spanish,
-German, French, Italian, Portuguese, Dutch), else the English one. ``language`` also goes into the prompt,
-which asks the model to write its messages in it. The built-in languages' yes and no (:func:`yes_or_no`) are
-what a person may answer ``chat``'s approval of a tool call with, besides English's.
+Most of what a user reads is the model's message. Four texts are the runtime's own: the **fallback** (a turn found
+no valid reply), the **pause** (a handler paused the turn without a message of its own), the **approval** (a tool
+call waits for a person) and **step_failed**, the fallback of a state that acts on its own (nobody is there to ask
+for more: the run stops at it, see :mod:`llm_fsm.running`). A definition sets its ``language`` and, optionally,
+its own ``texts``; each text is the definition's own, else the built-in one in its language (English, Spanish,
+German, French, Italian, Portuguese, Dutch), else the English one. ``language`` also goes into the prompt, which
+asks the model to write its messages in it. The built-in languages' yes and no (:func:`yes_or_no`) are what a
+person may answer ``chat``'s approval of a tool call with, besides English's.
 """
 
 from __future__ import annotations
@@ -17,8 +18,8 @@ from typing import TYPE_CHECKING, Literal
 if TYPE_CHECKING:
     from llm_fsm.definition.models import FSMDefinition
 
-TextName = Literal["fallback", "pause", "approval"]
-TEXT_NAMES: tuple[TextName, ...] = ("fallback", "pause", "approval")
+TextName = Literal["fallback", "pause", "approval", "step_failed"]
+TEXT_NAMES: tuple[TextName, ...] = ("fallback", "pause", "approval", "step_failed")
 
 # the built-in texts, by the language's two-letter code
 BUILT_IN: dict[str, dict[TextName, str]] = {
@@ -26,36 +27,61 @@ BUILT_IN: dict[str, dict[TextName, str]] = {
         "fallback": "Sorry, I couldn't take that step yet. Could you tell me a bit more?",
         "pause": "One moment, please: this needs to be checked before we continue.",
         "approval": "One moment, please: a person has to approve this step before I can go on.",
+        "step_failed": "This step could not be finished: no valid answer came within its retries. It can be run again.",
     },
     "es": {
         "fallback": "Lo siento, todavía no he podido dar ese paso. ¿Podría contarme un poco más?",
         "pause": "Un momento, por favor: hay que comprobar esto antes de continuar.",
         "approval": "Un momento, por favor: una persona tiene que aprobar este paso antes de que pueda seguir.",
+        "step_failed": (
+            "Este paso no se ha podido terminar: "
+            "no llegó una respuesta válida dentro de sus reintentos. Se puede volver a ejecutar."
+        ),
     },
     "de": {
         "fallback": "Entschuldigung, diesen Schritt konnte ich noch nicht machen. Können Sie mir etwas mehr sagen?",
         "pause": "Einen Moment bitte: Das muss geprüft werden, bevor wir weitermachen.",
         "approval": "Einen Moment bitte: Eine Person muss diesen Schritt freigeben, bevor ich weitermachen kann.",
+        "step_failed": (
+            "Dieser Schritt konnte nicht abgeschlossen werden: "
+            "Innerhalb seiner Versuche kam keine gültige Antwort. Er kann erneut ausgeführt werden."
+        ),
     },
     "fr": {
         "fallback": "Désolé, je n'ai pas encore pu franchir cette étape. Pourriez-vous m'en dire un peu plus ?",
         "pause": "Un instant, s'il vous plaît : cela doit être vérifié avant de continuer.",
         "approval": "Un instant, s'il vous plaît : une personne doit approuver cette étape avant que je continue.",
+        "step_failed": (
+            "Cette étape n'a pas pu être terminée : "
+            "aucune réponse valide n'est venue dans ses essais. Elle peut être relancée."
+        ),
     },
     "it": {
         "fallback": "Mi dispiace, non sono ancora riuscito a fare questo passo. Può dirmi qualcosa in più?",
         "pause": "Un momento, per favore: questo va verificato prima di continuare.",
         "approval": "Un momento, per favore: una persona deve approvare questo passo prima che io possa proseguire.",
+        "step_failed": (
+            "Questo passo non è stato completato: "
+            "nessuna risposta valida è arrivata entro i suoi tentativi. Si può eseguire di nuovo."
+        ),
     },
     "pt": {
         "fallback": "Desculpe, ainda não consegui dar esse passo. Pode contar-me um pouco mais?",
         "pause": "Um momento, por favor: isto precisa de ser verificado antes de continuarmos.",
         "approval": "Um momento, por favor: uma pessoa tem de aprovar este passo antes de eu poder continuar.",
+        "step_failed": (
+            "Este passo não pôde ser concluído: "
+            "não chegou uma resposta válida dentro das suas tentativas. Pode ser executado de novo."
+        ),
     },
     "nl": {
         "fallback": "Sorry, die stap kon ik nog niet zetten. Kunt u me iets meer vertellen?",
         "pause": "Een moment alstublieft: dit moet worden gecontroleerd voordat we verdergaan.",
         "approval": "Een moment alstublieft: iemand moet deze stap goedkeuren voordat ik verder kan.",
+        "step_failed": (
+            "Deze stap kon niet worden afgerond: "
+            "binnen de pogingen kwam er geen geldig antwoord. Hij kan opnieuw worden uitgevoerd."
+        ),
     },
 }
 
@@ -113,7 +139,9 @@ def missing_texts(definition: FSMDefinition) -> list[TextName]:
     if not definition.language.strip() or language_code(definition.language) is not None:
         return []
     own = definition.texts
-    return [name for name in TEXT_NAMES if own is None or getattr(own, name) is None]
+    acting = any(state.acts for state in definition.states.values())  # only a state that acts says step_failed
+    used = [name for name in TEXT_NAMES if acting or name != "step_failed"]
+    return [name for name in used if own is None or getattr(own, name) is None]
 
 
 def runtime_text(definition: FSMDefinition, name: TextName) -> str:

@@ -81,7 +81,9 @@ def exhausted(work: Working, refining: bool) -> Outcome:
     applied = work.judged.kept_updates()
     decision = Decision(True, target, apply_delta(work.context, applied), applied, ())
     # through accept() like any reply, so the handlers around a move run for the fallback's move too
-    message = work.settings.fallback_message or runtime_text(work.definition, "fallback")
+    # nobody waits to type in a state that acts: its fallback says the step failed, not "tell me more"
+    said = runtime_text(work.definition, "step_failed") if state.acts else None
+    message = said or work.settings.fallback_message or runtime_text(work.definition, "fallback")
     return (yield from accept(work, decision, message))
 
 

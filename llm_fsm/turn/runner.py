@@ -42,7 +42,7 @@ from llm_fsm.memory import summaries
 from llm_fsm.snapshot import PendingEvent, Snapshot
 from llm_fsm.tools.calling import ToolRun
 from llm_fsm.turn import tool_rounds as rounds
-from llm_fsm.turn.automatic import automatic_move, take
+from llm_fsm.turn.automatic import after_tools, take
 from llm_fsm.turn.engine import Decision, decide
 from llm_fsm.turn.firing import fire, fire_error
 from llm_fsm.turn.outcomes import DEFAULT_PAUSE_MESSAGE, accept, close_terminal, exhausted, paused
@@ -144,7 +144,7 @@ class TurnRunner:
             # an approved (or refused) tool call goes straight back to the model: the handlers before the
             # model call ran in the turn that paused, which had already made the call asking for the tool
             messages = work.transcript.start((yield from rounds.after_approval(work)))
-            if (move := automatic_move(work.definition, work.snapshot())) is not None:  # the tool's result fulfils it
+            if (move := after_tools(work)) is not None:  # the tool's result fulfils it
                 return (yield from take(work, move))
             return (yield from self.replies(request(work, messages), "tool_results"))
         # the opening turn: the first one, or the resume of a pause a start handler made before it (that
@@ -185,7 +185,7 @@ class TurnRunner:
                 if pause is not None:
                     return pause
                 # a tool's result may fulfil an automatic move: taken at once, with no call to read the results
-                if (move := automatic_move(work.definition, work.snapshot())) is not None:
+                if (move := after_tools(work)) is not None:
                     return (yield from take(work, move))
                 if not work.budget.left():
                     return (yield from exhausted(work, False))

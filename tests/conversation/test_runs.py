@@ -208,6 +208,8 @@ def test_a_step_that_falls_back_ends_the_run_where_it_is():
     conversation = llm_fsm.Conversation(research(), llm, hooks=search_hooks([]))
     results = list(conversation.run("x"))
     assert [(r.state, r.fallback) for r in results] == [("write", False), ("write", True)]
+    # nobody is there to "tell a bit more": the step says it failed
+    assert results[-1].message.startswith("This step could not be finished")
     assert conversation.state == "write"  # run() again goes on from here
     assert len(llm.requests) == 3
 
@@ -275,3 +277,87 @@ def test_a_run_is_one_span_with_each_steps_turn_under_it():
     assert [s.attributes["llm_fsm.turn.kind"] for s in steps] == ["act"] * 3
     assert run.attributes["llm_fsm.run.steps"] == 3 and run.attributes["llm_fsm.run.stopped"] == "ended"
     assert run.attributes["llm_fsm.state.after"] == "done"
+
+
+CHARGES = {
+    "name": "charges", "initial_state": "first",
+    "tools": {"charge": {"description": "Charge an amount.", "result_key": "charged",
+                         "parameters": {"type": "object", "properties": {"amount": {"type": "number"}}}}},
+    "states": {
+        "first": {"id": "first", "acts": True, "purpose": "Charge 10.", "tools": ["charge"],
+                  "transitions": [{"target_state": "second", "automatic": True,
+                                   "conditions": [{"requires_context_keys": ["charged"]}],
+                                   "clear_keys": ["charged"]}]},
+        "second": {"id": "second", "acts": True, "purpose": "Charge 20.", "tools": ["charge"],
+                   "transitions": [{"target_state": "done", "conditions": [{"requires_context_keys": ["charged"]}]}]},
+        "done": {"id": "done", "purpose": "Done."},
+    },
+}  # fmt: skip
+
+
+def test_each_steps_tool_calls_get_idempotency_keys_of_their_own():
+    keys: list[tuple[float, str]] = []
+    hooks = Hooks()
+
+    @hooks.tool("charge")
+    def charge(amount: float, idempotency_key: str) -> str:
+        keys.append((amount, idempotency_key))
+        return "ok"
+
+    llm = ScriptedLLM([
+        reply("first", "Getting ready."),
+        tool_calls(("charge", {"amount": 10})),  # its result fulfils the automatic move: the step says nothing
+        tool_calls(("charge", {"amount": 20})),
+        reply("done", "Charged 20."),
+    ])  # fmt: skip
+    conversation = llm_fsm.Conversation(llm_fsm.load(CHARGES), llm, hooks=hooks)
+    assert [r.state for r in conversation.run("go")] == ["first", "second", "done"]
+    assert [amount for amount, _ in keys] == [10, 20] and keys[0][1] != keys[1][1]
+
+
+def test_a_message_to_a_run_stopped_part_way_comes_after_the_steps_it_left():
+    llm = ScriptedLLM([
+        tool_calls(("lookup", {"order_number": "A-17"})),
+        reply("follow_up", "Your order A-17 has shipped."),
+        reply("follow_up", "It left on Monday."),
+    ])  # fmt: skip
+    definition = llm_fsm.load(SUPPORT)
+    fresh = llm_fsm.Conversation(definition, ScriptedLLM([]), hooks=support_hooks([])).snapshot()
+    # as a process killed after the automatic move was saved leaves it: in triage, which acts, with a history
+    said = llm_fsm.Exchange(user="A-17", assistant="Looking.", state="collect")
+    update = {
+        "state": "triage",
+        "context": {"order_number": "A-17"},
+        "history": (said,),
+        "turns": 1,
+        "status": "active",
+    }
+    conversation = llm_fsm.Conversation.restore(
+        fresh.model_copy(update=update), definition, llm, hooks=support_hooks([])
+    )
+    result = conversation.send("When did it ship?")
+    assert [(r.state, r.user) for r in (*result.steps, result)] == [
+        ("follow_up", None), ("follow_up", "When did it ship?"),
+    ]  # fmt: skip
+    assert result.message == "It left on Monday."
+    assert "task_input" not in llm.requests[0].messages[-1]["content"]  # the person's words were no task
+
+
+def test_a_tool_result_ends_the_step_only_once_the_state_has_its_keys():
+    definition = llm_fsm.load({
+        **SUPPORT,
+        "states": {**SUPPORT["states"],
+                   "triage": {**SUPPORT["states"]["triage"], "required_context_keys": ["summary"],
+                              "transitions": [{"target_state": "follow_up", "automatic": True,
+                                               "conditions": [{"requires_context_keys": ["order"]}]}]}},
+    })  # fmt: skip
+    llm = ScriptedLLM([
+        reply("collect", "Looking.", order_number="A-17"),
+        tool_calls(("lookup", {"order_number": "A-17"})),
+        reply("triage", "Found it: shipped.", summary="shipped on Monday"),  # the model reads the result first
+    ])  # fmt: skip
+    result = llm_fsm.Conversation(definition, llm, hooks=support_hooks([])).send("A-17")
+    assert [(r.step, r.state) for r in (*result.steps, result)] == [
+        ("turn", "collect"), ("automatic", "triage"), ("act", "triage"), ("automatic", "follow_up"),
+    ]  # fmt: skip
+    assert result.context["summary"] == "shipped on Monday" and len(llm.requests) == 3
