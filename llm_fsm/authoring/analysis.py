@@ -67,6 +67,10 @@ Warnings are about definitions that load but probably do not do what their autho
 ``state_passed_through``
     a state whose first automatic move (by priority) has no conditions: the runtime takes it as soon as a step
     ends there, so the state never acts nor is talked in (see :mod:`llm_fsm.authoring.workflow_warnings`).
+``automatic_cycle_may_loop``
+    a cycle of automatic moves with conditions, with nothing on the way round to change what they read (no
+    move clears a key they read, no state has handlers or runs a subflow): entered with its conditions
+    holding, a run loops until ``max_run_steps`` (see :mod:`llm_fsm.authoring.automatic_loops`).
 ``ignored_field``, ``unknown_field``, ``mapped_field``
     the loader's warnings, passed through.
 
@@ -94,6 +98,7 @@ from llm_fsm.authoring.graph_checks import (
 )
 from llm_fsm.authoring.key_checks import Words as _Words  # noqa: F401 (the name the tests count its scans by)
 from llm_fsm.authoring.key_checks import keys_never_set, keys_not_writable, keys_unused, writable_keys_refused
+from llm_fsm.authoring.automatic_loops import cycles_that_may_loop
 from llm_fsm.authoring.priority_checks import ambiguous_priorities
 from llm_fsm.authoring.review import Finding, Review
 from llm_fsm.authoring.workflow_warnings import states_passed_through
@@ -236,6 +241,7 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *_tools_unused(definition),
         *_openings(definition),
         *states_passed_through(definition),
+        *cycles_that_may_loop(definition),
     ]
 
 
