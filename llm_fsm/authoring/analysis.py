@@ -86,6 +86,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from llm_fsm.authoring.automatic_loops import cycles_that_may_loop
 from llm_fsm.authoring.graph_checks import (
     conditions_never_holding,
     returns_at_start,
@@ -98,7 +99,6 @@ from llm_fsm.authoring.graph_checks import (
 )
 from llm_fsm.authoring.key_checks import Words as _Words  # noqa: F401 (the name the tests count its scans by)
 from llm_fsm.authoring.key_checks import keys_never_set, keys_not_writable, keys_unused, writable_keys_refused
-from llm_fsm.authoring.automatic_loops import cycles_that_may_loop
 from llm_fsm.authoring.priority_checks import ambiguous_priorities
 from llm_fsm.authoring.review import Finding, Review
 from llm_fsm.authoring.workflow_warnings import states_passed_through

@@ -63,7 +63,8 @@ def _automatic_moves(definition: FSMDefinition) -> Moves:
     returning: list[tuple[str, Loc, Transition]] = []
     for sid, state in definition.states.items():
         own = [(("states", sid, "transitions", i), t) for i, t in enumerate(state.transitions)]
-        anywhere = [(("global_transitions", j), definition.global_transitions[j]) for j in definition.global_indices(sid)]
+        everywhere = definition.global_transitions
+        anywhere = [(("global_transitions", j), everywhere[j]) for j in definition.global_indices(sid)]
         for loc, move in sorted([*own, *anywhere], key=lambda pair: pair[1].priority):  # stable, as in moves()
             if not move.automatic or move.target_state == sid:
                 continue
