@@ -139,14 +139,15 @@ def _case(
     context = {} if hooks is not None else _code_keys(definition, path, 0)
     llm = SimulatedLLM(definition, path=path, seed=seed)
     conversation = Conversation(definition, llm, context=context, hooks=hooks)
-    moved: list[tuple[str, str]] = []  # (from, to) of every step that changed state, in order
+    moved: list[tuple[str, str]] = []  # (from, to) of every step after the opening, in order
     try:
         steps = _walk(conversation, turn_caller(conversation, runner), llm, path, moved)
     except FSMError as exc:
-        why = f"stopped in {conversation.state}: {str(exc).splitlines()[0]}"
-        return why + _placeholder_blamed(definition, conversation.state, path, stubbed)
+        blamed = _placeholder_blamed(definition, conversation.state, path, stubbed)
+        return f"stopped in {conversation.state}: {str(exc).splitlines()[0]}{blamed}"
     if conversation.state != path[-1]:
-        return _stuck(llm, path, conversation, moved) + _placeholder_blamed(definition, conversation.state, path, stubbed)
+        blamed = _placeholder_blamed(definition, conversation.state, path, stubbed)
+        return _stuck(llm, path, conversation, moved) + blamed
     case: dict[str, Any] = {"name": " → ".join(path), "definition": definition_path}
     if context:
         case["context"] = context
@@ -169,8 +170,7 @@ def _placeholder_blamed(definition: FSMDefinition, state: str, path: list[str], 
             if move.automatic and move.target_state == wanted and key in _keys_read(move):
                 return (
                     f"; tool '{name}' has no code, and its placeholder result (stored as '{key}') does not make "
-                    f"the automatic move to '{wanted}' hold: give its code with --hooks, or make the placeholder "
-                    f"in the file's \"tools\" a result that does"
+                    f"the automatic move to '{wanted}' hold: give the tool's code with --hooks"
                 )
     return ""
 

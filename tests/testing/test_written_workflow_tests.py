@@ -56,7 +56,7 @@ def test_a_placeholder_that_cannot_make_the_automatic_move_hold_is_named_with_th
     assert result.exit_code == 1, result.output
     assert "path ask → look → done: stopped in look" in result.stderr
     assert "tool 'search' has no code, and its placeholder result (stored as 'found')" in result.stderr
-    assert "automatic move to 'done' hold: give its code with --hooks" in result.stderr
+    assert "automatic move to 'done' hold: give the tool's code with --hooks" in result.stderr
 
 
 def test_a_path_left_names_the_move_taken_and_the_condition_of_the_move_the_path_wanted(tmp_path):
