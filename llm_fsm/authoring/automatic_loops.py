@@ -3,8 +3,9 @@ nothing on the way round can stop. An automatic move writes nothing to the conte
 ``clear_keys`` remove, and between two automatic moves only handlers run (a state's own, and code handlers
 registered for timings such as ``state_enter``: the file cannot show those, a state naming ``handlers`` is the
 sign) or a subflow. So once a run enters such a cycle with its conditions holding, they go on holding and the
-run loops until ``max_run_steps``. A cycle whose moves all hold always is the load-time error
-``automatic_cycle`` (:mod:`llm_fsm.definition.workflow_checks`), not repeated here.
+run loops until ``max_run_steps``. A cycle whose conditions cannot all hold on one context (no witness is
+found for them together) is left out: going round needs them all at once. A cycle whose moves all hold always
+is the load-time error ``automatic_cycle`` (:mod:`llm_fsm.definition.workflow_checks`), not repeated here.
 
 It is a warning of the analysis, not of the loader: whether the run loops depends on the context it enters
 with, which the file cannot tell, and the loader's warnings are about fields it ignores."""
@@ -14,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import Any
 
+from llm_fsm.authoring.condition_solver import find_witness
 from llm_fsm.authoring.requirements import reads
 from llm_fsm.authoring.review import Finding
 from llm_fsm.definition.graph import components
@@ -45,13 +47,16 @@ def cycles_that_may_loop(definition: FSMDefinition) -> Iterator[Finding]:
         if len(component) == 1 or inside & reported or _changed_on_the_way(definition, inside, taken):
             continue
         cycle = cycle_from(first, edges, inside)
+        steps = [taken[(source, target)][0] for source, target in zip(cycle, [*cycle[1:], cycle[0]], strict=True)]
+        if find_witness([move for _, move in steps], schema=definition.context_schema) is None:
+            continue  # its conditions cannot all hold on one context (as they would going round): it cannot loop
         path = " → ".join([*cycle, cycle[0]])
         message = (
             f"a cycle of automatic moves: {path}; once its conditions hold nothing in between changes them (no "
             f"move of it clears a key they read, no state of it has handlers or runs a subflow), so a run that "
             f"enters it with them holding loops until max_run_steps ({definition.max_run_steps}) stops it"
         )
-        loc, _ = taken[(cycle[0], cycle[1 % len(cycle)])][0]
+        loc, _ = steps[0]
         yield Finding(loc, "automatic_cycle_may_loop", message, _HINT)
 
 

@@ -116,6 +116,18 @@ def test_a_cycle_that_clears_what_it_reads_or_runs_handlers_is_not_warned():
         assert may_loop(source) == [], b
 
 
+def test_a_cycle_whose_conditions_cannot_hold_together_is_not_warned():
+    def x_is(value: int) -> list[dict[str, Any]]:
+        return [{"logic": {"==": [{"var": "x"}, value]}}]
+
+    end = {"target_state": "end"}
+    b = {"transitions": [auto("c", conditions=x_is(1)), end]}
+    c = {"transitions": [auto("b", conditions=x_is(2)), end]}
+    assert may_loop(fsm({"a": {"transitions": [{"target_state": "b"}]}, "b": b, "c": c, "end": {}})) == []
+    c = {"transitions": [auto("b", conditions=x_is(1)), end]}  # the same condition both ways: it loops
+    assert len(may_loop(fsm({"a": {"transitions": [{"target_state": "b"}]}, "b": b, "c": c, "end": {}}))) == 1
+
+
 def test_a_cycle_with_no_conditions_is_the_error_alone():
     end = {"target_state": "end"}
     states = {"a": {"transitions": [auto("b"), end]}, "b": {"transitions": [auto("a"), end]}, "end": {}}
