@@ -6,8 +6,9 @@ call gets the same answer every time (the example's tests rely on that). A real 
 shop's order system and the carrier's tracking API instead.
 
 Every result of a tool has the same keys, whatever the answer (an order not shipped yet has
-``"tracking_number": None``): the runtime merges a result into what its ``result_key`` held, so a key left
-out would keep the value of an earlier call.
+``"tracking_number": None``), so what reads ``order.tracking_number`` finds the key on every answer. The
+runtime replaces what a ``result_key`` held with each new result (it does not merge them): a second
+``lookup_order`` leaves nothing of the first.
 """
 
 from __future__ import annotations

@@ -67,6 +67,10 @@ Warnings are about definitions that load but probably do not do what their autho
 ``state_passed_through``
     a state whose first automatic move (by priority) has no conditions: the runtime takes it as soon as a step
     ends there, so the state never acts nor is talked in (see :mod:`llm_fsm.authoring.workflow_warnings`).
+``automatic_cycle_may_loop``
+    a cycle of automatic moves with conditions, with nothing on the way round to change what they read (no
+    move clears a key they read, no state has handlers or runs a subflow): entered with its conditions
+    holding, a run loops until ``max_run_steps`` (see :mod:`llm_fsm.authoring.automatic_loops`).
 ``ignored_field``, ``unknown_field``, ``mapped_field``
     the loader's warnings, passed through.
 
@@ -82,6 +86,7 @@ from functools import cached_property
 from pathlib import Path
 from typing import Any, Literal
 
+from llm_fsm.authoring.automatic_loops import cycles_that_may_loop
 from llm_fsm.authoring.graph_checks import (
     conditions_never_holding,
     returns_at_start,
@@ -236,6 +241,7 @@ def find_warnings(definition: FSMDefinition) -> list[Finding]:
         *_tools_unused(definition),
         *_openings(definition),
         *states_passed_through(definition),
+        *cycles_that_may_loop(definition),
     ]
 
 

@@ -6,6 +6,8 @@
   before it that has conditions can still be taken first, so it breaks the cycle; a model's move cannot
   (the runtime does not wait for the model), nor can an automatic move after it. An automatic move to its own
   state is never taken (as in :func:`llm_fsm.turn.automatic.automatic_move`): it is passed over.
+  A cycle of automatic moves that have conditions is a warning of the analysis instead
+  (:mod:`llm_fsm.authoring.automatic_loops`): whether it loops depends on the context.
 - ``acts_no_way_out``: an acting state from which no state can be reached that waits for a person (one
   that does not act, or runs a sub-conversation), is terminal, or goes back (``"$return"``) to where the
   conversation came from: a run there never stops but at ``max_run_steps``.
@@ -70,13 +72,18 @@ def _forced_edges(definition: FSMDefinition) -> tuple[dict[str, list[str]], dict
     return edges, {sid: loc for sid, (loc, _) in forced.items()}
 
 
-def _cycles(definition: FSMDefinition) -> Iterator[Problem]:
-    edges, where = _forced_edges(definition)
+def forced_cycles(definition: FSMDefinition) -> Iterator[list[str]]:
+    """Each cycle of forced moves (one per strongly connected component of them), its states in order."""
+    edges, _ = _forced_edges(definition)
     for component in components(edges):
         first = next(sid for sid in definition.states if sid in component)  # in the definition's order
-        if len(component) == 1 and first not in edges[first]:
-            continue
-        cycle = _cycle_from(first, edges, set(component))
+        if len(component) > 1 or first in edges[first]:
+            yield cycle_from(first, edges, set(component))
+
+
+def _cycles(definition: FSMDefinition) -> Iterator[Problem]:
+    _, where = _forced_edges(definition)
+    for cycle in forced_cycles(definition):
         path = " → ".join([*cycle, cycle[0]])
         message = (
             f"a cycle of automatic moves that no condition can break: {path}; each is taken with no model call "
@@ -86,7 +93,7 @@ def _cycles(definition: FSMDefinition) -> Iterator[Problem]:
         yield where[cycle[0]], message, "automatic_cycle", hint
 
 
-def _cycle_from(start: str, edges: dict[str, list[str]], component: set[str]) -> list[str]:
+def cycle_from(start: str, edges: dict[str, list[str]], component: set[str]) -> list[str]:
     """The states of a cycle of ``edges`` inside ``component``, in order, walking from ``start``."""
     path = [start]
     while True:

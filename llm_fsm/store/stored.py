@@ -15,6 +15,7 @@ sent again goes on with the run from the stored step, rather than take the run's
 
 from __future__ import annotations
 
+import inspect
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar, cast
@@ -40,6 +41,7 @@ class StoredConversation:
     """The conversation stored under ``conversation_id``, built by ``make`` when it is first used."""
 
     def __init__(self, store: Store, conversation_id: str, make: Make, *, wait: float = DEFAULT_WAIT) -> None:
+        _check_make(make)
         self.store = store
         self.id = conversation_id
         self.make = make
@@ -317,6 +319,29 @@ def _fingerprint(text: str | None, action: object, given: str | None) -> str | N
     if given is not None or action is not None:
         return given
     return idempotency.fingerprint("start") if text is None else idempotency.fingerprint("send", text)
+
+
+_MAKE = (
+    "make must be a function of one argument: called with None for a new conversation, or with the "
+    "Snapshot to restore, it returns the Conversation (e.g. Conversation(definition, llm) or "
+    "Conversation.restore(snapshot, definition, llm))"
+)
+
+
+def _check_make(make: object) -> None:
+    """A clear TypeError now, rather than one from inside the first turn, for a ``make`` that cannot be called
+    with the snapshot (a callable whose signature Python cannot read is taken on trust)."""
+    if not callable(make):
+        raise TypeError(f"StoredConversation: {_MAKE}; got {type(make).__name__} {make!r:.60}")
+    try:
+        signature = inspect.signature(make)
+    except (TypeError, ValueError):  # a builtin or an extension's callable: nothing to read
+        return
+    try:
+        signature.bind(None)
+    except TypeError:
+        name = getattr(make, "__qualname__", type(make).__name__)
+        raise TypeError(f"StoredConversation: {_MAKE}; {name}{signature} cannot take it") from None
 
 
 _RESTORE_ONLY = ("allow_changed_definition", "strict_definition")

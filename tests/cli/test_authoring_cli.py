@@ -213,6 +213,22 @@ def test_strict_fails_on_a_state_passed_through(tmp_path):
     assert result.exit_code == 1 and "warning[state_passed_through] states.hub.transitions[0]" in result.stdout
 
 
+def test_strict_fails_on_a_cycle_of_conditioned_automatic_moves_that_may_loop(tmp_path):
+    has_x = [{"requires_context_keys": ["x"]}]
+    end = {"target_state": "done"}
+    states = {
+        "ask": {"transitions": [{"target_state": "b"}]},
+        "b": {"transitions": [{"target_state": "c", "automatic": True, "conditions": has_x}, end]},
+        "c": {"transitions": [{"target_state": "b", "automatic": True, "conditions": has_x}, end]},
+        "done": {},
+    }
+    path = write(tmp_path, "loop.json", {**WORKFLOW_CYCLE, "states": states})
+    assert invoke("validate", path).exit_code == 0
+    result = invoke("validate", "--strict", path)
+    assert result.exit_code == 1 and "warning[automatic_cycle_may_loop] states.b.transitions[0]" in result.stdout
+    assert "b → c → b" in result.stdout
+
+
 def test_an_llm_fsm_threshold_validates_with_what_it_was_mapped_to():
     result = invoke("validate", str(ROOT / "tests" / "data" / "llm_fsm_format" / "v41_parcel_desk.json"))
     assert result.exit_code == 0

@@ -563,3 +563,13 @@ def test_a_sqlite_store_keeps_one_connection_per_thread(tmp_path, monkeypatch):
     thread.join()
     assert len(opened) == 2  # sqlite3 connections must not be shared between threads
     store.close()
+
+
+def test_a_make_that_cannot_take_the_snapshot_is_refused_saying_what_make_is():
+    store = open_store("memory:")
+    for make, named in ((lambda: None, "<lambda>() cannot take it"), ("make", "got str")):
+        with pytest.raises(TypeError) as raised:
+            StoredConversation(store, "c", make)  # type: ignore[arg-type]
+        assert "make must be a function of one argument" in str(raised.value) and named in str(raised.value)
+        assert "None for a new conversation" in str(raised.value)
+    StoredConversation(store, "c", lambda snapshot: None)  # type: ignore[arg-type,return-value]
