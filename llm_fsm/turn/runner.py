@@ -170,6 +170,7 @@ class TurnRunner:
         work = self.work
         state = work.base.state
         message = render_opening(text, work.context, state=state)
+        work.step = "turn"  # an acting state's opening is said before it acts (its next step): it did no work
         return (yield from accept(work, Decision(True, state, work.context, {}, ()), message))
 
     def replies(self, ask: LLMRequest, purpose: Purpose = "reply") -> Steps:

@@ -361,3 +361,17 @@ def test_a_tool_result_ends_the_step_only_once_the_state_has_its_keys():
         ("turn", "collect"), ("automatic", "triage"), ("act", "triage"), ("automatic", "follow_up"),
     ]  # fmt: skip
     assert result.context["summary"] == "shipped on Monday" and len(llm.requests) == 3
+
+
+def test_an_acting_first_states_opening_is_said_as_the_opening_then_the_state_acts():
+    definition = llm_fsm.load({
+        "name": "opens", "initial_state": "work",
+        "states": {"work": {"id": "work", "acts": True, "purpose": "Do it.", "opening": "Starting now.",
+                            "transitions": [{"target_state": "done"}]},
+                   "done": {"id": "done", "purpose": "Done."}},
+    })  # fmt: skip
+    llm = ScriptedLLM([reply("done", "Did it.")])
+    results = list(llm_fsm.Conversation(definition, llm).run())
+    assert [(r.step, r.state, r.message, r.llm_calls) for r in results] == [
+        ("turn", "work", "Starting now.", 0), ("act", "done", "Did it.", 1),
+    ]  # fmt: skip
