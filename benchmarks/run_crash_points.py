@@ -11,29 +11,22 @@ steps, or a retry that asked for a finished step's model reply, fails the test.
 
 from __future__ import annotations
 
-import json
-import os
-import subprocess
 import sys
-import tempfile
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from benchmarks.crash_points import collected  # noqa: E402 (the tree on sys.path first)
+
 TEST = "tests/store/test_crash_points_runs.py"
 
 
 def main() -> int:
-    with tempfile.TemporaryDirectory() as folder:
-        table = Path(folder) / "cases.json"
-        env = {**os.environ, "LLM_FSM_RUN_CRASH_TABLE": str(table)}
-        done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", TEST], cwd=ROOT, env=env)
-        if not table.exists():
-            return done.returncode or 1
-        cases = json.loads(table.read_text())
-    rows: dict[tuple[str, str], list[dict]] = defaultdict(list)
-    for case in cases:
-        rows[case["scenario"], case["store"]].append(case)
+    code, cases, rows = collected(TEST, "LLM_FSM_RUN_CRASH_TABLE")
+    if not cases:
+        return code or 1
     print("| run | store | kills | store held (step: kills) | finished steps' tools called again |", end="")
     print(" most effects of one tool | most calls of one tool |")
     print("|---|---|---|---|---|---|---|")
@@ -42,9 +35,9 @@ def main() -> int:
         again = sum(k["tools_again"] for k in kills)
         effects, calls = max(k["effects"] for k in kills), max(k["calls"] for k in kills)
         print(f"| {scenario} | {store} | {len(kills)} | {held} | {again} | {effects} | {calls} |")
-    verdict = "passed (0 mixed states, 0 finished steps run again)" if done.returncode == 0 else "FAILED"
+    verdict = "passed (0 mixed states, 0 finished steps run again)" if code == 0 else "FAILED"
     print(f"\n{len(cases)} kills; tests {verdict}")
-    return done.returncode
+    return code
 
 
 if __name__ == "__main__":
