@@ -40,6 +40,7 @@ FLOORS: list[tuple[str, set[str]]] = [
     ("authoring", {"authoring"}),
     ("testing", {"testing"}),
     ("server", {"server"}),
+    ("editor", {"editor"}),  # llm-fsm edit: its own local server and page, beside serve's
     ("cli", {"cli"}),
 ]
 FLOOR = {room: level for level, (_, rooms) in enumerate(FLOORS) for room in rooms}
