@@ -30,7 +30,7 @@ from typing import Any
 
 from fastapi import FastAPI, Request, Response  # noqa: TID251 (the editor is a server of its own)
 from fastapi.concurrency import run_in_threadpool  # noqa: TID251
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse  # noqa: TID251
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse  # noqa: TID251
 from fastapi.staticfiles import StaticFiles  # noqa: TID251
 from starlette.exceptions import HTTPException as StarletteHTTPException  # noqa: TID251 (what routing raises)
 
@@ -45,7 +45,11 @@ logger = logging.getLogger("llm_fsm.editor")
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "llm_fsm_editor"
-_MISSING_PAGE = "The editor's page is not installed (llm_fsm/editor/static/index.html is missing)."
+# What / serves when the page's files are not installed (a checkout without them): text only, no data.
+_MISSING_PAGE = (
+    "<!doctype html>\n<title>llm-fsm edit</title>\n"
+    "<p>The editor's page is not installed: llm_fsm/editor/static/index.html is missing.</p>\n"
+)
 
 
 class _Refused(Exception):
@@ -248,7 +252,7 @@ class _Guard:
             return _plain(403, "open the address llm-fsm edit printed (http://127.0.0.1:PORT/?token=...)")
         index = STATIC / "index.html"
         if not index.is_file():
-            return _plain(200, _MISSING_PAGE)
+            return HTMLResponse(_MISSING_PAGE, headers=PAGE_HEADERS)
         return FileResponse(index, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
 
 
