@@ -105,7 +105,8 @@ def _check_file(file: Path) -> None:
         fail(f"cannot edit {file}: it is a folder (give a definition file, e.g. {file / 'bot.json'})", 2)
     folder = file.parent
     if not folder.is_dir():
-        fail(f"cannot edit {file}: the folder {folder} does not exist", 2)
+        why = "is not a folder" if folder.exists() else "does not exist"
+        fail(f"cannot edit {file}: the folder {folder} {why}", 2)
     if file.exists() or file.is_symlink():
         check_readable([file])
 

@@ -463,6 +463,7 @@ def test_a_definition_that_does_not_load_is_422_with_its_problems(tmp_path: Path
     error = answer.json()["error"]
     assert error["code"] == "definition_error" and error["message"].startswith("fix the problems first")
     assert "nowhere" in error["message"] and "states.ask.transitions[0].target_state" in error["message"]
+    bad: Any
     for bad in ([], "text", None):
         assert client.post("/api/chat/start", json={"value": bad}).status_code == 422
 
@@ -529,7 +530,7 @@ def test_a_handler_the_hooks_lack_is_422(tmp_path: Path) -> None:
 def test_the_catalog_lists_what_the_hooks_and_the_definition_provide(tmp_path: Path) -> None:
     hooks = Hooks()
 
-    @hooks.tool("lookup_order")
+    @hooks.tool("lookup_order")  # type: ignore[untyped-decorator]
     def lookup_order(order_id: str, verbose: bool = False) -> dict[str, Any]:
         """Find an order by its id."""
         return {}
