@@ -99,12 +99,19 @@ class _Editing:
         self.hooks = hooks
         self.model = model
         self.base_text: str | None = None
+        self._read = False  # whether the page read the file yet: until then, edits render over the disk's text
         self._lock = threading.Lock()
+
+    def _base(self) -> str | None:
+        with self._lock:
+            if not self._read:
+                self.base_text, self._read = self.file.read().text, True
+            return self.base_text
 
     def opened(self) -> dict[str, Any]:
         snapshot = self.file.read()
         with self._lock:
-            self.base_text = snapshot.text
+            self.base_text, self._read = snapshot.text, True
         text = snapshot.text or ""
         value, parse_error = None, None
         if snapshot.problem is not None:
@@ -132,13 +139,10 @@ class _Editing:
         }
 
     def rendered(self, value: Any) -> str:
-        with self._lock:
-            base = self.base_text
-        return self.file.render(value, base)
+        return self.file.render(value, self._base())
 
     def checked(self, value: Any) -> dict[str, Any]:
-        with self._lock:
-            base = self.base_text
+        base = self._base()
         text = self.file.render(value, base)
         return {"text": text, "changed": text != (base or ""), "diagnostics": check(text, self.file.shown, value)}
 
@@ -155,7 +159,7 @@ class _Editing:
             )
             raise _Refused(409, "changed_on_disk", message, sha=outcome.sha)
         with self._lock:
-            self.base_text = outcome.text
+            self.base_text, self._read = outcome.text, True
         return {"sha": outcome.sha, "text": outcome.text, "unchanged": outcome.unchanged}
 
 

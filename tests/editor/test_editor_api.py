@@ -634,3 +634,9 @@ def test_a_file_with_crlf_and_no_final_newline_saves_unchanged(tmp_path: Path) -
     assert opened["text"] == data.decode() and opened["sha"] == hashlib.sha256(data).hexdigest()
     saved = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"]}).json()
     assert saved["unchanged"] is True and path.read_bytes() == data
+
+
+def test_a_check_before_the_file_was_read_compares_with_the_disk(order_flow: Path) -> None:
+    value = json.loads(order_flow.read_text())
+    found = client_for(order_flow).post("/api/check", json={"value": value}).json()
+    assert found["changed"] is False and found["text"] == order_flow.read_text()
