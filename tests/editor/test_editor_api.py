@@ -640,3 +640,23 @@ def test_a_check_before_the_file_was_read_compares_with_the_disk(order_flow: Pat
     value = json.loads(order_flow.read_text())
     found = client_for(order_flow).post("/api/check", json={"value": value}).json()
     assert found["changed"] is False and found["text"] == order_flow.read_text()
+
+
+def test_the_words_are_those_the_llm_fsm_command_prints(tmp_path: Path) -> None:
+    """As the author will run it: the console script, in a process of its own, on the file the editor saved."""
+    import subprocess
+    import sys
+
+    value = dead_end()
+    value["states"]["ask"]["transitions"][1]["priority"] = "high"
+    path = tmp_path / "signup.json"
+    client = client_for(path)
+    saved = client.post("/api/save", json={"value": value, "sha": ""}).json()
+    found = client.post("/api/check", json={"value": value}).json()
+    assert found["text"] == saved["text"] == path.read_text()
+    script = Path(sys.executable).parent / "llm-fsm"
+    command = [str(script), "validate", "--strict", "--format", "json", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed and [{k: v for k, v in d.items() if k != "element"} for d in found["diagnostics"]] == printed
