@@ -61,7 +61,12 @@ def tab(browser: Any) -> Iterator[Page]:  # noqa: F811  (the imported fixture)
     with live(harness_app()) as base:
         page = Page(browser, base)
         dialogs: list[str] = []
-        page.tab.on("dialog", lambda dialog: (dialogs.append(dialog.message), dialog.dismiss()))
+
+        def dismissed(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.tab.on("dialog", dismissed)
         page.tab.wait_for_selector("body[data-ready=yes]", state="attached")
         yield page
         page.close()
@@ -115,7 +120,7 @@ def fields_shown(tab: Page) -> list[dict[str, Any]]:
 @pytest.mark.parametrize("type_", ["definition", *sorted(DEFS)])
 def test_every_property_of_a_type_has_an_input_in_schema_order_with_its_title_and_description(
     tab: Page, form: Any, type_: str
-):
+) -> None:
     schema = SCHEMA if type_ == "definition" else DEFS[type_]
     form(type_, {})
     shown = fields_shown(tab)
@@ -136,7 +141,7 @@ def test_every_property_of_a_type_has_an_input_in_schema_order_with_its_title_an
     assert changes(tab) == []
 
 
-def test_omitted_fields_are_left_out_and_a_prefix_names_the_inputs_by_their_path(tab: Page, form: Any):
+def test_omitted_fields_are_left_out_and_a_prefix_names_the_inputs_by_their_path(tab: Page, form: Any) -> None:
     form("State", {"purpose": "p", "transitions": []}, omit=["transitions", "id"])
     keys = [box["key"] for box in fields_shown(tab)]
     assert "transitions" not in keys and "id" not in keys and keys[0] == "description"
@@ -147,7 +152,7 @@ def test_omitted_fields_are_left_out_and_a_prefix_names_the_inputs_by_their_path
     assert changes(tab)[-1] == {"target_state": "b", "priority": -1}
 
 
-def test_an_enum_is_a_select_of_exactly_the_schemas_choices_and_unset_removes_the_key(tab: Page, form: Any):
+def test_an_enum_is_a_select_of_exactly_the_schemas_choices_and_unset_removes_the_key(tab: Page, form: Any) -> None:
     page = form("State", {"purpose": "p"})
     choices = page.eval_on_selector_all(
         f"select{field('on_exhausted')} option:not([data-unset])", "options => options.map(o => o.value)"
@@ -168,7 +173,7 @@ def test_an_enum_is_a_select_of_exactly_the_schemas_choices_and_unset_removes_th
 # -- the value: only what the author changed ---------------------------------------------------------------
 
 
-def test_editing_a_text_field_changes_only_that_key_in_place_and_a_new_key_goes_last(tab: Page, form: Any):
+def test_editing_a_text_field_changes_only_that_key_in_place_and_a_new_key_goes_last(tab: Page, form: Any) -> None:
     state = {"description": "d", "purpose": "p", "instructions": "i", "transitions": [{"target_state": "b"}]}
     page = form("State", state, omit=["transitions"])
     page.fill(field("purpose"), "Ask for the email")
@@ -187,7 +192,7 @@ def test_editing_a_text_field_changes_only_that_key_in_place_and_a_new_key_goes_
 
 
 @pytest.mark.parametrize("path", DEFINITIONS, ids=lambda path: path.name)
-def test_an_untouched_form_changes_nothing_even_when_focused_and_left(tab: Page, form: Any, path: Path):
+def test_an_untouched_form_changes_nothing_even_when_focused_and_left(tab: Page, form: Any, path: Path) -> None:
     definition = json.loads(path.read_text())
     form("definition", definition, omit=["states"])
     for name in ("name", "description", "context_schema", "max_tool_rounds"):
@@ -205,7 +210,7 @@ def test_an_untouched_form_changes_nothing_even_when_focused_and_left(tab: Page,
     assert changes(tab) == []
 
 
-def test_clearing_an_optional_field_removes_its_key_and_a_default_is_never_written(tab: Page, form: Any):
+def test_clearing_an_optional_field_removes_its_key_and_a_default_is_never_written(tab: Page, form: Any) -> None:
     page = form("State", {"purpose": "p", "max_retries": 3, "acts": True, "tools": ["t"]})
     page.fill(field("purpose"), "")
     assert changes(tab)[-1] == {"max_retries": 3, "acts": True, "tools": ["t"]}
@@ -233,7 +238,7 @@ def test_clearing_an_optional_field_removes_its_key_and_a_default_is_never_writt
     assert changes(tab) == [{"opening": "Hi"}, {"opening": None}]
 
 
-def test_numbers_keep_to_the_schemas_range_and_type(tab: Page, form: Any):
+def test_numbers_keep_to_the_schemas_range_and_type(tab: Page, form: Any) -> None:
     page = form("State", {"max_retries": 1})
     assert page.get_attribute(field("max_retries"), "min") == "0"
     assert page.get_attribute(field("max_retries"), "max") == "10"
@@ -247,7 +252,7 @@ def test_numbers_keep_to_the_schemas_range_and_type(tab: Page, form: Any):
     assert not page.is_visible('.sf-field[data-key="max_retries"] .sf-error')
 
 
-def test_a_pattern_is_checked_as_you_type(tab: Page, form: Any):
+def test_a_pattern_is_checked_as_you_type(tab: Page, form: Any) -> None:
     page = form("State", {"id": "greet", "purpose": "p"})
     page.fill(field("id"), "not an id")
     assert '"not an id" does not match' in error_of(tab, "id") and changes(tab) == []
@@ -255,7 +260,7 @@ def test_a_pattern_is_checked_as_you_type(tab: Page, form: Any):
     assert changes(tab) == [{"id": "welcome", "purpose": "p"}]
 
 
-def test_the_id_field_of_a_state_form_renames_through_on_rename_once_typed(tab: Page, form: Any):
+def test_the_id_field_of_a_state_form_renames_through_on_rename_once_typed(tab: Page, form: Any) -> None:
     page = form("State", {"purpose": "p"}, rename=True, id="greet", stateIds=["greet", "done"])
     assert page.input_value(field("id")) == "greet"
     page.fill(field("id"), "done")
@@ -268,7 +273,7 @@ def test_the_id_field_of_a_state_form_renames_through_on_rename_once_typed(tab: 
     assert tab.tab.evaluate("() => harness.renames") == ["welcome"] and changes(tab) == []
 
 
-def test_a_list_of_strings_adds_moves_and_removes_items(tab: Page, form: Any):
+def test_a_list_of_strings_adds_moves_and_removes_items(tab: Page, form: Any) -> None:
     page = form("State", {"required_context_keys": ["name"]})
     page.fill(field("required_context_keys.new"), "email")
     page.press(field("required_context_keys.new"), "Enter")
@@ -281,7 +286,7 @@ def test_a_list_of_strings_adds_moves_and_removes_items(tab: Page, form: Any):
     assert changes(tab)[-1] == {"required_context_keys": ["full_name"]}
 
 
-def test_state_fields_choose_among_the_definitions_states(tab: Page, form: Any):
+def test_state_fields_choose_among_the_definitions_states(tab: Page, form: Any) -> None:
     page = form("Transition", {"target_state": "gone"}, stateIds=["greet", "done"])
     choices = page.eval_on_selector_all(
         f"select{field('target_state')} option:not([data-unset])", "options => options.map(o => o.value)"
@@ -306,7 +311,7 @@ def test_state_fields_choose_among_the_definitions_states(tab: Page, form: Any):
 # -- JSON fields --------------------------------------------------------------------------------------------
 
 
-def test_bad_json_in_conditions_says_line_and_column_keeps_the_text_and_applies_nothing(tab: Page, form: Any):
+def test_bad_json_in_conditions_says_line_and_column_keeps_the_text_and_applies_nothing(tab: Page, form: Any) -> None:
     page = form("Transition", {"target_state": "b", "conditions": []})
     text = '[\n  {"description": "has email",\n  }\n]'
     page.fill(field("conditions"), text)
@@ -333,14 +338,14 @@ def test_bad_json_in_conditions_says_line_and_column_keeps_the_text_and_applies_
 )
 def test_a_condition_the_schema_refuses_names_the_path_and_is_not_applied(
     tab: Page, form: Any, text: str, message: str
-):
+) -> None:
     page = form("Transition", {"target_state": "b"})
     page.fill(field("conditions"), text)
     assert message in error_of(tab, "conditions")
     assert changes(tab) == []
 
 
-def test_a_valid_condition_applies_and_clears_the_error(tab: Page, form: Any):
+def test_a_valid_condition_applies_and_clears_the_error(tab: Page, form: Any) -> None:
     page = form("Transition", {"target_state": "b", "priority": 10})
     page.fill(field("conditions"), "[1")
     page.fill(field("conditions"), '[{"requires_context_keys": ["email"], "logic": {"==": [{"var": "ok"}, true]}}]')
@@ -356,7 +361,7 @@ def test_a_valid_condition_applies_and_clears_the_error(tab: Page, form: Any):
     assert changes(tab)[-1] == {"target_state": "b", "priority": 10}
 
 
-def test_json_fields_check_their_refd_types(tab: Page, form: Any):
+def test_json_fields_check_their_refd_types(tab: Page, form: Any) -> None:
     page = form("State", {})
     page.fill(field("checks"), '[{"kind": "regex"}]')
     assert "checks[0].pattern: required (missing)" in error_of(tab, "checks")
@@ -373,7 +378,7 @@ def test_json_fields_check_their_refd_types(tab: Page, form: Any):
     assert changes(tab) == []
 
 
-def test_validate_accepts_every_example_and_names_what_is_wrong(tab: Page, form: Any):
+def test_validate_accepts_every_example_and_names_what_is_wrong(tab: Page, form: Any) -> None:
     form("State", {})
     for path in DEFINITIONS:
         problems = tab.tab.evaluate(
@@ -396,7 +401,7 @@ def test_validate_accepts_every_example_and_names_what_is_wrong(tab: Page, form:
 HOSTILE = "<img src=x onerror=alert(1)>"
 
 
-def test_every_text_is_inserted_as_text(tab: Page, form: Any):
+def test_every_text_is_inserted_as_text(tab: Page, form: Any) -> None:
     page = form(
         "State",
         {"purpose": HOSTILE, "description": HOSTILE, "tools": [HOSTILE], HOSTILE: HOSTILE, "on_exhausted": HOSTILE},
@@ -430,7 +435,7 @@ CATALOG = {
 }
 
 
-def test_the_catalogs_tools_handlers_and_checks_show_with_what_they_need(tab: Page, form: Any):
+def test_the_catalogs_tools_handlers_and_checks_show_with_what_they_need(tab: Page, form: Any) -> None:
     state = {
         "tools": ["lookup_order", "ghost"],
         "handlers": ["audit", "nobody"],
@@ -458,9 +463,46 @@ def test_the_catalogs_tools_handlers_and_checks_show_with_what_they_need(tab: Pa
     assert list(changes(tab)[-1]) == ["tools", "handlers", "checks"]
 
 
-def test_a_catalog_keyed_by_name_or_a_list_of_names_is_read_too(tab: Page, form: Any):
+def test_a_catalog_keyed_by_name_or_a_list_of_names_is_read_too(tab: Page, form: Any) -> None:
     page = form("State", {"tools": ["a"]}, catalog={"tools": {"a": {"description": "Tool A"}}, "handlers": ["h"]})
     assert "Tool A" in page.locator('[data-catalog="tools"] [data-name="a"]').inner_text()
     assert page.locator('[data-catalog="handlers"] [data-name="h"]').count() == 1
     form("State", {"tools": ["a"]})  # no catalog: nothing to warn about
     assert "not provided" not in page.locator('.sf-field[data-key="tools"]').inner_text()
+
+
+def test_conditions_are_also_edited_one_by_one_in_step_with_their_json(tab: Page, form: Any) -> None:
+    transition = {"target_state": "b", "conditions": [{"description": "has email", "requires_context_keys": ["email"]}]}
+    page = form("Transition", transition, prefix="transitions.0.")
+    assert page.input_value(field("transitions.0.conditions.0.description")) == "has email"
+    page.fill(field("transitions.0.conditions.0.description"), "knows the email")
+    page.fill(field("transitions.0.conditions.0.requires_context_keys.new"), "name")
+    page.press(field("transitions.0.conditions.0.requires_context_keys.new"), "Enter")
+    assert changes(tab)[-1] == {
+        "target_state": "b",
+        "conditions": [{"description": "knows the email", "requires_context_keys": ["email", "name"]}],
+    }
+    assert json.loads(page.input_value(field("transitions.0.conditions"))) == changes(tab)[-1]["conditions"]
+    page.fill(field("transitions.0.conditions.0.logic"), '"yes"')
+    assert (
+        "transitions[0].conditions[0].logic: expected object, boolean or null, got string"
+        in page.locator('.sf-card .sf-field[data-key="logic"] .sf-error').inner_text()
+    )
+    assert tab.tab.evaluate("() => harness.handle.invalid()") == ["transitions.0.conditions.0.logic"]
+    count = len(changes(tab))
+    page.fill(field("transitions.0.conditions.0.logic"), '{"==": [{"var": "ok"}, true]}')
+    assert len(changes(tab)) == count + 1 and changes(tab)[-1]["conditions"][0]["logic"] == {
+        "==": [{"var": "ok"}, True]
+    }
+    page.click('[data-cards="transitions.0.conditions"] [data-action="add-item"]')
+    assert changes(tab)[-1]["conditions"][1] == {}
+    page.click('[data-cards="transitions.0.conditions"] .sf-card[data-index="0"] [data-action="remove"]')
+    assert changes(tab)[-1] == {"target_state": "b", "conditions": [{}]}
+    # the JSON box redraws the cards; while it holds what is not applied, the cards cannot overwrite it
+    page.fill(field("transitions.0.conditions"), '[{"description": "typed"}, {"description": "two"}]')
+    assert page.input_value(field("transitions.0.conditions.1.description")) == "two"
+    page.fill(field("transitions.0.conditions"), '[{"description": "typ')
+    assert page.is_disabled(field("transitions.0.conditions.0.description"))
+    page.fill(field("transitions.0.conditions"), "")
+    assert changes(tab)[-1] == {"target_state": "b"}
+    assert page.locator('[data-cards="transitions.0.conditions"] .sf-card').count() == 0

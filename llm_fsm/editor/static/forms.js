@@ -538,6 +538,7 @@
     form.dataset.type = type;
     const number = ++formCount;
     const invalid = new Set();
+    const nested = new Map(); // a field's path -> the invalid fields of the forms drawn inside it
     let emitted = JSON.stringify(output());
 
     function output() {
@@ -580,7 +581,8 @@
       if (!own(properties, key) && !omit.has(key)) form.append(field(key, {}, true));
     }
     container.replaceChildren(form);
-    return { element: form, value: output, invalid: () => Array.from(invalid) };
+    const invalidFields = () => [...invalid, ...Array.from(nested.values()).flatMap((inside) => inside())];
+    return { element: form, value: output, invalid: invalidFields };
 
     // One field: its label, help, input, error and notes; redrawn whole when its key is cleared.
     function field(key, property, stray) {
@@ -1013,7 +1015,7 @@
       draw();
       drawCatalog();
       wrap.append(list, adding);
-      if (offer && offer.kind !== "states") wrap.append(panel);
+      if (offer && offer.kind !== "states") ctx.notes.append(panel); // below the error, which is the input's
       return wrap;
     }
 
@@ -1029,6 +1031,11 @@
       const kinds = describeSchema(root, property);
       control.placeholder = fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
       const isChecks = key === "checks" && type === "State";
+      const cardsOf = itemsType(property);
+      const cards =
+        key === "conditions" && cardsOf && (value === undefined || Array.isArray(value))
+          ? itemCards(ctx, cardsOf, control)
+          : null;
       const panel = el("div", "sf-catalog-notes");
 
       const notePythonChecks = (checks) => {
@@ -1076,9 +1083,14 @@
         if (text.trim() === "") {
           ctx.apply(emptied(key, null));
           notePythonChecks([]);
+          if (cards) {
+            cards.element.disabled = false;
+            cards.draw([]);
+          }
           return;
         }
         const parsed = parseJson(text);
+        if (cards) cards.element.disabled = true;
         if (parsed.error) {
           control.setAttribute("aria-invalid", "true");
           ctx.fail(`${ctx.label}: ${parsed.error}`);
@@ -1093,11 +1105,120 @@
         }
         ctx.apply(parsed.value);
         notePythonChecks(parsed.value);
+        if (cards) {
+          cards.element.disabled = false;
+          cards.draw(parsed.value);
+        }
       };
       control.addEventListener("input", accept);
       notePythonChecks(value);
-      wrap.append(control, panel);
+      ctx.notes.append(panel);
+      if (cards) {
+        wrap.append(cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
+      }
+      wrap.append(control);
       return wrap;
+    }
+
+    // The $defs name of an array's items (conditions: "Condition"), when they are one $ref'd object type.
+    function itemsType(property) {
+      const node = deref(root, property);
+      const ref = node.items && node.items.$ref;
+      if (node.type !== "array" || typeof ref !== "string" || !ref.startsWith("#/$defs/")) return null;
+      const name = ref.slice("#/$defs/".length);
+      return root.$defs && isObject(root.$defs[name]) && deref(root, root.$defs[name]).type === "object" ? name : null;
+    }
+
+    // Conditions one by one, each a form of its own (description, requires_context_keys as a list, logic as
+    // JSON), kept in step with the JSON box below them: a change in either redraws the other.
+    function itemCards(ctx, itemType, control) {
+      // a fieldset: while the JSON box holds text that is not applied, the cards are disabled (an edit there
+      // would overwrite that text)
+      const element = el("fieldset", "sf-cards");
+      element.dataset.cards = ctx.path;
+      let items = [];
+      const handles = [];
+      const commit = () => {
+        const problems = [];
+        check(root, ctx.property, items, ctx.label, problems);
+        if (problems.length) {
+          ctx.fail(problems);
+          return;
+        }
+        ctx.apply(items.length ? items : emptied(ctx.key, []));
+        control.removeAttribute("aria-invalid");
+        control.value = own(current, ctx.key) ? JSON.stringify(current[ctx.key], null, 2) : "";
+      };
+      const button = (text, action, title, index) => {
+        const node = el("button", `sf-button sf-${action}`, text);
+        node.type = "button";
+        node.dataset.action = action;
+        node.title = title;
+        if (index !== undefined) node.dataset.index = String(index);
+        return node;
+      };
+      const draw = (value) => {
+        items = Array.isArray(value) ? clone(value) : [];
+        handles.length = 0;
+        element.replaceChildren();
+        items.forEach((item, index) => {
+          const card = el("div", "sf-card");
+          card.dataset.index = String(index);
+          const head = el("div", "sf-card-head");
+          head.append(el("span", "sf-card-title", `${itemType} ${index + 1}`));
+          const up = button("↑", "up", "Move up", index);
+          up.disabled = index === 0;
+          up.addEventListener("click", () => {
+            [items[index - 1], items[index]] = [items[index], items[index - 1]];
+            draw(items);
+            commit();
+          });
+          const down = button("↓", "down", "Move down", index);
+          down.disabled = index === items.length - 1;
+          down.addEventListener("click", () => {
+            [items[index + 1], items[index]] = [items[index], items[index + 1]];
+            draw(items);
+            commit();
+          });
+          const remove = button("×", "remove", `Remove this ${itemType.toLowerCase()}`, index);
+          remove.addEventListener("click", () => {
+            items.splice(index, 1);
+            draw(items);
+            commit();
+          });
+          head.append(up, down, remove);
+          const body = el("div", "sf-card-body");
+          card.append(head, body);
+          if (isObject(item)) {
+            const handle = render(body, {
+              schema: root,
+              type: itemType,
+              value: item,
+              catalog: o.catalog,
+              stateIds: o.stateIds,
+              prefix: `${ctx.path}.${index}.`,
+              onChange: (changed) => {
+                items[index] = changed;
+                commit();
+              },
+            });
+            handles.push(handle);
+          } else {
+            body.append(el("small", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+          }
+          element.append(card);
+        });
+        const add = button(`Add a ${itemType.toLowerCase()}`, "add-item", `Add a ${itemType.toLowerCase()}`);
+        add.addEventListener("click", () => {
+          items.push({});
+          draw(items);
+          commit();
+        });
+        element.append(add);
+      };
+      draw(current[ctx.key]);
+      nested.set(ctx.path, () => handles.flatMap((handle) => handle.invalid()));
+      return { element, draw };
     }
 
     function renameField(property) {
