@@ -458,6 +458,7 @@ def test_every_text_is_inserted_as_text(tab: Page, form: Any) -> None:
     assert page.evaluate("() => document.querySelectorAll('img').length") == 0
 
 
+# llm_fsm.editor.catalog's shape (editor-api), written out: the forms read only these members
 CATALOG = {
     "tools": [
         {
@@ -468,18 +469,47 @@ CATALOG = {
                 "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
                 "required": ["order_id"],
             },
+            "required": ["order_id"],
+            "declared": True,
+            "registered": True,
         },
-        {"name": "refund", "parameters": {"type": "object", "properties": {}}, "required": []},
+        {
+            "name": "refund",
+            "description": "",
+            "parameters": None,
+            "required": [],
+            "declared": False,
+            "registered": True,
+        },
+        {
+            "name": "mcp_only",
+            "description": "",
+            "parameters": None,
+            "required": [],
+            "declared": True,
+            "registered": False,
+        },
     ],
-    "checks": [{"name": "polite", "keywords": ["message", "context"]}],
-    "handlers": [{"name": "audit", "timings": ["post_transition"], "keys": ["email"]}],
+    "checks": [{"name": "polite", "accepts": ["message", "context"]}, {"name": "anything", "accepts": None}],
+    "handlers": [
+        {
+            "name": "audit",
+            "timings": ["post_transition"],
+            "named": True,
+            "states": None,
+            "targets": None,
+            "keys": ["email"],
+            "arguments": ["context"],
+            "policy": "raise",
+        }
+    ],
 }
 
 
 @browser_test
 def test_the_catalogs_tools_handlers_and_checks_show_with_what_they_need(tab: Page, form: Any) -> None:
     state = {
-        "tools": ["lookup_order", "ghost"],
+        "tools": ["lookup_order", "ghost", "mcp_only"],
         "handlers": ["audit", "nobody"],
         "checks": [{"kind": "python", "name": "nope"}],
     }
@@ -491,15 +521,19 @@ def test_the_catalogs_tools_handlers_and_checks_show_with_what_they_need(tab: Pa
     assert "no parameters" in page.locator('[data-catalog="tools"] [data-name="refund"]').inner_text()
     notes = page.locator('.sf-field[data-key="tools"] .sf-list').inner_text()
     assert "ghost: not provided by --hooks" in notes and "parameters: order_id (string, required)" in notes
+    assert "mcp_only: declared in the definition's tools but not provided by --hooks" in notes
     handlers = page.locator('.sf-field[data-key="handlers"]').inner_text()
-    assert "runs on post_transition · wants keys: email" in handlers and "nobody: not provided by --hooks" in handlers
+    assert (
+        "runs on post_transition · when these keys change: email · takes: context" in handlers
+        and "nobody: not provided by --hooks" in handlers
+    )
     checks = page.locator('.sf-field[data-key="checks"]').inner_text()
     assert (
         "check nope: not provided by --hooks" in checks and "polite" in checks and "takes: message, context" in checks
     )
     assert changes(tab) == []
     page.click('[data-catalog="tools"] [data-name="refund"] [data-action="use"]')
-    assert changes(tab)[-1]["tools"] == ["lookup_order", "ghost", "refund"]
+    assert changes(tab)[-1]["tools"] == ["lookup_order", "ghost", "mcp_only", "refund"]
     page.click('[data-catalog="checks"] [data-name="polite"] [data-action="use"]')
     assert changes(tab)[-1]["checks"] == [{"kind": "python", "name": "nope"}, {"kind": "python", "name": "polite"}]
     assert list(changes(tab)[-1]) == ["tools", "handlers", "checks"]
@@ -510,8 +544,11 @@ def test_a_catalog_keyed_by_name_or_a_list_of_names_is_read_too(tab: Page, form:
     page = form("State", {"tools": ["a"]}, catalog={"tools": {"a": {"description": "Tool A"}}, "handlers": ["h"]})
     assert "Tool A" in page.locator('[data-catalog="tools"] [data-name="a"]').inner_text()
     assert page.locator('[data-catalog="handlers"] [data-name="h"]').count() == 1
-    form("State", {"tools": ["a"]})  # no catalog: nothing to warn about
-    assert "not provided" not in page.locator('.sf-field[data-key="tools"]').inner_text()
+    for nothing_known in (None, {}, {"checks": []}):  # no word on tools: nothing to warn about
+        form("State", {"tools": ["a"]}, catalog=nothing_known)
+        assert "not provided" not in page.locator('.sf-field[data-key="tools"]').inner_text()
+    form("State", {"tools": ["a"]}, catalog={"tools": []})
+    assert "a: not provided by --hooks" in page.locator('.sf-field[data-key="tools"]').inner_text()
 
 
 @browser_test

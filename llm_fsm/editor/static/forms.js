@@ -450,25 +450,48 @@
 
   // -- what --hooks provides ----------------------------------------------------------------------------------
 
-  // Each of catalog.tools / .checks / .handlers may be a list of {name, ...}, a list of names, or an object keyed
-  // by name; anything without a name is left out. No catalog at all: no notes and no warnings.
+  // llm_fsm.editor.catalog's shape: {tools: [{name, description, parameters (JSON Schema or null), required,
+  // declared, registered}], checks: [{name, accepts (keywords, or null: any)}], handlers: [{name, timings, named,
+  // states, targets, keys, arguments (keywords, or null: any), policy}]}. Read defensively: each list may also be a
+  // list of names or an object keyed by name, an entry without a name is left out, and a kind the catalog does not
+  // have (no catalog at all, or no "tools" in it) gets no notes and no warnings: nothing is known about it.
   function entries(list) {
     if (Array.isArray(list)) {
       return list
         .map((entry) => (typeof entry === "string" ? { name: entry } : entry))
         .filter((entry) => isObject(entry) && typeof entry.name === "string");
     }
-    if (isObject(list)) return Object.keys(list).map((name) => Object.assign({}, isObject(list[name]) ? list[name] : {}, { name }));
-    return [];
+    if (isObject(list)) {
+      return Object.keys(list).map((name) => Object.assign({}, isObject(list[name]) ? list[name] : {}, { name }));
+    }
+    return null;
   }
 
   function normalizeCatalog(catalog) {
-    if (!isObject(catalog)) return null;
+    if (!isObject(catalog)) return { tools: null, checks: null, handlers: null };
     return { tools: entries(catalog.tools), checks: entries(catalog.checks), handlers: entries(catalog.handlers) };
   }
 
   const names = (value) =>
-    Array.isArray(value) ? value.map(String) : typeof value === "string" ? [value] : isObject(value) ? Object.keys(value) : [];
+    Array.isArray(value)
+      ? value.map(String)
+      : typeof value === "string"
+        ? [value]
+        : isObject(value)
+          ? Object.keys(value)
+          : [];
+
+  const first = (entry, ...keys) => {
+    for (const key of keys) if (own(entry, key)) return entry[key];
+    return undefined;
+  };
+
+  function keywordsNote(entry, ...keys) {
+    const keywords = first(entry, ...keys);
+    if (keywords === null) return "takes any keywords";
+    const listed = names(keywords);
+    return listed.length ? `takes: ${listed.join(", ")}` : "";
+  }
 
   function toolNeeds(tool) {
     const parameters = isObject(tool.parameters) ? tool.parameters : {};
@@ -477,28 +500,42 @@
     const parts = Object.keys(properties).map((name) => {
       const spec = isObject(properties[name]) ? properties[name] : {};
       const type = Array.isArray(spec.type) ? spec.type.join("|") : spec.type;
-      const bits = [type, required.has(name) ? "required" : null].filter(Boolean);
+      const bits = [typeof type === "string" ? type : null, required.has(name) ? "required" : null].filter(Boolean);
       return bits.length ? `${name} (${bits.join(", ")})` : name;
     });
     for (const name of required) if (!own(properties, name)) parts.push(`${name} (required)`);
-    return parts.length ? `parameters: ${parts.join(", ")}` : "no parameters";
+    const notes = [parts.length ? `parameters: ${parts.join(", ")}` : "no parameters"];
+    if (tool.declared === true) notes.push("declared in the definition's tools");
+    if (tool.registered === true) notes.push("registered by --hooks");
+    return notes.join(" · ");
+  }
+
+  // A tool is provided when --hooks registers it (an entry with registered: false is only declared: an MCP
+  // server may serve it, the forms cannot tell).
+  function toolMissing(entry) {
+    if (!entry) return "not provided by --hooks";
+    if (entry.registered === false) return "declared in the definition's tools but not provided by --hooks";
+    return null;
   }
 
   function handlerNeeds(handler) {
     const parts = [];
-    const timings = names(handler.timings !== undefined ? handler.timings : handler.on);
+    const timings = names(first(handler, "timings", "on"));
     if (timings.length) parts.push(`runs on ${timings.join(", ")}`);
-    const keys = names(handler.keys !== undefined ? handler.keys : handler.wants);
-    if (keys.length) parts.push(`wants keys: ${keys.join(", ")}`);
+    const keys = names(first(handler, "keys", "wants"));
+    if (keys.length) parts.push(`when these keys change: ${keys.join(", ")}`);
     const states = names(handler.states);
     if (states.length) parts.push(`states: ${states.join(", ")}`);
+    const targets = names(handler.targets);
+    if (targets.length) parts.push(`moving to: ${targets.join(", ")}`);
+    const takes = keywordsNote(handler, "arguments", "accepts", "keywords");
+    if (takes) parts.push(takes);
+    if (handler.named === false) parts.push("runs without being listed (registered with @hooks.on)");
     return parts.join(" · ");
   }
 
   function checkNeeds(entry) {
-    if (entry.keywords === null) return "takes any keywords";
-    const keywords = names(entry.keywords);
-    return keywords.length ? `takes: ${keywords.join(", ")}` : "";
+    return keywordsNote(entry, "accepts", "keywords", "arguments");
   }
 
   const NEEDS = { tools: toolNeeds, handlers: handlerNeeds, checks: checkNeeds };
@@ -857,7 +894,7 @@
 
     function suggestions(ctx, kind) {
       if (STATE_LISTS.has(ctx.key) && stateIds) return { kind: "states", names: stateIds };
-      if (catalog && type !== "definition" && (kind === "tools" || kind === "handlers")) {
+      if (type !== "definition" && (kind === "tools" || kind === "handlers") && catalog[kind]) {
         return { kind, names: catalog[kind].map((entry) => entry.name) };
       }
       return null;
@@ -869,7 +906,8 @@
         return offer.names.includes(name) ? null : el("small", "sf-warning", `${name}: no such state in this definition`);
       }
       const entry = catalog[offer.kind].find((candidate) => candidate.name === name);
-      if (!entry) return el("small", "sf-warning", `${name}: not provided by --hooks`);
+      const missing = offer.kind === "tools" ? toolMissing(entry) : entry ? null : "not provided by --hooks";
+      if (missing) return el("small", "sf-warning", `${name}: ${missing}`);
       const needs = NEEDS[offer.kind](entry);
       return needs ? el("small", "sf-needs", needs) : null;
     }
@@ -1040,7 +1078,7 @@
 
       const notePythonChecks = (checks) => {
         panel.replaceChildren();
-        if (!isChecks || !catalog) return;
+        if (!isChecks || !catalog.checks) return;
         for (const item of Array.isArray(checks) ? checks : []) {
           if (isObject(item) && item.kind === "python" && typeof item.name === "string") {
             const known = catalog.checks.find((entry) => entry.name === item.name);
