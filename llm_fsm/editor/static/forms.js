@@ -10,6 +10,17 @@
 // the end, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
 // yet (bad JSON, a pattern not matched, a number out of range) stays in its box with the reason beside it and is
 // not applied: nothing the author typed is lost, and the definition never holds what the schema refuses.
+//
+// Which widget: enum/const -> <select> (an optional one starts with an unset choice, data-unset); boolean ->
+// checkbox (unchecked back to the default removes the key), or unset/true/false when optional with no default;
+// integer/number -> number input with the schema's min/max; string -> input, or a textarea for prose (PROSE
+// below); a state id (target_state, initial_state, fallback_state, with options.stateIds) -> <select> of the
+// states ("$return" for targets); a list of strings -> a list editor (add, reorder, remove; except_states offers
+// the states, a state's tools and handlers what --hooks provides); anything else (objects, lists of objects, a
+// field of several kinds) -> a JSON box checked as typed against the schema, conditions also one card each.
+// Every input has name and data-field = its JSON path ("purpose", "transitions.0.priority", list items
+// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic"); a field's box is
+// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH].
 "use strict";
 
 (function (global) {
@@ -625,7 +636,7 @@
     function field(key, property, stray) {
       const path = prefix + key;
       const spec = stray ? { kind: "json", inner: {}, nullable: true } : classify(root, property);
-      const box = el("div", `sf-field sf-${spec.kind}`);
+      const box = el("div", `sf-field sf-kind-${spec.kind}`);
       box.dataset.key = key;
       const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
       const description = property.description || spec.inner.description || "";
@@ -642,7 +653,9 @@
       box.append(head);
       if (description) {
         box.title = description;
-        box.append(el("small", "sf-help", description));
+        const help = el("small", "sf-help", description);
+        help.id = `${id}-help`;
+        box.append(help);
       }
       if (stray) box.append(el("small", "sf-warning", `not a field of ${node.title || type}: the loader refuses it`));
       const error = el("div", "sf-error");
@@ -696,8 +709,13 @@
           : { enum: enumField, bool: boolField, number: numberField, string: textField, list: listField }[spec.kind] ||
             jsonField;
       const input = maker(ctx);
-      for (const control of input.querySelectorAll ? [input, ...input.querySelectorAll("input,select,textarea")] : []) {
-        if (description && control.matches("input,select,textarea") && !control.title) control.title = description;
+      error.id = `${id}-error`;
+      for (const control of [input, ...input.querySelectorAll("input,select,textarea")]) {
+        if (!control.matches("input,select,textarea")) continue;
+        if (description && !control.title) control.title = description;
+        if (control.id === id) {
+          control.setAttribute("aria-describedby", description ? `${id}-help ${id}-error` : `${id}-error`);
+        }
       }
       box.append(input, error, notes);
       return box;
@@ -1038,10 +1056,10 @@
           row.dataset.name = entry.name;
           row.append(el("code", "sf-name", entry.name));
           if (typeof entry.description === "string" && entry.description) {
-            row.append(el("span", "sf-description", ` ${entry.description}`));
+            row.append(el("span", "sf-description", ` — ${entry.description}`));
           }
           const needs = NEEDS[offer.kind](entry);
-          if (needs) row.append(el("small", "sf-needs", needs));
+          if (needs) row.append(el("div", "sf-needs", needs));
           if (!items.includes(entry.name)) {
             const use = button("Add", "use", `Add ${entry.name} to this state's ${offer.kind}`);
             use.addEventListener("click", () => addName(entry.name));
@@ -1092,7 +1110,7 @@
           row.dataset.name = entry.name;
           row.append(el("code", "sf-name", entry.name));
           const needs = checkNeeds(entry);
-          if (needs) row.append(el("small", "sf-needs", needs));
+          if (needs) row.append(el("span", "sf-needs", ` — ${needs} `));
           const use = el("button", "sf-button sf-use", "Add");
           use.type = "button";
           use.dataset.action = "use";
@@ -1261,7 +1279,7 @@
 
     function renameField(property) {
       const path = `${prefix}id`;
-      const box = el("div", "sf-field sf-string sf-rename");
+      const box = el("div", "sf-field sf-kind-string sf-rename");
       box.dataset.key = "id";
       const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
       const label = el("label", "sf-label", property.title || "Id");
