@@ -620,3 +620,32 @@ def test_an_optional_boolean_without_a_default_is_unset_true_or_false(tab: Page,
     page.select_option(field("strict"), "false")
     page.select_option(field("strict"), "")
     assert changes(tab) == [{"strict": False}, {}]
+
+
+@browser_test
+def test_the_catalog_the_editor_serves_shows_beside_the_fields_that_name_it(tab: Page, form: Any) -> None:
+    catalog = pytest.importorskip("llm_fsm.editor.catalog", reason="the editor's API (branch editor-api)").catalog
+    from llm_fsm import Hooks
+
+    hooks = Hooks()
+
+    @hooks.tool(description="Find an order by its id.")
+    def lookup_order(order_id: str, verbose: bool = False) -> dict[str, Any]:
+        return {}
+
+    @hooks.check("polite")
+    def polite(message: str) -> bool:
+        return True
+
+    @hooks.handler("audit", on="after_reply")
+    def audit(context: dict[str, Any]) -> None:
+        return None
+
+    served = json.loads(json.dumps(catalog(hooks, {"tools": {"lookup_order": {}}})))
+    page = form("State", {"tools": ["lookup_order", "ghost"], "handlers": ["audit"]}, catalog=served)
+    tools = page.locator('.sf-field[data-key="tools"]').inner_text()
+    assert "order_id (string, required)" in tools and "Find an order by its id." in tools
+    assert "ghost: not provided by --hooks" in tools
+    handlers = page.locator('.sf-field[data-key="handlers"]').inner_text()
+    assert "runs on after_reply" in handlers and "takes: context" in handlers
+    assert "takes: message" in page.locator('.sf-field[data-key="checks"]').inner_text()
