@@ -77,7 +77,9 @@
     let node = root;
     for (const raw of ref.slice(1).split("/").filter(Boolean)) {
       const part = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
-      if (!node || typeof node !== "object" || !own(node, part)) throw new Error(`SchemaForms: no ${ref} in the schema`);
+      if (!node || typeof node !== "object" || !own(node, part)) {
+        throw new Error(`SchemaForms: no ${ref} in the schema`);
+      }
       node = node[part];
     }
     return node;
@@ -101,7 +103,8 @@
     if (!type || type === "definition") return root;
     const defs = root.$defs || {};
     if (!own(defs, type)) {
-      throw new Error(`SchemaForms: no type ${JSON.stringify(type)} in the schema's $defs (${Object.keys(defs).join(", ")})`);
+      const known = Object.keys(defs).join(", ");
+      throw new Error(`SchemaForms: no type ${JSON.stringify(type)} in the schema's $defs (${known})`);
     }
     return defs[type];
   }
@@ -803,7 +806,8 @@
       const byText = new Map();
       if (!required.has(key) || !present) {
         const fallback = shownDefault(property, spec.inner);
-        const unset = el("option", null, required.has(key) ? "(choose)" : fallback ? `(default: ${fallback})` : "(none)");
+        const shown = required.has(key) ? "(choose)" : fallback ? `(default: ${fallback})` : "(none)";
+        const unset = el("option", null, shown);
         unset.value = "";
         unset.dataset.unset = "1";
         control.append(unset);
@@ -904,7 +908,7 @@
         const problems = [];
         check(root, inner, parsed, ctx.label, problems);
         if (problems.length) ctx.fail(problems);
-        // the file's own spelling of an unchanged number (1.0, 1e2) is the writer's to keep: the same number is no change
+        // the file's own spelling of a number (1.0, 1e2) is the writer's to keep: the same number is no change
         else ctx.apply(parsed);
       });
       return control;
@@ -921,7 +925,8 @@
     function itemNote(ctx, offer, name) {
       if (!offer || name === "") return null;
       if (offer.kind === "states") {
-        return offer.names.includes(name) ? null : el("small", "sf-warning", `${name}: no such state in this definition`);
+        if (offer.names.includes(name)) return null;
+        return el("small", "sf-warning", `${name}: no such state in this definition`);
       }
       const entry = catalog[offer.kind].find((candidate) => candidate.name === name);
       const missing = offer.kind === "tools" ? toolMissing(entry) : entry ? null : "not provided by --hooks";
@@ -937,7 +942,9 @@
       const list = el("ol", "sf-list");
       list.dataset.field = ctx.path;
       const start = current[key];
-      let items = Array.isArray(start) ? start.map((item) => (typeof item === "string" ? item : JSON.stringify(item))) : [];
+      const items = Array.isArray(start)
+        ? start.map((item) => (typeof item === "string" ? item : JSON.stringify(item)))
+        : [];
       if (start !== undefined && start !== null && !Array.isArray(start)) {
         ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(start)}, not a list; adding here replaces it`);
       }
@@ -1022,7 +1029,8 @@
       const adding = el("div", "sf-add");
       const fresh = mark(el("input", "sf-input sf-new"), `${ctx.path}.new`, ctx.id);
       fresh.type = "text";
-      fresh.placeholder = offer && offer.kind !== "states" ? `add a name (${offer.kind} --hooks provides below)` : "add…";
+      fresh.placeholder =
+        offer && offer.kind !== "states" ? `add a name (${offer.kind} --hooks provides below)` : "add…";
       if (listId) fresh.setAttribute("list", listId);
       const add = button("Add", "add", "Add to the list");
       const addName = (name) => {
@@ -1085,7 +1093,8 @@
       control.rows = Math.min(16, Math.max(3, control.value.split("\n").length + 1));
       const fallback = property.default !== undefined ? property.default : spec.inner.default;
       const kinds = describeSchema(root, property);
-      control.placeholder = fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
+      control.placeholder =
+        fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
       const isChecks = key === "checks" && type === "State";
       const cardsOf = itemsType(property);
       const cards =
