@@ -80,7 +80,7 @@ Each check grows about linearly with the size of the definition (``benchmarks/be
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -108,7 +108,7 @@ from llm_fsm.definition.models import FSMDefinition
 from llm_fsm.errors import Problem
 from llm_fsm.named_files import read_bytes
 
-__all__ = ["Diagnostic", "Finding", "Locator", "analyze", "find_warnings"]
+__all__ = ["Diagnostic", "Finding", "Locator", "analyze", "analyze_text", "find_warnings"]
 
 Severity = Literal["error", "warning"]
 Source = str | os.PathLike[str] | Mapping[str, Any]
@@ -147,12 +147,26 @@ def analyze(source: Source, *, strict: bool = False) -> list[Diagnostic]:
     ``strict`` makes unknown fields errors, as in :func:`llm_fsm.load`; the design warnings are still
     computed when unknown fields are the only errors.
     """
-    text, report = _read(source, strict)
+    return _diagnostics(lambda strict: _read(source, strict), strict)
+
+
+def analyze_text(text: str, *, source: str | None = None, strict: bool = False) -> list[Diagnostic]:
+    """:func:`analyze` of a definition's ``text`` as if it were the file ``source`` (which need not exist):
+    the same findings, with line:column in ``text`` and ``source`` as their file, and relative subflow
+    paths resolved from its folder. ``llm-fsm edit`` checks the text a save would write before writing it.
+    A leading byte order mark is skipped, as reading the file would skip it."""
+    text = text.removeprefix("\ufeff")
+    return _diagnostics(lambda strict: _read_text(text, source, strict), strict)
+
+
+def _diagnostics(read: Callable[[bool], tuple[str | None, LoadReport]], strict: bool) -> list[Diagnostic]:
+    """Errors first, then warnings, of what ``read(strict)`` gives (the text and the loader's report on it)."""
+    text, report = read(strict)
     diagnostics = [_from_problem(p, "error") for p in report.errors]
     diagnostics += [_from_problem(p, "warning") for p in report.warnings]
     definition = report.definition
     if definition is None and strict and all(p.code == "unknown_field" for p in report.errors):
-        definition = _read(source, False)[1].definition  # loads once the unknown fields are let through
+        definition = read(False)[1].definition  # loads once the unknown fields are let through
     if definition is not None:
         locator = Locator(text, definition)
         diagnostics += [locator.diagnostic(f, report.source) for f in find_warnings(definition)]
@@ -168,12 +182,16 @@ def _read(source: Source, strict: bool) -> tuple[str | None, LoadReport]:
         text = read_bytes(path, "definition").decode("utf-8-sig")
     except (OSError, UnicodeDecodeError):
         return None, inspect(path, strict=strict)  # the loader words these problems
+    return _read_text(text, str(path), strict)
+
+
+def _read_text(text: str, source: str | None, strict: bool) -> tuple[str, LoadReport]:
     try:
-        return text, load_text(text, source=str(path), strict=strict)
+        return text, load_text(text, source=source, strict=strict)
     except (RecursionError, ValueError) as exc:  # nesting too deep, integers too long for Python
         message = "nests too deeply" if isinstance(exc, RecursionError) else str(exc)
-        problem = Problem("", f"invalid JSON: {message}", code="json", source=str(path))
-        return text, LoadReport(None, [problem], source=str(path))
+        problem = Problem("", f"invalid JSON: {message}", code="json", source=source)
+        return text, LoadReport(None, [problem], source=source)
 
 
 def _from_problem(problem: Problem, severity: Severity) -> Diagnostic:

@@ -1,0 +1,239 @@
+"""The one file ``llm-fsm edit`` edits, and its layout side file: read, and saved only as the author meant.
+
+A save writes the text :func:`llm_fsm.editor.json_edit.render` makes of the edited value over the text on disk,
+atomically (a temporary file in the same folder, fsync, ``os.replace``), keeping the file's mode. It is refused
+(:class:`Conflict`) when the bytes on disk no longer hash to the sha the page read: someone else changed the file
+since, and writing would lose their change unless the author says so (``force``). When the bytes to write equal
+the disk's, nothing is written (``unchanged``): opening and saving an example leaves it as it was, its time too.
+
+Positions the author dragged nodes to live in ``<stem>.layout`` beside the definition (``order_flow.layout``),
+``{"version": 1, "positions": {"<state id>": {"x": 12.5, "y": 40}}}``: not in the definition, whose bytes then
+change only when its meaning does, and not ``.json``, which ``validate DIR`` and the examples' globs read.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import math
+import os
+import stat
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from llm_fsm.editor.json_edit import render
+from llm_fsm.named_files import read_bytes
+
+LAYOUT_VERSION = 1
+LAYOUT_SUFFIX = ".layout"
+
+
+class EditorFileError(Exception):
+    """The file (or its folder) cannot be read or written; the message names it and why."""
+
+
+class LayoutError(ValueError):
+    """Positions that are not ``{state id: {"x": number, "y": number}}``; the message names the first bad one."""
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """The file as it is on disk now. ``text`` is None when the file does not exist or is not UTF-8 text
+    (``problem`` then says why); ``sha`` is the sha256 of its bytes ("" when it does not exist)."""
+
+    text: str | None
+    sha: str
+    exists: bool
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
+class Saved:
+    """A save that succeeded: the file's new sha and text; ``unchanged`` when nothing needed writing."""
+
+    sha: str
+    text: str
+    unchanged: bool
+
+
+@dataclass(frozen=True)
+class Conflict:
+    """A save refused: the disk's bytes (sha ``sha``; "" when the file is gone) are not those the page read."""
+
+    sha: str
+
+
+def sha_of(data: bytes | None) -> str:
+    """The sha256 hex of a file's bytes; "" for a file that does not exist."""
+    return "" if data is None else hashlib.sha256(data).hexdigest()
+
+
+class EditedFile:
+    """The definition file at ``path`` (as the user gave it: messages name it so), which need not exist yet."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = Path(path)
+        self.shown = str(path)
+
+    @property
+    def name(self) -> str:
+        return self.path.name
+
+    @property
+    def layout_path(self) -> Path:
+        """``order_flow.json`` → ``order_flow.layout``, in the same folder."""
+        return self.path.with_name(self.path.stem + LAYOUT_SUFFIX)
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def _bytes(self) -> bytes | None:
+        """The file's bytes, None when it does not exist; :class:`EditorFileError` when it cannot be read."""
+        try:
+            return read_bytes(self.path, "definition")
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise EditorFileError(f"cannot read {self.shown}: {exc.strerror or exc}") from None
+
+    def read(self) -> Snapshot:
+        """The file now. Its text keeps a byte order mark (as a character) and its line ends: the writer
+        copies what did not change from it, byte for byte."""
+        data = self._bytes()
+        if data is None:
+            return Snapshot(None, "", False)
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            problem = f"{self.shown} is not UTF-8 text (byte {exc.start}): a definition file is UTF-8"
+            return Snapshot(None, sha_of(data), True, problem)
+        return Snapshot(text, sha_of(data), True)
+
+    # -- saving ------------------------------------------------------------------------------------
+
+    def render(self, value: Any, original: str | None) -> str:
+        """The text a save of ``value`` writes over ``original`` (the file's text, None for a new file)."""
+        return render(original, value)
+
+    def save(self, value: Any, base_sha: str, force: bool = False) -> Saved | Conflict:
+        """Write ``value`` (rendered over the text on disk) unless the disk changed since the page read
+        ``base_sha`` (then :class:`Conflict`, unless ``force``). :class:`EditorFileError` if it cannot be written."""
+        data = self._bytes()
+        disk_sha = sha_of(data)
+        if disk_sha != base_sha and not force:
+            return Conflict(disk_sha)
+        try:
+            original = data.decode("utf-8") if data is not None else None
+        except UnicodeDecodeError:
+            original = None  # not text: forced over, it is written fresh
+        text = self.render(value, original)
+        encoded = text.encode("utf-8")
+        if encoded == data:
+            return Saved(disk_sha, text, True)
+        write_atomically(self.path, encoded, self.shown)
+        return Saved(sha_of(encoded), text, False)
+
+    # -- layout ------------------------------------------------------------------------------------
+
+    def read_layout(self) -> tuple[dict[str, dict[str, float]], str | None]:
+        """The positions in the layout file (``{}`` when there is none) and, when the file is there but
+        cannot be used, why (its positions are then ignored: the graph is laid out afresh)."""
+        where = self.layout_path
+        try:
+            data = read_bytes(where, "layout")
+        except FileNotFoundError:
+            return {}, None
+        except OSError as exc:
+            return {}, f"cannot read {where}: {exc.strerror or exc}; its positions are ignored"
+        try:
+            document = json.loads(data.decode("utf-8-sig"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+            return {}, f"{where} is not JSON ({exc}); its positions are ignored"
+        if not isinstance(document, dict) or document.get("version") != LAYOUT_VERSION:
+            return (
+                {},
+                f'{where} is not a layout file ({{"version": 1, "positions": {{...}}}}); its positions are ignored',
+            )
+        try:
+            return checked_positions(document.get("positions", {}), f"{where}: positions"), None
+        except LayoutError as exc:
+            return {}, f"{exc}; its positions are ignored"
+
+    def write_layout(self, positions: Any) -> dict[str, dict[str, float]]:
+        """Write ``positions`` (checked first: :class:`LayoutError`) to the layout file, atomically."""
+        checked = checked_positions(positions)
+        document = {"version": LAYOUT_VERSION, "positions": checked}
+        text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
+        write_atomically(self.layout_path, text.encode("utf-8"), str(self.layout_path))
+        return checked
+
+
+def checked_positions(positions: Any, where: str = "positions") -> dict[str, dict[str, float]]:
+    """``{state id: {"x": x, "y": y}}`` with finite numbers (not booleans), or :class:`LayoutError` naming the
+    first entry that is not."""
+    if not isinstance(positions, Mapping):
+        raise LayoutError(f"{where} must be an object of state ids, not {type(positions).__name__}")
+    checked: dict[str, dict[str, float]] = {}
+    for state, position in positions.items():
+        if not isinstance(state, str) or not state:
+            raise LayoutError(f"{where}: a state id must be a non-empty string")
+        if not isinstance(position, Mapping) or set(position) != {"x", "y"}:
+            raise LayoutError(f'{where}.{state} must be {{"x": number, "y": number}}')
+        for axis in ("x", "y"):
+            number = position[axis]
+            if isinstance(number, bool) or not isinstance(number, int | float) or not math.isfinite(number):
+                raise LayoutError(f"{where}.{state}.{axis} must be a finite number, not {json.dumps(number)}")
+        checked[state] = {"x": position["x"], "y": position["y"]}
+    return checked
+
+
+def write_atomically(path: Path, data: bytes, shown: str) -> None:
+    """Replace the file at ``path`` (a link's target) with ``data``: a temporary file in the same folder,
+    flushed to disk, then renamed over it, so a crash leaves the old file or the new, never half of one.
+    The file keeps its mode; a new file gets the mode the umask gives. :class:`EditorFileError` naming ``shown``."""
+    target = Path(os.path.realpath(path))
+    folder = target.parent
+    if not folder.is_dir():
+        raise EditorFileError(f"cannot write {shown}: the folder {folder} does not exist")
+    try:
+        mode = stat.S_IMODE(os.stat(target).st_mode)
+    except FileNotFoundError:
+        umask = os.umask(0)
+        os.umask(umask)
+        mode = 0o666 & ~umask
+    except OSError as exc:
+        raise EditorFileError(f"cannot write {shown}: {exc.strerror or exc}") from None
+    temporary = None
+    try:
+        handle, temporary = tempfile.mkstemp(dir=folder, prefix=f".{target.name}.", suffix=".tmp")
+        with os.fdopen(handle, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(temporary, mode)
+        os.replace(temporary, target)
+        temporary = None
+        _sync_folder(folder)
+    except OSError as exc:
+        raise EditorFileError(f"cannot write {shown}: {exc.strerror or exc}") from None
+    finally:
+        if temporary is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(temporary)
+
+
+def _sync_folder(folder: Path) -> None:
+    """Flush the folder's entry for the renamed file (POSIX; elsewhere opening a folder fails: skipped)."""
+    try:
+        descriptor = os.open(folder, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(descriptor)
+    except OSError:
+        pass
+    finally:
+        os.close(descriptor)
