@@ -22,7 +22,7 @@ ARCHITECTURE = Path(__file__).resolve().parent.parent / "docs" / "architecture.m
 
 # The rooms, from the ground up: a module imports only from its own room and the rooms below it. A room is a
 # package of llm_fsm or a few top-level modules; the edges the turn uses (llm, telemetry, tools, memory) are
-# below it, and what people use (store, authoring, testing, server, cli) above the conversation.
+# below it, and what people use (store, authoring, testing, server, editor, cli) above the conversation.
 FLOORS: list[tuple[str, set[str]]] = [
     ("ground", {"errors", "values", "secrets", "records", "schemas", "jsonfiles", "named_files", "hooks", "contract"}),
     ("logic", {"logic"}),

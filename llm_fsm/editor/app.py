@@ -28,11 +28,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request, Response  # noqa: TID251 (the editor is a server of its own)
-from fastapi.concurrency import run_in_threadpool  # noqa: TID251
-from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse  # noqa: TID251
-from fastapi.staticfiles import StaticFiles  # noqa: TID251
-from starlette.exceptions import HTTPException as StarletteHTTPException  # noqa: TID251 (what routing raises)
+from fastapi import FastAPI, Request, Response
+from fastapi.concurrency import run_in_threadpool
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse
+from fastapi.staticfiles import StaticFiles
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from llm_fsm.editor.catalog import catalog
 from llm_fsm.editor.checks import check

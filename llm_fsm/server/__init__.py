@@ -1,7 +1,8 @@
 """``llm-fsm serve``: conversations over HTTP (``pip install 'llm-fsm-runtime[server]'``: FastAPI, uvicorn).
 
 :func:`create_app` is the library entry point: an ASGI app serving one or more definitions. This
-package is the only one importing FastAPI and Starlette; importing ``llm_fsm`` never loads it.
+package and the editor's own server (``llm_fsm/editor/app.py``) alone import FastAPI and Starlette;
+importing ``llm_fsm`` never loads them.
 """
 
 from __future__ import annotations

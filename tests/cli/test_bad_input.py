@@ -50,6 +50,7 @@ BASE = {
     "conversations prune": ["conversations", "prune", "--older-than", "30d", "--store", "{store}"],
     "serve": ["serve", "{arg}", "-m", "scripted:{script}", "--store", "{store}"],
     "new": ["new", "{arg}"],
+    "edit": ["edit", "{arg}", "--no-browser"],
 }
 GOOD_ARG = {
     "test": "{tests}",
@@ -154,6 +155,11 @@ BAD: dict[tuple[str, str], list[str]] = {
     ("serve", "wait"): ["-1", "soon"],
     ("serve", "workers"): ["0", "two"],
     ("serve", "max_body"): ["0", "many"],
+    **{("edit", name): values for name, values in PROVIDER.items()},
+    ("edit", "file"): ["{folder}", "{unreadable}", "{oversized}", "{missing}/bot.json", "{binary}/under.json"],
+    ("edit", "model"): ["", *NOT_A_SCRIPT],
+    ("edit", "port"): ["-1", "70000", "http"],
+    ("edit", "hooks"): BAD_HOOKS,
     ("serve", "cors_origin"): ["", "app.example", "https://app.example/path", "ftp://app.example"],
     ("serve", "history_window"): ["-1", "six"],
     ("serve", "max_corrections"): ["-1"],
@@ -198,6 +204,7 @@ def files(tmp_path, monkeypatch):
         raise AssertionError("serve accepted a bad value and started a server")
 
     monkeypatch.setattr(uvicorn, "run", serving)
+    monkeypatch.setattr(uvicorn.Server, "run", serving)  # edit runs its own Server on the socket it bound
     (tmp_path / "signup.json").write_text(json.dumps(OPEN))
     (tmp_path / "script.json").write_text(json.dumps([GREETING, NAME]))
     (tmp_path / "inputs.txt").write_text("I'm Ann\n")
