@@ -70,7 +70,9 @@ def render(original: str | None, value: Any) -> str:
     bom = _BOM if original.startswith(_BOM) else ""
     text = original[len(bom) :]
     try:
-        json.loads(text)  # the judge of what is JSON; the scanner below only reads what passed
+        loaded = json.loads(text)  # the judge of what is JSON; the scanner below only reads what passed
+        if loaded == value and _canon(loaded) == _canon(value):
+            return original
         root, end = _Scanner(text).value(_skip(text, 0))
     except (ValueError, RecursionError):
         return bom + _fresh_document(value)

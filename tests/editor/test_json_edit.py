@@ -182,10 +182,8 @@ def test_a_scalar_deep_inside_changes_one_line() -> None:
     assert changed_lines(text, edited(text, value)) == (['          "priority": 10,'], ['          "priority": 11,'])
     value = json.loads(text)
     value["states"]["identity"]["transitions"][0]["conditions"][0]["logic"]["=="][1] = False
-    line = (
-        '"conditions": [{"description": "identity confirmed", "logic": {"==": [{"var": "identity_verified"}, true]}}]'
-    )
-    assert changed_lines(text, edited(text, value)) == ([" " * 10 + line], [" " * 10 + line.replace("true", "false")])
+    line = '"conditions": [{"description": "identity confirmed", "logic": {"==": [{"var": "identity_verified"}, %s]}}]'
+    assert changed_lines(text, edited(text, value)) == ([" " * 10 + line % "true"], [" " * 10 + line % "false"])
 
 
 def test_a_new_state_is_written_in_the_files_style() -> None:
@@ -394,6 +392,28 @@ def test_the_indent_of_a_four_space_file_is_used_for_what_is_new() -> None:
         '{\n    "a": {\n        "b": 1,\n        "c": {\n            "d": [\n                {\n'
         '                    "e": 1\n                }\n            ]\n        }\n    }\n}'
     )
+
+
+def test_an_empty_container_filled_is_written_as_new() -> None:
+    text = '{\n  "s": {\n    "transitions": [],\n    "x": {"a": []}\n  }\n}\n'
+    value = {"s": {"transitions": [{"target_state": "t", "priority": 1}], "x": {"a": [{"b": 1}]}}}
+    assert edited(text, value) == (
+        '{\n  "s": {\n    "transitions": [\n      {\n        "target_state": "t",\n        "priority": 1\n'
+        '      }\n    ],\n    "x": {"a": [{"b": 1}]}\n  }\n}\n'
+    )
+    assert edited(text, {"s": {}}) == '{\n  "s": {}\n}\n'
+    assert edited(text, {}) == "{}\n"
+
+
+def test_a_long_array_pairs_its_elements_too() -> None:
+    value = [{"id": number, "tags": [number, number + 1]} for number in range(120)]
+    text = json.dumps(value, indent=2) + "\n"  # 120 × 120 pairs: past what is weighed pair by pair
+    value = copy.deepcopy(value)
+    value.insert(7, {"id": -1})
+    del value[50]
+    value[100]["id"] = "changed"
+    removed, added = changed_lines(text, edited(text, value))
+    assert len(removed) == 7 + 1 and len(added) == 3 + 1  # an element of 7 lines gone, one of 3 new, an id
 
 
 def test_bom_and_missing_final_newline_stay() -> None:
