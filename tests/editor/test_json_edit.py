@@ -304,6 +304,30 @@ def test_reordered_keys_and_elements_move_their_text() -> None:
     )
 
 
+def test_transitions_dragged_into_a_new_order_move_their_text_with_their_new_priorities() -> None:
+    text = INSURANCE.read_text(encoding="utf-8")
+    value = json.loads(text)
+    transitions = value["states"]["confirm"]["transitions"]
+    transitions.reverse()
+    transitions[0]["priority"], transitions[1]["priority"] = 10, 20
+    submitted = """        {
+          "target_state": "submitted",
+          "description": "The caller confirmed the claim",
+          "priority": P,
+          "conditions": [{"description": "confirmed", "logic": {"==": [{"var": "confirmed"}, true]}}]
+        }"""
+    incident = """        {
+          "target_state": "incident",
+          "description": "The caller wants to change a detail",
+          "priority": P,
+          "conditions": [{"description": "not confirmed", "logic": {"==": [{"var": "confirmed"}, false]}}]
+        }"""
+    before = submitted.replace("P", "10") + ",\n" + incident.replace("P", "20") + "\n"
+    after = incident.replace("P", "10") + ",\n" + submitted.replace("P", "20") + "\n"
+    assert before in text
+    assert edited(text, value) == text.replace(before, after)
+
+
 def test_a_key_added_to_a_one_line_object_stays_on_that_line() -> None:
     value = json.loads(SMALL)
     value["context_schema"]["email"]["format"] = "email"
