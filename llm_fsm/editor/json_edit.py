@@ -28,6 +28,7 @@ the white space before its comma (its *trail*). The new text is then built from 
   spaces when none), its line ends, ``\\u`` escapes if the file writes its non-ASCII text so; objects one member
   a line, arrays of scalars on one line (``["a", "b"]``); a container written on one line stays on one line
   (and what is added to it too), and a new object among siblings that are all one-line objects is one line.
+  An empty ``{}`` or ``[]`` has no style to keep: what fills it is written as new.
 
 An original that is missing, empty, only white space or not JSON has nothing to keep: the value is written
 fresh, two spaces, arrays of scalars inline, a final newline (and the byte order mark, if the text had one).
