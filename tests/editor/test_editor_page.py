@@ -1,0 +1,237 @@
+"""The page of ``llm-fsm edit FILE`` in a real headless Chromium (Debian's ``chromium``, driven by Playwright),
+on the real editor app (:func:`llm_fsm.editor.app.create_editor_app`) on a real uvicorn server, used as an
+author would: drawing a definition from an empty file, saving examples unchanged, renaming, a file changed
+on disk, a wrong token, hostile text. Screenshots go to ``tests/artifacts/browser/`` (``scripts/editor_screenshots.py``
+writes the ones ``docs/editor.md`` shows).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.conftest import ROOT
+from tests.server.test_server import live
+from tests.server.test_web_page import ARTIFACTS, WAIT_MS, browser, browser_test  # noqa: F401 (browser: a fixture)
+
+STATIC = ROOT / "llm_fsm" / "editor" / "static"
+EXAMPLES = sorted((ROOT / "fsm_definitions").glob("*.json"))
+TOKEN = "t0ken-for-the-editor-tests"
+
+
+class _Late:
+    """An ASGI app made once the server's port is known (the editor answers only at its own host:port)."""
+
+    def __init__(self) -> None:
+        self.app: Any = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        await self.app(scope, receive, send)
+
+
+@contextmanager
+def editing(path: Path, **options: Any) -> Iterator[str]:
+    """The editor of ``path`` on a real uvicorn server (``live()``): its base URL."""
+    from llm_fsm.editor.app import create_editor_app
+    from llm_fsm.editor.document import EditedFile
+
+    late = _Late()
+    with live(late) as base:
+        port = int(base.rsplit(":", 1)[1])
+        late.app = create_editor_app(EditedFile(path), TOKEN, port=port, **options)
+        yield base
+
+
+class Editor:
+    """A fresh tab on the editor at ``base`` (opened with the token), recording what the browser says went wrong."""
+
+    def __init__(self, browser: Any, base: str, token: str = TOKEN) -> None:
+        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+        self.tab = self.context.new_page()
+        self.tab.set_default_timeout(WAIT_MS)
+        self.problems: list[str] = []
+        self.tab.on("console", lambda m: m.type in ("error", "warning") and self.problems.append(m.text))
+        self.tab.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
+        self.response = self.tab.goto(f"{base}/?token={token}")
+
+    def ready(self) -> Editor:
+        """Wait until the file is drawn and checked."""
+        self.tab.wait_for_function("() => window.editor && window.editor.cy && window.editor.idle()")
+        return self
+
+    def js(self, expression: str, arg: Any = None) -> Any:
+        return self.tab.evaluate(expression, arg)
+
+    def settled(self) -> list[dict[str, Any]]:
+        """The problems, once they are those of the definition as it is now."""
+        self.tab.wait_for_function("() => window.editor.idle()")
+        return list(self.js("window.editor.problems()"))
+
+    def codes(self) -> list[str]:
+        return [p["code"] for p in self.settled()]
+
+    def doc(self) -> Any:
+        return self.js("window.editor.doc()")
+
+    def add_state(self, state_id: str) -> None:
+        self.tab.click("#add-state")
+        self.tab.fill("#new-state-id", state_id)
+        self.tab.press("#new-state-id", "Enter")
+        self.tab.wait_for_function("id => window.editor.cy.getElementById('s:' + id).length === 1", arg=state_id)
+
+    def node_at(self, state_id: str) -> tuple[float, float]:
+        """Where the state's node is on the screen (page coordinates)."""
+        box = self.tab.locator("#graph").bounding_box()
+        at = self.js("id => window.editor.cy.getElementById('s:' + id).renderedPosition()", state_id)
+        return box["x"] + at["x"], box["y"] + at["y"]
+
+    def drag_connect(self, source: str, target: str) -> None:
+        """Draw a transition as an author does: Connect, then drag from one state onto another."""
+        self.tab.click("#connect")
+        (x1, y1), (x2, y2) = self.node_at(source), self.node_at(target)
+        mouse = self.tab.mouse
+        mouse.move(x1, y1)
+        mouse.down()
+        for step in range(1, 11):
+            mouse.move(x1 + (x2 - x1) * step / 10, y1 + (y2 - y1) * step / 10)
+            time.sleep(0.02)
+        time.sleep(0.15)  # edgehandles' hover delay
+        mouse.move(x2 + 1, y2 + 1)
+        mouse.up()
+        self.tab.click("#connect")
+
+    def save(self) -> None:
+        saves = self.tab.get_attribute("#save-state", "data-saves") or "0"
+        self.tab.keyboard.press("Control+s")
+        self.tab.wait_for_function(
+            "n => document.querySelector('#save-state').dataset.saves === String(n)", arg=int(saves) + 1
+        )
+
+    def screenshot(self, name: str) -> Path:
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        path = ARTIFACTS / f"{name}.png"
+        self.tab.screenshot(path=str(path))
+        return path
+
+    def close(self) -> None:
+        self.context.close()
+
+
+@pytest.fixture
+def opened(browser: Any) -> Iterator[Any]:  # noqa: F811 (browser is the fixture imported above)
+    tabs: list[Editor] = []
+
+    def open_editor(base: str, token: str = TOKEN) -> Editor:
+        tabs.append(Editor(browser, base, token))
+        return tabs[-1]
+
+    yield open_editor
+    for tab in tabs:
+        assert tab.problems == [], tab.problems  # no page error nor console error in any test
+        tab.close()
+
+
+# -- how the page is built -------------------------------------------------------------------------
+
+
+def test_the_page_runs_no_inline_script_and_inserts_no_html():
+    html = (STATIC / "index.html").read_text()
+    scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
+    assert scripts and all("src=" in attributes and not body.strip() for attributes, body in scripts)
+    assert not re.search(r"\son[a-z]+\s*=", html)  # no inline event handlers (the policy would refuse them)
+    for name in ("editor.js", "vendor/lodash-shim/lodash-shim.js"):
+        script = (STATIC / name).read_text()
+        for risky in ("innerHTML", "eval(", "new Function", "insertAdjacentHTML", "outerHTML", "document.write"):
+            assert risky not in script, (name, risky)
+    for vendored in ("cytoscape", "cytoscape-edgehandles", "dagre"):
+        folder = STATIC / "vendor" / vendored
+        assert "MIT" in (folder / "LICENSE").read_text() or "Permission is hereby granted" in (folder / "LICENSE").read_text()
+        readme = (folder / "README.md").read_text()
+        assert "sha256" in readme and "integrity" in readme and "npm pack" in readme, vendored
+
+
+def validate_strict(path: Path) -> Any:
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    return CliRunner().invoke(app, ["validate", "--strict", str(path)])
+
+
+# -- the page in a browser -------------------------------------------------------------------------
+
+
+@browser_test
+def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_then_saves_and_validates(opened: Any, tmp_path: Path):
+    path = tmp_path / "signup.json"  # not there yet: a new definition
+    with editing(path) as base:
+        page = opened(base).ready()
+        assert page.doc() == {"name": "signup", "states": {}}  # the name from the file, no states yet
+        assert "a new file" in page.tab.inner_text("#notice-text")
+        assert {"missing_field", "no_states"} <= set(page.codes())
+        assert page.tab.inner_text("#save-state") == "unsaved"
+
+        page.add_state("ask_email")
+        page.add_state("done")
+        page.tab.click("#add-state")
+        page.tab.fill("#new-state-id", "9lives")  # the id pattern and uniqueness are checked as you type
+        assert "letters, digits and underscores" in page.tab.inner_text("#new-state-error")
+        page.tab.fill("#new-state-id", "done")
+        assert "already a state 'done'" in page.tab.inner_text("#new-state-error")
+        page.tab.press("#new-state-id", "Escape")
+        assert page.doc()["initial_state"] == "ask_email"  # the first state added starts the conversation
+        assert page.js("() => window.editor.cy.getElementById('s:done').hasClass('terminal')")
+
+        page.drag_connect("ask_email", "done")  # drawn with the mouse: Connect, then drag
+        assert page.doc()["states"]["ask_email"]["transitions"] == [{"target_state": "done", "priority": 100}]
+        assert page.js("() => window.editor.selection()") == {"kind": "transition", "state": "ask_email", "index": 0}
+        page.js(
+            """() => window.editor.change(d => {
+                d.states.ask_email.required_context_keys = ["email"];
+                d.states.ask_email.transitions[0].conditions = [{requires_context_keys: ["email"]}];
+            })"""
+        )
+        assert page.codes() == []
+        assert page.js("() => window.editor.cy.getElementById('t:ask_email:0').data('label')") == "100 · needs email"
+
+        # a state once entered never left: the warning appears on it, and goes when a way out is drawn
+        page.add_state("stuck")
+        page.drag_connect("ask_email", "stuck")
+        page.js("() => window.editor.connect('stuck', 'stuck')")
+        assert page.doc()["states"]["ask_email"]["transitions"][1] == {"target_state": "stuck", "priority": 110}
+        assert "self_loop_no_exit" in page.codes()
+        assert page.js("() => window.editor.cy.getElementById('s:stuck').hasClass('has-warning')")
+        page.tab.click("#problems li.warning")  # a problem selects what it is about
+        assert page.js("() => window.editor.selection()") == {"kind": "state", "state": "stuck"}
+        page.drag_connect("stuck", "done")
+        assert "self_loop_no_exit" not in page.codes()
+        assert not page.js("() => window.editor.cy.getElementById('s:stuck').hasClass('has-warning')")
+
+        # undo and redo walk the changes back and forth (the buttons and the keys)
+        before = page.doc()
+        page.tab.click("#graph")
+        page.tab.keyboard.press("Control+z")
+        assert page.doc()["states"]["stuck"]["transitions"] == [{"target_state": "stuck", "priority": 100}]
+        assert "self_loop_no_exit" in page.codes()
+        page.tab.keyboard.press("Control+Shift+z")
+        assert page.doc() == before
+        page.tab.click("#undo")
+        page.tab.keyboard.press("Control+y")
+        assert page.doc() == before and page.codes() == []
+
+        page.save()
+        assert page.tab.inner_text("#save-state") == "saved"
+        assert json.loads(path.read_text()) == before
+        result = validate_strict(path)
+        assert result.exit_code == 0, result.output
+        assert not path.with_suffix(".layout").exists()  # nothing was moved by hand
