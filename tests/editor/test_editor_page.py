@@ -60,9 +60,17 @@ class Editor:
         self.tab = self.context.new_page()
         self.tab.set_default_timeout(WAIT_MS)
         self.problems: list[str] = []
+        self.expected: list[str] = []  # what a test expects the browser to report (an answer's status)
         self.tab.on("console", lambda m: m.type in ("error", "warning") and self.problems.append(m.text))
         self.tab.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
         self.response = self.tab.goto(f"{base}/?token={token}")
+
+    def expect_status(self, status: int) -> None:
+        """The browser reports an answer with this status as a console error: the test expects it."""
+        self.expected.append(f"the server responded with a status of {status} ")
+
+    def unexpected(self) -> list[str]:
+        return [p for p in self.problems if not any(e in p for e in self.expected)]
 
     def ready(self) -> Editor:
         """Wait until the file is drawn and checked."""
@@ -117,6 +125,14 @@ class Editor:
             "n => document.querySelector('#save-state').dataset.saves === String(n)", arg=int(saves) + 1
         )
 
+    def wait_text(self, selector: str, pattern: str) -> None:
+        """Wait until the element's text matches ``pattern`` (a regex)."""
+        self.tab.wait_for_function(
+            "([selector, pattern]) => { const node = document.querySelector(selector);"
+            " return node !== null && new RegExp(pattern).test(node.textContent); }",
+            arg=[selector, pattern],
+        )
+
     def screenshot(self, name: str) -> Path:
         ARTIFACTS.mkdir(parents=True, exist_ok=True)
         path = ARTIFACTS / f"{name}.png"
@@ -137,7 +153,7 @@ def opened(browser: Any) -> Iterator[Any]:  # noqa: F811 (browser is the fixture
 
     yield open_editor
     for tab in tabs:
-        assert tab.problems == [], tab.problems  # no page error nor console error in any test
+        assert tab.unexpected() == [], tab.unexpected()  # no page error nor console error in any test
         tab.close()
 
 
@@ -235,3 +251,192 @@ def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_then_saves_an
         result = validate_strict(path)
         assert result.exit_code == 0, result.output
         assert not path.with_suffix(".layout").exists()  # nothing was moved by hand
+
+
+@pytest.fixture
+def examples(tmp_path: Path) -> Path:
+    """A copy of ``fsm_definitions/`` (its subflows, hooks and tests beside the examples, as they are read)."""
+    folder = tmp_path / "fsm_definitions"
+    shutil.copytree(ROOT / "fsm_definitions", folder)
+    return folder
+
+
+@browser_test
+@pytest.mark.parametrize("example", [p.name for p in EXAMPLES])
+def test_an_example_opened_and_saved_unchanged_keeps_every_byte(opened: Any, examples: Path, example: str):
+    path = examples / example
+    original = path.read_bytes()
+    with editing(path) as base:
+        page = opened(base).ready()
+        assert page.doc() == json.loads(original)
+        assert page.tab.inner_text("#save-state") == "saved"
+        page.save()
+        assert "saved" in page.tab.inner_text("#save-state")
+    assert path.read_bytes() == original
+    assert not path.with_suffix(".layout").exists()  # opening and saving never makes the side file
+
+
+def references(doc: Any, state: str) -> int:
+    """How many fields of ``doc`` name ``state`` (targets, initial_state, except_states, fallback_state)."""
+    count = int(doc.get("initial_state") == state)
+    for body in doc["states"].values():
+        count += sum(t["target_state"] == state for t in body.get("transitions", []))
+        count += int(body.get("fallback_state") == state)
+    for move in doc.get("global_transitions", []):
+        count += int(move["target_state"] == state) + move.get("except_states", []).count(state)
+    return count
+
+
+@browser_test
+def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: Any, examples: Path):
+    path = examples / "order_flow.json"
+    before = json.loads(path.read_text())
+    used = references(before, "review")
+    assert used >= 3
+    with editing(path) as base:
+        page = opened(base).ready()
+        # an author moves the state: its place is kept in the side file, and stays after a new layout
+        x, y = page.node_at("review")
+        page.tab.mouse.move(x, y)
+        page.tab.mouse.down()
+        page.tab.mouse.move(x + 40, y + 30, steps=5)
+        page.tab.mouse.up()
+        layout = path.with_suffix(".layout")
+        page.tab.wait_for_function("() => Object.keys(window.editor.positions()).length === 1")
+        for _ in range(100):
+            if layout.exists():
+                break
+            time.sleep(0.05)
+        kept = json.loads(layout.read_text())["positions"]["review"]
+        page.tab.click("#layout")
+        at = page.js("() => window.editor.cy.getElementById('s:review').position()")
+        assert (round(at["x"], 1), round(at["y"], 1)) == (kept["x"], kept["y"])
+
+        page.js("() => window.editor.select('state', 'review')")
+        page.tab.fill("#rename-id", "choose")  # taken
+        page.tab.click("#rename-apply")
+        assert "already a state 'choose_quantity'" not in page.tab.inner_text("#rename-error")
+        page.tab.fill("#rename-id", "choose_quantity")
+        page.tab.click("#rename-apply")
+        assert "already a state 'choose_quantity'" in page.tab.inner_text("#rename-error")
+        page.tab.fill("#rename-id", "check_order")
+        page.tab.press("#rename-id", "Enter")
+        doc = page.doc()
+        assert references(doc, "review") == 0 and references(doc, "check_order") == used
+        assert list(doc["states"]) == [("check_order" if s == "review" else s) for s in before["states"]]  # same place
+        assert page.codes() == []
+        assert page.js("() => window.editor.cy.getElementById('s:check_order').length") == 1
+        page.save()
+    saved = json.loads(path.read_text())
+    assert saved == doc
+    assert validate_strict(path).exit_code == 0
+    assert set(json.loads(layout.read_text())["positions"]) == {"check_order"}  # the kept place follows
+
+
+@browser_test
+def test_a_file_changed_on_disk_is_not_overwritten_unless_the_author_says_so(opened: Any, examples: Path):
+    path = examples / "small_talk.json"
+    with editing(path) as base:
+        page = opened(base).ready()
+        page.expect_status(409)
+        page.add_state("mine")
+        theirs = json.loads(path.read_text())
+        theirs["description"] = "changed by someone else"
+        path.write_text(json.dumps(theirs, indent=2) + "\n")
+
+        page.tab.keyboard.press("Control+s")
+        page.tab.wait_for_selector("#conflict-dialog[open]")
+        page.tab.click("#conflict-cancel")  # nothing happens: the edits stay, unsaved
+        assert page.tab.inner_text("#save-state") == "unsaved" and "mine" in page.doc()["states"]
+        assert json.loads(path.read_text()) == theirs
+
+        page.tab.click("#save")
+        page.tab.wait_for_selector("#conflict-dialog[open]")
+        page.tab.click("#conflict-overwrite")
+        page.tab.wait_for_function("() => document.querySelector('#save-state').textContent === 'saved'")
+        mine = json.loads(path.read_text())
+        assert "mine" in mine["states"] and mine["description"] != "changed by someone else"
+
+        theirs = dict(mine, description="changed again")
+        path.write_text(json.dumps(theirs, indent=2) + "\n")
+        page.add_state("lost")
+        page.tab.click("#save")
+        page.tab.wait_for_selector("#conflict-dialog[open]")
+        page.tab.click("#conflict-reload")  # the disk wins: the page shows what it holds, edits and undo gone
+        page.tab.wait_for_function("() => window.editor.doc().description === 'changed again'")
+        assert page.doc() == theirs and page.tab.inner_text("#save-state") == "saved"
+        assert page.tab.is_disabled("#undo")
+        page.add_state("after_reload")
+        page.save()  # saved over the text it reloaded: no conflict
+        assert "after_reload" in json.loads(path.read_text())["states"]
+
+
+@browser_test
+def test_a_wrong_or_missing_token_gets_a_short_page_and_none_of_the_file(opened: Any, tmp_path: Path):
+    path = tmp_path / "secret.json"
+    path.write_text(json.dumps({"name": "secret", "description": "the-secret-words", "states": {"a": {}}}))
+    with editing(path) as base:
+        for token in ("wrong", ""):
+            page = opened(base, token=token)
+            assert page.response.status == 403
+            body = page.tab.inner_text("body")
+            assert "llm-fsm edit printed" in body and "the-secret-words" not in body
+            assert page.tab.evaluate("() => typeof window.editor") == "undefined"  # the page's script never ran
+            page.expect_status(403)  # the refusal itself
+            page.expect_status(404)  # and the favicon the browser asks the refusal's page for
+        page = opened(base).ready()  # the right token still opens it
+        assert page.doc()["description"] == "the-secret-words"
+
+
+HOSTILE = '<img src=x onerror="window.__pwned = 1">'
+
+
+@browser_test
+def test_every_text_of_the_file_is_shown_as_text(opened: Any, tmp_path: Path):
+    path = tmp_path / "hostile.json"
+    definition = {
+        "name": "hostile",
+        "description": HOSTILE,
+        "initial_state": "start",
+        "states": {
+            "start": {
+                "purpose": HOSTILE,
+                "opening": "Hello " + HOSTILE,
+                "transitions": [{"target_state": "end", "description": HOSTILE, "conditions": [{"description": HOSTILE}]}],
+            },
+            "end": {"purpose": "bye"},
+            HOSTILE: {"purpose": HOSTILE},  # not an id: the problem's message quotes it
+        },
+    }
+    path.write_text(json.dumps(definition, indent=2))
+    with editing(path) as base:
+        page = opened(base).ready()
+        problems = page.settled()
+        assert any(HOSTILE in p["message"] for p in problems)
+        shown = page.tab.inner_text("#problems")
+        assert HOSTILE in shown
+        page.js("() => window.editor.select('state', 'start')")
+        page.js("() => window.editor.select('transition', 'start', 0)")
+        assert page.js("() => window.editor.cy.getElementById('t:start:0').data('label')").startswith("100 · <img")
+        page.expect_status(422)
+        page.tab.click("#chat-start")  # it does not load: the chat says why, quoting the id
+        page.wait_text("#chat-error", "fix the problems first")
+        assert HOSTILE in page.tab.inner_text("#chat-error")
+
+        page.js("() => window.editor.select('state', 'start')")
+        page.tab.keyboard.press("Delete")
+        page.tab.wait_for_selector("#confirm-dialog[open]")
+        assert "Delete the state 'start' and the 0" not in page.tab.inner_text("#confirm-text")
+        page.tab.click("#confirm-cancel")  # nothing deleted
+        assert "start" in page.doc()["states"]
+        page.js("id => window.editor.select('state', id)", HOSTILE)
+        page.tab.click("#delete")
+        assert HOSTILE in page.tab.inner_text("#confirm-text")
+        page.tab.click("#confirm-ok")
+        assert set(page.doc()["states"]) == {"start", "end"} and page.codes() == []
+        page.tab.click("#chat-start")
+        page.tab.wait_for_selector("#transcript li.assistant")
+        assert page.tab.inner_text("#transcript li.assistant") == "Hello " + HOSTILE
+        assert page.js("() => document.querySelectorAll('img').length") == 0
+        assert page.js("() => window.__pwned") is None
+        page.screenshot("editor-hostile")
