@@ -1,0 +1,1271 @@
+// Forms from the definition's JSON Schema (schema/fsm.schema.json), for `llm-fsm edit`'s page.
+//
+// window.SchemaForms.render(container, options) draws the form of one part of a definition (its top level, a
+// state, a transition, a global transition, or any other $defs type) and calls options.onChange(newValue) with the
+// whole edited object each time the author changes a field to something valid. Plain JavaScript, no build step, no
+// dependencies; every text (the schema's, the file's, the catalog's) is inserted with textContent, never as HTML.
+//
+// The file is the author's: a field nobody touched stays absent (no default is ever written), clearing an optional
+// field removes its key, and the object handed to onChange keeps the original key order with new keys appended at
+// the end, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
+// yet (bad JSON, a pattern not matched, a number out of range) stays in its box with the reason beside it and is
+// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses.
+"use strict";
+
+(function (global) {
+  const REMOVE = Symbol("remove"); // a field's value when its key should vanish from the object
+
+  // Prose: a textarea (several lines) rather than a one-line input. Decided by name, since the schema gives no
+  // maxLength for them; a string field with a maxLength of 200 or less is always a one-line input.
+  const PROSE = new Set([
+    "description",
+    "purpose",
+    "instructions",
+    "extraction_instructions",
+    "response_instructions",
+    "persona",
+    "opening",
+    "rubric",
+    "initial",
+    "fallback",
+    "pause",
+    "approval",
+    "step_failed",
+  ]);
+  // Fields holding a state id: a choice of the definition's states (options.stateIds), "$return" where allowed.
+  const STATE_FIELDS = { target_state: { allowReturn: true }, initial_state: {}, fallback_state: {} };
+  const STATE_LISTS = new Set(["except_states"]);
+
+  const own = (object, key) => Object.prototype.hasOwnProperty.call(object, key);
+  const isObject = (value) => value !== null && typeof value === "object" && !Array.isArray(value);
+  const clone = (value) => (value === undefined ? undefined : JSON.parse(JSON.stringify(value)));
+  const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
+  const isEmptyish = (value) =>
+    value === null ||
+    value === "" ||
+    (Array.isArray(value) && value.length === 0) ||
+    (isObject(value) && Object.keys(value).length === 0);
+
+  function el(tag, className, text) {
+    const node = document.createElement(tag);
+    if (className) node.className = className;
+    if (text !== undefined && text !== null) node.textContent = String(text);
+    return node;
+  }
+
+  function humanize(key) {
+    const words = String(key).replace(/^\$/, "").split("_").filter(Boolean);
+    const text = words.join(" ");
+    return text ? text.charAt(0).toUpperCase() + text.slice(1) : String(key);
+  }
+
+  // -- the schema ---------------------------------------------------------------------------------------------
+
+  function resolveRef(root, ref) {
+    if (typeof ref !== "string" || !ref.startsWith("#")) throw new Error(`SchemaForms: cannot follow $ref ${ref}`);
+    let node = root;
+    for (const raw of ref.slice(1).split("/").filter(Boolean)) {
+      const part = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
+      if (!node || typeof node !== "object" || !own(node, part)) throw new Error(`SchemaForms: no ${ref} in the schema`);
+      node = node[part];
+    }
+    return node;
+  }
+
+  // The schema a $ref points at, with the referring node's own keywords (description, default...) over it.
+  function deref(root, schema) {
+    let node = schema;
+    for (let hops = 0; node && typeof node === "object" && typeof node.$ref === "string"; hops++) {
+      if (hops > 64) throw new Error("SchemaForms: $ref loop in the schema");
+      const target = resolveRef(root, node.$ref);
+      const rest = Object.assign({}, node);
+      delete rest.$ref;
+      node = Object.keys(rest).length ? Object.assign({}, target, rest) : target;
+    }
+    return node;
+  }
+
+  function typeSchema(root, type) {
+    if (!isObject(root)) throw new Error("SchemaForms: options.schema is not a JSON Schema object");
+    if (!type || type === "definition") return root;
+    const defs = root.$defs || {};
+    if (!own(defs, type)) {
+      throw new Error(`SchemaForms: no type ${JSON.stringify(type)} in the schema's $defs (${Object.keys(defs).join(", ")})`);
+    }
+    return defs[type];
+  }
+
+  // What widget a property gets: {kind, inner (the schema of its one non-null form), nullable}.
+  function classify(root, property) {
+    let inner = deref(root, property);
+    let nullable = false;
+    const branches = inner.anyOf || inner.oneOf;
+    if (Array.isArray(branches) && inner.type === undefined) {
+      const kept = branches.filter((branch) => deref(root, branch).type !== "null");
+      nullable = kept.length < branches.length;
+      if (kept.length !== 1) return { kind: "json", inner, nullable };
+      inner = deref(root, kept[0]);
+    }
+    if (inner.enum !== undefined || inner.const !== undefined) return { kind: "enum", inner, nullable };
+    const type = inner.type;
+    if (type === "boolean") return { kind: "bool", inner, nullable };
+    if (type === "integer" || type === "number") return { kind: "number", inner, nullable };
+    if (type === "string") return { kind: "string", inner, nullable };
+    if (type === "array" && inner.items) {
+      const items = deref(root, inner.items);
+      if (items.type === "string" && items.enum === undefined) return { kind: "list", inner, items, nullable };
+    }
+    return { kind: "json", inner, nullable };
+  }
+
+  // -- validation (the part of JSON Schema fsm.schema.json uses) ----------------------------------------------
+
+  function pathLabel(path, key) {
+    if (typeof key === "number") return `${path}[${key}]`;
+    const name = /^[A-Za-z_$][A-Za-z0-9_$]*$/.test(key) ? key : JSON.stringify(key);
+    if (!path) return name;
+    return name === key ? `${path}.${key}` : `${path}[${name}]`;
+  }
+
+  function typeOf(value) {
+    if (value === null) return "null";
+    if (Array.isArray(value)) return "array";
+    if (typeof value === "number") return Number.isInteger(value) ? "integer" : "number";
+    return typeof value;
+  }
+
+  function isType(value, type) {
+    switch (type) {
+      case "null":
+        return value === null;
+      case "array":
+        return Array.isArray(value);
+      case "object":
+        return isObject(value);
+      case "integer":
+        return typeof value === "number" && Number.isInteger(value);
+      case "number":
+        return typeof value === "number" && Number.isFinite(value);
+      default:
+        return typeof value === type;
+    }
+  }
+
+  function orList(words) {
+    if (words.length <= 1) return words.join("");
+    return `${words.slice(0, -1).join(", ")} or ${words[words.length - 1]}`;
+  }
+
+  function describeSchema(root, schema) {
+    const node = deref(root, schema);
+    if (node.const !== undefined) return JSON.stringify(node.const);
+    if (Array.isArray(node.enum)) return orList(node.enum.map((v) => JSON.stringify(v)));
+    const type = Array.isArray(node.type) ? orList(node.type) : node.type;
+    if (node.title && type === "object" && schema.$ref) return `${node.title} (an object)`;
+    if (type === "array" && node.items) {
+      const items = deref(root, node.items);
+      if (items.type && !Array.isArray(items.type)) return `a list of ${items.type}s`;
+    }
+    if (type) return type;
+    const branches = node.anyOf || node.oneOf;
+    if (Array.isArray(branches)) return orList(branches.map((b) => describeSchema(root, b)));
+    return "a value";
+  }
+
+  // Whether the value has the shape (type, const or enum) a branch of anyOf/oneOf is about.
+  function shapeFits(root, schema, value) {
+    const node = deref(root, schema);
+    if (node.type !== undefined) {
+      const types = Array.isArray(node.type) ? node.type : [node.type];
+      return types.some((type) => isType(value, type));
+    }
+    if (node.const !== undefined) return typeOf(node.const) === typeOf(value);
+    if (Array.isArray(node.enum)) return node.enum.some((v) => typeOf(v) === typeOf(value));
+    const branches = node.anyOf || node.oneOf;
+    if (Array.isArray(branches)) return branches.some((b) => shapeFits(root, b, value));
+    if (Array.isArray(node.allOf)) return node.allOf.every((b) => shapeFits(root, b, value));
+    return true;
+  }
+
+  function at(path) {
+    return path || "(the value)";
+  }
+
+  function checkBranches(root, schema, branches, value, path, out) {
+    const results = branches.map((branch) => {
+      const found = [];
+      check(root, branch, value, path, found);
+      return found;
+    });
+    if (results.some((found) => found.length === 0)) return;
+    const tag = schema.discriminator;
+    if (tag && typeof tag.propertyName === "string" && isObject(value)) {
+      const mapping = tag.mapping || {};
+      const chosen = value[tag.propertyName];
+      if (typeof chosen === "string" && own(mapping, chosen)) {
+        check(root, { $ref: mapping[chosen] }, value, path, out);
+      } else {
+        const given = chosen === undefined ? "missing" : `got ${JSON.stringify(chosen)}`;
+        const choices = Object.keys(mapping).map((k) => JSON.stringify(k));
+        out.push(`${pathLabel(path, tag.propertyName)}: must be one of ${choices.join(", ")} (${given})`);
+      }
+      return;
+    }
+    const fitting = branches.map((b, i) => i).filter((i) => shapeFits(root, branches[i], value));
+    if (fitting.length) {
+      let best = fitting[0];
+      for (const i of fitting) if (results[i].length < results[best].length) best = i;
+      out.push(...results[best]);
+      return;
+    }
+    const expected = orList(branches.map((b) => describeSchema(root, b)));
+    out.push(`${at(path)}: expected ${expected}, got ${typeOf(value)}`);
+  }
+
+  function check(root, schema, value, path, out) {
+    if (schema === true || schema === undefined || schema === null) return;
+    if (schema === false) {
+      out.push(`${at(path)}: not allowed`);
+      return;
+    }
+    const node = deref(root, schema);
+    if (Array.isArray(node.allOf)) for (const part of node.allOf) check(root, part, value, path, out);
+    if (Array.isArray(node.anyOf)) checkBranches(root, node, node.anyOf, value, path, out);
+    if (Array.isArray(node.oneOf)) checkBranches(root, node, node.oneOf, value, path, out);
+    if (node.type !== undefined) {
+      const types = Array.isArray(node.type) ? node.type : [node.type];
+      if (!types.some((type) => isType(value, type))) {
+        out.push(`${at(path)}: expected ${orList(types)}, got ${typeOf(value)}`);
+        return;
+      }
+    }
+    if (node.const !== undefined && !same(node.const, value)) {
+      out.push(`${at(path)}: must be ${JSON.stringify(node.const)}, not ${JSON.stringify(value)}`);
+    }
+    if (Array.isArray(node.enum) && !node.enum.some((choice) => same(choice, value))) {
+      const choices = node.enum.map((v) => JSON.stringify(v)).join(", ");
+      out.push(`${at(path)}: must be one of ${choices}, not ${JSON.stringify(value)}`);
+    }
+    if (typeof value === "string") {
+      const length = Array.from(value).length;
+      if (typeof node.minLength === "number" && length < node.minLength) {
+        out.push(`${at(path)}: at least ${node.minLength} character${node.minLength === 1 ? "" : "s"}`);
+      }
+      if (typeof node.maxLength === "number" && length > node.maxLength) {
+        out.push(`${at(path)}: at most ${node.maxLength} characters (this is ${length})`);
+      }
+      if (typeof node.pattern === "string" && !new RegExp(node.pattern, "u").test(value)) {
+        out.push(`${at(path)}: ${JSON.stringify(value)} does not match ${node.pattern}`);
+      }
+    }
+    if (typeof value === "number") {
+      if (typeof node.minimum === "number" && value < node.minimum) out.push(`${at(path)}: at least ${node.minimum}`);
+      if (typeof node.maximum === "number" && value > node.maximum) out.push(`${at(path)}: at most ${node.maximum}`);
+      if (typeof node.exclusiveMinimum === "number" && value <= node.exclusiveMinimum) {
+        out.push(`${at(path)}: more than ${node.exclusiveMinimum}`);
+      }
+      if (typeof node.exclusiveMaximum === "number" && value >= node.exclusiveMaximum) {
+        out.push(`${at(path)}: less than ${node.exclusiveMaximum}`);
+      }
+    }
+    if (Array.isArray(value)) {
+      if (typeof node.minItems === "number" && value.length < node.minItems) {
+        out.push(`${at(path)}: at least ${node.minItems} item${node.minItems === 1 ? "" : "s"}`);
+      }
+      if (typeof node.maxItems === "number" && value.length > node.maxItems) {
+        out.push(`${at(path)}: at most ${node.maxItems} items`);
+      }
+      if (node.items !== undefined) value.forEach((item, i) => check(root, node.items, item, pathLabel(path, i), out));
+    }
+    if (isObject(value)) {
+      const keys = Object.keys(value);
+      for (const name of node.required || []) {
+        if (!own(value, name)) out.push(`${pathLabel(path, name)}: required (missing)`);
+      }
+      if (typeof node.minProperties === "number" && keys.length < node.minProperties) {
+        out.push(`${at(path)}: at least ${node.minProperties} entr${node.minProperties === 1 ? "y" : "ies"}`);
+      }
+      const properties = isObject(node.properties) ? node.properties : {};
+      for (const key of keys) {
+        if (node.propertyNames !== undefined) {
+          const found = [];
+          check(root, node.propertyNames, key, "", found);
+          if (found.length) out.push(`${pathLabel(path, key)}: the name ${JSON.stringify(key)} is not allowed`);
+        }
+        if (own(properties, key)) {
+          check(root, properties[key], value[key], pathLabel(path, key), out);
+        } else if (node.additionalProperties === false) {
+          const known = Object.keys(properties);
+          const where = node.title ? `${node.title} has` : "there is";
+          out.push(`${pathLabel(path, key)}: not allowed (${where} no such field; fields: ${known.join(", ")})`);
+        } else if (node.additionalProperties !== undefined) {
+          check(root, node.additionalProperties, value[key], pathLabel(path, key), out);
+        }
+      }
+    }
+  }
+
+  /** The problems of `value` as a `defName` ("definition" or a $defs name): ["path: what is wrong", ...]. */
+  function validate(schema, defName, value, path) {
+    const out = [];
+    check(schema, typeSchema(schema, defName), value, path || "", out);
+    return out;
+  }
+
+  // -- JSON text: where it goes wrong, as line:column ---------------------------------------------------------
+
+  // JSON.parse says where only in some engines and in words that vary; this scanner finds the first mistake.
+  function jsonMistake(text) {
+    let i = 0;
+    const n = text.length;
+    const stop = (message, where) => {
+      throw { where: where === undefined ? i : where, message };
+    };
+    const shown = (c) => (c === undefined ? "the end of the text" : JSON.stringify(c));
+    const spaces = () => {
+      while (i < n && " \t\n\r".includes(text[i])) i++;
+    };
+    const string = () => {
+      const start = i++;
+      for (;;) {
+        if (i >= n) stop("this string is not closed (a \" is missing)", start);
+        const c = text[i];
+        if (c === '"') {
+          i++;
+          return;
+        }
+        if (c === "\\") {
+          const next = text[i + 1];
+          if (next === "u") {
+            if (!/^[0-9a-fA-F]{4}$/.test(text.slice(i + 2, i + 6))) stop("\\u needs four hex digits");
+            i += 6;
+          } else if (next !== undefined && '"\\/bfnrt'.includes(next)) {
+            i += 2;
+          } else {
+            stop(`unknown escape \\${next === undefined ? "" : next}`);
+          }
+          continue;
+        }
+        if (c < " ") stop("a line break or control character inside a string (write \\n)");
+        i++;
+      }
+    };
+    const value = () => {
+      spaces();
+      const c = text[i];
+      if (c === "{") {
+        i++;
+        spaces();
+        if (text[i] === "}") {
+          i++;
+          return;
+        }
+        for (;;) {
+          spaces();
+          if (text[i] !== '"') stop(`expected a "quoted" key, found ${shown(text[i])}`);
+          string();
+          spaces();
+          if (text[i] !== ":") stop(`expected ":" after the key, found ${shown(text[i])}`);
+          i++;
+          value();
+          spaces();
+          if (text[i] === ",") {
+            i++;
+            spaces();
+            if (text[i] === "}") stop('a comma before "}" (JSON allows no trailing comma)');
+            continue;
+          }
+          if (text[i] === "}") {
+            i++;
+            return;
+          }
+          stop(`expected "," or "}", found ${shown(text[i])}`);
+        }
+      }
+      if (c === "[") {
+        i++;
+        spaces();
+        if (text[i] === "]") {
+          i++;
+          return;
+        }
+        for (;;) {
+          value();
+          spaces();
+          if (text[i] === ",") {
+            i++;
+            spaces();
+            if (text[i] === "]") stop('a comma before "]" (JSON allows no trailing comma)');
+            continue;
+          }
+          if (text[i] === "]") {
+            i++;
+            return;
+          }
+          stop(`expected "," or "]", found ${shown(text[i])}`);
+        }
+      }
+      if (c === '"') return string();
+      if (c === "-" || (c >= "0" && c <= "9")) {
+        const number = /-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?/y;
+        number.lastIndex = i;
+        const found = number.exec(text);
+        if (!found) stop("not a number");
+        i = number.lastIndex;
+        return;
+      }
+      for (const word of ["true", "false", "null"]) {
+        if (text.startsWith(word, i)) {
+          i += word.length;
+          return;
+        }
+      }
+      if (c === undefined) stop("the text ends where a value should be");
+      stop(`unexpected ${shown(c)}: a value (object, list, "string", number, true, false or null) goes here`);
+    };
+    try {
+      value();
+      spaces();
+      if (i < n) stop(`unexpected ${shown(text[i])} after the value`);
+      return null;
+    } catch (mistake) {
+      if (!mistake || typeof mistake.where !== "number") throw mistake;
+      const before = text.slice(0, mistake.where);
+      const line = before.split("\n").length;
+      const column = mistake.where - before.lastIndexOf("\n");
+      return { line, column, message: mistake.message };
+    }
+  }
+
+  /** {value} when `text` is JSON, else {error: "line L:C: what"}. */
+  function parseJson(text) {
+    try {
+      return { value: JSON.parse(text) };
+    } catch (error) {
+      const mistake = jsonMistake(text);
+      if (mistake) return { error: `not JSON, line ${mistake.line}:${mistake.column}: ${mistake.message}` };
+      return { error: `not JSON: ${error.message}` };
+    }
+  }
+
+  // -- what --hooks provides ----------------------------------------------------------------------------------
+
+  // Each of catalog.tools / .checks / .handlers may be a list of {name, ...}, a list of names, or an object keyed
+  // by name; anything without a name is left out. No catalog at all: no notes and no warnings.
+  function entries(list) {
+    if (Array.isArray(list)) {
+      return list
+        .map((entry) => (typeof entry === "string" ? { name: entry } : entry))
+        .filter((entry) => isObject(entry) && typeof entry.name === "string");
+    }
+    if (isObject(list)) return Object.keys(list).map((name) => Object.assign({}, isObject(list[name]) ? list[name] : {}, { name }));
+    return [];
+  }
+
+  function normalizeCatalog(catalog) {
+    if (!isObject(catalog)) return null;
+    return { tools: entries(catalog.tools), checks: entries(catalog.checks), handlers: entries(catalog.handlers) };
+  }
+
+  const names = (value) =>
+    Array.isArray(value) ? value.map(String) : typeof value === "string" ? [value] : isObject(value) ? Object.keys(value) : [];
+
+  function toolNeeds(tool) {
+    const parameters = isObject(tool.parameters) ? tool.parameters : {};
+    const properties = isObject(parameters.properties) ? parameters.properties : {};
+    const required = new Set(names(tool.required !== undefined ? tool.required : parameters.required));
+    const parts = Object.keys(properties).map((name) => {
+      const spec = isObject(properties[name]) ? properties[name] : {};
+      const type = Array.isArray(spec.type) ? spec.type.join("|") : spec.type;
+      const bits = [type, required.has(name) ? "required" : null].filter(Boolean);
+      return bits.length ? `${name} (${bits.join(", ")})` : name;
+    });
+    for (const name of required) if (!own(properties, name)) parts.push(`${name} (required)`);
+    return parts.length ? `parameters: ${parts.join(", ")}` : "no parameters";
+  }
+
+  function handlerNeeds(handler) {
+    const parts = [];
+    const timings = names(handler.timings !== undefined ? handler.timings : handler.on);
+    if (timings.length) parts.push(`runs on ${timings.join(", ")}`);
+    const keys = names(handler.keys !== undefined ? handler.keys : handler.wants);
+    if (keys.length) parts.push(`wants keys: ${keys.join(", ")}`);
+    const states = names(handler.states);
+    if (states.length) parts.push(`states: ${states.join(", ")}`);
+    return parts.join(" · ");
+  }
+
+  function checkNeeds(entry) {
+    if (entry.keywords === null) return "takes any keywords";
+    const keywords = names(entry.keywords);
+    return keywords.length ? `takes: ${keywords.join(", ")}` : "";
+  }
+
+  const NEEDS = { tools: toolNeeds, handlers: handlerNeeds, checks: checkNeeds };
+
+  // -- the form -----------------------------------------------------------------------------------------------
+
+  let formCount = 0;
+
+  /**
+   * Draw the form of `options.value` (an object of type `options.type`) into `container`, replacing what it held.
+   *
+   * options: schema (the JSON Schema), type ("definition" or a $defs name), value, onChange(newValue), catalog
+   * ({tools, checks, handlers}), omit (field names drawn elsewhere), stateIds (the definition's state ids, for the
+   * fields that name a state), onRename(newId) with id (a state form's id field: renames rather than writes `id`),
+   * prefix (put before every data-field, e.g. "transitions.0." for a form drawn inside another).
+   * Returns {element, value(), invalid()}: the form, the value as edited, the fields whose text is not applied.
+   */
+  function render(container, options) {
+    const o = options || {};
+    const root = o.schema;
+    const type = o.type || "definition";
+    const node = deref(root, typeSchema(root, type));
+    const properties = isObject(node.properties) ? node.properties : {};
+    const required = new Set(node.required || []);
+    const original = isObject(o.value) ? o.value : {};
+    const current = clone(original);
+    const order = Object.keys(original);
+    const omit = new Set(o.omit || []);
+    const catalog = normalizeCatalog(o.catalog);
+    const stateIds = Array.isArray(o.stateIds) ? o.stateIds.map(String) : null;
+    const prefix = typeof o.prefix === "string" ? o.prefix : "";
+    const labelBase = prefix
+      .split(".")
+      .filter(Boolean)
+      .reduce((path, part) => pathLabel(path, /^[0-9]+$/.test(part) ? Number(part) : part), "");
+    const form = el("div", "sf-form");
+    form.dataset.type = type;
+    const number = ++formCount;
+    const invalid = new Set();
+    const nested = new Map(); // a field's path -> the invalid fields of the forms drawn inside it
+    let emitted = JSON.stringify(output());
+
+    function output() {
+      const out = {};
+      for (const key of order) if (own(current, key)) out[key] = current[key];
+      return clone(out);
+    }
+
+    function set(key, value) {
+      if (value === REMOVE) {
+        delete current[key];
+      } else {
+        current[key] = clone(value);
+        if (!order.includes(key)) order.push(key);
+      }
+      const out = output();
+      const text = JSON.stringify(out);
+      if (text === emitted) return;
+      emitted = text;
+      if (typeof o.onChange === "function") o.onChange(out);
+    }
+
+    // The value of a field the author emptied: what the file had if that was already empty (null, "", []),
+    // else the key goes (an optional field) or is the empty text (a required one the file had).
+    function emptied(key, empty) {
+      if (own(original, key) && isEmptyish(original[key])) return original[key];
+      if (required.has(key) && own(original, key)) return empty;
+      return REMOVE;
+    }
+
+    for (const key of Object.keys(properties)) {
+      if (omit.has(key)) continue;
+      if (key === "id" && type === "State" && typeof o.onRename === "function") {
+        form.append(renameField(properties[key]));
+        continue;
+      }
+      form.append(field(key, properties[key], false));
+    }
+    for (const key of Object.keys(original)) {
+      if (!own(properties, key) && !omit.has(key)) form.append(field(key, {}, true));
+    }
+    container.replaceChildren(form);
+    const invalidFields = () => [...invalid, ...Array.from(nested.values()).flatMap((inside) => inside())];
+    return { element: form, value: output, invalid: invalidFields };
+
+    // One field: its label, help, input, error and notes; redrawn whole when its key is cleared.
+    function field(key, property, stray) {
+      const path = prefix + key;
+      const spec = stray ? { kind: "json", inner: {}, nullable: true } : classify(root, property);
+      const box = el("div", `sf-field sf-${spec.kind}`);
+      box.dataset.key = key;
+      const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+      const description = property.description || spec.inner.description || "";
+      const head = el("div", "sf-head");
+      const label = el("label", "sf-label", property.title || humanize(key));
+      label.htmlFor = id;
+      head.append(label);
+      if (required.has(key)) {
+        const mark = el("span", "sf-required", "*");
+        mark.title = "required";
+        head.append(mark);
+        box.classList.add("sf-is-required");
+      }
+      box.append(head);
+      if (description) {
+        box.title = description;
+        box.append(el("small", "sf-help", description));
+      }
+      if (stray) box.append(el("small", "sf-warning", `not a field of ${node.title || type}: the loader refuses it`));
+      const error = el("div", "sf-error");
+      error.setAttribute("role", "alert");
+      error.hidden = true;
+      const notes = el("div", "sf-notes");
+      const ctx = { key, path, id, property, spec, description, error, notes, box, redraw };
+
+      function redraw() {
+        invalid.delete(path);
+        box.replaceWith(field(key, property, stray));
+      }
+
+      const clear = el("button", "sf-clear", "×");
+      clear.type = "button";
+      clear.title = "Remove this field from the file (its default applies)";
+      clear.dataset.clear = path;
+      clear.hidden = !own(current, key);
+      clear.addEventListener("click", () => {
+        set(key, REMOVE);
+        redraw();
+      });
+      if (!required.has(key)) head.append(clear);
+      ctx.touched = () => {
+        clear.hidden = !own(current, key);
+      };
+      ctx.fail = (messages) => {
+        const list = Array.isArray(messages) ? messages : [messages];
+        error.replaceChildren(...list.slice(0, 6).map((message) => el("div", null, message)));
+        if (list.length > 6) error.append(el("div", null, `and ${list.length - 6} more`));
+        error.hidden = false;
+        box.classList.add("sf-invalid");
+        invalid.add(path);
+      };
+      ctx.ok = () => {
+        error.replaceChildren();
+        error.hidden = true;
+        box.classList.remove("sf-invalid");
+        invalid.delete(path);
+      };
+      ctx.apply = (value) => {
+        ctx.ok();
+        set(key, value);
+        ctx.touched();
+      };
+      ctx.label = pathLabel(labelBase, key);
+
+      const maker =
+        spec.kind === "string" && own(STATE_FIELDS, key) && stateIds
+          ? stateField
+          : { enum: enumField, bool: boolField, number: numberField, string: textField, list: listField }[spec.kind] ||
+            jsonField;
+      const input = maker(ctx);
+      for (const control of input.querySelectorAll ? [input, ...input.querySelectorAll("input,select,textarea")] : []) {
+        if (description && control.matches("input,select,textarea") && !control.title) control.title = description;
+      }
+      box.append(input, error, notes);
+      return box;
+    }
+
+    function mark(control, path, id) {
+      control.name = path;
+      control.dataset.field = path;
+      if (id) control.id = id;
+      return control;
+    }
+
+    function shownDefault(property, inner) {
+      const fallback = property.default !== undefined ? property.default : inner.default;
+      if (fallback === undefined || fallback === null || fallback === "") return "";
+      return typeof fallback === "string" ? fallback : JSON.stringify(fallback);
+    }
+
+    function textField(ctx) {
+      const { key, property, spec } = ctx;
+      const maxLength = spec.inner.maxLength;
+      const long = PROSE.has(key) && !(typeof maxLength === "number" && maxLength <= 200);
+      const control = mark(el(long ? "textarea" : "input", long ? "sf-text" : "sf-input"), ctx.path, ctx.id);
+      if (!long) control.type = "text";
+      const value = current[key];
+      control.value = typeof value === "string" ? value : "";
+      if (long) control.rows = Math.min(12, Math.max(2, control.value.split("\n").length + 1));
+      const fallback = shownDefault(property, spec.inner);
+      if (fallback) control.placeholder = `default: ${fallback}`;
+      if (typeof value !== "string" && value !== undefined && value !== null) {
+        ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(value)}, not a text; typing here replaces it`);
+      }
+      control.addEventListener("input", () => {
+        const text = control.value;
+        if (text === "") {
+          ctx.ok();
+          set(key, emptied(key, ""));
+          ctx.touched();
+          return;
+        }
+        const problems = [];
+        check(root, spec.inner, text, ctx.label, problems);
+        if (problems.length) ctx.fail(problems);
+        else ctx.apply(text);
+      });
+      return control;
+    }
+
+    function stateField(ctx) {
+      const { key } = ctx;
+      const control = mark(el("select", "sf-select sf-state"), ctx.path, ctx.id);
+      const value = current[key];
+      const unset = el("option", null, required.has(key) ? "(choose a state)" : "(none)");
+      unset.value = "";
+      unset.dataset.unset = "1";
+      control.append(unset);
+      const choices = stateIds.slice();
+      if (STATE_FIELDS[key].allowReturn) choices.push("$return");
+      for (const choice of choices) {
+        const option = el("option", null, choice === "$return" ? "$return (back where it came from)" : choice);
+        option.value = choice;
+        control.append(option);
+      }
+      if (typeof value === "string" && value !== "" && !choices.includes(value)) {
+        const option = el("option", null, `${value} (no such state)`);
+        option.value = value;
+        control.append(option);
+        ctx.notes.append(el("small", "sf-warning", `${value}: no such state in this definition`));
+      }
+      control.value = typeof value === "string" ? value : "";
+      control.addEventListener("change", () => {
+        ctx.notes.replaceChildren();
+        if (control.value === "") ctx.apply(emptied(key, ""));
+        else ctx.apply(control.value);
+      });
+      return control;
+    }
+
+    function enumField(ctx) {
+      const { key, property, spec } = ctx;
+      const control = mark(el("select", "sf-select"), ctx.path, ctx.id);
+      const choices = spec.inner.enum !== undefined ? spec.inner.enum : [spec.inner.const];
+      const value = current[key];
+      const present = own(current, key) && value !== null;
+      const byText = new Map();
+      if (!required.has(key) || !present) {
+        const fallback = shownDefault(property, spec.inner);
+        const unset = el("option", null, required.has(key) ? "(choose)" : fallback ? `(default: ${fallback})` : "(none)");
+        unset.value = "";
+        unset.dataset.unset = "1";
+        control.append(unset);
+      }
+      for (const choice of choices) {
+        const text = typeof choice === "string" ? choice : JSON.stringify(choice);
+        byText.set(text, choice);
+        const option = el("option", null, text);
+        option.value = text;
+        control.append(option);
+      }
+      if (present && !choices.some((choice) => same(choice, value))) {
+        const text = typeof value === "string" ? value : JSON.stringify(value);
+        const option = el("option", null, `${text} (not allowed)`);
+        option.value = text;
+        option.dataset.stray = "1";
+        byText.set(text, value);
+        control.append(option);
+        ctx.notes.append(el("small", "sf-warning", `${ctx.label}: ${text} is not one of the choices`));
+      }
+      control.value = present ? (typeof value === "string" ? value : JSON.stringify(value)) : "";
+      control.addEventListener("change", () => {
+        ctx.notes.replaceChildren();
+        if (control.value === "") ctx.apply(emptied(key, null));
+        else ctx.apply(byText.get(control.value));
+      });
+      return control;
+    }
+
+    function boolField(ctx) {
+      const { key, property, spec } = ctx;
+      const fallback = property.default !== undefined ? property.default : spec.inner.default;
+      const value = current[key];
+      if (typeof fallback === "boolean" || required.has(key)) {
+        const wrap = el("span", "sf-check");
+        const control = mark(el("input", "sf-checkbox"), ctx.path, ctx.id);
+        control.type = "checkbox";
+        control.checked = typeof value === "boolean" ? value : fallback === true;
+        if (value !== undefined && typeof value !== "boolean") {
+          ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(value)}, not true or false`);
+        }
+        control.addEventListener("change", () => {
+          const chosen = control.checked;
+          // back to the default: the key goes, unless the file spelled the default out itself
+          if (chosen === fallback && !(own(original, key) && original[key] === fallback)) ctx.apply(REMOVE);
+          else ctx.apply(chosen);
+        });
+        wrap.append(control, el("span", "sf-check-note", typeof fallback === "boolean" ? `default: ${fallback}` : ""));
+        return wrap;
+      }
+      // optional with no default: unset / true / false
+      const control = mark(el("select", "sf-select sf-tristate"), ctx.path, ctx.id);
+      for (const [text, shown] of [
+        ["", "(unset)"],
+        ["true", "true"],
+        ["false", "false"],
+      ]) {
+        const option = el("option", null, shown);
+        option.value = text;
+        if (text === "") option.dataset.unset = "1";
+        control.append(option);
+      }
+      control.value = typeof value === "boolean" ? String(value) : "";
+      control.addEventListener("change", () => {
+        if (control.value === "") ctx.apply(emptied(key, null));
+        else ctx.apply(control.value === "true");
+      });
+      return control;
+    }
+
+    function numberField(ctx) {
+      const { key, property, spec } = ctx;
+      const inner = spec.inner;
+      const control = mark(el("input", "sf-number"), ctx.path, ctx.id);
+      control.type = "number";
+      control.step = inner.type === "integer" ? "1" : "any";
+      if (typeof inner.minimum === "number") control.min = String(inner.minimum);
+      if (typeof inner.maximum === "number") control.max = String(inner.maximum);
+      const value = current[key];
+      if (typeof value === "number") control.value = String(value);
+      else if (value !== undefined && value !== null) {
+        ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(value)}, not a number; typing here replaces it`);
+      }
+      const fallback = shownDefault(property, inner);
+      if (fallback) control.placeholder = `default: ${fallback}`;
+      control.addEventListener("input", () => {
+        if (control.validity.badInput) {
+          ctx.fail(`${ctx.label}: not a number`);
+          return;
+        }
+        if (control.value.trim() === "") {
+          ctx.ok();
+          set(key, emptied(key, null));
+          ctx.touched();
+          return;
+        }
+        const parsed = Number(control.value);
+        const problems = [];
+        check(root, inner, parsed, ctx.label, problems);
+        if (problems.length) ctx.fail(problems);
+        // the file's own spelling of an unchanged number (1.0, 1e2) is the writer's to keep: the same number is no change
+        else ctx.apply(parsed);
+      });
+      return control;
+    }
+
+    function suggestions(ctx, kind) {
+      if (STATE_LISTS.has(ctx.key) && stateIds) return { kind: "states", names: stateIds };
+      if (catalog && type !== "definition" && (kind === "tools" || kind === "handlers")) {
+        return { kind, names: catalog[kind].map((entry) => entry.name) };
+      }
+      return null;
+    }
+
+    function itemNote(ctx, offer, name) {
+      if (!offer || name === "") return null;
+      if (offer.kind === "states") {
+        return offer.names.includes(name) ? null : el("small", "sf-warning", `${name}: no such state in this definition`);
+      }
+      const entry = catalog[offer.kind].find((candidate) => candidate.name === name);
+      if (!entry) return el("small", "sf-warning", `${name}: not provided by --hooks`);
+      const needs = NEEDS[offer.kind](entry);
+      return needs ? el("small", "sf-needs", needs) : null;
+    }
+
+    function listField(ctx) {
+      const { key, spec } = ctx;
+      const offer = suggestions(ctx, key);
+      const wrap = el("div", "sf-list-editor");
+      const list = el("ol", "sf-list");
+      list.dataset.field = ctx.path;
+      const start = current[key];
+      let items = Array.isArray(start) ? start.map((item) => (typeof item === "string" ? item : JSON.stringify(item))) : [];
+      if (start !== undefined && start !== null && !Array.isArray(start)) {
+        ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(start)}, not a list; adding here replaces it`);
+      }
+      let listId = null;
+      if (offer && offer.names.length) {
+        listId = `${ctx.id}-choices`;
+        const choices = el("datalist");
+        choices.id = listId;
+        for (const name of offer.names) {
+          const option = el("option");
+          option.value = name;
+          choices.append(option);
+        }
+        wrap.append(choices);
+      }
+
+      const commit = () => {
+        const problems = [];
+        check(root, spec.inner, items, ctx.label, problems);
+        if (problems.length) {
+          ctx.fail(problems);
+          return;
+        }
+        const fallback = ctx.property.default !== undefined ? ctx.property.default : spec.inner.default;
+        if (items.length === 0 && Array.isArray(fallback) && fallback.length === 0) ctx.apply(emptied(key, []));
+        else ctx.apply(items.slice());
+        drawCatalog();
+      };
+
+      const button = (text, action, title) => {
+        const node = el("button", `sf-button sf-${action}`, text);
+        node.type = "button";
+        node.dataset.action = action;
+        node.title = title;
+        return node;
+      };
+
+      const draw = () => {
+        list.replaceChildren();
+        items.forEach((item, index) => {
+          const row = el("li", "sf-item");
+          const control = mark(el("input", "sf-input"), `${ctx.path}.${index}`);
+          control.type = "text";
+          control.value = item;
+          if (listId) control.setAttribute("list", listId);
+          const note = el("span", "sf-item-note");
+          const annotate = () => {
+            const made = itemNote(ctx, offer, control.value);
+            note.replaceChildren(...(made ? [made] : []));
+          };
+          annotate();
+          control.addEventListener("input", () => {
+            items[index] = control.value;
+            annotate();
+            commit();
+          });
+          const up = button("↑", "up", "Move up");
+          up.disabled = index === 0;
+          up.addEventListener("click", () => {
+            [items[index - 1], items[index]] = [items[index], items[index - 1]];
+            draw();
+            commit();
+          });
+          const down = button("↓", "down", "Move down");
+          down.disabled = index === items.length - 1;
+          down.addEventListener("click", () => {
+            [items[index + 1], items[index]] = [items[index], items[index + 1]];
+            draw();
+            commit();
+          });
+          const remove = button("×", "remove", "Remove");
+          remove.addEventListener("click", () => {
+            items.splice(index, 1);
+            draw();
+            commit();
+          });
+          row.append(control, up, down, remove, note);
+          list.append(row);
+        });
+      };
+
+      const adding = el("div", "sf-add");
+      const fresh = mark(el("input", "sf-input sf-new"), `${ctx.path}.new`, ctx.id);
+      fresh.type = "text";
+      fresh.placeholder = offer && offer.kind !== "states" ? `add a name (${offer.kind} --hooks provides below)` : "add…";
+      if (listId) fresh.setAttribute("list", listId);
+      const add = button("Add", "add", "Add to the list");
+      const addName = (name) => {
+        if (name === "") return;
+        items.push(name);
+        draw();
+        commit();
+      };
+      add.addEventListener("click", () => {
+        addName(fresh.value);
+        fresh.value = "";
+        fresh.focus();
+      });
+      fresh.addEventListener("keydown", (event) => {
+        if (event.key === "Enter") {
+          event.preventDefault();
+          add.click();
+        }
+      });
+      adding.append(fresh, add);
+
+      const panel = el("ul", "sf-catalog");
+      const drawCatalog = () => {
+        if (!offer || offer.kind === "states") return;
+        panel.dataset.catalog = offer.kind;
+        panel.replaceChildren();
+        const entriesOf = catalog[offer.kind];
+        if (!entriesOf.length) panel.append(el("li", "sf-needs", `--hooks provides no ${offer.kind}`));
+        for (const entry of entriesOf) {
+          const row = el("li", "sf-catalog-entry");
+          row.dataset.name = entry.name;
+          row.append(el("code", "sf-name", entry.name));
+          if (typeof entry.description === "string" && entry.description) {
+            row.append(el("span", "sf-description", ` ${entry.description}`));
+          }
+          const needs = NEEDS[offer.kind](entry);
+          if (needs) row.append(el("small", "sf-needs", needs));
+          if (!items.includes(entry.name)) {
+            const use = button("Add", "use", `Add ${entry.name} to this state's ${offer.kind}`);
+            use.addEventListener("click", () => addName(entry.name));
+            row.append(use);
+          }
+          panel.append(row);
+        }
+      };
+      draw();
+      drawCatalog();
+      wrap.append(list, adding);
+      if (offer && offer.kind !== "states") ctx.notes.append(panel); // below the error, which is the input's
+      return wrap;
+    }
+
+    function jsonField(ctx) {
+      const { key, property, spec } = ctx;
+      const wrap = el("div", "sf-json-editor");
+      const control = mark(el("textarea", "sf-json"), ctx.path, ctx.id);
+      control.spellcheck = false;
+      const value = current[key];
+      control.value = value === undefined ? "" : JSON.stringify(value, null, 2);
+      control.rows = Math.min(16, Math.max(3, control.value.split("\n").length + 1));
+      const fallback = property.default !== undefined ? property.default : spec.inner.default;
+      const kinds = describeSchema(root, property);
+      control.placeholder = fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
+      const isChecks = key === "checks" && type === "State";
+      const cardsOf = itemsType(property);
+      const cards =
+        key === "conditions" && cardsOf && (value === undefined || Array.isArray(value))
+          ? itemCards(ctx, cardsOf, control)
+          : null;
+      const panel = el("div", "sf-catalog-notes");
+
+      const notePythonChecks = (checks) => {
+        panel.replaceChildren();
+        if (!isChecks || !catalog) return;
+        for (const item of Array.isArray(checks) ? checks : []) {
+          if (isObject(item) && item.kind === "python" && typeof item.name === "string") {
+            const known = catalog.checks.find((entry) => entry.name === item.name);
+            if (!known) panel.append(el("small", "sf-warning", `check ${item.name}: not provided by --hooks`));
+          }
+        }
+        const offered = el("ul", "sf-catalog");
+        offered.dataset.catalog = "checks";
+        for (const entry of catalog.checks) {
+          const row = el("li", "sf-catalog-entry");
+          row.dataset.name = entry.name;
+          row.append(el("code", "sf-name", entry.name));
+          const needs = checkNeeds(entry);
+          if (needs) row.append(el("small", "sf-needs", needs));
+          const use = el("button", "sf-button sf-use", "Add");
+          use.type = "button";
+          use.dataset.action = "use";
+          use.title = `Add a python check named ${entry.name}`;
+          use.addEventListener("click", () => {
+            const parsed = control.value.trim() === "" ? { value: [] } : parseJson(control.value);
+            if (parsed.error || !Array.isArray(parsed.value)) {
+              ctx.fail(`${ctx.label}: fix the JSON first (a list of checks) to add ${entry.name}`);
+              return;
+            }
+            const next = parsed.value.concat([{ kind: "python", name: entry.name }]);
+            control.value = JSON.stringify(next, null, 2);
+            accept();
+          });
+          row.append(use);
+          offered.append(row);
+        }
+        if (catalog.checks.length) {
+          panel.append(el("small", "sf-needs", "Checks --hooks provides:"), offered);
+        }
+      };
+
+      const accept = () => {
+        const text = control.value;
+        control.removeAttribute("aria-invalid");
+        if (text.trim() === "") {
+          ctx.apply(emptied(key, null));
+          notePythonChecks([]);
+          if (cards) {
+            cards.element.disabled = false;
+            cards.draw([]);
+          }
+          return;
+        }
+        const parsed = parseJson(text);
+        if (cards) cards.element.disabled = true;
+        if (parsed.error) {
+          control.setAttribute("aria-invalid", "true");
+          ctx.fail(`${ctx.label}: ${parsed.error}`);
+          return;
+        }
+        const problems = [];
+        check(root, property, parsed.value, ctx.label, problems);
+        if (problems.length) {
+          control.setAttribute("aria-invalid", "true");
+          ctx.fail(problems);
+          return;
+        }
+        ctx.apply(parsed.value);
+        notePythonChecks(parsed.value);
+        if (cards) {
+          cards.element.disabled = false;
+          cards.draw(parsed.value);
+        }
+      };
+      control.addEventListener("input", accept);
+      notePythonChecks(value);
+      ctx.notes.append(panel);
+      if (cards) {
+        wrap.append(cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
+      }
+      wrap.append(control);
+      return wrap;
+    }
+
+    // The $defs name of an array's items (conditions: "Condition"), when they are one $ref'd object type.
+    function itemsType(property) {
+      const node = deref(root, property);
+      const ref = node.items && node.items.$ref;
+      if (node.type !== "array" || typeof ref !== "string" || !ref.startsWith("#/$defs/")) return null;
+      const name = ref.slice("#/$defs/".length);
+      return root.$defs && isObject(root.$defs[name]) && deref(root, root.$defs[name]).type === "object" ? name : null;
+    }
+
+    // Conditions one by one, each a form of its own (description, requires_context_keys as a list, logic as
+    // JSON), kept in step with the JSON box below them: a change in either redraws the other.
+    function itemCards(ctx, itemType, control) {
+      // a fieldset: while the JSON box holds text that is not applied, the cards are disabled (an edit there
+      // would overwrite that text)
+      const element = el("fieldset", "sf-cards");
+      element.dataset.cards = ctx.path;
+      let items = [];
+      const handles = [];
+      const commit = () => {
+        const problems = [];
+        check(root, ctx.property, items, ctx.label, problems);
+        if (problems.length) {
+          ctx.fail(problems);
+          return;
+        }
+        ctx.apply(items.length ? items : emptied(ctx.key, []));
+        control.removeAttribute("aria-invalid");
+        control.value = own(current, ctx.key) ? JSON.stringify(current[ctx.key], null, 2) : "";
+      };
+      const button = (text, action, title, index) => {
+        const node = el("button", `sf-button sf-${action}`, text);
+        node.type = "button";
+        node.dataset.action = action;
+        node.title = title;
+        if (index !== undefined) node.dataset.index = String(index);
+        return node;
+      };
+      const draw = (value) => {
+        items = Array.isArray(value) ? clone(value) : [];
+        handles.length = 0;
+        element.replaceChildren();
+        items.forEach((item, index) => {
+          const card = el("div", "sf-card");
+          card.dataset.index = String(index);
+          const head = el("div", "sf-card-head");
+          head.append(el("span", "sf-card-title", `${itemType} ${index + 1}`));
+          const up = button("↑", "up", "Move up", index);
+          up.disabled = index === 0;
+          up.addEventListener("click", () => {
+            [items[index - 1], items[index]] = [items[index], items[index - 1]];
+            draw(items);
+            commit();
+          });
+          const down = button("↓", "down", "Move down", index);
+          down.disabled = index === items.length - 1;
+          down.addEventListener("click", () => {
+            [items[index + 1], items[index]] = [items[index], items[index + 1]];
+            draw(items);
+            commit();
+          });
+          const remove = button("×", "remove", `Remove this ${itemType.toLowerCase()}`, index);
+          remove.addEventListener("click", () => {
+            items.splice(index, 1);
+            draw(items);
+            commit();
+          });
+          head.append(up, down, remove);
+          const body = el("div", "sf-card-body");
+          card.append(head, body);
+          if (isObject(item)) {
+            const handle = render(body, {
+              schema: root,
+              type: itemType,
+              value: item,
+              catalog: o.catalog,
+              stateIds: o.stateIds,
+              prefix: `${ctx.path}.${index}.`,
+              onChange: (changed) => {
+                items[index] = changed;
+                commit();
+              },
+            });
+            handles.push(handle);
+          } else {
+            body.append(el("small", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+          }
+          element.append(card);
+        });
+        const add = button(`Add a ${itemType.toLowerCase()}`, "add-item", `Add a ${itemType.toLowerCase()}`);
+        add.addEventListener("click", () => {
+          items.push({});
+          draw(items);
+          commit();
+        });
+        element.append(add);
+      };
+      draw(current[ctx.key]);
+      nested.set(ctx.path, () => handles.flatMap((handle) => handle.invalid()));
+      return { element, draw };
+    }
+
+    function renameField(property) {
+      const path = `${prefix}id`;
+      const box = el("div", "sf-field sf-string sf-rename");
+      box.dataset.key = "id";
+      const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+      const label = el("label", "sf-label", property.title || "Id");
+      label.htmlFor = id;
+      const head = el("div", "sf-head");
+      head.append(label);
+      box.append(head);
+      const help = "The state's id (its key in states). Renaming it renames every reference to it.";
+      box.title = property.description || help;
+      box.append(el("small", "sf-help", `${property.description || ""} ${help}`.trim()));
+      const control = mark(el("input", "sf-input"), path, id);
+      control.type = "text";
+      const currentId = typeof o.id === "string" ? o.id : typeof original.id === "string" ? original.id : "";
+      control.value = currentId;
+      control.title = box.title;
+      const error = el("div", "sf-error");
+      error.setAttribute("role", "alert");
+      error.hidden = true;
+      const problemsOf = (text) => {
+        const problems = [];
+        check(root, property, text, "id", problems);
+        if (stateIds && text !== currentId && stateIds.includes(text)) problems.push(`id: ${text} is already a state`);
+        return problems;
+      };
+      const show = (problems) => {
+        error.replaceChildren(...problems.map((problem) => el("div", null, problem)));
+        error.hidden = problems.length === 0;
+        box.classList.toggle("sf-invalid", problems.length > 0);
+        if (problems.length) invalid.add(path);
+        else invalid.delete(path);
+      };
+      control.addEventListener("input", () => show(problemsOf(control.value)));
+      // a rename rewrites references all over the definition: done once, when the author is done typing
+      control.addEventListener("change", () => {
+        const problems = problemsOf(control.value);
+        show(problems);
+        if (!problems.length && control.value !== currentId) o.onRename(control.value);
+      });
+      box.append(control, error);
+      return box;
+    }
+  }
+
+  global.SchemaForms = { render, validate, parseJson };
+})(window);

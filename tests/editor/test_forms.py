@@ -1,0 +1,508 @@
+"""The editor's schema forms (``llm_fsm/editor/static/forms.js``) alone, in Debian's Chromium driven by Playwright.
+
+A tiny starlette app serves the editor's static folder, a harness page (``forms_harness.html`` and its script, which
+records every ``onChange``/``onRename``) and the schema ``llm-fsm schema`` prints, under the same
+Content-Security-Policy as serve's page (scripts from the server only, no eval). One browser and one tab for the
+module: each test draws a fresh form into it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from llm_fsm.definition.json_schema import json_schema
+from tests.conftest import ROOT
+from tests.server.test_server import live
+from tests.server.test_web_page import Page, browser, needs_chromium  # noqa: F401  (browser: the fixture)
+
+HERE = Path(__file__).parent
+STATIC = ROOT / "llm_fsm" / "editor" / "static"
+SCHEMA = json_schema()
+DEFS = SCHEMA["$defs"]
+DEFINITIONS = sorted([*(ROOT / "fsm_definitions").glob("*.json"), *(ROOT / "examples").glob("*.json")])
+
+pytestmark = [pytest.mark.slow, needs_chromium]
+
+
+def harness_app() -> Any:
+    from starlette.applications import Starlette
+    from starlette.responses import FileResponse, JSONResponse
+    from starlette.routing import Mount, Route
+    from starlette.staticfiles import StaticFiles
+
+    from llm_fsm.server.page import PAGE_HEADERS
+
+    async def page(request: Any) -> Any:
+        return FileResponse(HERE / "forms_harness.html", media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+
+    async def script(request: Any) -> Any:
+        return FileResponse(HERE / "forms_harness.js", media_type="text/javascript")
+
+    async def schema(request: Any) -> Any:
+        return JSONResponse(SCHEMA)
+
+    return Starlette(
+        routes=[
+            Route("/", page),
+            Route("/forms_harness.js", script),
+            Route("/schema.json", schema),
+            Mount("/static", StaticFiles(directory=STATIC)),
+        ]
+    )
+
+
+@pytest.fixture(scope="module")
+def tab(browser: Any) -> Iterator[Page]:  # noqa: F811  (the imported fixture)
+    with live(harness_app()) as base:
+        page = Page(browser, base)
+        dialogs: list[str] = []
+
+        def dismissed(dialog: Any) -> None:
+            dialogs.append(dialog.message)
+            dialog.dismiss()
+
+        page.tab.on("dialog", dismissed)
+        page.tab.wait_for_selector("body[data-ready=yes]", state="attached")
+        yield page
+        page.close()
+        assert not dialogs, dialogs
+
+
+@pytest.fixture
+def form(tab: Page) -> Iterator[Any]:
+    """draw(type, value, **options): a fresh form in the tab; the test then reads ``changes()``."""
+
+    def draw(type_: str, value: Any, **options: Any) -> Any:
+        tab.tab.evaluate("([type, value, extra]) => harness.render(type, value, extra)", [type_, value, options])
+        return tab.tab
+
+    yield draw
+    assert not tab.problems, tab.problems  # no script error, no CSP refusal while the test ran
+    tab.problems.clear()
+
+
+def changes(tab: Page) -> list[Any]:
+    return list(tab.tab.evaluate("() => harness.changes"))
+
+
+def field(name: str) -> str:
+    return f'[data-field="{name}"]'
+
+
+def error_of(tab: Page, key: str) -> str:
+    return str(tab.tab.locator(f'.sf-field[data-key="{key}"] .sf-error').inner_text())
+
+
+def fields_shown(tab: Page) -> list[dict[str, Any]]:
+    return list(
+        tab.tab.evaluate(
+            """() => Array.from(document.querySelectorAll('#form .sf-form > .sf-field')).map((box) => ({
+                key: box.dataset.key,
+                label: box.querySelector('label').textContent,
+                help: (box.querySelector('.sf-help') || {}).textContent || null,
+                title: box.title,
+                required: box.querySelector('.sf-required') !== null,
+                inputs: Array.from(box.querySelectorAll('[data-field]')).map((node) => node.dataset.field),
+                labelled: document.getElementById(box.querySelector('label').htmlFor) !== null,
+            }))"""
+        )
+    )
+
+
+# -- every field, from the schema --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("type_", ["definition", *sorted(DEFS)])
+def test_every_property_of_a_type_has_an_input_in_schema_order_with_its_title_and_description(
+    tab: Page, form: Any, type_: str
+) -> None:
+    schema = SCHEMA if type_ == "definition" else DEFS[type_]
+    form(type_, {})
+    shown = fields_shown(tab)
+    assert [box["key"] for box in shown] == list(schema["properties"])
+    for box in shown:
+        prop = schema["properties"][box["key"]]
+        assert box["label"] == prop.get("title", box["key"].capitalize()), box
+        description = prop.get("description")
+        if description is None and "anyOf" in prop:  # a $ref'd object's description is its own
+            description = next(
+                (DEFS[b["$ref"].rsplit("/", 1)[1]].get("description") for b in prop["anyOf"] if "$ref" in b), None
+            )
+        if description:
+            assert box["help"] == description and box["title"] == description, box
+        assert box["required"] == (box["key"] in schema.get("required", [])), box
+        assert box["labelled"] and box["inputs"], box
+        assert box["inputs"][0].split(".")[0] == box["key"], box
+    assert changes(tab) == []
+
+
+def test_omitted_fields_are_left_out_and_a_prefix_names_the_inputs_by_their_path(tab: Page, form: Any) -> None:
+    form("State", {"purpose": "p", "transitions": []}, omit=["transitions", "id"])
+    keys = [box["key"] for box in fields_shown(tab)]
+    assert "transitions" not in keys and "id" not in keys and keys[0] == "description"
+    form("Transition", {"target_state": "b", "priority": 5}, prefix="transitions.0.", stateIds=["a", "b"])
+    assert tab.tab.input_value(field("transitions.0.priority")) == "5"
+    assert tab.tab.input_value(field("transitions.0.target_state")) == "b"
+    tab.tab.fill(field("transitions.0.priority"), "-1")
+    assert changes(tab)[-1] == {"target_state": "b", "priority": -1}
+
+
+def test_an_enum_is_a_select_of_exactly_the_schemas_choices_and_unset_removes_the_key(tab: Page, form: Any) -> None:
+    page = form("State", {"purpose": "p"})
+    choices = page.eval_on_selector_all(
+        f"select{field('on_exhausted')} option:not([data-unset])", "options => options.map(o => o.value)"
+    )
+    assert choices == DEFS["State"]["properties"]["on_exhausted"]["enum"]
+    assert page.input_value(field("on_exhausted")) == ""  # absent: the default shows, nothing is written
+    page.select_option(field("on_exhausted"), "raise")
+    assert changes(tab)[-1] == {"purpose": "p", "on_exhausted": "raise"}
+    page.select_option(field("on_exhausted"), "")
+    assert changes(tab)[-1] == {"purpose": "p"}
+    form("definition", {"name": "x"})
+    choices = page.eval_on_selector_all(
+        f"select{field('tool_error_detail')} option:not([data-unset])", "options => options.map(o => o.value)"
+    )
+    assert choices == ["message", "type"]
+
+
+# -- the value: only what the author changed ---------------------------------------------------------------
+
+
+def test_editing_a_text_field_changes_only_that_key_in_place_and_a_new_key_goes_last(tab: Page, form: Any) -> None:
+    state = {"description": "d", "purpose": "p", "instructions": "i", "transitions": [{"target_state": "b"}]}
+    page = form("State", state, omit=["transitions"])
+    page.fill(field("purpose"), "Ask for the email")
+    last = changes(tab)[-1]
+    assert list(last) == list(state) and last == {**state, "purpose": "Ask for the email"}
+    page.fill(field("opening"), "Hello {{ name }}")
+    last = changes(tab)[-1]
+    assert list(last) == [*state, "opening"] and last["opening"] == "Hello {{ name }}"
+    # emptied and typed again, the key is back where the file had it
+    page.fill(field("description"), "")
+    assert "description" not in changes(tab)[-1]
+    page.fill(field("description"), "again")
+    assert list(changes(tab)[-1]) == [*state, "opening"]
+    assert tab.tab.evaluate("() => harness.handle.value()") == changes(tab)[-1]
+    assert state == {"description": "d", "purpose": "p", "instructions": "i", "transitions": [{"target_state": "b"}]}
+
+
+@pytest.mark.parametrize("path", DEFINITIONS, ids=lambda path: path.name)
+def test_an_untouched_form_changes_nothing_even_when_focused_and_left(tab: Page, form: Any, path: Path) -> None:
+    definition = json.loads(path.read_text())
+    form("definition", definition, omit=["states"])
+    for name in ("name", "description", "context_schema", "max_tool_rounds"):
+        tab.tab.focus(field(name))
+        tab.tab.keyboard.press("Tab")
+    assert changes(tab) == []
+    assert json.dumps(tab.tab.evaluate("() => harness.handle.value()")) == json.dumps(definition)
+    states = definition["states"]
+    for state in states.values() if isinstance(states, dict) else states:
+        form("State", state, stateIds=["a"], catalog={"tools": [], "checks": [], "handlers": []})
+        assert json.dumps(tab.tab.evaluate("() => harness.handle.value()")) == json.dumps(state)
+        for transition in state.get("transitions", []):
+            form("Transition", transition, stateIds=["a"])
+            assert json.dumps(tab.tab.evaluate("() => harness.handle.value()")) == json.dumps(transition)
+    assert changes(tab) == []
+
+
+def test_clearing_an_optional_field_removes_its_key_and_a_default_is_never_written(tab: Page, form: Any) -> None:
+    page = form("State", {"purpose": "p", "max_retries": 3, "acts": True, "tools": ["t"]})
+    page.fill(field("purpose"), "")
+    assert changes(tab)[-1] == {"max_retries": 3, "acts": True, "tools": ["t"]}
+    page.fill(field("max_retries"), "")
+    assert changes(tab)[-1] == {"acts": True, "tools": ["t"]}
+    page.click('[data-clear="acts"]')
+    assert changes(tab)[-1] == {"tools": ["t"]}
+    assert not page.is_checked(field("acts"))  # redrawn: the default (false) shows
+    page.click('.sf-field[data-key="tools"] [data-action="remove"]')
+    assert changes(tab)[-1] == {}
+    # a checkbox turned on and off again on a key the file did not have leaves no key
+    page.check(field("acts"))
+    assert changes(tab)[-1] == {"acts": True}
+    page.uncheck(field("acts"))
+    assert changes(tab)[-1] == {}
+    # unchecked back to the default: the key goes, unless the file itself spelled the default out
+    page = form("Transition", {"target_state": "b", "automatic": False})
+    page.check(field("automatic"))
+    page.uncheck(field("automatic"))
+    assert changes(tab) == [{"target_state": "b", "automatic": True}, {"target_state": "b", "automatic": False}]
+    # what the file had as empty stays as it was (null stays null, not removed)
+    page = form("State", {"opening": None})
+    page.fill(field("opening"), "Hi")
+    page.fill(field("opening"), "")
+    assert changes(tab) == [{"opening": "Hi"}, {"opening": None}]
+
+
+def test_numbers_keep_to_the_schemas_range_and_type(tab: Page, form: Any) -> None:
+    page = form("State", {"max_retries": 1})
+    assert page.get_attribute(field("max_retries"), "min") == "0"
+    assert page.get_attribute(field("max_retries"), "max") == "10"
+    page.fill(field("max_retries"), "11")
+    assert "max_retries: at most 10" in error_of(tab, "max_retries") and changes(tab) == []
+    page.fill(field("max_retries"), "1.5")
+    assert "max_retries: expected integer, got number" in error_of(tab, "max_retries") and changes(tab) == []
+    assert page.input_value(field("max_retries")) == "1.5"  # kept as typed
+    page.fill(field("max_retries"), "4")
+    assert changes(tab) == [{"max_retries": 4}]
+    assert not page.is_visible('.sf-field[data-key="max_retries"] .sf-error')
+
+
+def test_a_pattern_is_checked_as_you_type(tab: Page, form: Any) -> None:
+    page = form("State", {"id": "greet", "purpose": "p"})
+    page.fill(field("id"), "not an id")
+    assert '"not an id" does not match' in error_of(tab, "id") and changes(tab) == []
+    page.fill(field("id"), "welcome")
+    assert changes(tab) == [{"id": "welcome", "purpose": "p"}]
+
+
+def test_the_id_field_of_a_state_form_renames_through_on_rename_once_typed(tab: Page, form: Any) -> None:
+    page = form("State", {"purpose": "p"}, rename=True, id="greet", stateIds=["greet", "done"])
+    assert page.input_value(field("id")) == "greet"
+    page.fill(field("id"), "done")
+    page.press(field("id"), "Enter")
+    page.fill(field("id"), "bad id")
+    page.locator(field("id")).blur()
+    assert "already a state" not in error_of(tab, "id") and "does not match" in error_of(tab, "id")
+    page.fill(field("id"), "welcome")
+    page.locator(field("id")).blur()
+    assert tab.tab.evaluate("() => harness.renames") == ["welcome"] and changes(tab) == []
+
+
+def test_a_list_of_strings_adds_moves_and_removes_items(tab: Page, form: Any) -> None:
+    page = form("State", {"required_context_keys": ["name"]})
+    page.fill(field("required_context_keys.new"), "email")
+    page.press(field("required_context_keys.new"), "Enter")
+    assert changes(tab)[-1] == {"required_context_keys": ["name", "email"]}
+    page.click('.sf-field[data-key="required_context_keys"] li:nth-child(2) [data-action="up"]')
+    assert changes(tab)[-1] == {"required_context_keys": ["email", "name"]}
+    page.fill(field("required_context_keys.1"), "full_name")
+    assert changes(tab)[-1] == {"required_context_keys": ["email", "full_name"]}
+    page.click('.sf-field[data-key="required_context_keys"] li:nth-child(1) [data-action="remove"]')
+    assert changes(tab)[-1] == {"required_context_keys": ["full_name"]}
+
+
+def test_state_fields_choose_among_the_definitions_states(tab: Page, form: Any) -> None:
+    page = form("Transition", {"target_state": "gone"}, stateIds=["greet", "done"])
+    choices = page.eval_on_selector_all(
+        f"select{field('target_state')} option:not([data-unset])", "options => options.map(o => o.value)"
+    )
+    assert choices == ["greet", "done", "$return", "gone"]  # the file's unknown target kept, with a warning
+    assert "gone: no such state" in page.locator('.sf-field[data-key="target_state"] .sf-notes').inner_text()
+    page.select_option(field("target_state"), "$return")
+    assert changes(tab)[-1] == {"target_state": "$return"}
+    page = form("GlobalTransition", {"target_state": "done"}, stateIds=["greet", "done"])
+    page.fill(field("except_states.new"), "nowhere")
+    page.press(field("except_states.new"), "Enter")
+    assert changes(tab)[-1] == {"target_state": "done", "except_states": ["nowhere"]}
+    assert "no such state" in page.locator('.sf-field[data-key="except_states"] li').inner_text()
+    page = form("definition", {"name": "n", "initial_state": "greet"}, stateIds=["greet", "done"])
+    assert page.input_value(field("initial_state")) == "greet"
+    choices = page.eval_on_selector_all(
+        f"select{field('initial_state')} option:not([data-unset])", "options => options.map(o => o.value)"
+    )
+    assert choices == ["greet", "done"]
+
+
+# -- JSON fields --------------------------------------------------------------------------------------------
+
+
+def test_bad_json_in_conditions_says_line_and_column_keeps_the_text_and_applies_nothing(tab: Page, form: Any) -> None:
+    page = form("Transition", {"target_state": "b", "conditions": []})
+    text = '[\n  {"description": "has email",\n  }\n]'
+    page.fill(field("conditions"), text)
+    assert "conditions: not JSON, line 3:3" in error_of(tab, "conditions")
+    assert page.input_value(field("conditions")) == text and changes(tab) == []
+    assert page.get_attribute(field("conditions"), "aria-invalid") == "true"
+    assert tab.tab.evaluate("() => harness.handle.invalid()") == ["conditions"]
+    page.fill(field("conditions"), '[{"description": "x"')
+    assert "line 1:21" in error_of(tab, "conditions") and changes(tab) == []
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        ('[{"description": "x", "colour": 1}]', "conditions[0].colour: not allowed (Condition has no such field"),
+        ('[{"requires_context_keys": "email"}]', "conditions[0].requires_context_keys: expected array, got string"),
+        (
+            '[{"requires_context_keys": ["a", 2]}]',
+            "conditions[0].requires_context_keys[1]: expected string, got integer",
+        ),
+        ('[{"logic": "yes"}]', "conditions[0].logic: expected object, boolean or null, got string"),
+        ('{"description": "x"}', "conditions: expected array, got object"),
+    ],
+)
+def test_a_condition_the_schema_refuses_names_the_path_and_is_not_applied(
+    tab: Page, form: Any, text: str, message: str
+) -> None:
+    page = form("Transition", {"target_state": "b"})
+    page.fill(field("conditions"), text)
+    assert message in error_of(tab, "conditions")
+    assert changes(tab) == []
+
+
+def test_a_valid_condition_applies_and_clears_the_error(tab: Page, form: Any) -> None:
+    page = form("Transition", {"target_state": "b", "priority": 10})
+    page.fill(field("conditions"), "[1")
+    page.fill(field("conditions"), '[{"requires_context_keys": ["email"], "logic": {"==": [{"var": "ok"}, true]}}]')
+    assert changes(tab) == [
+        {
+            "target_state": "b",
+            "priority": 10,
+            "conditions": [{"requires_context_keys": ["email"], "logic": {"==": [{"var": "ok"}, True]}}],
+        }
+    ]
+    assert not page.is_visible('.sf-field[data-key="conditions"] .sf-error')
+    page.fill(field("conditions"), "")
+    assert changes(tab)[-1] == {"target_state": "b", "priority": 10}
+
+
+def test_json_fields_check_their_refd_types(tab: Page, form: Any) -> None:
+    page = form("State", {})
+    page.fill(field("checks"), '[{"kind": "regex"}]')
+    assert "checks[0].pattern: required (missing)" in error_of(tab, "checks")
+    page.fill(field("checks"), '[{"kind": "nope"}]')
+    assert 'checks[0].kind: must be one of "judge"' in error_of(tab, "checks")
+    page.fill(field("checks"), '[{"kind": "max_length", "max": 0}]')
+    assert "checks[0].max: at least" in error_of(tab, "checks") or "checks[0].max" in error_of(tab, "checks")
+    assert changes(tab) == []
+    page = form("definition", {"name": "n"}, omit=["states"])
+    page.fill(field("memory"), '{"slots": {"notes": {"max_chars": "many"}}}')
+    assert "memory.slots.notes.max_chars: expected integer, got string" in error_of(tab, "memory")
+    page.fill(field("tools"), '{"lookup": {"timeout": 0}}')
+    assert "tools.lookup.timeout: more than 0" in error_of(tab, "tools")
+    assert changes(tab) == []
+
+
+def test_validate_accepts_every_example_and_names_what_is_wrong(tab: Page, form: Any) -> None:
+    form("State", {})
+    for path in DEFINITIONS:
+        problems = tab.tab.evaluate(
+            "(value) => SchemaForms.validate(harness.schema, 'definition', value)", json.loads(path.read_text())
+        )
+        assert problems == [], (path.name, problems)
+    problems = tab.tab.evaluate(
+        "() => SchemaForms.validate(harness.schema, 'Transition', {priority: 'high', extra: 1})"
+    )
+    assert problems == [
+        "target_state: required (missing)",
+        "priority: expected integer, got string",
+        "extra: not allowed (Transition has no such field; fields: target_state, description, priority, conditions,"
+        " clear_keys, automatic)",
+    ]
+
+
+# -- text stays text; what --hooks provides ----------------------------------------------------------------
+
+HOSTILE = "<img src=x onerror=alert(1)>"
+
+
+def test_every_text_is_inserted_as_text(tab: Page, form: Any) -> None:
+    page = form(
+        "State",
+        {"purpose": HOSTILE, "description": HOSTILE, "tools": [HOSTILE], HOSTILE: HOSTILE, "on_exhausted": HOSTILE},
+        catalog={"tools": [{"name": HOSTILE, "description": HOSTILE, "parameters": {"properties": {HOSTILE: {}}}}]},
+        stateIds=[HOSTILE],
+    )
+    assert page.input_value(field("purpose")) == HOSTILE
+    assert page.input_value(field("tools.0")) == HOSTILE
+    assert HOSTILE in page.locator(f'.sf-field[data-key="{HOSTILE}"]').inner_text()
+    assert HOSTILE in page.locator('[data-catalog="tools"]').inner_text()
+    page = form("Transition", {"target_state": HOSTILE}, stateIds=[HOSTILE])
+    assert page.input_value(field("target_state")) == HOSTILE
+    assert page.evaluate("() => document.querySelectorAll('img').length") == 0
+
+
+CATALOG = {
+    "tools": [
+        {
+            "name": "lookup_order",
+            "description": "Find an order by its id.",
+            "parameters": {
+                "type": "object",
+                "properties": {"order_id": {"type": "string"}, "verbose": {"type": "boolean"}},
+                "required": ["order_id"],
+            },
+        },
+        {"name": "refund", "parameters": {"type": "object", "properties": {}}, "required": []},
+    ],
+    "checks": [{"name": "polite", "keywords": ["message", "context"]}],
+    "handlers": [{"name": "audit", "timings": ["post_transition"], "keys": ["email"]}],
+}
+
+
+def test_the_catalogs_tools_handlers_and_checks_show_with_what_they_need(tab: Page, form: Any) -> None:
+    state = {
+        "tools": ["lookup_order", "ghost"],
+        "handlers": ["audit", "nobody"],
+        "checks": [{"kind": "python", "name": "nope"}],
+    }
+    page = form("State", state, catalog=CATALOG)
+    tools = page.locator('[data-catalog="tools"] [data-name="lookup_order"]').inner_text()
+    assert (
+        "Find an order by its id." in tools and "order_id (string, required)" in tools and "verbose (boolean)" in tools
+    )
+    assert "no parameters" in page.locator('[data-catalog="tools"] [data-name="refund"]').inner_text()
+    notes = page.locator('.sf-field[data-key="tools"] .sf-list').inner_text()
+    assert "ghost: not provided by --hooks" in notes and "parameters: order_id (string, required)" in notes
+    handlers = page.locator('.sf-field[data-key="handlers"]').inner_text()
+    assert "runs on post_transition · wants keys: email" in handlers and "nobody: not provided by --hooks" in handlers
+    checks = page.locator('.sf-field[data-key="checks"]').inner_text()
+    assert (
+        "check nope: not provided by --hooks" in checks and "polite" in checks and "takes: message, context" in checks
+    )
+    assert changes(tab) == []
+    page.click('[data-catalog="tools"] [data-name="refund"] [data-action="use"]')
+    assert changes(tab)[-1]["tools"] == ["lookup_order", "ghost", "refund"]
+    page.click('[data-catalog="checks"] [data-name="polite"] [data-action="use"]')
+    assert changes(tab)[-1]["checks"] == [{"kind": "python", "name": "nope"}, {"kind": "python", "name": "polite"}]
+    assert list(changes(tab)[-1]) == ["tools", "handlers", "checks"]
+
+
+def test_a_catalog_keyed_by_name_or_a_list_of_names_is_read_too(tab: Page, form: Any) -> None:
+    page = form("State", {"tools": ["a"]}, catalog={"tools": {"a": {"description": "Tool A"}}, "handlers": ["h"]})
+    assert "Tool A" in page.locator('[data-catalog="tools"] [data-name="a"]').inner_text()
+    assert page.locator('[data-catalog="handlers"] [data-name="h"]').count() == 1
+    form("State", {"tools": ["a"]})  # no catalog: nothing to warn about
+    assert "not provided" not in page.locator('.sf-field[data-key="tools"]').inner_text()
+
+
+def test_conditions_are_also_edited_one_by_one_in_step_with_their_json(tab: Page, form: Any) -> None:
+    transition = {"target_state": "b", "conditions": [{"description": "has email", "requires_context_keys": ["email"]}]}
+    page = form("Transition", transition, prefix="transitions.0.")
+    assert page.input_value(field("transitions.0.conditions.0.description")) == "has email"
+    page.fill(field("transitions.0.conditions.0.description"), "knows the email")
+    page.fill(field("transitions.0.conditions.0.requires_context_keys.new"), "name")
+    page.press(field("transitions.0.conditions.0.requires_context_keys.new"), "Enter")
+    assert changes(tab)[-1] == {
+        "target_state": "b",
+        "conditions": [{"description": "knows the email", "requires_context_keys": ["email", "name"]}],
+    }
+    assert json.loads(page.input_value(field("transitions.0.conditions"))) == changes(tab)[-1]["conditions"]
+    page.fill(field("transitions.0.conditions.0.logic"), '"yes"')
+    assert (
+        "transitions[0].conditions[0].logic: expected object, boolean or null, got string"
+        in page.locator('.sf-card .sf-field[data-key="logic"] .sf-error').inner_text()
+    )
+    assert tab.tab.evaluate("() => harness.handle.invalid()") == ["transitions.0.conditions.0.logic"]
+    count = len(changes(tab))
+    page.fill(field("transitions.0.conditions.0.logic"), '{"==": [{"var": "ok"}, true]}')
+    assert len(changes(tab)) == count + 1 and changes(tab)[-1]["conditions"][0]["logic"] == {
+        "==": [{"var": "ok"}, True]
+    }
+    page.click('[data-cards="transitions.0.conditions"] [data-action="add-item"]')
+    assert changes(tab)[-1]["conditions"][1] == {}
+    page.click('[data-cards="transitions.0.conditions"] .sf-card[data-index="0"] [data-action="remove"]')
+    assert changes(tab)[-1] == {"target_state": "b", "conditions": [{}]}
+    # the JSON box redraws the cards; while it holds what is not applied, the cards cannot overwrite it
+    page.fill(field("transitions.0.conditions"), '[{"description": "typed"}, {"description": "two"}]')
+    assert page.input_value(field("transitions.0.conditions.1.description")) == "two"
+    page.fill(field("transitions.0.conditions"), '[{"description": "typ')
+    assert page.is_disabled(field("transitions.0.conditions.0.description"))
+    page.fill(field("transitions.0.conditions"), "")
+    assert changes(tab)[-1] == {"target_state": "b"}
+    assert page.locator('[data-cards="transitions.0.conditions"] .sf-card').count() == 0
