@@ -433,6 +433,7 @@ def test_every_text_of_the_file_is_shown_as_text(opened: Any, tmp_path: Path):
         page.tab.click("#delete")
         assert HOSTILE in page.tab.inner_text("#confirm-text")
         page.tab.click("#confirm-ok")
+        page.tab.wait_for_function("() => Object.keys(window.editor.doc().states).length === 2")
         assert set(page.doc()["states"]) == {"start", "end"} and page.codes() == []
         page.tab.click("#chat-start")
         page.tab.wait_for_selector("#transcript li.assistant")

@@ -752,8 +752,8 @@
         value: structuredClone(value),
         onChange,
         catalog: page.file.catalog || {},
-        omit,
-        onRename: page.selection.kind === "state" ? (to) => rename(page.selection.state, to) : undefined,
+        omit, // a state's id is renamed above the form (every reference follows), its transitions listed below it
+        stateIds: stateIds(page.doc),
       });
     } catch (error) {
       const failed = document.createElement("p");
