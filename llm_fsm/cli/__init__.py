@@ -11,7 +11,7 @@ from llm_fsm.cli.main import app, entry_point
 
 # --help lists the commands in the order their modules are imported.
 # isort: off
-from llm_fsm.cli import run, authoring, chat, run_tests, evaluate, conversations, serve, new  # noqa: F401
+from llm_fsm.cli import run, authoring, chat, run_tests, evaluate, conversations, serve, edit, new  # noqa: F401
 # isort: on
 
 __all__ = ["app", "entry_point"]

@@ -28,13 +28,11 @@ from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
-from fastapi import FastAPI, Request
-from fastapi.responses import FileResponse, JSONResponse, PlainTextResponse, RedirectResponse
-from starlette.concurrency import run_in_threadpool
-from starlette.exceptions import HTTPException as StarletteHTTPException
-from starlette.responses import Response
-from starlette.staticfiles import StaticFiles
-from starlette.types import Scope
+from fastapi import FastAPI, Request, Response  # noqa: TID251 (the editor is a server of its own)
+from fastapi.concurrency import run_in_threadpool  # noqa: TID251
+from fastapi.responses import FileResponse, HTMLResponse, JSONResponse, PlainTextResponse, RedirectResponse  # noqa: TID251
+from fastapi.staticfiles import StaticFiles  # noqa: TID251
+from starlette.exceptions import HTTPException as StarletteHTTPException  # noqa: TID251 (what routing raises)
 
 from llm_fsm.editor.catalog import catalog
 from llm_fsm.editor.checks import check
@@ -47,7 +45,11 @@ logger = logging.getLogger("llm_fsm.editor")
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "llm_fsm_editor"
-_MISSING_PAGE = "The editor's page is not installed (llm_fsm/editor/static/index.html is missing)."
+# What / serves when the page's files are not installed (a checkout without them): text only, no data.
+_MISSING_PAGE = (
+    "<!doctype html>\n<title>llm-fsm edit</title>\n"
+    "<p>The editor's page is not installed: llm_fsm/editor/static/index.html is missing.</p>\n"
+)
 
 
 class _Refused(Exception):
@@ -73,7 +75,7 @@ def packaged_schema() -> Any:
 class _Static(StaticFiles):
     """The page's files, with the page's headers; a missing one is the API's JSON 404."""
 
-    async def get_response(self, path: str, scope: Scope) -> Response:
+    async def get_response(self, path: str, scope: Any) -> Response:
         response = await super().get_response(path, scope)
         response.headers.update(PAGE_HEADERS)
         return response
@@ -132,7 +134,11 @@ class _Editing:
         text = self.file.render(value, base)
         return {"text": text, "changed": text != (base or ""), "diagnostics": check(text, self.file.shown, value)}
 
-    def saved(self, value: Any, sha: str, force: bool) -> dict[str, Any]:
+    def saved(self, value: Any, sha: Any, force: Any) -> dict[str, Any]:
+        if not isinstance(sha, str):
+            raise _Refused(400, "invalid_request", "'sha' must be the sha the file was read with (a string)")
+        if not isinstance(force, bool):
+            raise _Refused(400, "invalid_request", "'force' must be true or false")
         outcome = self.file.save(value, sha, force)
         if isinstance(outcome, Conflict):
             message = (
@@ -156,36 +162,60 @@ def create_editor_app(
     file: EditedFile,
     token: str,
     *,
-    port: int,
+    port: int | None,
     client_factory: ClientFactory | None = None,
     model: str = "simulated",
     hooks: Hooks | None = None,
     conversation_options: dict[str, Any] | None = None,
 ) -> FastAPI:
-    """The editor of ``file`` behind ``token``, answering at ``127.0.0.1:port`` / ``localhost:port``.
+    """The editor of ``file`` behind ``token``, answering at ``127.0.0.1:port`` / ``localhost:port`` (``port``
+    None: at any port of those names, for a server whose port is chosen after the app is made, as in tests).
 
     ``client_factory`` makes the chat's model for each definition tried (default: the simulated model of
     it); ``model`` is its name, shown on the page; ``hooks`` provide the handlers, checks and tools."""
     hooks = hooks if hooks is not None else Hooks()
     tryit = TryIt(file.shown, client_factory, hooks, conversation_options=conversation_options)
     editing = _Editing(file, tryit, hooks, model)
-    hosts = {f"127.0.0.1:{port}", f"localhost:{port}"}
+    guard = _Guard(token, port)
     application = FastAPI(title="llm-fsm edit", docs_url=None, redoc_url=None, openapi_url=None)
     application.state.editing = editing
+    application.middleware("http")(guard)
+    _answer_errors(application)
+    application.add_api_route("/", guard.page, methods=["GET", "HEAD"])
+    _add_api(application, editing)
+    application.mount("/static", _Static(directory=STATIC, check_dir=False), name="static")
+    return application
 
-    def holds_token(request: Request) -> bool:
+
+class _Guard:
+    """Who may use the editor: the rules of the module's docstring, checked before any route runs."""
+
+    NAMES = ("127.0.0.1", "localhost")
+
+    def __init__(self, token: str, port: int | None) -> None:
+        self.token = token
+        self.port = port
+
+    def allowed(self, host: str) -> bool:
+        """A ``Host`` header naming this server by its loopback name (and its port, when known)."""
+        name, _, number = host.rpartition(":")
+        if name not in self.NAMES:
+            return False
+        return number == str(self.port) if self.port is not None else number.isdigit()
+
+    def holds_token(self, request: Request) -> bool:
         given = request.cookies.get(COOKIE)
         scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
         if not given and scheme.lower() == "bearer":
             given = bearer.strip()
-        return bool(given) and hmac.compare_digest(given.encode(), token.encode())
+        return given is not None and hmac.compare_digest(given.encode(), self.token.encode())
 
-    @application.middleware("http")
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        api = request.url.path.startswith("/api/") or request.url.path == "/api"
+    def refusal(self, request: Request, api: bool) -> Response | None:
+        """The answer to a request that may not go on, else None."""
         host = request.headers.get("host", "").lower()
-        if host not in hosts:
-            message = f"this editor answers only at http://127.0.0.1:{port}/ (the address llm-fsm edit printed)"
+        if not self.allowed(host):
+            where = f"http://127.0.0.1:{self.port or 'PORT'}/"
+            message = f"this editor answers only at {where} (the address llm-fsm edit printed)"
             return error_response(403, "forbidden_host", message) if api else _plain(403, message)
         if request.method == "POST":
             kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
@@ -194,51 +224,58 @@ def create_editor_app(
             origin = request.headers.get("origin")
             if origin is not None and origin.lower() != f"http://{host}":
                 return error_response(403, "forbidden_origin", f"requests from {origin} may not use this editor")
-        if api and not holds_token(request):
+        if api and not self.holds_token(request):
             message = "open the address llm-fsm edit printed (with its ?token=...) to use the editor"
             return error_response(401, "unauthorized", message)
+        return None
+
+    async def __call__(self, request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        api = request.url.path == "/api" or request.url.path.startswith("/api/")
+        refused = self.refusal(request, api)
+        if refused is not None:
+            return refused
         response = await call_next(request)
         if api:
             response.headers.update(COMMON_HEADERS)
         return response
 
-    @application.exception_handler(_Refused)
-    async def refused(request: Request, exc: _Refused) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, **exc.extra)
-
-    @application.exception_handler(TryItError)
-    async def chat_failed(request: Request, exc: TryItError) -> JSONResponse:
-        return error_response(exc.status, exc.code, exc.message, **exc.extra)
-
-    @application.exception_handler(EditorFileError)
-    async def file_failed(request: Request, exc: EditorFileError) -> JSONResponse:
-        return error_response(500, "file_error", str(exc))
-
-    @application.exception_handler(StarletteHTTPException)
-    async def http_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-        codes = {404: "not_found", 405: "method_not_allowed"}
-        return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
-
-    @application.exception_handler(Exception)
-    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
-        logger.exception("the editor failed on %s %s", request.method, request.url.path)
-        return error_response(500, "internal_error", f"the editor failed: {type(exc).__name__}: {exc}")
-
-    @application.api_route("/", methods=["GET", "HEAD"])
-    async def page(request: Request) -> Response:
+    async def page(self, request: Request) -> Response:
+        """``/?token=T``: the cookie, and on to ``/``; ``/`` with the cookie: the page; else a short refusal."""
         given = request.query_params.get("token")
         if given is not None:
-            if not hmac.compare_digest(given.encode(), token.encode()):
+            if not hmac.compare_digest(given.encode(), self.token.encode()):
                 return _plain(403, "this address holds an old or wrong token: open the address llm-fsm edit printed")
             moved = RedirectResponse("/", 303, headers=COMMON_HEADERS)
-            moved.set_cookie(COOKIE, token, httponly=True, samesite="strict", path="/")
+            moved.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
             return moved
-        if not holds_token(request):
+        if not self.holds_token(request):
             return _plain(403, "open the address llm-fsm edit printed (http://127.0.0.1:PORT/?token=...)")
         index = STATIC / "index.html"
         if not index.is_file():
-            return _plain(200, _MISSING_PAGE)
+            return HTMLResponse(_MISSING_PAGE, headers=PAGE_HEADERS)
         return FileResponse(index, media_type="text/html; charset=utf-8", headers=PAGE_HEADERS)
+
+
+def _answer_errors(application: FastAPI) -> None:
+    """Every failure as ``{"error": {"code", "message"}}``: never a traceback, never HTML."""
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        if isinstance(exc, _Refused | TryItError):
+            return error_response(exc.status, exc.code, exc.message, **exc.extra)
+        if isinstance(exc, EditorFileError):
+            return error_response(500, "file_error", str(exc))
+        if isinstance(exc, StarletteHTTPException):
+            codes = {404: "not_found", 405: "method_not_allowed"}
+            return error_response(exc.status_code, codes.get(exc.status_code, "http_error"), str(exc.detail))
+        logger.exception("the editor failed on %s %s", request.method, request.url.path)
+        return error_response(500, "internal_error", f"the editor failed: {type(exc).__name__}: {exc}")
+
+    for kind in (_Refused, TryItError, EditorFileError, StarletteHTTPException, Exception):
+        application.add_exception_handler(kind, refused)
+
+
+def _add_api(application: FastAPI, editing: _Editing) -> None:
+    """The routes under ``/api/``; each reads its JSON body with :func:`_body` and works in a thread."""
 
     @application.get("/api/file")
     def read_file() -> dict[str, Any]:
@@ -252,18 +289,13 @@ def create_editor_app(
     @application.post("/api/save")
     async def save(request: Request) -> dict[str, Any]:
         body = await _body(request, "value", "sha")
-        sha, force = body["sha"], body.get("force", False)
-        if not isinstance(sha, str):
-            raise _Refused(400, "invalid_request", "'sha' must be the sha the file was read with (a string)")
-        if not isinstance(force, bool):
-            raise _Refused(400, "invalid_request", "'force' must be true or false")
-        return await run_in_threadpool(editing.saved, body["value"], sha, force)
+        return await run_in_threadpool(editing.saved, body["value"], body["sha"], body.get("force", False))
 
     @application.post("/api/layout")
     async def layout(request: Request) -> dict[str, Any]:
         body = await _body(request, "positions")
         try:
-            await run_in_threadpool(file.write_layout, body["positions"])
+            await run_in_threadpool(editing.file.write_layout, body["positions"])
         except LayoutError as exc:
             raise _Refused(400, "invalid_layout", str(exc)) from None
         return {"ok": True}
@@ -274,18 +306,14 @@ def create_editor_app(
 
         def start() -> dict[str, Any]:
             value = body["value"]
-            text = editing.rendered(value)
-            return tryit.start(value, body.get("state"), body.get("context"), text=text)
+            return editing.tryit.start(value, body.get("state"), body.get("context"), text=editing.rendered(value))
 
         return await run_in_threadpool(start)
 
     @application.post("/api/chat/send")
     async def chat_send(request: Request) -> dict[str, Any]:
         body = await _body(request, "text")
-        return await run_in_threadpool(tryit.send, body["text"])
-
-    application.mount("/static", _Static(directory=STATIC, check_dir=False), name="static")
-    return application
+        return await run_in_threadpool(editing.tryit.send, body["text"])
 
 
 def _plain(status: int, message: str) -> PlainTextResponse:

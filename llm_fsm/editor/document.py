@@ -153,7 +153,10 @@ class EditedFile:
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
             return {}, f"{where} is not JSON ({exc}); its positions are ignored"
         if not isinstance(document, dict) or document.get("version") != LAYOUT_VERSION:
-            return {}, f'{where} is not a layout file ({{"version": 1, "positions": {{...}}}}); its positions are ignored'
+            return (
+                {},
+                f'{where} is not a layout file ({{"version": 1, "positions": {{...}}}}); its positions are ignored',
+            )
         try:
             return checked_positions(document.get("positions", {}), f"{where}: positions"), None
         except LayoutError as exc:

@@ -98,7 +98,9 @@ class TryIt:
         if context is not None and not isinstance(context, Mapping):
             raise TryItError(400, "invalid_request", f"the context must be a JSON object, not {_kind(context)}")
         if from_state is not None and not isinstance(from_state, str):
-            raise TryItError(400, "invalid_request", f"the state must be a state id (a string), not {_kind(from_state)}")
+            raise TryItError(
+                400, "invalid_request", f"the state must be a state id (a string), not {_kind(from_state)}"
+            )
         definition = self._load(value, text)
         if from_state is not None and from_state not in definition.states:
             known = ", ".join(definition.states)
@@ -144,7 +146,9 @@ class TryIt:
         from llm_fsm.definition.loader import load_text
 
         if not isinstance(value, dict):
-            raise TryItError(422, "definition_error", f"fix the problems first: a definition is a JSON object, not {_kind(value)}")
+            raise TryItError(
+                422, "definition_error", f"fix the problems first: a definition is a JSON object, not {_kind(value)}"
+            )
         written = text if text is not None else json.dumps(value, indent=2, ensure_ascii=False)
         try:
             report = load_text(written.removeprefix("\ufeff"), source=self.source)
@@ -207,7 +211,9 @@ def _failure(exc: Exception) -> TryItError:
     if isinstance(exc, ConversationEnded):
         return TryItError(409, "conversation_ended", f"{exc}: restart the chat to go on")
     if isinstance(exc, ConversationPaused):
-        return TryItError(409, "conversation_paused", f"{exc}: the editor's chat cannot resume a pause; restart the chat")
+        return TryItError(
+            409, "conversation_paused", f"{exc}: the editor's chat cannot resume a pause; restart the chat"
+        )
     if isinstance(exc, EmptyMessageError):
         return TryItError(422, "empty_message", str(exc))
     if isinstance(exc, LLMError):
