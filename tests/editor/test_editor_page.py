@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import socket
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -55,15 +53,19 @@ def editing(path: Path, **options: Any) -> Iterator[str]:
 class Editor:
     """A fresh tab on the editor at ``base`` (opened with the token), recording what the browser says went wrong."""
 
-    def __init__(self, browser: Any, base: str, token: str = TOKEN) -> None:
-        self.context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    def __init__(self, chromium: Any, base: str, token: str = TOKEN) -> None:
+        self.context = chromium.new_context(viewport={"width": 1400, "height": 1000})
         self.tab = self.context.new_page()
         self.tab.set_default_timeout(WAIT_MS)
         self.problems: list[str] = []
         self.expected: list[str] = []  # what a test expects the browser to report (an answer's status)
-        self.tab.on("console", lambda m: m.type in ("error", "warning") and self.problems.append(m.text))
+        self.tab.on("console", self._console)
         self.tab.on("pageerror", lambda error: self.problems.append(f"page error: {error}"))
         self.response = self.tab.goto(f"{base}/?token={token}")
+
+    def _console(self, message: Any) -> None:
+        if message.type in ("error", "warning"):
+            self.problems.append(message.text)
 
     def expect_status(self, status: int) -> None:
         """The browser reports an answer with this status as a console error: the test expects it."""
@@ -160,7 +162,7 @@ def opened(browser: Any) -> Iterator[Any]:  # noqa: F811 (browser is the fixture
 # -- how the page is built -------------------------------------------------------------------------
 
 
-def test_the_page_runs_no_inline_script_and_inserts_no_html():
+def test_the_page_runs_no_inline_script_and_inserts_no_html() -> None:
     html = (STATIC / "index.html").read_text()
     scripts = re.findall(r"<script\b([^>]*)>(.*?)</script>", html, re.S)
     assert scripts and all("src=" in attributes and not body.strip() for attributes, body in scripts)
@@ -171,7 +173,7 @@ def test_the_page_runs_no_inline_script_and_inserts_no_html():
             assert risky not in script, (name, risky)
     for vendored in ("cytoscape", "cytoscape-edgehandles", "dagre"):
         folder = STATIC / "vendor" / vendored
-        assert "MIT" in (folder / "LICENSE").read_text() or "Permission is hereby granted" in (folder / "LICENSE").read_text()
+        assert "Permission is hereby granted" in (folder / "LICENSE").read_text()  # MIT, each
         readme = (folder / "README.md").read_text()
         assert "sha256" in readme and "integrity" in readme and "npm pack" in readme, vendored
 
@@ -188,7 +190,7 @@ def validate_strict(path: Path) -> Any:
 
 
 @browser_test
-def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_then_saves_and_validates(opened: Any, tmp_path: Path):
+def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_and_validates(opened: Any, tmp_path: Path) -> None:
     path = tmp_path / "signup.json"  # not there yet: a new definition
     with editing(path) as base:
         page = opened(base).ready()
@@ -263,7 +265,7 @@ def examples(tmp_path: Path) -> Path:
 
 @browser_test
 @pytest.mark.parametrize("example", [p.name for p in EXAMPLES])
-def test_an_example_opened_and_saved_unchanged_keeps_every_byte(opened: Any, examples: Path, example: str):
+def test_an_example_opened_and_saved_unchanged_keeps_every_byte(opened: Any, examples: Path, example: str) -> None:
     path = examples / example
     original = path.read_bytes()
     with editing(path) as base:
@@ -288,7 +290,7 @@ def references(doc: Any, state: str) -> int:
 
 
 @browser_test
-def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: Any, examples: Path):
+def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: Any, examples: Path) -> None:
     path = examples / "order_flow.json"
     before = json.loads(path.read_text())
     used = references(before, "review")
@@ -334,7 +336,7 @@ def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: 
 
 
 @browser_test
-def test_a_file_changed_on_disk_is_not_overwritten_unless_the_author_says_so(opened: Any, examples: Path):
+def test_a_file_changed_on_disk_is_not_overwritten_unless_the_author_says_so(opened: Any, examples: Path) -> None:
     path = examples / "small_talk.json"
     with editing(path) as base:
         page = opened(base).ready()
@@ -372,7 +374,7 @@ def test_a_file_changed_on_disk_is_not_overwritten_unless_the_author_says_so(ope
 
 
 @browser_test
-def test_a_wrong_or_missing_token_gets_a_short_page_and_none_of_the_file(opened: Any, tmp_path: Path):
+def test_a_wrong_or_missing_token_gets_a_short_page_and_none_of_the_file(opened: Any, tmp_path: Path) -> None:
     path = tmp_path / "secret.json"
     path.write_text(json.dumps({"name": "secret", "description": "the-secret-words", "states": {"a": {}}}))
     with editing(path) as base:
@@ -392,7 +394,7 @@ HOSTILE = '<img src=x onerror="window.__pwned = 1">'
 
 
 @browser_test
-def test_every_text_of_the_file_is_shown_as_text(opened: Any, tmp_path: Path):
+def test_every_text_of_the_file_is_shown_as_text(opened: Any, tmp_path: Path) -> None:
     path = tmp_path / "hostile.json"
     definition = {
         "name": "hostile",
@@ -402,7 +404,9 @@ def test_every_text_of_the_file_is_shown_as_text(opened: Any, tmp_path: Path):
             "start": {
                 "purpose": HOSTILE,
                 "opening": "Hello " + HOSTILE,
-                "transitions": [{"target_state": "end", "description": HOSTILE, "conditions": [{"description": HOSTILE}]}],
+                "transitions": [
+                    {"target_state": "end", "description": HOSTILE, "conditions": [{"description": HOSTILE}]}
+                ],
             },
             "end": {"purpose": "bye"},
             HOSTILE: {"purpose": HOSTILE},  # not an id: the problem's message quotes it
@@ -441,3 +445,155 @@ def test_every_text_of_the_file_is_shown_as_text(opened: Any, tmp_path: Path):
         assert page.js("() => document.querySelectorAll('img').length") == 0
         assert page.js("() => window.__pwned") is None
         page.screenshot("editor-hostile")
+
+
+CHAT = {
+    "name": "greeting",
+    "initial_state": "greet",
+    "states": {
+        "greet": {
+            "purpose": "Greet the user",
+            "opening": "Hello!",
+            "transitions": [{"target_state": "chat", "priority": 10}],
+        },
+        "chat": {"purpose": "Talk a little", "transitions": [{"target_state": "bye", "priority": 10}]},
+        "bye": {"purpose": "Say goodbye"},
+    },
+}
+
+
+@browser_test
+def test_the_chat_beside_the_graph_lights_the_path_and_restarts_after_an_edit(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "greeting.json"
+    path.write_text(json.dumps(CHAT, indent=2))
+    with editing(path) as base:
+        page = opened(base).ready()
+        assert "simulated" in page.tab.inner_text("#chat-model")
+        page.tab.click("#chat-start")
+        page.tab.wait_for_selector("#transcript li.assistant")
+        assert page.tab.inner_text("#transcript li.assistant") == "Hello!"
+        current = "() => window.editor.cy.nodes('.current').map(n => n.data('state'))"
+        assert page.js(current) == ["greet"]
+        page.tab.fill("#chat-message", "hi there")
+        page.tab.press("#chat-message", "Enter")
+        page.tab.wait_for_selector("#transcript li.user ~ li.assistant")
+        moved_to = page.tab.inner_text("#chat-state").split()[1]
+        assert page.js(current) == [moved_to] and moved_to in ("chat", "bye")
+        assert page.tab.inner_text("#transcript li.user") == "hi there"
+        if moved_to == "chat":
+            assert page.js("() => window.editor.cy.getElementById('t:greet:0').hasClass('visited')")
+
+        # an edit: the chat offers to start again, from the initial state or from where it is
+        assert page.tab.is_hidden("#chat-restart")
+        page.add_state("extra")
+        assert page.tab.is_visible("#chat-restart")
+        assert page.tab.inner_text("#chat-restart-current") == f"Restart from {moved_to}"
+        page.tab.click("#chat-restart-current")
+        page.tab.wait_for_function("() => document.querySelector('#chat-restart').hidden")
+        assert page.js(current) == [moved_to]
+        page.js("() => window.editor.select('state', 'greet')")
+        page.tab.click("#delete")
+        page.tab.click("#confirm-ok")
+        page.tab.wait_for_function("() => !('greet' in window.editor.doc().states)")
+        if moved_to != "greet":
+            assert page.tab.is_visible("#chat-restart-current")
+        page.js("() => window.editor.select('state', 'extra')")
+        page.tab.fill("#rename-id", "renamed")
+        page.tab.click("#rename-apply")
+        page.tab.wait_for_function("() => 'renamed' in window.editor.doc().states")
+
+
+@browser_test
+def test_the_state_form_reorders_transitions_by_rewriting_their_priorities(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "order.json"
+    definition = {
+        "name": "order",
+        "initial_state": "a",
+        "states": {
+            "a": {
+                "transitions": [
+                    {"target_state": "b", "priority": 20},
+                    {"target_state": "c", "priority": 10},
+                    {"target_state": "d"},
+                ]
+            },
+            "b": {},
+            "c": {},
+            "d": {},
+        },
+    }
+    path.write_text(json.dumps(definition, indent=2))
+    with editing(path) as base:
+        page = opened(base).ready()
+        page.js("() => window.editor.select('state', 'a')")
+        rows = "() => [...document.querySelectorAll('#transition-list li .link')].map(b => b.textContent)"
+        assert page.js(rows) == ["10 → c", "20 → b", "100 → d"]
+        page.tab.click("#transition-list li:nth-child(3) button[title^='Earlier']")  # d before b
+
+        def moves() -> list[tuple[str, Any]]:
+            return [(t["target_state"], t.get("priority")) for t in page.doc()["states"]["a"]["transitions"]]
+
+        assert moves() == [("b", 100), ("c", 10), ("d", 20)]  # the same numbers, in the new order
+        assert page.js(rows) == ["10 → c", "20 → d", "100 → b"]
+        page.tab.drag_and_drop("#transition-list li:nth-child(3)", "#transition-list li:nth-child(1)")  # b first
+        assert page.js(rows) == ["10 → b", "20 → c", "100 → d"]
+        assert page.js("() => window.editor.cy.getElementById('t:a:0').data('label')") == "10"
+        page.tab.click("#undo")
+        page.tab.click("#undo")
+        assert page.doc() == definition
+
+
+@browser_test
+def test_llm_fsm_edit_opens_the_page_at_the_address_it_prints(opened: Any, examples: Path) -> None:
+    from tests.editor.test_edit_cli import start_editor, stop
+
+    path = examples / "quiz.json"
+    original = path.read_bytes()
+    child, printed = start_editor(str(path), "--no-browser", "--port", "0", cwd=examples)
+    try:
+        page = opened(printed["url"].split("/?")[0], token=printed["token"]).ready()
+        assert page.doc() == json.loads(original) and page.codes() == []
+        page.add_state("extra_question")
+        assert page.tab.inner_text("#save-state") == "unsaved"
+        page.tab.click("#undo")
+        page.save()
+    finally:
+        stop(child)
+    assert path.read_bytes() == original
+
+
+def label_overlaps(page: Editor) -> list[list[str]]:
+    """Pairs of labels (node boxes with their label, edge labels) whose boxes overlap on the drawn graph."""
+    return list(
+        page.js(
+            """() => {
+            const cy = window.editor.cy;
+            const only = {includeNodes: false, includeEdges: false, includeLabels: true, includeMainLabels: true,
+                          includeSourceLabels: false, includeTargetLabels: false, includeOverlays: false,
+                          includeUnderlays: false};
+            const boxes = [];
+            cy.nodes().forEach(n => boxes.push([n.id(), n.boundingBox({includeLabels: true, includeOverlays: false,
+                                                                         includeUnderlays: false})]));
+            cy.edges().forEach(e => boxes.push([e.id(), e.boundingBox(only)]));
+            const hits = [];
+            for (let i = 0; i < boxes.length; i++) for (let j = i + 1; j < boxes.length; j++) {
+                const [a, p] = boxes[i], [b, q] = boxes[j];
+                if (p.w > 0 && q.w > 0 && p.x1 < q.x2 && q.x1 < p.x2 && p.y1 < q.y2 && q.y1 < p.y2) hits.push([a, b]);
+            }
+            return hits;
+        }"""
+        )
+    )
+
+
+@browser_test
+@pytest.mark.parametrize("example", ["order_flow", "insurance_claim"])
+def test_the_laid_out_graph_has_no_overlapping_labels(opened: Any, examples: Path, example: str) -> None:
+    with editing(examples / f"{example}.json") as base:
+        page = opened(base).ready()
+        edges = page.js("() => window.editor.cy.edges().map(e => e.data('label'))")
+        assert len(edges) >= 10 and all(edges)  # every transition is drawn, with its label
+        for direction in ("LR", "TB"):
+            page.tab.select_option("#rank-dir", direction)
+            assert label_overlaps(page) == [], direction
+        page.screenshot(f"editor-{example}")

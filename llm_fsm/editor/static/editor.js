@@ -41,7 +41,7 @@
     problems: [],
     selection: { kind: "definition" },
     positions: {}, // author-moved states: id -> {x, y}, as /api/layout keeps them
-    rankDir: "TB",
+    rankDir: "auto", // TB, LR, or auto: whichever of the two shows the graph larger in its pane
     chat: null, // {state, visited: [ids], ended, stale}
     structure: "", // what the graph was last laid out for (ids, edges and labels)
   };
@@ -121,7 +121,7 @@
     let text = conditions.length ? conditionText(conditions[0]) : "";
     if (conditions.length > 1) text += ` +${conditions.length - 1}`;
     const head = String(priorityOf(transition));
-    return text ? `${head} · ${shorten(text, 30)}` : head;
+    return text ? `${head} · ${shorten(text, 40)}` : head;
   }
 
   // -- edits (each returns nothing: it changes the draft it is given) ------------------------------
@@ -328,7 +328,20 @@
 
   function textWidth(text, size) {
     measure.font = `${size}px ${FONT_FAMILY}`;
-    return measure.measureText(text).width;
+    return Math.max(0, ...String(text).split("\n").map((line) => measure.measureText(line).width));
+  }
+
+  const LABEL_WIDTH = 130; // an edge label wider than this is broken into lines (a narrower graph, larger on screen)
+
+  /** `text` broken at spaces into lines no wider than LABEL_WIDTH (a longer word keeps its own line). */
+  function wrapped(text) {
+    const lines = [];
+    for (const word of String(text).split(" ")) {
+      const last = lines.length ? lines[lines.length - 1] : null;
+      if (last !== null && textWidth(last + " " + word, EDGE_FONT_SIZE) <= LABEL_WIDTH) lines[lines.length - 1] = last + " " + word;
+      else lines.push(word);
+    }
+    return lines.join("\n");
   }
 
   function stateNodeId(id) {
@@ -365,20 +378,20 @@
     for (const [id, state] of statesOf(doc)) {
       transitionsOf(state).forEach((t, index) => {
         if (!t || !(known.has(t.target_state) || t.target_state === RETURN)) return; // not a state: the problems say so
-        const label = transitionLabel(t);
+        const label = wrapped(transitionLabel(t));
         elements.push({
           group: "edges",
-          data: { id: `t:${id}:${index}`, source: stateNodeId(id), target: targetNode(t.target_state), label, kind: "transition", state: id, index, lw: textWidth(label, EDGE_FONT_SIZE) },
+          data: { id: `t:${id}:${index}`, source: stateNodeId(id), target: targetNode(t.target_state), label, kind: "transition", state: id, index, lw: textWidth(label, EDGE_FONT_SIZE), lines: label.split("\n").length },
           classes: "transition" + (t.target_state === id ? " loop" : ""),
         });
       });
     }
     globals.forEach((t, index) => {
       if (!t || !(known.has(t.target_state) || t.target_state === RETURN)) return;
-      const label = transitionLabel(t);
+      const label = wrapped(transitionLabel(t));
       elements.push({
         group: "edges",
-        data: { id: `g:${index}`, source: ANY, target: targetNode(t.target_state), label, kind: "global_transition", index, lw: textWidth(label, EDGE_FONT_SIZE) },
+        data: { id: `g:${index}`, source: ANY, target: targetNode(t.target_state), label, kind: "global_transition", index, lw: textWidth(label, EDGE_FONT_SIZE), lines: label.split("\n").length },
         classes: "global",
       });
     });
@@ -422,6 +435,8 @@
         "text-background-opacity": 1,
         "text-background-padding": 2,
         "text-rotation": "none",
+        "text-wrap": "wrap",
+        "text-max-width": 1000, // the page breaks the lines itself (see wrapped), so it knows each label's size
       },
     },
     {
@@ -537,30 +552,44 @@
   function layOut() {
     const nodes = cy.nodes();
     if (!nodes.length) return;
-    const graph = new window.dagre.graphlib.Graph({ multigraph: true });
-    graph.setGraph({ rankdir: page.rankDir, nodesep: 40, edgesep: 24, ranksep: 46, marginx: 20, marginy: 20 });
-    graph.setDefaultEdgeLabel(() => ({}));
-    nodes.forEach((n) => {
-      graph.setNode(n.id(), { width: n.outerWidth() + 8, height: n.outerHeight() + 8 });
-    });
-    cy.edges().forEach((e) => {
-      graph.setEdge(e.source().id(), e.target().id(), { width: e.data("lw") + 14, height: EDGE_FONT_SIZE + 12, labelpos: "c" }, e.id());
-    });
-    window.dagre.layout(graph);
+    let laid;
+    if (page.rankDir === "auto") {
+      const width = Math.max(cy.width(), 1);
+      const height = Math.max(cy.height(), 1);
+      const scale = (graph) => Math.min(width / graph.graph().width, height / graph.graph().height);
+      const [down, across] = [dagreLayout("TB"), dagreLayout("LR")];
+      laid = scale(across) > scale(down) * 1.05 ? across : down;
+    } else {
+      laid = dagreLayout(page.rankDir);
+    }
     page.routes = {};
     cy.batch(() => {
       nodes.forEach((n) => {
-        const placed = graph.node(n.id());
+        const placed = laid.node(n.id());
         const pinned = n.data("state") !== undefined && page.positions[n.data("state")];
         n.position(pinned ? { x: pinned.x, y: pinned.y } : { x: placed.x, y: placed.y });
       });
       cy.edges().forEach((e) => {
-        const laid = graph.edge({ v: e.source().id(), w: e.target().id(), name: e.id() });
-        if (laid && typeof laid.x === "number") page.routes[e.id()] = { x: laid.x, y: laid.y };
+        const edge = laid.edge({ v: e.source().id(), w: e.target().id(), name: e.id() });
+        if (edge && typeof edge.x === "number") page.routes[e.id()] = { x: edge.x, y: edge.y };
       });
     });
     reroute();
     cy.fit(undefined, 24);
+  }
+
+  function dagreLayout(rankDir) {
+    const graph = new window.dagre.graphlib.Graph({ multigraph: true });
+    graph.setGraph({ rankdir: rankDir, nodesep: 36, edgesep: 20, ranksep: 40, marginx: 20, marginy: 20 });
+    graph.setDefaultEdgeLabel(() => ({}));
+    cy.nodes().forEach((n) => {
+      graph.setNode(n.id(), { width: n.outerWidth() + 8, height: n.outerHeight() + 8 });
+    });
+    cy.edges().forEach((e) => {
+      graph.setEdge(e.source().id(), e.target().id(), { width: e.data("lw") + 14, height: e.data("lines") * EDGE_FONT_SIZE * 1.3 + 12, labelpos: "c" }, e.id());
+    });
+    window.dagre.layout(graph);
+    return graph;
   }
 
   /** Bend each edge whose ends are where the layout put them through its label's laid-out place. */
