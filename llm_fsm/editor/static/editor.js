@@ -115,10 +115,14 @@
     return "";
   }
 
-  /** An edge's label: `priority · short condition` (`10 · needs email`, or the condition's description). */
+  /**
+   * An edge's label: `priority · short condition` (`10 · needs email`, or the condition's description); with no
+   * conditions, the transition's own description (when the model takes it), else the priority alone.
+   */
   function transitionLabel(transition) {
     const conditions = Array.isArray(transition.conditions) ? transition.conditions : [];
     let text = conditions.length ? conditionText(conditions[0]) : "";
+    if (!conditions.length && typeof transition.description === "string") text = transition.description;
     if (conditions.length > 1) text += ` +${conditions.length - 1}`;
     const head = String(priorityOf(transition));
     return text ? `${head} · ${shorten(text, 40)}` : head;
