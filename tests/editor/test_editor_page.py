@@ -597,3 +597,33 @@ def test_the_laid_out_graph_has_no_overlapping_labels(opened: Any, examples: Pat
             page.tab.select_option("#rank-dir", direction)
             assert label_overlaps(page) == [], direction
         page.screenshot(f"editor-{example}")
+
+
+@browser_test
+def test_global_transitions_are_drawn_from_any_state_and_follow_a_rename(opened: Any, examples: Path) -> None:
+    path = examples / "insurance_claim.json"
+    with editing(path) as base:
+        page = opened(base).ready()
+        drawn = page.js("() => window.editor.cy.edges('.global').map(e => [e.source().id(), e.target().id()])")
+        assert sorted(drawn) == [["any", "s:cancelled"], ["any", "s:handover"], ["any", "s:help"]]
+        page.js("() => window.editor.rename('confirm', 'final_check')")
+        doc = page.doc()
+        assert doc["global_transitions"][1]["except_states"] == ["final_check"]
+        assert references(doc, "confirm") == 0 and page.codes() == []
+        page.js("() => window.editor.connect('any', 'incident')")  # a drag from "any state": a global transition
+        assert page.doc()["global_transitions"][3] == {"target_state": "incident", "priority": 60}
+        assert page.js("() => window.editor.selection()") == {"kind": "global_transition", "index": 3}
+        page.tab.keyboard.press("Delete")  # an edge goes without a question
+        page.tab.wait_for_function("() => window.editor.doc().global_transitions.length === 3")
+
+
+def test_the_vendored_files_are_the_ones_their_readmes_name() -> None:
+    import hashlib
+
+    readmes = sorted((STATIC / "vendor").glob("*/README.md"))
+    assert {r.parent.name for r in readmes} == {"cytoscape", "cytoscape-edgehandles", "dagre", "lodash-shim"}
+    for readme in readmes:
+        named = re.findall(r"`sha256sum ([\w.-]+)`: `([0-9a-f]{64})`", readme.read_text())
+        assert named or readme.parent.name == "lodash-shim", readme  # the shim is this project's own code
+        for name, digest in named:
+            assert hashlib.sha256((readme.parent / name).read_bytes()).hexdigest() == digest, name
