@@ -112,13 +112,12 @@ def _check_file(file: Path) -> None:
 
 
 def _client_factory(model: ModelOptions) -> Any:
-    """The chat's model for each definition tried: the simulated model is made for it; another is checked
-    now (a bad ``scripted:FILE`` or a missing option exits here, before the server starts) and made anew."""
-    if model.simulated:
-        from llm_fsm.editor.tryit import simulated
-
-        return simulated
-    model.client()  # exits 2 in one line if these options cannot make a client
+    """The chat's model for each definition tried, made as ``chat`` makes it (``--guided`` and ``--prompt-order``
+    reach the simulated model too). The simulated model is made for each definition; another is checked now, so
+    a bad ``scripted:FILE`` exits here in one line before the server starts, and is made anew on each start
+    (scripted replies start again from the first)."""
+    if not model.simulated:
+        model.client()  # exits 2 in one line if these options cannot make a client
     return lambda definition: model.client(definitions=[definition])
 
 

@@ -3,7 +3,7 @@
 It listens on 127.0.0.1 only, and still trusts nobody who cannot show the token minted for this run: a web
 page the author has open elsewhere can send requests to localhost, and the API reads and writes a file.
 
-- ``GET /?token=T`` with the right token sets the cookie ``llm_fsm_editor`` (HttpOnly, SameSite=Strict) and
+- ``GET /?token=T`` with the right token sets the cookie ``llm_fsm_editor_PORT`` (HttpOnly, SameSite=Strict) and
   redirects to ``/``, which serves the page to whoever has the cookie. Without it, a short plain page says
   to open the address ``llm-fsm edit`` printed; it never holds the file's content.
 - Every ``/api/*`` route needs the cookie (or ``Authorization: Bearer T``): 401 otherwise.
@@ -45,6 +45,14 @@ logger = logging.getLogger("llm_fsm.editor")
 
 STATIC = Path(__file__).parent / "static"
 COOKIE = "llm_fsm_editor"
+
+
+def cookie_name(port: int | None) -> str:
+    """``llm_fsm_editor_PORT``: a browser keeps cookies by host, not port, so two editors open at once (two
+    ports of 127.0.0.1) would overwrite each other's under one name, and the first page would lose its access."""
+    return COOKIE if port is None else f"{COOKIE}_{port}"
+
+
 # What / serves when the page's files are not installed (a checkout without them): text only, no data.
 _MISSING_PAGE = (
     "<!doctype html>\n<title>llm-fsm edit</title>\n"
@@ -91,12 +99,19 @@ class _Editing:
         self.hooks = hooks
         self.model = model
         self.base_text: str | None = None
+        self._read = False  # whether the page read the file yet: until then, edits render over the disk's text
         self._lock = threading.Lock()
+
+    def _base(self) -> str | None:
+        with self._lock:
+            if not self._read:
+                self.base_text, self._read = self.file.read().text, True
+            return self.base_text
 
     def opened(self) -> dict[str, Any]:
         snapshot = self.file.read()
         with self._lock:
-            self.base_text = snapshot.text
+            self.base_text, self._read = snapshot.text, True
         text = snapshot.text or ""
         value, parse_error = None, None
         if snapshot.problem is not None:
@@ -124,13 +139,10 @@ class _Editing:
         }
 
     def rendered(self, value: Any) -> str:
-        with self._lock:
-            base = self.base_text
-        return self.file.render(value, base)
+        return self.file.render(value, self._base())
 
     def checked(self, value: Any) -> dict[str, Any]:
-        with self._lock:
-            base = self.base_text
+        base = self._base()
         text = self.file.render(value, base)
         return {"text": text, "changed": text != (base or ""), "diagnostics": check(text, self.file.shown, value)}
 
@@ -147,7 +159,7 @@ class _Editing:
             )
             raise _Refused(409, "changed_on_disk", message, sha=outcome.sha)
         with self._lock:
-            self.base_text = outcome.text
+            self.base_text, self._read = outcome.text, True
         return {"sha": outcome.sha, "text": outcome.text, "unchanged": outcome.unchanged}
 
 
@@ -195,6 +207,7 @@ class _Guard:
     def __init__(self, token: str, port: int | None) -> None:
         self.token = token
         self.port = port
+        self.cookie = cookie_name(port)
 
     def allowed(self, host: str) -> bool:
         """A ``Host`` header naming this server by its loopback name (and its port, when known)."""
@@ -204,7 +217,7 @@ class _Guard:
         return number == str(self.port) if self.port is not None else number.isdigit()
 
     def holds_token(self, request: Request) -> bool:
-        given = request.cookies.get(COOKIE)
+        given = request.cookies.get(self.cookie)
         scheme, _, bearer = request.headers.get("authorization", "").partition(" ")
         if not given and scheme.lower() == "bearer":
             given = bearer.strip()
@@ -246,7 +259,7 @@ class _Guard:
             if not hmac.compare_digest(given.encode(), self.token.encode()):
                 return _plain(403, "this address holds an old or wrong token: open the address llm-fsm edit printed")
             moved = RedirectResponse("/", 303, headers=COMMON_HEADERS)
-            moved.set_cookie(COOKIE, self.token, httponly=True, samesite="strict", path="/")
+            moved.set_cookie(self.cookie, self.token, httponly=True, samesite="strict", path="/")
             return moved
         if not self.holds_token(request):
             return _plain(403, "open the address llm-fsm edit printed (http://127.0.0.1:PORT/?token=...)")
@@ -316,6 +329,11 @@ def _add_api(application: FastAPI, editing: _Editing) -> None:
         return await run_in_threadpool(editing.tryit.send, body["text"])
 
 
+def _no_constant(name: str) -> Any:
+    """JSON has no NaN or Infinity (Python's reader takes them): a value holding one could not be saved as JSON."""
+    raise ValueError(f"{name} is not a JSON number")
+
+
 def _plain(status: int, message: str) -> PlainTextResponse:
     return PlainTextResponse(message + "\n", status, headers=PAGE_HEADERS)
 
@@ -324,7 +342,7 @@ async def _body(request: Request, *required: str) -> dict[str, Any]:
     """The request's JSON object, with each ``required`` member; :class:`_Refused` (400) saying what is wrong."""
     raw = await request.body()
     try:
-        body = json.loads(raw)
+        body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
         raise _Refused(400, "invalid_request", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):

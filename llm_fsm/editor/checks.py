@@ -31,10 +31,14 @@ def check(text: str, path: str | os.PathLike[str], value: Any = None) -> list[di
     """Every diagnostic ``validate --strict`` would report on ``text`` saved at ``path``, as
     ``Diagnostic.to_dict()`` plus its ``element``. ``value`` is the text's JSON value, for states written as a
     list (read from ``text`` when not given)."""
-    from llm_fsm.authoring.analysis import analyze_text
+    from llm_fsm.authoring.analysis import Diagnostic, analyze_text
 
     source = str(path)
-    diagnostics = analyze_text(text, source=source, strict=True)
+    try:
+        diagnostics = analyze_text(text, source=source, strict=True)
+    except Exception as exc:  # a bug in the analysis: one problem, as validate reports it, not a failed request
+        message = f"could not analyze the file: {type(exc).__name__}: {exc}"
+        diagnostics = [Diagnostic("error", "internal", "", None, None, message, "please report this", source)]
     if value is None and diagnostics and "states[" in "".join(d.path for d in diagnostics):
         value = _value_of(text)
     found = []

@@ -18,6 +18,7 @@ import pytest
 import uvicorn
 from typer.testing import CliRunner
 
+import llm_fsm
 from llm_fsm.cli import app
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -212,3 +213,16 @@ def test_importing_the_cli_loads_no_server() -> None:
     out = subprocess.run([sys.executable, "-c", code], env={**os.environ, "PYTHONPATH": str(ROOT)},
                          capture_output=True, text=True, check=True).stdout  # fmt: skip
     assert out.strip() == "[]"
+
+
+def test_the_simulated_model_takes_the_provider_options_chat_gives_it(tmp_path: Path, no_server: list[Any]) -> None:
+    result = runner.invoke(
+        app, ["edit", str(tmp_path / "bot.json"), "--no-browser", "--guided", "--prompt-order", "cache"]
+    )
+    assert result.exit_code == 0, result.output
+    editing = no_server[0][0].state.editing
+
+    definition = llm_fsm.load(ROOT / "fsm_definitions" / "quiz.json")
+    made = editing.tryit.client_factory(definition)
+    assert type(made).__name__ == "SimulatedLLM" and made.definition is definition
+    assert made.guided is True and made.prompt_order == "cache"

@@ -17,7 +17,7 @@ from typer.testing import CliRunner
 
 from llm_fsm import Hooks
 from llm_fsm.cli import app as cli
-from llm_fsm.editor.app import COOKIE, create_editor_app
+from llm_fsm.editor.app import cookie_name, create_editor_app
 from llm_fsm.editor.catalog import catalog
 from llm_fsm.editor.checks import check, element
 from llm_fsm.editor.document import EditedFile, LayoutError, checked_positions
@@ -28,6 +28,7 @@ from tests.conftest import reply
 ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "fsm_definitions"
 PORT = 8765
+COOKIE = cookie_name(PORT)
 BASE = f"http://127.0.0.1:{PORT}"
 TOKEN = "editor-token-" + "x" * 32
 SECRET = "the-file-content-marker-7f3a"
@@ -574,3 +575,88 @@ def test_the_catalog_lists_what_the_hooks_and_the_definition_provide(tmp_path: P
 def test_an_unknown_route_is_a_json_404(order_flow: Path) -> None:
     answer = client_for(order_flow).get("/api/nosuch")
     assert answer.status_code == 404 and answer.json()["error"]["code"] == "not_found"
+
+
+def test_two_editors_at_once_keep_their_own_cookies(tmp_path: Path) -> None:
+    mine = create_editor_app(EditedFile(tmp_path / "a.json"), TOKEN, port=PORT)
+    other = create_editor_app(EditedFile(tmp_path / "b.json"), "other-" + TOKEN, port=PORT + 1)
+    moved = TestClient(other, base_url=f"http://127.0.0.1:{PORT + 1}").get(
+        f"/?token=other-{TOKEN}", follow_redirects=False
+    )
+    assert moved.headers["set-cookie"].startswith(f"{cookie_name(PORT + 1)}=") and cookie_name(PORT + 1) != COOKIE
+    # a browser sends both cookies to both editors (cookies are kept by host, not port): each reads its own
+    both = {"Cookie": f"{COOKIE}={TOKEN}; {cookie_name(PORT + 1)}=other-{TOKEN}"}
+    assert TestClient(mine, base_url=BASE).get("/api/file", headers=both).status_code == 200
+    assert TestClient(other, base_url=f"http://127.0.0.1:{PORT + 1}").get("/api/file", headers=both).status_code == 200
+    swapped = {"Cookie": f"{COOKIE}=other-{TOKEN}; {cookie_name(PORT + 1)}={TOKEN}"}
+    assert TestClient(mine, base_url=BASE).get("/api/file", headers=swapped).status_code == 401
+
+
+def test_a_value_with_nan_is_refused_before_it_is_written(order_flow: Path) -> None:
+    client = client_for(order_flow)
+    opened = client.get("/api/file").json()
+    body = '{"value": {"name": NaN}, "sha": "' + opened["sha"] + '"}'
+    answer = client.post("/api/save", content=body, headers={"Content-Type": "application/json"})
+    assert answer.status_code == 400 and "NaN" in answer.json()["error"]["message"]
+    assert order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes()
+
+
+def test_a_bug_in_the_analysis_is_one_problem_not_a_failed_request(
+    order_flow: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def broken(*args: Any, **kwargs: Any) -> Any:
+        raise KeyError("oops")
+
+    monkeypatch.setattr("llm_fsm.authoring.analysis.analyze_text", broken)
+    found = check("{}", order_flow)
+    assert [(d["code"], d["severity"], d["hint"]) for d in found] == [("internal", "error", "please report this")]
+    assert "KeyError" in found[0]["message"] and found[0]["element"] == {"kind": "definition"}
+
+
+def test_a_linked_file_is_saved_through_its_link(tmp_path: Path) -> None:
+    real = tmp_path / "real.json"
+    shutil.copy(EXAMPLES / "small_talk.json", real)
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    client = client_for(link)
+    opened = client.get("/api/file").json()
+    value = {**opened["value"], "version": "2.0"}
+    assert client.post("/api/save", json={"value": value, "sha": opened["sha"]}).status_code == 200
+    assert link.is_symlink() and json.loads(real.read_text())["version"] == "2.0"
+
+
+def test_a_file_with_crlf_and_no_final_newline_saves_unchanged(tmp_path: Path) -> None:
+    path = tmp_path / "crlf.json"
+    data = json.dumps(dead_end(), indent=3).replace("\n", "\r\n").encode()
+    path.write_bytes(data)
+    client = client_for(path)
+    opened = client.get("/api/file").json()
+    assert opened["text"] == data.decode() and opened["sha"] == hashlib.sha256(data).hexdigest()
+    saved = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"]}).json()
+    assert saved["unchanged"] is True and path.read_bytes() == data
+
+
+def test_a_check_before_the_file_was_read_compares_with_the_disk(order_flow: Path) -> None:
+    value = json.loads(order_flow.read_text())
+    found = client_for(order_flow).post("/api/check", json={"value": value}).json()
+    assert found["changed"] is False and found["text"] == order_flow.read_text()
+
+
+def test_the_words_are_those_the_llm_fsm_command_prints(tmp_path: Path) -> None:
+    """As the author will run it: the console script, in a process of its own, on the file the editor saved."""
+    import subprocess
+    import sys
+
+    value = dead_end()
+    value["states"]["ask"]["transitions"][1]["priority"] = "high"
+    path = tmp_path / "signup.json"
+    client = client_for(path)
+    saved = client.post("/api/save", json={"value": value, "sha": ""}).json()
+    found = client.post("/api/check", json={"value": value}).json()
+    assert found["text"] == saved["text"] == path.read_text()
+    script = Path(sys.executable).parent / "llm-fsm"
+    command = [str(script), "validate", "--strict", "--format", "json", str(path)]
+    done = subprocess.run(command, capture_output=True, text=True, env={**os.environ, "PYTHONPATH": str(ROOT)})
+    assert done.returncode == 1, done.stderr
+    printed = json.loads(done.stdout)
+    assert printed and [{k: v for k, v in d.items() if k != "element"} for d in found["diagnostics"]] == printed

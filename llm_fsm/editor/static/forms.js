@@ -10,6 +10,17 @@
 // the end, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
 // yet (bad JSON, a pattern not matched, a number out of range) stays in its box with the reason beside it and is
 // not applied: nothing the author typed is lost, and the definition never holds what the schema refuses.
+//
+// Which widget: enum/const -> <select> (an optional one starts with an unset choice, data-unset); boolean ->
+// checkbox (unchecked back to the default removes the key), or unset/true/false when optional with no default;
+// integer/number -> number input with the schema's min/max; string -> input, or a textarea for prose (PROSE
+// below); a state id (target_state, initial_state, fallback_state, with options.stateIds) -> <select> of the
+// states ("$return" for targets); a list of strings -> a list editor (add, reorder, remove; except_states offers
+// the states, a state's tools and handlers what --hooks provides); anything else (objects, lists of objects, a
+// field of several kinds) -> a JSON box checked as typed against the schema, conditions also one card each.
+// Every input has name and data-field = its JSON path ("purpose", "transitions.0.priority", list items
+// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic"); a field's box is
+// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH].
 "use strict";
 
 (function (global) {
@@ -66,7 +77,9 @@
     let node = root;
     for (const raw of ref.slice(1).split("/").filter(Boolean)) {
       const part = decodeURIComponent(raw).replace(/~1/g, "/").replace(/~0/g, "~");
-      if (!node || typeof node !== "object" || !own(node, part)) throw new Error(`SchemaForms: no ${ref} in the schema`);
+      if (!node || typeof node !== "object" || !own(node, part)) {
+        throw new Error(`SchemaForms: no ${ref} in the schema`);
+      }
       node = node[part];
     }
     return node;
@@ -90,7 +103,8 @@
     if (!type || type === "definition") return root;
     const defs = root.$defs || {};
     if (!own(defs, type)) {
-      throw new Error(`SchemaForms: no type ${JSON.stringify(type)} in the schema's $defs (${Object.keys(defs).join(", ")})`);
+      const known = Object.keys(defs).join(", ");
+      throw new Error(`SchemaForms: no type ${JSON.stringify(type)} in the schema's $defs (${known})`);
     }
     return defs[type];
   }
@@ -450,25 +464,48 @@
 
   // -- what --hooks provides ----------------------------------------------------------------------------------
 
-  // Each of catalog.tools / .checks / .handlers may be a list of {name, ...}, a list of names, or an object keyed
-  // by name; anything without a name is left out. No catalog at all: no notes and no warnings.
+  // llm_fsm.editor.catalog's shape: {tools: [{name, description, parameters (JSON Schema or null), required,
+  // declared, registered}], checks: [{name, accepts (keywords, or null: any)}], handlers: [{name, timings, named,
+  // states, targets, keys, arguments (keywords, or null: any), policy}]}. Read defensively: each list may also be a
+  // list of names or an object keyed by name, an entry without a name is left out, and a kind the catalog does not
+  // have (no catalog at all, or no "tools" in it) gets no notes and no warnings: nothing is known about it.
   function entries(list) {
     if (Array.isArray(list)) {
       return list
         .map((entry) => (typeof entry === "string" ? { name: entry } : entry))
         .filter((entry) => isObject(entry) && typeof entry.name === "string");
     }
-    if (isObject(list)) return Object.keys(list).map((name) => Object.assign({}, isObject(list[name]) ? list[name] : {}, { name }));
-    return [];
+    if (isObject(list)) {
+      return Object.keys(list).map((name) => Object.assign({}, isObject(list[name]) ? list[name] : {}, { name }));
+    }
+    return null;
   }
 
   function normalizeCatalog(catalog) {
-    if (!isObject(catalog)) return null;
+    if (!isObject(catalog)) return { tools: null, checks: null, handlers: null };
     return { tools: entries(catalog.tools), checks: entries(catalog.checks), handlers: entries(catalog.handlers) };
   }
 
   const names = (value) =>
-    Array.isArray(value) ? value.map(String) : typeof value === "string" ? [value] : isObject(value) ? Object.keys(value) : [];
+    Array.isArray(value)
+      ? value.map(String)
+      : typeof value === "string"
+        ? [value]
+        : isObject(value)
+          ? Object.keys(value)
+          : [];
+
+  const first = (entry, ...keys) => {
+    for (const key of keys) if (own(entry, key)) return entry[key];
+    return undefined;
+  };
+
+  function keywordsNote(entry, ...keys) {
+    const keywords = first(entry, ...keys);
+    if (keywords === null) return "takes any keywords";
+    const listed = names(keywords);
+    return listed.length ? `takes: ${listed.join(", ")}` : "";
+  }
 
   function toolNeeds(tool) {
     const parameters = isObject(tool.parameters) ? tool.parameters : {};
@@ -477,28 +514,42 @@
     const parts = Object.keys(properties).map((name) => {
       const spec = isObject(properties[name]) ? properties[name] : {};
       const type = Array.isArray(spec.type) ? spec.type.join("|") : spec.type;
-      const bits = [type, required.has(name) ? "required" : null].filter(Boolean);
+      const bits = [typeof type === "string" ? type : null, required.has(name) ? "required" : null].filter(Boolean);
       return bits.length ? `${name} (${bits.join(", ")})` : name;
     });
     for (const name of required) if (!own(properties, name)) parts.push(`${name} (required)`);
-    return parts.length ? `parameters: ${parts.join(", ")}` : "no parameters";
+    const notes = [parts.length ? `parameters: ${parts.join(", ")}` : "no parameters"];
+    if (tool.declared === true) notes.push("declared in the definition's tools");
+    if (tool.registered === true) notes.push("registered by --hooks");
+    return notes.join(" · ");
+  }
+
+  // A tool is provided when --hooks registers it (an entry with registered: false is only declared: an MCP
+  // server may serve it, the forms cannot tell).
+  function toolMissing(entry) {
+    if (!entry) return "not provided by --hooks";
+    if (entry.registered === false) return "declared in the definition's tools but not provided by --hooks";
+    return null;
   }
 
   function handlerNeeds(handler) {
     const parts = [];
-    const timings = names(handler.timings !== undefined ? handler.timings : handler.on);
+    const timings = names(first(handler, "timings", "on"));
     if (timings.length) parts.push(`runs on ${timings.join(", ")}`);
-    const keys = names(handler.keys !== undefined ? handler.keys : handler.wants);
-    if (keys.length) parts.push(`wants keys: ${keys.join(", ")}`);
+    const keys = names(first(handler, "keys", "wants"));
+    if (keys.length) parts.push(`when these keys change: ${keys.join(", ")}`);
     const states = names(handler.states);
     if (states.length) parts.push(`states: ${states.join(", ")}`);
+    const targets = names(handler.targets);
+    if (targets.length) parts.push(`moving to: ${targets.join(", ")}`);
+    const takes = keywordsNote(handler, "arguments", "accepts", "keywords");
+    if (takes) parts.push(takes);
+    if (handler.named === false) parts.push("runs without being listed (registered with @hooks.on)");
     return parts.join(" · ");
   }
 
   function checkNeeds(entry) {
-    if (entry.keywords === null) return "takes any keywords";
-    const keywords = names(entry.keywords);
-    return keywords.length ? `takes: ${keywords.join(", ")}` : "";
+    return keywordsNote(entry, "accepts", "keywords", "arguments");
   }
 
   const NEEDS = { tools: toolNeeds, handlers: handlerNeeds, checks: checkNeeds };
@@ -588,7 +639,7 @@
     function field(key, property, stray) {
       const path = prefix + key;
       const spec = stray ? { kind: "json", inner: {}, nullable: true } : classify(root, property);
-      const box = el("div", `sf-field sf-${spec.kind}`);
+      const box = el("div", `sf-field sf-kind-${spec.kind}`);
       box.dataset.key = key;
       const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
       const description = property.description || spec.inner.description || "";
@@ -605,7 +656,9 @@
       box.append(head);
       if (description) {
         box.title = description;
-        box.append(el("small", "sf-help", description));
+        const help = el("small", "sf-help", description);
+        help.id = `${id}-help`;
+        box.append(help);
       }
       if (stray) box.append(el("small", "sf-warning", `not a field of ${node.title || type}: the loader refuses it`));
       const error = el("div", "sf-error");
@@ -659,8 +712,13 @@
           : { enum: enumField, bool: boolField, number: numberField, string: textField, list: listField }[spec.kind] ||
             jsonField;
       const input = maker(ctx);
-      for (const control of input.querySelectorAll ? [input, ...input.querySelectorAll("input,select,textarea")] : []) {
-        if (description && control.matches("input,select,textarea") && !control.title) control.title = description;
+      error.id = `${id}-error`;
+      for (const control of [input, ...input.querySelectorAll("input,select,textarea")]) {
+        if (!control.matches("input,select,textarea")) continue;
+        if (description && !control.title) control.title = description;
+        if (control.id === id) {
+          control.setAttribute("aria-describedby", description ? `${id}-help ${id}-error` : `${id}-error`);
+        }
       }
       box.append(input, error, notes);
       return box;
@@ -748,7 +806,8 @@
       const byText = new Map();
       if (!required.has(key) || !present) {
         const fallback = shownDefault(property, spec.inner);
-        const unset = el("option", null, required.has(key) ? "(choose)" : fallback ? `(default: ${fallback})` : "(none)");
+        const shown = required.has(key) ? "(choose)" : fallback ? `(default: ${fallback})` : "(none)";
+        const unset = el("option", null, shown);
         unset.value = "";
         unset.dataset.unset = "1";
         control.append(unset);
@@ -849,7 +908,7 @@
         const problems = [];
         check(root, inner, parsed, ctx.label, problems);
         if (problems.length) ctx.fail(problems);
-        // the file's own spelling of an unchanged number (1.0, 1e2) is the writer's to keep: the same number is no change
+        // the file's own spelling of a number (1.0, 1e2) is the writer's to keep: the same number is no change
         else ctx.apply(parsed);
       });
       return control;
@@ -857,7 +916,7 @@
 
     function suggestions(ctx, kind) {
       if (STATE_LISTS.has(ctx.key) && stateIds) return { kind: "states", names: stateIds };
-      if (catalog && type !== "definition" && (kind === "tools" || kind === "handlers")) {
+      if (type !== "definition" && (kind === "tools" || kind === "handlers") && catalog[kind]) {
         return { kind, names: catalog[kind].map((entry) => entry.name) };
       }
       return null;
@@ -866,10 +925,12 @@
     function itemNote(ctx, offer, name) {
       if (!offer || name === "") return null;
       if (offer.kind === "states") {
-        return offer.names.includes(name) ? null : el("small", "sf-warning", `${name}: no such state in this definition`);
+        if (offer.names.includes(name)) return null;
+        return el("small", "sf-warning", `${name}: no such state in this definition`);
       }
       const entry = catalog[offer.kind].find((candidate) => candidate.name === name);
-      if (!entry) return el("small", "sf-warning", `${name}: not provided by --hooks`);
+      const missing = offer.kind === "tools" ? toolMissing(entry) : entry ? null : "not provided by --hooks";
+      if (missing) return el("small", "sf-warning", `${name}: ${missing}`);
       const needs = NEEDS[offer.kind](entry);
       return needs ? el("small", "sf-needs", needs) : null;
     }
@@ -881,7 +942,9 @@
       const list = el("ol", "sf-list");
       list.dataset.field = ctx.path;
       const start = current[key];
-      let items = Array.isArray(start) ? start.map((item) => (typeof item === "string" ? item : JSON.stringify(item))) : [];
+      const items = Array.isArray(start)
+        ? start.map((item) => (typeof item === "string" ? item : JSON.stringify(item)))
+        : [];
       if (start !== undefined && start !== null && !Array.isArray(start)) {
         ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(start)}, not a list; adding here replaces it`);
       }
@@ -966,7 +1029,8 @@
       const adding = el("div", "sf-add");
       const fresh = mark(el("input", "sf-input sf-new"), `${ctx.path}.new`, ctx.id);
       fresh.type = "text";
-      fresh.placeholder = offer && offer.kind !== "states" ? `add a name (${offer.kind} --hooks provides below)` : "add…";
+      fresh.placeholder =
+        offer && offer.kind !== "states" ? `add a name (${offer.kind} --hooks provides below)` : "add…";
       if (listId) fresh.setAttribute("list", listId);
       const add = button("Add", "add", "Add to the list");
       const addName = (name) => {
@@ -1000,10 +1064,10 @@
           row.dataset.name = entry.name;
           row.append(el("code", "sf-name", entry.name));
           if (typeof entry.description === "string" && entry.description) {
-            row.append(el("span", "sf-description", ` ${entry.description}`));
+            row.append(el("span", "sf-description", ` — ${entry.description}`));
           }
           const needs = NEEDS[offer.kind](entry);
-          if (needs) row.append(el("small", "sf-needs", needs));
+          if (needs) row.append(el("div", "sf-needs", needs));
           if (!items.includes(entry.name)) {
             const use = button("Add", "use", `Add ${entry.name} to this state's ${offer.kind}`);
             use.addEventListener("click", () => addName(entry.name));
@@ -1029,7 +1093,8 @@
       control.rows = Math.min(16, Math.max(3, control.value.split("\n").length + 1));
       const fallback = property.default !== undefined ? property.default : spec.inner.default;
       const kinds = describeSchema(root, property);
-      control.placeholder = fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
+      control.placeholder =
+        fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
       const isChecks = key === "checks" && type === "State";
       const cardsOf = itemsType(property);
       const cards =
@@ -1040,7 +1105,7 @@
 
       const notePythonChecks = (checks) => {
         panel.replaceChildren();
-        if (!isChecks || !catalog) return;
+        if (!isChecks || !catalog.checks) return;
         for (const item of Array.isArray(checks) ? checks : []) {
           if (isObject(item) && item.kind === "python" && typeof item.name === "string") {
             const known = catalog.checks.find((entry) => entry.name === item.name);
@@ -1054,7 +1119,7 @@
           row.dataset.name = entry.name;
           row.append(el("code", "sf-name", entry.name));
           const needs = checkNeeds(entry);
-          if (needs) row.append(el("small", "sf-needs", needs));
+          if (needs) row.append(el("span", "sf-needs", ` — ${needs} `));
           const use = el("button", "sf-button sf-use", "Add");
           use.type = "button";
           use.dataset.action = "use";
@@ -1223,7 +1288,7 @@
 
     function renameField(property) {
       const path = `${prefix}id`;
-      const box = el("div", "sf-field sf-string sf-rename");
+      const box = el("div", "sf-field sf-kind-string sf-rename");
       box.dataset.key = "id";
       const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
       const label = el("label", "sf-label", property.title || "Id");
