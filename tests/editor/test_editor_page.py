@@ -329,10 +329,13 @@ def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: 
         assert page.codes() == []
         assert page.js("() => window.editor.cy.getElementById('s:check_order').length") == 1
         page.save()
-    saved = json.loads(path.read_text())
-    assert saved == doc
-    assert validate_strict(path).exit_code == 0
-    assert set(json.loads(layout.read_text())["positions"]) == {"check_order"}  # the kept place follows
+        saved = json.loads(path.read_text())
+        assert saved == doc
+        assert validate_strict(path).exit_code == 0
+        assert set(json.loads(layout.read_text())["positions"]) == {"check_order"}  # the kept place follows
+        again = opened(base).ready()  # opened again, the moved state is where the author put it
+        at = again.js("() => window.editor.cy.getElementById('s:check_order').position()")
+        assert (round(at["x"], 1), round(at["y"], 1)) == (kept["x"], kept["y"])
 
 
 @browser_test
@@ -627,3 +630,20 @@ def test_the_vendored_files_are_the_ones_their_readmes_name() -> None:
         assert named or readme.parent.name == "lodash-shim", readme  # the shim is this project's own code
         for name, digest in named:
             assert hashlib.sha256((readme.parent / name).read_bytes()).hexdigest() == digest, name
+
+
+@browser_test
+def test_a_file_that_is_not_json_is_shown_with_its_error_and_can_start_over(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text('{\n  "name": "broken",\n  "states": {,\n}\n')
+    with editing(path) as base:
+        page = opened(base)
+        page.wait_text("#notice-text", "not a definition the editor can read")
+        problem = page.tab.inner_text("#problems li")
+        assert re.search(r"\b3:\d+\b", problem), problem  # where in the file
+        assert page.tab.is_disabled("#save") and page.js("() => window.editor.doc()") is None
+        page.tab.click("#start-empty")
+        assert page.doc() == {"name": "broken", "states": {}}
+        page.add_state("only")
+        page.save()
+    assert json.loads(path.read_text()) == {"name": "broken", "states": {"only": {}}, "initial_state": "only"}

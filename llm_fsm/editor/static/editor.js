@@ -834,13 +834,7 @@
     } else {
       $("selection-title").textContent = `Definition ${typeof doc.name === "string" ? doc.name : ""}`;
       renderForm("definition", withoutKeys(doc, ["states"]), (value) => {
-        change((draft) => {
-          const next = {};
-          for (const [key, member] of Object.entries(value)) next[key] = member;
-          if ("states" in draft && !("states" in next)) next.states = draft.states;
-          for (const key of Object.keys(draft)) delete draft[key];
-          Object.assign(draft, next);
-        }, { formKey: "definition" });
+        change((draft) => replaceKeeping(draft, value, ["states"]), { formKey: "definition" });
       }, ["states"]);
     }
   }
