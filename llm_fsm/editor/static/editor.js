@@ -543,6 +543,7 @@
       reroute();
     }
     page.structure = structure;
+    $("graph-empty").hidden = page.doc === null || stateIds(page.doc).length > 0;
     markSelection();
     markProblems();
     markChat();
