@@ -647,3 +647,25 @@ def test_a_file_that_is_not_json_is_shown_with_its_error_and_can_start_over(open
         page.add_state("only")
         page.save()
     assert json.loads(path.read_text()) == {"name": "broken", "states": {"only": {}}, "initial_state": "only"}
+
+
+@browser_test
+def test_the_layout_goes_around_a_state_the_author_put_somewhere(opened: Any, examples: Path) -> None:
+    with editing(examples / "order_flow.json") as base:
+        page = opened(base).ready()
+        (x1, y1), (x2, y2) = page.node_at("review"), page.node_at("payment")
+        page.tab.mouse.move(x1, y1)
+        page.tab.mouse.down()
+        page.tab.mouse.move(x2, y2, steps=8)  # dropped onto another state
+        page.tab.mouse.up()
+        page.tab.wait_for_function("() => 'review' in window.editor.positions()")
+        page.tab.click("#layout")
+        boxes = page.js(
+            "() => ['review', 'payment'].map(id => window.editor.cy.getElementById('s:' + id).boundingBox())"
+        )
+        review, payment = boxes
+        apart = review["x2"] <= payment["x1"] or payment["x2"] <= review["x1"]
+        assert apart or review["y2"] <= payment["y1"] or payment["y2"] <= review["y1"], boxes
+        at = page.js("() => window.editor.cy.getElementById('s:review').position()")
+        kept = page.js("() => window.editor.positions().review")
+        assert (round(at["x"], 1), round(at["y"], 1)) == (kept["x"], kept["y"])

@@ -552,7 +552,7 @@
   /**
    * Lay the graph out with dagre, edge labels included (each label is a box dagre keeps apart from the
    * nodes and the other labels), then draw each edge through its label's place. States the author moved
-   * stay where they were put; their edges are drawn straight.
+   * stay where they were put, the others are pushed off them; the edges of both are drawn straight.
    */
   function layOut() {
     const nodes = cy.nodes();
@@ -578,9 +578,44 @@
         const edge = laid.edge({ v: e.source().id(), w: e.target().id(), name: e.id() });
         if (edge && typeof edge.x === "number") page.routes[e.id()] = { x: edge.x, y: edge.y };
       });
+      page.nudged = clearOfPinned(nodes);
     });
     reroute();
     cy.fit(undefined, 24);
+  }
+
+  function pinned(node) {
+    return node.data("state") !== undefined && Boolean(page.positions[node.data("state")]);
+  }
+
+  /**
+   * Move the laid-out states off the states the author placed (pushed out along the shorter way, a few rounds):
+   * the layout goes around what was pinned. Returns the ids of the nodes it moved (their edges are drawn straight).
+   */
+  function clearOfPinned(nodes) {
+    const fixed = nodes.filter(pinned);
+    const moved = new Set();
+    if (!fixed.length) return moved;
+    const gap = 16;
+    for (let round = 0; round < 12; round++) {
+      let again = false;
+      nodes.forEach((node) => {
+        if (pinned(node)) return;
+        fixed.forEach((other) => {
+          const a = node.position();
+          const b = other.position();
+          const overlapX = (node.outerWidth() + other.outerWidth()) / 2 + gap - Math.abs(a.x - b.x);
+          const overlapY = (node.outerHeight() + other.outerHeight()) / 2 + gap - Math.abs(a.y - b.y);
+          if (overlapX <= 0 || overlapY <= 0) return;
+          if (overlapX < overlapY) node.position({ x: a.x + (a.x >= b.x ? overlapX : -overlapX), y: a.y });
+          else node.position({ x: a.x, y: a.y + (a.y >= b.y ? overlapY : -overlapY) });
+          moved.add(node.id());
+          again = true;
+        });
+      });
+      if (!again) break;
+    }
+    return moved;
   }
 
   function dagreLayout(rankDir) {
@@ -605,7 +640,7 @@
         const at = routes[e.id()];
         const s = e.source();
         const t = e.target();
-        const moved = [s, t].some((n) => n.data("state") !== undefined && page.positions[n.data("state")]);
+        const moved = [s, t].some((n) => pinned(n) || (page.nudged && page.nudged.has(n.id())));
         if (!at || s.same(t) || moved) {
           e.removeClass("routed");
           return;
