@@ -210,6 +210,11 @@ def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_and_validates
         assert page.doc()["initial_state"] == "ask_email"  # the first state added starts the conversation
         assert page.js("() => window.editor.cy.getElementById('s:done').hasClass('terminal')")
 
+        page.js("() => window.editor.select('state', 'done')")  # its form, from the schema (forms.js)
+        page.tab.fill("#form [data-key='purpose'] textarea", "Say goodbye")
+        assert page.doc()["states"]["done"] == {"purpose": "Say goodbye"}
+        assert page.tab.is_visible("#rename-id") and page.tab.input_value("#rename-id") == "done"
+
         page.drag_connect("ask_email", "done")  # drawn with the mouse: Connect, then drag
         assert page.doc()["states"]["ask_email"]["transitions"] == [{"target_state": "done", "priority": 100}]
         assert page.js("() => window.editor.selection()") == {"kind": "transition", "state": "ask_email", "index": 0}
@@ -669,3 +674,31 @@ def test_the_layout_goes_around_a_state_the_author_put_somewhere(opened: Any, ex
         at = page.js("() => window.editor.cy.getElementById('s:review').position()")
         kept = page.js("() => window.editor.positions().review")
         assert (round(at["x"], 1), round(at["y"], 1)) == (kept["x"], kept["y"])
+
+
+@browser_test
+def test_states_written_as_a_list_stay_a_list(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "listed.json"
+    definition = {
+        "name": "listed",
+        "initial_state": "ask",
+        "states": [
+            {"id": "ask", "purpose": "Ask", "transitions": [{"target_state": "end", "priority": 10}]},
+            {"id": "end", "purpose": "End"},
+        ],
+    }
+    path.write_text(json.dumps(definition, indent=2))
+    with editing(path) as base:
+        page = opened(base).ready()
+        assert page.codes() == []
+        page.add_state("loop")
+        page.js("() => { window.editor.connect('ask', 'loop'); window.editor.connect('loop', 'loop'); }")
+        assert "self_loop_no_exit" in page.codes()
+        assert page.js("() => window.editor.cy.getElementById('s:loop').hasClass('has-warning')")
+        page.js("() => window.editor.rename('loop', 'again')")
+        doc = page.doc()
+        assert [s["id"] for s in doc["states"]] == ["ask", "end", "again"]
+        assert doc["states"][2]["transitions"] == [{"target_state": "again", "priority": 100}]
+        assert doc["states"][0]["transitions"][1] == {"target_state": "again", "priority": 20}
+        assert "self_loop_no_exit" in page.codes()  # checked again: the warning is on the renamed state
+        assert page.js("() => window.editor.cy.getElementById('s:again').hasClass('has-warning')")
