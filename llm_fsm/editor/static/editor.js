@@ -582,6 +582,10 @@
     });
     reroute();
     cy.fit(undefined, 24);
+    if (cy.zoom() > 1.4) {
+      cy.zoom(1.4); // a small graph is shown at a readable size, not blown up to fill the pane
+      cy.center();
+    }
   }
 
   function pinned(node) {
