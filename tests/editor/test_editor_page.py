@@ -320,9 +320,9 @@ def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: 
         assert (round(at["x"], 1), round(at["y"], 1)) == (kept["x"], kept["y"])
 
         page.js("() => window.editor.select('state', 'review')")
-        page.tab.fill("#rename-id", "choose")  # taken
+        page.tab.fill("#rename-id", "9lives")
         page.tab.click("#rename-apply")
-        assert "already a state 'choose_quantity'" not in page.tab.inner_text("#rename-error")
+        assert "letters, digits and underscores" in page.tab.inner_text("#rename-error")
         page.tab.fill("#rename-id", "choose_quantity")
         page.tab.click("#rename-apply")
         assert "already a state 'choose_quantity'" in page.tab.inner_text("#rename-error")
@@ -333,6 +333,10 @@ def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: 
         assert list(doc["states"]) == [("check_order" if s == "review" else s) for s in before["states"]]  # same place
         assert page.codes() == []
         assert page.js("() => window.editor.cy.getElementById('s:check_order').length") == 1
+        page.tab.click("#undo")  # the kept place goes back and forth with the name
+        assert "review" in page.doc()["states"] and list(page.js("() => window.editor.positions()")) == ["review"]
+        page.tab.click("#redo")
+        assert page.doc() == doc and list(page.js("() => window.editor.positions()")) == ["check_order"]
         page.save()
         saved = json.loads(path.read_text())
         assert saved == doc

@@ -242,7 +242,7 @@
     if (JSON.stringify(draft) === before) return result;
     const now = Date.now();
     const merge = options.formKey && page.lastFormEdit && page.lastFormEdit.key === options.formKey && now - page.lastFormEdit.at < 1500;
-    if (!merge) page.undo.push(page.doc);
+    if (!merge) page.undo.push({ doc: page.doc, layout: options.layout || null });
     page.lastFormEdit = options.formKey ? { key: options.formKey, at: now } : null;
     page.redo = [];
     setDoc(draft, { keepForm: Boolean(options.formKey), select: options.select });
@@ -263,18 +263,33 @@
     scheduleCheck();
   }
 
+  // An undo step is {doc: the definition before the change, layout: null or [from, to]}: a rename or a delete
+  // also moves a kept position (from one id to another, or to null), and undo and redo move it back and forth.
   function undo() {
     if (!page.undo.length) return;
-    page.redo.push(page.doc);
+    const step = page.undo.pop();
+    page.redo.push({ doc: page.doc, layout: step.layout });
+    if (step.layout) movePosition(step.layout[1], step.layout[0], step.layout[2]);
     page.lastFormEdit = null;
-    setDoc(page.undo.pop());
+    setDoc(step.doc);
   }
 
   function redo() {
     if (!page.redo.length) return;
-    page.undo.push(page.doc);
+    const step = page.redo.pop();
+    page.undo.push({ doc: page.doc, layout: step.layout });
+    if (step.layout) movePosition(step.layout[0], step.layout[1], step.layout[2]);
     page.lastFormEdit = null;
-    setDoc(page.redo.pop());
+    setDoc(step.doc);
+  }
+
+  /** The kept position of state `from` becomes `to`'s (to null: forgotten; from null: `at` is put back). */
+  function movePosition(from, to, at) {
+    const position = from === null ? at : page.positions[from];
+    if (!position) return;
+    if (from !== null) delete page.positions[from];
+    if (to !== null) page.positions[to] = position;
+    saveLayout();
   }
 
   function unsaved() {
@@ -769,11 +784,10 @@
       const going = into ? ` and the ${into} transition${into === 1 ? "" : "s"} leading to it` : "";
       const ok = await confirmInPage(`Delete the state '${selection.state}'${going}?`);
       if (!ok) return;
-      change((draft) => deleteState(draft, selection.state), { select: { kind: "definition" } });
-      if (page.positions[selection.state]) {
-        delete page.positions[selection.state];
-        saveLayout();
-      }
+      const at = page.positions[selection.state];
+      const layout = at ? [selection.state, null, at] : null;
+      change((draft) => deleteState(draft, selection.state), { select: { kind: "definition" }, layout });
+      if (layout) movePosition(selection.state, null);
     } else if (selection.kind === "transition") {
       change((draft) => {
         stateOf(draft, selection.state).transitions.splice(selection.index, 1);
@@ -793,12 +807,9 @@
     }
     $("rename-error").textContent = "";
     if (from === to) return true;
-    if (page.positions[from]) {
-      page.positions[to] = page.positions[from];
-      delete page.positions[from];
-      saveLayout();
-    }
-    change((draft) => renameState(draft, from, to), { select: { kind: "state", state: to } });
+    const layout = page.positions[from] ? [from, to, page.positions[from]] : null;
+    if (layout) movePosition(from, to);
+    change((draft) => renameState(draft, from, to), { select: { kind: "state", state: to }, layout });
     if (page.chat && page.chat.state === from) page.chat.state = to;
     return true;
   }
