@@ -105,9 +105,12 @@ class Editor:
         at = self.js("id => window.editor.cy.getElementById('s:' + id).renderedPosition()", state_id)
         return box["x"] + at["x"], box["y"] + at["y"]
 
-    def drag_connect(self, source: str, target: str) -> None:
-        """Draw a transition as an author does: Connect, then drag from one state onto another."""
-        self.tab.click("#connect")
+    def drag_connect(self, source: str, target: str, *, shift: bool = False) -> None:
+        """Draw a transition as an author does: Connect (or hold Shift), then drag from one state onto another."""
+        if shift:
+            self.tab.keyboard.down("Shift")
+        else:
+            self.tab.click("#connect")
         (x1, y1), (x2, y2) = self.node_at(source), self.node_at(target)
         mouse = self.tab.mouse
         mouse.move(x1, y1)
@@ -118,7 +121,10 @@ class Editor:
         time.sleep(0.15)  # edgehandles' hover delay
         mouse.move(x2 + 1, y2 + 1)
         mouse.up()
-        self.tab.click("#connect")
+        if shift:
+            self.tab.keyboard.up("Shift")
+        else:
+            self.tab.click("#connect")
 
     def save(self) -> None:
         saves = self.tab.get_attribute("#save-state", "data-saves") or "0"
@@ -236,7 +242,7 @@ def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_and_validates
         assert page.js("() => window.editor.cy.getElementById('s:stuck').hasClass('has-warning')")
         page.tab.click("#problems li.warning")  # a problem selects what it is about
         assert page.js("() => window.editor.selection()") == {"kind": "state", "state": "stuck"}
-        page.drag_connect("stuck", "done")
+        page.drag_connect("stuck", "done", shift=True)
         assert "self_loop_no_exit" not in page.codes()
         assert not page.js("() => window.editor.cy.getElementById('s:stuck').hasClass('has-warning')")
 

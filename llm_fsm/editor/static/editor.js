@@ -494,14 +494,6 @@
       const from = source.id() === ANY ? ANY : source.data("state");
       connect(from, target.data("state"));
     });
-    cy.on("ehstop", () => cy.nodes().grabify());
-    cy.on("tapstart", "node", (event) => {
-      const original = event.originalEvent;
-      if (original && original.shiftKey && !connectMode) {
-        event.target.ungrabify();
-        handles.start(event.target);
-      }
-    });
     cy.on("tap", (event) => {
       if (event.target === cy) pick({ kind: "definition" });
     });
@@ -1239,7 +1231,15 @@
     return tag === "input" || tag === "textarea" || tag === "select" || target.isContentEditable;
   }
 
+  /** Holding Shift is Connect for as long as it is held (a drag from a state then draws a transition). */
+  function onShift(event) {
+    if (event.key !== "Shift" || connectMode || !handles) return;
+    if (event.type === "keydown" && !typing(event.target)) handles.enableDrawMode();
+    else if (event.type === "keyup") handles.disableDrawMode();
+  }
+
   function onKey(event) {
+    onShift(event);
     const mod = event.ctrlKey || event.metaKey;
     const key = event.key.toLowerCase();
     if (mod && key === "s") {
@@ -1319,6 +1319,8 @@
     $("chat-restart-current").addEventListener("click", () => startChat(page.chat && page.chat.state));
     $("chat-form").addEventListener("submit", sendChat);
     document.addEventListener("keydown", onKey);
+    document.addEventListener("keyup", onShift);
+    window.addEventListener("blur", () => { if (handles && !connectMode) handles.disableDrawMode(); });
     window.addEventListener("beforeunload", (event) => {
       if (!unsaved()) return;
       event.preventDefault();
