@@ -101,6 +101,7 @@ class Editor:
 
     def node_at(self, state_id: str) -> tuple[float, float]:
         """Where the state's node is on the screen (page coordinates)."""
+        self.tab.wait_for_function("() => !window.editor.cy.animated()")  # a problem clicked pans to its element
         box = self.tab.locator("#graph").bounding_box()
         at = self.js("id => window.editor.cy.getElementById('s:' + id).renderedPosition()", state_id)
         return box["x"] + at["x"], box["y"] + at["y"]
