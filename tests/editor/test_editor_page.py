@@ -304,7 +304,8 @@ def references(doc: Any, state: str) -> int:
 @browser_test
 def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: Any, examples: Path) -> None:
     path = examples / "order_flow.json"
-    before = json.loads(path.read_text())
+    original = path.read_text()
+    before = json.loads(original)
     used = references(before, "review")
     assert used >= 3
     with editing(path) as base:
@@ -347,6 +348,11 @@ def test_renaming_a_state_renames_every_reference_and_its_kept_position(opened: 
         page.save()
         saved = json.loads(path.read_text())
         assert saved == doc
+        old_lines, new_lines = original.splitlines(), path.read_text().splitlines()
+        assert len(old_lines) == len(new_lines)  # only the lines naming the state were rewritten
+        assert [o for o, n in zip(old_lines, new_lines, strict=True) if o != n] == [
+            o for o in old_lines if '"review"' in o
+        ]
         assert validate_strict(path).exit_code == 0
         assert set(json.loads(layout.read_text())["positions"]) == {"check_order"}  # the kept place follows
         again = opened(base).ready()  # opened again, the moved state is where the author put it
