@@ -259,8 +259,11 @@ def test_a_definition_drawn_from_an_empty_file_warns_of_a_dead_end_and_validates
         page.tab.keyboard.press("Control+y")
         assert page.doc() == before and page.codes() == []
 
+        leaving = "() => { const e = new Event('beforeunload', {cancelable: true}); return !window.dispatchEvent(e); }"
+        assert page.js(leaving)  # unsaved: leaving the page asks first
         page.save()
         assert page.tab.inner_text("#save-state") == "saved"
+        assert not page.js(leaving)
         assert json.loads(path.read_text()) == before
         result = validate_strict(path)
         assert result.exit_code == 0, result.output
