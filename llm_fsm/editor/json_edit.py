@@ -16,11 +16,14 @@ the white space before its comma (its *trail*). The new text is then built from 
   keys); a kept member keeps its key, its separator and the white space around it, and its value is written
   the same way, against the original one; a removed member goes with its lead, so no blank line or stray comma
   is left; a key that is gone, replaced by a new key at the same place, is a *rename*: the new key is written
-  with the old member's separator and its value against the old value (renaming a state changes one line);
-- an array pairs its new elements with the original ones (:class:`difflib.SequenceMatcher` over each
-  element's ``json.dumps``, then an element moved elsewhere found by its text, then the rest of a replaced run
-  paired in order), so inserting, deleting or moving one element leaves the others as they were, and changing
-  one number of one transition rewrites that number;
+  with the old member's separator and its value against the old value (renaming a state changes the line
+  of its key and those that name it);
+- an array pairs its new elements with the original ones, in order where it can (the pairing whose fits add
+  up the most: equal elements first, then objects sharing most of their members, then any of the same kind;
+  :class:`difflib.SequenceMatcher` for long arrays), then an element moved elsewhere found by its text, then
+  a moved object that changed by its members (a transition dragged up gets a new priority). So inserting,
+  deleting or moving one element leaves the others as they were, and changing one number of one transition
+  rewrites that number;
 - what is new is written in the file's style at its depth: its indent unit (the first indented line's; two
   spaces when none), its line ends, ``\\u`` escapes if the file writes its non-ASCII text so; objects one member
   a line, arrays of scalars on one line (``["a", "b"]``); a container written on one line stays on one line
@@ -70,7 +73,9 @@ def render(original: str | None, value: Any) -> str:
     bom = _BOM if original.startswith(_BOM) else ""
     text = original[len(bom) :]
     try:
-        json.loads(text)  # the judge of what is JSON; the scanner below only reads what passed
+        loaded = json.loads(text)  # the judge of what is JSON; the scanner below only reads what passed
+        if loaded == value and _canon(loaded) == _canon(value):
+            return original
         root, end = _Scanner(text).value(_skip(text, 0))
     except (ValueError, RecursionError):
         return bom + _fresh_document(value)
@@ -348,6 +353,7 @@ class _Writer:
         first_indent = _FIRST_INDENT.search(text)
         self.unit = first_indent.group(1) if first_indent else "  "
         self.ascii = bool(text) and text.isascii() and bool(_NON_ASCII_ESCAPE.search(text))
+        self._one_line: dict[tuple[int, type], bool] = {}  # (container's offset, kind): see _like_siblings
 
     # -- against the original --------------------------------------------------------------------------
 
@@ -379,6 +385,7 @@ class _Writer:
         anchor = None
         parts: list[tuple[int | None, str]] = []
         new_lead: str | None = None
+        inline = not self._multiline(node)
         for key, member in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"a JSON object's keys are strings: {key!r} is not")
@@ -390,11 +397,11 @@ class _Writer:
             if source is not None:
                 item = items[source]
                 key_text = item.key_text if item.key == key else self._string(key)
-                parts.append((source, key_text + item.separator + self.value(item.node, member, self._inline(node))))
+                parts.append((source, key_text + item.separator + self.value(item.node, member, inline)))
             else:
                 new_lead = new_lead if new_lead is not None else self._new_lead(node)
                 separator = items[0].separator if "\n" not in items[0].separator else ": "
-                fresh = self.fresh(member, self._indent_of(new_lead, node), self._new_inline(node, member))
+                fresh = self.fresh(member, self._indent_of(new_lead, node), inline or self._like_siblings(node, member))
                 parts.append((None, self._string(key) + separator + fresh))
         return self._join(node, parts, "{", "}")
 
@@ -404,14 +411,15 @@ class _Writer:
         paired = _pair(items, value)
         parts: list[tuple[int | None, str]] = []
         new_lead: str | None = None
+        inline = not self._multiline(node)
         for position, element in enumerate(value):
             index = paired[position]
             if index is not None:
-                parts.append((index, self.value(items[index].node, element, self._inline(node))))
+                parts.append((index, self.value(items[index].node, element, inline)))
             else:
                 new_lead = new_lead if new_lead is not None else self._new_lead(node)
                 indent = self._indent_of(new_lead, node)
-                parts.append((None, self.fresh(element, indent, self._new_inline(node, element))))
+                parts.append((None, self.fresh(element, indent, inline or self._like_siblings(node, element))))
         return self._join(node, parts, "[", "]")
 
     def _join(self, node: _Node, parts: list[tuple[int | None, str]], opening: str, closing: str) -> str:
@@ -443,27 +451,25 @@ class _Writer:
         return "".join(out)
 
     def _multiline(self, node: _Node) -> bool:
+        """Whether ``node`` is written on more than one line (what is added to a one-line container and what
+        changes in it stays on its line)."""
         items = node.items
         assert items
         return any("\n" in item.lead for item in items) or "\n" in items[-1].trail
 
-    def _inline(self, node: _Node) -> bool:
-        """Whether what changes inside ``node`` must stay on one line (``node`` is written on one line)."""
-        return not self._multiline(node)
-
-    def _new_inline(self, node: _Node, value: Any) -> bool:
-        """Whether a new ``value`` in ``node`` is written on one line: ``node`` is, or all its values are
-        containers of ``value``'s kind written on one line (the fields of a ``context_schema``, say)."""
-        if not self._multiline(node):
-            return True
+    def _like_siblings(self, node: _Node, value: Any) -> bool:
+        """Whether a new ``value`` in the multi-line ``node`` is written on one line, as all the values there
+        are: containers of its kind written on one line (the fields of a ``context_schema``, say)."""
         if _is_scalar(value) or not value:
-            return True
+            return True  # on one line anyway
         assert node.items
         kind = _kind(value)
-        return all(
-            _kind(item.node.value) is kind and item.node.items and "\n" not in self._span(item.node)
-            for item in node.items
-        )
+        if (node.start, kind) not in self._one_line:
+            self._one_line[node.start, kind] = all(
+                _kind(item.node.value) is kind and item.node.items and "\n" not in self._span(item.node)
+                for item in node.items
+            )
+        return self._one_line[node.start, kind]
 
     def _new_lead(self, node: _Node) -> str:
         """The white space before a new member of ``node``: its members', without blank lines."""

@@ -81,10 +81,16 @@ def edited(text: str, value: Any) -> str:
 # -- the same value is the same text --------------------------------------------------------------
 
 
+def file_text(path: Path) -> str:
+    """The file's text as it is (``read_text`` would turn CRLF into LF)."""
+    return path.read_bytes().decode("utf-8")
+
+
 def parsed_files() -> Iterator[Path]:
+    """The files that are JSON (some test data is not, on purpose)."""
     for path in ALL_JSON:
         try:
-            json.loads(path.read_text(encoding="utf-8"))
+            json.loads(file_text(path).removeprefix("\ufeff"))
         except ValueError:
             continue
         yield path
@@ -92,8 +98,8 @@ def parsed_files() -> Iterator[Path]:
 
 @pytest.mark.parametrize("path", list(parsed_files()), ids=lambda path: str(path.relative_to(ROOT)))
 def test_every_json_file_is_written_back_byte_for_byte(path: Path) -> None:
-    text = path.read_text(encoding="utf-8")
-    assert render(text, json.loads(text)) == text
+    text = file_text(path)
+    assert render(text, json.loads(text.removeprefix("\ufeff"))).encode("utf-8") == path.read_bytes()
 
 
 def test_the_files_read_are_many_and_include_the_examples() -> None:
@@ -182,10 +188,8 @@ def test_a_scalar_deep_inside_changes_one_line() -> None:
     assert changed_lines(text, edited(text, value)) == (['          "priority": 10,'], ['          "priority": 11,'])
     value = json.loads(text)
     value["states"]["identity"]["transitions"][0]["conditions"][0]["logic"]["=="][1] = False
-    line = (
-        '"conditions": [{"description": "identity confirmed", "logic": {"==": [{"var": "identity_verified"}, true]}}]'
-    )
-    assert changed_lines(text, edited(text, value)) == ([" " * 10 + line], [" " * 10 + line.replace("true", "false")])
+    line = '"conditions": [{"description": "identity confirmed", "logic": {"==": [{"var": "identity_verified"}, %s]}}]'
+    assert changed_lines(text, edited(text, value)) == ([" " * 10 + line % "true"], [" " * 10 + line % "false"])
 
 
 def test_a_new_state_is_written_in_the_files_style() -> None:
@@ -306,6 +310,30 @@ def test_reordered_keys_and_elements_move_their_text() -> None:
     )
 
 
+def test_transitions_dragged_into_a_new_order_move_their_text_with_their_new_priorities() -> None:
+    text = INSURANCE.read_text(encoding="utf-8")
+    value = json.loads(text)
+    transitions = value["states"]["confirm"]["transitions"]
+    transitions.reverse()
+    transitions[0]["priority"], transitions[1]["priority"] = 10, 20
+    submitted = """        {
+          "target_state": "submitted",
+          "description": "The caller confirmed the claim",
+          "priority": P,
+          "conditions": [{"description": "confirmed", "logic": {"==": [{"var": "confirmed"}, true]}}]
+        }"""
+    incident = """        {
+          "target_state": "incident",
+          "description": "The caller wants to change a detail",
+          "priority": P,
+          "conditions": [{"description": "not confirmed", "logic": {"==": [{"var": "confirmed"}, false]}}]
+        }"""
+    before = submitted.replace("P", "10") + ",\n" + incident.replace("P", "20") + "\n"
+    after = incident.replace("P", "10") + ",\n" + submitted.replace("P", "20") + "\n"
+    assert before in text
+    assert edited(text, value) == text.replace(before, after)
+
+
 def test_a_key_added_to_a_one_line_object_stays_on_that_line() -> None:
     value = json.loads(SMALL)
     value["context_schema"]["email"]["format"] = "email"
@@ -394,6 +422,28 @@ def test_the_indent_of_a_four_space_file_is_used_for_what_is_new() -> None:
         '{\n    "a": {\n        "b": 1,\n        "c": {\n            "d": [\n                {\n'
         '                    "e": 1\n                }\n            ]\n        }\n    }\n}'
     )
+
+
+def test_an_empty_container_filled_is_written_as_new() -> None:
+    text = '{\n  "s": {\n    "transitions": [],\n    "x": {"a": []}\n  }\n}\n'
+    value = {"s": {"transitions": [{"target_state": "t", "priority": 1}], "x": {"a": [{"b": 1}]}}}
+    assert edited(text, value) == (
+        '{\n  "s": {\n    "transitions": [\n      {\n        "target_state": "t",\n        "priority": 1\n'
+        '      }\n    ],\n    "x": {"a": [{"b": 1}]}\n  }\n}\n'
+    )
+    assert edited(text, {"s": {}}) == '{\n  "s": {}\n}\n'
+    assert edited(text, {}) == "{}\n"
+
+
+def test_a_long_array_pairs_its_elements_too() -> None:
+    value = [{"id": number, "tags": [number, number + 1]} for number in range(120)]
+    text = json.dumps(value, indent=2) + "\n"  # 120 × 120 pairs: past what is weighed pair by pair
+    value = copy.deepcopy(value)
+    value.insert(7, {"id": -1})
+    del value[50]
+    value[100]["id"] = "changed"
+    removed, added = changed_lines(text, edited(text, value))
+    assert len(removed) == 7 + 1 and len(added) == 3 + 1  # an element of 7 lines gone, one of 3 new, an id
 
 
 def test_bom_and_missing_final_newline_stay() -> None:
