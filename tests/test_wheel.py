@@ -44,6 +44,10 @@ def test_wheel_installs_into_a_fresh_virtualenv_and_runs_a_turn(tmp_path):
     static = ROOT / "llm_fsm" / "server" / "static"
     files = {f"llm_fsm/server/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
     assert "llm_fsm/server/static/vendor/mermaid/LICENSE" in files and page == files
+    editor = {name for name in names if name.startswith("llm_fsm/editor/static/")}  # llm-fsm edit's page, its libraries
+    static = ROOT / "llm_fsm" / "editor" / "static"
+    files = {f"llm_fsm/editor/static/{p.relative_to(static).as_posix()}" for p in static.rglob("*") if p.is_file()}
+    assert "llm_fsm/editor/static/vendor/cytoscape/LICENSE" in files and editor == files
     languages = {
         f"llm_fsm/guided/languages/{p.name}" for p in (ROOT / "llm_fsm" / "guided" / "languages").glob("*.json")
     }
