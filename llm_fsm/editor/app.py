@@ -37,7 +37,8 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from llm_fsm.editor.catalog import catalog
 from llm_fsm.editor.checks import check
 from llm_fsm.editor.document import Conflict, EditedFile, EditorFileError, LayoutError
-from llm_fsm.editor.tryit import ClientFactory, TryIt, TryItError
+from llm_fsm.editor.refusal import Refused
+from llm_fsm.editor.tryit import ClientFactory, TryIt
 from llm_fsm.hooks import Hooks
 from llm_fsm.server.page import COMMON_HEADERS, PAGE_HEADERS
 
@@ -58,14 +59,6 @@ _MISSING_PAGE = (
     "<!doctype html>\n<title>llm-fsm edit</title>\n"
     "<p>The editor's page is not installed: llm_fsm/editor/static/index.html is missing.</p>\n"
 )
-
-
-class _Refused(Exception):
-    """A request answered with an error at once: ``status``, ``code``, ``message`` and any ``extra`` fields."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status, self.code, self.message, self.extra = status, code, message, extra
 
 
 def error_response(status: int, code: str, message: str, **extra: Any) -> JSONResponse:
@@ -148,16 +141,16 @@ class _Editing:
 
     def saved(self, value: Any, sha: Any, force: Any) -> dict[str, Any]:
         if not isinstance(sha, str):
-            raise _Refused(400, "invalid_request", "'sha' must be the sha the file was read with (a string)")
+            raise Refused(400, "invalid_request", "'sha' must be the sha the file was read with (a string)")
         if not isinstance(force, bool):
-            raise _Refused(400, "invalid_request", "'force' must be true or false")
+            raise Refused(400, "invalid_request", "'force' must be true or false")
         outcome = self.file.save(value, sha, force)
         if isinstance(outcome, Conflict):
             message = (
                 f"{self.file.shown} changed on disk since it was read: reload it (your edits are lost) "
                 "or overwrite it (its change is lost)"
             )
-            raise _Refused(409, "changed_on_disk", message, sha=outcome.sha)
+            raise Refused(409, "changed_on_disk", message, sha=outcome.sha)
         with self._lock:
             self.base_text, self._read = outcome.text, True
         return {"sha": outcome.sha, "text": outcome.text, "unchanged": outcome.unchanged}
@@ -273,7 +266,7 @@ def _answer_errors(application: FastAPI) -> None:
     """Every failure as ``{"error": {"code", "message"}}``: never a traceback, never HTML."""
 
     async def refused(request: Request, exc: Exception) -> Response:
-        if isinstance(exc, _Refused | TryItError):
+        if isinstance(exc, Refused):
             return error_response(exc.status, exc.code, exc.message, **exc.extra)
         if isinstance(exc, EditorFileError):
             return error_response(500, "file_error", str(exc))
@@ -283,7 +276,7 @@ def _answer_errors(application: FastAPI) -> None:
         logger.exception("the editor failed on %s %s", request.method, request.url.path)
         return error_response(500, "internal_error", f"the editor failed: {type(exc).__name__}: {exc}")
 
-    for kind in (_Refused, TryItError, EditorFileError, StarletteHTTPException, Exception):
+    for kind in (Refused, EditorFileError, StarletteHTTPException, Exception):
         application.add_exception_handler(kind, refused)
 
 
@@ -310,7 +303,7 @@ def _add_api(application: FastAPI, editing: _Editing) -> None:
         try:
             await run_in_threadpool(editing.file.write_layout, body["positions"])
         except LayoutError as exc:
-            raise _Refused(400, "invalid_layout", str(exc)) from None
+            raise Refused(400, "invalid_layout", str(exc)) from None
         return {"ok": True}
 
     @application.post("/api/chat/start")
@@ -339,15 +332,15 @@ def _plain(status: int, message: str) -> PlainTextResponse:
 
 
 async def _body(request: Request, *required: str) -> dict[str, Any]:
-    """The request's JSON object, with each ``required`` member; :class:`_Refused` (400) saying what is wrong."""
+    """The request's JSON object, with each ``required`` member; :class:`Refused` (400) saying what is wrong."""
     raw = await request.body()
     try:
         body = json.loads(raw, parse_constant=_no_constant)
     except (ValueError, RecursionError) as exc:
-        raise _Refused(400, "invalid_request", f"the body is not JSON: {exc}") from None
+        raise Refused(400, "invalid_request", f"the body is not JSON: {exc}") from None
     if not isinstance(body, dict):
-        raise _Refused(400, "invalid_request", "the body must be a JSON object")
+        raise Refused(400, "invalid_request", "the body must be a JSON object")
     missing = [name for name in required if name not in body]
     if missing:
-        raise _Refused(400, "invalid_request", f"the body needs {', '.join(repr(m) for m in missing)}")
+        raise Refused(400, "invalid_request", f"the body needs {', '.join(repr(m) for m in missing)}")
     return body

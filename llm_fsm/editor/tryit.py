@@ -20,6 +20,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from llm_fsm.editor.refusal import Refused
 from llm_fsm.errors import (
     ConversationEnded,
     ConversationError,
@@ -45,15 +46,8 @@ SHOWN_PROBLEMS = 5  # problems named in the message of a definition that does no
 TURN_WAIT = 300.0  # seconds a request waits for the turn under way before it is refused as busy
 
 
-class TryItError(Exception):
-    """A chat request that failed: the HTTP ``status``, a stable ``code`` and a message saying what to do."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.code = code
-        self.message = message
-        self.extra = extra
+class TryItError(Refused):
+    """A chat request that failed: in the definition, the runtime or the model."""
 
 
 def simulated(definition: FSMDefinition) -> LLMClient:
