@@ -44,7 +44,7 @@ from difflib import SequenceMatcher
 from typing import Any
 
 # json's own string reader (the C one when there is): a string's value and where it ends, from after its quote
-_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]
+_scanstring: Callable[[str, int], tuple[str, int]] = json.decoder.scanstring  # type: ignore[attr-defined]  # json.decoder has it; typeshed does not
 
 _BOM = "\ufeff"
 _WS = re.compile(r"[ \t\n\r]*")
