@@ -42,8 +42,14 @@
     selection: { kind: "definition" },
     positions: {}, // author-moved states: id -> {x, y}, as /api/layout keeps them
     rankDir: "auto", // TB, LR, or auto: whichever of the two shows the graph larger in its pane
-    chat: null, // {state, visited: [ids], ended, stale}
+    chat: null, // {state, visited: [ids], ended, startedJson}
     structure: "", // what the graph was last laid out for (ids, edges and labels)
+    // Text typed in a form field that is not valid yet (forms.js keeps it and does not apply it), per element:
+    // elementKey -> {selection, fields: forms.js's drafts object, paths: the fields holding such text}.
+    drafts: {},
+    shownKey: null, // the element whose form is shown (a new one scrolls the form pane to the top)
+    layoutPending: false, // moved positions (or the direction) not written yet: they wait for the save
+    noticeKind: "", // what the notice says: "new" (a new file), "" (anything else)
   };
 
   // -- the definition's shape (states as an object keyed by id, or as a list with ids) --------------
@@ -134,10 +140,10 @@
     if (Array.isArray(draft.states)) {
       draft.states.push({ id });
     } else {
-      if (!draft.states || typeof draft.states !== "object") draft.states = {};
+      if (!draft.states || typeof draft.states !== "object") putKey(draft, "states", {}, "definition");
       draft.states[id] = {};
     }
-    if (typeof draft.initial_state !== "string" || !draft.initial_state) draft.initial_state = id;
+    if (typeof draft.initial_state !== "string" || !draft.initial_state) putKey(draft, "initial_state", id, "definition");
   }
 
   function nextPriority(transitions) {
@@ -147,18 +153,19 @@
 
   function addTransition(draft, source, target) {
     if (source === ANY) {
-      if (!Array.isArray(draft.global_transitions)) draft.global_transitions = [];
+      if (!Array.isArray(draft.global_transitions)) putKey(draft, "global_transitions", [], "definition");
       draft.global_transitions.push({ target_state: target, priority: nextPriority(draft.global_transitions) });
       return { kind: "global_transition", index: draft.global_transitions.length - 1 };
     }
     const state = stateOf(draft, source);
-    if (!Array.isArray(state.transitions)) state.transitions = [];
+    if (!Array.isArray(state.transitions)) putKey(state, "transitions", [], "State");
     state.transitions.push({ target_state: target, priority: nextPriority(state.transitions) });
     return { kind: "transition", state: source, index: state.transitions.length - 1 };
   }
 
   /** Remove state `id` and every transition to it; it leaves the global transitions' `except_states` too. */
   function deleteState(draft, id) {
+    const before = structuredClone(draft);
     if (Array.isArray(draft.states)) draft.states = draft.states.filter((s) => !(s && s.id === id));
     else if (draft.states) delete draft.states[id];
     for (const [, state] of statesOf(draft)) {
@@ -170,6 +177,7 @@
         if (Array.isArray(g.except_states)) g.except_states = g.except_states.filter((s) => s !== id);
       }
     }
+    dropEmptied(draft, before);
   }
 
   function transitionsInto(doc, id) {
@@ -227,6 +235,74 @@
     return "";
   }
 
+  // -- where new keys go -----------------------------------------------------------------------------
+
+  /** The schema's property names of `type` ("definition" or a $defs name), in the schema's order. */
+  function schemaOrder(type) {
+    const schema = page.file && page.file.schema;
+    if (!schema || typeof schema !== "object") return [];
+    const node = type === "definition" ? schema : (schema.$defs || {})[type];
+    return node && node.properties && typeof node.properties === "object" ? Object.keys(node.properties) : [];
+  }
+
+  /**
+   * Set `target[key]`; a key `target` does not hold yet goes at its place in the schema's order of `type`,
+   * right after the last key already there that the schema puts before it (a new file reads name, description,
+   * initial_state, ..., states). The keys already there are never reordered: the save keeps the file's order.
+   */
+  function putKey(target, key, value, type) {
+    if (Object.prototype.hasOwnProperty.call(target, key)) {
+      target[key] = value;
+      return;
+    }
+    const order = schemaOrder(type);
+    const rank = order.indexOf(key);
+    const entries = Object.entries(target);
+    let at = entries.length;
+    if (rank >= 0) {
+      let after = -1;
+      entries.forEach(([k], i) => {
+        const r = order.indexOf(k);
+        if (r >= 0 && r < rank) after = i;
+      });
+      if (after >= 0) at = after + 1;
+      else {
+        const first = entries.findIndex(([k]) => order.indexOf(k) > rank);
+        if (first >= 0) at = first;
+      }
+    }
+    entries.splice(at, 0, [key, value]);
+    for (const [k] of entries) delete target[k];
+    for (const [k, v] of entries) target[k] = v;
+  }
+
+  function holds(object, key) {
+    return Boolean(object) && typeof object === "object" && Object.prototype.hasOwnProperty.call(object, key);
+  }
+
+  /** The definition as the file on disk holds it (null for a new file or one that is not JSON). */
+  function savedValue() {
+    return page.savedJson ? JSON.parse(page.savedJson) : null;
+  }
+
+  /**
+   * A list the page emptied (the last transition deleted, ...) goes with its key when the saved file did not
+   * hold that key: an empty list means the same as none, and the file should not grow a `"transitions": []`
+   * it never had. `before` is the definition before the edit (only lists it held non-empty are dropped).
+   */
+  function dropEmptied(draft, before) {
+    const saved = savedValue();
+    const emptied = (now, then, key) => Array.isArray(now[key]) && !now[key].length && then && Array.isArray(then[key]) && then[key].length > 0;
+    for (const [id, state] of statesOf(draft)) {
+      if (emptied(state, stateOf(before, id), "transitions") && !holds(saved && stateOf(saved, id), "transitions")) delete state.transitions;
+    }
+    globalsOf(draft).forEach((g, index) => {
+      const then = globalsOf(before).find((b) => b && g && b.target_state === g.target_state && b.priority === g.priority);
+      if (g && emptied(g, then, "except_states") && !holds(globalsOf(saved)[index], "except_states")) delete g.except_states;
+    });
+    if (emptied(draft, before, "global_transitions") && !holds(saved, "global_transitions")) delete draft.global_transitions;
+  }
+
   // -- changes, undo, redo ------------------------------------------------------------------------
 
   /**
@@ -242,7 +318,7 @@
     if (JSON.stringify(draft) === before) return result;
     const now = Date.now();
     const merge = options.formKey && page.lastFormEdit && page.lastFormEdit.key === options.formKey && now - page.lastFormEdit.at < 1500;
-    if (!merge) page.undo.push({ doc: page.doc, layout: options.layout || null });
+    if (!merge) page.undo.push({ doc: page.doc, layout: options.layout || null, rename: options.rename || null });
     page.lastFormEdit = options.formKey ? { key: options.formKey, at: now } : null;
     page.redo = [];
     setDoc(draft, { keepForm: Boolean(options.formKey), select: options.select });
@@ -254,6 +330,7 @@
     page.version += 1;
     if (select) page.selection = select;
     if (!selectionExists(page.selection)) page.selection = { kind: "definition" };
+    for (const [key, entry] of Object.entries(page.drafts)) if (!selectionExists(entry.selection)) delete page.drafts[key];
     draw();
     if (!keepForm) showSelection();
     else refreshTransitionList();
@@ -263,44 +340,125 @@
     scheduleCheck();
   }
 
-  // An undo step is {doc: the definition before the change, layout: null or [from, to]}: a rename or a delete
-  // also moves a kept position (from one id to another, or to null), and undo and redo move it back and forth.
+  // An undo step is {doc: the definition before the change, layout: null or [from, to, at], rename: null or
+  // [from, to]}: a rename or a delete also moves a kept position (from one id to another, or to null), and a
+  // rename the chat's current state; undo and redo move them back and forth.
   function undo() {
     if (!page.undo.length) return;
     const step = page.undo.pop();
-    page.redo.push({ doc: page.doc, layout: step.layout });
+    page.redo.push({ doc: page.doc, layout: step.layout, rename: step.rename });
     if (step.layout) movePosition(step.layout[1], step.layout[0], step.layout[2]);
+    if (step.rename) chatRenamed(step.rename[1], step.rename[0]);
     page.lastFormEdit = null;
     setDoc(step.doc);
+    if (step.layout) saveLayout();
   }
 
   function redo() {
     if (!page.redo.length) return;
     const step = page.redo.pop();
-    page.undo.push({ doc: page.doc, layout: step.layout });
+    page.undo.push({ doc: page.doc, layout: step.layout, rename: step.rename });
     if (step.layout) movePosition(step.layout[0], step.layout[1], step.layout[2]);
+    if (step.rename) chatRenamed(step.rename[0], step.rename[1]);
     page.lastFormEdit = null;
     setDoc(step.doc);
+    if (step.layout) saveLayout();
   }
 
-  /** The kept position of state `from` becomes `to`'s (to null: forgotten; from null: `at` is put back). */
+  /**
+   * The kept position of state `from` becomes `to`'s (to null: forgotten; from null: `at` is put back). The
+   * caller writes the side file (saveLayout) once the definition has changed too.
+   */
   function movePosition(from, to, at) {
     const position = from === null ? at : page.positions[from];
     if (!position) return;
     if (from !== null) delete page.positions[from];
     if (to !== null) page.positions[to] = position;
-    saveLayout();
   }
 
   function unsaved() {
     return page.doc !== null && JSON.stringify(page.doc) !== page.savedJson;
   }
 
+  // -- text typed but not applied yet ---------------------------------------------------------------
+
+  function draftsOf(selection) {
+    const key = elementKey(selection) || "d";
+    if (!page.drafts[key]) page.drafts[key] = { selection: structuredClone(selection), fields: {}, paths: [] };
+    return page.drafts[key];
+  }
+
+  function setPending(selection, paths) {
+    const entry = draftsOf(selection);
+    const now = Array.isArray(paths) ? [...new Set(paths.map(String))] : [];
+    if (JSON.stringify(now) === JSON.stringify(entry.paths)) return;
+    entry.paths = now;
+    showSaveState();
+  }
+
+  /** The fields holding text not applied yet: [{selection, path}], the shown form's first. */
+  function pendingFields() {
+    const out = [];
+    for (const entry of Object.values(page.drafts)) {
+      if (!selectionExists(entry.selection)) continue;
+      for (const path of entry.paths) out.push({ selection: entry.selection, path });
+    }
+    return out;
+  }
+
+  function elementName(selection) {
+    if (selection.kind === "state") return `state ${selection.state}`;
+    if (selection.kind === "transition") {
+      const t = transitionsOf(stateOf(page.doc, selection.state))[selection.index];
+      return `transition ${selection.state} → ${t ? t.target_state : "?"}`;
+    }
+    if (selection.kind === "global_transition") {
+      const t = globalsOf(page.doc)[selection.index];
+      return `global transition → ${t ? t.target_state : "?"}`;
+    }
+    return "definition";
+  }
+
+  /**
+   * Drafts follow their element: `map(selection)` gives the element's new selection (a rename, a transition
+   * moved up the list by a delete), or null when it is gone (its text goes with it).
+   */
+  function rekeyDrafts(map) {
+    const old = page.drafts;
+    page.drafts = {};
+    for (const entry of Object.values(old)) {
+      const selection = map(entry.selection);
+      if (!selection) continue;
+      entry.selection = selection;
+      page.drafts[elementKey(selection) || "d"] = entry;
+    }
+  }
+
+  /** Go to a field holding text not applied yet: its element's form, the field focused. */
+  function showField(selection, path) {
+    pick(selection);
+    const control = [...$("form").querySelectorAll("[data-field]")].find((node) => node.dataset.field === path);
+    if (!control) return;
+    control.scrollIntoView({ block: "center" });
+    if (typeof control.focus === "function") control.focus();
+  }
+
   function showSaveState() {
     const dirty = unsaved();
-    $("save-state").textContent = page.doc === null ? "not JSON: nothing to edit" : dirty ? "unsaved" : "saved";
-    $("save-state").className = dirty ? "unsaved" : "saved";
-    document.title = `${dirty ? "* " : ""}${page.file ? page.file.name : ""} · llm-fsm edit`;
+    const pending = page.doc === null ? [] : pendingFields();
+    const state = $("save-state");
+    if (page.doc === null) {
+      state.textContent = "not JSON: nothing to edit";
+      state.className = "broken";
+    } else if (pending.length) {
+      const n = pending.length;
+      state.textContent = `unsaved: ${n} field${n === 1 ? " holds" : "s hold"} text not applied yet`;
+      state.className = "unsaved";
+    } else {
+      state.textContent = dirty ? "unsaved" : "saved";
+      state.className = dirty ? "unsaved" : "saved";
+    }
+    document.title = `${dirty || pending.length ? "* " : ""}${page.file ? page.file.name : ""} · llm-fsm edit`;
     $("undo").disabled = !page.undo.length;
     $("redo").disabled = !page.redo.length;
     $("save").disabled = page.doc === null;
@@ -333,10 +491,28 @@
     return answer;
   }
 
-  function notice(text, { offerEmpty = false } = {}) {
+  /** Say something above the graph; `links` are [{text, go}] shown as buttons after it. */
+  function notice(text, { offerEmpty = false, links = [], kind = "" } = {}) {
     $("notice-text").textContent = text;
     $("start-empty").hidden = !offerEmpty;
+    const list = $("notice-links");
+    clear(list);
+    for (const link of links) {
+      const button = document.createElement("button");
+      button.type = "button";
+      button.className = "link";
+      button.textContent = link.text;
+      button.addEventListener("click", link.go);
+      list.appendChild(button);
+    }
+    list.hidden = !links.length;
+    page.noticeKind = kind;
     $("notice").hidden = false;
+  }
+
+  function hideNotice() {
+    $("notice").hidden = true;
+    page.noticeKind = "";
   }
 
   // -- the graph ----------------------------------------------------------------------------------
@@ -673,9 +849,25 @@
     });
   }
 
+  /**
+   * Keep the moved positions (and the layout's direction) in the side file. Written at once only while the
+   * definition has no unsaved change: otherwise at the next save, so that the side file's ids are the saved
+   * file's (a state renamed or added and never saved leaves no position behind).
+   */
   async function saveLayout() {
+    if (page.doc === null || unsaved() || !page.file) {
+      page.layoutPending = page.doc !== null;
+      return;
+    }
+    await writeLayout();
+  }
+
+  async function writeLayout() {
+    page.layoutPending = false;
+    const body = { positions: page.positions };
+    if (page.file && "layout_direction" in page.file) body.direction = page.rankDir; // a server that keeps it
     try {
-      await api("api/layout", { positions: page.positions });
+      await api("api/layout", body);
     } catch (error) {
       notice(`The moved positions were not kept: ${error.message}`);
     }
@@ -726,6 +918,7 @@
   }
 
   function connect(source, target) {
+    if (page.doc === null) return;
     if (source !== ANY && stateOf(page.doc, source) === undefined) return;
     if (stateOf(page.doc, target) === undefined) return;
     let made = null;
@@ -733,10 +926,35 @@
       made = addTransition(draft, source, target);
     });
     if (made) pick(made);
+    // A move from "any state" can grow the graph past the pane (its node and label): show it whole again,
+    // once edgehandles has finished with the drag.
+    if (source === ANY) setTimeout(keepInView, 0);
+  }
+
+  /** Fit the graph in its pane again when part of it is off the canvas. */
+  function keepInView() {
+    if (!cy || !cy.elements().length) return;
+    const box = cy.elements().renderedBoundingBox();
+    if (box.x1 >= 0 && box.y1 >= 0 && box.x2 <= cy.width() && box.y2 <= cy.height()) return;
+    cy.fit(undefined, 24);
+    if (cy.zoom() > 1.4) {
+      cy.zoom(1.4);
+      cy.center();
+    }
+  }
+
+  /** What the page says when the file is not JSON and something asks for a definition. */
+  function notJsonText() {
+    const name = page.file ? page.file.name : "the file";
+    return `${name} is not JSON, so there is nothing to add to or try yet: start it empty first `
+      + "(Start from an empty definition, above; Save then writes over it), or fix the file in a text editor and reload.";
   }
 
   function openAddState() {
-    if (page.doc === null) return;
+    if (page.doc === null) {
+      notice(notJsonText(), { offerEmpty: Boolean(page.file && page.file.parse_error) });
+      return;
+    }
     $("add-state-form").hidden = false;
     $("new-state-error").textContent = "";
     $("new-state-id").value = "";
@@ -774,19 +992,41 @@
     if (selection.kind === "state") {
       const into = transitionsInto(page.doc, selection.state);
       const going = into ? ` and the ${into} transition${into === 1 ? "" : "s"} leading to it` : "";
-      const ok = await confirmInPage(`Delete the state '${selection.state}'${going}?`);
+      const initial = page.doc.initial_state === selection.state
+        ? " It is the initial state: the conversation starts nowhere until you make another state initial."
+        : "";
+      const ok = await confirmInPage(`Delete the state '${selection.state}'${going}?${initial}`);
       if (!ok) return;
       const at = page.positions[selection.state];
       const layout = at ? [selection.state, null, at] : null;
+      const gone = selection.state;
+      rekeyDrafts((s) => (s.kind !== "definition" && s.kind !== "global_transition" && s.state === gone ? null : s));
       change((draft) => deleteState(draft, selection.state), { select: { kind: "definition" }, layout });
-      if (layout) movePosition(selection.state, null);
+      if (layout) {
+        movePosition(selection.state, null);
+        saveLayout();
+      }
     } else if (selection.kind === "transition") {
+      const { state: id, index } = selection;
+      rekeyDrafts((s) => {
+        if (s.kind !== "transition" || s.state !== id || s.index < index) return s;
+        return s.index === index ? null : { ...s, index: s.index - 1 };
+      });
       change((draft) => {
-        stateOf(draft, selection.state).transitions.splice(selection.index, 1);
-      }, { select: { kind: "state", state: selection.state } });
+        const before = structuredClone(draft);
+        stateOf(draft, id).transitions.splice(index, 1);
+        dropEmptied(draft, before);
+      }, { select: { kind: "state", state: id } });
     } else if (selection.kind === "global_transition") {
+      const { index } = selection;
+      rekeyDrafts((s) => {
+        if (s.kind !== "global_transition" || s.index < index) return s;
+        return s.index === index ? null : { ...s, index: s.index - 1 };
+      });
       change((draft) => {
-        draft.global_transitions.splice(selection.index, 1);
+        const before = structuredClone(draft);
+        draft.global_transitions.splice(index, 1);
+        dropEmptied(draft, before);
       }, { select: { kind: "definition" } });
     }
   }
@@ -801,8 +1041,10 @@
     if (from === to) return true;
     const layout = page.positions[from] ? [from, to, page.positions[from]] : null;
     if (layout) movePosition(from, to);
-    change((draft) => renameState(draft, from, to), { select: { kind: "state", state: to }, layout });
-    if (page.chat && page.chat.state === from) page.chat.state = to;
+    rekeyDrafts((s) => (s.kind !== "definition" && s.kind !== "global_transition" && s.state === from ? { ...s, state: to } : s));
+    chatRenamed(from, to); // before the change: the restart offer is computed with the new name
+    change((draft) => renameState(draft, from, to), { select: { kind: "state", state: to }, layout, rename: [from, to] });
+    if (layout) saveLayout();
     return true;
   }
 
@@ -816,13 +1058,22 @@
     return Boolean(window.SchemaForms && typeof window.SchemaForms.render === "function");
   }
 
+  /**
+   * Draw the selection's form. forms.js keeps the text of a field that is not valid yet in `drafts` (the
+   * element's own object, kept here: selecting another element and coming back shows the text again) and
+   * says which fields hold such text (onInvalid); the page counts them as unsaved and Save refuses them.
+   */
   function renderForm(type, value, onChange, omit) {
     const container = $("form");
     clear(container);
+    page.form = null;
     $("forms-missing").hidden = formsAvailable();
     if (!formsAvailable()) return;
+    const selection = structuredClone(page.selection);
+    const entry = draftsOf(selection);
+    const formKey = formKeyOf(selection);
     try {
-      window.SchemaForms.render(container, {
+      const handle = window.SchemaForms.render(container, {
         schema: page.file.schema,
         type,
         value: structuredClone(value),
@@ -830,7 +1081,12 @@
         catalog: page.file.catalog || {},
         omit, // a state's id is renamed above the form (every reference follows), its transitions listed below it
         stateIds: stateIds(page.doc),
+        drafts: entry.fields,
+        onInvalid: (paths) => setPending(selection, paths),
+        onUseTool: (name) => declareTool(name, formKey),
       });
+      page.form = handle && typeof handle.invalid === "function" ? { selection, handle } : null;
+      formInvalidChanged();
     } catch (error) {
       const failed = document.createElement("p");
       failed.className = "error-text";
@@ -839,9 +1095,48 @@
     }
   }
 
+  /** The undo-merging key of a form's edits (see change). */
+  function formKeyOf(selection) {
+    if (selection.kind === "state") return `state:${selection.state}`;
+    if (selection.kind === "transition") return `t:${selection.state}:${selection.index}`;
+    if (selection.kind === "global_transition") return `g:${selection.index}`;
+    return "definition";
+  }
+
+  /** The shown form's fields holding text not applied yet, as forms.js says (also for a forms.js without onInvalid). */
+  function formInvalidChanged() {
+    if (!page.form) return;
+    let paths = [];
+    try {
+      paths = page.form.handle.invalid();
+    } catch (_) {
+      paths = [];
+    }
+    setPending(page.form.selection, paths);
+  }
+
+  /**
+   * A state form named a tool the definition does not declare: declare it at the top level too (the least
+   * the schema's Tool and the loader accept: `{}`, its code comes from --hooks or an MCP server), in the same
+   * undo step as the state's edit (the same form key).
+   */
+  function declareTool(name, formKey) {
+    if (typeof name !== "string" || !name || page.doc === null) return;
+    const tools = page.doc.tools;
+    if (tools !== undefined && (tools === null || typeof tools !== "object" || Array.isArray(tools))) return; // not ours to replace
+    if (holds(tools, name)) return;
+    change((draft) => {
+      if (!holds(draft, "tools")) putKey(draft, "tools", {}, "definition");
+      draft.tools[name] = {};
+    }, { formKey });
+  }
+
   function showSelection() {
     const selection = page.selection;
     const doc = page.doc;
+    const key = doc === null ? null : elementKey(selection) || "d";
+    if (key !== page.shownKey) $("selection").scrollTop = 0; // a new element's form is read from its top
+    page.shownKey = key;
     $("rename").hidden = selection.kind !== "state";
     $("transition-list-box").hidden = selection.kind !== "state";
     $("rename-error").textContent = "";
@@ -857,27 +1152,28 @@
       $("make-initial").checked = doc.initial_state === id;
       const state = stateOf(doc, id);
       renderForm("State", withoutKeys(state, ["transitions", "id"]), (value) => {
-        change((draft) => replaceKeeping(stateOf(draft, id), value, ["transitions", "id"]), { formKey: `state:${id}` });
+        change((draft) => replaceKeeping(stateOf(draft, id), value, ["transitions", "id"], "State"), { formKey: `state:${id}` });
       }, ["transitions", "id"]);
       refreshTransitionList();
     } else if (selection.kind === "transition") {
       $("selection-title").textContent = `Transition ${selection.state} → ${transitionsOf(stateOf(doc, selection.state))[selection.index].target_state}`;
       renderForm("Transition", transitionsOf(stateOf(doc, selection.state))[selection.index], (value) => {
         change((draft) => {
-          stateOf(draft, selection.state).transitions[selection.index] = value;
+          const list = stateOf(draft, selection.state).transitions;
+          replaceKeeping(list[selection.index], value, [], "Transition");
         }, { formKey: `t:${selection.state}:${selection.index}` });
       }, []);
     } else if (selection.kind === "global_transition") {
       $("selection-title").textContent = `Global transition → ${globalsOf(doc)[selection.index].target_state}`;
       renderForm("GlobalTransition", globalsOf(doc)[selection.index], (value) => {
         change((draft) => {
-          draft.global_transitions[selection.index] = value;
+          replaceKeeping(draft.global_transitions[selection.index], value, [], "GlobalTransition");
         }, { formKey: `g:${selection.index}` });
       }, []);
     } else {
       $("selection-title").textContent = `Definition ${typeof doc.name === "string" ? doc.name : ""}`;
       renderForm("definition", withoutKeys(doc, ["states"]), (value) => {
-        change((draft) => replaceKeeping(draft, value, ["states"]), { formKey: "definition" });
+        change((draft) => replaceKeeping(draft, value, ["states"], "definition"), { formKey: "definition" });
       }, ["states"]);
     }
   }
@@ -888,15 +1184,17 @@
     return copy;
   }
 
-  /** Make `target` hold `value`'s members, keeping its own `kept` members (and where they are). */
-  function replaceKeeping(target, value, kept) {
-    const old = { ...target };
-    for (const key of Object.keys(target)) delete target[key];
-    for (const [key, member] of Object.entries(old)) {
-      if (kept.includes(key)) target[key] = member;
-      else if (key in value) target[key] = value[key];
+  /**
+   * Make `target` hold `value`'s members, keeping its own `kept` members; the members it had stay where they
+   * are, a new one goes at its place in the schema's order of `type` (putKey).
+   */
+  function replaceKeeping(target, value, kept, type) {
+    for (const key of Object.keys(target)) if (!kept.includes(key) && !holds(value, key)) delete target[key];
+    for (const [key, member] of Object.entries(value)) {
+      if (kept.includes(key)) continue;
+      if (holds(target, key)) target[key] = member;
+      else putKey(target, key, member, type);
     }
-    for (const [key, member] of Object.entries(value)) if (!(key in target) && !kept.includes(key)) target[key] = member;
   }
 
   function refreshTransitionList() {
@@ -1058,22 +1356,53 @@
 
   async function save(force = false) {
     if (page.doc === null) return;
+    const pending = pendingFields();
+    if (pending.length) {
+      // Saving now would write the definition without that text, and the author would believe it saved.
+      const n = pending.length;
+      notice(`Not saved: ${n} field${n === 1 ? " holds" : "s hold"} text that is not valid yet, so it is not in the `
+        + "definition. Fix or clear it first:", {
+        links: pending.map(({ selection, path }) => ({ text: `${elementName(selection)}: ${path}`, go: () => showField(selection, path) })),
+      });
+      return;
+    }
     $("save-state").textContent = "saving…";
     try {
       const answer = await api("api/save", { value: page.doc, sha: page.sha, force });
       page.sha = answer.sha;
       page.savedJson = JSON.stringify(page.doc);
+      if (page.noticeKind === "new" || page.noticeKind === "save") hideNotice(); // the file is there now
+      if (page.layoutPending) await writeLayout(); // the positions of the definition as saved
       showSaveState();
       $("save-state").textContent = answer.unchanged ? "saved (the file already held this)" : "saved";
       $("save-state").dataset.saves = String(Number($("save-state").dataset.saves || 0) + 1);
     } catch (error) {
       showSaveState();
-      if (error instanceof ApiError && error.status === 409) {
+      if (error instanceof ApiError && error.status === 409 && missingOnDisk(error)) {
+        missing(error.message);
+      } else if (error instanceof ApiError && error.status === 409) {
         conflict();
       } else {
         notice(`Not saved: ${error.message}`);
       }
     }
+  }
+
+  /** The 409 of a file that was read and is gone now (the API's code; an older server: no sha on disk). */
+  function missingOnDisk(error) {
+    if (error.code === "missing_on_disk") return true;
+    return error.code !== "changed_on_disk" && error.body && error.body.sha === "";
+  }
+
+  /** The file is gone from disk: Reload would read nothing and empty the graph, so it is not offered. */
+  function missing(message) {
+    const dialog = $("missing-dialog");
+    $("missing-text").textContent = message || `${page.file ? page.file.name : "The file"} is no longer on disk (moved or deleted).`;
+    dialog.returnValue = "";
+    dialog.addEventListener("close", () => {
+      if (dialog.returnValue === "force") save(true);
+    }, { once: true });
+    dialog.showModal();
   }
 
   function conflict() {
@@ -1104,13 +1433,18 @@
     page.file = file;
     page.sha = file.sha;
     page.positions = file.layout || {};
+    page.layoutPending = false;
+    page.rankDir = ["auto", "TB", "LR"].includes(file.layout_direction) ? file.layout_direction : "auto";
+    $("rank-dir").value = page.rankDir;
     page.undo = [];
     page.redo = [];
+    page.drafts = {};
+    page.form = null;
     page.selection = { kind: "definition" };
     page.problems = [];
     $("file-name").textContent = file.path;
     $("chat-model").textContent = file.model ? `(model: ${file.model})` : "";
-    $("notice").hidden = true;
+    hideNotice();
     if (file.layout_problem) notice(`The moved positions were not read: ${file.layout_problem}`);
     if (file.parse_error) {
       page.doc = null;
@@ -1130,7 +1464,7 @@
       page.doc = null;
       page.doc = emptyDefinition();
       notice(`${file.name} is ${file.exists ? "empty" : "a new file"}: this definition starts with its name and no states. `
-        + "Add a state (the first one is the initial state); Save writes the file.");
+        + "Add a state (the first one is the initial state); Save writes the file.", { kind: "new" });
     } else {
       page.doc = file.value;
       page.savedJson = JSON.stringify(file.value);
@@ -1153,12 +1487,35 @@
     item.scrollIntoView({ block: "nearest" });
   }
 
+  /** The turn's tool runs (the answer's `tool_calls`) as lines of the transcript, before the reply. */
+  function sayToolCalls(answer) {
+    const calls = Array.isArray(answer.tool_calls) ? answer.tool_calls : [];
+    for (const call of calls) {
+      if (!call || typeof call !== "object") continue;
+      let args = "";
+      try {
+        args = JSON.stringify(call.arguments === undefined ? {} : call.arguments);
+      } catch (_) {
+        args = String(call.arguments);
+      }
+      const outcome = call.ok ? "ok" : `failed${call.error ? ": " + call.error : ""}`;
+      say("tool", `tool ${call.name}(${args}) → ${outcome}`);
+    }
+  }
+
   async function startChat(fromState) {
     $("chat-error").textContent = "";
+    if (page.doc === null) {
+      $("chat-error").textContent = notJsonText();
+      return;
+    }
+    const started = JSON.stringify(page.doc);
     try {
       const answer = await api("api/chat/start", { value: page.doc, state: fromState || null, context: null });
       clear($("transcript"));
-      page.chat = { state: answer.state, visited: answer.visited || [answer.state], edges: [], ended: answer.ended, stale: false };
+      $("chat-error").textContent = "";
+      page.chat = { state: answer.state, visited: answer.visited || [answer.state], edges: [], ended: answer.ended, startedJson: started };
+      sayToolCalls(answer);
       if (answer.message) say("assistant", answer.message);
       chatMoved(answer);
     } catch (error) {
@@ -1175,6 +1532,8 @@
     $("chat-send").disabled = true;
     try {
       const answer = await api("api/chat/send", { text });
+      $("chat-error").textContent = "";
+      sayToolCalls(answer);
       if (answer.message) say("assistant", answer.message);
       if (answer.edge) page.chat.edges.push(answer.edge);
       page.chat.state = answer.state;
@@ -1206,20 +1565,44 @@
     if (!chat) return;
     for (const id of chat.visited) cy.getElementById(stateNodeId(id)).addClass("visited");
     const steps = chat.edges.length ? chat.edges : chat.visited.slice(1).map((to, i) => ({ from: chat.visited[i], to }));
-    for (const step of steps) {
-      const direct = cy.edges().filter((e) => e.source().id() === stateNodeId(step.from) && e.target().id() === stateNodeId(step.to));
-      if (direct.length) direct.addClass("visited");
-      else cy.edges(".global").filter((e) => e.target().id() === stateNodeId(step.to)).addClass("visited");
-    }
+    for (const step of steps) cy.collection(pathEdgeOf(step)).addClass("visited");
     cy.getElementById(stateNodeId(chat.state)).addClass("current");
   }
 
+  /**
+   * The drawn edge a move of the chat went along: the transition from→to; else a global transition to `to`;
+   * else `from`'s (or a global) `"$return"` edge, drawn to the "back" node (the API names where it returned to).
+   */
+  function pathEdgeOf(step) {
+    const from = stateNodeId(step.from);
+    const to = stateNodeId(step.to);
+    const direct = cy.edges().filter((e) => e.source().id() === from && e.target().id() === to);
+    if (direct.length) return direct;
+    const global = cy.edges(".global").filter((e) => e.target().id() === to);
+    if (global.length) return global;
+    const back = cy.edges().filter((e) => e.source().id() === from && e.target().id() === BACK);
+    if (back.length) return back;
+    return cy.edges(".global").filter((e) => e.target().id() === BACK);
+  }
+
+  /** A rename (or its undo) of the chat's current state: the chat follows it. */
+  function chatRenamed(from, to) {
+    const chat = page.chat;
+    if (!chat) return;
+    if (chat.state === from) chat.state = to;
+    chat.visited = chat.visited.map((id) => (id === from ? to : id));
+    chat.edges = chat.edges.map((e) => ({ from: e.from === from ? to : e.from, to: e.to === from ? to : e.to }));
+  }
+
+  /** After every change (undo included): offer to restart, unless the definition is again the one it started on. */
   function chatSawEdit() {
+    $("chat-error").textContent = ""; // what it said was about the definition before this change
     if (!page.chat) return;
-    $("chat-restart").hidden = false;
+    const same = JSON.stringify(page.doc) === page.chat.startedJson;
+    $("chat-restart").hidden = same;
     const still = stateOf(page.doc, page.chat.state) !== undefined;
     const button = $("chat-restart-current");
-    button.hidden = !still;
+    button.hidden = same || !still;
     button.textContent = `Restart from ${page.chat.state}`;
   }
 
@@ -1284,6 +1667,7 @@
     $("rank-dir").addEventListener("change", () => {
       page.rankDir = $("rank-dir").value;
       draw({ relayout: true });
+      saveLayout(); // the direction is kept beside the positions
     });
     $("unpin").addEventListener("click", () => {
       page.positions = {};
@@ -1302,17 +1686,20 @@
     });
     $("make-initial").addEventListener("change", () => {
       const id = page.selection.state;
-      if ($("make-initial").checked) change((draft) => { draft.initial_state = id; });
+      if ($("make-initial").checked) change((draft) => putKey(draft, "initial_state", id, "definition"));
       else $("make-initial").checked = true; // a definition has one initial state: choose another instead
     });
-    $("notice-close").addEventListener("click", () => { $("notice").hidden = true; });
+    $("notice-close").addEventListener("click", hideNotice);
     $("start-empty").addEventListener("click", () => {
       page.doc = emptyDefinition();
       page.undo = [];
       page.redo = [];
-      $("notice").hidden = true;
+      hideNotice();
       setDoc(page.doc);
     });
+    // forms.js without onInvalid: read its invalid() after each keystroke (with it, the same answer)
+    $("form").addEventListener("input", formInvalidChanged);
+    $("form").addEventListener("change", formInvalidChanged);
     $("chat-start").addEventListener("click", () => startChat(null));
     $("chat-start-here").addEventListener("click", () => startChat(page.selection.state));
     $("chat-restart-initial").addEventListener("click", () => startChat(null));
@@ -1322,7 +1709,7 @@
     document.addEventListener("keyup", onShift);
     window.addEventListener("blur", () => { if (handles && !connectMode) handles.disableDrawMode(); });
     window.addEventListener("beforeunload", (event) => {
-      if (!unsaved()) return;
+      if (!unsaved() && !(page.doc !== null && pendingFields().length)) return;
       event.preventDefault();
       event.returnValue = "";
     });
@@ -1348,6 +1735,8 @@
     /** True once the problems shown are those of the definition as it is now. */
     idle: () => page.checking === 0 && page.checkedVersion === page.version,
     unsaved,
+    /** The fields holding text not applied yet: [{selection, path}]. */
+    pending: () => structuredClone(pendingFields()),
     change: (edit) => change(edit),
     connect,
     rename,
