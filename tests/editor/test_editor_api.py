@@ -22,7 +22,7 @@ from llm_fsm.editor.catalog import catalog
 from llm_fsm.editor.checks import check, element
 from llm_fsm.editor.document import EditedFile, LayoutError, checked_positions
 from llm_fsm.errors import LLMUnavailableError
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing import ScriptedLLM, tool_calls
 from tests.conftest import reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -523,6 +523,34 @@ def test_a_handler_the_hooks_lack_is_422(tmp_path: Path) -> None:
     value["states"]["ask"]["handlers"] = ["notify"]
     answer = client_for(tmp_path / "signup.json").post("/api/chat/start", json={"value": value})
     assert answer.status_code == 422 and "notify" in answer.json()["error"]["message"]
+
+
+def test_the_turns_tool_runs_are_in_the_answer(tmp_path: Path) -> None:
+    hooks = Hooks()
+
+    @hooks.tool()  # type: ignore[untyped-decorator]
+    def find_order(order_id: str) -> dict[str, str]:
+        if order_id == "none":
+            raise LookupError("no order 'none'")
+        return {"order_id": order_id, "status": "shipped"}
+
+    value = dead_end()
+    value["tools"] = {"find_order": {"description": "Find an order by its id"}}
+    value["states"]["ask"]["tools"] = ["find_order"]
+    script = [
+        reply("ask", "Your email?"),
+        tool_calls(("find_order", {"order_id": "A-17"}), ("find_order", {"order_id": "none"})),
+        reply("ask", "A-17 has shipped."),
+    ]
+    client = client_for(tmp_path / "signup.json", hooks=hooks, client_factory=lambda d: ScriptedLLM(script))
+    opening = client.post("/api/chat/start", json={"value": value})
+    assert opening.status_code == 200, opening.text
+    assert opening.json()["tool_calls"] == []
+    turn = client.post("/api/chat/send", json={"text": "Where is A-17?"}).json()
+    assert turn["message"] == "A-17 has shipped."
+    first, second = turn["tool_calls"]
+    assert first == {"name": "find_order", "arguments": {"order_id": "A-17"}, "ok": True, "error": None}
+    assert second["name"] == "find_order" and second["ok"] is False and "no order 'none'" in second["error"]
 
 
 # -- the catalog ------------------------------------------------------------------------------------
