@@ -144,7 +144,13 @@ class _Editing:
             raise Refused(400, "invalid_request", "'sha' must be the sha the file was read with (a string)")
         if not isinstance(force, bool):
             raise Refused(400, "invalid_request", "'force' must be true or false")
-        outcome = self.file.save(value, sha, force)
+        outcome = self.file.save(value, sha, force, base_text=self._base())
+        if isinstance(outcome, Conflict) and outcome.missing:
+            message = (
+                f"{self.file.shown} is no longer on disk (moved or deleted): save it again here (overwrite) "
+                "to write it anew, or keep editing"
+            )
+            raise Refused(409, "missing_on_disk", message, sha="")
         if isinstance(outcome, Conflict):
             message = (
                 f"{self.file.shown} changed on disk since it was read: reload it (your edits are lost) "

@@ -62,9 +62,12 @@ class Saved:
 
 @dataclass(frozen=True)
 class Conflict:
-    """A save refused: the disk's bytes (sha ``sha``; "" when the file is gone) are not those the page read."""
+    """A save refused: the disk's bytes (sha ``sha``; "" when the file is gone) are not those the page read.
+    ``missing``: the file was there when the page read it and is gone now (moved or deleted), which the author
+    is told apart from a change: reloading it would give an empty definition."""
 
     sha: str
+    missing: bool = False
 
 
 def sha_of(data: bytes | None) -> str:
@@ -118,15 +121,16 @@ class EditedFile:
         """The text a save of ``value`` writes over ``original`` (the file's text, None for a new file)."""
         return render(original, value)
 
-    def save(self, value: Any, base_sha: str, force: bool = False) -> Saved | Conflict:
+    def save(self, value: Any, base_sha: str, force: bool = False, base_text: str | None = None) -> Saved | Conflict:
         """Write ``value`` (rendered over the text on disk) unless the disk changed since the page read
-        ``base_sha`` (then :class:`Conflict`, unless ``force``). :class:`EditorFileError` if it cannot be written."""
+        ``base_sha`` (then :class:`Conflict`, unless ``force``). :class:`EditorFileError` if it cannot be written.
+        ``base_text`` is the text the page read: a file gone since is written anew in its format, not a fresh one."""
         data = self._bytes()
         disk_sha = sha_of(data)
         if disk_sha != base_sha and not force:
-            return Conflict(disk_sha)
+            return Conflict(disk_sha, missing=data is None)
         try:
-            original = data.decode("utf-8") if data is not None else None
+            original = data.decode("utf-8") if data is not None else base_text
         except UnicodeDecodeError:
             original = None  # not text: forced over, it is written fresh
         text = self.render(value, original)

@@ -326,12 +326,27 @@ def test_a_file_changed_on_disk_is_409_then_overwritten_by_force(order_flow: Pat
     assert reloaded["sha"] == forced.json()["sha"] and reloaded["value"] == mine
 
 
-def test_a_file_deleted_on_disk_is_a_conflict_too(order_flow: Path) -> None:
+def test_a_file_deleted_on_disk_is_409_missing_then_recreated_by_force(order_flow: Path) -> None:
     client = client_for(order_flow)
     opened = client.get("/api/file").json()
     order_flow.unlink()
     refused = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"]})
-    assert refused.status_code == 409 and refused.json()["sha"] == ""
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["sha"] == "" and body["error"]["code"] == "missing_on_disk"
+    assert body["error"]["message"].startswith(f"{order_flow} is no longer on disk (moved or deleted)")
+    assert not order_flow.exists(), "nothing was written"
+    forced = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"], "force": True})
+    assert forced.status_code == 200 and order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes()
+
+
+def test_a_new_file_made_by_someone_else_meanwhile_is_changed_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "bot.json"
+    client = client_for(path)
+    assert client.get("/api/file").json()["sha"] == ""
+    path.write_text(json.dumps(dead_end()))
+    refused = client.post("/api/save", json={"value": dead_end(), "sha": ""})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "changed_on_disk"
 
 
 def test_a_save_into_a_folder_that_is_gone_is_a_clear_error(tmp_path: Path) -> None:
