@@ -115,7 +115,7 @@ class _Editing:
             except (ValueError, RecursionError):
                 found = check(text, self.file.shown)
                 parse_error = found[0] if found else _diagnostic("json", "the file is not JSON", self.file.shown)
-        positions, layout_problem = self.file.read_layout()
+        layout = self.file.read_layout()
         return {
             "path": self.file.shown,
             "name": self.file.name,
@@ -124,8 +124,9 @@ class _Editing:
             "value": value,
             "parse_error": parse_error,
             "sha": snapshot.sha,
-            "layout": positions,
-            "layout_problem": layout_problem,
+            "layout": layout.positions,
+            "layout_direction": layout.direction,
+            "layout_problem": layout.problem,
             "schema": packaged_schema(),
             "catalog": catalog(self.hooks, value),
             "model": self.model,
@@ -306,8 +307,9 @@ def _add_api(application: FastAPI, editing: _Editing) -> None:
     @application.post("/api/layout")
     async def layout(request: Request) -> dict[str, Any]:
         body = await _body(request, "positions")
+        given = {"direction": body["direction"]} if "direction" in body else {}  # absent: the file's is kept
         try:
-            await run_in_threadpool(editing.file.write_layout, body["positions"])
+            await run_in_threadpool(editing.file.write_layout, body["positions"], **given)
         except LayoutError as exc:
             raise Refused(400, "invalid_layout", str(exc)) from None
         return {"ok": True}

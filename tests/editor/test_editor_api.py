@@ -156,6 +156,7 @@ def test_the_file_as_it_is_on_disk(order_flow: Path) -> None:
     assert answer["text"] == data.decode() and answer["value"] == json.loads(data)
     assert answer["sha"] == hashlib.sha256(data).hexdigest() and answer["parse_error"] is None
     assert answer["layout"] == {} and answer["layout_problem"] is None and answer["model"] == "simulated"
+    assert answer["layout_direction"] == "auto"
     assert answer["schema"] == json.loads((ROOT / "schema" / "fsm.schema.json").read_text())
     assert answer["catalog"] == {"tools": [], "checks": [], "handlers": []}
 
@@ -380,9 +381,50 @@ def test_positions_are_written_beside_the_file_and_read_back(order_flow: Path) -
     positions = {"select_product": {"x": 12.5, "y": 40}, "review": {"x": -3, "y": 1e3}}
     assert client.post("/api/layout", json={"positions": positions}).json() == {"ok": True}
     written = json.loads((order_flow.parent / "order_flow.layout").read_text())
-    assert written == {"version": 1, "positions": positions}
+    assert written == {"version": 1, "direction": "auto", "positions": positions}
     assert client.get("/api/file").json()["layout"] == positions
     assert order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes()
+
+
+def test_the_layout_direction_is_kept_in_the_side_file(order_flow: Path) -> None:
+    client = client_for(order_flow)
+    side = order_flow.parent / "order_flow.layout"
+    assert client.get("/api/file").json()["layout_direction"] == "auto"
+    positions = {"review": {"x": 1, "y": 2}}
+    assert client.post("/api/layout", json={"positions": positions, "direction": "LR"}).json() == {"ok": True}
+    assert json.loads(side.read_text()) == {"version": 1, "direction": "LR", "positions": positions}
+    opened = client.get("/api/file").json()
+    assert opened["layout_direction"] == "LR" and opened["layout"] == positions
+    # positions sent without a direction keep the one chosen
+    assert client.post("/api/layout", json={"positions": {}}).status_code == 200
+    assert json.loads(side.read_text())["direction"] == "LR"
+    assert client.post("/api/layout", json={"positions": {}, "direction": "TB"}).status_code == 200
+    assert client.get("/api/file").json()["layout_direction"] == "TB"
+
+
+@pytest.mark.parametrize("direction", ["BT", "lr", None, 1, ""])
+def test_a_bad_layout_direction_is_refused(order_flow: Path, direction: Any) -> None:
+    client = client_for(order_flow)
+    answer = client.post("/api/layout", json={"positions": {}, "direction": direction})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_layout"
+    assert '"auto", "TB", "LR"' in answer.json()["error"]["message"]
+    assert not (order_flow.parent / "order_flow.layout").exists()
+
+
+def test_an_old_side_file_without_a_direction_still_loads(order_flow: Path) -> None:
+    positions = {"review": {"x": 5, "y": 6}}
+    (order_flow.parent / "order_flow.layout").write_text(json.dumps({"version": 1, "positions": positions}))
+    opened = client_for(order_flow).get("/api/file").json()
+    assert opened["layout"] == positions and opened["layout_direction"] == "auto" and opened["layout_problem"] is None
+
+
+def test_a_side_file_with_a_bad_direction_keeps_its_positions(order_flow: Path) -> None:
+    positions = {"review": {"x": 5, "y": 6}}
+    content = {"version": 1, "direction": "sideways", "positions": positions}
+    (order_flow.parent / "order_flow.layout").write_text(json.dumps(content))
+    opened = client_for(order_flow).get("/api/file").json()
+    assert opened["layout"] == positions and opened["layout_direction"] == "auto"
+    assert "direction" in opened["layout_problem"] and "sideways" in opened["layout_problem"]
 
 
 @pytest.mark.parametrize(
