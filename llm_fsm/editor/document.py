@@ -175,7 +175,8 @@ class EditedFile:
             shape = '{"version": 1, "direction": ..., "positions": {...}}'
             problem = f"{where} is not a layout file ({shape}); its positions are ignored"
             return Layout({}, problem=problem)
-        direction, problem = "auto", None
+        direction = "auto"
+        problem: str | None = None
         try:
             direction = checked_direction(document.get("direction", "auto"), f"{where}: direction")
         except LayoutError as exc:
