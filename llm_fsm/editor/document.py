@@ -173,8 +173,7 @@ class EditedFile:
             return Layout({}, problem=f"{where} is not JSON ({exc}); its positions are ignored")
         if not isinstance(document, dict) or document.get("version") != LAYOUT_VERSION:
             shape = '{"version": 1, "direction": ..., "positions": {...}}'
-            problem = f"{where} is not a layout file ({shape}); its positions are ignored"
-            return Layout({}, problem=problem)
+            return Layout({}, problem=f"{where} is not a layout file ({shape}); its positions are ignored")
         direction = "auto"
         problem: str | None = None
         try:
