@@ -86,10 +86,11 @@ class _Editing:
     """What the API shares between requests: the file, the text the page's edits are rendered over (the file's
     text when the page last read or saved it), and the chat."""
 
-    def __init__(self, file: EditedFile, tryit: TryIt, hooks: Hooks, model: str) -> None:
+    def __init__(self, file: EditedFile, tryit: TryIt, hooks: Hooks, model: str, *, bind: bool = False) -> None:
         self.file = file
         self.tryit = tryit
         self.hooks = hooks
+        self.bound_hooks = hooks if bind else None  # the hooks checks bind the definition to (given ones only)
         self.model = model
         self.base_text: str | None = None
         self._read = False  # whether the page read the file yet: until then, edits render over the disk's text
@@ -138,7 +139,8 @@ class _Editing:
     def checked(self, value: Any) -> dict[str, Any]:
         base = self._base()
         text = self.file.render(value, base)
-        return {"text": text, "changed": text != (base or ""), "diagnostics": check(text, self.file.shown, value)}
+        diagnostics = check(text, self.file.shown, value, hooks=self.bound_hooks)
+        return {"text": text, "changed": text != (base or ""), "diagnostics": diagnostics}
 
     def saved(self, value: Any, sha: Any, force: Any) -> dict[str, Any]:
         if not isinstance(sha, str):
@@ -184,10 +186,13 @@ def create_editor_app(
     None: at any port of those names, for a server whose port is chosen after the app is made, as in tests).
 
     ``client_factory`` makes the chat's model for each definition tried (default: the simulated model of
-    it); ``model`` is its name, shown on the page; ``hooks`` provide the handlers, checks and tools."""
+    it); ``model`` is its name, shown on the page; ``hooks`` provide the handlers, checks and tools. Given
+    hooks (``--hooks``; None: none given) are also what ``/api/check`` binds the definition to, as ``chat``
+    would: a name they do not provide is a problem then, and only then."""
+    given = hooks is not None
     hooks = hooks if hooks is not None else Hooks()
     tryit = TryIt(file.shown, client_factory, hooks, conversation_options=conversation_options)
-    editing = _Editing(file, tryit, hooks, model)
+    editing = _Editing(file, tryit, hooks, model, bind=given)
     guard = _Guard(token, port)
     application = FastAPI(title="llm-fsm edit", docs_url=None, redoc_url=None, openapi_url=None)
     application.state.editing = editing

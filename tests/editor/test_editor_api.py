@@ -16,6 +16,7 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from llm_fsm import Hooks
+from llm_fsm import load as llm_fsm_load
 from llm_fsm.cli import app as cli
 from llm_fsm.editor.app import cookie_name, create_editor_app
 from llm_fsm.editor.catalog import catalog
@@ -608,6 +609,98 @@ def test_the_turns_tool_runs_are_in_the_answer(tmp_path: Path) -> None:
     first, second = turn["tool_calls"]
     assert first == {"name": "find_order", "arguments": {"order_id": "A-17"}, "ok": True, "error": None}
     assert second["name"] == "find_order" and second["ok"] is False and "no order 'none'" in second["error"]
+
+
+def unbound() -> dict[str, Any]:
+    """dead_end() naming a handler, a python check and a tool that the hooks of bound_hooks() lack."""
+    value = dead_end()
+    value["tools"] = {"lookup": {"description": "Look an order up"}}
+    value["states"]["ask"]["handlers"] = ["notify"]
+    value["states"]["confirm"]["checks"] = [{"kind": "python", "name": "polit"}]
+    value["states"]["confirm"]["tools"] = ["lookup"]
+    return value
+
+
+def bound_hooks() -> Hooks:
+    hooks = Hooks()
+
+    @hooks.check("polite")
+    def polite(*, message: str) -> bool:
+        return True
+
+    return hooks
+
+
+def test_with_hooks_a_check_adds_what_binding_to_them_refuses(tmp_path: Path) -> None:
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.errors import DefinitionError
+
+    path = tmp_path / "signup.json"
+    answer = client_for(path, hooks=bound_hooks()).post("/api/check", json={"value": unbound()})
+    assert answer.status_code == 200
+    found = {d["code"]: d for d in answer.json()["diagnostics"] if d["code"].startswith("unbound_")}
+    assert set(found) == {"unbound_handler", "unbound_check", "unbound_tool"}
+    # the runtime's own words: what a conversation (llm-fsm chat --hooks) refuses the definition with
+    with pytest.raises(DefinitionError) as refused:
+        Conversation(llm_fsm_load(unbound()), ScriptedLLM([]), hooks=bound_hooks())
+    assert {p.code: p.message for p in refused.value.problems} == {c: d["message"] for c, d in found.items()}
+    handler, check_, tool = found["unbound_handler"], found["unbound_check"], found["unbound_tool"]
+    assert handler["message"] == "state 'ask' names handler 'notify', which is not registered"
+    assert handler["element"] == {"kind": "state", "state": "ask"} and handler["severity"] == "error"
+    assert check_["element"] == {"kind": "state", "state": "confirm"} and "polite" in check_["hint"]
+    assert tool["element"] == {"kind": "state", "state": "confirm"} and "'lookup'" in tool["message"]
+    text = answer.json()["text"]
+    line = text.splitlines()[handler["line"] - 1]
+    assert '"notify"' in line[handler["column"] - 1 :] and handler["file"] == str(path)
+
+
+def test_without_hooks_a_check_adds_no_binding_problems(tmp_path: Path) -> None:
+    diagnostics = client_for(tmp_path / "signup.json").post("/api/check", json={"value": unbound()}).json()
+    assert diagnostics["diagnostics"] == check(diagnostics["text"], tmp_path / "signup.json")
+    assert not [d for d in diagnostics["diagnostics"] if d["code"].startswith("unbound_")]
+
+
+def test_with_hooks_that_provide_everything_nothing_is_added(tmp_path: Path) -> None:
+    hooks = bound_hooks()
+
+    @hooks.handler("notify", on="after_transition")
+    def notify(**_: Any) -> None:
+        return None
+
+    @hooks.tool("lookup")  # type: ignore[untyped-decorator]
+    def lookup(order_id: str) -> dict[str, Any]:
+        return {}
+
+    value = unbound()
+    value["states"]["confirm"]["checks"] = [{"kind": "python", "name": "polite"}]
+    found = client_for(tmp_path / "signup.json", hooks=hooks).post("/api/check", json={"value": value}).json()
+    assert found["diagnostics"] == check(found["text"], tmp_path / "signup.json")
+
+
+def test_a_subflows_binding_problems_name_the_subflow(tmp_path: Path) -> None:
+    sub = {
+        "name": "verify",
+        "description": "Verify the email",
+        "initial_state": "check",
+        "states": {
+            "check": {"description": "Check", "purpose": "Check the email", "handlers": ["audit"],
+                      "transitions": [{"target_state": "ok", "description": "checked"}]},
+            "ok": {"description": "Verified", "purpose": "Say it is verified"},
+        },
+    }  # fmt: skip
+    (tmp_path / "verify.json").write_text(json.dumps(sub))
+    value = dead_end()
+    value["states"]["confirm"] = {
+        "description": "Verify", "purpose": "Verify the email", "subflow": {"definition": "verify.json"},
+        "transitions": [{"target_state": "done", "description": "verified"}],
+    }  # fmt: skip
+    path = tmp_path / "signup.json"
+    plain = client_for(path).post("/api/check", json={"value": value}).json()["diagnostics"]
+    assert not [d for d in plain if d["code"] == "unbound_handler"], plain
+    found = client_for(path, hooks=bound_hooks()).post("/api/check", json={"value": value}).json()["diagnostics"]
+    (audit,) = [d for d in found if d["code"] == "unbound_handler"]
+    assert "'audit'" in audit["message"] and "verify" in audit["file"]
+    assert audit["element"] == {"kind": "definition"}
 
 
 # -- the catalog ------------------------------------------------------------------------------------
