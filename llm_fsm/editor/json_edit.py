@@ -27,8 +27,9 @@ the white space before its comma (its *trail*). The new text is then built from 
 - what is new is written in the file's style at its depth: its indent unit (the first indented line's; two
   spaces when none), its line ends, ``\\u`` escapes if the file writes its non-ASCII text so; objects one member
   a line; arrays of scalars as the file writes most of its own (:func:`_scalar_arrays_on_lines`): one element
-  a line in a file that ``json.dumps(indent=2)`` wrote (``llm-fsm new`` makes them so), else on one line
-  (``["a", "b"]``, as the examples are written), so that what the editor adds looks like the rest of its file;
+  a line in a file that ``json.dumps(indent=2)`` wrote (``llm-fsm new`` makes them so, and several examples are
+  so), else on one line (``["a", "b"]``, as ``insurance_claim.json`` is written), so that what the editor adds
+  looks like the rest of its file;
   a container written on one line stays on one line (and what is added to it too), a container rewritten in
   place keeps its own way, and a new object among siblings that are all one-line objects is one line.
   An empty ``{}`` or ``[]`` has no style to keep: what fills it is written as new.
@@ -102,7 +103,7 @@ def _scalar_arrays_on_lines(root: _Node) -> bool:
 
     Each such array counts one: on lines if every element starts a line, on one line if it has no line break;
     an array wrapped a few elements a line is neither and does not count. A tie, or no such array, is one
-    line: the way the examples are written, and the shorter. (A walk with a list, not recursion: the scanner
+    line: the shorter, and what the writer did before it looked. (A walk with a list, not recursion: the scanner
     already read the text's depth, this should not fail where it did not.)"""
     on_lines = on_one_line = 0
     pending = [root]
