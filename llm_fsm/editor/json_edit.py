@@ -26,8 +26,12 @@ the white space before its comma (its *trail*). The new text is then built from 
   rewrites that number;
 - what is new is written in the file's style at its depth: its indent unit (the first indented line's; two
   spaces when none), its line ends, ``\\u`` escapes if the file writes its non-ASCII text so; objects one member
-  a line, arrays of scalars on one line (``["a", "b"]``); a container written on one line stays on one line
-  (and what is added to it too), and a new object among siblings that are all one-line objects is one line.
+  a line; arrays of scalars as the file writes most of its own (:func:`_scalar_arrays_on_lines`): one element
+  a line in a file that ``json.dumps(indent=2)`` wrote (``llm-fsm new`` makes them so, and several examples are
+  so), else on one line (``["a", "b"]``, as ``insurance_claim.json`` is written), so that what the editor adds
+  looks like the rest of its file;
+  a container written on one line stays on one line (and what is added to it too), a container rewritten in
+  place keeps its own way, and a new object among siblings that are all one-line objects is one line.
   An empty ``{}`` or ``[]`` has no style to keep: what fills it is written as new.
 
 An original that is missing, empty, only white space or not JSON has nothing to keep: the value is written
@@ -80,7 +84,8 @@ def render(original: str | None, value: Any) -> str:
         root, end = _Scanner(text).value(_skip(text, 0))
     except (ValueError, RecursionError):
         return bom + _fresh_document(value)
-    return bom + text[: root.start] + _Writer(text).value(root, value, inline=False) + text[end:]
+    writer = _Writer(text, scalar_arrays_on_lines=_scalar_arrays_on_lines(root))
+    return bom + text[: root.start] + writer.value(root, value, inline=False) + text[end:]
 
 
 def _skip(text: str, at: int) -> int:
@@ -91,6 +96,37 @@ def _skip(text: str, at: int) -> int:
 
 def _fresh_document(value: Any) -> str:
     return _Writer("").fresh(value, "", inline=False) + "\n"
+
+
+def _scalar_arrays_on_lines(root: _Node) -> bool:
+    """Whether most of the text's non-empty arrays of scalars are written one element a line.
+
+    Each such array counts one: on lines if every element starts a line, on one line if it has no line break;
+    an array wrapped a few elements a line is neither and does not count. A tie, or no such array, is one
+    line: the shorter, and what the writer did before it looked. (A walk with a list, not recursion: the scanner
+    already read the text's depth, this should not fail where it did not.)"""
+    on_lines = on_one_line = 0
+    pending = [root]
+    while pending:
+        node = pending.pop()
+        if not node.items:
+            continue
+        if isinstance(node.value, list) and all(item.node.items is None for item in node.items):
+            if all("\n" in item.lead for item in node.items):
+                on_lines += 1
+            elif not _multiline(node):
+                on_one_line += 1
+            continue
+        pending.extend(item.node for item in node.items)
+    return on_lines > on_one_line
+
+
+def _multiline(node: _Node) -> bool:
+    """Whether the container ``node`` is written on more than one line (what is added to a one-line container
+    and what changes in it stays on its line)."""
+    items = node.items
+    assert items
+    return any("\n" in item.lead for item in items) or "\n" in items[-1].trail
 
 
 class _Node:
@@ -348,8 +384,9 @@ def _match(old: list[str], new: list[str]) -> tuple[list[int | None], list[tuple
 class _Writer:
     """Writes new values against the original text's nodes, in the text's style."""
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, scalar_arrays_on_lines: bool = False) -> None:
         self.text = text
+        self.scalar_arrays_on_lines = scalar_arrays_on_lines  # new arrays of scalars one element a line
         self.newline = "\r\n" if 2 * text.count("\r\n") > text.count("\n") else "\n"
         first_indent = _FIRST_INDENT.search(text)
         self.unit = first_indent.group(1) if first_indent else "  "
@@ -386,7 +423,7 @@ class _Writer:
         anchor = None
         parts: list[tuple[int | None, str]] = []
         new_lead: str | None = None
-        inline = not self._multiline(node)
+        inline = not _multiline(node)
         for key, member in value.items():
             if not isinstance(key, str):
                 raise TypeError(f"a JSON object's keys are strings: {key!r} is not")
@@ -412,7 +449,7 @@ class _Writer:
         paired = _pair(items, value)
         parts: list[tuple[int | None, str]] = []
         new_lead: str | None = None
-        inline = not self._multiline(node)
+        inline = not _multiline(node)
         for position, element in enumerate(value):
             index = paired[position]
             if index is not None:
@@ -451,13 +488,6 @@ class _Writer:
         out.append(closing)
         return "".join(out)
 
-    def _multiline(self, node: _Node) -> bool:
-        """Whether ``node`` is written on more than one line (what is added to a one-line container and what
-        changes in it stays on its line)."""
-        items = node.items
-        assert items
-        return any("\n" in item.lead for item in items) or "\n" in items[-1].trail
-
     def _like_siblings(self, node: _Node, value: Any) -> bool:
         """Whether a new ``value`` in the multi-line ``node`` is written on one line, as all the values there
         are: containers of its kind written on one line (the fields of a ``context_schema``, say)."""
@@ -476,7 +506,7 @@ class _Writer:
         """The white space before a new member of ``node``: its members', without blank lines."""
         items = node.items
         assert items
-        if not self._multiline(node):
+        if not _multiline(node):
             if len(items) > 1:
                 return items[1].lead
             return "" if items[0].separator == ":" else " "
@@ -522,7 +552,7 @@ class _Writer:
         if isinstance(value, list | tuple):
             if not value:
                 return "[]"
-            if inline or all(_is_scalar(element) for element in value):
+            if inline or (not self.scalar_arrays_on_lines and all(_is_scalar(element) for element in value)):
                 return "[" + ", ".join(self.fresh(element, indent, True) for element in value) + "]"
             inner = self.newline + indent + self.unit
             elements = (inner + self.fresh(element, indent + self.unit, False) for element in value)

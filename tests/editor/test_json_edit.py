@@ -435,6 +435,101 @@ def test_an_empty_container_filled_is_written_as_new() -> None:
     assert edited(text, {}) == "{}\n"
 
 
+# -- new arrays of scalars: the file's own way ------------------------------------------------------
+
+
+@pytest.fixture
+def new_file(tmp_path: Path) -> str:
+    """The definition ``llm-fsm new helpdesk`` writes (json.dumps with an indent: every array one element a line)."""
+    from typer.testing import CliRunner
+
+    from llm_fsm.cli import app
+
+    result = CliRunner().invoke(app, ["new", "helpdesk", "--dir", str(tmp_path)])
+    assert result.exit_code == 0, result.output
+    return (tmp_path / "helpdesk.json").read_text(encoding="utf-8")
+
+
+def test_new_arrays_in_a_file_llm_fsm_new_made_are_one_element_a_line(new_file: str) -> None:
+    value = json.loads(new_file)
+    value["states"]["helping"]["transitions"][0]["conditions"][0]["requires_context_keys"] = ["x"]
+    states = value.pop("states")
+    value["global_transitions"] = [{"target_state": "goodbye", "description": "Stop", "except_states": ["a", "b"]}]
+    value["states"] = states
+    out = edited(new_file, value)
+    assert changed_lines(new_file, out) == (
+        ["              }"],
+        [
+            '  "global_transitions": [',
+            "    {",
+            '      "target_state": "goodbye",',
+            '      "description": "Stop",',
+            '      "except_states": [',
+            '        "a",',
+            '        "b"',
+            "      ]",
+            "    }",
+            "  ],",
+            "              },",
+            '              "requires_context_keys": [',
+            '                "x"',
+            "              ]",
+        ],
+    )
+    assert out == json.dumps(value, indent=2, ensure_ascii=False) + "\n"  # as if `new` had written it so
+
+
+def test_new_arrays_in_an_example_written_inline_are_inline() -> None:
+    text = INSURANCE.read_text(encoding="utf-8")
+    value = json.loads(text)
+    handover, _, help_ = value["global_transitions"]
+    handover["except_states"] = ["a", "b"]
+    help_["conditions"] = [{"description": "asks", "requires_context_keys": ["x"]}]
+    out = edited(text, value)
+    assert out == text.replace(
+        '      "priority": 5\n',
+        '      "priority": 5,\n      "except_states": ["a", "b"]\n',
+    ).replace(
+        '      "priority": 50\n',
+        '      "priority": 50,\n      "conditions": [\n        {\n          "description": "asks",\n'
+        '          "requires_context_keys": ["x"]\n        }\n      ]\n',
+    )
+
+
+def test_an_array_rewritten_in_place_keeps_its_own_way(new_file: str) -> None:
+    value = json.loads(new_file)
+    value["states"]["welcome"]["required_context_keys"].append("age")
+    assert changed_lines(new_file, edited(new_file, value)) == (
+        ['        "user_name"'],
+        ['        "user_name",', '        "age"'],
+    )
+    # the other way round: one inline array among arrays one element a line stays inline, and one on lines
+    # among inline ones stays on lines
+    text = '{\n  "a": [\n    1\n  ],\n  "b": [\n    2\n  ],\n  "c": [3]\n}\n'
+    assert edited(text, {"a": [1], "b": [2], "c": [3, 4]}) == text.replace("[3]", "[3, 4]")
+    text = '{\n  "a": [1],\n  "b": [2],\n  "c": [\n    3\n  ]\n}\n'
+    assert edited(text, {"a": [1], "b": [2], "c": [3, 4]}) == text.replace("    3\n", "    3,\n    4\n")
+
+
+@pytest.mark.parametrize(
+    ("text", "on_lines"),
+    [
+        ('{\n  "a": [\n    1\n  ],\n  "b": [\n    2\n  ],\n  "c": [3]\n}\n', True),  # two to one
+        ('{\n  "a": [\n    1\n  ],\n  "c": [3]\n}\n', False),  # a tie: inline
+        ('{\n  "a": 1,\n  "b": [],\n  "c": [{"d": 1}]\n}\n', False),  # no non-empty array of scalars
+        ('{\n  "a": [\n    {"b": 1},\n    2\n  ]\n}\n', False),  # an array that is not all scalars does not count
+        ('{\n  "a": [\n    1, 2,\n    3\n  ],\n  "b": [\n    4\n  ],\n  "c": [5]\n}\n', False),  # wrapped: no vote
+        ('{\n  "a": [\n    [\n      1\n    ]\n  ]\n}\n', True),  # found at any depth
+    ],
+)
+def test_the_way_of_new_arrays_is_the_way_of_most_of_the_files_arrays(text: str, on_lines: bool) -> None:
+    value = json.loads(text)
+    value["new"] = ["x", "y"]
+    out = edited(text, value)
+    written = '"new": [\n    "x",\n    "y"\n  ]' if on_lines else '"new": ["x", "y"]'
+    assert out.endswith(",\n  " + written + "\n}\n"), out
+
+
 def test_a_long_array_pairs_its_elements_too() -> None:
     value = [{"id": number, "tags": [number, number + 1]} for number in range(120)]
     text = json.dumps(value, indent=2) + "\n"  # 120 × 120 pairs: past what is weighed pair by pair
@@ -502,8 +597,9 @@ def random_edit(value: Any, kind: str, rng: random.Random) -> tuple[int, int]:
     if kind == "insert":
         container = rng.choice(places)
         if isinstance(container, dict):
-            container[f"added_{rng.randrange(10**6)}"] = rng.choice([1, "text", True, None, ["a", "b"]])
-            return 1, 3
+            member = rng.choice([1, "text", True, None, ["a", "b"]])
+            container[f"added_{rng.randrange(10**6)}"] = member
+            return 1, lines_of(member) + 2  # a new array is one element a line in a file written so
         element = copy.deepcopy(rng.choice(container)) if container else 1
         container.insert(rng.randrange(len(container) + 1), element)
         return 1, lines_of(element) + 2
