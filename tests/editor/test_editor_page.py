@@ -722,3 +722,286 @@ def test_states_written_as_a_list_stay_a_list(opened: Any, tmp_path: Path) -> No
         assert doc["states"][0]["transitions"][1] == {"target_state": "again", "priority": 20}
         assert "self_loop_no_exit" in page.codes()  # checked again: the warning is on the renamed state
         assert page.js("() => window.editor.cy.getElementById('s:again').hasClass('has-warning')")
+
+
+# -- round 2: what a stranger's audit found ----------------------------------------------------------------------
+
+TWO_STATES = {
+    "name": "two",
+    "initial_state": "greet",
+    "states": {
+        "greet": {"purpose": "Greet the user", "opening": "Hello!", "transitions": [{"target_state": "bye"}]},
+        "bye": {"purpose": "Say goodbye"},
+    },
+}
+
+
+@browser_test
+def test_text_not_applied_yet_is_kept_counted_and_refused_at_save(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    original = path.read_bytes()
+    with editing(path) as base:
+        page = opened(base).ready()
+        # a new selection shows its form from the top (item 7)
+        page.js("() => window.editor.select('state', 'greet')")
+        page.js("() => { document.querySelector('#selection').scrollTop = 400; }")
+        assert page.js("() => document.querySelector('#selection').scrollTop") > 0
+        page.js("() => window.editor.select('state', 'bye')")
+        assert page.js("() => document.querySelector('#selection').scrollTop") == 0
+
+        page.js("() => window.editor.select('definition')")
+        box = '#form [data-field="context_schema"]'
+        page.tab.fill(box, '{"email": ')  # not JSON yet: kept in the field, not applied
+        page.wait_text("#save-state", r"^unsaved: 1 field holds text not applied yet$")
+        assert page.doc() == TWO_STATES and page.js("() => window.editor.pending()") == [
+            {"selection": {"kind": "definition"}, "path": "context_schema"}
+        ]
+        leaving = "() => { const e = new Event('beforeunload', {cancelable: true}); return !window.dispatchEvent(e); }"
+        assert page.js(leaving)  # the definition is as saved, but leaving would lose the text: asked first
+
+        page.js("() => window.editor.select('state', 'greet')")  # elsewhere, the text is still counted
+        assert page.tab.inner_text("#save-state").startswith("unsaved: 1 field")
+        page.tab.keyboard.press("Control+s")  # refused: the save would not hold that text
+        page.wait_text("#notice-text", "Not saved: 1 field holds text that is not valid yet")
+        assert path.read_bytes() == original
+        page.tab.click("#notice-links button")  # the field named: its element selected, the text back in it
+        assert page.js("() => window.editor.selection()") == {"kind": "definition"}
+        assert page.tab.input_value(box) == '{"email": '
+        assert page.js("() => document.activeElement.dataset.field") == "context_schema"
+        page.tab.fill(box, '{"email": {"type": "string"}}')
+        page.wait_text("#save-state", "^unsaved$")
+        assert page.js("() => window.editor.pending()") == []
+        page.save()
+        assert json.loads(path.read_text())["context_schema"] == {"email": {"type": "string"}}
+
+
+@browser_test
+def test_new_keys_go_at_their_schema_place_and_a_tool_added_to_a_state_is_declared(
+    opened: Any, tmp_path: Path
+) -> None:
+    from llm_fsm.hooks import Hooks
+
+    hooks = Hooks()
+
+    @hooks.tool(description="Find an order by its id.")  # type: ignore[untyped-decorator]
+    def lookup(order_id: str) -> dict[str, str]:
+        return {"order_id": order_id}
+
+    path = tmp_path / "shop.json"  # a new file
+    with editing(path, hooks=hooks) as base:
+        page = opened(base).ready()
+        page.add_state("ask")
+        page.add_state("done")
+        assert list(page.doc()) == ["name", "initial_state", "states"]
+        page.js("() => window.editor.select('definition')")
+        page.tab.fill("#form [data-field='description']", "A shop")
+        assert list(page.doc()) == ["name", "description", "initial_state", "states"]
+        page.js("() => window.editor.connect('ask', 'done')")
+        page.js("() => window.editor.select('state', 'ask')")
+        page.tab.fill("#form [data-key='purpose'] textarea", "Ask for the order")
+        assert list(page.doc()["states"]["ask"]) == ["purpose", "transitions"]  # before it, as the schema says
+        page.tab.fill("#form [data-field='description']", "Asks")
+        assert list(page.doc()["states"]["ask"]) == ["description", "purpose", "transitions"]
+        before = page.doc()
+        page.tab.click('[data-catalog="tools"] [data-name="lookup"] [data-action="use"]')
+        doc = page.doc()
+        assert doc["states"]["ask"]["tools"] == ["lookup"]
+        assert doc["tools"] == {"lookup": {}}  # declared at the top level, the least the loader takes
+        keys = list(doc)
+        assert keys.index("tools") > keys.index("states")  # where the schema puts it
+        assert "unknown_tool" not in page.codes()
+        page.tab.click("#undo")  # one step: the state's tool and its declaration
+        assert page.doc() == before
+        page.tab.click("#redo")
+        assert page.tab.is_visible("#notice") and "a new file" in page.tab.inner_text("#notice-text")
+        page.save()
+        assert page.tab.is_hidden("#notice")  # "a new file" is not true any more (item 8)
+        saved = json.loads(path.read_text())
+        assert saved["tools"] == {"lookup": {}} and validate_strict(path).exit_code == 0
+
+
+@browser_test
+def test_a_file_gone_from_disk_is_saved_again_not_reloaded_empty(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    with editing(path) as base:
+        page = opened(base).ready()
+        page.expect_status(409)
+        page.add_state("extra")
+        path.unlink()  # moved or deleted by someone else
+        page.tab.keyboard.press("Control+s")
+        page.tab.wait_for_selector("#missing-dialog[open]")
+        assert "no longer on disk" in page.tab.inner_text("#missing-dialog")
+        assert page.tab.is_hidden("#conflict-dialog") and page.tab.locator("#missing-dialog button").all_inner_texts() == [
+            "Save it again here",
+            "Keep editing",
+        ]
+        page.tab.click("#missing-keep")  # nothing happens: the edits stay
+        assert not path.exists() and "extra" in page.doc()["states"]
+        assert page.tab.inner_text("#save-state") == "unsaved"
+        page.tab.click("#save")
+        page.tab.wait_for_selector("#missing-dialog[open]")
+        page.tab.click("#missing-save")
+        page.wait_text("#save-state", "^saved$")
+        assert json.loads(path.read_text()) == page.doc() and "extra" in page.doc()["states"]
+
+
+@browser_test
+def test_deleting_empties_no_list_the_file_did_not_hold_and_the_initial_state_is_named(
+    opened: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    with editing(path) as base:
+        page = opened(base).ready()
+        page.js("() => window.editor.connect('bye', 'greet')")  # bye had no transitions key
+        page.js("() => window.editor.connect('any', 'bye')")  # nor the definition global_transitions
+        assert page.doc()["states"]["bye"]["transitions"] == [{"target_state": "greet", "priority": 100}]
+        page.js("() => window.editor.select('transition', 'bye', 0)")
+        page.tab.click("#delete")
+        page.tab.wait_for_function("() => !('transitions' in window.editor.doc().states.bye)")
+        page.js("() => window.editor.select('global_transition', 0)")
+        page.tab.click("#delete")
+        page.tab.wait_for_function("() => !('global_transitions' in window.editor.doc())")
+        page.js("() => window.editor.select('transition', 'greet', 0)")  # greet's list was in the file: it stays
+        page.tab.click("#delete")
+        page.tab.wait_for_function("() => window.editor.doc().states.greet.transitions.length === 0")
+        page.tab.click("#undo")
+        page.js("() => window.editor.select('state', 'greet')")
+        page.tab.click("#delete")
+        page.tab.wait_for_selector("#confirm-dialog[open]")
+        assert "It is the initial state" in page.tab.inner_text("#confirm-text")
+        page.tab.click("#confirm-cancel")
+        page.js("() => window.editor.select('state', 'bye')")
+        page.tab.click("#delete")
+        page.tab.wait_for_selector("#confirm-dialog[open]")
+        assert "initial state" not in page.tab.inner_text("#confirm-text")
+        page.tab.click("#confirm-ok")
+        # greet's only transition went with bye; greet's file held the list, so it stays (empty)
+        page.tab.wait_for_function("() => !('bye' in window.editor.doc().states)")
+        assert page.doc()["states"]["greet"]["transitions"] == []
+
+
+@browser_test
+def test_the_layout_direction_and_positions_are_kept_and_written_with_the_save(opened: Any, examples: Path) -> None:
+    path = examples / "order_flow.json"
+    layout = path.with_suffix(".layout")
+    with editing(path) as base:
+        page = opened(base).ready()
+        assert page.tab.input_value("#rank-dir") == "auto"
+        page.tab.select_option("#rank-dir", "LR")  # nothing unsaved: written at once
+        for _ in range(100):
+            if layout.exists():
+                break
+            time.sleep(0.05)
+        assert json.loads(layout.read_text())["direction"] == "LR"
+
+        page.add_state("extra")  # now unsaved: a moved state waits for the save
+        x, y = page.node_at("review")
+        page.tab.mouse.move(x, y)
+        page.tab.mouse.down()
+        page.tab.mouse.move(x + 40, y + 30, steps=5)
+        page.tab.mouse.up()
+        page.tab.wait_for_function("() => 'review' in window.editor.positions()")
+        page.js("() => window.editor.rename('review', 'check_order')")
+        time.sleep(0.3)
+        assert json.loads(layout.read_text())["positions"] == {}  # the file on disk has no 'check_order' yet
+        page.save()
+        kept = json.loads(layout.read_text())
+        assert set(kept["positions"]) == {"check_order"} and kept["direction"] == "LR"
+
+        again = opened(base).ready()  # opened again: the direction and the place are back
+        assert again.tab.input_value("#rank-dir") == "LR"
+        at = again.js("() => window.editor.cy.getElementById('s:check_order').position()")
+        assert (round(at["x"], 1), round(at["y"], 1)) == (kept["positions"]["check_order"]["x"], kept["positions"]["check_order"]["y"])
+
+
+@browser_test
+def test_a_file_that_is_not_json_says_to_start_it_empty_first(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "broken.json"
+    path.write_text('{"name": "broken", "states": {,}}\n')
+    with editing(path) as base:
+        page = opened(base)
+        page.wait_text("#notice-text", "not a definition the editor can read")
+        assert page.tab.get_attribute("#save-state", "class") == "broken"  # not the green of "saved"
+        page.tab.click("#add-state")
+        assert page.tab.is_hidden("#add-state-form")
+        assert "start it empty first" in page.tab.inner_text("#notice-text")
+        page.tab.click("#chat-start")
+        error = page.tab.inner_text("#chat-error")
+        assert "start it empty first" in error and "null" not in error
+
+
+def wait_file(path: Path) -> None:
+    for _ in range(100):
+        if path.exists():
+            return
+        time.sleep(0.05)
+
+
+RETURNS = {
+    "name": "returns",
+    "initial_state": "ask",
+    "states": {
+        "ask": {
+            "purpose": "Ask",
+            "transitions": [{"target_state": "help", "priority": 10}, {"target_state": "end", "priority": 20}],
+        },
+        "help": {"purpose": "Help", "transitions": [{"target_state": "$return", "priority": 10}]},
+        "end": {"purpose": "End"},
+    },
+}
+
+
+@browser_test
+def test_the_chat_shows_tool_calls_lights_a_return_and_forgets_stale_words(opened: Any, tmp_path: Path) -> None:
+    from llm_fsm.hooks import Hooks
+    from llm_fsm.testing import ScriptedLLM, reply, tool_calls
+
+    hooks = Hooks()
+
+    @hooks.tool()  # type: ignore[untyped-decorator]
+    def find_order(order_id: str) -> dict[str, str]:
+        if order_id == "none":
+            raise LookupError("no order 'none'")
+        return {"order_id": order_id, "status": "shipped"}
+
+    value = json.loads(json.dumps(RETURNS))
+    value["tools"] = {"find_order": {"description": "Find an order by its id"}}
+    value["states"]["help"]["tools"] = ["find_order"]
+    path = tmp_path / "returns.json"
+    path.write_text(json.dumps(value, indent=2) + "\n")
+    script = [
+        reply("help", "How can I help?"),  # the start: ask moves to help at once
+        tool_calls(("find_order", {"order_id": "A-17"}), ("find_order", {"order_id": "none"})),
+        reply("$return", "A-17 has shipped."),
+    ]
+    with editing(path, hooks=hooks, client_factory=lambda d: ScriptedLLM(list(script))) as base:
+        page = opened(base).ready()
+        page.tab.click("#chat-start")
+        page.tab.wait_for_selector("#transcript li.assistant")
+        page.tab.fill("#chat-message", "where is A-17?")
+        page.tab.press("#chat-message", "Enter")
+        page.wait_text("#transcript", "A-17 has shipped")
+        lines = page.tab.locator("#transcript li.tool").all_inner_texts()
+        assert lines[0] == 'tool find_order({"order_id":"A-17"}) → ok'
+        assert lines[1].startswith('tool find_order({"order_id":"none"}) → failed') and "no order" in lines[1]
+        # help went back where it came from: the edge to the "back" node is lit (the API names the state)
+        visited = "() => window.editor.cy.edges('.visited').map(e => e.id())"
+        assert "t:help:0" in page.js(visited), page.js(visited)
+
+        # the restart offer follows every change, undo included; a rename of the current state too
+        assert page.tab.is_hidden("#chat-restart")
+        current = page.tab.inner_text("#chat-state").split()[1]
+        page.js("id => window.editor.rename(id, 'renamed')", current)
+        assert page.tab.inner_text("#chat-restart-current") == "Restart from renamed"
+        page.tab.click("#undo")
+        assert page.tab.is_hidden("#chat-restart")  # the definition the chat runs on again
+
+        page.expect_status(422)
+        page.js("() => window.editor.change(d => { d.initial_state = 'nowhere'; })")
+        page.tab.click("#chat-start")
+        page.wait_text("#chat-error", "fix the problems first")
+        page.tab.click("#undo")  # the words were about the definition before: gone
+        assert page.tab.inner_text("#chat-error") == ""

@@ -317,9 +317,11 @@
     const before = JSON.stringify(page.doc);
     if (JSON.stringify(draft) === before) return result;
     const now = Date.now();
-    const merge = options.formKey && page.lastFormEdit && page.lastFormEdit.key === options.formKey && now - page.lastFormEdit.at < 1500;
+    const merge = options.withLast
+      ? Boolean(page.lastFormEdit) && page.undo.length > 0
+      : options.formKey && page.lastFormEdit && page.lastFormEdit.key === options.formKey && now - page.lastFormEdit.at < 1500;
     if (!merge) page.undo.push({ doc: page.doc, layout: options.layout || null, rename: options.rename || null });
-    page.lastFormEdit = options.formKey ? { key: options.formKey, at: now } : null;
+    if (!options.withLast) page.lastFormEdit = options.formKey ? { key: options.formKey, at: now } : null;
     page.redo = [];
     setDoc(draft, { keepForm: Boolean(options.formKey), select: options.select });
     return result;
@@ -1071,7 +1073,6 @@
     if (!formsAvailable()) return;
     const selection = structuredClone(page.selection);
     const entry = draftsOf(selection);
-    const formKey = formKeyOf(selection);
     try {
       const handle = window.SchemaForms.render(container, {
         schema: page.file.schema,
@@ -1083,7 +1084,7 @@
         stateIds: stateIds(page.doc),
         drafts: entry.fields,
         onInvalid: (paths) => setPending(selection, paths),
-        onUseTool: (name) => declareTool(name, formKey),
+        onUseTool: declareTool,
       });
       page.form = handle && typeof handle.invalid === "function" ? { selection, handle } : null;
       formInvalidChanged();
@@ -1095,12 +1096,14 @@
     }
   }
 
-  /** The undo-merging key of a form's edits (see change). */
-  function formKeyOf(selection) {
-    if (selection.kind === "state") return `state:${selection.state}`;
-    if (selection.kind === "transition") return `t:${selection.state}:${selection.index}`;
-    if (selection.kind === "global_transition") return `g:${selection.index}`;
-    return "definition";
+  /**
+   * The undo-merging key of a form's edit (see change): the form and the fields the edit changed, so typing
+   * in one field is one step and the next field (or a button of the form) starts another.
+   */
+  function fieldsKey(form, before, value) {
+    const keys = new Set([...Object.keys(before || {}), ...Object.keys(value || {})]);
+    const changed = [...keys].filter((k) => JSON.stringify((before || {})[k]) !== JSON.stringify((value || {})[k]));
+    return `${form}:${changed.sort().join(",")}`;
   }
 
   /** The shown form's fields holding text not applied yet, as forms.js says (also for a forms.js without onInvalid). */
@@ -1118,9 +1121,9 @@
   /**
    * A state form named a tool the definition does not declare: declare it at the top level too (the least
    * the schema's Tool and the loader accept: `{}`, its code comes from --hooks or an MCP server), in the same
-   * undo step as the state's edit (the same form key).
+   * undo step as the state's edit that named it (forms.js calls this right after that onChange).
    */
-  function declareTool(name, formKey) {
+  function declareTool(name) {
     if (typeof name !== "string" || !name || page.doc === null) return;
     const tools = page.doc.tools;
     if (tools !== undefined && (tools === null || typeof tools !== "object" || Array.isArray(tools))) return; // not ours to replace
@@ -1128,7 +1131,7 @@
     change((draft) => {
       if (!holds(draft, "tools")) putKey(draft, "tools", {}, "definition");
       draft.tools[name] = {};
-    }, { formKey });
+    }, { formKey: "tools", withLast: true });
   }
 
   function showSelection() {
@@ -1152,28 +1155,31 @@
       $("make-initial").checked = doc.initial_state === id;
       const state = stateOf(doc, id);
       renderForm("State", withoutKeys(state, ["transitions", "id"]), (value) => {
-        change((draft) => replaceKeeping(stateOf(draft, id), value, ["transitions", "id"], "State"), { formKey: `state:${id}` });
+        const formKey = fieldsKey(`state:${id}`, withoutKeys(stateOf(page.doc, id), ["transitions", "id"]), value);
+        change((draft) => replaceKeeping(stateOf(draft, id), value, ["transitions", "id"], "State"), { formKey });
       }, ["transitions", "id"]);
       refreshTransitionList();
     } else if (selection.kind === "transition") {
       $("selection-title").textContent = `Transition ${selection.state} → ${transitionsOf(stateOf(doc, selection.state))[selection.index].target_state}`;
       renderForm("Transition", transitionsOf(stateOf(doc, selection.state))[selection.index], (value) => {
+        const before = transitionsOf(stateOf(page.doc, selection.state))[selection.index];
         change((draft) => {
           const list = stateOf(draft, selection.state).transitions;
           replaceKeeping(list[selection.index], value, [], "Transition");
-        }, { formKey: `t:${selection.state}:${selection.index}` });
+        }, { formKey: fieldsKey(`t:${selection.state}:${selection.index}`, before, value) });
       }, []);
     } else if (selection.kind === "global_transition") {
       $("selection-title").textContent = `Global transition → ${globalsOf(doc)[selection.index].target_state}`;
       renderForm("GlobalTransition", globalsOf(doc)[selection.index], (value) => {
+        const before = globalsOf(page.doc)[selection.index];
         change((draft) => {
           replaceKeeping(draft.global_transitions[selection.index], value, [], "GlobalTransition");
-        }, { formKey: `g:${selection.index}` });
+        }, { formKey: fieldsKey(`g:${selection.index}`, before, value) });
       }, []);
     } else {
       $("selection-title").textContent = `Definition ${typeof doc.name === "string" ? doc.name : ""}`;
       renderForm("definition", withoutKeys(doc, ["states"]), (value) => {
-        change((draft) => replaceKeeping(draft, value, ["states"], "definition"), { formKey: "definition" });
+        change((draft) => replaceKeeping(draft, value, ["states"], "definition"), { formKey: fieldsKey("definition", withoutKeys(page.doc, ["states"]), value) });
       }, ["states"]);
     }
   }
@@ -1514,7 +1520,10 @@
       const answer = await api("api/chat/start", { value: page.doc, state: fromState || null, context: null });
       clear($("transcript"));
       $("chat-error").textContent = "";
-      page.chat = { state: answer.state, visited: answer.visited || [answer.state], edges: [], ended: answer.ended, startedJson: started };
+      const visited = answer.visited || [answer.state];
+      // the moves of the start itself (an automatic move, an opening that moved), then each turn's edge
+      const edges = visited.slice(1).map((to, i) => ({ from: visited[i], to }));
+      page.chat = { state: answer.state, visited, edges, ended: answer.ended, startedJson: started };
       sayToolCalls(answer);
       if (answer.message) say("assistant", answer.message);
       chatMoved(answer);
