@@ -777,9 +777,7 @@ def test_text_not_applied_yet_is_kept_counted_and_refused_at_save(opened: Any, t
 
 
 @browser_test
-def test_new_keys_go_at_their_schema_place_and_a_tool_added_to_a_state_is_declared(
-    opened: Any, tmp_path: Path
-) -> None:
+def test_new_keys_go_at_their_schema_place_and_a_tool_added_to_a_state_is_declared(opened: Any, tmp_path: Path) -> None:
     from llm_fsm.hooks import Hooks
 
     hooks = Hooks()
@@ -833,10 +831,8 @@ def test_a_file_gone_from_disk_is_saved_again_not_reloaded_empty(opened: Any, tm
         page.tab.keyboard.press("Control+s")
         page.tab.wait_for_selector("#missing-dialog[open]")
         assert "no longer on disk" in page.tab.inner_text("#missing-dialog")
-        assert page.tab.is_hidden("#conflict-dialog") and page.tab.locator("#missing-dialog button").all_inner_texts() == [
-            "Save it again here",
-            "Keep editing",
-        ]
+        buttons = page.tab.locator("#missing-dialog button").all_inner_texts()
+        assert page.tab.is_hidden("#conflict-dialog") and buttons == ["Save it again here", "Keep editing"]  # no Reload
         page.tab.click("#missing-keep")  # nothing happens: the edits stay
         assert not path.exists() and "extra" in page.doc()["states"]
         assert page.tab.inner_text("#save-state") == "unsaved"
@@ -914,7 +910,8 @@ def test_the_layout_direction_and_positions_are_kept_and_written_with_the_save(o
         again = opened(base).ready()  # opened again: the direction and the place are back
         assert again.tab.input_value("#rank-dir") == "LR"
         at = again.js("() => window.editor.cy.getElementById('s:check_order').position()")
-        assert (round(at["x"], 1), round(at["y"], 1)) == (kept["positions"]["check_order"]["x"], kept["positions"]["check_order"]["y"])
+        place = kept["positions"]["check_order"]
+        assert (round(at["x"], 1), round(at["y"], 1)) == (place["x"], place["y"])
 
 
 @browser_test
@@ -1005,3 +1002,31 @@ def test_the_chat_shows_tool_calls_lights_a_return_and_forgets_stale_words(opene
         page.wait_text("#chat-error", "fix the problems first")
         page.tab.click("#undo")  # the words were about the definition before: gone
         assert page.tab.inner_text("#chat-error") == ""
+
+
+@browser_test
+def test_a_move_drawn_from_any_state_leaves_nothing_off_the_canvas(opened: Any, examples: Path) -> None:
+    with editing(examples / "insurance_claim.json") as base:
+        page = opened(base).ready()
+        page.tab.wait_for_function("() => !window.editor.cy.animated()")
+        box = page.tab.locator("#graph").bounding_box()
+        at = page.js("() => window.editor.cy.getElementById('any').renderedPosition()")
+        x1, y1 = box["x"] + at["x"], box["y"] + at["y"]
+        x2, y2 = page.node_at("incident")
+        page.tab.click("#connect")
+        mouse = page.tab.mouse
+        mouse.move(x1, y1)
+        mouse.down()
+        for step in range(1, 11):
+            mouse.move(x1 + (x2 - x1) * step / 10, y1 + (y2 - y1) * step / 10)
+            time.sleep(0.02)
+        time.sleep(0.15)
+        mouse.move(x2 + 1, y2 + 1)
+        mouse.up()
+        page.tab.click("#connect")
+        page.tab.wait_for_function("() => window.editor.doc().global_transitions.length === 4")
+        assert page.doc()["global_transitions"][3]["target_state"] == "incident"
+        time.sleep(0.2)
+        inside = """() => { const cy = window.editor.cy; const b = cy.elements().renderedBoundingBox();
+            return [b.x1 >= -1, b.y1 >= -1, b.x2 <= cy.width() + 1, b.y2 <= cy.height() + 1]; }"""
+        assert page.js(inside) == [True, True, True, True]
