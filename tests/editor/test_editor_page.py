@@ -765,6 +765,7 @@ def test_text_not_applied_yet_is_kept_counted_and_refused_at_save(opened: Any, t
         page.tab.keyboard.press("Control+s")  # refused: the save would not hold that text
         page.wait_text("#notice-text", "Not saved: 1 field holds text that is not valid yet")
         assert path.read_bytes() == original
+        page.screenshot("editor-save-refused")
         page.tab.click("#notice-links button")  # the field named: its element selected, the text back in it
         assert page.js("() => window.editor.selection()") == {"kind": "definition"}
         assert page.tab.input_value(box) == '{"email": '
@@ -833,6 +834,7 @@ def test_a_file_gone_from_disk_is_saved_again_not_reloaded_empty(opened: Any, tm
         assert "no longer on disk" in page.tab.inner_text("#missing-dialog")
         buttons = page.tab.locator("#missing-dialog button").all_inner_texts()
         assert page.tab.is_hidden("#conflict-dialog") and buttons == ["Save it again here", "Keep editing"]  # no Reload
+        page.screenshot("editor-missing-on-disk")
         page.tab.click("#missing-keep")  # nothing happens: the edits stay
         assert not path.exists() and "extra" in page.doc()["states"]
         assert page.tab.inner_text("#save-state") == "unsaved"
@@ -987,6 +989,8 @@ def test_the_chat_shows_tool_calls_lights_a_return_and_forgets_stale_words(opene
         # help went back where it came from: the edge to the "back" node is lit (the API names the state)
         visited = "() => window.editor.cy.edges('.visited').map(e => e.id())"
         assert "t:help:0" in page.js(visited), page.js(visited)
+        assert page.js("() => window.editor.cy.getElementById('back').hasClass('visited')")
+        page.screenshot("editor-chat-tools")
 
         # the restart offer follows every change, undo included; a rename of the current state too
         assert page.tab.is_hidden("#chat-restart")

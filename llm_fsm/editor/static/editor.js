@@ -1574,7 +1574,11 @@
     if (!chat) return;
     for (const id of chat.visited) cy.getElementById(stateNodeId(id)).addClass("visited");
     const steps = chat.edges.length ? chat.edges : chat.visited.slice(1).map((to, i) => ({ from: chat.visited[i], to }));
-    for (const step of steps) cy.collection(pathEdgeOf(step)).addClass("visited");
+    for (const step of steps) {
+      const edges = pathEdgeOf(step);
+      edges.addClass("visited");
+      edges.targets().filter((n) => n.id() === BACK).addClass("visited"); // went back: the "back" node too
+    }
     cy.getElementById(stateNodeId(chat.state)).addClass("current");
   }
 
