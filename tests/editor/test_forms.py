@@ -94,7 +94,8 @@ def field(name: str) -> str:
 
 
 def error_of(tab: Page, key: str) -> str:
-    return str(tab.tab.locator(f'.sf-field[data-key="{key}"] .sf-error').inner_text())
+    """The error of the form's own field KEY (not of the cards drawn inside it)."""
+    return str(tab.tab.locator(f'#form > .sf-form > .sf-field[data-key="{key}"] > .sf-error').inner_text())
 
 
 def fields_shown(tab: Page) -> list[dict[str, Any]]:

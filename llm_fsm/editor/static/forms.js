@@ -1248,11 +1248,9 @@
       control.placeholder =
         fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
       const isChecks = key === "checks" && type === "State";
-      const cardsOf = itemsType(property);
-      const cards =
-        key === "conditions" && cardsOf && (value === undefined || Array.isArray(value))
-          ? itemCards(ctx, cardsOf, control)
-          : null;
+      // a card per item: conditions (one type) and a state's checks (a kind chosen among the schema's)
+      const cardsOf = key === "conditions" ? itemsType(property) : isChecks ? itemsUnion(property) : null;
+      const cards = cardsOf && (value === undefined || Array.isArray(value)) ? itemCards(ctx, cardsOf, control) : null;
       const panel = el("div", "sf-catalog-notes");
 
       const isTools = key === "tools" && type === "definition";
@@ -1290,7 +1288,7 @@
           return;
         }
         control.value = JSON.stringify(change(parsed.value), null, 2);
-        accept();
+        accept(false);
       };
       const noteChecks = (checks) => {
         for (const item of Array.isArray(checks) ? checks : []) {
@@ -1326,7 +1324,8 @@
         return node;
       }
 
-      const accept = () => {
+      // restoring: the JSON box gets its draft back on render (the cards then keep their own drafts)
+      const accept = (restoring) => {
         const text = control.value;
         control.removeAttribute("aria-invalid");
         if (text.trim() === "") {
@@ -1339,7 +1338,13 @@
           return;
         }
         const parsed = parseJson(text);
-        if (cards) cards.element.disabled = true;
+        // the cards show what the box holds as long as it is a list (an edit there then rewrites the box with
+        // that list and the edit: nothing lost); text that is not JSON disables them (an edit would overwrite it)
+        if (cards) {
+          const list = !parsed.error && Array.isArray(parsed.value);
+          cards.element.disabled = !list;
+          if (list) (restoring === true ? cards.draw : cards.redraw)(parsed.value);
+        }
         if (parsed.error) {
           control.setAttribute("aria-invalid", "true");
           ctx.hold(`${ctx.label}: ${parsed.error}`, text);
@@ -1354,19 +1359,15 @@
         }
         ctx.apply(parsed.value);
         noteCatalog(parsed.value);
-        if (cards) {
-          cards.element.disabled = false;
-          cards.redraw(parsed.value);
-        }
       };
-      control.addEventListener("input", accept);
+      control.addEventListener("input", () => accept(false));
       noteCatalog(value);
       ctx.notes.append(panel);
       const draft = ctx.draft();
       if (typeof draft === "string" && draft.trim() !== "") {
         control.value = draft;
         control.rows = Math.min(16, Math.max(3, draft.split("\n").length + 1));
-        accept();
+        accept(true);
       }
       if (cards) {
         wrap.append(cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
@@ -1384,9 +1385,29 @@
       return root.$defs && isObject(root.$defs[name]) && deref(root, root.$defs[name]).type === "object" ? name : null;
     }
 
-    // Conditions one by one, each a form of its own (description, requires_context_keys as a list, logic as
-    // JSON), kept in step with the JSON box below them: a change in either redraws the other.
-    function itemCards(ctx, itemType, control) {
+    // An array whose items are one of several $defs types told apart by a tag (a state's checks, by kind):
+    // {tag, mapping: {tag value: $defs name}, name (an item's, e.g. "Check")}.
+    function itemsUnion(property) {
+      const node = deref(root, property);
+      const items = node.type === "array" && node.items ? deref(root, node.items) : null;
+      const tag = items && items.discriminator;
+      if (!tag || typeof tag.propertyName !== "string" || !isObject(tag.mapping)) return null;
+      const mapping = {};
+      for (const [choice, ref] of Object.entries(tag.mapping)) {
+        const name = typeof ref === "string" && ref.startsWith("#/$defs/") ? ref.slice("#/$defs/".length) : null;
+        if (!name || !root.$defs || !isObject(root.$defs[name])) return null;
+        mapping[choice] = name;
+      }
+      const title = typeof node.title === "string" ? node.title : "";
+      return { tag: tag.propertyName, mapping, name: title.replace(/s$/, "") || "Item" };
+    }
+
+    // The items of a list one by one, each a form of its own (conditions: description, requires_context_keys as
+    // a list, logic as JSON; checks: their kind as a choice, then that kind's fields), kept in step with the JSON
+    // box below them: a change in either redraws the other. of: a $defs name, or itemsUnion's answer.
+    function itemCards(ctx, of, control) {
+      const union = typeof of === "string" ? null : of;
+      const itemType = union ? union.name : of;
       // a fieldset: while the JSON box holds text that is not applied, the cards are disabled (an edit there
       // would overwrite that text)
       const element = el("fieldset", "sf-cards");
@@ -1398,6 +1419,7 @@
         check(root, ctx.property, items, ctx.label, problems);
         if (problems.length) {
           control.value = JSON.stringify(items, null, 2);
+          control.setAttribute("aria-invalid", "true");
           ctx.hold(problems, control.value);
           return;
         }
@@ -1450,11 +1472,12 @@
           head.append(up, down, remove);
           const body = el("div", "sf-card-body");
           card.append(head, body);
-          if (isObject(item)) {
-            const handle = render(body, {
+          const itemForm = (formType, omitted) => {
+            const handle = render(formBox, {
               schema: root,
-              type: itemType,
+              type: formType,
               value: item,
+              omit: omitted,
               catalog: o.catalog,
               stateIds: o.stateIds,
               prefix: `${ctx.path}.${index}.`,
@@ -1469,8 +1492,24 @@
               },
             });
             handles.push(handle);
+          };
+          const formBox = el("div", "sf-card-form");
+          if (!isObject(item)) {
+            body.append(el("div", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+          } else if (union) {
+            const chosen = union.mapping[item[union.tag]];
+            body.append(kindField(ctx, union, items, index, () => {
+              draw(items);
+              commit();
+            }), formBox);
+            if (typeof item[union.tag] === "string" && own(union.mapping, item[union.tag])) {
+              itemForm(chosen, [union.tag]);
+            } else {
+              formBox.append(el("div", "sf-help", `Choose the kind of this ${itemType.toLowerCase()} first.`));
+            }
           } else {
-            body.append(el("small", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+            body.append(formBox);
+            itemForm(itemType, undefined);
           }
           element.append(card);
         });
@@ -1492,6 +1531,57 @@
       draw(current[ctx.key]);
       nested.set(ctx.path, () => handles.flatMap((handle) => handle.invalid()));
       return { element, draw, redraw };
+    }
+
+    // A card's kind (a check's "kind"): a select of the schema's kinds, each with its type's description. A new
+    // kind keeps the fields the new type also has (description, on) and drops the others.
+    function kindField(ctx, union, items, index, changed) {
+      const item = items[index];
+      const path = `${ctx.path}.${index}.${union.tag}`;
+      const box = el("div", `sf-field sf-kind-enum sf-card-kind`);
+      box.dataset.key = union.tag;
+      const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+      const label = el("label", "sf-label", humanize(union.tag));
+      label.htmlFor = id;
+      const head = el("div", "sf-head");
+      head.append(label);
+      box.append(head);
+      const control = mark(el("select", "sf-select"), path, id);
+      const given = item[union.tag];
+      if (typeof given !== "string" || !own(union.mapping, given)) {
+        const unset = el("option", null, given === undefined ? "(choose a kind)" : `${JSON.stringify(given)} (not a kind)`);
+        unset.value = "";
+        unset.dataset.unset = "1";
+        control.append(unset);
+      }
+      const typeOfKind = (choice) => deref(root, root.$defs[union.mapping[choice]]);
+      for (const choice of Object.keys(union.mapping)) {
+        const option = el("option", null, choice);
+        option.value = choice;
+        const described = typeOfKind(choice).description;
+        if (typeof described === "string") option.title = described;
+        control.append(option);
+      }
+      control.value = typeof given === "string" && own(union.mapping, given) ? given : "";
+      const help = el("small", "sf-help", control.value ? typeOfKind(control.value).description || "" : "");
+      help.id = `${id}-help`;
+      control.setAttribute("aria-describedby", help.id);
+      control.addEventListener("change", () => {
+        const next = control.value;
+        if (!own(union.mapping, next)) return;
+        const fields = Object.keys(typeOfKind(next).properties || {});
+        const out = {};
+        if (!own(item, union.tag)) out[union.tag] = next;
+        for (const name of Object.keys(item)) {
+          if (name === union.tag) out[name] = next;
+          else if (fields.includes(name)) out[name] = item[name];
+        }
+        items[index] = out;
+        dropDrafts(`${ctx.path}.${index}`); // the fields of the old kind are gone
+        changed();
+      });
+      box.append(control, help);
+      return box;
     }
 
     function renameField(property) {
