@@ -579,8 +579,8 @@
    * as typed; a list's value is its items' texts), and deleted once the field is valid, emptied or cleared. On
    * render the drafts are put back in their fields, with their errors (one the schema accepts after all is
    * applied: onChange then follows right after render returns, never during it).
-   * onInvalid(paths): called each time the set of fields holding text not applied changes (the data-field paths,
-   * inner forms' included), and once at the end of render when restored drafts make it non-empty.
+   * onInvalid(paths): called once at the end of render with the fields holding text not applied (the data-field
+   * paths, inner forms' included: [] unless drafts were restored), then each time that set changes.
    * onUseTool(name): a state's tools list gained a tool the catalog knows (its Add, or a known name typed), or the
    * author asked to declare an unknown one (its note's Declare): called right after the onChange that added it,
    * in the same click, for the page to declare the tool at the top level (in the same undo step).
@@ -615,7 +615,7 @@
     const schemaOrder = Object.keys(properties);
     let building = true; // while drawing, a restored draft that is valid after all is applied after render returns
     let emitted = JSON.stringify(output());
-    let reported = "[]"; // the invalid fields onInvalid last heard of
+    let reported = null; // the invalid fields onInvalid last heard of (none yet: it hears once drawn)
 
     function output() {
       const out = {};
@@ -658,7 +658,7 @@
       if (!building) emit();
     }
 
-    // onInvalid(paths) each time the set of fields holding text not applied changes (not while drawing: once drawn)
+    // onInvalid(paths) once drawn, then each time the set of fields holding text not applied changes
     function notify() {
       if (building) return;
       const now = invalidFields();
@@ -1300,21 +1300,30 @@
         offerList("checks", "Checks --hooks provides:", catalog.checks, (entry) => {
           const use = button("Add", "use", `Add a python check named ${entry.name}`);
           use.addEventListener("click", () =>
-            amend(entry, "a list of checks", [], Array.isArray, (list) => list.concat([{ kind: "python", name: entry.name }])),
+            amend(entry, "a list of checks", [], Array.isArray, (list) =>
+              list.concat([{ kind: "python", name: entry.name }]),
+            ),
           );
           return use;
         });
       };
       const noteTools = (tools) => {
         const declared = isObject(tools) ? tools : {};
-        offerList("tools", "Tools --hooks provides:", catalog.tools.filter((entry) => entry.registered !== false), (entry) => {
-          if (own(declared, entry.name)) return el("div", "sf-note sf-declared", "declared here");
-          const declare = button("Declare", "declare", `Declare ${entry.name} here (as {}: its code gives the rest)`);
-          declare.addEventListener("click", () =>
-            amend(entry, "an object of tools by name", {}, isObject, (object) => Object.assign({}, object, { [entry.name]: {} })),
-          );
-          return declare;
-        });
+        offerList(
+          "tools",
+          "Tools --hooks provides:",
+          catalog.tools.filter((entry) => entry.registered !== false),
+          (entry) => {
+            if (own(declared, entry.name)) return el("div", "sf-note sf-declared", "declared here");
+            const declare = button("Declare", "declare", `Declare ${entry.name} here (as {}: its code gives the rest)`);
+            declare.addEventListener("click", () =>
+              amend(entry, "an object of tools by name", {}, isObject, (object) =>
+                Object.assign({}, object, { [entry.name]: {} }),
+              ),
+            );
+            return declare;
+          },
+        );
       };
       function button(text, action, title) {
         const node = el("button", `sf-button sf-${action}`, text);
@@ -1498,10 +1507,13 @@
             body.append(el("div", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
           } else if (union) {
             const chosen = union.mapping[item[union.tag]];
-            body.append(kindField(ctx, union, items, index, () => {
-              draw(items);
-              commit();
-            }), formBox);
+            body.append(
+              kindField(ctx, union, items, index, () => {
+                draw(items);
+                commit();
+              }),
+              formBox,
+            );
             if (typeof item[union.tag] === "string" && own(union.mapping, item[union.tag])) {
               itemForm(chosen, [union.tag]);
             } else {
@@ -1549,7 +1561,11 @@
       const control = mark(el("select", "sf-select"), path, id);
       const given = item[union.tag];
       if (typeof given !== "string" || !own(union.mapping, given)) {
-        const unset = el("option", null, given === undefined ? "(choose a kind)" : `${JSON.stringify(given)} (not a kind)`);
+        const unset = el(
+          "option",
+          null,
+          given === undefined ? "(choose a kind)" : `${JSON.stringify(given)} (not a kind)`,
+        );
         unset.value = "";
         unset.dataset.unset = "1";
         control.append(unset);
