@@ -10,7 +10,9 @@
 // their schema-order place (after the last key already there that the schema puts before them), existing keys never
 // moved, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
 // yet (bad JSON, a pattern not matched, a number out of range) stays in its box with the reason beside it and is
-// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses.
+// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses. Such text
+// also goes to options.drafts (the page's, kept per element) and comes back there when the form is drawn again;
+// options.onInvalid hears which fields hold it. A select's unset choice removes the key (never writes "").
 //
 // Which widget: enum/const -> <select> (an optional one starts with an unset choice, data-unset); boolean ->
 // checkbox (unchecked back to the default removes the key), or unset/true/false when optional with no default;
@@ -18,10 +20,13 @@
 // below); a state id (target_state, initial_state, fallback_state, with options.stateIds) -> <select> of the
 // states ("$return" for targets); a list of strings -> a list editor (add, reorder, remove; except_states offers
 // the states, a state's tools and handlers what --hooks provides); anything else (objects, lists of objects, a
-// field of several kinds) -> a JSON box checked as typed against the schema, conditions also one card each.
+// field of several kinds) -> a JSON box checked as typed against the schema, conditions and a state's checks also
+// one card each (a check's kind a <select> of the schema's kinds, then that kind's fields); the top-level tools
+// list what --hooks provides, each with Declare (adds {}, the minimal declaration the loader accepts).
 // Every input has name and data-field = its JSON path ("purpose", "transitions.0.priority", list items
-// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic"); a field's box is
-// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH].
+// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic", "checks.0.kind"); a field's box is
+// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH]. Notes beside a field
+// are block elements, one per line, so their words never run together whatever the page's CSS.
 "use strict";
 
 (function (global) {
