@@ -10,7 +10,9 @@
 // their schema-order place (after the last key already there that the schema puts before them), existing keys never
 // moved, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
 // yet (bad JSON, a pattern not matched, a number out of range) stays in its box with the reason beside it and is
-// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses.
+// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses. Such text
+// also goes to options.drafts (the page's, kept per element) and comes back there when the form is drawn again;
+// options.onInvalid hears which fields hold it. A select's unset choice removes the key (never writes "").
 //
 // Which widget: enum/const -> <select> (an optional one starts with an unset choice, data-unset); boolean ->
 // checkbox (unchecked back to the default removes the key), or unset/true/false when optional with no default;
@@ -18,10 +20,13 @@
 // below); a state id (target_state, initial_state, fallback_state, with options.stateIds) -> <select> of the
 // states ("$return" for targets); a list of strings -> a list editor (add, reorder, remove; except_states offers
 // the states, a state's tools and handlers what --hooks provides); anything else (objects, lists of objects, a
-// field of several kinds) -> a JSON box checked as typed against the schema, conditions also one card each.
+// field of several kinds) -> a JSON box checked as typed against the schema, conditions and a state's checks also
+// one card each (a check's kind a <select> of the schema's kinds, then that kind's fields); the top-level tools
+// list what --hooks provides, each with Declare (adds {}, the minimal declaration the loader accepts).
 // Every input has name and data-field = its JSON path ("purpose", "transitions.0.priority", list items
-// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic"); a field's box is
-// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH].
+// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic", "checks.0.kind"); a field's box is
+// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH]. Notes beside a field
+// are block elements, one per line, so their words never run together whatever the page's CSS.
 "use strict";
 
 (function (global) {
@@ -579,8 +584,8 @@
    * as typed; a list's value is its items' texts), and deleted once the field is valid, emptied or cleared. On
    * render the drafts are put back in their fields, with their errors (one the schema accepts after all is
    * applied: onChange then follows right after render returns, never during it).
-   * onInvalid(paths): called each time the set of fields holding text not applied changes (the data-field paths,
-   * inner forms' included), and once at the end of render when restored drafts make it non-empty.
+   * onInvalid(paths): called once at the end of render with the fields holding text not applied (the data-field
+   * paths, inner forms' included: [] unless drafts were restored), then each time that set changes.
    * onUseTool(name): a state's tools list gained a tool the catalog knows (its Add, or a known name typed), or the
    * author asked to declare an unknown one (its note's Declare): called right after the onChange that added it,
    * in the same click, for the page to declare the tool at the top level (in the same undo step).
@@ -615,7 +620,7 @@
     const schemaOrder = Object.keys(properties);
     let building = true; // while drawing, a restored draft that is valid after all is applied after render returns
     let emitted = JSON.stringify(output());
-    let reported = "[]"; // the invalid fields onInvalid last heard of
+    let reported = null; // the invalid fields onInvalid last heard of (none yet: it hears once drawn)
 
     function output() {
       const out = {};
@@ -658,7 +663,7 @@
       if (!building) emit();
     }
 
-    // onInvalid(paths) each time the set of fields holding text not applied changes (not while drawing: once drawn)
+    // onInvalid(paths) once drawn, then each time the set of fields holding text not applied changes
     function notify() {
       if (building) return;
       const now = invalidFields();
@@ -1248,11 +1253,9 @@
       control.placeholder =
         fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
       const isChecks = key === "checks" && type === "State";
-      const cardsOf = itemsType(property);
-      const cards =
-        key === "conditions" && cardsOf && (value === undefined || Array.isArray(value))
-          ? itemCards(ctx, cardsOf, control)
-          : null;
+      // a card per item: conditions (one type) and a state's checks (a kind chosen among the schema's)
+      const cardsOf = key === "conditions" ? itemsType(property) : isChecks ? itemsUnion(property) : null;
+      const cards = cardsOf && (value === undefined || Array.isArray(value)) ? itemCards(ctx, cardsOf, control) : null;
       const panel = el("div", "sf-catalog-notes");
 
       const isTools = key === "tools" && type === "definition";
@@ -1290,7 +1293,7 @@
           return;
         }
         control.value = JSON.stringify(change(parsed.value), null, 2);
-        accept();
+        accept(false);
       };
       const noteChecks = (checks) => {
         for (const item of Array.isArray(checks) ? checks : []) {
@@ -1302,21 +1305,30 @@
         offerList("checks", "Checks --hooks provides:", catalog.checks, (entry) => {
           const use = button("Add", "use", `Add a python check named ${entry.name}`);
           use.addEventListener("click", () =>
-            amend(entry, "a list of checks", [], Array.isArray, (list) => list.concat([{ kind: "python", name: entry.name }])),
+            amend(entry, "a list of checks", [], Array.isArray, (list) =>
+              list.concat([{ kind: "python", name: entry.name }]),
+            ),
           );
           return use;
         });
       };
       const noteTools = (tools) => {
         const declared = isObject(tools) ? tools : {};
-        offerList("tools", "Tools --hooks provides:", catalog.tools.filter((entry) => entry.registered !== false), (entry) => {
-          if (own(declared, entry.name)) return el("div", "sf-note sf-declared", "declared here");
-          const declare = button("Declare", "declare", `Declare ${entry.name} here (as {}: its code gives the rest)`);
-          declare.addEventListener("click", () =>
-            amend(entry, "an object of tools by name", {}, isObject, (object) => Object.assign({}, object, { [entry.name]: {} })),
-          );
-          return declare;
-        });
+        offerList(
+          "tools",
+          "Tools --hooks provides:",
+          catalog.tools.filter((entry) => entry.registered !== false),
+          (entry) => {
+            if (own(declared, entry.name)) return el("div", "sf-note sf-declared", "declared here");
+            const declare = button("Declare", "declare", `Declare ${entry.name} here (as {}: its code gives the rest)`);
+            declare.addEventListener("click", () =>
+              amend(entry, "an object of tools by name", {}, isObject, (object) =>
+                Object.assign({}, object, { [entry.name]: {} }),
+              ),
+            );
+            return declare;
+          },
+        );
       };
       function button(text, action, title) {
         const node = el("button", `sf-button sf-${action}`, text);
@@ -1326,7 +1338,8 @@
         return node;
       }
 
-      const accept = () => {
+      // restoring: the JSON box gets its draft back on render (the cards then keep their own drafts)
+      const accept = (restoring) => {
         const text = control.value;
         control.removeAttribute("aria-invalid");
         if (text.trim() === "") {
@@ -1339,7 +1352,13 @@
           return;
         }
         const parsed = parseJson(text);
-        if (cards) cards.element.disabled = true;
+        // the cards show what the box holds as long as it is a list (an edit there then rewrites the box with
+        // that list and the edit: nothing lost); text that is not JSON disables them (an edit would overwrite it)
+        if (cards) {
+          const list = !parsed.error && Array.isArray(parsed.value);
+          cards.element.disabled = !list;
+          if (list) (restoring === true ? cards.draw : cards.redraw)(parsed.value);
+        }
         if (parsed.error) {
           control.setAttribute("aria-invalid", "true");
           ctx.hold(`${ctx.label}: ${parsed.error}`, text);
@@ -1354,19 +1373,15 @@
         }
         ctx.apply(parsed.value);
         noteCatalog(parsed.value);
-        if (cards) {
-          cards.element.disabled = false;
-          cards.redraw(parsed.value);
-        }
       };
-      control.addEventListener("input", accept);
+      control.addEventListener("input", () => accept(false));
       noteCatalog(value);
       ctx.notes.append(panel);
       const draft = ctx.draft();
       if (typeof draft === "string" && draft.trim() !== "") {
         control.value = draft;
         control.rows = Math.min(16, Math.max(3, draft.split("\n").length + 1));
-        accept();
+        accept(true);
       }
       if (cards) {
         wrap.append(cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
@@ -1384,9 +1399,29 @@
       return root.$defs && isObject(root.$defs[name]) && deref(root, root.$defs[name]).type === "object" ? name : null;
     }
 
-    // Conditions one by one, each a form of its own (description, requires_context_keys as a list, logic as
-    // JSON), kept in step with the JSON box below them: a change in either redraws the other.
-    function itemCards(ctx, itemType, control) {
+    // An array whose items are one of several $defs types told apart by a tag (a state's checks, by kind):
+    // {tag, mapping: {tag value: $defs name}, name (an item's, e.g. "Check")}.
+    function itemsUnion(property) {
+      const node = deref(root, property);
+      const items = node.type === "array" && node.items ? deref(root, node.items) : null;
+      const tag = items && items.discriminator;
+      if (!tag || typeof tag.propertyName !== "string" || !isObject(tag.mapping)) return null;
+      const mapping = {};
+      for (const [choice, ref] of Object.entries(tag.mapping)) {
+        const name = typeof ref === "string" && ref.startsWith("#/$defs/") ? ref.slice("#/$defs/".length) : null;
+        if (!name || !root.$defs || !isObject(root.$defs[name])) return null;
+        mapping[choice] = name;
+      }
+      const title = typeof node.title === "string" ? node.title : "";
+      return { tag: tag.propertyName, mapping, name: title.replace(/s$/, "") || "Item" };
+    }
+
+    // The items of a list one by one, each a form of its own (conditions: description, requires_context_keys as
+    // a list, logic as JSON; checks: their kind as a choice, then that kind's fields), kept in step with the JSON
+    // box below them: a change in either redraws the other. of: a $defs name, or itemsUnion's answer.
+    function itemCards(ctx, of, control) {
+      const union = typeof of === "string" ? null : of;
+      const itemType = union ? union.name : of;
       // a fieldset: while the JSON box holds text that is not applied, the cards are disabled (an edit there
       // would overwrite that text)
       const element = el("fieldset", "sf-cards");
@@ -1398,6 +1433,7 @@
         check(root, ctx.property, items, ctx.label, problems);
         if (problems.length) {
           control.value = JSON.stringify(items, null, 2);
+          control.setAttribute("aria-invalid", "true");
           ctx.hold(problems, control.value);
           return;
         }
@@ -1450,11 +1486,12 @@
           head.append(up, down, remove);
           const body = el("div", "sf-card-body");
           card.append(head, body);
-          if (isObject(item)) {
-            const handle = render(body, {
+          const itemForm = (formType, omitted) => {
+            const handle = render(formBox, {
               schema: root,
-              type: itemType,
+              type: formType,
               value: item,
+              omit: omitted,
               catalog: o.catalog,
               stateIds: o.stateIds,
               prefix: `${ctx.path}.${index}.`,
@@ -1469,8 +1506,27 @@
               },
             });
             handles.push(handle);
+          };
+          const formBox = el("div", "sf-card-form");
+          if (!isObject(item)) {
+            body.append(el("div", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+          } else if (union) {
+            const chosen = union.mapping[item[union.tag]];
+            body.append(
+              kindField(ctx, union, items, index, () => {
+                draw(items);
+                commit();
+              }),
+              formBox,
+            );
+            if (typeof item[union.tag] === "string" && own(union.mapping, item[union.tag])) {
+              itemForm(chosen, [union.tag]);
+            } else {
+              formBox.append(el("div", "sf-help", `Choose the kind of this ${itemType.toLowerCase()} first.`));
+            }
           } else {
-            body.append(el("small", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+            body.append(formBox);
+            itemForm(itemType, undefined);
           }
           element.append(card);
         });
@@ -1492,6 +1548,61 @@
       draw(current[ctx.key]);
       nested.set(ctx.path, () => handles.flatMap((handle) => handle.invalid()));
       return { element, draw, redraw };
+    }
+
+    // A card's kind (a check's "kind"): a select of the schema's kinds, each with its type's description. A new
+    // kind keeps the fields the new type also has (description, on) and drops the others.
+    function kindField(ctx, union, items, index, changed) {
+      const item = items[index];
+      const path = `${ctx.path}.${index}.${union.tag}`;
+      const box = el("div", `sf-field sf-kind-enum sf-card-kind`);
+      box.dataset.key = union.tag;
+      const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+      const label = el("label", "sf-label", humanize(union.tag));
+      label.htmlFor = id;
+      const head = el("div", "sf-head");
+      head.append(label);
+      box.append(head);
+      const control = mark(el("select", "sf-select"), path, id);
+      const given = item[union.tag];
+      if (typeof given !== "string" || !own(union.mapping, given)) {
+        const unset = el(
+          "option",
+          null,
+          given === undefined ? "(choose a kind)" : `${JSON.stringify(given)} (not a kind)`,
+        );
+        unset.value = "";
+        unset.dataset.unset = "1";
+        control.append(unset);
+      }
+      const typeOfKind = (choice) => deref(root, root.$defs[union.mapping[choice]]);
+      for (const choice of Object.keys(union.mapping)) {
+        const option = el("option", null, choice);
+        option.value = choice;
+        const described = typeOfKind(choice).description;
+        if (typeof described === "string") option.title = described;
+        control.append(option);
+      }
+      control.value = typeof given === "string" && own(union.mapping, given) ? given : "";
+      const help = el("small", "sf-help", control.value ? typeOfKind(control.value).description || "" : "");
+      help.id = `${id}-help`;
+      control.setAttribute("aria-describedby", help.id);
+      control.addEventListener("change", () => {
+        const next = control.value;
+        if (!own(union.mapping, next)) return;
+        const fields = Object.keys(typeOfKind(next).properties || {});
+        const out = {};
+        if (!own(item, union.tag)) out[union.tag] = next;
+        for (const name of Object.keys(item)) {
+          if (name === union.tag) out[name] = next;
+          else if (fields.includes(name)) out[name] = item[name];
+        }
+        items[index] = out;
+        dropDrafts(`${ctx.path}.${index}`); // the fields of the old kind are gone
+        changed();
+      });
+      box.append(control, help);
+      return box;
     }
 
     function renameField(property) {
