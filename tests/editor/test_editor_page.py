@@ -774,6 +774,7 @@ def test_text_not_applied_yet_is_kept_counted_and_refused_at_save(opened: Any, t
         page.wait_text("#save-state", "^unsaved$")
         assert page.js("() => window.editor.pending()") == []
         page.save()
+        assert page.tab.is_hidden("#notice")  # "not saved" is not true any more
         assert json.loads(path.read_text())["context_schema"] == {"email": {"type": "string"}}
 
 

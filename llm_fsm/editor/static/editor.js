@@ -1369,6 +1369,7 @@
       notice(`Not saved: ${n} field${n === 1 ? " holds" : "s hold"} text that is not valid yet, so it is not in the `
         + "definition. Fix or clear it first:", {
         links: pending.map(({ selection, path }) => ({ text: `${elementName(selection)}: ${path}`, go: () => showField(selection, path) })),
+        kind: "save",
       });
       return;
     }
@@ -1377,7 +1378,7 @@
       const answer = await api("api/save", { value: page.doc, sha: page.sha, force });
       page.sha = answer.sha;
       page.savedJson = JSON.stringify(page.doc);
-      if (page.noticeKind === "new" || page.noticeKind === "save") hideNotice(); // the file is there now
+      if (page.noticeKind === "new" || page.noticeKind === "save") hideNotice(); // a new file, or "not saved": no more
       if (page.layoutPending) await writeLayout(); // the positions of the definition as saved
       showSaveState();
       $("save-state").textContent = answer.unchanged ? "saved (the file already held this)" : "saved";
@@ -1389,7 +1390,7 @@
       } else if (error instanceof ApiError && error.status === 409) {
         conflict();
       } else {
-        notice(`Not saved: ${error.message}`);
+        notice(`Not saved: ${error.message}`, { kind: "save" });
       }
     }
   }
