@@ -73,7 +73,7 @@ def edit(
     from llm_fsm.editor.document import EditedFile
 
     _check_file(file)
-    registry = load_hooks(hooks)
+    registry = load_hooks(hooks) if hooks else None  # None: none given, so checks bind to none (see create_editor_app)
     chosen = ModelOptions(model.name or SIMULATED, model.provider)
     factory = _client_factory(chosen)
     listening = _listen(port)

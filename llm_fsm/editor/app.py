@@ -86,10 +86,11 @@ class _Editing:
     """What the API shares between requests: the file, the text the page's edits are rendered over (the file's
     text when the page last read or saved it), and the chat."""
 
-    def __init__(self, file: EditedFile, tryit: TryIt, hooks: Hooks, model: str) -> None:
+    def __init__(self, file: EditedFile, tryit: TryIt, hooks: Hooks, model: str, *, bind: bool = False) -> None:
         self.file = file
         self.tryit = tryit
         self.hooks = hooks
+        self.bound_hooks = hooks if bind else None  # the hooks checks bind the definition to (given ones only)
         self.model = model
         self.base_text: str | None = None
         self._read = False  # whether the page read the file yet: until then, edits render over the disk's text
@@ -115,7 +116,7 @@ class _Editing:
             except (ValueError, RecursionError):
                 found = check(text, self.file.shown)
                 parse_error = found[0] if found else _diagnostic("json", "the file is not JSON", self.file.shown)
-        positions, layout_problem = self.file.read_layout()
+        layout = self.file.read_layout()
         return {
             "path": self.file.shown,
             "name": self.file.name,
@@ -124,8 +125,9 @@ class _Editing:
             "value": value,
             "parse_error": parse_error,
             "sha": snapshot.sha,
-            "layout": positions,
-            "layout_problem": layout_problem,
+            "layout": layout.positions,
+            "layout_direction": layout.direction,
+            "layout_problem": layout.problem,
             "schema": packaged_schema(),
             "catalog": catalog(self.hooks, value),
             "model": self.model,
@@ -137,14 +139,21 @@ class _Editing:
     def checked(self, value: Any) -> dict[str, Any]:
         base = self._base()
         text = self.file.render(value, base)
-        return {"text": text, "changed": text != (base or ""), "diagnostics": check(text, self.file.shown, value)}
+        diagnostics = check(text, self.file.shown, value, hooks=self.bound_hooks)
+        return {"text": text, "changed": text != (base or ""), "diagnostics": diagnostics}
 
     def saved(self, value: Any, sha: Any, force: Any) -> dict[str, Any]:
         if not isinstance(sha, str):
             raise Refused(400, "invalid_request", "'sha' must be the sha the file was read with (a string)")
         if not isinstance(force, bool):
             raise Refused(400, "invalid_request", "'force' must be true or false")
-        outcome = self.file.save(value, sha, force)
+        outcome = self.file.save(value, sha, force, base_text=self._base())
+        if isinstance(outcome, Conflict) and outcome.missing:
+            message = (
+                f"{self.file.shown} is no longer on disk (moved or deleted): save it again here (overwrite) "
+                "to write it anew, or keep editing"
+            )
+            raise Refused(409, "missing_on_disk", message, sha="")
         if isinstance(outcome, Conflict):
             message = (
                 f"{self.file.shown} changed on disk since it was read: reload it (your edits are lost) "
@@ -177,10 +186,13 @@ def create_editor_app(
     None: at any port of those names, for a server whose port is chosen after the app is made, as in tests).
 
     ``client_factory`` makes the chat's model for each definition tried (default: the simulated model of
-    it); ``model`` is its name, shown on the page; ``hooks`` provide the handlers, checks and tools."""
+    it); ``model`` is its name, shown on the page; ``hooks`` provide the handlers, checks and tools. Given
+    hooks (``--hooks``; None: none given) are also what ``/api/check`` binds the definition to, as ``chat``
+    would: a name they do not provide is a problem then, and only then."""
+    given = hooks is not None
     hooks = hooks if hooks is not None else Hooks()
     tryit = TryIt(file.shown, client_factory, hooks, conversation_options=conversation_options)
-    editing = _Editing(file, tryit, hooks, model)
+    editing = _Editing(file, tryit, hooks, model, bind=given)
     guard = _Guard(token, port)
     application = FastAPI(title="llm-fsm edit", docs_url=None, redoc_url=None, openapi_url=None)
     application.state.editing = editing
@@ -300,8 +312,9 @@ def _add_api(application: FastAPI, editing: _Editing) -> None:
     @application.post("/api/layout")
     async def layout(request: Request) -> dict[str, Any]:
         body = await _body(request, "positions")
+        given = {"direction": body["direction"]} if "direction" in body else {}  # absent: the file's is kept
         try:
-            await run_in_threadpool(editing.file.write_layout, body["positions"])
+            await run_in_threadpool(editing.file.write_layout, body["positions"], **given)
         except LayoutError as exc:
             raise Refused(400, "invalid_layout", str(exc)) from None
         return {"ok": True}

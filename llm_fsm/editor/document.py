@@ -7,8 +7,10 @@ since, and writing would lose their change unless the author says so (``force``)
 the disk's, nothing is written (``unchanged``): opening and saving an example leaves it as it was, its time too.
 
 Positions the author dragged nodes to live in ``<stem>.layout`` beside the definition (``order_flow.layout``),
-``{"version": 1, "positions": {"<state id>": {"x": 12.5, "y": 40}}}``: not in the definition, whose bytes then
-change only when its meaning does, and not ``.json``, which ``validate DIR`` and the examples' globs read.
+``{"version": 1, "direction": "auto", "positions": {"<state id>": {"x": 12.5, "y": 40}}}``: not in the definition,
+whose bytes then change only when its meaning does, and not ``.json``, which ``validate DIR`` and the examples'
+globs read. ``direction`` is the way the automatic layout runs, as the author chose it (``TB`` top to bottom,
+``LR`` left to right, ``auto`` the page's choice); a side file written before it existed reads as ``auto``.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ from llm_fsm.named_files import read_bytes
 
 LAYOUT_VERSION = 1
 LAYOUT_SUFFIX = ".layout"
+DIRECTIONS = ("auto", "TB", "LR")
+_KEEP: Any = object()  # write_layout's direction when the request does not give one: the side file's stays
 
 
 class EditorFileError(Exception):
@@ -52,6 +56,17 @@ class Snapshot:
 
 
 @dataclass(frozen=True)
+class Layout:
+    """The side file as read: the positions the author dragged nodes to, the layout's direction, and, when the
+    file is there but (part of it) cannot be used, why (what cannot be used is ignored: positions laid out
+    afresh, the direction ``auto``)."""
+
+    positions: dict[str, dict[str, float]]
+    direction: str = "auto"
+    problem: str | None = None
+
+
+@dataclass(frozen=True)
 class Saved:
     """A save that succeeded: the file's new sha and text; ``unchanged`` when nothing needed writing."""
 
@@ -62,9 +77,12 @@ class Saved:
 
 @dataclass(frozen=True)
 class Conflict:
-    """A save refused: the disk's bytes (sha ``sha``; "" when the file is gone) are not those the page read."""
+    """A save refused: the disk's bytes (sha ``sha``; "" when the file is gone) are not those the page read.
+    ``missing``: the file was there when the page read it and is gone now (moved or deleted), which the author
+    is told apart from a change: reloading it would give an empty definition."""
 
     sha: str
+    missing: bool = False
 
 
 def sha_of(data: bytes | None) -> str:
@@ -118,15 +136,16 @@ class EditedFile:
         """The text a save of ``value`` writes over ``original`` (the file's text, None for a new file)."""
         return render(original, value)
 
-    def save(self, value: Any, base_sha: str, force: bool = False) -> Saved | Conflict:
+    def save(self, value: Any, base_sha: str, force: bool = False, base_text: str | None = None) -> Saved | Conflict:
         """Write ``value`` (rendered over the text on disk) unless the disk changed since the page read
-        ``base_sha`` (then :class:`Conflict`, unless ``force``). :class:`EditorFileError` if it cannot be written."""
+        ``base_sha`` (then :class:`Conflict`, unless ``force``). :class:`EditorFileError` if it cannot be written.
+        ``base_text`` is the text the page read: a file gone since is written anew in its format, not a fresh one."""
         data = self._bytes()
         disk_sha = sha_of(data)
         if disk_sha != base_sha and not force:
-            return Conflict(disk_sha)
+            return Conflict(disk_sha, missing=data is None)
         try:
-            original = data.decode("utf-8") if data is not None else None
+            original = data.decode("utf-8") if data is not None else base_text
         except UnicodeDecodeError:
             original = None  # not text: forced over, it is written fresh
         text = self.render(value, original)
@@ -138,37 +157,52 @@ class EditedFile:
 
     # -- layout ------------------------------------------------------------------------------------
 
-    def read_layout(self) -> tuple[dict[str, dict[str, float]], str | None]:
-        """The positions in the layout file (``{}`` when there is none) and, when the file is there but
-        cannot be used, why (its positions are then ignored: the graph is laid out afresh)."""
+    def read_layout(self) -> Layout:
+        """The side file's positions and direction (none there: no positions, ``auto``); a file that cannot
+        be used is ignored with the reason in ``problem``."""
         where = self.layout_path
         try:
             data = read_bytes(where, "layout")
         except FileNotFoundError:
-            return {}, None
+            return Layout({})
         except OSError as exc:
-            return {}, f"cannot read {where}: {exc.strerror or exc}; its positions are ignored"
+            return Layout({}, problem=f"cannot read {where}: {exc.strerror or exc}; its positions are ignored")
         try:
             document = json.loads(data.decode("utf-8-sig"))
         except (UnicodeDecodeError, ValueError, RecursionError) as exc:
-            return {}, f"{where} is not JSON ({exc}); its positions are ignored"
+            return Layout({}, problem=f"{where} is not JSON ({exc}); its positions are ignored")
         if not isinstance(document, dict) or document.get("version") != LAYOUT_VERSION:
-            return (
-                {},
-                f'{where} is not a layout file ({{"version": 1, "positions": {{...}}}}); its positions are ignored',
-            )
+            shape = '{"version": 1, "direction": ..., "positions": {...}}'
+            return Layout({}, problem=f"{where} is not a layout file ({shape}); its positions are ignored")
+        direction = "auto"
+        problem: str | None = None
         try:
-            return checked_positions(document.get("positions", {}), f"{where}: positions"), None
+            direction = checked_direction(document.get("direction", "auto"), f"{where}: direction")
         except LayoutError as exc:
-            return {}, f"{exc}; its positions are ignored"
+            problem = f"{exc}; the direction is ignored"
+        try:
+            positions = checked_positions(document.get("positions", {}), f"{where}: positions")
+        except LayoutError as exc:
+            return Layout({}, direction, f"{exc}; its positions are ignored")
+        return Layout(positions, direction, problem)
 
-    def write_layout(self, positions: Any) -> dict[str, dict[str, float]]:
-        """Write ``positions`` (checked first: :class:`LayoutError`) to the layout file, atomically."""
+    def write_layout(self, positions: Any, direction: Any = _KEEP) -> Layout:
+        """Write ``positions`` and ``direction`` (each checked first: :class:`LayoutError`) to the side file,
+        atomically. Without a ``direction``, the one the side file holds is kept."""
         checked = checked_positions(positions)
-        document = {"version": LAYOUT_VERSION, "positions": checked}
+        kept = self.read_layout().direction if direction is _KEEP else checked_direction(direction)
+        document = {"version": LAYOUT_VERSION, "direction": kept, "positions": checked}
         text = json.dumps(document, indent=2, ensure_ascii=False) + "\n"
         write_atomically(self.layout_path, text.encode("utf-8"), str(self.layout_path))
-        return checked
+        return Layout(checked, kept)
+
+
+def checked_direction(direction: Any, where: str = "direction") -> str:
+    """One of :data:`DIRECTIONS`, or :class:`LayoutError` saying which are."""
+    if not isinstance(direction, str) or direction not in DIRECTIONS:
+        choices = ", ".join(f'"{d}"' for d in DIRECTIONS)
+        raise LayoutError(f"{where} must be one of {choices}, not {json.dumps(direction)}")
+    return direction
 
 
 def checked_positions(positions: Any, where: str = "positions") -> dict[str, dict[str, float]]:

@@ -8,7 +8,8 @@ at a time. What fails, in the definition, the runtime or the model, is a :class:
 says what to do, never a traceback.
 
 The path the conversation took (``visited``: the states in the order they were entered) and the move of
-the last turn (``edge``) are what the page lights up on the graph.
+the last turn (``edge``) are what the page lights up on the graph; the turn's tool runs (``tool_calls``: name,
+arguments, ``ok``, ``error``) are lines of its transcript.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from llm_fsm.conversation import Conversation
     from llm_fsm.definition.models import FSMDefinition
     from llm_fsm.llm import LLMClient
+    from llm_fsm.tools.tool_types import ToolRun
     from llm_fsm.turn.steps import TurnResult
 
 logger = logging.getLogger("llm_fsm.editor")
@@ -188,7 +190,14 @@ class TryIt:
             "paused": conversation.paused,
             "visited": list(self._visited),
             "edge": edge if moved else None,
+            "tool_calls": [_tool_call(run) for step in (*result.steps, result) for run in step.tool_calls],
         }
+
+
+def _tool_call(run: ToolRun) -> dict[str, Any]:
+    """A tool run of the turn as the transcript shows it: what was called with what, and whether it failed.
+    Its result is left out: the reply says what the model made of it, and a result can be large."""
+    return {"name": run.name, "arguments": run.arguments, "ok": run.ok, "error": run.error}
 
 
 def _not_loading(problems: list[Problem], why: str) -> TryItError:

@@ -206,6 +206,14 @@ def test_the_hooks_and_model_reach_the_app(tmp_path: Path, no_server: list[Any])
     assert result.exit_code == 0, result.output
     editing = no_server[0][0].state.editing
     assert editing.model == f"scripted:{script}" and "polite" in editing.hooks.checks
+    assert editing.bound_hooks is editing.hooks  # given hooks: checks bind the definition to them
+
+
+def test_without_hooks_checks_bind_to_none(tmp_path: Path, no_server: list[Any]) -> None:
+    result = runner.invoke(app, ["edit", str(tmp_path / "bot.json"), "--no-browser"])
+    assert result.exit_code == 0, result.output
+    editing = no_server[0][0].state.editing
+    assert editing.bound_hooks is None and editing.hooks.checks == {}
 
 
 def test_importing_the_cli_loads_no_server() -> None:

@@ -16,13 +16,14 @@ from fastapi.testclient import TestClient
 from typer.testing import CliRunner
 
 from llm_fsm import Hooks
+from llm_fsm import load as llm_fsm_load
 from llm_fsm.cli import app as cli
 from llm_fsm.editor.app import cookie_name, create_editor_app
 from llm_fsm.editor.catalog import catalog
 from llm_fsm.editor.checks import check, element
 from llm_fsm.editor.document import EditedFile, LayoutError, checked_positions
 from llm_fsm.errors import LLMUnavailableError
-from llm_fsm.testing import ScriptedLLM
+from llm_fsm.testing import ScriptedLLM, tool_calls
 from tests.conftest import reply
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -156,6 +157,7 @@ def test_the_file_as_it_is_on_disk(order_flow: Path) -> None:
     assert answer["text"] == data.decode() and answer["value"] == json.loads(data)
     assert answer["sha"] == hashlib.sha256(data).hexdigest() and answer["parse_error"] is None
     assert answer["layout"] == {} and answer["layout_problem"] is None and answer["model"] == "simulated"
+    assert answer["layout_direction"] == "auto"
     assert answer["schema"] == json.loads((ROOT / "schema" / "fsm.schema.json").read_text())
     assert answer["catalog"] == {"tools": [], "checks": [], "handlers": []}
 
@@ -326,12 +328,27 @@ def test_a_file_changed_on_disk_is_409_then_overwritten_by_force(order_flow: Pat
     assert reloaded["sha"] == forced.json()["sha"] and reloaded["value"] == mine
 
 
-def test_a_file_deleted_on_disk_is_a_conflict_too(order_flow: Path) -> None:
+def test_a_file_deleted_on_disk_is_409_missing_then_recreated_by_force(order_flow: Path) -> None:
     client = client_for(order_flow)
     opened = client.get("/api/file").json()
     order_flow.unlink()
     refused = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"]})
-    assert refused.status_code == 409 and refused.json()["sha"] == ""
+    assert refused.status_code == 409
+    body = refused.json()
+    assert body["sha"] == "" and body["error"]["code"] == "missing_on_disk"
+    assert body["error"]["message"].startswith(f"{order_flow} is no longer on disk (moved or deleted)")
+    assert not order_flow.exists(), "nothing was written"
+    forced = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"], "force": True})
+    assert forced.status_code == 200 and order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes()
+
+
+def test_a_new_file_made_by_someone_else_meanwhile_is_changed_on_disk(tmp_path: Path) -> None:
+    path = tmp_path / "bot.json"
+    client = client_for(path)
+    assert client.get("/api/file").json()["sha"] == ""
+    path.write_text(json.dumps(dead_end()))
+    refused = client.post("/api/save", json={"value": dead_end(), "sha": ""})
+    assert refused.status_code == 409 and refused.json()["error"]["code"] == "changed_on_disk"
 
 
 def test_a_save_into_a_folder_that_is_gone_is_a_clear_error(tmp_path: Path) -> None:
@@ -365,9 +382,50 @@ def test_positions_are_written_beside_the_file_and_read_back(order_flow: Path) -
     positions = {"select_product": {"x": 12.5, "y": 40}, "review": {"x": -3, "y": 1e3}}
     assert client.post("/api/layout", json={"positions": positions}).json() == {"ok": True}
     written = json.loads((order_flow.parent / "order_flow.layout").read_text())
-    assert written == {"version": 1, "positions": positions}
+    assert written == {"version": 1, "direction": "auto", "positions": positions}
     assert client.get("/api/file").json()["layout"] == positions
     assert order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes()
+
+
+def test_the_layout_direction_is_kept_in_the_side_file(order_flow: Path) -> None:
+    client = client_for(order_flow)
+    side = order_flow.parent / "order_flow.layout"
+    assert client.get("/api/file").json()["layout_direction"] == "auto"
+    positions = {"review": {"x": 1, "y": 2}}
+    assert client.post("/api/layout", json={"positions": positions, "direction": "LR"}).json() == {"ok": True}
+    assert json.loads(side.read_text()) == {"version": 1, "direction": "LR", "positions": positions}
+    opened = client.get("/api/file").json()
+    assert opened["layout_direction"] == "LR" and opened["layout"] == positions
+    # positions sent without a direction keep the one chosen
+    assert client.post("/api/layout", json={"positions": {}}).status_code == 200
+    assert json.loads(side.read_text())["direction"] == "LR"
+    assert client.post("/api/layout", json={"positions": {}, "direction": "TB"}).status_code == 200
+    assert client.get("/api/file").json()["layout_direction"] == "TB"
+
+
+@pytest.mark.parametrize("direction", ["BT", "lr", None, 1, ""])
+def test_a_bad_layout_direction_is_refused(order_flow: Path, direction: Any) -> None:
+    client = client_for(order_flow)
+    answer = client.post("/api/layout", json={"positions": {}, "direction": direction})
+    assert answer.status_code == 400 and answer.json()["error"]["code"] == "invalid_layout"
+    assert '"auto", "TB", "LR"' in answer.json()["error"]["message"]
+    assert not (order_flow.parent / "order_flow.layout").exists()
+
+
+def test_an_old_side_file_without_a_direction_still_loads(order_flow: Path) -> None:
+    positions = {"review": {"x": 5, "y": 6}}
+    (order_flow.parent / "order_flow.layout").write_text(json.dumps({"version": 1, "positions": positions}))
+    opened = client_for(order_flow).get("/api/file").json()
+    assert opened["layout"] == positions and opened["layout_direction"] == "auto" and opened["layout_problem"] is None
+
+
+def test_a_side_file_with_a_bad_direction_keeps_its_positions(order_flow: Path) -> None:
+    positions = {"review": {"x": 5, "y": 6}}
+    content = {"version": 1, "direction": "sideways", "positions": positions}
+    (order_flow.parent / "order_flow.layout").write_text(json.dumps(content))
+    opened = client_for(order_flow).get("/api/file").json()
+    assert opened["layout"] == positions and opened["layout_direction"] == "auto"
+    assert "direction" in opened["layout_problem"] and "sideways" in opened["layout_problem"]
 
 
 @pytest.mark.parametrize(
@@ -523,6 +581,126 @@ def test_a_handler_the_hooks_lack_is_422(tmp_path: Path) -> None:
     value["states"]["ask"]["handlers"] = ["notify"]
     answer = client_for(tmp_path / "signup.json").post("/api/chat/start", json={"value": value})
     assert answer.status_code == 422 and "notify" in answer.json()["error"]["message"]
+
+
+def test_the_turns_tool_runs_are_in_the_answer(tmp_path: Path) -> None:
+    hooks = Hooks()
+
+    @hooks.tool()  # type: ignore[untyped-decorator]
+    def find_order(order_id: str) -> dict[str, str]:
+        if order_id == "none":
+            raise LookupError("no order 'none'")
+        return {"order_id": order_id, "status": "shipped"}
+
+    value = dead_end()
+    value["tools"] = {"find_order": {"description": "Find an order by its id"}}
+    value["states"]["ask"]["tools"] = ["find_order"]
+    script = [
+        reply("ask", "Your email?"),
+        tool_calls(("find_order", {"order_id": "A-17"}), ("find_order", {"order_id": "none"})),
+        reply("ask", "A-17 has shipped."),
+    ]
+    client = client_for(tmp_path / "signup.json", hooks=hooks, client_factory=lambda d: ScriptedLLM(script))
+    opening = client.post("/api/chat/start", json={"value": value})
+    assert opening.status_code == 200, opening.text
+    assert opening.json()["tool_calls"] == []
+    turn = client.post("/api/chat/send", json={"text": "Where is A-17?"}).json()
+    assert turn["message"] == "A-17 has shipped."
+    first, second = turn["tool_calls"]
+    assert first == {"name": "find_order", "arguments": {"order_id": "A-17"}, "ok": True, "error": None}
+    assert second["name"] == "find_order" and second["ok"] is False and "no order 'none'" in second["error"]
+
+
+def unbound() -> dict[str, Any]:
+    """dead_end() naming a handler, a python check and a tool that the hooks of bound_hooks() lack."""
+    value = dead_end()
+    value["tools"] = {"lookup": {"description": "Look an order up"}}
+    value["states"]["ask"]["handlers"] = ["notify"]
+    value["states"]["confirm"]["checks"] = [{"kind": "python", "name": "polit"}]
+    value["states"]["confirm"]["tools"] = ["lookup"]
+    return value
+
+
+def bound_hooks() -> Hooks:
+    hooks = Hooks()
+
+    @hooks.check("polite")
+    def polite(*, message: str) -> bool:
+        return True
+
+    return hooks
+
+
+def test_with_hooks_a_check_adds_what_binding_to_them_refuses(tmp_path: Path) -> None:
+    from llm_fsm.conversation import Conversation
+    from llm_fsm.errors import DefinitionError
+
+    path = tmp_path / "signup.json"
+    answer = client_for(path, hooks=bound_hooks()).post("/api/check", json={"value": unbound()})
+    assert answer.status_code == 200
+    found = {d["code"]: d for d in answer.json()["diagnostics"] if d["code"].startswith("unbound_")}
+    assert set(found) == {"unbound_handler", "unbound_check", "unbound_tool"}
+    # the runtime's own words: what a conversation (llm-fsm chat --hooks) refuses the definition with
+    with pytest.raises(DefinitionError) as refused:
+        Conversation(llm_fsm_load(unbound()), ScriptedLLM([]), hooks=bound_hooks())
+    assert {p.code: p.message for p in refused.value.problems} == {c: d["message"] for c, d in found.items()}
+    handler, check_, tool = found["unbound_handler"], found["unbound_check"], found["unbound_tool"]
+    assert handler["message"] == "state 'ask' names handler 'notify', which is not registered"
+    assert handler["element"] == {"kind": "state", "state": "ask"} and handler["severity"] == "error"
+    assert check_["element"] == {"kind": "state", "state": "confirm"} and "polite" in check_["hint"]
+    assert tool["element"] == {"kind": "state", "state": "confirm"} and "'lookup'" in tool["message"]
+    text = answer.json()["text"]
+    line = text.splitlines()[handler["line"] - 1]
+    assert '"notify"' in line[handler["column"] - 1 :] and handler["file"] == str(path)
+
+
+def test_without_hooks_a_check_adds_no_binding_problems(tmp_path: Path) -> None:
+    diagnostics = client_for(tmp_path / "signup.json").post("/api/check", json={"value": unbound()}).json()
+    assert diagnostics["diagnostics"] == check(diagnostics["text"], tmp_path / "signup.json")
+    assert not [d for d in diagnostics["diagnostics"] if d["code"].startswith("unbound_")]
+
+
+def test_with_hooks_that_provide_everything_nothing_is_added(tmp_path: Path) -> None:
+    hooks = bound_hooks()
+
+    @hooks.handler("notify", on="after_transition")
+    def notify(**_: Any) -> None:
+        return None
+
+    @hooks.tool("lookup")  # type: ignore[untyped-decorator]
+    def lookup(order_id: str) -> dict[str, Any]:
+        return {}
+
+    value = unbound()
+    value["states"]["confirm"]["checks"] = [{"kind": "python", "name": "polite"}]
+    found = client_for(tmp_path / "signup.json", hooks=hooks).post("/api/check", json={"value": value}).json()
+    assert found["diagnostics"] == check(found["text"], tmp_path / "signup.json")
+
+
+def test_a_subflows_binding_problems_name_the_subflow(tmp_path: Path) -> None:
+    sub = {
+        "name": "verify",
+        "description": "Verify the email",
+        "initial_state": "check",
+        "states": {
+            "check": {"description": "Check", "purpose": "Check the email", "handlers": ["audit"],
+                      "transitions": [{"target_state": "ok", "description": "checked"}]},
+            "ok": {"description": "Verified", "purpose": "Say it is verified"},
+        },
+    }  # fmt: skip
+    (tmp_path / "verify.json").write_text(json.dumps(sub))
+    value = dead_end()
+    value["states"]["confirm"] = {
+        "description": "Verify", "purpose": "Verify the email", "subflow": {"definition": "verify.json"},
+        "transitions": [{"target_state": "done", "description": "verified"}],
+    }  # fmt: skip
+    path = tmp_path / "signup.json"
+    plain = client_for(path).post("/api/check", json={"value": value}).json()["diagnostics"]
+    assert not [d for d in plain if d["code"] == "unbound_handler"], plain
+    found = client_for(path, hooks=bound_hooks()).post("/api/check", json={"value": value}).json()["diagnostics"]
+    (audit,) = [d for d in found if d["code"] == "unbound_handler"]
+    assert "'audit'" in audit["message"] and "verify" in audit["file"]
+    assert audit["element"] == {"kind": "definition"}
 
 
 # -- the catalog ------------------------------------------------------------------------------------
