@@ -77,9 +77,11 @@ def form(tab: Page) -> Iterator[Any]:
     """draw(type, value, **options): a fresh form in the tab; the test then reads ``changes()``."""
 
     def draw(type_: str, value: Any, **options: Any) -> Any:
-        tab.tab.evaluate("([type, value, extra]) => harness.render(type, value, extra)", [type_, value, options])
+        made = tab.tab.evaluate("([type, value, extra]) => harness.render(type, value, extra)", [type_, value, options])
+        assert made == 0  # drawing a form never calls onChange
         return tab.tab
 
+    tab.tab.evaluate("() => { harness.drafts = {}; }")  # the page's store of text not applied, fresh per test
     yield draw
     assert not tab.problems, tab.problems  # no script error, no CSP refusal while the test ran
     tab.problems.clear()
@@ -89,12 +91,26 @@ def changes(tab: Page) -> list[Any]:
     return list(tab.tab.evaluate("() => harness.changes"))
 
 
+def drafts(tab: Page) -> dict[str, Any]:
+    return dict(tab.tab.evaluate("() => harness.drafts"))
+
+
+def invalids(tab: Page) -> list[list[str]]:
+    """Every onInvalid call's paths (sorted: the order within a call is not part of the contract)."""
+    return [sorted(paths) for paths in tab.tab.evaluate("() => harness.invalids")]
+
+
+def events(tab: Page) -> list[str]:
+    return list(tab.tab.evaluate("() => harness.events"))
+
+
 def field(name: str) -> str:
     return f'[data-field="{name}"]'
 
 
 def error_of(tab: Page, key: str) -> str:
-    return str(tab.tab.locator(f'.sf-field[data-key="{key}"] .sf-error').inner_text())
+    """The error of the form's own field KEY (not of the cards drawn inside it)."""
+    return str(tab.tab.locator(f'#form > .sf-form > .sf-field[data-key="{key}"] > .sf-error').inner_text())
 
 
 def fields_shown(tab: Page) -> list[dict[str, Any]]:
@@ -649,3 +665,275 @@ def test_the_catalog_the_editor_serves_shows_beside_the_fields_that_name_it(tab:
     handlers = page.locator('.sf-field[data-key="handlers"]').inner_text()
     assert "runs on after_reply" in handlers and "takes: context" in handlers
     assert "takes: message" in page.locator('.sf-field[data-key="checks"]').inner_text()
+
+
+# -- text not applied yet: the page's drafts (editor-fixes, forms 1) ---------------------------------------
+
+
+@browser_test
+def test_text_not_applied_is_kept_in_the_pages_drafts_and_comes_back_with_its_error(tab: Page, form: Any) -> None:
+    state = {"purpose": "p", "max_retries": 1}
+    page = form("State", state, drafts=True)
+    page.fill(field("max_retries"), "11")
+    page.fill(field("checks"), '[{"kind": "regex"')
+    assert drafts(tab) == {"max_retries": "11", "checks": '[{"kind": "regex"'}
+    assert invalids(tab) == [[], ["max_retries"], ["checks", "max_retries"]]  # once drawn, then each change
+    assert changes(tab) == []
+    form("Transition", {"target_state": "b"}, drafts=True)  # another element selected (its form knows no drafts)
+    assert page.input_value(field("target_state")) == "b" and invalids(tab) == [[]]
+    form("State", state, drafts=True)  # and back: the text is there again, with its error
+    assert page.input_value(field("max_retries")) == "11" and "max_retries: at most 10" in error_of(tab, "max_retries")
+    assert page.input_value(field("checks")) == '[{"kind": "regex"'
+    assert "checks: not JSON, line 1:18" in error_of(tab, "checks")
+    assert invalids(tab) == [["checks", "max_retries"]]  # told once, as drawn
+    assert sorted(page.evaluate("() => harness.handle.invalid()")) == ["checks", "max_retries"]
+    assert changes(tab) == [] and page.evaluate("() => harness.handle.value()") == state
+    page.fill(field("max_retries"), "4")
+    assert changes(tab) == [{"purpose": "p", "max_retries": 4}]
+    assert drafts(tab) == {"checks": '[{"kind": "regex"'} and invalids(tab)[-1] == ["checks"]
+    page.fill(field("checks"), "")  # emptied: nothing held any more, nothing written
+    assert drafts(tab) == {} and invalids(tab)[-1] == [] and changes(tab) == [{"purpose": "p", "max_retries": 4}]
+    # a field's key removed with its × forgets what it held
+    page.fill(field("purpose"), "")
+    page.fill(field("max_retries"), "-1")
+    assert drafts(tab) == {"max_retries": "-1"}
+    page.click('[data-clear="max_retries"]')
+    assert drafts(tab) == {} and invalids(tab)[-1] == [] and changes(tab)[-1] == {}
+    assert page.input_value(field("max_retries")) == ""
+
+
+@browser_test
+def test_a_value_the_file_holds_wrongly_is_shown_but_is_no_draft(tab: Page, form: Any) -> None:
+    page = form("State", {"max_retries": "many", "purpose": 3}, drafts=True)
+    assert "not a number" in error_of(tab, "max_retries") and "not a text" in error_of(tab, "purpose")
+    assert page.evaluate("() => harness.handle.invalid()") == [] and drafts(tab) == {} and invalids(tab) == [[]]
+    page.fill(field("max_retries"), "20")  # typed: now it is the author's text
+    assert drafts(tab) == {"max_retries": "20"} and invalids(tab) == [[], ["max_retries"]]
+
+
+@browser_test
+def test_a_restored_draft_the_schema_accepts_is_applied_once_drawn_never_while_drawing(tab: Page, form: Any) -> None:
+    tab.tab.evaluate("() => { harness.drafts = {max_retries: '5', purpose: 'typed'}; }")
+    made = tab.tab.evaluate("() => harness.render('State', {purpose: 'p'}, {drafts: true})")
+    assert made == 0
+    assert changes(tab) == [{"purpose": "typed", "max_retries": 5}] and drafts(tab) == {}
+    assert tab.tab.input_value(field("max_retries")) == "5"
+
+
+@browser_test
+def test_drafts_of_a_list_and_of_the_rename_field(tab: Page, form: Any) -> None:
+    schema = {
+        "$defs": {
+            "Names": {
+                "type": "object",
+                "properties": {"names": {"type": "array", "items": {"type": "string", "pattern": "^[a-z]+$"}}},
+            }
+        }
+    }
+    page = form("Names", {"names": ["ann"]}, schema=schema, drafts=True)
+    page.fill(field("names.new"), "Bob")
+    page.press(field("names.new"), "Enter")
+    assert drafts(tab) == {"names": ["ann", "Bob"]} and changes(tab) == []
+    form("Names", {"names": ["ann"]}, schema=schema, drafts=True)
+    assert page.input_value(field("names.1")) == "Bob" and '"Bob" does not match' in error_of(tab, "names")
+    page.fill(field("names.1"), "bob")
+    assert changes(tab) == [{"names": ["ann", "bob"]}] and drafts(tab) == {}
+    page = form("State", {"purpose": "p"}, rename=True, id="greet", stateIds=["greet"], drafts=True)
+    page.fill(field("id"), "bad id")
+    assert drafts(tab) == {"id": "bad id"} and invalids(tab) == [[], ["id"]]
+    form("State", {"purpose": "p"}, rename=True, id="greet", stateIds=["greet"], drafts=True)
+    assert page.input_value(field("id")) == "bad id" and "does not match" in error_of(tab, "id")
+    assert tab.tab.evaluate("() => harness.renames") == []
+
+
+@browser_test
+def test_a_cards_draft_follows_its_card_and_goes_when_the_json_box_replaces_the_list(tab: Page, form: Any) -> None:
+    transition = {"target_state": "b", "conditions": [{"description": "one"}, {"description": "two"}]}
+    page = form("Transition", transition, drafts=True)
+    page.fill(field("conditions.1.logic"), '"yes"')
+    assert drafts(tab) == {"conditions.1.logic": '"yes"'} and invalids(tab) == [[], ["conditions.1.logic"]]
+    page.click('[data-cards="conditions"] .sf-card[data-index="0"] [data-action="remove"]')
+    assert changes(tab)[-1] == {"target_state": "b", "conditions": [{"description": "two"}]}
+    assert drafts(tab) == {"conditions.0.logic": '"yes"'} and invalids(tab)[-1] == ["conditions.0.logic"]
+    assert page.input_value(field("conditions.0.description")) == "two"
+    assert page.input_value(field("conditions.0.logic")) == '"yes"'
+    form("Transition", {"target_state": "b", "conditions": [{"description": "two"}]}, drafts=True)
+    assert page.input_value(field("conditions.0.logic")) == '"yes"' and invalids(tab) == [["conditions.0.logic"]]
+    logic = page.locator('.sf-card .sf-field[data-key="logic"] .sf-error').inner_text()
+    assert "expected object, boolean or null" in logic
+    page.fill(field("conditions"), '[{"description": "new"}]')
+    assert drafts(tab) == {} and invalids(tab)[-1] == []
+    assert changes(tab)[-1] == {"target_state": "b", "conditions": [{"description": "new"}]}
+
+
+# -- tools: declared at the top level (forms 2) ------------------------------------------------------------
+
+
+@browser_test
+def test_a_tool_added_in_a_state_is_declared_through_on_use_tool(tab: Page, form: Any) -> None:
+    page = form("State", {"tools": []}, catalog=CATALOG, useTool=True)
+    page.click('[data-catalog="tools"] [data-name="refund"] [data-action="use"]')
+    assert changes(tab) == [{"tools": ["refund"]}] and events(tab) == ["invalid", "change", "tool refund"]
+    page.fill(field("tools.new"), "lookup_order")  # a name the catalog knows, typed
+    page.press(field("tools.new"), "Enter")
+    assert changes(tab)[-1] == {"tools": ["refund", "lookup_order"]}
+    assert events(tab)[-2:] == ["change", "tool lookup_order"]
+    page.fill(field("tools.new"), "ghost")  # a name nobody knows (a typo?): not declared on its own
+    page.press(field("tools.new"), "Enter")
+    assert changes(tab)[-1] == {"tools": ["refund", "lookup_order", "ghost"]} and events(tab)[-1] == "change"
+    row = page.locator('.sf-field[data-key="tools"] .sf-list li:nth-child(3)')
+    assert "ghost: not provided by --hooks" in row.inner_text()
+    row.locator('[data-action="declare"]').click()  # unless the author asks
+    assert tab.tab.evaluate("() => harness.tools") == ["refund", "lookup_order", "ghost"]
+    form("State", {"tools": ["ghost"]}, catalog=CATALOG)  # no onUseTool: no Declare offered
+    assert page.locator('[data-action="declare"]').count() == 0
+
+
+@browser_test
+def test_the_top_level_tools_offer_the_catalogs_tools_to_declare_minimally(tab: Page, form: Any) -> None:
+    import llm_fsm
+
+    definition = {
+        "name": "n",
+        "initial_state": "a",
+        "tools": {"lookup_order": {}},
+        "states": {"a": {"purpose": "p", "tools": ["lookup_order", "refund"]}},
+    }
+    page = form("definition", definition, omit=["states"], catalog=CATALOG)
+    offered = '.sf-field[data-key="tools"] [data-catalog="tools"]'
+    assert page.eval_on_selector_all(f"{offered} li", "rows => rows.map(r => r.dataset.name)") == [
+        "lookup_order",
+        "refund",
+    ]  # what --hooks provides (mcp_only is only declared)
+    lookup = page.locator(f'{offered} [data-name="lookup_order"]')
+    assert "declared here" in lookup.inner_text() and "order_id (string, required)" in lookup.inner_text()
+    assert lookup.locator('[data-action="declare"]').count() == 0
+    page.click(f'{offered} [data-name="refund"] [data-action="declare"]')
+    declared = changes(tab)[-1]
+    assert declared["tools"] == {"lookup_order": {}, "refund": {}} and list(declared) == list(definition)
+    assert json.loads(page.input_value(field("tools"))) == declared["tools"]
+    assert "declared here" in page.locator(f'{offered} [data-name="refund"]').inner_text()
+    loaded = llm_fsm.load(declared)  # the minimal declaration is one the loader takes: no unknown tool
+    assert sorted(loaded.tools) == ["lookup_order", "refund"]
+    with pytest.raises(Exception, match="unknown tool 'refund'"):
+        llm_fsm.load({**definition, "tools": {"lookup_order": {}}})
+    page = form("definition", {"name": "n"}, omit=["states"], catalog=CATALOG)
+    page.fill(field("tools"), "{")
+    page.click(f'{offered} [data-name="refund"] [data-action="declare"]')
+    assert "tools: fix the JSON first (an object of tools by name)" in error_of(tab, "tools")
+    assert page.input_value(field("tools")) == "{" and changes(tab) == []
+
+
+# -- notes, unset choices, key order (forms 3-5) -----------------------------------------------------------
+
+
+def lines(text: str) -> list[str]:
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+@browser_test
+def test_catalog_notes_are_each_on_their_own_line(tab: Page, form: Any) -> None:
+    page = form("State", {"tools": ["ghost"], "checks": [{"kind": "python", "name": "nope"}]}, catalog=CATALOG)
+    text = page.locator('#form > .sf-form > .sf-field[data-key="checks"] > .sf-notes').inner_text()
+    assert lines(text)[:2] == ["check nope: not provided by --hooks", "Checks --hooks provides:"]
+    assert "--hooksChecks" not in text and "takes: message, context" in lines(text)
+    assert "ghost: not provided by --hooks" in lines(page.locator(".sf-list li").inner_text())
+    row = lines(page.locator('[data-catalog="tools"] [data-name="lookup_order"]').inner_text())
+    assert row[0] == "lookup_order — Find an order by its id." and row[1].startswith("parameters: order_id")
+
+
+@browser_test
+def test_choosing_the_unset_option_removes_the_key_and_never_writes_an_empty_text(tab: Page, form: Any) -> None:
+    page = form("definition", {"name": "n", "initial_state": "greet"}, stateIds=["greet", "done"])
+    page.select_option(field("initial_state"), "")
+    assert changes(tab) == [{"name": "n"}]
+    page = form("GlobalTransition", {"target_state": "done", "priority": 1}, stateIds=["greet", "done"])
+    page.select_option(field("target_state"), "")
+    assert changes(tab) == [{"priority": 1}]
+    schema = {
+        "$defs": {
+            "Pick": {
+                "type": "object",
+                "required": ["mode"],
+                "properties": {
+                    "mode": {"enum": ["a", "b"]},
+                    "strict": {"anyOf": [{"type": "boolean"}, {"type": "null"}]},
+                },
+            }
+        }
+    }
+    page = form("Pick", {"strict": None}, schema=schema)
+    page.select_option(field("mode"), "a")
+    page.select_option(field("mode"), "")
+    page.select_option(field("strict"), "true")
+    page.select_option(field("strict"), "")  # the file's null stays null
+    assert changes(tab) == [{"strict": None, "mode": "a"}, {"strict": None}, {"strict": True}, {"strict": None}]
+
+
+@browser_test
+def test_a_new_key_goes_at_its_schema_order_place_and_no_key_moves(tab: Page, form: Any) -> None:
+    page = form("State", {"purpose": "p", "tools": ["t"]})
+    page.fill(field("description"), "d")
+    assert list(changes(tab)[-1]) == ["description", "purpose", "tools"]
+    page.fill(field("max_retries"), "3")
+    assert list(changes(tab)[-1]) == ["description", "purpose", "tools", "max_retries"]
+    page.fill(field("instructions"), "i")
+    assert list(changes(tab)[-1]) == ["description", "purpose", "instructions", "tools", "max_retries"]
+    page = form("State", {"tools": ["t"], "purpose": "p", "zzz": 1})  # the author's own order, a stray key
+    page.fill(field("instructions"), "i")
+    assert list(changes(tab)[-1]) == ["tools", "purpose", "instructions", "zzz"]
+    page.fill(field("description"), "d")
+    assert list(changes(tab)[-1]) == ["description", "tools", "purpose", "instructions", "zzz"]
+    page = form("definition", {"name": "n", "states": {}}, omit=["states"])
+    page.fill(field("description"), "d")
+    page.fill(field("context_schema"), '{"email": {"type": "string"}}')
+    assert list(changes(tab)[-1]) == ["name", "description", "states", "context_schema"]
+
+
+# -- checks, one card each (forms 6) -----------------------------------------------------------------------
+
+CHECK_KINDS = list(DEFS["State"]["properties"]["checks"]["items"]["discriminator"]["mapping"])
+
+
+@browser_test
+def test_checks_are_edited_one_card_each_with_their_kind_in_step_with_their_json(tab: Page, form: Any) -> None:
+    state = {"purpose": "p", "checks": [{"kind": "max_length", "max": 200, "description": "short"}]}
+    page = form("State", state, catalog=CATALOG, drafts=True)
+    kinds = page.eval_on_selector_all(
+        f"select{field('checks.0.kind')} option:not([data-unset])", "options => options.map(o => o.value)"
+    )
+    assert kinds == CHECK_KINDS and page.input_value(field("checks.0.kind")) == "max_length"
+    assert page.locator(field("checks.0.max")).count() == 1 and page.locator(field("checks.0.pattern")).count() == 0
+    page.fill(field("checks.0.max"), "120")
+    assert changes(tab)[-1]["checks"] == [{"kind": "max_length", "max": 120, "description": "short"}]
+    # another kind: the fields both kinds have stay, the others go; not applied until complete
+    page.select_option(field("checks.0.kind"), "regex")
+    assert "checks[0].pattern: required (missing)" in error_of(tab, "checks") and len(changes(tab)) == 1
+    assert json.loads(page.input_value(field("checks"))) == [{"kind": "regex", "description": "short"}]
+    assert drafts(tab) == {"checks": page.input_value(field("checks"))}
+    page.fill(field("checks.0.pattern"), "^Hi")
+    assert changes(tab)[-1]["checks"] == [{"kind": "regex", "description": "short", "pattern": "^Hi"}]
+    assert drafts(tab) == {} and not page.is_visible('#form > .sf-form > .sf-field[data-key="checks"] > .sf-error')
+    page.click('[data-cards="checks"] [data-action="add-item"]')
+    assert page.input_value(field("checks.1.kind")) == "" and len(changes(tab)) == 2
+    page.select_option(field("checks.1.kind"), "python")
+    page.fill(field("checks.1.name"), "polite")
+    assert changes(tab)[-1]["checks"][1] == {"kind": "python", "name": "polite"}
+    assert json.loads(page.input_value(field("checks"))) == changes(tab)[-1]["checks"]
+    # the JSON box redraws the cards
+    page.fill(field("checks"), '[{"kind": "required_keys", "keys": ["email"]}]')
+    assert page.input_value(field("checks.0.kind")) == "required_keys"
+    assert page.input_value(field("checks.0.keys.0")) == "email"
+    assert changes(tab)[-1] == {"purpose": "p", "checks": [{"kind": "required_keys", "keys": ["email"]}]}
+    assert page.locator('[data-cards="checks"] .sf-card').count() == 1
+
+
+@browser_test
+def test_a_number_box_with_text_the_browser_cannot_read_is_reported_but_holds_no_draft(tab: Page, form: Any) -> None:
+    page = form("State", {"max_retries": 1}, drafts=True)
+    page.fill(field("max_retries"), "")
+    page.focus(field("max_retries"))
+    page.keyboard.type("1e")  # an unfinished exponent: the input's value reads "" (badInput)
+    assert "max_retries: not a number" in error_of(tab, "max_retries")
+    assert invalids(tab)[-1] == ["max_retries"] and drafts(tab) == {}  # the text cannot be read back to keep
+    assert changes(tab) == [{}, {"max_retries": 1}]  # "1" applied as typed, then "1e" refused

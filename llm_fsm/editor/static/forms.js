@@ -6,10 +6,13 @@
 // dependencies; every text (the schema's, the file's, the catalog's) is inserted with textContent, never as HTML.
 //
 // The file is the author's: a field nobody touched stays absent (no default is ever written), clearing an optional
-// field removes its key, and the object handed to onChange keeps the original key order with new keys appended at
-// the end, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
+// field removes its key, and the object handed to onChange keeps the original key order with new keys put at
+// their schema-order place (after the last key already there that the schema puts before them), existing keys never
+// moved, so the page's save (llm_fsm.editor.json_edit.render) rewrites only what changed. Text that is not valid
 // yet (bad JSON, a pattern not matched, a number out of range) stays in its box with the reason beside it and is
-// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses.
+// not applied: nothing the author typed is lost, and the definition never holds what the schema refuses. Such text
+// also goes to options.drafts (the page's, kept per element) and comes back there when the form is drawn again;
+// options.onInvalid hears which fields hold it. A select's unset choice removes the key (never writes "").
 //
 // Which widget: enum/const -> <select> (an optional one starts with an unset choice, data-unset); boolean ->
 // checkbox (unchecked back to the default removes the key), or unset/true/false when optional with no default;
@@ -17,10 +20,13 @@
 // below); a state id (target_state, initial_state, fallback_state, with options.stateIds) -> <select> of the
 // states ("$return" for targets); a list of strings -> a list editor (add, reorder, remove; except_states offers
 // the states, a state's tools and handlers what --hooks provides); anything else (objects, lists of objects, a
-// field of several kinds) -> a JSON box checked as typed against the schema, conditions also one card each.
+// field of several kinds) -> a JSON box checked as typed against the schema, conditions and a state's checks also
+// one card each (a check's kind a <select> of the schema's kinds, then that kind's fields); the top-level tools
+// list what --hooks provides, each with Declare (adds {}, the minimal declaration the loader accepts).
 // Every input has name and data-field = its JSON path ("purpose", "transitions.0.priority", list items
-// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic"); a field's box is
-// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH].
+// "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic", "checks.0.kind"); a field's box is
+// .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH]. Notes beside a field
+// are block elements, one per line, so their words never run together whatever the page's CSS.
 "use strict";
 
 (function (global) {
@@ -507,7 +513,7 @@
     return listed.length ? `takes: ${listed.join(", ")}` : "";
   }
 
-  function toolNeeds(tool) {
+  function toolParameters(tool) {
     const parameters = isObject(tool.parameters) ? tool.parameters : {};
     const properties = isObject(parameters.properties) ? parameters.properties : {};
     const required = new Set(names(tool.required !== undefined ? tool.required : parameters.required));
@@ -518,7 +524,11 @@
       return bits.length ? `${name} (${bits.join(", ")})` : name;
     });
     for (const name of required) if (!own(properties, name)) parts.push(`${name} (required)`);
-    const notes = [parts.length ? `parameters: ${parts.join(", ")}` : "no parameters"];
+    return parts.length ? `parameters: ${parts.join(", ")}` : "no parameters";
+  }
+
+  function toolNeeds(tool) {
+    const notes = [toolParameters(tool)];
     if (tool.declared === true) notes.push("declared in the definition's tools");
     if (tool.registered === true) notes.push("registered by --hooks");
     return notes.join(" · ");
@@ -552,7 +562,11 @@
     return keywordsNote(entry, "accepts", "keywords", "arguments");
   }
 
-  const NEEDS = { tools: toolNeeds, handlers: handlerNeeds, checks: checkNeeds };
+  const NEEDS = {
+    tools: (tool, parametersOnly) => (parametersOnly ? toolParameters(tool) : toolNeeds(tool)),
+    handlers: handlerNeeds,
+    checks: checkNeeds,
+  };
 
   // -- the form -----------------------------------------------------------------------------------------------
 
@@ -565,6 +579,16 @@
    * ({tools, checks, handlers}), omit (field names drawn elsewhere), stateIds (the definition's state ids, for the
    * fields that name a state), onRename(newId) with id (a state form's id field: renames rather than writes `id`),
    * prefix (put before every data-field, e.g. "transitions.0." for a form drawn inside another).
+   * drafts: an object the page owns, one per element, kept across renders: each field holding text the schema
+   * refuses is stored in it by data-field ({"purpose": "...", "conditions": "[{", "tools": ["a", "b c"]}: the text
+   * as typed; a list's value is its items' texts), and deleted once the field is valid, emptied or cleared. On
+   * render the drafts are put back in their fields, with their errors (one the schema accepts after all is
+   * applied: onChange then follows right after render returns, never during it).
+   * onInvalid(paths): called once at the end of render with the fields holding text not applied (the data-field
+   * paths, inner forms' included: [] unless drafts were restored), then each time that set changes.
+   * onUseTool(name): a state's tools list gained a tool the catalog knows (its Add, or a known name typed), or the
+   * author asked to declare an unknown one (its note's Declare): called right after the onChange that added it,
+   * in the same click, for the page to declare the tool at the top level (in the same undo step).
    * Returns {element, value(), invalid()}: the form, the value as edited, the fields whose text is not applied.
    */
   function render(container, options) {
@@ -590,7 +614,13 @@
     const number = ++formCount;
     const invalid = new Set();
     const nested = new Map(); // a field's path -> the invalid fields of the forms drawn inside it
+    // The page's store of text not applied yet ({data-field: text}), kept across renders so that selecting another
+    // element and coming back shows the author's text again (with its error) rather than losing it.
+    const drafts = o.drafts !== null && typeof o.drafts === "object" ? o.drafts : null;
+    const schemaOrder = Object.keys(properties);
+    let building = true; // while drawing, a restored draft that is valid after all is applied after render returns
     let emitted = JSON.stringify(output());
+    let reported = null; // the invalid fields onInvalid last heard of (none yet: it hears once drawn)
 
     function output() {
       const out = {};
@@ -598,18 +628,90 @@
       return clone(out);
     }
 
-    function set(key, value) {
-      if (value === REMOVE) {
-        delete current[key];
-      } else {
-        current[key] = clone(value);
-        if (!order.includes(key)) order.push(key);
-      }
+    // A new key goes at its place in the schema's property order: after the last key already there that the
+    // schema puts before it (else before the first that it puts after it); the keys already there never move.
+    function place(key) {
+      const rank = schemaOrder.indexOf(key);
+      if (rank < 0) return order.length;
+      let after = -1;
+      let before = -1;
+      order.forEach((other, i) => {
+        const otherRank = schemaOrder.indexOf(other);
+        if (otherRank < 0) return;
+        if (otherRank < rank) after = i;
+        else if (before < 0) before = i;
+      });
+      if (after >= 0) return after + 1;
+      return before >= 0 ? before : order.length;
+    }
+
+    function emit() {
       const out = output();
       const text = JSON.stringify(out);
       if (text === emitted) return;
       emitted = text;
       if (typeof o.onChange === "function") o.onChange(out);
+    }
+
+    function set(key, value) {
+      if (value === REMOVE) {
+        delete current[key];
+      } else {
+        current[key] = clone(value);
+        if (!order.includes(key)) order.splice(place(key), 0, key);
+      }
+      if (!building) emit();
+    }
+
+    // onInvalid(paths) once drawn, then each time the set of fields holding text not applied changes
+    function notify() {
+      if (building) return;
+      const now = invalidFields();
+      const text = JSON.stringify(now.slice().sort());
+      if (text === reported) return;
+      reported = text;
+      if (typeof o.onInvalid === "function") o.onInvalid(now);
+    }
+
+    // A field holds text the schema refuses: it is kept (in drafts, when the page gave a store) and reported.
+    // text undefined: the field is not valid but its text cannot be read back (a number input's bad input).
+    function hold(path, text) {
+      invalid.add(path);
+      if (drafts) {
+        if (text === undefined) delete drafts[path];
+        else drafts[path] = clone(text);
+      }
+      notify();
+    }
+
+    function release(path) {
+      invalid.delete(path);
+      if (drafts) delete drafts[path];
+      notify();
+    }
+
+    function draftOf(path) {
+      return drafts && own(drafts, path) ? drafts[path] : undefined;
+    }
+
+    // Forget the drafts of a field and of every field inside it (its key removed, its cards drawn anew).
+    function dropDrafts(path) {
+      if (!drafts) return;
+      for (const name of Object.keys(drafts)) if (name === path || name.startsWith(`${path}.`)) delete drafts[name];
+    }
+
+    // The cards of a list moved: their drafts follow them (moved(i) is card i's new index, null when it is gone).
+    function moveDrafts(path, moved) {
+      if (!drafts) return;
+      const taken = {};
+      for (const name of Object.keys(drafts)) {
+        const found = name.slice(path.length + 1).match(/^([0-9]+)(\..*)$/);
+        if (!name.startsWith(`${path}.`) || !found) continue;
+        const to = moved(Number(found[1]));
+        if (to !== null) taken[`${path}.${to}${found[2]}`] = drafts[name];
+        delete drafts[name];
+      }
+      Object.assign(drafts, taken);
     }
 
     // The value of a field the author emptied: what the file had if that was already empty (null, "", []),
@@ -618,6 +720,12 @@
       if (own(original, key) && isEmptyish(original[key])) return original[key];
       if (required.has(key) && own(original, key)) return empty;
       return REMOVE;
+    }
+
+    // A select's unset choice: the key goes (required or not: the problems list then says it is missing), never
+    // "" or null written in its place, unless the file itself held null there (null stays null).
+    function unchosen(key) {
+      return own(original, key) && original[key] === null ? null : REMOVE;
     }
 
     for (const key of Object.keys(properties)) {
@@ -632,8 +740,15 @@
       if (!own(properties, key) && !omit.has(key)) form.append(field(key, {}, true));
     }
     container.replaceChildren(form);
-    const invalidFields = () => [...invalid, ...Array.from(nested.values()).flatMap((inside) => inside())];
+    building = false;
+    // a draft restored above that the schema now accepts was applied to the value: tell the page once drawn
+    if (JSON.stringify(output()) !== emitted) queueMicrotask(emit);
+    notify();
     return { element: form, value: output, invalid: invalidFields };
+
+    function invalidFields() {
+      return [...invalid, ...Array.from(nested.values()).flatMap((inside) => inside())];
+    }
 
     // One field: its label, help, input, error and notes; redrawn whole when its key is cleared.
     function field(key, property, stray) {
@@ -669,7 +784,10 @@
 
       function redraw() {
         invalid.delete(path);
+        nested.delete(path);
+        dropDrafts(path);
         box.replaceWith(field(key, property, stray));
+        notify();
       }
 
       const clear = el("button", "sf-clear", "×");
@@ -685,19 +803,25 @@
       ctx.touched = () => {
         clear.hidden = !own(current, key);
       };
+      // fail: what is wrong with the file's value (shown, nothing typed is held); hold: the author's text is
+      // refused, kept in the field (and the drafts) and reported through onInvalid until it is fixed or cleared
       ctx.fail = (messages) => {
         const list = Array.isArray(messages) ? messages : [messages];
         error.replaceChildren(...list.slice(0, 6).map((message) => el("div", null, message)));
         if (list.length > 6) error.append(el("div", null, `and ${list.length - 6} more`));
         error.hidden = false;
         box.classList.add("sf-invalid");
-        invalid.add(path);
       };
+      ctx.hold = (messages, text) => {
+        ctx.fail(messages);
+        hold(path, text);
+      };
+      ctx.draft = () => draftOf(path);
       ctx.ok = () => {
         error.replaceChildren();
         error.hidden = true;
         box.classList.remove("sf-invalid");
-        invalid.delete(path);
+        release(path);
       };
       ctx.apply = (value) => {
         ctx.ok();
@@ -751,7 +875,7 @@
       if (typeof value !== "string" && value !== undefined && value !== null) {
         ctx.fail(`${ctx.label}: the file holds ${JSON.stringify(value)}, not a text; typing here replaces it`);
       }
-      control.addEventListener("input", () => {
+      const typed = () => {
         const text = control.value;
         if (text === "") {
           ctx.ok();
@@ -761,9 +885,15 @@
         }
         const problems = [];
         check(root, spec.inner, text, ctx.label, problems);
-        if (problems.length) ctx.fail(problems);
+        if (problems.length) ctx.hold(problems, text);
         else ctx.apply(text);
-      });
+      };
+      control.addEventListener("input", typed);
+      const draft = ctx.draft();
+      if (typeof draft === "string" && draft !== "") {
+        control.value = draft;
+        typed();
+      }
       return control;
     }
 
@@ -791,7 +921,7 @@
       control.value = typeof value === "string" ? value : "";
       control.addEventListener("change", () => {
         ctx.notes.replaceChildren();
-        if (control.value === "") ctx.apply(emptied(key, ""));
+        if (control.value === "") ctx.apply(unchosen(key));
         else ctx.apply(control.value);
       });
       return control;
@@ -831,7 +961,7 @@
       control.value = present ? (typeof value === "string" ? value : JSON.stringify(value)) : "";
       control.addEventListener("change", () => {
         ctx.notes.replaceChildren();
-        if (control.value === "") ctx.apply(emptied(key, null));
+        if (control.value === "") ctx.apply(unchosen(key));
         else ctx.apply(byText.get(control.value));
       });
       return control;
@@ -872,7 +1002,7 @@
       }
       control.value = typeof value === "boolean" ? String(value) : "";
       control.addEventListener("change", () => {
-        if (control.value === "") ctx.apply(emptied(key, null));
+        if (control.value === "") ctx.apply(unchosen(key));
         else ctx.apply(control.value === "true");
       });
       return control;
@@ -893,9 +1023,9 @@
       }
       const fallback = shownDefault(property, inner);
       if (fallback) control.placeholder = `default: ${fallback}`;
-      control.addEventListener("input", () => {
+      const typed = () => {
         if (control.validity.badInput) {
-          ctx.fail(`${ctx.label}: not a number`);
+          ctx.hold(`${ctx.label}: not a number`, undefined);
           return;
         }
         if (control.value.trim() === "") {
@@ -907,10 +1037,16 @@
         const parsed = Number(control.value);
         const problems = [];
         check(root, inner, parsed, ctx.label, problems);
-        if (problems.length) ctx.fail(problems);
+        if (problems.length) ctx.hold(problems, control.value);
         // the file's own spelling of a number (1.0, 1e2) is the writer's to keep: the same number is no change
         else ctx.apply(parsed);
-      });
+      };
+      control.addEventListener("input", typed);
+      const draft = ctx.draft();
+      if (typeof draft === "string" && draft.trim() !== "") {
+        control.value = draft;
+        typed();
+      }
       return control;
     }
 
@@ -926,13 +1062,13 @@
       if (!offer || name === "") return null;
       if (offer.kind === "states") {
         if (offer.names.includes(name)) return null;
-        return el("small", "sf-warning", `${name}: no such state in this definition`);
+        return el("span", "sf-warning", `${name}: no such state in this definition`);
       }
       const entry = catalog[offer.kind].find((candidate) => candidate.name === name);
       const missing = offer.kind === "tools" ? toolMissing(entry) : entry ? null : "not provided by --hooks";
-      if (missing) return el("small", "sf-warning", `${name}: ${missing}`);
+      if (missing) return el("span", "sf-warning", `${name}: ${missing}`);
       const needs = NEEDS[offer.kind](entry);
-      return needs ? el("small", "sf-needs", needs) : null;
+      return needs ? el("span", "sf-needs", needs) : null;
     }
 
     function listField(ctx) {
@@ -965,7 +1101,7 @@
         const problems = [];
         check(root, spec.inner, items, ctx.label, problems);
         if (problems.length) {
-          ctx.fail(problems);
+          ctx.hold(problems, items.slice());
           return;
         }
         const fallback = ctx.property.default !== undefined ? ctx.property.default : spec.inner.default;
@@ -990,10 +1126,19 @@
           control.type = "text";
           control.value = item;
           if (listId) control.setAttribute("list", listId);
-          const note = el("span", "sf-item-note");
+          const note = el("div", "sf-item-note");
           const annotate = () => {
             const made = itemNote(ctx, offer, control.value);
             note.replaceChildren(...(made ? [made] : []));
+            const name = control.value;
+            if (made && offer && offer.kind === "tools" && !known(name) && typeof o.onUseTool === "function") {
+              const declare = button("Declare", "declare", `Declare ${name} in the definition's top-level tools`);
+              declare.addEventListener("click", () => {
+                useTool(name);
+                declare.remove();
+              });
+              note.append(" ", declare);
+            }
           };
           annotate();
           control.addEventListener("input", () => {
@@ -1033,11 +1178,20 @@
         offer && offer.kind !== "states" ? `add a name (${offer.kind} --hooks provides below)` : "add…";
       if (listId) fresh.setAttribute("list", listId);
       const add = button("Add", "add", "Add to the list");
+      // A tool added here from what the catalog knows is also declared at the top level by the page (onUseTool),
+      // so the state does not name a tool the definition lacks; a name the catalog does not know is not declared
+      // on its own (a typo would stay in the file unseen): its note offers to declare it.
+      const useTool = (name) => {
+        if (offer && offer.kind === "tools" && typeof o.onUseTool === "function") o.onUseTool(name);
+      };
+      const known = (name) =>
+        Boolean(offer && offer.kind !== "states" && catalog[offer.kind].some((entry) => entry.name === name));
       const addName = (name) => {
         if (name === "") return;
         items.push(name);
         draw();
         commit();
+        if (known(name) && Array.isArray(current[key]) && current[key].includes(name)) useTool(name);
       };
       add.addEventListener("click", () => {
         addName(fresh.value);
@@ -1076,8 +1230,11 @@
           panel.append(row);
         }
       };
+      const draft = ctx.draft();
+      if (Array.isArray(draft)) items.splice(0, items.length, ...draft.map(String));
       draw();
       drawCatalog();
+      if (Array.isArray(draft)) commit();
       wrap.append(list, adding);
       if (offer && offer.kind !== "states") ctx.notes.append(panel); // below the error, which is the input's
       return wrap;
@@ -1096,88 +1253,136 @@
       control.placeholder =
         fallback !== undefined ? `JSON (${kinds}); default: ${JSON.stringify(fallback)}` : `JSON (${kinds})`;
       const isChecks = key === "checks" && type === "State";
-      const cardsOf = itemsType(property);
-      const cards =
-        key === "conditions" && cardsOf && (value === undefined || Array.isArray(value))
-          ? itemCards(ctx, cardsOf, control)
-          : null;
+      // a card per item: conditions (one type) and a state's checks (a kind chosen among the schema's)
+      const cardsOf = key === "conditions" ? itemsType(property) : isChecks ? itemsUnion(property) : null;
+      const cards = cardsOf && (value === undefined || Array.isArray(value)) ? itemCards(ctx, cardsOf, control) : null;
       const panel = el("div", "sf-catalog-notes");
 
-      const notePythonChecks = (checks) => {
+      const isTools = key === "tools" && type === "definition";
+      // Beside the field, one block per note (never run together): the python checks --hooks lacks, then what it
+      // provides, each with its action (checks: Add one; top-level tools: Declare one, with the minimal
+      // declaration the loader accepts, {}, its description and parameters then coming from the registered code).
+      const noteCatalog = (given) => {
         panel.replaceChildren();
-        if (!isChecks || !catalog.checks) return;
-        for (const item of Array.isArray(checks) ? checks : []) {
-          if (isObject(item) && item.kind === "python" && typeof item.name === "string") {
-            const known = catalog.checks.find((entry) => entry.name === item.name);
-            if (!known) panel.append(el("small", "sf-warning", `check ${item.name}: not provided by --hooks`));
-          }
-        }
+        if (isChecks && catalog.checks) noteChecks(given);
+        if (isTools && catalog.tools) noteTools(given);
+      };
+      const offerList = (kind, heading, list, actionOf) => {
+        if (!list.length) return;
         const offered = el("ul", "sf-catalog");
-        offered.dataset.catalog = "checks";
-        for (const entry of catalog.checks) {
+        offered.dataset.catalog = kind;
+        for (const entry of list) {
           const row = el("li", "sf-catalog-entry");
           row.dataset.name = entry.name;
           row.append(el("code", "sf-name", entry.name));
-          const needs = checkNeeds(entry);
-          if (needs) row.append(el("span", "sf-needs", ` — ${needs} `));
-          const use = el("button", "sf-button sf-use", "Add");
-          use.type = "button";
-          use.dataset.action = "use";
-          use.title = `Add a python check named ${entry.name}`;
-          use.addEventListener("click", () => {
-            const parsed = control.value.trim() === "" ? { value: [] } : parseJson(control.value);
-            if (parsed.error || !Array.isArray(parsed.value)) {
-              ctx.fail(`${ctx.label}: fix the JSON first (a list of checks) to add ${entry.name}`);
-              return;
-            }
-            const next = parsed.value.concat([{ kind: "python", name: entry.name }]);
-            control.value = JSON.stringify(next, null, 2);
-            accept();
-          });
-          row.append(use);
+          if (typeof entry.description === "string" && entry.description) {
+            row.append(el("span", "sf-description", ` — ${entry.description}`));
+          }
+          const needs = NEEDS[kind](entry, kind === "tools");
+          if (needs) row.append(el("div", "sf-needs", needs));
+          const action = actionOf(entry);
+          if (action) row.append(action);
           offered.append(row);
         }
-        if (catalog.checks.length) {
-          panel.append(el("small", "sf-needs", "Checks --hooks provides:"), offered);
-        }
+        panel.append(el("div", "sf-needs sf-catalog-heading", heading), offered);
       };
+      const amend = (entry, what, empty, isShape, change) => {
+        const parsed = control.value.trim() === "" ? { value: empty } : parseJson(control.value);
+        if (parsed.error || !isShape(parsed.value)) {
+          ctx.hold(`${ctx.label}: fix the JSON first (${what}) to add ${entry.name}`, control.value);
+          return;
+        }
+        control.value = JSON.stringify(change(parsed.value), null, 2);
+        accept(false);
+      };
+      const noteChecks = (checks) => {
+        for (const item of Array.isArray(checks) ? checks : []) {
+          if (isObject(item) && item.kind === "python" && typeof item.name === "string") {
+            const provided = catalog.checks.find((entry) => entry.name === item.name);
+            if (!provided) panel.append(el("div", "sf-warning", `check ${item.name}: not provided by --hooks`));
+          }
+        }
+        offerList("checks", "Checks --hooks provides:", catalog.checks, (entry) => {
+          const use = button("Add", "use", `Add a python check named ${entry.name}`);
+          use.addEventListener("click", () =>
+            amend(entry, "a list of checks", [], Array.isArray, (list) =>
+              list.concat([{ kind: "python", name: entry.name }]),
+            ),
+          );
+          return use;
+        });
+      };
+      const noteTools = (tools) => {
+        const declared = isObject(tools) ? tools : {};
+        offerList(
+          "tools",
+          "Tools --hooks provides:",
+          catalog.tools.filter((entry) => entry.registered !== false),
+          (entry) => {
+            if (own(declared, entry.name)) return el("div", "sf-note sf-declared", "declared here");
+            const declare = button("Declare", "declare", `Declare ${entry.name} here (as {}: its code gives the rest)`);
+            declare.addEventListener("click", () =>
+              amend(entry, "an object of tools by name", {}, isObject, (object) =>
+                Object.assign({}, object, { [entry.name]: {} }),
+              ),
+            );
+            return declare;
+          },
+        );
+      };
+      function button(text, action, title) {
+        const node = el("button", `sf-button sf-${action}`, text);
+        node.type = "button";
+        node.dataset.action = action;
+        node.title = title;
+        return node;
+      }
 
-      const accept = () => {
+      // restoring: the JSON box gets its draft back on render (the cards then keep their own drafts)
+      const accept = (restoring) => {
         const text = control.value;
         control.removeAttribute("aria-invalid");
         if (text.trim() === "") {
           ctx.apply(emptied(key, null));
-          notePythonChecks([]);
+          noteCatalog([]);
           if (cards) {
             cards.element.disabled = false;
-            cards.draw([]);
+            cards.redraw([]);
           }
           return;
         }
         const parsed = parseJson(text);
-        if (cards) cards.element.disabled = true;
+        // the cards show what the box holds as long as it is a list (an edit there then rewrites the box with
+        // that list and the edit: nothing lost); text that is not JSON disables them (an edit would overwrite it)
+        if (cards) {
+          const list = !parsed.error && Array.isArray(parsed.value);
+          cards.element.disabled = !list;
+          if (list) (restoring === true ? cards.draw : cards.redraw)(parsed.value);
+        }
         if (parsed.error) {
           control.setAttribute("aria-invalid", "true");
-          ctx.fail(`${ctx.label}: ${parsed.error}`);
+          ctx.hold(`${ctx.label}: ${parsed.error}`, text);
           return;
         }
         const problems = [];
         check(root, property, parsed.value, ctx.label, problems);
         if (problems.length) {
           control.setAttribute("aria-invalid", "true");
-          ctx.fail(problems);
+          ctx.hold(problems, text);
           return;
         }
         ctx.apply(parsed.value);
-        notePythonChecks(parsed.value);
-        if (cards) {
-          cards.element.disabled = false;
-          cards.draw(parsed.value);
-        }
+        noteCatalog(parsed.value);
       };
-      control.addEventListener("input", accept);
-      notePythonChecks(value);
+      control.addEventListener("input", () => accept(false));
+      noteCatalog(value);
       ctx.notes.append(panel);
+      const draft = ctx.draft();
+      if (typeof draft === "string" && draft.trim() !== "") {
+        control.value = draft;
+        control.rows = Math.min(16, Math.max(3, draft.split("\n").length + 1));
+        accept(true);
+      }
       if (cards) {
         wrap.append(cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
       }
@@ -1194,9 +1399,29 @@
       return root.$defs && isObject(root.$defs[name]) && deref(root, root.$defs[name]).type === "object" ? name : null;
     }
 
-    // Conditions one by one, each a form of its own (description, requires_context_keys as a list, logic as
-    // JSON), kept in step with the JSON box below them: a change in either redraws the other.
-    function itemCards(ctx, itemType, control) {
+    // An array whose items are one of several $defs types told apart by a tag (a state's checks, by kind):
+    // {tag, mapping: {tag value: $defs name}, name (an item's, e.g. "Check")}.
+    function itemsUnion(property) {
+      const node = deref(root, property);
+      const items = node.type === "array" && node.items ? deref(root, node.items) : null;
+      const tag = items && items.discriminator;
+      if (!tag || typeof tag.propertyName !== "string" || !isObject(tag.mapping)) return null;
+      const mapping = {};
+      for (const [choice, ref] of Object.entries(tag.mapping)) {
+        const name = typeof ref === "string" && ref.startsWith("#/$defs/") ? ref.slice("#/$defs/".length) : null;
+        if (!name || !root.$defs || !isObject(root.$defs[name])) return null;
+        mapping[choice] = name;
+      }
+      const title = typeof node.title === "string" ? node.title : "";
+      return { tag: tag.propertyName, mapping, name: title.replace(/s$/, "") || "Item" };
+    }
+
+    // The items of a list one by one, each a form of its own (conditions: description, requires_context_keys as
+    // a list, logic as JSON; checks: their kind as a choice, then that kind's fields), kept in step with the JSON
+    // box below them: a change in either redraws the other. of: a $defs name, or itemsUnion's answer.
+    function itemCards(ctx, of, control) {
+      const union = typeof of === "string" ? null : of;
+      const itemType = union ? union.name : of;
       // a fieldset: while the JSON box holds text that is not applied, the cards are disabled (an edit there
       // would overwrite that text)
       const element = el("fieldset", "sf-cards");
@@ -1207,7 +1432,9 @@
         const problems = [];
         check(root, ctx.property, items, ctx.label, problems);
         if (problems.length) {
-          ctx.fail(problems);
+          control.value = JSON.stringify(items, null, 2);
+          control.setAttribute("aria-invalid", "true");
+          ctx.hold(problems, control.value);
           return;
         }
         ctx.apply(items.length ? items : emptied(ctx.key, []));
@@ -1222,7 +1449,9 @@
         if (index !== undefined) node.dataset.index = String(index);
         return node;
       };
+      let drawing = false;
       const draw = (value) => {
+        drawing = true;
         items = Array.isArray(value) ? clone(value) : [];
         handles.length = 0;
         element.replaceChildren();
@@ -1235,6 +1464,7 @@
           up.disabled = index === 0;
           up.addEventListener("click", () => {
             [items[index - 1], items[index]] = [items[index], items[index - 1]];
+            moveDrafts(ctx.path, (i) => (i === index ? index - 1 : i === index - 1 ? index : i));
             draw(items);
             commit();
           });
@@ -1242,34 +1472,61 @@
           down.disabled = index === items.length - 1;
           down.addEventListener("click", () => {
             [items[index + 1], items[index]] = [items[index], items[index + 1]];
+            moveDrafts(ctx.path, (i) => (i === index ? index + 1 : i === index + 1 ? index : i));
             draw(items);
             commit();
           });
           const remove = button("×", "remove", `Remove this ${itemType.toLowerCase()}`, index);
           remove.addEventListener("click", () => {
             items.splice(index, 1);
+            moveDrafts(ctx.path, (i) => (i === index ? null : i > index ? i - 1 : i));
             draw(items);
             commit();
           });
           head.append(up, down, remove);
           const body = el("div", "sf-card-body");
           card.append(head, body);
-          if (isObject(item)) {
-            const handle = render(body, {
+          const itemForm = (formType, omitted) => {
+            const handle = render(formBox, {
               schema: root,
-              type: itemType,
+              type: formType,
               value: item,
+              omit: omitted,
               catalog: o.catalog,
               stateIds: o.stateIds,
               prefix: `${ctx.path}.${index}.`,
+              drafts: drafts || undefined,
+              onInvalid: () => {
+                if (!drawing) notify();
+              },
+              onUseTool: o.onUseTool,
               onChange: (changed) => {
                 items[index] = changed;
                 commit();
               },
             });
             handles.push(handle);
+          };
+          const formBox = el("div", "sf-card-form");
+          if (!isObject(item)) {
+            body.append(el("div", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+          } else if (union) {
+            const chosen = union.mapping[item[union.tag]];
+            body.append(
+              kindField(ctx, union, items, index, () => {
+                draw(items);
+                commit();
+              }),
+              formBox,
+            );
+            if (typeof item[union.tag] === "string" && own(union.mapping, item[union.tag])) {
+              itemForm(chosen, [union.tag]);
+            } else {
+              formBox.append(el("div", "sf-help", `Choose the kind of this ${itemType.toLowerCase()} first.`));
+            }
           } else {
-            body.append(el("small", "sf-warning", `not an object: edit ${itemType} ${index + 1} as JSON below`));
+            body.append(formBox);
+            itemForm(itemType, undefined);
           }
           element.append(card);
         });
@@ -1280,10 +1537,72 @@
           commit();
         });
         element.append(add);
+        drawing = false;
+        notify(); // the cards drawn anew: the fields inside them that hold text may have changed
+      };
+      // the JSON box replaced the whole list: what the old cards held unapplied no longer fits them
+      const redraw = (value) => {
+        moveDrafts(ctx.path, () => null);
+        draw(value);
       };
       draw(current[ctx.key]);
       nested.set(ctx.path, () => handles.flatMap((handle) => handle.invalid()));
-      return { element, draw };
+      return { element, draw, redraw };
+    }
+
+    // A card's kind (a check's "kind"): a select of the schema's kinds, each with its type's description. A new
+    // kind keeps the fields the new type also has (description, on) and drops the others.
+    function kindField(ctx, union, items, index, changed) {
+      const item = items[index];
+      const path = `${ctx.path}.${index}.${union.tag}`;
+      const box = el("div", `sf-field sf-kind-enum sf-card-kind`);
+      box.dataset.key = union.tag;
+      const id = `sf${number}-${path.replace(/[^A-Za-z0-9_-]/g, "_")}`;
+      const label = el("label", "sf-label", humanize(union.tag));
+      label.htmlFor = id;
+      const head = el("div", "sf-head");
+      head.append(label);
+      box.append(head);
+      const control = mark(el("select", "sf-select"), path, id);
+      const given = item[union.tag];
+      if (typeof given !== "string" || !own(union.mapping, given)) {
+        const unset = el(
+          "option",
+          null,
+          given === undefined ? "(choose a kind)" : `${JSON.stringify(given)} (not a kind)`,
+        );
+        unset.value = "";
+        unset.dataset.unset = "1";
+        control.append(unset);
+      }
+      const typeOfKind = (choice) => deref(root, root.$defs[union.mapping[choice]]);
+      for (const choice of Object.keys(union.mapping)) {
+        const option = el("option", null, choice);
+        option.value = choice;
+        const described = typeOfKind(choice).description;
+        if (typeof described === "string") option.title = described;
+        control.append(option);
+      }
+      control.value = typeof given === "string" && own(union.mapping, given) ? given : "";
+      const help = el("small", "sf-help", control.value ? typeOfKind(control.value).description || "" : "");
+      help.id = `${id}-help`;
+      control.setAttribute("aria-describedby", help.id);
+      control.addEventListener("change", () => {
+        const next = control.value;
+        if (!own(union.mapping, next)) return;
+        const fields = Object.keys(typeOfKind(next).properties || {});
+        const out = {};
+        if (!own(item, union.tag)) out[union.tag] = next;
+        for (const name of Object.keys(item)) {
+          if (name === union.tag) out[name] = next;
+          else if (fields.includes(name)) out[name] = item[name];
+        }
+        items[index] = out;
+        dropDrafts(`${ctx.path}.${index}`); // the fields of the old kind are gone
+        changed();
+      });
+      box.append(control, help);
+      return box;
     }
 
     function renameField(property) {
@@ -1317,10 +1636,15 @@
         error.replaceChildren(...problems.map((problem) => el("div", null, problem)));
         error.hidden = problems.length === 0;
         box.classList.toggle("sf-invalid", problems.length > 0);
-        if (problems.length) invalid.add(path);
-        else invalid.delete(path);
+        if (problems.length) hold(path, control.value);
+        else release(path);
       };
       control.addEventListener("input", () => show(problemsOf(control.value)));
+      const draft = draftOf(path);
+      if (typeof draft === "string") {
+        control.value = draft;
+        show(problemsOf(draft));
+      }
       // a rename rewrites references all over the definition: done once, when the author is done typing
       control.addEventListener("change", () => {
         const problems = problemsOf(control.value);
