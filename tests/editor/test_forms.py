@@ -926,3 +926,14 @@ def test_checks_are_edited_one_card_each_with_their_kind_in_step_with_their_json
     assert page.input_value(field("checks.0.keys.0")) == "email"
     assert changes(tab)[-1] == {"purpose": "p", "checks": [{"kind": "required_keys", "keys": ["email"]}]}
     assert page.locator('[data-cards="checks"] .sf-card').count() == 1
+
+
+@browser_test
+def test_a_number_box_with_text_the_browser_cannot_read_is_reported_but_holds_no_draft(tab: Page, form: Any) -> None:
+    page = form("State", {"max_retries": 1}, drafts=True)
+    page.fill(field("max_retries"), "")
+    page.focus(field("max_retries"))
+    page.keyboard.type("1e")  # an unfinished exponent: the input's value reads "" (badInput)
+    assert "max_retries: not a number" in error_of(tab, "max_retries")
+    assert invalids(tab)[-1] == ["max_retries"] and drafts(tab) == {}  # the text cannot be read back to keep
+    assert changes(tab) == [{}, {"max_retries": 1}]  # "1" applied as typed, then "1e" refused
