@@ -340,6 +340,7 @@
     chatSawEdit(); // a running chat talks to the definition as it was: offer to restart it
     showSaveState();
     scheduleCheck();
+    if (page.layoutPending && !unsaved()) writeLayout(); // back to the saved definition (undo): its ids again
   }
 
   // An undo step is {doc: the definition before the change, layout: null or [from, to, at], rename: null or
