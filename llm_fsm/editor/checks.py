@@ -90,7 +90,7 @@ def binding_problems(text: str, source: str, hooks: Hooks) -> list[Diagnostic]:
         except DefinitionError as exc:
             problems += exc.problems
         try:  # ... and each sub-definition's (frame_settings only copies the settings it is given)
-            frame_settings(definition, hooks, TurnSettings(prompt=None))  # type: ignore[arg-type]
+            frame_settings(definition, hooks, TurnSettings(prompt=None))  # type: ignore[arg-type]  # no prompt: only the tools are read
         except DefinitionError as exc:
             problems += exc.problems
     except Exception as exc:  # a bug in the binding: one problem, not a failed request
