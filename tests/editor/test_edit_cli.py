@@ -234,3 +234,15 @@ def test_the_simulated_model_takes_the_provider_options_chat_gives_it(tmp_path: 
     made = editing.tryit.client_factory(definition)
     assert type(made).__name__ == "SimulatedLLM" and made.definition is definition
     assert made.guided is True and made.prompt_order == "cache"
+
+
+def test_the_socket_sends_at_once_so_a_check_does_not_wait_for_a_delayed_ack() -> None:
+    # uvicorn sets TCP_NODELAY only on sockets it makes; each connection accepted on this one inherits it
+    from llm_fsm.cli.edit import _listen
+
+    listening = _listen(0)
+    try:
+        assert listening.getsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY) != 0
+        assert listening.getsockname()[0] == "127.0.0.1"
+    finally:
+        listening.close()
