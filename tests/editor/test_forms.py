@@ -937,3 +937,90 @@ def test_a_number_box_with_text_the_browser_cannot_read_is_reported_but_holds_no
     assert "max_retries: not a number" in error_of(tab, "max_retries")
     assert invalids(tab)[-1] == ["max_retries"] and drafts(tab) == {}  # the text cannot be read back to keep
     assert changes(tab) == [{}, {"max_retries": 1}]  # "1" applied as typed, then "1e" refused
+
+
+# -- the cards show and edit only the applied value, never the JSON box's draft (fix-forms2) ------------------
+
+
+def cards_locked(tab: Page, path: str) -> bool:
+    """The cards of PATH are disabled with the note saying the JSON box holds text not applied yet."""
+    return bool(
+        tab.tab.evaluate(
+            """(path) => {
+                const note = document.querySelector(`[data-locked="${path}"]`);
+                const cards = document.querySelector(`[data-cards="${path}"]`);
+                return Boolean(note && !note.hidden && note.textContent.includes("holds text not applied yet")
+                    && cards && cards.disabled);
+            }""",
+            path,
+        )
+    )
+
+
+@browser_test
+def test_a_refused_json_list_leaves_the_condition_cards_on_the_applied_value_and_applies_nothing(
+    tab: Page, form: Any
+) -> None:
+    transition = {
+        "target_state": "b",
+        "conditions": [{"description": "the name is known", "requires_context_keys": ["user_name"]}],
+    }
+    page = form("Transition", transition, prefix="transitions.0.", drafts=True)
+    refused = '[{"description": 5, "logic": {"==": [1,1]}}]'
+    page.fill(field("transitions.0.conditions"), refused)
+    assert "transitions[0].conditions[0].description" in error_of(tab, "conditions") and changes(tab) == []
+    # the card shows what the file holds, not the refused text, and says nothing false about the file
+    assert page.input_value(field("transitions.0.conditions.0.description")) == "the name is known"
+    assert page.input_value(field("transitions.0.conditions.0.requires_context_keys.0")) == "user_name"
+    card = page.locator('[data-cards="transitions.0.conditions"] .sf-card').inner_text()
+    assert "the file holds" not in card
+    assert cards_locked(tab, "transitions.0.conditions")
+    assert page.is_disabled(field("transitions.0.conditions.0.description"))
+    # nothing typed in the card reaches the value while the box holds its draft (forced past the disabling)
+    page.eval_on_selector(
+        field("transitions.0.conditions.0.description"),
+        "node => { node.disabled = false; node.value = 'edited'; node.dispatchEvent(new Event('input')); }",
+    )
+    assert changes(tab) == [] and page.input_value(field("transitions.0.conditions")) == refused
+    assert drafts(tab) == {"transitions.0.conditions": refused}
+    # drawn again with the draft, the cards are still the file's and still locked
+    page = form("Transition", transition, prefix="transitions.0.", drafts=True)
+    assert page.input_value(field("transitions.0.conditions")) == refused
+    assert page.input_value(field("transitions.0.conditions.0.description")) == "the name is known"
+    assert cards_locked(tab, "transitions.0.conditions")
+    # fixed in the box: applied, the cards follow it and take edits again
+    page.fill(field("transitions.0.conditions"), '[{"description": "five", "logic": {"==": [1,1]}}]')
+    assert changes(tab)[-1]["conditions"] == [{"description": "five", "logic": {"==": [1, 1]}}]
+    assert not cards_locked(tab, "transitions.0.conditions")
+    page.fill(field("transitions.0.conditions.0.description"), "six")
+    assert changes(tab)[-1]["conditions"] == [{"description": "six", "logic": {"==": [1, 1]}}]
+
+
+@browser_test
+def test_a_refused_json_list_leaves_the_check_cards_on_the_applied_value_and_applies_nothing(
+    tab: Page, form: Any
+) -> None:
+    state = {"purpose": "p", "checks": [{"kind": "max_length", "max": 200, "description": "short"}]}
+    page = form("State", state, catalog=CATALOG, drafts=True)
+    refused = '[{"kind": "regex", "pattern": 5}]'
+    page.fill(field("checks"), refused)
+    assert "checks[0].pattern" in error_of(tab, "checks") and changes(tab) == []
+    assert page.input_value(field("checks.0.kind")) == "max_length"
+    assert page.input_value(field("checks.0.max")) == "200"
+    assert page.input_value(field("checks.0.description")) == "short"
+    assert "the file holds" not in page.locator('[data-cards="checks"] .sf-card').inner_text()
+    assert cards_locked(tab, "checks") and page.is_disabled(field("checks.0.max"))
+    page.eval_on_selector(
+        field("checks.0.max"),
+        "node => { node.disabled = false; node.value = '120'; node.dispatchEvent(new Event('input')); }",
+    )
+    assert changes(tab) == [] and page.input_value(field("checks")) == refused
+    # a catalog Add does not build on (nor apply) the draft either
+    page.click('[data-catalog="checks"] [data-action="use"]')
+    assert changes(tab) == [] and page.input_value(field("checks")) == refused
+    assert "checks: fix the JSON first (a list of checks) to add polite" in error_of(tab, "checks")
+    # text that is not JSON locks them the same way; cleared, the cards are free again
+    page.fill(field("checks"), "[{")
+    assert cards_locked(tab, "checks") and changes(tab) == []
+    page.fill(field("checks"), "")
+    assert changes(tab)[-1] == {"purpose": "p"} and not cards_locked(tab, "checks")

@@ -21,8 +21,9 @@
 // states ("$return" for targets); a list of strings -> a list editor (add, reorder, remove; except_states offers
 // the states, a state's tools and handlers what --hooks provides); anything else (objects, lists of objects, a
 // field of several kinds) -> a JSON box checked as typed against the schema, conditions and a state's checks also
-// one card each (a check's kind a <select> of the schema's kinds, then that kind's fields); the top-level tools
-// list what --hooks provides, each with Declare (adds {}, the minimal declaration the loader accepts).
+// one card each (a check's kind a <select> of the schema's kinds, then that kind's fields; the cards show only
+// the applied value, and are disabled while the box holds text not applied, so no card edit applies it); the
+// top-level tools list what --hooks provides, each with Declare (adds {}, the minimal declaration the loader accepts).
 // Every input has name and data-field = its JSON path ("purpose", "transitions.0.priority", list items
 // "tools.0", a list's new-item box "tools.new", a card's "conditions.0.logic", "checks.0.kind"); a field's box is
 // .sf-field[data-key=KEY], its error .sf-error, its remove-the-key button [data-clear=PATH]. Notes beside a field
@@ -1288,7 +1289,8 @@
       };
       const amend = (entry, what, empty, isShape, change) => {
         const parsed = control.value.trim() === "" ? { value: empty } : parseJson(control.value);
-        if (parsed.error || !isShape(parsed.value)) {
+        // text not applied yet stays the author's to fix or clear: an Add never builds on it (nor applies it)
+        if (invalid.has(ctx.path) || parsed.error || !isShape(parsed.value)) {
           ctx.hold(`${ctx.label}: fix the JSON first (${what}) to add ${entry.name}`, control.value);
           return;
         }
@@ -1338,7 +1340,10 @@
         return node;
       }
 
-      // restoring: the JSON box gets its draft back on render (the cards then keep their own drafts)
+      // restoring: the JSON box gets its draft back on render (the cards then keep their own drafts).
+      // The cards only ever show and edit the applied value: text typed here that is not applied (not JSON, or
+      // JSON the schema refuses) locks them on the applied value, so nothing typed in a card can apply, or be
+      // mixed with, the box's draft (a card edit would otherwise save the refused text with it).
       const accept = (restoring) => {
         const text = control.value;
         control.removeAttribute("aria-invalid");
@@ -1346,33 +1351,27 @@
           ctx.apply(emptied(key, null));
           noteCatalog([]);
           if (cards) {
-            cards.element.disabled = false;
+            cards.unlock();
             cards.redraw([]);
           }
           return;
         }
         const parsed = parseJson(text);
-        // the cards show what the box holds as long as it is a list (an edit there then rewrites the box with
-        // that list and the edit: nothing lost); text that is not JSON disables them (an edit would overwrite it)
-        if (cards) {
-          const list = !parsed.error && Array.isArray(parsed.value);
-          cards.element.disabled = !list;
-          if (list) (restoring === true ? cards.draw : cards.redraw)(parsed.value);
-        }
-        if (parsed.error) {
-          control.setAttribute("aria-invalid", "true");
-          ctx.hold(`${ctx.label}: ${parsed.error}`, text);
-          return;
-        }
         const problems = [];
-        check(root, property, parsed.value, ctx.label, problems);
+        if (parsed.error) problems.push(`${ctx.label}: ${parsed.error}`);
+        else check(root, property, parsed.value, ctx.label, problems);
         if (problems.length) {
           control.setAttribute("aria-invalid", "true");
           ctx.hold(problems, text);
+          if (cards) cards.lock();
           return;
         }
         ctx.apply(parsed.value);
         noteCatalog(parsed.value);
+        if (cards) {
+          cards.unlock();
+          (restoring === true ? cards.draw : cards.redraw)(current[key]);
+        }
       };
       control.addEventListener("input", () => accept(false));
       noteCatalog(value);
@@ -1384,7 +1383,7 @@
         accept(true);
       }
       if (cards) {
-        wrap.append(cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
+        wrap.append(cards.note, cards.element, el("small", "sf-help sf-as-json", "All of them as JSON:"));
       }
       wrap.append(control);
       return wrap;
@@ -1422,13 +1421,22 @@
     function itemCards(ctx, of, control) {
       const union = typeof of === "string" ? null : of;
       const itemType = union ? union.name : of;
-      // a fieldset: while the JSON box holds text that is not applied, the cards are disabled (an edit there
-      // would overwrite that text)
+      // a fieldset: while the JSON box holds text typed there and not applied, the cards are disabled and show
+      // the applied value (an edit there would overwrite that text, or apply it), with a note saying why
       const element = el("fieldset", "sf-cards");
       element.dataset.cards = ctx.path;
+      const note = el(
+        "div",
+        "sf-warning sf-cards-locked",
+        "The JSON box below holds text not applied yet: fix it or clear it to edit these one by one.",
+      );
+      note.dataset.locked = ctx.path;
+      note.hidden = true;
+      let locked = false;
       let items = [];
       const handles = [];
       const commit = () => {
+        if (locked) return; // never over the box's draft (the fieldset is disabled: this is the belt to it)
         const problems = [];
         check(root, ctx.property, items, ctx.label, problems);
         if (problems.length) {
@@ -1501,6 +1509,7 @@
               },
               onUseTool: o.onUseTool,
               onChange: (changed) => {
+                if (locked) return;
                 items[index] = changed;
                 commit();
               },
@@ -1545,9 +1554,23 @@
         moveDrafts(ctx.path, () => null);
         draw(value);
       };
+      // the box holds text not applied: the cards go back to the applied value (what they held of their own
+      // that was not applied is in the box's text, still there to fix) and take no edit until unlock
+      const lock = () => {
+        if (locked) return;
+        draw(current[ctx.key]);
+        locked = true;
+        element.disabled = true;
+        note.hidden = false;
+      };
+      const unlock = () => {
+        locked = false;
+        element.disabled = false;
+        note.hidden = true;
+      };
       draw(current[ctx.key]);
       nested.set(ctx.path, () => handles.flatMap((handle) => handle.invalid()));
-      return { element, draw, redraw };
+      return { element, note, draw, redraw, lock, unlock };
     }
 
     // A card's kind (a check's "kind"): a select of the schema's kinds, each with its type's description. A new
