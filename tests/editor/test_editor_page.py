@@ -847,6 +847,58 @@ def test_a_file_gone_from_disk_is_saved_again_not_reloaded_empty(opened: Any, tm
 
 
 @browser_test
+def test_a_file_gone_before_a_reload_is_said_gone_not_saved_empty_unless_chosen(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    with editing(path) as base:
+        page = opened(base).ready()
+        path.unlink()  # moved or deleted by someone else, then the author reloads the page
+        page.tab.reload()
+        page.wait_text("#notice-text", "no longer on disk")
+        said = page.tab.inner_text("#notice")
+        assert "two.json is no longer on disk (moved or deleted)" in said and "new file" not in said, said
+        assert page.tab.inner_text("#save-state") != "unsaved" and page.tab.is_disabled("#save")
+        assert page.js("() => window.editor.doc()") is None and page.js("() => window.editor.cy.nodes().length") == 0
+        assert "missing_on_disk" in [p["code"] for p in page.js("window.editor.problems()")]
+        page.tab.keyboard.press("Control+s")
+        page.tab.click("#add-state")  # explains instead of adding to nothing
+        page.wait_text("#notice-text", "no longer on disk")
+        time.sleep(0.3)
+        assert not path.exists(), "no empty definition written without the explicit choice"
+        page.tab.click("#notice-links button:text('Start a new definition at this path')")
+        assert page.doc() == {"name": "two", "states": {}} and page.tab.inner_text("#save-state") == "unsaved"
+        page.add_state("only")
+        page.save()
+        assert json.loads(path.read_text())["states"] == {"only": {}}
+        assert page.tab.is_hidden("#notice")
+
+
+@browser_test
+def test_reload_from_the_conflict_dialog_keeps_the_definition_when_the_file_is_gone(
+    opened: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    with editing(path) as base:
+        page = opened(base).ready()
+        page.expect_status(409)
+        page.add_state("mine")
+        path.write_text(json.dumps(dict(TWO_STATES, description="theirs"), indent=2) + "\n")
+        page.tab.keyboard.press("Control+s")
+        page.tab.wait_for_selector("#conflict-dialog[open]")
+        path.unlink()  # and then gone, before the author chooses Reload
+        page.tab.click("#conflict-reload")
+        page.wait_text("#notice-text", "no longer on disk")
+        assert "mine" in page.doc()["states"] and page.js("() => window.editor.cy.getElementById('s:mine').length") == 1
+        assert page.tab.inner_text("#save-state") == "unsaved"
+        page.tab.click("#save")  # asks before writing it again
+        page.tab.wait_for_selector("#missing-dialog[open]")
+        page.tab.click("#missing-save")
+        page.wait_text("#save-state", "^saved$")
+        assert "mine" in json.loads(path.read_text())["states"]
+
+
+@browser_test
 def test_deleting_empties_no_list_the_file_did_not_hold_and_the_initial_state_is_named(
     opened: Any, tmp_path: Path
 ) -> None:
