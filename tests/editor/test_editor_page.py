@@ -531,6 +531,51 @@ def test_the_chat_beside_the_graph_lights_the_path_and_restarts_after_an_edit(op
         page.tab.wait_for_function("() => 'renamed' in window.editor.doc().states")
 
 
+def inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
+    """Whether the box ``inner`` lies wholly within ``outer`` (bounding boxes, page pixels; 1px of rounding)."""
+    return (
+        inner["x"] >= outer["x"] - 1
+        and inner["y"] >= outer["y"] - 1
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
+    )
+
+
+@browser_test
+@pytest.mark.parametrize("size", [(1400, 900), (1280, 800)])
+def test_the_chat_input_stays_in_view_as_the_transcript_grows(
+    opened: Any, examples: Path, size: tuple[int, int]
+) -> None:
+    width, height = size
+    with editing(examples / "order_flow.json") as base:
+        page = opened(base).ready()
+        page.tab.set_viewport_size({"width": width, "height": height})
+        page.js("() => window.editor.select('state', 'shipping_address')")  # a long form above the chat
+        page.tab.click("#chat-start")
+        page.tab.wait_for_selector("#transcript li.assistant")
+        # a long conversation: turns as the page writes them (an item per line, its text as text)
+        page.js(
+            "() => { const list = document.querySelector('#transcript');"
+            " for (let n = 0; n < 20; n++) { const item = document.createElement('li');"
+            " item.className = n % 2 ? 'assistant' : 'user'; item.textContent = 'turn ' + n + ' of a long talk';"
+            " list.appendChild(item); item.scrollIntoView({ block: 'nearest' }); } }"
+        )
+        last = page.tab.locator("#transcript li").last.bounding_box()
+        assert inside(last, page.tab.locator("#transcript").bounding_box()), "the newest line is shown"
+        page.add_state("extra")  # the restart offer shows too
+        viewport = {"x": 0, "y": 0, "width": width, "height": height}
+        pane = page.tab.locator("#chat").bounding_box()
+        assert inside(pane, viewport), (pane, viewport)
+        for part in ("#chat-message", "#chat-send", "#chat-start"):
+            box = page.tab.locator(part).bounding_box()
+            assert inside(box, viewport) and inside(box, pane), (part, box, pane, viewport)
+        transcript = page.js(
+            "() => { const t = document.querySelector('#transcript'); return [t.scrollHeight, t.clientHeight]; }"
+        )
+        assert transcript[0] > transcript[1], "the transcript scrolls inside its pane"
+        page.screenshot(f"editor-chat-{width}x{height}")
+
+
 @browser_test
 def test_the_state_form_reorders_transitions_by_rewriting_their_priorities(opened: Any, tmp_path: Path) -> None:
     path = tmp_path / "order.json"
