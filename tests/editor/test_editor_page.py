@@ -905,6 +905,7 @@ def test_a_file_gone_before_a_reload_is_said_gone_not_saved_empty_unless_chosen(
         assert page.tab.inner_text("#save-state") != "unsaved" and page.tab.is_disabled("#save")
         assert page.js("() => window.editor.doc()") is None and page.js("() => window.editor.cy.nodes().length") == 0
         assert "missing_on_disk" in [p["code"] for p in page.js("window.editor.problems()")]
+        page.screenshot("editor-gone-on-reload")
         page.tab.keyboard.press("Control+s")
         page.tab.click("#add-state")  # explains instead of adding to nothing
         page.wait_text("#notice-text", "no longer on disk")

@@ -1439,8 +1439,8 @@
   /** The file this editor read is gone: say so, and offer an empty start only as a choice of its own. */
   function goneNotice() {
     const name = page.file ? page.file.name : "The file";
-    notice(`${name} is no longer on disk (moved or deleted). Nothing here is written unless you choose to: `
-      + "put it back and reload the page, or start a new definition at this path.", {
+    notice(`${name} is no longer on disk (moved or deleted). Put it back and reload the page, or start a new `
+      + "definition at this path (nothing is written there until you do and save).", {
       links: [{ text: "Start a new definition at this path", go: startEmpty }],
       kind: "gone",
     });
