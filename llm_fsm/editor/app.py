@@ -94,18 +94,25 @@ class _Editing:
         self.model = model
         self.base_text: str | None = None
         self._read = False  # whether the page read the file yet: until then, edits render over the disk's text
+        # Whether the file was on disk when this editor last read or saved it: a file that was and is not any more
+        # is "gone" (moved or deleted), which the page must not mistake for a new file and save empty over.
+        self._existed = False
         self._lock = threading.Lock()
 
     def _base(self) -> str | None:
         with self._lock:
             if not self._read:
-                self.base_text, self._read = self.file.read().text, True
+                snapshot = self.file.read()
+                self.base_text, self._read, self._existed = snapshot.text, True, snapshot.exists
             return self.base_text
 
     def opened(self) -> dict[str, Any]:
         snapshot = self.file.read()
         with self._lock:
-            self.base_text, self._read = snapshot.text, True
+            gone = self._existed and not snapshot.exists
+            if not gone:  # gone: the text it held stays the base, so writing it again keeps its format
+                self.base_text, self._existed = snapshot.text, snapshot.exists
+            self._read = True
         text = snapshot.text or ""
         value, parse_error = None, None
         if snapshot.problem is not None:
@@ -121,6 +128,7 @@ class _Editing:
             "path": self.file.shown,
             "name": self.file.name,
             "exists": snapshot.exists,
+            "gone": gone,
             "text": text,
             "value": value,
             "parse_error": parse_error,
@@ -161,7 +169,7 @@ class _Editing:
             )
             raise Refused(409, "changed_on_disk", message, sha=outcome.sha)
         with self._lock:
-            self.base_text, self._read = outcome.text, True
+            self.base_text, self._read, self._existed = outcome.text, True, True
         return {"sha": outcome.sha, "text": outcome.text, "unchanged": outcome.unchanged}
 
 

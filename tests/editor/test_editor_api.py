@@ -342,6 +342,32 @@ def test_a_file_deleted_on_disk_is_409_missing_then_recreated_by_force(order_flo
     assert forced.status_code == 200 and order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes()
 
 
+def test_a_file_read_then_deleted_reads_as_gone_not_new_until_written_again(order_flow: Path) -> None:
+    client = client_for(order_flow)
+    opened = client.get("/api/file").json()
+    assert opened["exists"] and opened["gone"] is False
+    order_flow.unlink()
+    again = client.get("/api/file").json()
+    assert again["gone"] is True and not again["exists"] and again["value"] is None and again["sha"] == ""
+    assert client.get("/api/file").json()["gone"] is True, "a second reload still knows it was there"
+    forced = client.post("/api/save", json={"value": opened["value"], "sha": opened["sha"], "force": True})
+    assert forced.status_code == 200
+    assert order_flow.read_bytes() == (EXAMPLES / "order_flow.json").read_bytes(), "written in the format it had"
+    after = client.get("/api/file").json()
+    assert after["gone"] is False and after["exists"] and after["value"] == opened["value"]
+
+
+def test_a_file_that_never_existed_is_new_not_gone(tmp_path: Path) -> None:
+    path = tmp_path / "bot.json"
+    client = client_for(path)
+    assert client.get("/api/file").json()["gone"] is False
+    assert client.get("/api/file").json()["gone"] is False
+    saved = client.post("/api/save", json={"value": dead_end(), "sha": ""})
+    assert saved.status_code == 200
+    path.unlink()
+    assert client.get("/api/file").json()["gone"] is True, "saved by this editor, then deleted: gone"
+
+
 def test_a_new_file_made_by_someone_else_meanwhile_is_changed_on_disk(tmp_path: Path) -> None:
     path = tmp_path / "bot.json"
     client = client_for(path)

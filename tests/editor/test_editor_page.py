@@ -531,6 +531,51 @@ def test_the_chat_beside_the_graph_lights_the_path_and_restarts_after_an_edit(op
         page.tab.wait_for_function("() => 'renamed' in window.editor.doc().states")
 
 
+def inside(inner: dict[str, float], outer: dict[str, float]) -> bool:
+    """Whether the box ``inner`` lies wholly within ``outer`` (bounding boxes, page pixels; 1px of rounding)."""
+    return (
+        inner["x"] >= outer["x"] - 1
+        and inner["y"] >= outer["y"] - 1
+        and inner["x"] + inner["width"] <= outer["x"] + outer["width"] + 1
+        and inner["y"] + inner["height"] <= outer["y"] + outer["height"] + 1
+    )
+
+
+@browser_test
+@pytest.mark.parametrize("size", [(1400, 900), (1280, 800)])
+def test_the_chat_input_stays_in_view_as_the_transcript_grows(
+    opened: Any, examples: Path, size: tuple[int, int]
+) -> None:
+    width, height = size
+    with editing(examples / "order_flow.json") as base:
+        page = opened(base).ready()
+        page.tab.set_viewport_size({"width": width, "height": height})
+        page.js("() => window.editor.select('state', 'shipping_address')")  # a long form above the chat
+        page.tab.click("#chat-start")
+        page.tab.wait_for_selector("#transcript li.assistant")
+        # a long conversation: turns as the page writes them (an item per line, its text as text)
+        page.js(
+            "() => { const list = document.querySelector('#transcript');"
+            " for (let n = 0; n < 20; n++) { const item = document.createElement('li');"
+            " item.className = n % 2 ? 'assistant' : 'user'; item.textContent = 'turn ' + n + ' of a long talk';"
+            " list.appendChild(item); item.scrollIntoView({ block: 'nearest' }); } }"
+        )
+        last = page.tab.locator("#transcript li").last.bounding_box()
+        assert inside(last, page.tab.locator("#transcript").bounding_box()), "the newest line is shown"
+        page.add_state("extra")  # the restart offer shows too
+        viewport = {"x": 0, "y": 0, "width": width, "height": height}
+        pane = page.tab.locator("#chat").bounding_box()
+        assert inside(pane, viewport), (pane, viewport)
+        for part in ("#chat-message", "#chat-send", "#chat-start"):
+            box = page.tab.locator(part).bounding_box()
+            assert inside(box, viewport) and inside(box, pane), (part, box, pane, viewport)
+        transcript = page.js(
+            "() => { const t = document.querySelector('#transcript'); return [t.scrollHeight, t.clientHeight]; }"
+        )
+        assert transcript[0] > transcript[1], "the transcript scrolls inside its pane"
+        page.screenshot(f"editor-chat-{width}x{height}")
+
+
 @browser_test
 def test_the_state_form_reorders_transitions_by_rewriting_their_priorities(opened: Any, tmp_path: Path) -> None:
     path = tmp_path / "order.json"
@@ -844,6 +889,59 @@ def test_a_file_gone_from_disk_is_saved_again_not_reloaded_empty(opened: Any, tm
         page.tab.click("#missing-save")
         page.wait_text("#save-state", "^saved$")
         assert json.loads(path.read_text()) == page.doc() and "extra" in page.doc()["states"]
+
+
+@browser_test
+def test_a_file_gone_before_a_reload_is_said_gone_not_saved_empty_unless_chosen(opened: Any, tmp_path: Path) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    with editing(path) as base:
+        page = opened(base).ready()
+        path.unlink()  # moved or deleted by someone else, then the author reloads the page
+        page.tab.reload()
+        page.wait_text("#notice-text", "no longer on disk")
+        said = page.tab.inner_text("#notice")
+        assert "two.json is no longer on disk (moved or deleted)" in said and "new file" not in said, said
+        assert page.tab.inner_text("#save-state") != "unsaved" and page.tab.is_disabled("#save")
+        assert page.js("() => window.editor.doc()") is None and page.js("() => window.editor.cy.nodes().length") == 0
+        assert "missing_on_disk" in [p["code"] for p in page.js("window.editor.problems()")]
+        page.screenshot("editor-gone-on-reload")
+        page.tab.keyboard.press("Control+s")
+        page.tab.click("#add-state")  # explains instead of adding to nothing
+        page.wait_text("#notice-text", "no longer on disk")
+        time.sleep(0.3)
+        assert not path.exists(), "no empty definition written without the explicit choice"
+        page.tab.click("#notice-links button:text('Start a new definition at this path')")
+        assert page.doc() == {"name": "two", "states": {}} and page.tab.inner_text("#save-state") == "unsaved"
+        page.add_state("only")
+        page.save()
+        assert json.loads(path.read_text())["states"] == {"only": {}}
+        assert page.tab.is_hidden("#notice")
+
+
+@browser_test
+def test_reload_from_the_conflict_dialog_keeps_the_definition_when_the_file_is_gone(
+    opened: Any, tmp_path: Path
+) -> None:
+    path = tmp_path / "two.json"
+    path.write_text(json.dumps(TWO_STATES, indent=2) + "\n")
+    with editing(path) as base:
+        page = opened(base).ready()
+        page.expect_status(409)
+        page.add_state("mine")
+        path.write_text(json.dumps(dict(TWO_STATES, description="theirs"), indent=2) + "\n")
+        page.tab.keyboard.press("Control+s")
+        page.tab.wait_for_selector("#conflict-dialog[open]")
+        path.unlink()  # and then gone, before the author chooses Reload
+        page.tab.click("#conflict-reload")
+        page.wait_text("#notice-text", "no longer on disk")
+        assert "mine" in page.doc()["states"] and page.js("() => window.editor.cy.getElementById('s:mine').length") == 1
+        assert page.tab.inner_text("#save-state") == "unsaved"
+        page.tab.click("#save")  # asks before writing it again
+        page.tab.wait_for_selector("#missing-dialog[open]")
+        page.tab.click("#missing-save")
+        page.wait_text("#save-state", "^saved$")
+        assert "mine" in json.loads(path.read_text())["states"]
 
 
 @browser_test

@@ -450,7 +450,10 @@
     const dirty = unsaved();
     const pending = page.doc === null ? [] : pendingFields();
     const state = $("save-state");
-    if (page.doc === null) {
+    if (page.doc === null && page.file && page.file.gone) {
+      state.textContent = "not on disk: nothing to save";
+      state.className = "broken";
+    } else if (page.doc === null) {
       state.textContent = "not JSON: nothing to edit";
       state.className = "broken";
     } else if (pending.length) {
@@ -949,13 +952,18 @@
   /** What the page says when the file is not JSON and something asks for a definition. */
   function notJsonText() {
     const name = page.file ? page.file.name : "the file";
+    if (page.file && page.file.gone) {
+      return `${name} is no longer on disk (moved or deleted), so there is nothing to add to or try yet: put it back `
+        + "and reload the page, or start a new definition at this path (above; Save then writes it).";
+    }
     return `${name} is not JSON, so there is nothing to add to or try yet: start it empty first `
       + "(Start from an empty definition, above; Save then writes over it), or fix the file in a text editor and reload.";
   }
 
   function openAddState() {
     if (page.doc === null) {
-      notice(notJsonText(), { offerEmpty: Boolean(page.file && page.file.parse_error) });
+      if (page.file && page.file.gone) goneNotice();
+      else notice(notJsonText(), { offerEmpty: Boolean(page.file && page.file.parse_error) });
       return;
     }
     $("add-state-form").hidden = false;
@@ -1379,7 +1387,7 @@
       const answer = await api("api/save", { value: page.doc, sha: page.sha, force });
       page.sha = answer.sha;
       page.savedJson = JSON.stringify(page.doc);
-      if (page.noticeKind === "new" || page.noticeKind === "save") hideNotice(); // a new file, or "not saved": no more
+      if (["new", "save", "gone"].includes(page.noticeKind)) hideNotice(); // a new file, or "not saved": no more
       if (page.layoutPending) await writeLayout(); // the positions of the definition as saved
       showSaveState();
       $("save-state").textContent = answer.unchanged ? "saved (the file already held this)" : "saved";
@@ -1428,7 +1436,27 @@
     return { name: stem, states: {} };
   }
 
-  /** Read the file (again): the page's edits, undo and redo are dropped. */
+  /** The file this editor read is gone: say so, and offer an empty start only as a choice of its own. */
+  function goneNotice() {
+    const name = page.file ? page.file.name : "The file";
+    notice(`${name} is no longer on disk (moved or deleted). Put it back and reload the page, or start a new `
+      + "definition at this path (nothing is written there until you do and save).", {
+      links: [{ text: "Start a new definition at this path", go: startEmpty }],
+      kind: "gone",
+    });
+  }
+
+  /** An empty definition in place of one that is not JSON or is gone: an unsaved change, Save writes it. */
+  function startEmpty() {
+    page.doc = emptyDefinition();
+    page.undo = [];
+    page.redo = [];
+    hideNotice();
+    setDoc(page.doc);
+  }
+
+  /** Read the file (again): the page's edits, undo and redo are dropped, except when the file is gone from disk:
+   * the definition the page holds is then all there is of it, so it stays (unsaved; Save asks before writing). */
   async function reload() {
     let file;
     try {
@@ -1436,6 +1464,14 @@
     } catch (error) {
       $("save-state").textContent = "could not read the file";
       notice(`The file could not be read: ${error.message}`);
+      return;
+    }
+    if (file.gone && page.doc !== null) {
+      page.file = file;
+      page.savedJson = null; // not on disk: nothing of it is saved
+      notice(`${file.name} is no longer on disk (moved or deleted). The definition you were editing is kept here; `
+        + "Save offers to write it again at this path.", { kind: "gone" });
+      showSaveState();
       return;
     }
     page.file = file;
@@ -1459,6 +1495,21 @@
       page.savedJson = null;
       page.problems = [file.parse_error];
       notice(`${file.name} is not a definition the editor can read: ${file.parse_error.message}`, { offerEmpty: true });
+      draw();
+      showSelection();
+      showProblems();
+      showSaveState();
+      return;
+    }
+    if (file.gone) {
+      // Read before and gone now: not a new file, and an empty start saved would write nothing over its path.
+      page.doc = null;
+      page.savedJson = null;
+      page.problems = [{
+        severity: "error", code: "missing_on_disk", file: file.path, path: "", line: null, column: null,
+        message: `${file.path} is no longer on disk (moved or deleted)`,
+      }];
+      goneNotice();
       draw();
       showSelection();
       showProblems();
@@ -1705,13 +1756,7 @@
       else $("make-initial").checked = true; // a definition has one initial state: choose another instead
     });
     $("notice-close").addEventListener("click", hideNotice);
-    $("start-empty").addEventListener("click", () => {
-      page.doc = emptyDefinition();
-      page.undo = [];
-      page.redo = [];
-      hideNotice();
-      setDoc(page.doc);
-    });
+    $("start-empty").addEventListener("click", startEmpty);
     // forms.js without onInvalid: read its invalid() after each keystroke (with it, the same answer)
     $("form").addEventListener("input", formInvalidChanged);
     $("form").addEventListener("change", formInvalidChanged);
