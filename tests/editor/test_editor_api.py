@@ -609,7 +609,8 @@ def test_a_handler_the_hooks_lack_is_422(tmp_path: Path) -> None:
     assert answer.status_code == 422 and "notify" in answer.json()["error"]["message"]
 
 
-def test_the_turns_tool_runs_are_in_the_answer(tmp_path: Path) -> None:
+def order_hooks() -> Hooks:
+    """Hooks with one tool, ``find_order``, that fails for the order id ``none``."""
     hooks = Hooks()
 
     @hooks.tool()  # type: ignore[untyped-decorator]
@@ -618,6 +619,11 @@ def test_the_turns_tool_runs_are_in_the_answer(tmp_path: Path) -> None:
             raise LookupError("no order 'none'")
         return {"order_id": order_id, "status": "shipped"}
 
+    return hooks
+
+
+def test_the_turns_tool_runs_are_in_the_answer(tmp_path: Path) -> None:
+    hooks = order_hooks()
     value = dead_end()
     value["tools"] = {"find_order": {"description": "Find an order by its id"}}
     value["states"]["ask"]["tools"] = ["find_order"]

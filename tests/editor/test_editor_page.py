@@ -1054,17 +1054,10 @@ RETURNS = {
 
 @browser_test
 def test_the_chat_shows_tool_calls_lights_a_return_and_forgets_stale_words(opened: Any, tmp_path: Path) -> None:
-    from llm_fsm.hooks import Hooks
     from llm_fsm.testing import ScriptedLLM, reply, tool_calls
+    from tests.editor.test_editor_api import order_hooks
 
-    hooks = Hooks()
-
-    @hooks.tool()  # type: ignore[untyped-decorator]
-    def find_order(order_id: str) -> dict[str, str]:
-        if order_id == "none":
-            raise LookupError("no order 'none'")
-        return {"order_id": order_id, "status": "shipped"}
-
+    hooks = order_hooks()
     value = json.loads(json.dumps(RETURNS))
     value["tools"] = {"find_order": {"description": "Find an order by its id"}}
     value["states"]["help"]["tools"] = ["find_order"]
